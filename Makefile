@@ -1,0 +1,38 @@
+# Lakelog build: a virtualenv in .venv/ with the project installed, and the JVM jars Spark needs
+# resolved once by Maven into .jars/ (git-ignored). Nothing downloads when Spark starts.
+PYTHON ?= python3
+VENV   := .venv
+JARS   := .jars
+BIN    := $(VENV)/bin
+
+.PHONY: setup venv jars up test bench clean
+
+setup: venv jars
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+jars: $(JARS)/.resolved
+$(JARS)/.resolved: infra/pom.xml
+	mkdir -p $(JARS)
+	mvn --batch-mode --quiet -f infra/pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/$(JARS) -DincludeScope=runtime
+	touch $@
+
+# The main job: a local cluster on the embedded defaults.
+up: setup
+	$(BIN)/lakelog up
+
+# The whole test suite.
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python bench/storage.py
+
+clean:
+	rm -rf $(VENV) $(JARS) build *.egg-info

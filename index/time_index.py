@@ -1,0 +1,143 @@
+"""The time index (`.timeindex`): a sparse map from timestamp to offset.
+
+File layout: a sequence of 12-byte entries, no header (the same bytes Kafka writes):
+
+    offset  size  field
+    0       8     timestamp        int64 big-endian  (a batch's max timestamp, ms)
+    8       4     relative offset  uint32 big-endian (that batch's last offset - base offset)
+
+Entries are strictly increasing in timestamp and non-decreasing in offset: an entry is added
+(with the offset index entry) only when the segment's max timestamp so far grew. So an entry
+(T, O) says: no record at an offset <= O has a timestamp above T. To find the first offset whose
+timestamp is >= t, start the scan after the last entry with T < t (or at the segment start).
+
+Integrity and crash behaviour are as for the offset index: structural checks on open, rebuilt
+from the `.log` when they fail or after an unclean shutdown of the active segment.
+
+Concurrency: not thread-safe; the owning segment serialises access.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from bisect import bisect_left
+from pathlib import Path
+
+from infra.errors import invariant
+from logstore.errors import CorruptIndexError
+
+ENTRY = struct.Struct(">qI")
+ENTRY_SIZE = ENTRY.size
+assert ENTRY_SIZE == 12
+
+
+def decode(buf: bytes, *, file: str | None = None) -> tuple[list[int], list[int]]:
+    """Parse time index bytes into (timestamps, relative offsets). Raises CorruptIndexError."""
+    if len(buf) % ENTRY_SIZE:
+        raise CorruptIndexError(f"time index {file or ''} size {len(buf)} is not a multiple of {ENTRY_SIZE}")
+    ts: list[int] = []
+    rel: list[int] = []
+    for t, r in ENTRY.iter_unpack(buf):
+        ts.append(t)
+        rel.append(r)
+    return ts, rel
+
+
+def encode(entries: list[tuple[int, int]]) -> bytes:
+    """Encode (timestamp, relative offset) pairs."""
+    return b"".join(ENTRY.pack(t, r) for t, r in entries)
+
+
+class TimeIndex:
+    """A segment's time index: in memory for lookups, appended to its file as it grows."""
+
+    def __init__(self, path: str | os.PathLike, base_offset: int, max_index_bytes: int) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_bytes // ENTRY_SIZE)
+        buf = self.path.read_bytes() if self.path.exists() else b""
+        try:
+            self._ts, self._rel = decode(buf, file=str(self.path))
+            self._corrupt_on_open = False
+        except CorruptIndexError:
+            self._ts, self._rel = [], []
+            self._corrupt_on_open = True
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def __len__(self) -> int:
+        return len(self._ts)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._ts) >= self.max_entries
+
+    @property
+    def last_entry(self) -> tuple[int, int] | None:
+        """(timestamp, absolute offset) of the last entry."""
+        return (self._ts[-1], self.base_offset + self._rel[-1]) if self._ts else None
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self._ts) * ENTRY_SIZE
+
+    def entries(self) -> list[tuple[int, int]]:
+        """(timestamp, absolute offset) pairs."""
+        return [(t, self.base_offset + r) for t, r in zip(self._ts, self._rel)]
+
+    def last_entry_before(self, timestamp: int) -> tuple[int, int] | None:
+        """The last entry whose timestamp is strictly below `timestamp`, as (timestamp, offset)."""
+        i = bisect_left(self._ts, timestamp)
+        return (self._ts[i - 1], self.base_offset + self._rel[i - 1]) if i else None
+
+    def sanity_check(self, last_offset: int) -> None:
+        if self._corrupt_on_open:
+            raise CorruptIndexError(f"time index {self.path} has a torn entry")
+        prev_t, prev_r = None, -1
+        for t, r in zip(self._ts, self._rel):
+            if (prev_t is not None and t <= prev_t) or r < prev_r or self.base_offset + r > last_offset:
+                raise CorruptIndexError(f"time index {self.path} entry ({t}, {self.base_offset + r}) "
+                                        f"is out of order or beyond the last offset {last_offset}")
+            prev_t, prev_r = t, r
+
+    def maybe_append(self, timestamp: int, offset: int) -> bool:
+        """Add (timestamp, offset) if `timestamp` is above the last entry's; return whether added."""
+        if self._ts and timestamp <= self._ts[-1]:
+            return False
+        rel = offset - self.base_offset
+        invariant(0 <= rel <= 0xFFFFFFFF, f"offset {offset} does not fit segment {self.base_offset}")
+        invariant(not self._rel or rel >= self._rel[-1], "time index offsets must not decrease")
+        if self.is_full:
+            return False
+        self._ts.append(timestamp)
+        self._rel.append(rel)
+        os.write(self._fd, ENTRY.pack(timestamp, rel))
+        return True
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is >= `offset`."""
+        keep = len(self._rel)
+        while keep and self.base_offset + self._rel[keep - 1] >= offset:
+            keep -= 1
+        self._truncate_entries(keep)
+
+    def reset(self) -> None:
+        self._truncate_entries(0)
+        self._corrupt_on_open = False
+
+    def _truncate_entries(self, keep: int) -> None:
+        del self._ts[keep:]
+        del self._rel[keep:]
+        os.ftruncate(self._fd, keep * ENTRY_SIZE)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def rename_to(self, path: Path) -> None:
+        os.replace(self.path, path)
+        self.path = path

@@ -1,0 +1,201 @@
+"""Typed configuration, declared once: every key with its type, default, bounds, unit and doc.
+
+Topic (log) keys keep Kafka's names (`segment.bytes`, `retention.ms`, `cleanup.policy`, ...); the
+Python attribute is the name with dots turned to underscores (`cfg.segment_bytes`). Values come
+from a mapping of strings or typed values; anything unknown, mistyped or out of bounds raises
+ConfigError naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from infra.errors import ErrorKind, LakelogError
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+DAY_MS = 24 * 60 * 60 * 1000
+
+
+class ConfigError(LakelogError):
+    """A configuration key is unknown, mistyped or out of bounds."""
+
+    kind = ErrorKind.CONFIGURATION
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One declared configuration key."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    min: int | float | None = None
+    max: int | float | None = None
+    choices: tuple[str, ...] | None = None
+    unit: str = ""
+    validator: Callable[[Any], None] | None = None
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace(".", "_")
+
+    def parse(self, raw: Any) -> Any:
+        try:
+            if self.type is bool:
+                if isinstance(raw, str):
+                    if raw.lower() not in ("true", "false"):
+                        raise ValueError(raw)
+                    value: Any = raw.lower() == "true"
+                else:
+                    value = bool(raw)
+            elif self.type is int:
+                if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                    raise ValueError(raw)
+                value = int(raw)
+            elif self.type is float:
+                value = float(raw)
+            else:
+                value = str(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{self.name}: {raw!r} is not a valid {self.type.__name__}") from None
+        if self.min is not None and value < self.min:
+            raise ConfigError(f"{self.name}: {value} is below the minimum {self.min}")
+        if self.max is not None and value > self.max:
+            raise ConfigError(f"{self.name}: {value} is above the maximum {self.max}")
+        if self.choices is not None:
+            parts = [p.strip() for p in value.split(",")] if self.type is str else [value]
+            for p in parts:
+                if p not in self.choices:
+                    raise ConfigError(f"{self.name}: {p!r} is not one of {', '.join(self.choices)}")
+        if self.validator is not None:
+            self.validator(value)
+        return value
+
+
+class ConfigDef:
+    """An ordered set of keys: `define(...)` each once, then `parse(mapping)`."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, ConfigKey] = {}
+
+    def define(self, name: str, type_: type, default: Any, doc: str, **kw: Any) -> "ConfigDef":
+        if name in self.keys:
+            raise ValueError(f"config key {name} defined twice")
+        key = ConfigKey(name, type_, default, doc, **kw)
+        if default is not None:
+            key.parse(default)  # defaults must satisfy their own bounds
+        self.keys[name] = key
+        return self
+
+    def parse(self, values: Mapping[str, Any] | None) -> dict[str, Any]:
+        out = {k.name: k.default for k in self.keys.values()}
+        for name, raw in (values or {}).items():
+            key = self.keys.get(name)
+            if key is None:
+                raise ConfigError(f"unknown configuration key {name!r}")
+            out[name] = key.parse(raw)
+        return out
+
+    def __iter__(self) -> Iterable[ConfigKey]:
+        return iter(self.keys.values())
+
+
+def _cleanup_policy(value: str) -> None:
+    if not value.strip():
+        raise ConfigError("cleanup.policy: must name delete, compact or both")
+
+
+LOG_CONFIG = (
+    ConfigDef()
+    .define("segment.bytes", int, 1024 * 1024 * 1024, "Roll a new segment when the active one reaches this size.",
+            min=14 + 61, max=INT_MAX, unit="bytes")
+    .define("segment.ms", int, 7 * DAY_MS, "Roll a new segment when the active one's first batch is this old.",
+            min=1, unit="ms")
+    .define("segment.index.bytes", int, 10 * 1024 * 1024,
+            "Most bytes an offset or time index may hold; a full index rolls the segment.", min=12, max=INT_MAX,
+            unit="bytes")
+    .define("index.interval.bytes", int, 4096, "Bytes of batches between two offset index entries.",
+            min=0, max=INT_MAX, unit="bytes")
+    .define("max.message.bytes", int, 1024 * 1024 + 12, "Largest batch (after compression) a producer may append.",
+            min=61, max=INT_MAX, unit="bytes")
+    .define("max.uncompressed.batch.bytes", int, 64 * 1024 * 1024,
+            "Largest size a compressed batch may inflate to while it is validated or read.",
+            min=61, max=INT_MAX, unit="bytes")
+    .define("message.timestamp.type", str, "CreateTime", "Timestamp kept for records: the producer's or the log's.",
+            choices=("CreateTime", "LogAppendTime"))
+    .define("retention.ms", int, 7 * DAY_MS, "Delete whole segments whose newest record is older than this; -1 keeps forever.",
+            min=-1, unit="ms")
+    .define("retention.bytes", int, -1, "Delete the oldest segments while the partition is larger than this; -1 is no limit.",
+            min=-1, unit="bytes")
+    .define("local.retention.ms", int, -2, "Local retention for tiered topics; -2 follows retention.ms.",
+            min=-2, unit="ms")
+    .define("local.retention.bytes", int, -2, "Local size limit for tiered topics; -2 follows retention.bytes.",
+            min=-2, unit="bytes")
+    .define("remote.storage.enable", bool, False, "Upload sealed segments to the remote tier.")
+    .define("cleanup.policy", str, "delete", "delete, compact, or compact,delete.",
+            choices=("delete", "compact"), validator=_cleanup_policy)
+    .define("delete.retention.ms", int, DAY_MS, "How long tombstones are kept after their segment was cleaned.",
+            min=0, unit="ms")
+    .define("min.compaction.lag.ms", int, 0, "Records younger than this are never compacted.", min=0, unit="ms")
+    .define("max.compaction.lag.ms", int, LONG_MAX, "Records older than this make their log eligible regardless of the dirty ratio.",
+            min=1, unit="ms")
+    .define("min.cleanable.dirty.ratio", float, 0.5, "Compact only when dirty bytes / total bytes reaches this.",
+            min=0.0, max=1.0)
+    .define("flush.messages", int, LONG_MAX, "fsync after this many records (1 = every append); default leaves it to the page cache.",
+            min=1)
+    .define("flush.ms", int, LONG_MAX, "fsync when the last fsync is this old; default leaves it to the page cache.",
+            min=0, unit="ms")
+    .define("file.delete.delay.ms", int, 60000, "Delay before deleted segment files are removed from disk.", min=0, unit="ms")
+    .define("min.insync.replicas", int, 1, "acks=all produce needs at least this many replicas in the ISR.", min=1)
+    .define("unclean.leader.election.enable", bool, False, "Allow an out-of-sync replica to become leader.")
+)
+
+
+class LogConfig:
+    """The typed, validated log (topic) configuration of one partition.
+
+    Immutable: a topic config change builds a new LogConfig and hands it to the log.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
+        object.__setattr__(self, "_values", LOG_CONFIG.parse(overrides))
+
+    def __getattr__(self, attr: str) -> Any:
+        try:
+            return self._values[attr.replace("_", ".")]
+        except KeyError:
+            raise AttributeError(attr) from None
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise AttributeError("LogConfig is immutable; build a new one")
+
+    def get(self, name: str) -> Any:
+        return self._values[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "LogConfig":
+        merged = {k: v for k, v in self._values.items()}
+        merged.update(overrides)
+        return LogConfig(merged)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in [p.strip() for p in self.cleanup_policy.split(",")]
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in [p.strip() for p in self.cleanup_policy.split(",")]
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    def __repr__(self) -> str:
+        return f"LogConfig({self._values!r})"

@@ -1,0 +1,79 @@
+"""Errors of the log storage engine (`logstore/`, `index/`)."""
+
+from __future__ import annotations
+
+from infra.errors import ErrorKind, LakelogError
+
+
+class LogStoreError(LakelogError):
+    """Root of the storage engine's errors."""
+
+
+class CorruptRecordError(LogStoreError):
+    """Stored or received bytes fail a checksum or a structural check (CRC, length, magic)."""
+
+    kind = ErrorKind.CORRUPT
+
+    def __init__(self, message: str, *, file: str | None = None, position: int | None = None,
+                 offset: int | None = None) -> None:
+        where = []
+        if file is not None:
+            where.append(f"file {file}")
+        if position is not None:
+            where.append(f"position {position}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(message + (f" ({', '.join(where)})" if where else ""))
+        self.file = file
+        self.position = position
+        self.offset = offset
+
+
+class InvalidRecordError(LogStoreError):
+    """A batch from a client is well-formed bytes but breaks a rule (offsets, keys, sizes)."""
+
+    kind = ErrorKind.INVALID_REQUEST
+
+
+class CorruptBatchError(InvalidRecordError):
+    """A batch from a client fails its CRC or its framing: refused, nothing appended."""
+
+
+class UnsupportedMagicError(InvalidRecordError):
+    """A batch carries a magic (format version) other than 2."""
+
+
+class UnsupportedCompressionError(InvalidRecordError):
+    """A batch names a compression codec we do not know, or cannot be decompressed."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A batch exceeds `max.message.bytes` (or a record exceeds a configured limit)."""
+
+
+class RecordKeyRequiredError(InvalidRecordError):
+    """A compacted topic received a record without a key."""
+
+
+class OffsetOutOfRangeError(LogStoreError):
+    """The requested offset is below the log start offset or above the log end offset."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class CorruptIndexError(LogStoreError):
+    """An index file fails its structural checks; it is rebuilt from its `.log`."""
+
+    kind = ErrorKind.CORRUPT
+
+
+class UnsupportedFormatVersionError(LogStoreError):
+    """A stored artifact (checkpoint, marker) carries a version this code does not read."""
+
+    kind = ErrorKind.CORRUPT
+
+
+class LogClosedError(LogStoreError):
+    """The partition log was closed or deleted."""
+
+    kind = ErrorKind.TRANSIENT

@@ -1,0 +1,719 @@
+"""The partition log: an ordered list of segments in one directory `<topic>-<partition>/`.
+
+Directory contents:
+
+    00000000000000000000.log / .index / .timeindex     sealed segments ...
+    00000000000000005376.log / .index / .timeindex     ... and the active segment (the last)
+    leader-epoch-checkpoint                            (epoch, start offset) entries
+    log-start-offset-checkpoint                        the log start offset
+    recovery-point-checkpoint                          offsets below it are known flushed
+    .lakelog_cleanshutdown                             written by close(), removed on open
+
+Invariants (checked with `invariant()`):
+  * log start offset <= log end offset (LEO); neither goes backwards except by an explicit
+    truncation (LEO) — the log start offset never moves backwards;
+  * segments are sorted by base offset, the active segment is the last, and each segment's offsets
+    lie in [base offset, next segment's base offset);
+  * leader epochs in the epoch cache only grow.
+
+Lookups follow the design: binary search of segments by base offset, the floor entry of the sparse
+offset index, then a forward scan of batch headers.
+
+Crash recovery (`open` without a clean-shutdown marker): segments from the recovery point on are
+re-read batch by batch, CRC-checked, cut at the first torn or corrupt batch (later segments are
+dropped), and their indexes rebuilt; every other segment's indexes are checked structurally and
+rebuilt if they fail. `recovery` tells what was cut.
+
+Compaction swap (crash-safe, as Kafka's): replacement segments are written with suffix `.cleaned`,
+renamed to `.swap`, the replaced segments are deleted, then the `.swap` files lose their suffix.
+On open, `.cleaned` files are removed and `.swap` files are completed.
+
+Concurrency: every public method takes the log's lock, so calls from several threads are safe;
+a read returns bytes copied out of the files, so it is unaffected by later truncation or deletion.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from infra.config import LogConfig
+from infra.errors import invariant
+from logstore.checkpoint import read_checkpoint, write_checkpoint
+from logstore.errors import (
+    CorruptBatchError,
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidRecordError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    UnsupportedFormatVersionError,
+)
+from logstore.leader_epoch import LeaderEpochCache
+from logstore.record_batch import (
+    NO_TIMESTAMP,
+    RecordBatch,
+    TimestampType,
+    TruncatedBatchError,
+    iter_batches,
+    set_log_append_time,
+    set_offset_and_epoch,
+    validate_batch,
+)
+from logstore.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+    SegmentConfig,
+    parse_base_offset,
+)
+
+CLEAN_SHUTDOWN_FILE = ".lakelog_cleanshutdown"
+CLEAN_SHUTDOWN_VERSION = 1
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+RECOVERY_POINT_FILE = "recovery-point-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did: the offsets it assigned and what it stored."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    record_count: int
+    batch_count: int
+    size_in_bytes: int
+    log_start_offset: int
+    base_offsets: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Whole batches read from the log, CRC-checked, plus the log's bounds at read time."""
+
+    records: bytes
+    first_offset: int  # base offset of the first batch returned (may be below the offset asked)
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What `open` found and cut after an unclean shutdown."""
+
+    clean_shutdown: bool
+    segments_recovered: int = 0
+    bytes_truncated: int = 0
+    segments_dropped: list[int] = field(default_factory=list)
+    indexes_rebuilt: list[int] = field(default_factory=list)
+    swaps_completed: int = 0
+    leftovers_removed: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        if self.clean_shutdown and not self.indexes_rebuilt and not self.swaps_completed:
+            return "clean shutdown, nothing to recover"
+        return (f"recovered {self.segments_recovered} segment(s), truncated {self.bytes_truncated} bytes, "
+                f"dropped segments {self.segments_dropped}, rebuilt indexes of {self.indexes_rebuilt}, "
+                f"completed {self.swaps_completed} swap(s), removed {len(self.leftovers_removed)} leftover file(s)")
+
+
+class PartitionLog:
+    """The log of one partition replica."""
+
+    def __init__(self, directory: str | os.PathLike, config: LogConfig | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.config = config or LogConfig()
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._closed = False
+        self._listeners: list[Callable[[int], None]] = []
+        self._unflushed_records = 0
+        self._last_flush_ms = self._now_ms()
+        self.epochs = LeaderEpochCache(self.directory)
+        self.recovery = self._open()
+
+    # ------------------------------------------------------------------ opening and recovery
+
+    def _segment_config(self) -> SegmentConfig:
+        return SegmentConfig(self.config.index_interval_bytes, self.config.segment_index_bytes)
+
+    def _open(self) -> RecoveryReport:
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            self._read_clean_shutdown_marker(marker)
+        report = RecoveryReport(clean_shutdown=clean)
+        self._remove_leftovers(report)
+        bases = sorted({b for p in self.directory.iterdir() if p.name.endswith(LOG_SUFFIX)
+                        and (b := parse_base_offset(p.name)) is not None})
+        for b in bases:
+            self._add_segment(LogSegment(self.directory, b, self._segment_config()))
+        stored_start = read_checkpoint(self.directory / LOG_START_OFFSET_FILE, 1)
+        recovery_point = read_checkpoint(self.directory / RECOVERY_POINT_FILE, 1)
+        rp = recovery_point[0][0] if recovery_point else 0
+        if not self._segments:
+            start = stored_start[0][0] if stored_start else 0
+            self._add_segment(LogSegment(self.directory, start, self._segment_config()))
+        self.log_start_offset = max(stored_start[0][0] if stored_start else 0, self._segments[0].base_offset)
+        if clean:
+            for seg in self._segments:
+                self._check_segment(seg, report)
+        else:
+            self._recover(rp, report)
+        marker.unlink(missing_ok=True)
+        invariant(self.log_start_offset <= self.log_end_offset,
+                  f"log start offset {self.log_start_offset} above log end offset {self.log_end_offset}")
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self.recovery_point = self.log_end_offset if clean else self._segments[-1].base_offset
+        return report
+
+    def _read_clean_shutdown_marker(self, marker: Path) -> None:
+        lines = marker.read_text("ascii", errors="replace").split()
+        if lines and lines[0].isdigit() and int(lines[0]) != CLEAN_SHUTDOWN_VERSION:
+            raise UnsupportedFormatVersionError(f"{marker} has version {lines[0]}")
+
+    def _remove_leftovers(self, report: RecoveryReport) -> None:
+        """Finish or undo what a crash interrupted: deletions, compaction outputs, swaps."""
+        for p in sorted(self.directory.iterdir()):
+            name = p.name
+            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp"):
+                p.unlink()
+                report.leftovers_removed.append(name)
+        swaps = sorted(p for p in self.directory.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX))
+        for swap in swaps:
+            base = parse_base_offset(swap.name)
+            if base is None:
+                continue
+            seg = LogSegment(self.directory, base, self._segment_config(), suffix=SWAP_SUFFIX)
+            last = seg.next_offset
+            # The swap replaces every old segment whose offsets it covers.
+            for p in list(self.directory.iterdir()):
+                b = parse_base_offset(p.name)
+                if b is not None and p.name.endswith(LOG_SUFFIX) and base <= b < last:
+                    for suffix in (".log", ".index", ".timeindex"):
+                        (self.directory / (p.name[:20] + suffix)).unlink(missing_ok=True)
+            seg.change_suffix(SWAP_SUFFIX, "")
+            seg.close()
+            report.swaps_completed += 1
+
+    def _recover(self, recovery_point: int, report: RecoveryReport) -> None:
+        """Recover segments at or after the recovery point; check the indexes of the others."""
+        max_batch = max(self.config.max_message_bytes, self.config.segment_bytes)
+        first = max(0, bisect_right(self._bases, recovery_point) - 1)
+        for seg in self._segments[:first]:
+            self._check_segment(seg, report)
+        self.epochs.truncate_from_end(self._segments[first].base_offset)
+        i = first
+        while i < len(self._segments):
+            seg = self._segments[i]
+            cut = seg.recover(on_batch=self._assign_epoch_from_batch, max_batch_bytes=max_batch)
+            report.segments_recovered += 1
+            report.bytes_truncated += cut
+            if cut:
+                # Everything after a corrupt or torn batch is unreliable: drop later segments.
+                for later in self._segments[i + 1:]:
+                    report.segments_dropped.append(later.base_offset)
+                    report.bytes_truncated += later.size
+                    later.delete_files()
+                del self._segments[i + 1:]
+                del self._bases[i + 1:]
+                break
+            if i + 1 < len(self._segments) and seg.next_offset > self._segments[i + 1].base_offset:
+                raise CorruptRecordError(f"segment {seg.base_offset} overlaps the next segment",
+                                         file=str(seg.log_path))
+            i += 1
+        # Drop empty trailing segments other than the first, as they carry no information.
+        while len(self._segments) > 1 and self._segments[-1].is_empty and \
+                self._segments[-2].next_offset < self._segments[-1].base_offset:
+            seg = self._segments.pop()
+            self._bases.pop()
+            report.segments_dropped.append(seg.base_offset)
+            seg.delete_files()
+
+    def _check_segment(self, seg: LogSegment, report: RecoveryReport) -> None:
+        """Structural checks of a flushed segment; rebuild its indexes or cut a damaged tail.
+
+        A damaged flushed segment keeps its valid prefix and the later segments stay: they hold
+        whole, CRC-valid batches at higher offsets. Damage further inside a segment is caught by
+        the CRC check of every read and refused there.
+        """
+        try:
+            seg.check_indexes()
+        except CorruptIndexError:
+            try:
+                seg.rebuild_indexes()
+                report.indexes_rebuilt.append(seg.base_offset)
+                return
+            except CorruptRecordError:
+                pass
+        except CorruptRecordError:
+            pass
+        else:
+            return
+        max_batch = max(self.config.max_message_bytes, self.config.segment_bytes)
+        report.bytes_truncated += seg.recover(max_batch_bytes=max_batch)
+        report.segments_recovered += 1
+        report.indexes_rebuilt.append(seg.base_offset)
+
+    def _assign_epoch_from_batch(self, batch: RecordBatch) -> None:
+        if batch.partition_leader_epoch >= 0:
+            self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+
+    def _add_segment(self, seg: LogSegment) -> None:
+        invariant(not self._bases or seg.base_offset > self._bases[-1], "segments must be added in order")
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    # ------------------------------------------------------------------ properties
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def log_end_offset(self) -> int:
+        """LEO: the offset the next appended record will get."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs.latest_epoch
+
+    def add_append_listener(self, listener: Callable[[int], None]) -> None:
+        """Called with the new LEO after each append (under the log's lock: keep it short)."""
+        self._listeners.append(listener)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    # ------------------------------------------------------------------ append
+
+    def append_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int, *,
+                         consecutive_offsets: bool = True) -> AppendInfo:
+        """Validate producer batches, assign offsets from the LEO, stamp `leader_epoch`, append.
+
+        All batches are validated before any byte is written: on any error nothing is appended.
+        """
+        buf = bytearray(data)
+        parsed = self._split_and_validate(buf, for_leader=consecutive_offsets)
+        with self._lock:
+            self._check_open()
+            next_offset = self.log_end_offset
+            first_offset = next_offset
+            now = self._now_ms()
+            log_append = self.config.log_append_time
+            entries = []
+            base_offsets = []
+            max_ts = NO_TIMESTAMP
+            records = 0
+            for pos, batch, summary in parsed:
+                set_offset_and_epoch(buf, pos, next_offset, leader_epoch)
+                if log_append:
+                    set_log_append_time(buf, pos, batch.size_in_bytes, now)
+                batch_max_ts = now if log_append else batch.max_timestamp
+                last = next_offset + batch.last_offset_delta
+                entries.append((pos, last, batch_max_ts, batch.size_in_bytes))
+                base_offsets.append(next_offset)
+                max_ts = max(max_ts, batch_max_ts)
+                records += summary.record_count
+                next_offset = last + 1
+            if leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
+                self.epochs.assign(leader_epoch, first_offset)
+            self._append_locked(buf, entries, max_ts, now)
+            self._unflushed_records += records
+            info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
+                              len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
+            self._after_append(now)
+            return info
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches that already carry offsets and epochs (replication, restore).
+
+        They must start at or above the LEO and increase; CRCs are checked; bytes are kept as is.
+        """
+        buf = bytes(data)
+        parsed = self._split_and_validate(buf, for_leader=False)
+        with self._lock:
+            self._check_open()
+            expected = self.log_end_offset
+            entries = []
+            max_ts = NO_TIMESTAMP
+            records = 0
+            for pos, batch, summary in parsed:
+                if batch.base_offset < expected:
+                    raise InvalidRecordError(f"batch offset {batch.base_offset} is below the expected "
+                                             f"next offset {expected}")
+                entries.append((pos, batch.last_offset, batch.max_timestamp, batch.size_in_bytes))
+                expected = batch.last_offset + 1
+                max_ts = max(max_ts, batch.max_timestamp)
+                records += summary.record_count
+            first = parsed[0][1].base_offset
+            if first > self.log_end_offset and self.active_segment.is_empty is False:
+                # A gap (the leader's log start moved past ours): start a fresh segment there.
+                self._roll_locked(first)
+            elif first > self.log_end_offset:
+                self._reset_active_to(first)
+            for _, batch, _ in parsed:
+                if batch.partition_leader_epoch > self.epochs.latest_epoch:
+                    self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+            now = self._now_ms()
+            self._append_locked(buf, entries, max_ts, now)
+            self._unflushed_records += records
+            info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
+                              self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
+            self._after_append(now)
+            return info
+
+    def _split_and_validate(self, buf: bytes | bytearray, *, for_leader: bool) -> list:
+        if not buf:
+            raise InvalidRecordError("no record batches in the request")
+        cfg = self.config
+        out = []
+        try:
+            for pos, batch in iter_batches(buf, max_batch_bytes=None):
+                if batch.size_in_bytes > cfg.max_message_bytes and for_leader:
+                    raise RecordTooLargeError(f"batch of {batch.size_in_bytes} bytes exceeds "
+                                              f"max.message.bytes={cfg.max_message_bytes}")
+                summary = validate_batch(
+                    batch,
+                    max_message_bytes=cfg.max_message_bytes if for_leader else max(cfg.max_message_bytes, 2**31 - 1),
+                    consecutive_offsets=for_leader, require_keys=cfg.compact and for_leader,
+                    allow_control=not for_leader, max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes)
+                out.append((pos, batch, summary))
+        except TruncatedBatchError as e:
+            raise CorruptBatchError(f"request ends inside a batch: {e}") from None
+        except CorruptRecordError as e:
+            raise CorruptBatchError(str(e)) from None
+        return out
+
+    def _append_locked(self, buf: bytes | bytearray, entries: list, max_ts: int, now: int) -> None:
+        seg = self.active_segment
+        last_offset = entries[-1][1]
+        if seg.should_roll(len(buf), max_ts, last_offset, self.config.segment_bytes,
+                           self.config.segment_ms, now):
+            seg = self._roll_locked(entries_first_offset(entries, buf))
+        seg.append(buf, entries)
+
+    def _after_append(self, now: int) -> None:
+        cfg = self.config
+        if self._unflushed_records >= cfg.flush_messages or now - self._last_flush_ms >= cfg.flush_ms:
+            self._flush_locked()
+        leo = self.log_end_offset
+        for listener in self._listeners:
+            listener(leo)
+
+    # ------------------------------------------------------------------ roll and flush
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the LEO."""
+        with self._lock:
+            self._check_open()
+            return self._roll_locked(self.log_end_offset)
+
+    def _roll_locked(self, new_base: int) -> LogSegment:
+        old = self.active_segment
+        if old.is_empty and old.base_offset == new_base:
+            return old
+        invariant(new_base >= old.next_offset, f"new segment base {new_base} below LEO {old.next_offset}")
+        if old.is_empty:
+            self._segments.pop()
+            self._bases.pop()
+            old.delete_files()
+        else:
+            old.on_become_inactive()
+            # Sealed segments are flushed once, so recovery only ever re-reads the active one.
+            old.flush()
+        seg = LogSegment(self.directory, new_base, self._segment_config(), created_ms=self._now_ms())
+        self._add_segment(seg)
+        self.recovery_point = new_base
+        write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(new_base,)])
+        return seg
+
+    def _reset_active_to(self, new_base: int) -> None:
+        old = self._segments.pop()
+        self._bases.pop()
+        old.delete_files()
+        self._add_segment(LogSegment(self.directory, new_base, self._segment_config(), created_ms=self._now_ms()))
+
+    def flush(self) -> None:
+        """fsync every segment with unflushed bytes and advance the recovery point to the LEO."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        for seg in self._segments:
+            seg.flush()
+        self._unflushed_records = 0
+        self._last_flush_ms = self._now_ms()
+        self.recovery_point = self.log_end_offset
+
+    def flush_if_due(self) -> None:
+        """For a periodic task: flush when `flush.ms` has passed since the last flush."""
+        with self._lock:
+            if not self._closed and self._unflushed_records and \
+                    self._now_ms() - self._last_flush_ms >= self.config.flush_ms:
+                self._flush_locked()
+
+    # ------------------------------------------------------------------ read
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FetchResult:
+        """Whole batches from the one holding `start_offset`, at most `max_bytes` (but at least one
+        batch when `min_one_batch`), all below `max_offset` (exclusive; a consumer passes the HW).
+
+        Raises OffsetOutOfRangeError below the log start offset or above the LEO.
+        """
+        with self._lock:
+            self._check_open()
+            leo = self.log_end_offset
+            if start_offset < self.log_start_offset or start_offset > leo:
+                raise OffsetOutOfRangeError(f"offset {start_offset} is out of range "
+                                            f"[{self.log_start_offset}, {leo}]")
+            bound = leo if max_offset is None else min(max_offset, leo)
+            if start_offset >= bound:
+                return FetchResult(b"", start_offset, self.log_start_offset, leo)
+            i = self._segment_index_for(start_offset)
+            chunks: list[bytes] = []
+            first_offset = -1
+            remaining = max_bytes
+            while i < len(self._segments) and (remaining > 0 or not chunks):
+                seg = self._segments[i]
+                got = seg.read(start_offset, remaining, max_offset=bound,
+                               min_one_batch=min_one_batch and not chunks)
+                i += 1
+                if got is None:
+                    if chunks:
+                        break
+                    continue
+                _, data = got
+                if first_offset < 0:
+                    first_offset = RecordBatch(data).base_offset
+                chunks.append(data)
+                remaining -= len(data)
+                last = _last_offset_of(data)
+                if last + 1 >= bound:
+                    break
+                start_offset = last + 1
+            records = b"".join(chunks)
+            return FetchResult(records, first_offset if records else start_offset, self.log_start_offset, leo)
+
+    def batches(self, start_offset: int | None = None, *, max_offset: int | None = None
+                ) -> Iterator[RecordBatch]:
+        """Every CRC-checked batch from `start_offset` (default: log start) below `max_offset`."""
+        with self._lock:
+            segments = list(self._segments)
+            start = self.log_start_offset if start_offset is None else start_offset
+        for seg in segments:
+            if seg.next_offset <= start:
+                continue
+            for _, batch in seg.batches():
+                if batch.last_offset < start:
+                    continue
+                if max_offset is not None and batch.last_offset >= max_offset:
+                    return
+                yield RecordBatch(bytes(batch.buffer))
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`, from the indexes."""
+        with self._lock:
+            self._check_open()
+            for seg in self._segments:
+                if seg.max_timestamp < timestamp:
+                    continue
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+            return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (epoch, end offset) answered from the leader epoch cache."""
+        with self._lock:
+            return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # ------------------------------------------------------------------ truncation and deletion
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every record at or above `offset` (a follower's truncation). Returns the new LEO.
+
+        A batch that straddles `offset` is removed whole: the LEO may end below `offset`.
+        """
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return self.log_end_offset
+            invariant(offset >= self.log_start_offset or offset == self._segments[0].base_offset,
+                      f"cannot truncate to {offset} below the log start offset {self.log_start_offset}")
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                seg = self._segments.pop()
+                self._bases.pop()
+                seg.delete_files()
+            self.active_segment.truncate_to(offset)
+            self.epochs.truncate_from_end(self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(self.active_segment.base_offset,)])
+            return self.log_end_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log empty at `offset`."""
+        with self._lock:
+            self._check_open()
+            for seg in self._segments:
+                seg.delete_files()
+            self._segments.clear()
+            self._bases.clear()
+            self._add_segment(LogSegment(self.directory, offset, self._segment_config(), created_ms=self._now_ms()))
+            self.log_start_offset = offset
+            self.epochs.clear()
+            self._write_log_start_offset()
+            self.recovery_point = offset
+            write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(offset,)])
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """Advance the log start offset (retention, DeleteRecords); never moves it backwards."""
+        with self._lock:
+            self._check_open()
+            if new_start <= self.log_start_offset:
+                return False
+            invariant(new_start <= self.log_end_offset, f"log start {new_start} above LEO {self.log_end_offset}")
+            self.log_start_offset = new_start
+            self._write_log_start_offset()
+            self.epochs.truncate_from_start(new_start)
+            # Whole segments now entirely below the start are no longer reachable: delete them.
+            while len(self._segments) > 1 and self._segments[1].base_offset <= new_start:
+                seg = self._segments.pop(0)
+                self._bases.pop(0)
+                seg.delete_files()
+            return True
+
+    def _write_log_start_offset(self) -> None:
+        write_checkpoint(self.directory / LOG_START_OFFSET_FILE, [(self.log_start_offset,)])
+
+    def delete_oldest_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool],
+                               *, upper_bound_offset: int | None = None) -> list[int]:
+        """Delete leading segments while `predicate(segment, next_segment)` holds.
+
+        Never deletes the active segment, nor a segment holding offsets at or above
+        `upper_bound_offset` (the high watermark). Advances the log start offset.
+        Returns the base offsets of deleted segments.
+        """
+        with self._lock:
+            self._check_open()
+            deleted: list[int] = []
+            while len(self._segments) > 1:
+                seg, nxt = self._segments[0], self._segments[1]
+                if upper_bound_offset is not None and seg.next_offset > upper_bound_offset:
+                    break
+                if not predicate(seg, nxt):
+                    break
+                self._segments.pop(0)
+                self._bases.pop(0)
+                deleted.append(seg.base_offset)
+                self.log_start_offset = max(self.log_start_offset, nxt.base_offset)
+                self._write_log_start_offset()
+                seg.delete_files()
+            if deleted:
+                self.epochs.truncate_from_start(self.log_start_offset)
+            return deleted
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        """Swap compacted replacement segments (written with suffix `.cleaned`) for `old_segments`.
+
+        Crash-safe: `.cleaned` -> `.swap`, delete the old segments, `.swap` -> final names.
+        The old segments must be consecutive, sealed and still present.
+        """
+        with self._lock:
+            self._check_open()
+            idx = [self._segments.index(s) for s in old_segments]
+            invariant(idx == list(range(idx[0], idx[0] + len(idx))), "replaced segments must be consecutive")
+            invariant(idx[-1] < len(self._segments) - 1, "the active segment is never replaced")
+            for seg in new_segments:
+                seg.flush()
+                seg.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+            from logstore.fileutil import fsync_dir
+            fsync_dir(self.directory)
+            for seg in old_segments:
+                seg.delete_files()
+            for seg in new_segments:
+                seg.change_suffix(SWAP_SUFFIX, "")
+            fsync_dir(self.directory)
+            self._segments[idx[0]: idx[-1] + 1] = new_segments
+            self._bases = [s.base_offset for s in self._segments]
+
+    # ------------------------------------------------------------------ config and lifecycle
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self.config = config
+
+    def close(self) -> None:
+        """Flush, close files and write the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self.active_segment.on_become_inactive()
+            self._flush_locked()
+            for seg in self._segments:
+                seg.close()
+            from logstore.fileutil import atomic_write
+            atomic_write(self.directory / CLEAN_SHUTDOWN_FILE,
+                         f"{CLEAN_SHUTDOWN_VERSION}\n{self.log_end_offset}\n".encode("ascii"))
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            if not self._closed:
+                for seg in self._segments:
+                    seg.close()
+                self._closed = True
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.directory}, log_start_offset={self.log_start_offset}, "
+                f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})")
+
+
+def _last_offset_of(data: bytes) -> int:
+    last = -1
+    for _, batch in iter_batches(data):
+        last = batch.last_offset
+    return last
+
+
+def entries_first_offset(entries: list, buf: bytes | bytearray) -> int:
+    """Base offset of the first batch of an append (read back from the stamped bytes)."""
+    return RecordBatch(memoryview(buf)[entries[0][0]:entries[0][0] + entries[0][3]]).base_offset

@@ -1,0 +1,490 @@
+"""A log segment: one `.log` file of whole batches plus its `.index` and `.timeindex`.
+
+Files are named by the segment's base offset, zero-padded to 20 digits:
+`00000000000000005376.log`, `00000000000000005376.index`, `00000000000000005376.timeindex`.
+The `.log` holds RecordBatch v2 bytes back to back (see record_batch.py), exactly as received.
+Suffixes `.cleaned` and `.swap` mark replacement segments of a compaction in progress, and
+`.deleted` marks files on their way out (see log.py for the swap protocol).
+
+Invariants: `size` is the length of the whole batches in the `.log`; index entries point at batch
+starts; batches in a segment have increasing offsets, all >= the base offset.
+
+Crash behaviour: an append that the process did not finish can leave a torn batch at the tail of
+the `.log`, and indexes that lag or run ahead. `recover()` re-reads every batch, checks its CRC,
+cuts the file at the first bad one and rebuilds both indexes; it returns how many bytes it cut.
+
+Concurrency: not thread-safe; the partition log serialises every call.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from index.offset_index import OffsetIndex
+from index.time_index import TimeIndex
+from infra.errors import invariant
+from logstore.errors import CorruptIndexError, CorruptRecordError
+from logstore.record_batch import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    RecordBatch,
+    TruncatedBatchError,
+    iter_batches,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+
+#: Bytes read at a time while scanning or recovering a segment.
+SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def parse_base_offset(name: str) -> int | None:
+    stem = name.split(".", 1)[0]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPosition:
+    """Where a batch lives in a segment, with the header fields lookups need."""
+
+    position: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    size: int
+    partition_leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentConfig:
+    """The per-segment knobs, taken from the log config."""
+
+    index_interval_bytes: int
+    max_index_bytes: int
+
+
+class LogSegment:
+    """One segment of a partition log."""
+
+    def __init__(self, directory: str | os.PathLike, base_offset: int, config: SegmentConfig, *,
+                 suffix: str = "", created_ms: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.config = config
+        name = segment_name(base_offset)
+        self.log_path = self.directory / (name + LOG_SUFFIX + suffix)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex(self.directory / (name + INDEX_SUFFIX + suffix), base_offset,
+                                        config.max_index_bytes)
+        self.time_index = TimeIndex(self.directory / (name + TIME_INDEX_SUFFIX + suffix), base_offset,
+                                    config.max_index_bytes)
+        self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
+        self._bytes_since_last_index_entry = 0
+        self._next_offset: int | None = None if self.size else base_offset
+        self._max_timestamp: int | None = None if self.size else NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
+        self._rolling_based_timestamp: int | None = None
+        self._unflushed = False
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def next_offset(self) -> int:
+        """One past the last offset held (the base offset if empty)."""
+        if self._next_offset is None:
+            self._load_tail()
+        return self._next_offset  # type: ignore[return-value]
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest batch max timestamp in the segment (-1 if none)."""
+        if self._max_timestamp is None:
+            self._load_tail()
+        return self._max_timestamp  # type: ignore[return-value]
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        if self._max_timestamp is None:
+            self._load_tail()
+        return self._offset_of_max_timestamp
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.fstat(self._fd).st_mtime * 1000)
+
+    def retention_timestamp(self) -> int:
+        """The time retention.ms measures from: the newest record's timestamp, else file mtime."""
+        ts = self.max_timestamp
+        return ts if ts > NO_TIMESTAMP else self.last_modified_ms
+
+    def _load_tail(self) -> None:
+        """Find the next offset and max timestamp without reading the whole file.
+
+        Start from the last index entries and read batch headers forward to the end of the file.
+        """
+        start = 0
+        if len(self.offset_index):
+            _, start = self.offset_index.lookup(self.offset_index.last_offset)
+        next_offset = self.base_offset
+        te = self.time_index.last_entry
+        max_ts, off_of_max = (te if te else (NO_TIMESTAMP, self.base_offset))
+        for bp in self.scan_headers(start):
+            next_offset = bp.last_offset + 1
+            if bp.max_timestamp > max_ts:
+                max_ts, off_of_max = bp.max_timestamp, bp.last_offset
+        if start > 0 and next_offset == self.base_offset:
+            next_offset = self.offset_index.last_offset + 1
+        self._next_offset = next_offset
+        self._max_timestamp = max_ts
+        self._offset_of_max_timestamp = off_of_max
+
+    def scan_headers(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchPosition]:
+        """Batch headers from `start_position` on, reading 61 bytes per batch (no CRC check)."""
+        end = self.size if end_position is None else min(end_position, self.size)
+        pos = start_position
+        while pos + HEADER_SIZE <= end:
+            head = os.pread(self._fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                return
+            (base, length, ple, _magic, _crc, _attrs, lod, _bts, max_ts, *_rest) = HEADER.unpack(head)
+            size = length + LOG_OVERHEAD
+            if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+                raise CorruptRecordError("batch header has an impossible length", file=str(self.log_path),
+                                         position=pos, offset=base)
+            yield BatchPosition(pos, base, base + lod, max_ts, size, ple)
+            pos += size
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchPosition | None:
+        """The first batch whose last offset is >= `offset`, scanning from the index's floor entry.
+
+        The floor entry is verified against the batch it points at; a mismatch means the index is
+        corrupt (CorruptIndexError), so nothing is served from a wrong position.
+        """
+        entry_offset, position = self.offset_index.lookup(offset)
+        if position > 0:
+            head = os.pread(self._fd, HEADER_SIZE, position)
+            if len(head) < HEADER_SIZE:
+                raise CorruptIndexError(f"offset index {self.offset_index.path} points past the log")
+            base, length, _, _, _, _, lod, *_ = HEADER.unpack(head)
+            if not base <= entry_offset <= base + lod:
+                raise CorruptIndexError(f"offset index {self.offset_index.path} entry ({entry_offset}, "
+                                        f"{position}) points at batch {base}..{base + lod}")
+        for bp in self.scan_headers(max(position, start_position)):
+            if bp.last_offset >= offset:
+                return bp
+        return None
+
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> tuple[int, bytes] | None:
+        """Whole batches from the one holding `start_offset`, up to `max_bytes` and `max_offset`.
+
+        `max_offset` is exclusive (a consumer's bound is the high watermark). With `min_one_batch`
+        the first batch is returned even when it alone exceeds `max_bytes`. Every returned batch
+        has had its CRC checked. Returns (position, bytes) or None when nothing qualifies.
+        """
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        if max_offset is not None and start.last_offset >= max_offset:
+            return None
+        want = max(max_bytes, start.size) if min_one_batch else max_bytes
+        if want < start.size:
+            return None
+        data = os.pread(self._fd, min(want, self.size - start.position), start.position)
+        end = 0
+        try:
+            for pos, batch in iter_batches(data, file=str(self.log_path), base_position=start.position):
+                if max_offset is not None and batch.last_offset >= max_offset:
+                    break
+                batch.ensure_valid(file=str(self.log_path), position=pos)
+                end = pos - start.position + batch.size_in_bytes
+        except TruncatedBatchError:
+            pass  # the batch that did not fit in `want`; stop before it
+        if end == 0:
+            return None
+        return start.position, data[:end]
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `start_offset` with timestamp >= `timestamp`."""
+        entry = self.time_index.last_entry_before(timestamp)
+        position = 0
+        if entry is not None:
+            bp = self.translate_offset(max(entry[1], start_offset))
+            position = bp.position if bp else self.size
+        elif start_offset > self.base_offset:
+            bp = self.translate_offset(start_offset)
+            position = bp.position if bp else self.size
+        for bp in self.scan_headers(position):
+            if bp.max_timestamp < timestamp or bp.last_offset < start_offset:
+                continue
+            batch = RecordBatch(self.read_bytes(bp.position, bp.size))
+            batch.ensure_valid(file=str(self.log_path), position=bp.position)
+            if batch.timestamp_type == 1:  # LogAppendTime: every record carries the batch time
+                return max(batch.base_offset, start_offset), batch.max_timestamp
+            for rec in batch.records():
+                if rec.timestamp >= timestamp and rec.offset >= start_offset:
+                    return rec.offset, rec.timestamp
+        return None
+
+    def batches(self, start_position: int = 0, *, verify: bool = True) -> Iterator[tuple[int, RecordBatch]]:
+        """Every batch from `start_position`, read in large chunks, CRC-checked when `verify`."""
+        pos = start_position
+        while pos < self.size:
+            data = os.pread(self._fd, min(SCAN_CHUNK_BYTES, self.size - pos), pos)
+            consumed = 0
+            try:
+                for p, batch in iter_batches(data, file=str(self.log_path), base_position=pos):
+                    if verify:
+                        batch.ensure_valid(file=str(self.log_path), position=p)
+                    yield p, batch
+                    consumed = p - pos + batch.size_in_bytes
+            except TruncatedBatchError:
+                if consumed == 0:
+                    # One batch larger than the chunk: read it whole.
+                    _, length = HEADER.unpack_from(data, 0)[:2]
+                    size = length + LOG_OVERHEAD
+                    if pos + size > self.size:
+                        raise
+                    batch = RecordBatch(os.pread(self._fd, size, pos))
+                    if verify:
+                        batch.ensure_valid(file=str(self.log_path), position=pos)
+                    yield pos, batch
+                    consumed = size
+            pos += consumed
+
+    # ------------------------------------------------------------------ mutations
+
+    def should_roll(self, incoming_bytes: int, incoming_max_timestamp: int, max_offset_in_append: int,
+                    segment_bytes: int, segment_ms: int, now_ms: int) -> bool:
+        """Kafka's roll rule: size, age, a full index, or an offset that no longer fits."""
+        if self.is_empty:
+            return False
+        if self.size + incoming_bytes > segment_bytes:
+            return True
+        if self._rolling_based_timestamp is None:
+            self._rolling_based_timestamp = self._first_batch_timestamp()
+        if self._rolling_based_timestamp > NO_TIMESTAMP and incoming_max_timestamp > NO_TIMESTAMP:
+            waited = incoming_max_timestamp - self._rolling_based_timestamp
+        else:
+            waited = now_ms - self.created_ms
+        if waited > segment_ms:
+            return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        return max_offset_in_append - self.base_offset > 0xFFFFFFFF
+
+    def _first_batch_timestamp(self) -> int:
+        for bp in self.scan_headers(0):
+            return bp.max_timestamp
+        return NO_TIMESTAMP
+
+    def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int, int]]) -> None:
+        """Append whole, validated batches.
+
+        `batches` lists, for each batch in `data`: (position within data, last offset, max
+        timestamp, size). Index entries are added per batch every `index.interval.bytes`.
+        """
+        invariant(bool(batches), "append needs at least one batch")
+        base_position = self.size
+        written = os.pwrite(self._fd, data, base_position)
+        invariant(written == len(data), f"short write to {self.log_path}: {written} of {len(data)}")
+        self.size += len(data)
+        self._unflushed = True
+        if self._rolling_based_timestamp is None and base_position == 0:
+            self._rolling_based_timestamp = batches[0][2]
+        max_ts = self.max_timestamp
+        off_of_max = self._offset_of_max_timestamp
+        interval = self.config.index_interval_bytes
+        for pos, last_offset, batch_max_ts, size in batches:
+            if batch_max_ts > max_ts:
+                max_ts, off_of_max = batch_max_ts, last_offset
+            if self._bytes_since_last_index_entry >= interval or interval == 0:
+                if not self.offset_index.is_full:
+                    self.offset_index.append(last_offset, base_position + pos)
+                self.time_index.maybe_append(max_ts, off_of_max)
+                self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry += size
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, off_of_max
+        self._next_offset = batches[-1][1] + 1
+
+    def on_become_inactive(self) -> None:
+        """The segment was rolled: record its final max timestamp in the time index."""
+        if not self.is_empty and self.max_timestamp > NO_TIMESTAMP:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def recover(self, on_batch: Callable[[RecordBatch], None] | None = None,
+                max_batch_bytes: int | None = None) -> int:
+        """Re-read every batch, cut the file at the first torn or corrupt one, rebuild indexes.
+
+        Returns the number of bytes cut. `on_batch` sees each valid batch (to rebuild the leader
+        epoch cache). Batches whose offsets do not increase are treated as corrupt.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp, self._offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
+        self._next_offset = self.base_offset
+        valid_end = 0
+        expected_min_offset = self.base_offset
+        pos = 0
+        stop = False
+        while pos < self.size and not stop:
+            data = os.pread(self._fd, min(SCAN_CHUNK_BYTES, self.size - pos), pos)
+            consumed = 0
+            batches: list[tuple[int, int, int, int]] = []
+            try:
+                for p, batch in iter_batches(data, base_position=pos, max_batch_bytes=max_batch_bytes):
+                    if not batch.is_valid() or batch.base_offset < expected_min_offset:
+                        stop = True
+                        break
+                    expected_min_offset = batch.last_offset + 1
+                    batches.append((p - pos, batch.last_offset, batch.max_timestamp, batch.size_in_bytes))
+                    if on_batch is not None:
+                        on_batch(batch)
+                    consumed = p - pos + batch.size_in_bytes
+            except TruncatedBatchError:
+                if consumed == 0:
+                    # Either a torn tail, or one batch larger than a chunk: try it on its own.
+                    _, length = HEADER.unpack_from(data, 0)[:2] if len(data) >= HEADER_SIZE else (0, -1)
+                    size = length + LOG_OVERHEAD
+                    whole = None
+                    if len(data) < self.size - pos and pos + size <= self.size:
+                        whole = RecordBatch(os.pread(self._fd, size, pos))
+                    if whole is not None and whole.is_valid() and whole.base_offset >= expected_min_offset:
+                        expected_min_offset = whole.last_offset + 1
+                        batches.append((0, whole.last_offset, whole.max_timestamp, size))
+                        if on_batch is not None:
+                            on_batch(whole)
+                        consumed = size
+                    else:
+                        stop = True
+            except CorruptRecordError:
+                stop = True
+            self._index_recovered(pos, batches)
+            pos += consumed
+            valid_end = pos
+            if consumed == 0:
+                stop = True
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(self._fd, valid_end)
+            self.size = valid_end
+        self._next_offset = expected_min_offset if valid_end else self.base_offset
+        self._rolling_based_timestamp = None
+        return truncated
+
+    def _index_recovered(self, chunk_position: int, batches: list[tuple[int, int, int, int]]) -> None:
+        interval = self.config.index_interval_bytes
+        max_ts, off_of_max = self._max_timestamp, self._offset_of_max_timestamp
+        for rel, last_offset, batch_max_ts, size in batches:
+            if batch_max_ts > max_ts:
+                max_ts, off_of_max = batch_max_ts, last_offset
+            if self._bytes_since_last_index_entry >= interval or interval == 0:
+                if not self.offset_index.is_full:
+                    self.offset_index.append(last_offset, chunk_position + rel)
+                self.time_index.maybe_append(max_ts, off_of_max)
+                self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry += size
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, off_of_max
+
+    def check_indexes(self) -> None:
+        """Structural checks of both indexes; raise CorruptIndexError on failure."""
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check(self.next_offset - 1 if self.size else self.base_offset)
+
+    def rebuild_indexes(self) -> None:
+        """Regenerate `.index` and `.timeindex` from the `.log` (which must be valid)."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp, self._offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
+        for pos, batch in self.batches():
+            self._index_recovered(0, [(pos, batch.last_offset, batch.max_timestamp, batch.size_in_bytes)])
+            self._next_offset = batch.last_offset + 1
+
+    def truncate_to(self, offset: int) -> tuple[int, int]:
+        """Remove every batch whose last offset is >= `offset`.
+
+        A batch that straddles `offset` goes whole (batches are never split), so the segment may end
+        below `offset`. Returns (bytes removed, the segment's new next offset).
+        """
+        bp = self.translate_offset(offset)
+        if bp is None:
+            return 0, self.next_offset
+        removed = self.size - bp.position
+        os.ftruncate(self._fd, bp.position)
+        self.size = bp.position
+        self.offset_index.truncate_to_position(bp.position)
+        self.time_index.truncate_to(bp.base_offset)
+        self._bytes_since_last_index_entry = 0
+        self._next_offset = bp.base_offset if bp.position else self.base_offset
+        self._max_timestamp = None
+        self._load_tail()
+        self._rolling_based_timestamp = None
+        return removed, self._next_offset
+
+    def flush(self) -> None:
+        if self._unflushed:
+            os.fsync(self._fd)
+            self.offset_index.flush()
+            self.time_index.flush()
+            self._unflushed = False
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def files(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename all three files from suffix `old` to `new` (e.g. '.swap' -> '')."""
+        def target(path: Path) -> Path:
+            invariant(path.name.endswith(old), f"{path} does not end with {old!r}")
+            return path.with_name(path.name[: len(path.name) - len(old)] + new)
+
+        self._set_log_path(target(self.log_path))
+        self.offset_index.rename_to(target(self.offset_index.path))
+        self.time_index.rename_to(target(self.time_index.path))
+
+    def _set_log_path(self, target: Path) -> None:
+        os.replace(self.log_path, target)
+        self.log_path = target
+
+    def delete_files(self) -> None:
+        """Close the segment and remove its files (renamed `.deleted` first so a crash is visible)."""
+        self.close()
+        for path in self.files():
+            if path.exists():
+                doomed = path.with_name(path.name + DELETED_SUFFIX)
+                os.replace(path, doomed)
+                os.unlink(doomed)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log_path})"
