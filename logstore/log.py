@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import threading
 import time
 from bisect import bisect_right
@@ -77,6 +78,9 @@ from logstore.segment import (
     parse_base_offset,
 )
 
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+assert _OFFSET_LENGTH_EPOCH.size == 16
+
 CLEAN_SHUTDOWN_FILE = ".lakelog_cleanshutdown"
 CLEAN_SHUTDOWN_VERSION = 1
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
@@ -102,7 +106,7 @@ class AppendInfo:
 class FetchResult:
     """Whole batches read from the log, CRC-checked, plus the log's bounds at read time."""
 
-    records: bytes
+    records: bytes | memoryview  # whole batches; a memoryview of a private buffer is possible
     first_offset: int  # base offset of the first batch returned (may be below the offset asked)
     log_start_offset: int
     log_end_offset: int
@@ -154,8 +158,9 @@ class PartitionLog:
 
     def _open(self) -> RecoveryReport:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        if clean:
+        # A directory without segments is a new log: nothing can need recovery.
+        clean = marker.exists() or not any(p.name.endswith(LOG_SUFFIX) for p in self.directory.iterdir())
+        if marker.exists():
             self._read_clean_shutdown_marker(marker)
         report = RecoveryReport(clean_shutdown=clean)
         self._remove_leftovers(report)
@@ -324,8 +329,9 @@ class PartitionLog:
 
         All batches are validated before any byte is written: on any error nothing is appended.
         """
-        buf = bytearray(data)
+        buf = data if isinstance(data, (bytes, memoryview)) else bytes(data)
         parsed = self._split_and_validate(buf, for_leader=consecutive_offsets)
+        view = memoryview(buf)
         with self._lock:
             self._check_open()
             next_offset = self.log_end_offset
@@ -333,13 +339,22 @@ class PartitionLog:
             now = self._now_ms()
             log_append = self.config.log_append_time
             entries = []
+            parts: list = []
             base_offsets = []
             max_ts = NO_TIMESTAMP
             records = 0
             for pos, batch, summary in parsed:
-                set_offset_and_epoch(buf, pos, next_offset, leader_epoch)
+                size = batch.size_in_bytes
                 if log_append:
-                    set_log_append_time(buf, pos, batch.size_in_bytes, now)
+                    copy = bytearray(view[pos:pos + size])
+                    set_offset_and_epoch(copy, 0, next_offset, leader_epoch)
+                    set_log_append_time(copy, 0, size, now)
+                    parts.append(copy)
+                else:
+                    # Patch the 16 bytes before the magic (base offset, length, leader epoch): they
+                    # are outside the CRC, and the payload is written as received, without a copy.
+                    parts.append(_OFFSET_LENGTH_EPOCH.pack(next_offset, batch.batch_length, leader_epoch))
+                    parts.append(view[pos + _OFFSET_LENGTH_EPOCH.size:pos + size])
                 batch_max_ts = now if log_append else batch.max_timestamp
                 last = next_offset + batch.last_offset_delta
                 entries.append((pos, last, batch_max_ts, batch.size_in_bytes))
@@ -349,7 +364,7 @@ class PartitionLog:
                 next_offset = last + 1
             if leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(leader_epoch, first_offset)
-            self._append_locked(buf, entries, max_ts, now)
+            self._append_locked(parts, entries, max_ts, now, first_offset)
             self._unflushed_records += records
             info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
                               len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
@@ -387,7 +402,7 @@ class PartitionLog:
                 if batch.partition_leader_epoch > self.epochs.latest_epoch:
                     self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
             now = self._now_ms()
-            self._append_locked(buf, entries, max_ts, now)
+            self._append_locked([buf], entries, max_ts, now, first)
             self._unflushed_records += records
             info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
                               self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
@@ -416,13 +431,14 @@ class PartitionLog:
             raise CorruptBatchError(str(e)) from None
         return out
 
-    def _append_locked(self, buf: bytes | bytearray, entries: list, max_ts: int, now: int) -> None:
+    def _append_locked(self, parts: list, entries: list, max_ts: int, now: int, first_offset: int) -> None:
         seg = self.active_segment
         last_offset = entries[-1][1]
-        if seg.should_roll(len(buf), max_ts, last_offset, self.config.segment_bytes,
+        size = sum(e[3] for e in entries)
+        if seg.should_roll(size, max_ts, last_offset, self.config.segment_bytes,
                            self.config.segment_ms, now):
-            seg = self._roll_locked(entries_first_offset(entries, buf))
-        seg.append(buf, entries)
+            seg = self._roll_locked(first_offset)
+        seg.append(parts, entries)
 
     def _after_append(self, now: int) -> None:
         cfg = self.config
@@ -519,16 +535,15 @@ class PartitionLog:
                     if chunks:
                         break
                     continue
-                _, data = got
+                _, data, last = got
                 if first_offset < 0:
                     first_offset = RecordBatch(data).base_offset
                 chunks.append(data)
                 remaining -= len(data)
-                last = _last_offset_of(data)
                 if last + 1 >= bound:
                     break
                 start_offset = last + 1
-            records = b"".join(chunks)
+            records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             return FetchResult(records, first_offset if records else start_offset, self.log_start_offset, leo)
 
     def batches(self, start_offset: int | None = None, *, max_offset: int | None = None
@@ -705,15 +720,3 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (f"PartitionLog({self.directory}, log_start_offset={self.log_start_offset}, "
                 f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})")
-
-
-def _last_offset_of(data: bytes) -> int:
-    last = -1
-    for _, batch in iter_batches(data):
-        last = batch.last_offset
-    return last
-
-
-def entries_first_offset(entries: list, buf: bytes | bytearray) -> int:
-    """Base offset of the first batch of an append (read back from the stamped bytes)."""
-    return RecordBatch(memoryview(buf)[entries[0][0]:entries[0][0] + entries[0][3]]).base_offset

@@ -52,6 +52,11 @@ from logstore.errors import (
     UnsupportedMagicError,
 )
 
+try:  # the C fast path of the record walk (see _recordscan.c); pure Python otherwise
+    from logstore import _recordscan
+except ImportError:  # pragma: no cover - depends on the build
+    _recordscan = None
+
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size
@@ -456,13 +461,22 @@ def validate_batch(batch: RecordBatch, *, max_message_bytes: int,
     if consecutive_offsets and batch.last_offset_delta != count - 1:
         raise InvalidRecordError(f"last offset delta {batch.last_offset_delta} does not match "
                                  f"record count {count}")
-    data = batch.records_bytes(max_uncompressed_bytes)
-    _walk_records(data, count, batch.last_offset_delta, consecutive=consecutive_offsets,
-                  require_keys=require_keys, sink=None, base_offset=0, base_timestamp=0)
+    if batch.compression == Compression.NONE:
+        data: bytes | memoryview = memoryview(batch.buffer)[HEADER_SIZE:size]
+    else:
+        data = batch.records_bytes(max_uncompressed_bytes)
+    if _recordscan is not None:
+        failure = _recordscan.walk(data, count, batch.last_offset_delta, consecutive_offsets, require_keys)
+        if failure is not None:
+            code, message = failure
+            raise (RecordKeyRequiredError if code == 2 else InvalidRecordError)(message)
+    else:
+        _walk_records(data, count, batch.last_offset_delta, consecutive=consecutive_offsets,
+                      require_keys=require_keys, sink=None, base_offset=0, base_timestamp=0)
     return BatchSummary(count, batch.max_timestamp, size)
 
 
-def _walk_records(data: bytes, count: int, last_offset_delta: int, *, consecutive: bool,
+def _walk_records(data: bytes | memoryview, count: int, last_offset_delta: int, *, consecutive: bool,
                   require_keys: bool, sink: list[Record] | None, base_offset: int,
                   base_timestamp: int) -> None:
     """Walk the records of a batch checking every length; decode into `sink` when given."""
@@ -495,7 +509,7 @@ def _walk_records(data: bytes, count: int, last_offset_delta: int, *, consecutiv
                     raise RecordKeyRequiredError("compacted topics require a key on every record")
                 key = None
             else:
-                key = data[pos:pos + klen] if sink is not None else None
+                key = bytes(data[pos:pos + klen]) if sink is not None else None
                 pos += klen
             vlen, pos = dv(data, pos, rec_end, 5)
             if vlen < -1 or pos + max(vlen, 0) > rec_end:
@@ -503,7 +517,7 @@ def _walk_records(data: bytes, count: int, last_offset_delta: int, *, consecutiv
             if vlen == -1:
                 value = None
             else:
-                value = data[pos:pos + vlen] if sink is not None else None
+                value = bytes(data[pos:pos + vlen]) if sink is not None else None
                 pos += vlen
             nheaders, pos = dv(data, pos, rec_end, 5)
             if nheaders < 0 or nheaders > length:
@@ -513,7 +527,7 @@ def _walk_records(data: bytes, count: int, last_offset_delta: int, *, consecutiv
                 hklen, pos = dv(data, pos, rec_end, 5)
                 if hklen < 0 or pos + hklen > rec_end:
                     raise InvalidRecordError(f"record {i} header key length {hklen} is impossible")
-                hkey = data[pos:pos + hklen]
+                hkey = bytes(data[pos:pos + hklen])
                 pos += hklen
                 hvlen, pos = dv(data, pos, rec_end, 5)
                 if hvlen < -1 or pos + max(hvlen, 0) > rec_end:
@@ -521,7 +535,7 @@ def _walk_records(data: bytes, count: int, last_offset_delta: int, *, consecutiv
                 if hvlen == -1:
                     hval = None
                 else:
-                    hval = data[pos:pos + hvlen]
+                    hval = bytes(data[pos:pos + hvlen])
                     pos += hvlen
                 if sink is not None:
                     headers.append((hkey.decode("utf-8"), hval))

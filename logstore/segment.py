@@ -198,12 +198,13 @@ class LogSegment:
         return None
 
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True) -> tuple[int, bytes] | None:
+             min_one_batch: bool = True) -> tuple[int, bytes | memoryview, int] | None:
         """Whole batches from the one holding `start_offset`, up to `max_bytes` and `max_offset`.
 
         `max_offset` is exclusive (a consumer's bound is the high watermark). With `min_one_batch`
         the first batch is returned even when it alone exceeds `max_bytes`. Every returned batch
-        has had its CRC checked. Returns (position, bytes) or None when nothing qualifies.
+        has had its CRC checked. Returns (position, bytes, last offset) or None when nothing
+        qualifies; the bytes may be a memoryview of a private buffer.
         """
         start = self.translate_offset(start_offset)
         if start is None:
@@ -215,17 +216,19 @@ class LogSegment:
             return None
         data = os.pread(self._fd, min(want, self.size - start.position), start.position)
         end = 0
+        last_offset = -1
         try:
             for pos, batch in iter_batches(data, file=str(self.log_path), base_position=start.position):
                 if max_offset is not None and batch.last_offset >= max_offset:
                     break
                 batch.ensure_valid(file=str(self.log_path), position=pos)
                 end = pos - start.position + batch.size_in_bytes
+                last_offset = batch.last_offset
         except TruncatedBatchError:
             pass  # the batch that did not fit in `want`; stop before it
         if end == 0:
             return None
-        return start.position, data[:end]
+        return start.position, (data if end == len(data) else memoryview(data)[:end]), last_offset
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `start_offset` with timestamp >= `timestamp`."""
@@ -301,17 +304,18 @@ class LogSegment:
             return bp.max_timestamp
         return NO_TIMESTAMP
 
-    def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int, int]]) -> None:
+    def append(self, data: bytes | bytearray | memoryview | list, batches: list[tuple[int, int, int, int]]) -> None:
         """Append whole, validated batches.
 
-        `batches` lists, for each batch in `data`: (position within data, last offset, max
-        timestamp, size). Index entries are added per batch every `index.interval.bytes`.
+        `data` is one buffer or a list of buffers written back to back (gathered with pwritev, so
+        a leader can patch batch headers without copying payloads). `batches` lists, for each
+        batch: (position within the appended bytes, last offset, max timestamp, size). Index
+        entries are added per batch every `index.interval.bytes`.
         """
         invariant(bool(batches), "append needs at least one batch")
         base_position = self.size
-        written = os.pwrite(self._fd, data, base_position)
-        invariant(written == len(data), f"short write to {self.log_path}: {written} of {len(data)}")
-        self.size += len(data)
+        total = _pwrite_all(self._fd, data if isinstance(data, list) else [data], base_position)
+        self.size += total
         self._unflushed = True
         if self._rolling_based_timestamp is None and base_position == 0:
             self._rolling_based_timestamp = batches[0][2]
@@ -488,3 +492,28 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log_path})"
+
+
+#: Buffers per pwritev call (Linux's IOV_MAX is 1024).
+_IOV_BATCH = 512
+
+
+def _pwrite_all(fd: int, buffers: list, position: int) -> int:
+    """Write `buffers` back to back at `position`, retrying short writes. Returns bytes written."""
+    total = 0
+    pending = [memoryview(b).cast("B") for b in buffers if len(b)]
+    while pending:
+        chunk = pending[:_IOV_BATCH]
+        n = os.pwritev(fd, chunk, position + total)
+        invariant(n > 0, "pwritev wrote nothing")
+        total += n
+        # Drop what was fully written; keep the unwritten tail of a partly written buffer.
+        while n and pending:
+            head = pending[0]
+            if n >= len(head):
+                n -= len(head)
+                pending.pop(0)
+            else:
+                pending[0] = head[n:]
+                n = 0
+    return total

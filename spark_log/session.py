@@ -1,0 +1,161 @@
+"""The SparkSession factory: Delta Lake and S3A from local jars, local or cluster master.
+
+Why local jars: Spark can fetch jars itself at start-up (`spark.jars.packages`), but then every
+session start depends on Maven Central (or an Ivy cache) being reachable and unchanged, the first
+start of a fresh machine or container stalls on a download, and what ends up on the classpath is
+decided at run time. Instead `make jars` resolves `infra/pom.xml` once with Maven into a
+git-ignored folder (`<repo>/.jars`, or `LAKELOG_JARS_DIR`), and every session puts exactly those
+files on `spark.jars`. Starting Spark never downloads anything; a missing folder is a typed error
+(`SparkJarsMissing`) that says what to run.
+
+The pom lists only what the pyspark wheel lacks (Delta, hadoop-aws and the AWS SDK v2 bundle); the
+wheel's own `pyspark/jars` supplies Spark, Scala and the Hadoop client.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from spark_log.errors import SparkJarsMissing, SparkSetupError
+
+JARS_DIR_ENV = "LAKELOG_JARS_DIR"
+MASTER_ENV = "LAKELOG_SPARK_MASTER"
+DEFAULT_MASTER = "local[*]"
+# The jar without which no Lakelog session is useful (delta-spark_<spark>_<scala>-<version>.jar).
+DELTA_JAR_GLOB = "delta-spark_*.jar"
+
+DELTA_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+# Defaults for a local master on one small machine; a cluster keeps Spark's own defaults, since
+# a loopback-only driver could not be reached by remote executors.
+LOCAL_DEFAULTS: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "localhost",
+}
+
+
+def default_jars_dir() -> Path:
+    """`LAKELOG_JARS_DIR` if set, else `<repo root>/.jars` next to this package."""
+    configured = os.environ.get(JARS_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path(__file__).resolve().parents[1] / ".jars"
+
+
+def local_jars(jars_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The jars to put on `spark.jars`, sorted; raise `SparkJarsMissing` if there is no Delta jar."""
+    folder = Path(jars_dir) if jars_dir is not None else default_jars_dir()
+    if not folder.is_dir():
+        raise SparkJarsMissing(folder, "the folder does not exist")
+    jars = sorted(p.resolve() for p in folder.glob("*.jar") if p.is_file())
+    if not any(p.match(DELTA_JAR_GLOB) for p in jars):
+        raise SparkJarsMissing(folder, f"no Delta jar ({DELTA_JAR_GLOB}) in it")
+    return jars
+
+
+def session_conf(
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    jars_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, str]:
+    """The Spark configuration `build_session` applies, computed without starting Spark.
+
+    Precedence: Lakelog's defaults, then `conf`. A `spark.jars` in `conf` is appended to the
+    local jars rather than replacing them; `spark.jars.packages` is refused.
+    """
+    extra = dict(conf or {})
+    if "spark.jars.packages" in extra:
+        raise SparkSetupError(
+            "spark.jars.packages would download jars at Spark start; add the artifact to "
+            "infra/pom.xml and run `make jars` instead"
+        )
+    master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    jars = [str(p) for p in local_jars(jars_dir)]
+    if extra.get("spark.jars"):
+        jars.append(extra.pop("spark.jars"))
+
+    settings: dict[str, str] = {"spark.master": master, "spark.jars": ",".join(jars)}
+    settings.update(DELTA_CONF)
+    if master.startswith("local"):
+        settings.update(LOCAL_DEFAULTS)
+    settings.update({k: str(v) for k, v in extra.items()})
+    return settings
+
+
+def build_session(
+    app_name: str = "lakelog",
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    jars_dir: str | os.PathLike[str] | None = None,
+) -> SparkSession:
+    """Start (or join) a SparkSession with Delta Lake and S3A from the local jars folder.
+
+    `master` defaults to `LAKELOG_SPARK_MASTER`, then `local[*]`. Raises `SparkJarsMissing`
+    before any JVM starts if the jars are not there, and `SparkSetupError` if this process
+    already runs a SparkContext started without them (its classpath cannot change any more).
+    """
+    settings = session_conf(master=master, conf=conf, jars_dir=jars_dir)
+    # Executors (Python workers) must run the same interpreter as the driver: the venv's.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+
+    running_jars = spark.sparkContext.getConf().get("spark.jars", "")
+    if not any(Path(j).match(DELTA_JAR_GLOB) for j in running_jars.split(",") if j):
+        raise SparkSetupError(
+            "a SparkContext was already running in this process without Lakelog's jars; "
+            "stop it before calling build_session"
+        )
+    return spark
+
+
+def s3a_conf(
+    endpoint_url: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    region: str | None = None,
+    path_style: bool = True,
+) -> dict[str, str]:
+    """Spark conf entries (`spark.hadoop.fs.s3a.*`) for S3 or an S3-compatible store.
+
+    Each value not given comes from the usual AWS environment variable (`AWS_ENDPOINT_URL`,
+    `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION` / `AWS_DEFAULT_REGION`); what is
+    still unknown is left to S3A's own defaults and credential chain. Path-style access suits
+    MinIO, moto and most S3-compatible stores. Spark redacts the key values in its UI and logs.
+    Pass the result as `conf` to `build_session`.
+    """
+    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    access_key = access_key or os.environ.get("AWS_ACCESS_KEY_ID")
+    secret_key = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+
+    prefix = "spark.hadoop.fs.s3a."
+    out = {prefix + "path.style.access": "true" if path_style else "false"}
+    if endpoint_url:
+        out[prefix + "endpoint"] = endpoint_url
+        out[prefix + "connection.ssl.enabled"] = (
+            "false" if endpoint_url.lower().startswith("http://") else "true"
+        )
+    if region:
+        out[prefix + "endpoint.region"] = region
+    if access_key and secret_key:
+        out[prefix + "access.key"] = access_key
+        out[prefix + "secret.key"] = secret_key
+        out[prefix + "aws.credentials.provider"] = (
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        )
+    return out

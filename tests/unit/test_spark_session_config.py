@@ -1,0 +1,81 @@
+"""The session factory's configuration, checked without starting a JVM."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_log.errors import SparkJarsMissing, SparkSetupError
+from spark_log.session import local_jars, s3a_conf, session_conf
+
+
+def test_missing_jars_folder_names_folder_and_make_jars(tmp_path):
+    missing = tmp_path / "no-such-dir"
+    with pytest.raises(SparkJarsMissing) as info:
+        local_jars(missing)
+    assert str(missing) in str(info.value)
+    assert "make jars" in str(info.value)
+    assert info.value.jars_dir == missing
+
+
+def test_empty_jars_folder_is_missing_delta(tmp_path):
+    with pytest.raises(SparkJarsMissing) as info:
+        session_conf(jars_dir=tmp_path)
+    message = str(info.value)
+    assert str(tmp_path) in message
+    assert "delta-spark_" in message
+    assert "make jars" in message
+    assert isinstance(info.value, SparkSetupError)
+
+
+def test_env_var_names_the_jars_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKELOG_JARS_DIR", str(tmp_path))
+    with pytest.raises(SparkJarsMissing, match="make jars"):
+        local_jars()
+
+
+@pytest.fixture
+def fake_jars(tmp_path):
+    for name in ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar", "hadoop-aws-3.5.0.jar"):
+        (tmp_path / name).write_bytes(b"")
+    return tmp_path
+
+
+def test_conf_uses_local_jars_and_delta(fake_jars, monkeypatch):
+    monkeypatch.delenv("LAKELOG_SPARK_MASTER", raising=False)
+    conf = session_conf(jars_dir=fake_jars)
+    jars = conf["spark.jars"].split(",")
+    assert [j.rsplit("/", 1)[-1] for j in jars] == sorted(p.name for p in fake_jars.glob("*.jar"))
+    assert "spark.jars.packages" not in conf
+    assert conf["spark.master"] == "local[*]"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_cluster_master_keeps_spark_defaults(fake_jars, monkeypatch):
+    monkeypatch.setenv("LAKELOG_SPARK_MASTER", "spark://head:7077")
+    conf = session_conf(jars_dir=fake_jars, conf={"spark.jars": "/opt/extra.jar"})
+    assert conf["spark.master"] == "spark://head:7077"
+    assert "spark.driver.bindAddress" not in conf
+    assert conf["spark.jars"].endswith(",/opt/extra.jar")
+
+
+def test_jars_packages_refused(fake_jars):
+    with pytest.raises(SparkSetupError, match="make jars"):
+        session_conf(jars_dir=fake_jars, conf={"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"})
+
+
+def test_s3a_conf_from_env(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    conf = s3a_conf()
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    assert conf["spark.hadoop.fs.s3a.access.key"] == "id"
+    assert conf["spark.hadoop.fs.s3a.secret.key"] == "secret"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert s3a_conf(region="us-east-1", path_style=False)["spark.hadoop.fs.s3a.path.style.access"] == "false"
