@@ -148,31 +148,32 @@ LOG_CONFIG = (
             min=1)
     .define("flush.ms", int, LONG_MAX, "fsync when the last fsync is this old; default leaves it to the page cache.",
             min=0, unit="ms")
-    .define("file.delete.delay.ms", int, 60000, "Delay before deleted segment files are removed from disk.", min=0, unit="ms")
     .define("min.insync.replicas", int, 1, "acks=all produce needs at least this many replicas in the ISR.", min=1)
     .define("unclean.leader.election.enable", bool, False, "Allow an out-of-sync replica to become leader.")
 )
 
 
-class LogConfig:
-    """The typed, validated log (topic) configuration of one partition.
+class TypedConfig:
+    """Validated values of one ConfigDef, read as attributes (`segment.bytes` -> `segment_bytes`).
 
-    Immutable: a topic config change builds a new LogConfig and hands it to the log.
+    Immutable: a change builds a new instance.
     """
 
     __slots__ = ("_values",)
+    DEFINITION: ConfigDef
 
     def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
-        object.__setattr__(self, "_values", LOG_CONFIG.parse(overrides))
+        object.__setattr__(self, "_values", self.DEFINITION.parse(overrides))
 
     def __getattr__(self, attr: str) -> Any:
+        values = object.__getattribute__(self, "_values")
         try:
-            return self._values[attr.replace("_", ".")]
+            return values[attr.replace("_", ".")]
         except KeyError:
             raise AttributeError(attr) from None
 
     def __setattr__(self, attr: str, value: Any) -> None:
-        raise AttributeError("LogConfig is immutable; build a new one")
+        raise AttributeError(f"{type(self).__name__} is immutable; build a new one")
 
     def get(self, name: str) -> Any:
         return self._values[name]
@@ -180,10 +181,23 @@ class LogConfig:
     def to_dict(self) -> dict[str, Any]:
         return dict(self._values)
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "LogConfig":
-        merged = {k: v for k, v in self._values.items()}
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "TypedConfig":
+        merged = dict(self._values)
         merged.update(overrides)
-        return LogConfig(merged)
+        return type(self)(merged)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._values == self._values  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._values!r})"
+
+
+class LogConfig(TypedConfig):
+    """The typed, validated log (topic) configuration of one partition."""
+
+    __slots__ = ()
+    DEFINITION = LOG_CONFIG
 
     @property
     def compact(self) -> bool:
@@ -196,6 +210,3 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
-
-    def __repr__(self) -> str:
-        return f"LogConfig({self._values!r})"

@@ -1,0 +1,142 @@
+"""The ingest node's configuration: Kafka's broker key names, declared once, loaded from TOML.
+
+A `node.toml` holds flat dotted keys or tables that flatten to them — these are equivalent:
+
+    "log.dirs" = "./data"            |   [log]
+    "node.id" = 1                    |   dirs = "./data"
+
+Broker-level `log.*` keys give the defaults of the topic keys (`log.segment.bytes` ->
+`segment.bytes`), as in Kafka; a topic's own configs override them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+from infra.config import DAY_MS, INT_MAX, LONG_MAX, ConfigDef, ConfigError, LogConfig, TypedConfig
+
+NODE_CONFIG = (
+    ConfigDef()
+    .define("node.id", int, 1, "This node's id, unique in the cluster.", min=0, max=INT_MAX)
+    .define("listeners", str, "http://127.0.0.1:8082", "Where the HTTP API listens: http://host:port.")
+    .define("advertised.listeners", str, "", "The address clients are told to use; empty = listeners.")
+    .define("log.dirs", str, "./data", "Directory holding the partition logs and node metadata.")
+    .define("num.partitions", int, 1, "Partitions of a topic created without partitions_count.", min=1, max=100000)
+    .define("default.replication.factor", int, 1, "Replicas of a topic created without replication_factor.",
+            min=1, max=32)
+    .define("max.request.bytes", int, 16 * 1024 * 1024, "Largest HTTP request body accepted.", min=1024,
+            max=INT_MAX, unit="bytes")
+    .define("max.records.per.request", int, 10000, "Most records in one JSON produce request.", min=1, max=10**7)
+    .define("max.partitions.per.topic", int, 10000, "Most partitions a topic may have.", min=1, max=100000)
+    .define("fetch.max.wait.ms", int, 30000, "Upper bound on a fetch's long-poll `timeout`.", min=0,
+            max=10 * 60 * 1000, unit="ms")
+    .define("fetch.max.bytes", int, 50 * 1024 * 1024, "Upper bound on a fetch's `max_bytes`.", min=1024,
+            max=INT_MAX, unit="bytes")
+    .define("fetch.default.bytes", int, 1024 * 1024, "A fetch's `max_bytes` when the client gives none.",
+            min=1, max=INT_MAX, unit="bytes")
+    .define("request.timeout.ms", int, 30000, "How long acks=all produce waits for the high watermark.",
+            min=1, max=10 * 60 * 1000, unit="ms")
+    .define("log.cleaner.enable", bool, True, "Run the background cleaner (retention and compaction).")
+    .define("log.cleaner.backoff.ms", int, 15000, "Sleep between cleaner passes.", min=10, max=DAY_MS, unit="ms")
+    .define("log.flush.scheduler.interval.ms", int, 1000, "How often flush.ms is checked.", min=10,
+            max=DAY_MS, unit="ms")
+    .define("shutdown.timeout.ms", int, 10000, "Most time a clean shutdown may take.", min=100,
+            max=10 * 60 * 1000, unit="ms")
+    # Broker-level defaults of topic configs (Kafka names): see BROKER_TO_TOPIC.
+    .define("log.segment.bytes", int, 1024 * 1024 * 1024, "Default segment.bytes.", min=75, max=INT_MAX, unit="bytes")
+    .define("log.roll.ms", int, 7 * DAY_MS, "Default segment.ms.", min=1, unit="ms")
+    .define("log.index.interval.bytes", int, 4096, "Default index.interval.bytes.", min=0, max=INT_MAX, unit="bytes")
+    .define("log.index.size.max.bytes", int, 10 * 1024 * 1024, "Default segment.index.bytes.", min=12,
+            max=INT_MAX, unit="bytes")
+    .define("message.max.bytes", int, 1024 * 1024 + 12, "Default max.message.bytes.", min=61, max=INT_MAX, unit="bytes")
+    .define("log.retention.ms", int, 7 * DAY_MS, "Default retention.ms.", min=-1, unit="ms")
+    .define("log.retention.bytes", int, -1, "Default retention.bytes.", min=-1, unit="bytes")
+    .define("log.cleanup.policy", str, "delete", "Default cleanup.policy.", choices=("delete", "compact"))
+    .define("log.flush.interval.messages", int, LONG_MAX, "Default flush.messages.", min=1)
+    .define("log.flush.interval.ms", int, LONG_MAX, "Default flush.ms.", min=0, unit="ms")
+    .define("log.message.timestamp.type", str, "CreateTime", "Default message.timestamp.type.",
+            choices=("CreateTime", "LogAppendTime"))
+    .define("min.insync.replicas", int, 1, "Default min.insync.replicas.", min=1)
+)
+
+#: Broker key -> the topic key it gives the default of.
+BROKER_TO_TOPIC = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "min.insync.replicas": "min.insync.replicas",
+}
+
+
+class NodeConfig(TypedConfig):
+    """One node's validated configuration."""
+
+    __slots__ = ()
+    DEFINITION = NODE_CONFIG
+
+    @classmethod
+    def from_toml(cls, path: str | Path, overrides: Mapping[str, Any] | None = None) -> "NodeConfig":
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+        values = _flatten(raw)
+        values.update(overrides or {})
+        return cls(values)
+
+    @property
+    def host(self) -> str:
+        return _listener(self.listeners)[0]
+
+    @property
+    def port(self) -> int:
+        return _listener(self.listeners)[1]
+
+    @property
+    def advertised_url(self) -> str:
+        return (self.advertised_listeners or self.listeners).rstrip("/")
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.log_dirs)
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Topic config defaults derived from the broker's `log.*` keys."""
+        return {topic_key: self.get(broker_key) for broker_key, topic_key in BROKER_TO_TOPIC.items()}
+
+    def log_config(self, topic_overrides: Mapping[str, Any] | None = None) -> LogConfig:
+        values = self.topic_defaults()
+        values.update(topic_overrides or {})
+        return LogConfig(values)
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _listener(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
+        raise ConfigError(f"listeners: {url!r} must look like http://host:port")
+    return parts.hostname, parts.port

@@ -1,0 +1,123 @@
+"""Errors of the ingest node, and the one place that maps every error kind to HTTP.
+
+Bodies follow the Confluent REST Proxy convention: `{"error_code": 40401, "message": "..."}` where
+the first three digits of `error_code` are the HTTP status.
+"""
+
+from __future__ import annotations
+
+from infra.config import ConfigError
+from infra.errors import ErrorKind, LakelogError
+from logstore.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+
+
+class NodeError(LakelogError):
+    """Root of the ingest node's errors."""
+
+
+class TopicNotFoundError(NodeError):
+    """The topic does not exist."""
+
+    kind = ErrorKind.NOT_FOUND
+    status, error_code = 404, 40401
+
+
+class PartitionNotFoundError(NodeError):
+    """The topic exists but has no such partition."""
+
+    kind = ErrorKind.NOT_FOUND
+    status, error_code = 404, 40402
+
+
+class TopicExistsError(NodeError):
+    """A topic of that name already exists."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    status, error_code = 409, 40902
+
+
+class InvalidTopicError(NodeError):
+    """The topic name breaks Kafka's naming rules."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    status, error_code = 400, 40002
+
+
+class InvalidRequestError(NodeError):
+    """The request is malformed (body, parameters)."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    status, error_code = 422, 42201
+
+
+class RequestTooLargeError(NodeError):
+    """The request body or a record is above a configured limit."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    status, error_code = 413, 41301
+
+
+class UnsupportedMediaTypeError(NodeError):
+    """The Content-Type or Accept header names a format this endpoint does not speak."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    status, error_code = 415, 41501
+
+
+class NotAcceptableError(NodeError):
+    """The Accept header names a format this endpoint cannot produce."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    status, error_code = 406, 40601
+
+
+class NotReadyError(NodeError):
+    """The node is starting or stopping and cannot serve yet."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 503, 50301
+
+
+class RecordDeserializationError(NodeError):
+    """A stored record cannot be rendered in the asked format (e.g. its value is not JSON)."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    status, error_code = 406, 40602
+
+
+_KIND_DEFAULTS: dict[ErrorKind, tuple[int, int]] = {
+    ErrorKind.CONFIGURATION: (400, 40001),
+    ErrorKind.INVALID_REQUEST: (422, 42201),
+    ErrorKind.NOT_FOUND: (404, 40403),
+    ErrorKind.NOT_LEADER: (421, 42101),
+    ErrorKind.TRANSIENT: (503, 50301),
+    ErrorKind.CORRUPT: (500, 50002),
+}
+
+
+def http_error(exc: BaseException) -> tuple[int, int, str]:
+    """(HTTP status, Confluent error_code, message) for any exception."""
+    if isinstance(exc, NodeError) and hasattr(exc, "status"):
+        return exc.status, exc.error_code, str(exc)  # type: ignore[attr-defined]
+    if isinstance(exc, RecordTooLargeError):
+        return 413, 41301, str(exc)
+    if isinstance(exc, OffsetOutOfRangeError):
+        return 416, 41601, str(exc)
+    if isinstance(exc, InvalidRecordError):
+        return 422, 42204, str(exc)
+    if isinstance(exc, ConfigError):
+        return 400, 40002, str(exc)
+    if isinstance(exc, LogClosedError):
+        return 503, 50301, str(exc)
+    if isinstance(exc, CorruptRecordError):
+        return 500, 50002, "stored data failed its checksum; it will not be served"
+    if isinstance(exc, LakelogError):
+        status, code = _KIND_DEFAULTS[exc.kind]
+        return status, code, str(exc)
+    return 500, 50001, "internal error"

@@ -1,0 +1,125 @@
+"""Media types of the HTTP API and the conversions between JSON bodies and records.
+
+Produce bodies (Confluent REST Proxy v2):
+    {"records": [{"key": K, "value": V, "partition": P?, "headers": [{"key": name, "value": B64|null}]?}]}
+  - `application/vnd.kafka.json.v2+json`: K and V are any JSON; stored as their compact UTF-8 JSON.
+  - `application/vnd.kafka.binary.v2+json`: K and V are base64 strings (or null).
+  A null value is a tombstone. Header values are base64 in both formats.
+Fetch bodies (as Redpanda's HTTP proxy): a JSON array of
+    {"topic", "key", "value", "partition", "offset", "timestamp", "headers"} in the asked format.
+`application/vnd.kafka.recordbatch` carries raw RecordBatch v2 bytes both ways (the binary path).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from ingest_api.errors import InvalidRequestError, RecordDeserializationError
+from ingest_api.node import ProduceRecord
+from logstore.record_batch import Record
+
+JSON_V2 = "application/vnd.kafka.json.v2+json"
+BINARY_V2 = "application/vnd.kafka.binary.v2+json"
+V2 = "application/vnd.kafka.v2+json"
+RECORDBATCH = "application/vnd.kafka.recordbatch"
+JSON = "application/json"
+
+EMBEDDED_FORMATS = (JSON_V2, BINARY_V2)
+
+
+def media_type(header: str | None) -> str:
+    """The bare media type of a Content-Type / single Accept value (parameters dropped)."""
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+def accepted(accept_header: str | None, offered: tuple[str, ...], default: str) -> str | None:
+    """Pick the first offered type the Accept header allows; `default` for a missing or */* header."""
+    if not accept_header:
+        return default
+    wanted = [media_type(part) for part in accept_header.split(",")]
+    for w in wanted:
+        if w in offered:
+            return w
+        if w in ("*/*", "application/*"):
+            return default
+        if w == JSON and default in (JSON_V2, BINARY_V2, V2):
+            return default
+    return None
+
+
+def _b64(value: Any, what: str) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{what} must be a base64 string or null")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequestError(f"{what} is not valid base64") from None
+
+
+def _json_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def parse_produce_body(body: bytes, fmt: str, max_records: int) -> list[ProduceRecord]:
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequestError("request body is not valid JSON") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+        raise InvalidRequestError('request body must be {"records": [...]}')
+    raw = doc["records"]
+    if not raw:
+        raise InvalidRequestError("records must not be empty")
+    if len(raw) > max_records:
+        from ingest_api.errors import RequestTooLargeError
+        raise RequestTooLargeError(f"{len(raw)} records exceed max.records.per.request={max_records}")
+    out = []
+    for i, r in enumerate(raw):
+        if not isinstance(r, dict):
+            raise InvalidRequestError(f"records[{i}] must be an object")
+        if fmt == BINARY_V2:
+            key, value = _b64(r.get("key"), f"records[{i}].key"), _b64(r.get("value"), f"records[{i}].value")
+        else:
+            key, value = _json_bytes(r.get("key")), _json_bytes(r.get("value"))
+        partition = r.get("partition")
+        if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool) or partition < 0):
+            raise InvalidRequestError(f"records[{i}].partition must be a non-negative integer")
+        headers = r.get("headers") or []
+        if not isinstance(headers, list):
+            raise InvalidRequestError(f"records[{i}].headers must be a list")
+        parsed_headers = []
+        for j, h in enumerate(headers):
+            if not isinstance(h, dict) or not isinstance(h.get("key", h.get("name")), str):
+                raise InvalidRequestError(f"records[{i}].headers[{j}] must be {{\"key\": string, \"value\": base64}}")
+            parsed_headers.append((h.get("key", h.get("name")), _b64(h.get("value"), f"records[{i}].headers[{j}].value")))
+        out.append(ProduceRecord(key, value, partition, tuple(parsed_headers)))
+    return out
+
+
+def render_record(topic: str, partition: int, rec: Record, fmt: str) -> dict[str, Any]:
+    if fmt == BINARY_V2:
+        key = None if rec.key is None else base64.b64encode(rec.key).decode("ascii")
+        value = None if rec.value is None else base64.b64encode(rec.value).decode("ascii")
+    else:
+        key, value = _from_json(rec.key, rec.offset, "key"), _from_json(rec.value, rec.offset, "value")
+    return {"topic": topic, "key": key, "value": value, "partition": partition, "offset": rec.offset,
+            "timestamp": rec.timestamp,
+            "headers": [{"key": k, "value": None if v is None else base64.b64encode(v).decode("ascii")}
+                        for k, v in rec.headers]}
+
+
+def _from_json(data: bytes | None, offset: int, what: str) -> Any:
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise RecordDeserializationError(
+            f"the {what} of the record at offset {offset} is not JSON; fetch it with Accept: {BINARY_V2}") from None

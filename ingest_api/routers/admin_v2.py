@@ -1,0 +1,53 @@
+"""Confluent REST Proxy v2 metadata: `/topics`, `/topics/{topic}`, partitions, `/brokers`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from ingest_api.formats import V2
+from ingest_api.routers.deps import get_node
+
+router = APIRouter(tags=["admin v2"])
+
+
+def _partition_v2(node, topic, p: int) -> dict:
+    part = node.partition(topic.name, p)
+    replicas = topic.replicas[p] if p < len(topic.replicas) else [node.node_id]
+    return {"partition": p, "leader": replicas[0],
+            "replicas": [{"broker": b, "leader": b == replicas[0], "in_sync": b in part.isr} for b in replicas]}
+
+
+@router.get("/topics", summary="List topic names")
+async def list_topics(request: Request):
+    node = get_node(request)
+    return JSONResponse([t.name for t in node.topics()], media_type=V2)
+
+
+@router.get("/topics/{topic}", summary="Describe a topic")
+async def get_topic(topic: str, request: Request):
+    node = get_node(request)
+    t = node.topic(topic)
+    configs = {k: str(v) for k, v in node.topic_config(topic).items()}
+    return JSONResponse({"name": t.name, "configs": configs,
+                         "partitions": [_partition_v2(node, t, p) for p in range(t.partitions)]}, media_type=V2)
+
+
+@router.get("/topics/{topic}/partitions", summary="List a topic's partitions")
+async def list_partitions(topic: str, request: Request):
+    node = get_node(request)
+    t = node.topic(topic)
+    return JSONResponse([_partition_v2(node, t, p) for p in range(t.partitions)], media_type=V2)
+
+
+@router.get("/topics/{topic}/partitions/{partition}", summary="Describe a partition")
+async def get_partition(topic: str, partition: int, request: Request):
+    node = get_node(request)
+    node.partition(topic, partition)  # 404 for an unknown partition
+    return JSONResponse(_partition_v2(node, node.topic(topic), partition), media_type=V2)
+
+
+@router.get("/brokers", summary="List broker ids")
+async def list_brokers(request: Request):
+    node = get_node(request)
+    return JSONResponse({"brokers": [node.node_id]}, media_type=V2)

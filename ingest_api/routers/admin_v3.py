@@ -1,0 +1,240 @@
+"""Confluent REST Proxy v3 admin: clusters, topics, topic configs, partitions, brokers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from infra.config import LOG_CONFIG
+from ingest_api.errors import NodeError
+from ingest_api.routers.deps import get_node
+
+router = APIRouter(prefix="/v3", tags=["admin v3"])
+
+
+class ClusterNotFoundError(NodeError):
+    """The cluster id in the path is not this cluster's."""
+
+    status, error_code = 404, 40403
+
+
+class ConfigNotFoundError(NodeError):
+    """No topic config of that name."""
+
+    status, error_code = 404, 40404
+
+
+class ConfigEntry(BaseModel):
+    name: str = Field(min_length=1, max_length=255)
+    value: str | None = Field(default=None, max_length=4096)
+
+
+class CreateTopicRequest(BaseModel):
+    topic_name: str = Field(min_length=1, max_length=249)
+    partitions_count: int | None = Field(default=None, ge=1)
+    replication_factor: int | None = Field(default=None, ge=1)
+    configs: list[ConfigEntry] = Field(default_factory=list, max_length=200)
+
+
+class UpdateConfigRequest(BaseModel):
+    value: str = Field(max_length=4096)
+
+
+class AlterConfigEntry(BaseModel):
+    name: str = Field(min_length=1, max_length=255)
+    value: str | None = Field(default=None, max_length=4096)
+    operation: str | None = Field(default=None, pattern="^(SET|DELETE|set|delete)$")
+
+
+class AlterConfigsRequest(BaseModel):
+    data: list[AlterConfigEntry] = Field(max_length=200)
+
+
+def _base(request: Request) -> str:
+    return str(request.base_url).rstrip("/") + "/v3"
+
+
+def _cluster(request: Request, cluster_id: str):
+    node = get_node(request)
+    if cluster_id != node.cluster_id:
+        raise ClusterNotFoundError(f"Cluster {cluster_id} not found.")
+    return node
+
+
+def _meta(self_url: str, resource: str) -> dict[str, Any]:
+    return {"self": self_url, "resource_name": resource}
+
+
+def _cluster_body(request: Request, node) -> dict[str, Any]:
+    url = f"{_base(request)}/clusters/{node.cluster_id}"
+    return {"kind": "KafkaCluster", "metadata": _meta(url, f"crn:///kafka={node.cluster_id}"),
+            "cluster_id": node.cluster_id,
+            "controller": {"related": f"{url}/brokers/{node.node_id}"},
+            "acls": {"related": f"{url}/acls"}, "brokers": {"related": f"{url}/brokers"},
+            "broker_configs": {"related": f"{url}/broker-configs"},
+            "consumer_groups": {"related": f"{url}/consumer-groups"},
+            "topics": {"related": f"{url}/topics"},
+            "partition_reassignments": {"related": f"{url}/topics/-/partitions/-/reassignment"}}
+
+
+def _topic_body(request: Request, node, t) -> dict[str, Any]:
+    url = f"{_base(request)}/clusters/{node.cluster_id}/topics/{t.name}"
+    return {"kind": "KafkaTopic", "metadata": _meta(url, f"crn:///kafka={node.cluster_id}/topic={t.name}"),
+            "cluster_id": node.cluster_id, "topic_name": t.name, "topic_id": t.topic_id,
+            "is_internal": t.name.startswith("__"), "replication_factor": t.replication_factor,
+            "partitions_count": t.partitions, "partitions": {"related": f"{url}/partitions"},
+            "configs": {"related": f"{url}/configs"},
+            "partition_reassignments": {"related": f"{url}/partitions/-/reassignment"}}
+
+
+def _config_body(request: Request, node, topic: str, name: str, value: Any, overrides: dict) -> dict[str, Any]:
+    url = f"{_base(request)}/clusters/{node.cluster_id}/topics/{topic}/configs/{name}"
+    is_default = name not in overrides
+    return {"kind": "KafkaTopicConfig",
+            "metadata": _meta(url, f"crn:///kafka={node.cluster_id}/topic={topic}/config={name}"),
+            "cluster_id": node.cluster_id, "topic_name": topic, "name": name,
+            "value": None if value is None else (str(value).lower() if isinstance(value, bool) else str(value)),
+            "is_default": is_default, "is_read_only": False, "is_sensitive": False,
+            "source": "DEFAULT_CONFIG" if is_default else "DYNAMIC_TOPIC_CONFIG", "synonyms": []}
+
+
+def _partition_body(request: Request, node, t, p: int) -> dict[str, Any]:
+    url = f"{_base(request)}/clusters/{node.cluster_id}/topics/{t.name}/partitions/{p}"
+    replicas = t.replicas[p] if p < len(t.replicas) else [node.node_id]
+    return {"kind": "KafkaPartition",
+            "metadata": _meta(url, f"crn:///kafka={node.cluster_id}/topic={t.name}/partition={p}"),
+            "cluster_id": node.cluster_id, "topic_name": t.name, "partition_id": p,
+            "leader": {"related": f"{_base(request)}/clusters/{node.cluster_id}/brokers/{replicas[0]}"},
+            "replicas": {"related": f"{url}/replicas"}, "reassignment": {"related": f"{url}/reassignment"}}
+
+
+def _broker_body(request: Request, node) -> dict[str, Any]:
+    url = f"{_base(request)}/clusters/{node.cluster_id}/brokers/{node.node_id}"
+    advertised = node.config.advertised_url
+    host, port = advertised.split("://", 1)[1].rsplit(":", 1)
+    return {"kind": "KafkaBroker", "metadata": _meta(url, f"crn:///kafka={node.cluster_id}/broker={node.node_id}"),
+            "cluster_id": node.cluster_id, "broker_id": node.node_id, "host": host, "port": int(port),
+            "rack": None, "configs": {"related": f"{url}/configs"},
+            "partition_replicas": {"related": f"{url}/partition-replicas"}}
+
+
+def _list(kind: str, self_url: str, data: list) -> JSONResponse:
+    return JSONResponse({"kind": kind, "metadata": {"self": self_url, "next": None}, "data": data})
+
+
+@router.get("/clusters", summary="List clusters (this one)")
+async def list_clusters(request: Request):
+    node = get_node(request)
+    return _list("KafkaClusterList", f"{_base(request)}/clusters", [_cluster_body(request, node)])
+
+
+@router.get("/clusters/{cluster_id}", summary="Describe the cluster")
+async def get_cluster(cluster_id: str, request: Request):
+    node = _cluster(request, cluster_id)
+    return JSONResponse(_cluster_body(request, node))
+
+
+@router.get("/clusters/{cluster_id}/topics", summary="List topics")
+async def list_topics(cluster_id: str, request: Request):
+    node = _cluster(request, cluster_id)
+    return _list("KafkaTopicList", f"{_base(request)}/clusters/{cluster_id}/topics",
+                 [_topic_body(request, node, t) for t in node.topics()])
+
+
+@router.post("/clusters/{cluster_id}/topics", status_code=201, summary="Create a topic")
+async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Request):
+    node = _cluster(request, cluster_id)
+    configs = {c.name: c.value for c in body.configs if c.value is not None}
+    t = node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs)
+    return JSONResponse(_topic_body(request, node, t), status_code=201)
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}", summary="Describe a topic")
+async def get_topic(cluster_id: str, topic: str, request: Request):
+    node = _cluster(request, cluster_id)
+    return JSONResponse(_topic_body(request, node, node.topic(topic)))
+
+
+@router.delete("/clusters/{cluster_id}/topics/{topic}", status_code=204, summary="Delete a topic")
+async def delete_topic(cluster_id: str, topic: str, request: Request):
+    node = _cluster(request, cluster_id)
+    node.delete_topic(topic)
+    return Response(status_code=204)
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}/configs", summary="List a topic's configs")
+async def list_topic_configs(cluster_id: str, topic: str, request: Request):
+    node = _cluster(request, cluster_id)
+    overrides = node.topic(topic).configs
+    data = [_config_body(request, node, topic, k, v, overrides) for k, v in node.topic_config(topic).items()]
+    return _list("KafkaTopicConfigList", f"{_base(request)}/clusters/{cluster_id}/topics/{topic}/configs", data)
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}/configs/{name}", summary="Get one topic config")
+async def get_topic_config(cluster_id: str, topic: str, name: str, request: Request):
+    node = _cluster(request, cluster_id)
+    values = node.topic_config(topic)
+    if name not in values:
+        raise ConfigNotFoundError(f"Config {name} not found.")
+    return JSONResponse(_config_body(request, node, topic, name, values[name], node.topic(topic).configs))
+
+
+@router.put("/clusters/{cluster_id}/topics/{topic}/configs/{name}", status_code=204, summary="Set one topic config")
+async def update_topic_config(cluster_id: str, topic: str, name: str, body: UpdateConfigRequest, request: Request):
+    node = _cluster(request, cluster_id)
+    if name not in LOG_CONFIG.keys:
+        raise ConfigNotFoundError(f"Config {name} not found.")
+    node.alter_topic_configs(topic, {name: body.value})
+    return Response(status_code=204)
+
+
+@router.delete("/clusters/{cluster_id}/topics/{topic}/configs/{name}", status_code=204,
+               summary="Reset one topic config to its default")
+async def reset_topic_config(cluster_id: str, topic: str, name: str, request: Request):
+    node = _cluster(request, cluster_id)
+    if name not in LOG_CONFIG.keys:
+        raise ConfigNotFoundError(f"Config {name} not found.")
+    node.alter_topic_configs(topic, {}, delete=[name])
+    return Response(status_code=204)
+
+
+@router.post("/clusters/{cluster_id}/topics/{topic}/configs:alter", status_code=204,
+             summary="Set or delete several topic configs at once")
+async def alter_topic_configs(cluster_id: str, topic: str, body: AlterConfigsRequest, request: Request):
+    node = _cluster(request, cluster_id)
+    set_configs = {e.name: e.value for e in body.data if (e.operation or "SET").upper() == "SET" and e.value is not None}
+    delete = [e.name for e in body.data if (e.operation or "").upper() == "DELETE"]
+    node.alter_topic_configs(topic, set_configs, delete=delete)
+    return Response(status_code=204)
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}/partitions", summary="List a topic's partitions")
+async def list_partitions(cluster_id: str, topic: str, request: Request):
+    node = _cluster(request, cluster_id)
+    t = node.topic(topic)
+    return _list("KafkaPartitionList", f"{_base(request)}/clusters/{cluster_id}/topics/{topic}/partitions",
+                 [_partition_body(request, node, t, p) for p in range(t.partitions)])
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", summary="Describe a partition")
+async def get_partition(cluster_id: str, topic: str, partition: int, request: Request):
+    node = _cluster(request, cluster_id)
+    node.partition(topic, partition)
+    return JSONResponse(_partition_body(request, node, node.topic(topic), partition))
+
+
+@router.get("/clusters/{cluster_id}/brokers", summary="List brokers")
+async def list_brokers(cluster_id: str, request: Request):
+    node = _cluster(request, cluster_id)
+    return _list("KafkaBrokerList", f"{_base(request)}/clusters/{cluster_id}/brokers", [_broker_body(request, node)])
+
+
+@router.get("/clusters/{cluster_id}/brokers/{broker_id}", summary="Describe a broker")
+async def get_broker(cluster_id: str, broker_id: int, request: Request):
+    node = _cluster(request, cluster_id)
+    if broker_id != node.node_id:
+        raise ClusterNotFoundError(f"Broker {broker_id} not found.")
+    return JSONResponse(_broker_body(request, node))

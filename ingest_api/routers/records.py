@@ -1,0 +1,160 @@
+"""Produce, fetch and offsets: `/topics/{topic}[/partitions/{partition}]...`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from ingest_api.errors import InvalidRequestError, NotAcceptableError, UnsupportedMediaTypeError
+from ingest_api.formats import (
+    BINARY_V2,
+    EMBEDDED_FORMATS,
+    JSON,
+    JSON_V2,
+    RECORDBATCH,
+    V2,
+    accepted,
+    media_type,
+    parse_produce_body,
+    render_record,
+)
+from ingest_api.routers.deps import get_node, read_body
+from logstore.record_batch import iter_batches
+
+router = APIRouter(tags=["records"])
+
+_RECORD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "key": {}, "value": {},
+        "partition": {"type": "integer", "minimum": 0},
+        "headers": {"type": "array", "items": {"type": "object", "properties": {
+            "key": {"type": "string"}, "value": {"type": ["string", "null"], "format": "byte"}},
+            "required": ["key"]}},
+    },
+}
+_PRODUCE_BODY = {
+    "required": True,
+    "content": {
+        JSON_V2: {"schema": {"type": "object", "required": ["records"],
+                             "properties": {"records": {"type": "array", "items": _RECORD_SCHEMA}}}},
+        BINARY_V2: {"schema": {"type": "object", "required": ["records"],
+                               "properties": {"records": {"type": "array", "items": {
+                                   **_RECORD_SCHEMA, "properties": {
+                                       **_RECORD_SCHEMA["properties"],
+                                       "key": {"type": ["string", "null"], "format": "byte"},
+                                       "value": {"type": ["string", "null"], "format": "byte"}}}}}}},
+    },
+}
+_OFFSETS_RESPONSE = {
+    "200": {"description": "offset of each record, in request order", "content": {V2: {"schema": {
+        "type": "object", "properties": {"offsets": {"type": "array", "items": {"type": "object", "properties": {
+            "partition": {"type": "integer"}, "offset": {"type": "integer"},
+            "error_code": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]}}}}}}}}},
+}
+
+
+def _produce_response(results: list[tuple[int, int]], acks: str) -> Response:
+    offsets = [{"partition": p, "offset": (o if acks != "0" else -1), "error_code": None, "error": None}
+               for p, o in results]
+    return JSONResponse({"key_schema_id": None, "value_schema_id": None, "offsets": offsets}, media_type=V2)
+
+
+def _check_acks(acks: str) -> str:
+    if acks not in ("0", "1", "all", "-1"):
+        raise InvalidRequestError("acks must be 0, 1 or all")
+    return "all" if acks == "-1" else acks
+
+
+@router.post("/topics/{topic}", summary="Produce records to a topic (partition chosen per record)",
+             openapi_extra={"requestBody": _PRODUCE_BODY, "responses": _OFFSETS_RESPONSE})
+async def produce_to_topic(topic: str, request: Request, acks: str = Query("all", description="0, 1 or all")):
+    node = get_node(request)
+    acks = _check_acks(acks)
+    fmt = media_type(request.headers.get("content-type"))
+    if fmt == JSON:
+        fmt = JSON_V2
+    if fmt not in EMBEDDED_FORMATS:
+        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2} or {BINARY_V2}")
+    body = await read_body(request, node.config.max_request_bytes)
+    records = parse_produce_body(body, fmt, node.config.max_records_per_request)
+    results = node.produce_records(topic, records)
+    _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
+    return _produce_response([(r.partition, r.offset) for r in results], acks)
+
+
+@router.post("/topics/{topic}/partitions/{partition}",
+             summary="Produce records, or raw RecordBatch v2 bytes, to one partition",
+             openapi_extra={"requestBody": {**_PRODUCE_BODY, "content": {
+                 **_PRODUCE_BODY["content"],
+                 RECORDBATCH: {"schema": {"type": "string", "format": "binary"}}}},
+                 "responses": _OFFSETS_RESPONSE})
+async def produce_to_partition(topic: str, partition: int, request: Request,
+                               acks: str = Query("all", description="0, 1 or all")):
+    node = get_node(request)
+    acks = _check_acks(acks)
+    fmt = media_type(request.headers.get("content-type"))
+    if fmt == JSON:
+        fmt = JSON_V2
+    if fmt not in EMBEDDED_FORMATS + (RECORDBATCH,):
+        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2}, {BINARY_V2} or {RECORDBATCH}")
+    body = await read_body(request, node.config.max_request_bytes)
+    if fmt == RECORDBATCH:
+        info = node.produce_batches(topic, partition, body)
+        _count(request, topic, info.size_in_bytes, info.record_count)
+        return _produce_response([(partition, b) for b in info.base_offsets], acks)
+    records = parse_produce_body(body, fmt, node.config.max_records_per_request)
+    results = node.produce_records(topic, records, partition=partition)
+    _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
+    return _produce_response([(r.partition, r.offset) for r in results], acks)
+
+
+def _count(request: Request, topic: str, nbytes: int, nrecords: int) -> None:
+    m = request.app.state.metrics
+    m.produce_bytes.labels(topic).inc(nbytes)
+    m.produce_records.labels(topic).inc(nrecords)
+
+
+@router.get("/topics/{topic}/partitions/{partition}/records",
+            summary="Fetch records from an offset (below the high watermark), waiting up to `timeout` ms",
+            responses={200: {"description": "records", "content": {
+                JSON_V2: {"schema": {"type": "array", "items": {"type": "object"}}},
+                BINARY_V2: {"schema": {"type": "array", "items": {"type": "object"}}},
+                RECORDBATCH: {"schema": {"type": "string", "format": "binary"}}}}})
+async def fetch_records(topic: str, partition: int, request: Request,
+                        offset: int = Query(..., ge=0, description="first offset to return"),
+                        max_bytes: int | None = Query(None, ge=1, description="most bytes of batches to return"),
+                        timeout: int = Query(1000, ge=0, description="ms to wait when no record is there yet")):
+    node = get_node(request)
+    fmt = accepted(request.headers.get("accept"), (JSON_V2, BINARY_V2, RECORDBATCH), JSON_V2)
+    if fmt is None:
+        raise NotAcceptableError(f"Accept must allow {JSON_V2}, {BINARY_V2} or {RECORDBATCH}")
+    limit = min(max_bytes or node.config.fetch_default_bytes, node.config.fetch_max_bytes)
+    result = await node.fetch_wait(topic, partition, offset, limit, timeout)
+    request.app.state.metrics.fetch_bytes.labels(topic).inc(len(result.records))
+    p = node.partition(topic, partition)
+    headers = {"X-Lakelog-High-Watermark": str(p.high_watermark),
+               "X-Lakelog-Log-Start-Offset": str(result.log_start_offset)}
+    if fmt == RECORDBATCH:
+        return Response(bytes(result.records), media_type=RECORDBATCH, headers=headers)
+    out = []
+    for _, batch in iter_batches(result.records):
+        if batch.is_control:
+            continue
+        for rec in batch.records():
+            if rec.offset >= offset:
+                out.append(render_record(topic, partition, rec, fmt))
+    return JSONResponse(out, media_type=fmt, headers=headers)
+
+
+@router.get("/topics/{topic}/partitions/{partition}/offsets",
+            summary="Beginning and end offsets; with `timestamp`, the first offset at or after it")
+async def partition_offsets(topic: str, partition: int, request: Request,
+                            timestamp: int | None = Query(None, description="ms since the epoch")):
+    node = get_node(request)
+    beginning, end = node.offsets(topic, partition)
+    body: dict = {"beginning_offset": beginning, "end_offset": end}
+    if timestamp is not None:
+        found = node.offset_for_timestamp(topic, partition, timestamp)
+        body["offset"], body["timestamp"] = (found if found else (None, None))
+    return JSONResponse(body, media_type=V2)

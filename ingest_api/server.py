@@ -1,0 +1,48 @@
+"""Run one ingest node: open its logs, serve HTTP with uvicorn, stop cleanly on SIGTERM / Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+import uvicorn
+
+from ingest_api.app import create_app
+from ingest_api.config import NodeConfig
+from ingest_api.node import Node
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg (+ exc)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+               "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def run_node(config: NodeConfig) -> int:
+    configure_logging()
+    node = Node(config)
+    node.start()
+    app = create_app(node)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
+                                           access_log=False, timeout_graceful_shutdown=5,
+                                           limit_concurrency=1000, timeout_keep_alive=30))
+    try:
+        server.run()
+    finally:
+        node.stop()
+    return 0
