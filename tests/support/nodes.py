@@ -1,0 +1,90 @@
+"""Start and stop real `lakelog node` processes on loopback for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+LAKELOG = str(Path(sys.executable).with_name("lakelog"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class NodeProcess:
+    """One node process. `stop()` is SIGTERM (clean), `kill()` is SIGKILL (crash)."""
+
+    data_dir: Path
+    port: int
+    node_id: int = 1
+    overrides: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> "NodeProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir.parent / f"node-{self.node_id}-{self.port}.log"
+        args = [LAKELOG, "node", "--set", f"node.id={self.node_id}", "--set", f"log.dirs={self.data_dir}",
+                "--set", f"listeners=http://127.0.0.1:{self.port}"]
+        for k, v in self.overrides.items():
+            args += ["--set", f"{k}={v}"]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.wait_ready(timeout_s)
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"node exited with {self.proc.returncode}:\n{self.read_log()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"node on port {self.port} not ready after {timeout_s}s:\n{self.read_log()}")
+
+    def read_log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def restart(self, timeout_s: float = 30.0) -> "NodeProcess":
+        self.stop()
+        return self.start(timeout_s)
+
+
+def start_node(tmp_path: Path, **overrides: str) -> NodeProcess:
+    return NodeProcess(tmp_path / "data", free_port(), overrides=dict(overrides)).start()
