@@ -38,6 +38,9 @@ DELTA_CONF: dict[str, str] = {
 # a loopback-only driver could not be reached by remote executors.
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
+    # Delta replays its log with this many tasks (default 50); on a few cores that costs
+    # seconds per table read for no gain.
+    "spark.databricks.delta.snapshotPartitions": "4",
     "spark.ui.enabled": "false",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "localhost",
@@ -53,7 +56,7 @@ def default_jars_dir() -> Path:
 
 
 def local_jars(jars_dir: str | os.PathLike[str] | None = None) -> list[Path]:
-    """The jars to put on `spark.jars`, sorted; raise `SparkJarsMissing` if there is no Delta jar."""
+    """The jars to put on `spark.jars`, sorted; `SparkJarsMissing` if there is no Delta jar."""
     folder = Path(jars_dir) if jars_dir is not None else default_jars_dir()
     if not folder.is_dir():
         raise SparkJarsMissing(folder, "the folder does not exist")
@@ -108,6 +111,10 @@ def build_session(
     # Executors (Python workers) must run the same interpreter as the driver: the venv's.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if settings["spark.master"].startswith("local"):
+        # The block manager and RPC servers bind to SPARK_LOCAL_IP, not to the driver settings;
+        # without it Spark picks a non-loopback interface. Read when the JVM starts.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():

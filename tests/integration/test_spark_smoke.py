@@ -24,7 +24,8 @@ def spark():
 
 
 def _rows(first_offset: int, count: int) -> list[tuple]:
-    return [(o, f"k{o % 3}", f"v{o}".encode(), o % 2) for o in range(first_offset, first_offset + count)]
+    offsets = range(first_offset, first_offset + count)
+    return [(o, f"k{o % 3}", f"v{o}".encode(), o % 2) for o in offsets]
 
 
 def test_delta_round_trip_and_history(spark, tmp_path):
@@ -33,7 +34,8 @@ def test_delta_round_trip_and_history(spark, tmp_path):
     spark.createDataFrame(first, SCHEMA).write.format("delta").save(path)
 
     read_back = spark.read.format("delta").load(path).orderBy("offset")
-    assert [tuple(r) for r in read_back.collect()] == [(o, k, bytearray(v), p) for o, k, v, p in first]
+    expected = [(o, k, bytearray(v), p) for o, k, v, p in first]
+    assert [tuple(r) for r in read_back.collect()] == expected
 
     table = DeltaTable.forPath(spark, path)
     history = {r["version"]: r for r in table.history().collect()}

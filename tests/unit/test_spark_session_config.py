@@ -35,7 +35,8 @@ def test_env_var_names_the_jars_folder(tmp_path, monkeypatch):
 
 @pytest.fixture
 def fake_jars(tmp_path):
-    for name in ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar", "hadoop-aws-3.5.0.jar"):
+    names = ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar", "hadoop-aws-3.5.0.jar")
+    for name in names:
         (tmp_path / name).write_bytes(b"")
     return tmp_path
 
@@ -44,11 +45,13 @@ def test_conf_uses_local_jars_and_delta(fake_jars, monkeypatch):
     monkeypatch.delenv("LAKELOG_SPARK_MASTER", raising=False)
     conf = session_conf(jars_dir=fake_jars)
     jars = conf["spark.jars"].split(",")
-    assert [j.rsplit("/", 1)[-1] for j in jars] == sorted(p.name for p in fake_jars.glob("*.jar"))
+    names = [j.rsplit("/", 1)[-1] for j in jars]
+    assert names == sorted(p.name for p in fake_jars.glob("*.jar"))
     assert "spark.jars.packages" not in conf
     assert conf["spark.master"] == "local[*]"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
-    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    catalog = conf["spark.sql.catalog.spark_catalog"]
+    assert catalog == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     assert conf["spark.driver.bindAddress"] == "127.0.0.1"
     assert conf["spark.sql.shuffle.partitions"] == "4"
 
@@ -63,7 +66,8 @@ def test_cluster_master_keeps_spark_defaults(fake_jars, monkeypatch):
 
 def test_jars_packages_refused(fake_jars):
     with pytest.raises(SparkSetupError, match="make jars"):
-        session_conf(jars_dir=fake_jars, conf={"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"})
+        packages = {"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"}
+        session_conf(jars_dir=fake_jars, conf=packages)
 
 
 def test_s3a_conf_from_env(monkeypatch):
@@ -78,4 +82,5 @@ def test_s3a_conf_from_env(monkeypatch):
     assert conf["spark.hadoop.fs.s3a.access.key"] == "id"
     assert conf["spark.hadoop.fs.s3a.secret.key"] == "secret"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
-    assert s3a_conf(region="us-east-1", path_style=False)["spark.hadoop.fs.s3a.path.style.access"] == "false"
+    virtual_host = s3a_conf(region="us-east-1", path_style=False)
+    assert virtual_host["spark.hadoop.fs.s3a.path.style.access"] == "false"
