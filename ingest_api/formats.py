@@ -103,14 +103,15 @@ def parse_produce_body(body: bytes, fmt: str, max_records: int) -> list[ProduceR
     return out
 
 
-def render_record(topic: str, partition: int, rec: Record, fmt: str) -> dict[str, Any]:
+def render_record(topic: str, partition: int, rec: Record, fmt: str, *, timestamp: int | None = None) -> dict[str, Any]:
+    """One fetched record as JSON; `timestamp` overrides the record's (LogAppendTime batches)."""
     if fmt == BINARY_V2:
         key = None if rec.key is None else base64.b64encode(rec.key).decode("ascii")
         value = None if rec.value is None else base64.b64encode(rec.value).decode("ascii")
     else:
         key, value = _from_json(rec.key, rec.offset, "key"), _from_json(rec.value, rec.offset, "value")
     return {"topic": topic, "key": key, "value": value, "partition": partition, "offset": rec.offset,
-            "timestamp": rec.timestamp,
+            "timestamp": rec.timestamp if timestamp is None else timestamp,
             "headers": [{"key": k, "value": None if v is None else base64.b64encode(v).decode("ascii")}
                         for k, v in rec.headers]}
 

@@ -98,12 +98,27 @@ def decompress(codec: int, data: bytes | memoryview, max_bytes: int) -> bytes:
             with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as r:
                 out = r.read(max_bytes + 1)
             _check_size(len(out), max_bytes)
+            _check_zstd_frames_end(data)
             return out
     except (zlib.error, RuntimeError, zstandard.ZstdError, cramjam.DecompressionError, ValueError) as e:
         raise UnsupportedCompressionError(f"cannot decompress {_name(codec)} payload: {e}") from e
     if codec == Compression.NONE:
         return bytes(data)
     raise UnsupportedCompressionError(f"unknown compression codec id {codec}")
+
+
+def _check_zstd_frames_end(data: bytes | memoryview) -> None:
+    """Raise unless `data` is whole zstd frames. The stream reader returns what it could inflate of
+    a cut frame without complaint; run once its output is known to be bounded."""
+    rest = bytes(data)
+    while True:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        d.decompress(rest)
+        if not d.eof:
+            raise UnsupportedCompressionError("zstd frame is truncated")
+        rest = d.unused_data
+        if not rest:
+            return
 
 
 def _snappy_decompress(data: bytes, max_bytes: int) -> bytes:

@@ -77,3 +77,9 @@ class LogClosedError(LogStoreError):
     """The partition log was closed or deleted."""
 
     kind = ErrorKind.TRANSIENT
+
+
+class SegmentsChangedError(LogStoreError):
+    """The segments an operation planned on changed under it (a concurrent swap or deletion)."""
+
+    kind = ErrorKind.TRANSIENT

@@ -47,6 +47,7 @@ from typing import Callable, Iterator
 from infra.config import LogConfig
 from infra.errors import invariant
 from logstore.checkpoint import read_checkpoint, write_checkpoint
+from logstore.fileutil import atomic_write, fsync_dir
 from logstore.errors import (
     CorruptBatchError,
     CorruptIndexError,
@@ -54,6 +55,7 @@ from logstore.errors import (
     InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
+    SegmentsChangedError,
     RecordTooLargeError,
     UnsupportedFormatVersionError,
 )
@@ -146,6 +148,8 @@ class PartitionLog:
         self._bases: list[int] = []
         self._closed = False
         self._listeners: list[Callable[[int], None]] = []
+        self._truncation_listeners: list[Callable[[int], None]] = []
+        self.index_rebuilds_on_read: list[int] = []
         self._unflushed_records = 0
         self._last_flush_ms = self._now_ms()
         self.epochs = LeaderEpochCache(self.directory)
@@ -167,19 +171,30 @@ class PartitionLog:
         bases = sorted({b for p in self.directory.iterdir() if p.name.endswith(LOG_SUFFIX)
                         and (b := parse_base_offset(p.name)) is not None})
         for b in bases:
-            self._add_segment(LogSegment(self.directory, b, self._segment_config()))
+            self._add_segment(LogSegment(self.directory, b, self._segment_config(), created_ms=self._now_ms()))
         stored_start = read_checkpoint(self.directory / LOG_START_OFFSET_FILE, 1)
         recovery_point = read_checkpoint(self.directory / RECOVERY_POINT_FILE, 1)
         rp = recovery_point[0][0] if recovery_point else 0
         if not self._segments:
             start = stored_start[0][0] if stored_start else 0
-            self._add_segment(LogSegment(self.directory, start, self._segment_config()))
+            self._add_segment(LogSegment(self.directory, start, self._segment_config(), created_ms=self._now_ms()))
         self.log_start_offset = max(stored_start[0][0] if stored_start else 0, self._segments[0].base_offset)
         if clean:
             for seg in self._segments:
                 self._check_segment(seg, report)
         else:
             self._recover(rp, report)
+        if self.log_start_offset > self.log_end_offset:
+            # Recovery cut the log below its start offset: nothing readable is left. Restart the
+            # log empty at its start offset (as Kafka's loader does) rather than refuse to open.
+            for seg in self._segments:
+                report.segments_dropped.append(seg.base_offset)
+                seg.delete_files()
+            self._segments.clear()
+            self._bases.clear()
+            self._add_segment(LogSegment(self.directory, self.log_start_offset, self._segment_config(),
+                                         created_ms=self._now_ms()))
+            self.epochs.clear()
         marker.unlink(missing_ok=True)
         invariant(self.log_start_offset <= self.log_end_offset,
                   f"log start offset {self.log_start_offset} above log end offset {self.log_end_offset}")
@@ -197,7 +212,10 @@ class PartitionLog:
         """Finish or undo what a crash interrupted: deletions, compaction outputs, swaps."""
         for p in sorted(self.directory.iterdir()):
             name = p.name
-            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp"):
+            stray_index_swap = name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX) \
+                and not (self.directory / (name[:20] + LOG_SUFFIX + SWAP_SUFFIX)).exists()
+            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp") \
+                    or stray_index_swap:
                 p.unlink()
                 report.leftovers_removed.append(name)
         swaps = sorted(p for p in self.directory.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX))
@@ -214,6 +232,8 @@ class PartitionLog:
                     for suffix in (".log", ".index", ".timeindex"):
                         (self.directory / (p.name[:20] + suffix)).unlink(missing_ok=True)
             seg.change_suffix(SWAP_SUFFIX, "")
+            # Its index files may be missing or half-renamed: regenerate them from the .log.
+            seg.rebuild_indexes()
             seg.close()
             report.swaps_completed += 1
 
@@ -316,6 +336,14 @@ class PartitionLog:
     def add_append_listener(self, listener: Callable[[int], None]) -> None:
         """Called with the new LEO after each append (under the log's lock: keep it short)."""
         self._listeners.append(listener)
+
+    def add_truncation_listener(self, listener: Callable[[int], None]) -> None:
+        """Called with the new LEO after `truncate_to` / `truncate_fully_and_start_at` (under the lock)."""
+        self._truncation_listeners.append(listener)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _check_open(self) -> None:
         if self._closed:
@@ -492,7 +520,10 @@ class PartitionLog:
             seg.flush()
         self._unflushed_records = 0
         self._last_flush_ms = self._now_ms()
-        self.recovery_point = self.log_end_offset
+        if self.recovery_point != self.log_end_offset:
+            self.recovery_point = self.log_end_offset
+            # Recovery restarts from the segment holding the recovery point.
+            write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(self.recovery_point,)])
 
     def flush_if_due(self) -> None:
         """For a periodic task: flush when `flush.ms` has passed since the last flush."""
@@ -528,39 +559,55 @@ class PartitionLog:
             remaining = max_bytes
             while i < len(self._segments) and (remaining > 0 or not chunks):
                 seg = self._segments[i]
-                got = seg.read(start_offset, remaining, max_offset=bound,
-                               min_one_batch=min_one_batch and not chunks)
+                got = self._repairing(seg, lambda: seg.read(start_offset, remaining, max_offset=bound,
+                                                            min_one_batch=min_one_batch and not chunks))
                 i += 1
                 if got is None:
                     if chunks:
                         break
-                    continue
+                    continue  # nothing at or after start_offset here (a compacted gap): next segment
                 _, data, last = got
                 if first_offset < 0:
                     first_offset = RecordBatch(data).base_offset
                 chunks.append(data)
                 remaining -= len(data)
-                if last + 1 >= bound:
-                    break
+                if last + 1 >= bound or last + 1 < seg.next_offset:
+                    break  # at the bound, or out of bytes inside this segment: never skip batches
                 start_offset = last + 1
             records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             return FetchResult(records, first_offset if records else start_offset, self.log_start_offset, leo)
 
     def batches(self, start_offset: int | None = None, *, max_offset: int | None = None
                 ) -> Iterator[RecordBatch]:
-        """Every CRC-checked batch from `start_offset` (default: log start) below `max_offset`."""
+        """Every CRC-checked batch from `start_offset` (default: log start) below `max_offset`.
+
+        Iterates a snapshot of the segments through private file descriptors, so concurrent
+        appends, retention or compaction swaps never break an iteration in progress.
+        """
         with self._lock:
-            segments = list(self._segments)
+            self._check_open()
             start = self.log_start_offset if start_offset is None else start_offset
-        for seg in segments:
-            if seg.next_offset <= start:
-                continue
-            for _, batch in seg.batches():
-                if batch.last_offset < start:
-                    continue
-                if max_offset is not None and batch.last_offset >= max_offset:
-                    return
-                yield RecordBatch(bytes(batch.buffer))
+            readers = [seg.open_reader() for seg in self._segments if seg.next_offset > start]
+        try:
+            for reader in readers:
+                for _, batch in reader.batches():
+                    if batch.last_offset < start:
+                        continue
+                    if max_offset is not None and batch.last_offset >= max_offset:
+                        return
+                    yield RecordBatch(bytes(batch.buffer))
+        finally:
+            for reader in readers:
+                reader.close()
+
+    def _repairing(self, seg: LogSegment, lookup: Callable):
+        """Run an index-guided lookup; if the index proves wrong, rebuild it and run it again."""
+        try:
+            return lookup()
+        except CorruptIndexError:
+            seg.rebuild_indexes()
+            self.index_rebuilds_on_read.append(seg.base_offset)
+            return lookup()
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`, from the indexes."""
@@ -569,7 +616,7 @@ class PartitionLog:
             for seg in self._segments:
                 if seg.max_timestamp < timestamp:
                     continue
-                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                found = self._repairing(seg, lambda: seg.find_offset_by_timestamp(timestamp, self.log_start_offset))
                 if found is not None:
                     return found
             return None
@@ -596,10 +643,13 @@ class PartitionLog:
                 seg = self._segments.pop()
                 self._bases.pop()
                 seg.delete_files()
-            self.active_segment.truncate_to(offset)
+            active = self.active_segment
+            self._repairing(active, lambda: active.truncate_to(offset))
             self.epochs.truncate_from_end(self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(self.active_segment.base_offset,)])
+            for listener in self._truncation_listeners:
+                listener(self.log_end_offset)
             return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -616,6 +666,8 @@ class PartitionLog:
             self._write_log_start_offset()
             self.recovery_point = offset
             write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(offset,)])
+            for listener in self._truncation_listeners:
+                listener(offset)
 
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
         """Advance the log start offset (retention, DeleteRecords); never moves it backwards."""
@@ -647,22 +699,25 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            deleted: list[int] = []
-            while len(self._segments) > 1:
-                seg, nxt = self._segments[0], self._segments[1]
+            doomed: list[LogSegment] = []
+            for seg, nxt in zip(self._segments, self._segments[1:]):
                 if upper_bound_offset is not None and seg.next_offset > upper_bound_offset:
                     break
                 if not predicate(seg, nxt):
                     break
-                self._segments.pop(0)
-                self._bases.pop(0)
-                deleted.append(seg.base_offset)
-                self.log_start_offset = max(self.log_start_offset, nxt.base_offset)
-                self._write_log_start_offset()
+                doomed.append(seg)
+            if not doomed:
+                return []
+            # Advance (and persist) the log start offset first: after a crash between the two
+            # steps, the files left behind lie below it and are simply unreachable.
+            self.log_start_offset = max(self.log_start_offset, self._segments[len(doomed)].base_offset)
+            self._write_log_start_offset()
+            del self._segments[:len(doomed)]
+            del self._bases[:len(doomed)]
+            for seg in doomed:
                 seg.delete_files()
-            if deleted:
-                self.epochs.truncate_from_start(self.log_start_offset)
-            return deleted
+            self.epochs.truncate_from_start(self.log_start_offset)
+            return [seg.base_offset for seg in doomed]
 
     def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
         """Swap compacted replacement segments (written with suffix `.cleaned`) for `old_segments`.
@@ -672,21 +727,24 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
+            if not old_segments or any(s not in self._segments for s in old_segments):
+                raise SegmentsChangedError("a segment to replace is no longer in the log")
             idx = [self._segments.index(s) for s in old_segments]
-            invariant(idx == list(range(idx[0], idx[0] + len(idx))), "replaced segments must be consecutive")
-            invariant(idx[-1] < len(self._segments) - 1, "the active segment is never replaced")
+            if idx != list(range(idx[0], idx[0] + len(idx))) or idx[-1] >= len(self._segments) - 1:
+                raise SegmentsChangedError("replaced segments must be consecutive and sealed")
             for seg in new_segments:
                 seg.flush()
                 seg.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
-            from logstore.fileutil import fsync_dir
             fsync_dir(self.directory)
+            # Commit point: the .swap files exist; from here on open() completes the swap if we
+            # crash, so the in-memory list switches now and file work that fails is redone there.
+            self._segments[idx[0]: idx[-1] + 1] = new_segments
+            self._bases = [s.base_offset for s in self._segments]
             for seg in old_segments:
                 seg.delete_files()
             for seg in new_segments:
                 seg.change_suffix(SWAP_SUFFIX, "")
             fsync_dir(self.directory)
-            self._segments[idx[0]: idx[-1] + 1] = new_segments
-            self._bases = [s.base_offset for s in self._segments]
 
     # ------------------------------------------------------------------ config and lifecycle
 
@@ -703,7 +761,6 @@ class PartitionLog:
             self._flush_locked()
             for seg in self._segments:
                 seg.close()
-            from logstore.fileutil import atomic_write
             atomic_write(self.directory / CLEAN_SHUTDOWN_FILE,
                          f"{CLEAN_SHUTDOWN_VERSION}\n{self.log_end_offset}\n".encode("ascii"))
             self._closed = True

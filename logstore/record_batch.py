@@ -454,7 +454,9 @@ def validate_batch(batch: RecordBatch, *, max_message_bytes: int,
     if batch.is_control and not allow_control:
         raise InvalidRecordError("control batches may not be produced by clients")
     count = batch.record_count
-    if count <= 0:
+    # A producer's batch holds at least one record; a replicated one may be empty (compaction
+    # keeps an idempotent producer's emptied last batch so its sequence state survives).
+    if count < (1 if consecutive_offsets else 0):
         raise InvalidRecordError(f"batch record count {count} must be at least 1")
     if batch.last_offset_delta < 0:
         raise InvalidRecordError(f"last offset delta {batch.last_offset_delta} is negative")
@@ -538,7 +540,8 @@ def _walk_records(data: bytes | memoryview, count: int, last_offset_delta: int, 
                     hval = bytes(data[pos:pos + hvlen])
                     pos += hvlen
                 if sink is not None:
-                    headers.append((hkey.decode("utf-8"), hval))
+                    # As Kafka's Java reader: invalid UTF-8 in a header key becomes U+FFFD.
+                    headers.append((hkey.decode("utf-8", errors="replace"), hval))
             if pos != rec_end:
                 raise InvalidRecordError(f"record {i} length {length} does not match its fields")
             if sink is not None:

@@ -29,6 +29,7 @@ from index.time_index import TimeIndex
 from infra.errors import invariant
 from logstore.errors import CorruptIndexError, CorruptRecordError
 from logstore.record_batch import (
+    _OFFSET_AND_LENGTH,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -153,7 +154,7 @@ class LogSegment:
             if bp.max_timestamp > max_ts:
                 max_ts, off_of_max = bp.max_timestamp, bp.last_offset
         if start > 0 and next_offset == self.base_offset:
-            next_offset = self.offset_index.last_offset + 1
+            raise CorruptIndexError(f"offset index {self.offset_index.path} points past the last batch")
         self._next_offset = next_offset
         self._max_timestamp = max_ts
         self._offset_of_max_timestamp = off_of_max
@@ -162,10 +163,14 @@ class LogSegment:
         """Batch headers from `start_position` on, reading 61 bytes per batch (no CRC check)."""
         end = self.size if end_position is None else min(end_position, self.size)
         pos = start_position
-        while pos + HEADER_SIZE <= end:
+        while pos < end:
+            if pos + HEADER_SIZE > end:
+                raise TruncatedBatchError(f"{end - pos} trailing bytes are shorter than a batch header",
+                                          file=str(self.log_path), position=pos)
             head = os.pread(self._fd, HEADER_SIZE, pos)
             if len(head) < HEADER_SIZE:
-                return
+                raise TruncatedBatchError("the log file is shorter than its recorded size",
+                                          file=str(self.log_path), position=pos)
             (base, length, ple, _magic, _crc, _attrs, lod, _bts, max_ts, *_rest) = HEADER.unpack(head)
             size = length + LOG_OVERHEAD
             if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
@@ -185,13 +190,17 @@ class LogSegment:
         """
         entry_offset, position = self.offset_index.lookup(offset)
         if position > 0:
+            # The entry must point at the start of the batch that holds its offset. Anything else
+            # (damage, or an index written one entry per multi-batch append) raises, and the
+            # log rebuilds the index from the .log and looks up again.
             head = os.pread(self._fd, HEADER_SIZE, position)
             if len(head) < HEADER_SIZE:
                 raise CorruptIndexError(f"offset index {self.offset_index.path} points past the log")
-            base, length, _, _, _, _, lod, *_ = HEADER.unpack(head)
-            if not base <= entry_offset <= base + lod:
+            base, length, _, magic, _, _, lod, *_ = HEADER.unpack(head)
+            if magic != 2 or length < HEADER_SIZE - LOG_OVERHEAD or position + length + LOG_OVERHEAD > self.size \
+                    or not base <= entry_offset <= base + lod:
                 raise CorruptIndexError(f"offset index {self.offset_index.path} entry ({entry_offset}, "
-                                        f"{position}) points at batch {base}..{base + lod}")
+                                        f"{position}) does not point at the batch holding that offset")
         for bp in self.scan_headers(max(position, start_position)):
             if bp.last_offset >= offset:
                 return bp
@@ -252,31 +261,47 @@ class LogSegment:
                     return rec.offset, rec.timestamp
         return None
 
-    def batches(self, start_position: int = 0, *, verify: bool = True) -> Iterator[tuple[int, RecordBatch]]:
-        """Every batch from `start_position`, read in large chunks, CRC-checked when `verify`."""
+    def batches(self, start_position: int = 0, *, verify: bool = True, fd: int | None = None,
+                size: int | None = None) -> Iterator[tuple[int, RecordBatch]]:
+        """Every batch from `start_position`, read in large chunks, CRC-checked when `verify`.
+
+        `fd` / `size` let a reader iterate a snapshot through its own file descriptor (see
+        `open_reader`); by default the segment's own descriptor and current size are used.
+        Raises TruncatedBatchError / CorruptRecordError on a torn or damaged file.
+        """
+        fd = self._fd if fd is None else fd
+        end = self.size if size is None else size
+        path = str(self.log_path)
         pos = start_position
-        while pos < self.size:
-            data = os.pread(self._fd, min(SCAN_CHUNK_BYTES, self.size - pos), pos)
+        while pos < end:
+            data = os.pread(fd, min(SCAN_CHUNK_BYTES, end - pos), pos)
             consumed = 0
             try:
-                for p, batch in iter_batches(data, file=str(self.log_path), base_position=pos):
+                for p, batch in iter_batches(data, file=path, base_position=pos):
                     if verify:
-                        batch.ensure_valid(file=str(self.log_path), position=p)
+                        batch.ensure_valid(file=path, position=p)
                     yield p, batch
                     consumed = p - pos + batch.size_in_bytes
             except TruncatedBatchError:
                 if consumed == 0:
-                    # One batch larger than the chunk: read it whole.
-                    _, length = HEADER.unpack_from(data, 0)[:2]
-                    size = length + LOG_OVERHEAD
-                    if pos + size > self.size:
+                    # One batch larger than the chunk: read it whole, if the file holds it.
+                    if len(data) < LOG_OVERHEAD:
                         raise
-                    batch = RecordBatch(os.pread(self._fd, size, pos))
+                    _, length = _OFFSET_AND_LENGTH.unpack_from(data, 0)
+                    whole = length + LOG_OVERHEAD
+                    if length < HEADER_SIZE - LOG_OVERHEAD or pos + whole > end:
+                        raise
+                    batch = RecordBatch(os.pread(fd, whole, pos))
                     if verify:
-                        batch.ensure_valid(file=str(self.log_path), position=pos)
+                        batch.ensure_valid(file=path, position=pos)
                     yield pos, batch
-                    consumed = size
+                    consumed = whole
             pos += consumed
+
+    def open_reader(self) -> "SegmentReader":
+        """A snapshot reader with its own file descriptor: it stays valid if the segment is later
+        closed, truncated by size, or deleted (the caller must hold the log's lock while opening)."""
+        return SegmentReader(self, os.dup(self._fd), self.size)
 
     # ------------------------------------------------------------------ mutations
 
@@ -468,14 +493,18 @@ class LogSegment:
         return [self.log_path, self.offset_index.path, self.time_index.path]
 
     def change_suffix(self, old: str, new: str) -> None:
-        """Rename all three files from suffix `old` to `new` (e.g. '.swap' -> '')."""
+        """Rename all three files from suffix `old` to `new` (e.g. '.swap' -> '').
+
+        The `.log` goes last: while it still has the old suffix the step is not done, and
+        recovery on open redoes it (index files are derived and are rebuilt when in doubt).
+        """
         def target(path: Path) -> Path:
             invariant(path.name.endswith(old), f"{path} does not end with {old!r}")
             return path.with_name(path.name[: len(path.name) - len(old)] + new)
 
-        self._set_log_path(target(self.log_path))
         self.offset_index.rename_to(target(self.offset_index.path))
         self.time_index.rename_to(target(self.time_index.path))
+        self._set_log_path(target(self.log_path))
 
     def _set_log_path(self, target: Path) -> None:
         os.replace(self.log_path, target)
@@ -517,3 +546,30 @@ def _pwrite_all(fd: int, buffers: list, position: int) -> int:
                 pending[0] = head[n:]
                 n = 0
     return total
+
+
+class SegmentReader:
+    """Batches of one segment as it was when the reader was opened, through a private fd.
+
+    Close it (or use it as a context manager) when done.
+    """
+
+    def __init__(self, segment: LogSegment, fd: int, size: int) -> None:
+        self.segment = segment
+        self.base_offset = segment.base_offset
+        self.size = size
+        self._fd = fd
+
+    def batches(self, start_position: int = 0, *, verify: bool = True) -> Iterator[tuple[int, RecordBatch]]:
+        return self.segment.batches(start_position, verify=verify, fd=self._fd, size=self.size)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "SegmentReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

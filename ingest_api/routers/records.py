@@ -19,7 +19,7 @@ from ingest_api.formats import (
     render_record,
 )
 from ingest_api.routers.deps import get_node, read_body
-from logstore.record_batch import iter_batches
+from logstore.record_batch import TimestampType, iter_batches
 
 router = APIRouter(tags=["records"])
 
@@ -141,9 +141,10 @@ async def fetch_records(topic: str, partition: int, request: Request,
     for _, batch in iter_batches(result.records):
         if batch.is_control:
             continue
+        log_append_time = batch.max_timestamp if batch.timestamp_type == TimestampType.LOG_APPEND_TIME else None
         for rec in batch.records():
             if rec.offset >= offset:
-                out.append(render_record(topic, partition, rec, fmt))
+                out.append(render_record(topic, partition, rec, fmt, timestamp=log_append_time))
     return JSONResponse(out, media_type=fmt, headers=headers)
 
 
