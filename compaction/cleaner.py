@@ -405,6 +405,9 @@ class LogCleaner:
         with self._lock:
             invariant(id(log) in self._logs or len(self._logs) < self.max_logs,
                       f"the cleaner already looks after {self.max_logs} logs")
+            if id(log) not in self._logs:
+                # Records appended again after a truncation are dirty: pull the checkpoint back.
+                log.add_truncation_listener(lambda offset, log=log: maybe_truncate_cleaner_checkpoint(log, offset))
             self._logs[id(log)] = (log, high_watermark)
 
     def unregister(self, log) -> None:
@@ -433,8 +436,8 @@ class LogCleaner:
     def _service(self, log, hw_fn) -> CleanerPassEntry:
         retention = clean = None
         try:
-            # PartitionLog has no public "closed" flag; a read at the LEO raises LogClosedError.
-            log.read(log.log_end_offset, 0)
+            if log.closed:
+                raise LogClosedError(f"log {log.directory} is closed")
             hw = hw_fn() if hw_fn is not None else None
             now_ms = int(self._clock() * 1000)
             if log.config.delete:

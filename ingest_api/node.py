@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable
 
+from compaction.cleaner import LogCleaner
 from infra.config import LOG_CONFIG, ConfigError
 from ingest_api.config import NodeConfig
 from ingest_api.errors import (
@@ -65,6 +66,7 @@ class Node:
         self._ready = False
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None
         self.started_at = time.time()
 
     # ------------------------------------------------------------------ lifecycle
@@ -81,8 +83,8 @@ class Node:
             for p in range(topic.partitions):
                 self._open_partition(topic, p)
         self._start_background(self._flush_loop, "flush-scheduler")
-        if self.config.log_cleaner_enable:
-            self._start_background(self._cleaner_loop, "log-cleaner")
+        if self.cleaner is not None:
+            self.cleaner.start()
         self._ready = True
         log.info("node %s ready: cluster %s, %d partition(s)", self.node_id, self.cluster_id, len(self._partitions))
 
@@ -94,6 +96,8 @@ class Node:
         for p in partitions:
             p.wake_all()
         deadline = time.monotonic() + self.config.shutdown_timeout_ms / 1000
+        if self.cleaner is not None:
+            self.cleaner.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         for p in partitions:
@@ -114,22 +118,6 @@ class Node:
                 except Exception:  # a closed log during deletion; the next pass moves on
                     log.exception("flush of %s failed", p.key)
 
-    def _cleaner_loop(self) -> None:
-        from compaction.cleaner import clean_log
-        from compaction.retention import apply_retention
-
-        interval = self.config.log_cleaner_backoff_ms / 1000
-        while not self._stopping.wait(interval):
-            for p in self.partitions():
-                try:
-                    now_ms = int(time.time() * 1000)
-                    if p.log.config.delete:
-                        apply_retention(p.log, now_ms, high_watermark=p.high_watermark)
-                    if p.log.config.compact:
-                        clean_log(p.log, now_ms, high_watermark=p.high_watermark)
-                except Exception:
-                    log.exception("cleaning %s failed", p.key)
-
     def check_ready(self) -> None:
         if not self._ready:
             raise NotReadyError("node is not ready")
@@ -143,6 +131,8 @@ class Node:
             log.warning("partition %s recovered: %s", key, plog.recovery)
         partition = Partition(key, plog, self.node_id, leader_epoch=max(plog.latest_epoch, 0))
         self._partitions[key] = partition
+        if self.cleaner is not None:
+            self.cleaner.register(plog, lambda: partition.high_watermark)
         return partition
 
     def topics(self) -> list[TopicMetadata]:
@@ -187,6 +177,8 @@ class Node:
                 partition = self._partitions.pop(PartitionKey(name, p), None)
                 if partition is not None:
                     partition.wake_all()
+                    if self.cleaner is not None:
+                        self.cleaner.unregister(partition.log)
                     partition.log.delete()
                 else:
                     shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
