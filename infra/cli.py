@@ -1,9 +1,40 @@
-"""The `lakelog` command line."""
+"""The `lakelog` command line.
+
+    lakelog up [--nodes N] [--data-dir DIR] [--http-port BASE] [--remote URL]   a local cluster
+    lakelog node [--config node.toml] [--set KEY=VALUE ...]                      one ingest node
+    lakelog topics create|list|describe|alter|delete ...                         like kafka-topics.sh
+    lakelog produce TOPIC ...                                                    like kafka-console-producer.sh
+    lakelog consume TOPIC --partition P ...                                      like kafka-console-consumer.sh
+    lakelog dump-log PATH ...                                                    like DumpLogSegments
+
+The console tools talk HTTP to a node (`--bootstrap-server`, default `$LAKELOG_URL` or
+http://127.0.0.1:8082) through `infra.client`. Errors print `lakelog <command>: <message>` on
+stderr and exit 1; usage errors exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import select
+import signal
 import sys
+import time
+from typing import Iterator
+
+#: Most records the producer puts in one request (the node's max.records.per.request default).
+MAX_BATCH_RECORDS = 10000
+DEFAULT_BATCH_RECORDS = 500
+#: Raw key+value bytes per produce request; base64 grows them by 4/3, under max.request.bytes (16 MiB).
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+#: A pause in stdin this long sends what has been read (an interactive producer sees each line go).
+PRODUCE_LINGER_S = 0.1
+#: Long-poll wait of one fetch when the consumer runs until Ctrl-C.
+CONSUME_POLL_MS = 5000
+READ_CHUNK_BYTES = 64 * 1024
+
+
+# ---------------------------------------------------------------------------------------- node, up
 
 
 def _cmd_dump_log(args: argparse.Namespace) -> int:
@@ -14,37 +45,395 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from infra.demo import run_storage_demo
+    from infra.launcher import LauncherConfigError, LocalCluster, build_spec
 
-    return run_storage_demo(args.data_dir)
+    try:
+        spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []))
+    except LauncherConfigError as e:
+        args.parser.error(str(e))  # exits 2, as argparse's own usage errors do
+    return LocalCluster(spec).run()
+
+
+def _exit_zero_on_sigterm() -> None:
+    """Make SIGTERM end `lakelog node` with status 0, after the node has closed its logs.
+
+    uvicorn handles SIGTERM itself (graceful shutdown) and re-raises it once it has put the previous
+    handler back. With the default action that re-raise kills the process before `run_node`'s
+    `finally: node.stop()` writes the clean-shutdown markers; this handler turns it into SystemExit,
+    which unwinds through that `finally`. Later SIGTERMs are ignored so they cannot cut the stop short.
+    """
+
+    def _handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _handler)
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
     from ingest_api.config import NodeConfig
     from ingest_api.server import run_node
 
-    overrides = dict(kv.split("=", 1) for kv in args.set or [])
+    overrides = dict(args.set or [])
     config = NodeConfig.from_toml(args.config, overrides) if args.config else NodeConfig(overrides)
+    _exit_zero_on_sigterm()
     return run_node(config)
+
+
+# ---------------------------------------------------------------------------------------- topics
+
+
+def _client(args: argparse.Namespace):
+    from infra.client import LakelogClient
+
+    return LakelogClient(args.bootstrap_server)
+
+
+def _cmd_topics_create(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.create_topic(args.topic, args.partitions, args.replication_factor, dict(args.config or []))
+    print(f"Created topic {args.topic}.")
+    return 0
+
+
+def _cmd_topics_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        names = sorted(t["topic_name"] for t in client.list_topics())
+    for name in names:
+        print(name)
+    return 0
+
+
+def _cmd_topics_describe(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        names = [args.topic] if args.topic else sorted(t["topic_name"] for t in client.list_topics())
+        for name in names:
+            topic = client.get_topic(name)
+            changed = [f"{c['name']}={c['value']}" for c in client.topic_configs(name) if not c.get("is_default")]
+            print(f"Topic: {name}\tTopicId: {topic.get('topic_id', '')}\t"
+                  f"PartitionCount: {topic.get('partitions_count')}\t"
+                  f"ReplicationFactor: {topic.get('replication_factor')}\tConfigs: {','.join(changed)}")
+            for p in client.partition_replicas(name):
+                leader = "none" if p.leader is None else p.leader
+                print(f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {leader}\t"
+                      f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
+    return 0
+
+
+def _cmd_topics_delete(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.delete_topic(args.topic)
+    print(f"Deleted topic {args.topic}.")
+    return 0
+
+
+def _cmd_topics_alter(args: argparse.Namespace) -> int:
+    if not args.config and not args.delete_config:
+        args.parser.error("give at least one --config KEY=VALUE or --delete-config KEY")
+    with _client(args) as client:
+        client.alter_topic_configs(args.topic, dict(args.config or []), args.delete_config or [])
+    print(f"Completed updating config for topic {args.topic}.")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- produce
+
+
+def _stdin_lines(fd: int, linger_s: float) -> Iterator[bytes | None]:
+    """Lines of `fd` without their line ending (\\n or \\r\\n); None whenever input pauses for `linger_s`.
+
+    Reads the descriptor directly so that a pause can be seen (a buffered reader hides it).
+    """
+    pending = b""
+    while True:
+        if not select.select([fd], [], [], linger_s)[0]:
+            yield None
+        chunk = os.read(fd, READ_CHUNK_BYTES)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line[:-1] if line.endswith(b"\r") else line
+    if pending:
+        yield pending[:-1] if pending.endswith(b"\r") else pending
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from infra.client import ClientError
+
+    separator = args.key_separator.encode("utf-8") if args.key_separator is not None else None
+    sent = requests = 0
+    batch: list[tuple[bytes | None, bytes]] = []
+    batch_bytes = 0
+    started = time.monotonic()
+    with _client(args) as client:
+        # Fail fast on an unknown topic or partition, before waiting for input.
+        client.offsets(args.topic, args.partition if args.partition is not None else 0)
+
+        def flush() -> None:
+            nonlocal sent, requests, batch, batch_bytes
+            if batch:
+                client.produce(args.topic, batch, partition=args.partition, acks=args.acks)
+                sent += len(batch)
+                requests += 1
+                batch, batch_bytes = [], 0
+
+        try:
+            for number, line in enumerate(_stdin_lines(sys.stdin.fileno(), PRODUCE_LINGER_S), start=1):
+                if line is None:
+                    flush()
+                    continue
+                key: bytes | None = None
+                value = line
+                if separator is not None:
+                    key, found, value = line.partition(separator)
+                    if not found:
+                        flush()
+                        raise ClientError(f"line {number} has no key separator {args.key_separator!r}")
+                batch.append((key, value))
+                batch_bytes += len(value) + len(key or b"")
+                if len(batch) >= args.batch_size or batch_bytes >= MAX_BATCH_BYTES:
+                    flush()
+            flush()
+        except BaseException:
+            if sent:
+                print(f"lakelog produce: {sent} record(s) were sent before the error", file=sys.stderr)
+            raise
+    elapsed = time.monotonic() - started
+    print(f"lakelog produce: {sent} record(s) sent to {args.topic} in {requests} request(s), {elapsed:.2f} s",
+          file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- consume
+
+
+def _start_offset(client, args: argparse.Namespace) -> int:
+    if args.from_beginning or args.offset == "earliest":
+        return client.offsets(args.topic, args.partition)[0]
+    if args.offset == "latest":
+        return client.offsets(args.topic, args.partition)[1]
+    return int(args.offset)
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    from infra.client import RequestFailedError
+
+    out = sys.stdout.buffer
+    separator = args.key_separator.encode("utf-8")
+    count = 0
+    try:
+        with _client(args) as client:
+            offset = _start_offset(client, args)
+            idle_since = time.monotonic()
+            while args.max_messages is None or count < args.max_messages:
+                if args.timeout_ms is None:
+                    wait_ms = CONSUME_POLL_MS
+                else:
+                    wait_ms = max(0, int(args.timeout_ms - (time.monotonic() - idle_since) * 1000))
+                try:
+                    response = client.fetch(args.topic, args.partition, offset, timeout_ms=wait_ms)
+                except RequestFailedError as e:
+                    if e.status != 416:
+                        raise
+                    beginning = client.offsets(args.topic, args.partition)[0]
+                    if offset >= beginning:
+                        raise
+                    # Retention deleted what we were about to read: go on from the log start offset.
+                    print(f"lakelog consume: offset {offset} was deleted; continuing at {beginning}",
+                          file=sys.stderr)
+                    offset = beginning
+                    continue
+                records = [r for r in response.records if r.offset >= offset]
+                for r in records:
+                    line = _render(r.value)
+                    if args.print_key:
+                        line = _render(r.key) + separator + line
+                    out.write(line + b"\n")
+                    count += 1
+                    offset = r.offset + 1
+                    if count == args.max_messages:
+                        break
+                if records:
+                    out.flush()
+                    idle_since = time.monotonic()
+                    continue
+                if response.log_start_offset is not None and response.log_start_offset > offset:
+                    offset = response.log_start_offset
+                    continue
+                if args.timeout_ms is not None and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
+                    break
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how an unbounded consumer ends
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BaseException:
+        if count:
+            print(f"Processed a total of {count} messages", file=sys.stderr)
+        raise
+    print(f"Processed a total of {count} messages", file=sys.stderr)
+    return 0
+
+
+def _render(data: bytes | None) -> bytes:
+    if data is None:
+        return b"null"
+    return data.decode("utf-8", "backslashreplace").encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------- parser
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, found, value = text.partition("=")
+    if not found or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
+    return value
+
+
+def _node_count(text: str) -> int:
+    from infra.launcher import LauncherConfigError, validate_node_count
+
+    try:
+        return validate_node_count(_positive_int(text))
+    except LauncherConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--nodes ")) from None
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port")
+    return value
+
+
+def _batch_size(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_BATCH_RECORDS:
+        raise argparse.ArgumentTypeError(f"{value} is above the limit of {MAX_BATCH_RECORDS}")
+    return value
+
+
+def _start_offset_arg(text: str) -> str:
+    if text in ("earliest", "latest"):
+        return text
+    return str(_non_negative_int(text))
+
+
+def _client_options() -> argparse.ArgumentParser:
+    from infra.client import DEFAULT_URL, URL_ENV, default_url
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--bootstrap-server", default=default_url(), metavar="URL",
+                        help=f"a node's HTTP address (default ${URL_ENV}, else {DEFAULT_URL})")
+    return common
+
+
+def _add(sub, name: str, command: str, func, **kw) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, **kw)
+    p.set_defaults(func=func, command_name=command, parser=p)
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakelog", description="Lakelog: a Spark-native distributed log on object storage")
     sub = parser.add_subparsers(dest="command", required=True)
+    client_opts = _client_options()
 
-    up = sub.add_parser("up", help="run a local cluster on the embedded defaults")
-    up.add_argument("--data-dir", default="./data", help="where partition logs live (default ./data)")
-    up.set_defaults(func=_cmd_up)
+    up = _add(sub, "up", "up", _cmd_up, help="run a local cluster in the foreground (Ctrl-C stops it)",
+              description="Run a local cluster in the foreground: node i serves HTTP on 127.0.0.1:BASE+i-1 "
+                          "with its data under DIR/node-i. Ctrl-C or SIGTERM stops the nodes cleanly.")
+    up.add_argument("--nodes", type=_node_count, default=1, metavar="N",
+                    help="number of nodes (default 1; only 1 until replication exists)")
+    up.add_argument("--data-dir", default="./data", metavar="DIR", help="where node-i/ data lives (default ./data)")
+    up.add_argument("--http-port", type=_port, default=8082, metavar="BASE",
+                    help="HTTP port of node 1; node i listens on BASE+i-1 (default 8082)")
+    up.add_argument("--remote", metavar="URL",
+                    help="remote tier: s3://bucket/prefix or file:///path (default file://DIR/remote); "
+                         "validated and recorded, but not used yet: tiering is not implemented")
+    up.add_argument("--set", action="append", type=_key_value, metavar="KEY=VALUE",
+                    help="a node config key for every node (not node.id, log.dirs, listeners)")
 
-    node = sub.add_parser("node", help="run one ingest node")
+    node = _add(sub, "node", "node", _cmd_node, help="run one ingest node")
     node.add_argument("--config", help="node.toml with broker keys (Kafka names)")
-    node.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
-    node.set_defaults(func=_cmd_node)
+    node.add_argument("--set", action="append", type=_key_value, metavar="KEY=VALUE", help="override a config key")
 
-    dump = sub.add_parser("dump-log", help="print the batches and records of .log, .index and .timeindex files")
+    topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics (like kafka-topics.sh)")
+    tsub = topics.add_subparsers(dest="topics_command", required=True)
+    create = _add(tsub, "create", "topics create", _cmd_topics_create, parents=[client_opts], help="create a topic")
+    create.add_argument("topic", metavar="NAME")
+    create.add_argument("--partitions", type=_positive_int, metavar="N", help="partitions (default: the node's num.partitions)")
+    create.add_argument("--replication-factor", type=_positive_int, metavar="R",
+                        help="replicas per partition (default: the node's default.replication.factor)")
+    create.add_argument("--config", action="append", type=_key_value, metavar="KEY=VALUE",
+                        help="a topic config (Kafka names, e.g. retention.ms=3600000); repeatable")
+    _add(tsub, "list", "topics list", _cmd_topics_list, parents=[client_opts], help="list topic names")
+    describe = _add(tsub, "describe", "topics describe", _cmd_topics_describe, parents=[client_opts],
+                    help="partitions, leader, replicas, ISR and non-default configs of a topic (all topics without NAME)")
+    describe.add_argument("topic", metavar="NAME", nargs="?")
+    delete = _add(tsub, "delete", "topics delete", _cmd_topics_delete, parents=[client_opts], help="delete a topic")
+    delete.add_argument("topic", metavar="NAME")
+    alter = _add(tsub, "alter", "topics alter", _cmd_topics_alter, parents=[client_opts],
+                 help="set or reset a topic's configs")
+    alter.add_argument("topic", metavar="NAME")
+    alter.add_argument("--config", action="append", type=_key_value, metavar="KEY=VALUE",
+                       help="set a topic config; repeatable")
+    alter.add_argument("--delete-config", action="append", metavar="KEY",
+                       help="reset a topic config to its default; repeatable")
+
+    produce = _add(sub, "produce", "produce", _cmd_produce, parents=[client_opts],
+                   help="send stdin lines as records (like kafka-console-producer.sh)",
+                   description="Send each line of stdin as one record (binary: any bytes round-trip). Records "
+                               "with keys go to the partition Kafka's murmur2 picks; without keys, each request "
+                               "sticks to one partition. Prints a summary on stderr.")
+    produce.add_argument("topic", metavar="TOPIC")
+    produce.add_argument("--partition", type=_non_negative_int, metavar="P", help="send every record to partition P")
+    produce.add_argument("--key-separator", metavar="SEP",
+                         help="split each line into key and value at the first SEP (a line without SEP is an error)")
+    produce.add_argument("--acks", choices=("0", "1", "all", "-1"), default="all", help="default all")
+    produce.add_argument("--batch-size", type=_batch_size, default=DEFAULT_BATCH_RECORDS, metavar="N",
+                         help=f"most records per request (default {DEFAULT_BATCH_RECORDS})")
+
+    consume = _add(sub, "consume", "consume", _cmd_consume, parents=[client_opts],
+                   help="print a partition's record values (like kafka-console-consumer.sh)",
+                   description="Print record values, one per line (UTF-8; other bytes as \\xNN). Runs until "
+                               "Ctrl-C, --max-messages, or --timeout-ms without new records.")
+    consume.add_argument("topic", metavar="TOPIC")
+    consume.add_argument("--partition", type=_non_negative_int, required=True, metavar="P")
+    start = consume.add_mutually_exclusive_group(required=True)
+    start.add_argument("--offset", type=_start_offset_arg, metavar="O", help="first offset: a number, earliest or latest")
+    start.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
+    consume.add_argument("--max-messages", type=_positive_int, metavar="N", help="stop after N records")
+    consume.add_argument("--timeout-ms", type=_non_negative_int, metavar="T",
+                         help="stop when no record arrived for T ms (default: run until Ctrl-C)")
+    consume.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE")
+    consume.add_argument("--key-separator", default="\t", metavar="SEP", help="between key and value (default tab)")
+
+    dump = _add(sub, "dump-log", "dump-log", _cmd_dump_log,
+                help="print the batches and records of .log, .index and .timeindex files")
     dump.add_argument("paths", nargs="+", metavar="PATH", help="segment files to dump")
     dump.add_argument("--print-data-log", action="store_true", help="also print each record's key and payload")
-    dump.set_defaults(func=_cmd_dump_log)
     return parser
 
 
@@ -57,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except LakelogError as e:
-        print(f"lakelog {args.command}: {e}", file=sys.stderr)
+        print(f"lakelog {args.command_name}: {e}", file=sys.stderr)
         return 1
 
 

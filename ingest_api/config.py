@@ -40,7 +40,8 @@ NODE_CONFIG = (
     .define("request.timeout.ms", int, 30000, "How long acks=all produce waits for the high watermark.",
             min=1, max=10 * 60 * 1000, unit="ms")
     .define("log.cleaner.enable", bool, True, "Run the background cleaner (retention and compaction).")
-    .define("log.cleaner.backoff.ms", int, 15000, "Sleep between cleaner passes.", min=10, max=DAY_MS, unit="ms")
+    .define("log.cleaner.backoff.ms", int, 15000, "Sleep between cleaner passes.", min=10, max=60 * 60 * 1000,
+            unit="ms")
     .define("log.flush.scheduler.interval.ms", int, 1000, "How often flush.ms is checked.", min=10,
             max=DAY_MS, unit="ms")
     .define("shutdown.timeout.ms", int, 10000, "Most time a clean shutdown may take.", min=100,
