@@ -47,15 +47,16 @@ def create_app(node: Node) -> FastAPI:
     async def _http_error(request: Request, exc: StarletteHTTPException):
         return error_response(exc.status_code, exc.status_code, str(exc.detail))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        log.exception("%s %s failed", request.method, request.url.path)
-        return error_response(500, 50001, "internal error")
-
     @app.middleware("http")
     async def _observe(request: Request, call_next):
         start = time.perf_counter()
-        response = await call_next(request)
+        try:
+            response = await call_next(request)
+        except Exception:
+            # Answered here rather than by an exception handler, which would re-raise after
+            # responding and make the server drop the keep-alive connection.
+            log.exception("%s %s failed", request.method, request.url.path)
+            response = error_response(500, 50001, "internal error")
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
         metrics: NodeMetrics = app.state.metrics

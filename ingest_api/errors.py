@@ -114,7 +114,7 @@ def http_error(exc: BaseException) -> tuple[int, int, str]:
     if isinstance(exc, ConfigError):
         return 400, 40002, str(exc)
     if isinstance(exc, LogClosedError):
-        return 503, 50301, str(exc)
+        return 503, 50301, "the partition is being closed; retry"
     if isinstance(exc, CorruptRecordError):
         return 500, 50002, "stored data failed its checksum; it will not be served"
     if isinstance(exc, LakelogError):

@@ -67,9 +67,14 @@ def _json_bytes(value: Any) -> bytes | None:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def _reject_constant(token: str) -> Any:
+    # NaN / Infinity are not JSON (RFC 8259); stored, they could never be fetched as JSON again.
+    raise ValueError(f"{token} is not valid JSON")
+
+
 def parse_produce_body(body: bytes, fmt: str, max_records: int) -> list[ProduceRecord]:
     try:
-        doc = json.loads(body)
+        doc = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError):
         raise InvalidRequestError("request body is not valid JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):

@@ -127,21 +127,33 @@ class MetadataStore:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
             t = TopicMetadata(name, str(uuid.uuid4()), partitions, replication_factor, dict(configs), replicas)
             self._topics[name] = t
-            self._persist()
+            try:
+                self._persist()
+            except BaseException:
+                del self._topics[name]
+                raise
             return t
 
     def delete_topic(self, name: str) -> TopicMetadata:
         with self._lock:
             t = self.topic(name)
             del self._topics[name]
-            self._persist()
+            try:
+                self._persist()
+            except BaseException:
+                self._topics[name] = t  # memory follows the file: the topic still exists
+                raise
             return t
 
     def set_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         with self._lock:
             t = self.topic(name)
-            t.configs = dict(configs)
-            self._persist()
+            previous, t.configs = t.configs, dict(configs)
+            try:
+                self._persist()
+            except BaseException:
+                t.configs = previous
+                raise
             return t
 
 

@@ -13,6 +13,8 @@ are serialised by the node's lock, appends and reads by each partition log's loc
 from __future__ import annotations
 
 import logging
+import os
+import resource
 import shutil
 import threading
 import time
@@ -27,6 +29,7 @@ from ingest_api.errors import (
     NotReadyError,
     PartitionNotFoundError,
     RequestTooLargeError,
+    TopicExistsError,
 )
 from ingest_api.metadata import MetadataStore, TopicMetadata, load_or_create_meta_properties
 from ingest_api.names import validate_topic_name
@@ -36,6 +39,9 @@ from logstore.log import AppendInfo, FetchResult, PartitionLog
 from logstore.record_batch import Record, build_batch
 
 log = logging.getLogger("lakelog.node")
+
+#: Open files a partition's log holds (the active segment's .log, .index, .timeindex).
+FILES_PER_PARTITION = 3
 
 
 @dataclass(frozen=True)
@@ -155,12 +161,43 @@ class Node:
             raise InvalidRequestError(f"replication_factor {rf} is larger than the 1 available node(s)")
         configs = self._validated_configs(configs or {})
         with self._lock:
-            topic = self.metadata.create_topic(name, partitions, rf, configs,  # type: ignore[union-attr]
-                                               [[self.node_id] for _ in range(partitions)])
-            for p in range(partitions):
-                self._open_partition(topic, p)
+            if self.metadata.has_topic(name):  # type: ignore[union-attr]
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            self._check_file_budget(partitions)
+            topic = TopicMetadata(name, "", partitions, rf, configs, [[self.node_id] for _ in range(partitions)])
+            opened: list[Partition] = []
+            try:
+                # Open every log before the topic is recorded: a failure leaves no half-made topic.
+                for p in range(partitions):
+                    opened.append(self._open_partition(topic, p))
+                topic = self.metadata.create_topic(name, partitions, rf, configs,  # type: ignore[union-attr]
+                                                   topic.replicas)
+            except BaseException:
+                for part in opened:
+                    self._partitions.pop(part.key, None)
+                    if self.cleaner is not None:
+                        self.cleaner.unregister(part.log)
+                    part.log.delete()
+                raise
         log.info("created topic %s with %d partition(s)", name, partitions)
         return topic
+
+    def _check_file_budget(self, new_partitions: int) -> None:
+        """Refuse a topic whose logs would not fit in the process's open-file limit."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return
+        try:
+            in_use = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            in_use = 0
+        # Each partition keeps its active segment's .log, .index and .timeindex open; keep a
+        # quarter of the limit for sockets, sealed segments and checkpoints.
+        needed = new_partitions * FILES_PER_PARTITION
+        if in_use + needed > soft * 3 // 4:
+            raise InvalidRequestError(f"{new_partitions} more partition(s) need about {needed} open files; this node "
+                                      f"uses {in_use} of its limit of {soft}: raise the limit (ulimit -n) or use "
+                                      f"fewer partitions")
 
     def _validated_configs(self, configs: dict[str, str]) -> dict[str, str]:
         for name in configs:
@@ -265,7 +302,8 @@ class Node:
         if len(result.records) or timeout_ms <= 0:
             return result
         await p.wait_for_data(offset, min(timeout_ms, self.config.fetch_max_wait_ms) / 1000)
-        return p.read(offset, max_bytes)
+        # Look the partition up again: the topic may have been deleted (404) while we waited.
+        return self.partition(topic, partition).read(offset, max_bytes)
 
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
         """(beginning offset, end offset) as a consumer sees them: log start offset and HW."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 import sys
 import time
 
@@ -33,8 +34,19 @@ def configure_logging(level: str = "INFO") -> None:
     root.setLevel(level)
 
 
+def raise_open_file_limit() -> None:
+    """Lift the soft open-file limit to the hard one: every partition keeps files open."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
 def run_node(config: NodeConfig) -> int:
     configure_logging()
+    raise_open_file_limit()
     node = Node(config)
     node.start()
     app = create_app(node)

@@ -1,0 +1,175 @@
+"""Schemathesis over a live node's `/openapi.json`: no request, valid or not, gets a 5xx answer.
+
+The node is a real process. A few topics exist and hold records, and the path parameters draw from
+them (and from the real cluster id) part of the time, so generated requests reach real data instead
+of only 404s. The run is bounded (examples per operation) to stay well under a minute.
+
+Each documented operation is its own test: schemathesis generates valid and invalid cases
+(`APIOperation.as_strategy`, positive and negative modes) and `case.call_and_validate` runs the
+`not_a_server_error` check against the live node. (`schemathesis.pytest.from_fixture`, the lazy
+loader a module-scoped node would need, reads `request.node._nodeid`, which pytest 9 removed.)
+Set LAKELOG_FUZZ_SEED to replay a run; the seed in use is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import httpx
+import pytest
+import schemathesis
+from schemathesis import GenerationMode
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+from schemathesis.checks import not_a_server_error
+from schemathesis.config import SchemathesisConfig
+
+from logstore.record_batch import Record, build_batch
+from tests.support.nodes import NodeProcess, start_node
+
+JSON_V2 = "application/vnd.kafka.json.v2+json"
+RECORDBATCH = "application/vnd.kafka.recordbatch"
+HTTP_TIMEOUT_S = 30.0
+TOPICS = ["fuzzed", "fuzzed-b", "fuzzed-c"]
+MAX_EXAMPLES = 20
+SEED = int(os.environ.get("LAKELOG_FUZZ_SEED") or random.randrange(2**31))
+
+
+@pytest.fixture(scope="module")
+def fuzz_node(tmp_path_factory) -> NodeProcess:
+    # Bounded waits and topic sizes keep every generated request short. (Thousands of partitions
+    # per topic run the process out of file descriptors: test_node_api covers that on its own.)
+    n = start_node(tmp_path_factory.mktemp("fuzz-node"),
+                   **{"fetch.max.wait.ms": "200", "max.partitions.per.topic": "64"})
+    try:
+        yield n
+    finally:
+        try:
+            n.stop()
+        finally:
+            n.kill()
+
+
+@pytest.fixture(scope="module")
+def fuzz_cluster_id(fuzz_node) -> str:
+    """Topics with records in every format, so fetches and offsets hit real data."""
+    with httpx.Client(base_url=fuzz_node.url, timeout=HTTP_TIMEOUT_S) as c:
+        cid = c.get("/v3/clusters").json()["data"][0]["cluster_id"]
+        for name in TOPICS:
+            r = c.post(f"/v3/clusters/{cid}/topics", json={"topic_name": name, "partitions_count": 3})
+            assert r.status_code == 201, r.text
+            for p in range(3):
+                body = {"records": [{"key": f"k{i}", "value": {"i": i}} for i in range(5)]}
+                r = c.post(f"/topics/{name}/partitions/{p}", content=json.dumps(body).encode(),
+                           headers={"Content-Type": JSON_V2})
+                assert r.status_code == 200, r.text
+                batch = build_batch([Record(i, 1_700_000_000_000 + i, b"k", b"\x00\xffraw") for i in range(3)])
+                r = c.post(f"/topics/{name}/partitions/{p}", content=batch, headers={"Content-Type": RECORDBATCH})
+                assert r.status_code == 200, r.text
+    return cid
+
+
+@pytest.fixture(scope="module")
+def node_schema(fuzz_node, fuzz_cluster_id):
+    print(f"schemathesis seed: {SEED} (LAKELOG_FUZZ_SEED={SEED} replays it)")
+    config = SchemathesisConfig.from_dict({
+        "seed": SEED,
+        "request-timeout": HTTP_TIMEOUT_S,
+        "dictionaries": {
+            "topics": {"values": TOPICS},
+            "clusters": {"values": [fuzz_cluster_id]},
+            "partitions": {"values": [0, 1, 2]},
+            "config_names": {"values": ["retention.ms", "segment.bytes", "cleanup.policy", "max.message.bytes"]},
+            "offsets": {"values": [0, 1, 4, 5, 7]},
+        },
+        "parameters": {
+            "path.topic": {"dictionary": "topics", "probability": 0.6},
+            "path.cluster_id": {"dictionary": "clusters", "probability": 0.8},
+            "path.partition": {"dictionary": "partitions", "probability": 0.6},
+            "path.name": {"dictionary": "config_names", "probability": 0.5},
+            "query.offset": {"dictionary": "offsets", "probability": 0.5},
+        },
+    })
+    return schemathesis.openapi.from_url(f"{fuzz_node.url}/openapi.json", config=config,
+                                         timeout=HTTP_TIMEOUT_S)
+
+
+#: Every operation the node documents. `test_every_documented_operation_is_fuzzed` keeps this
+#: list honest, so a new route cannot escape the fuzzer.
+OPERATIONS = [
+    ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics"),
+    ("GET", "/topics"), ("GET", "/topics/{topic}"), ("POST", "/topics/{topic}"),
+    ("GET", "/topics/{topic}/partitions"), ("GET", "/topics/{topic}/partitions/{partition}"),
+    ("POST", "/topics/{topic}/partitions/{partition}"),
+    ("GET", "/topics/{topic}/partitions/{partition}/records"),
+    ("GET", "/topics/{topic}/partitions/{partition}/offsets"),
+    ("GET", "/brokers"),
+    ("GET", "/v3/clusters"), ("GET", "/v3/clusters/{cluster_id}"),
+    ("GET", "/v3/clusters/{cluster_id}/topics"), ("POST", "/v3/clusters/{cluster_id}/topics"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/configs"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}"),
+    ("PUT", "/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}"),
+    ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}"),
+    ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/configs:alter"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}"),
+    ("GET", "/v3/clusters/{cluster_id}/brokers"), ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}"),
+    # Last: it may delete the seeded topics the other operations read.
+    ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}"),
+]
+
+
+def test_every_documented_operation_is_fuzzed(node_schema):
+    documented = set()
+    for result in node_schema.get_all_operations():
+        operation = result.ok()  # raises on an operation schemathesis cannot read
+        documented.add((operation.method.upper(), operation.path))
+    assert documented == set(OPERATIONS)
+
+
+@pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{m} {p}" for m, p in OPERATIONS])
+def test_no_server_errors(node_schema, fuzz_node, method, path):
+    operation = node_schema[path][method]
+    modes = [GenerationMode.POSITIVE]
+    if operation.path_parameters or operation.query or operation.body:
+        modes.append(GenerationMode.NEGATIVE)  # nothing to make invalid otherwise
+    strategy = st.one_of([operation.as_strategy(generation_mode=mode) for mode in modes])
+
+    @seed(SEED)
+    @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def check_case(case) -> None:
+        response = case.call_and_validate(checks=[not_a_server_error], timeout=HTTP_TIMEOUT_S)
+        assert response.status_code < 500, (response.status_code, response.text)
+
+    try:
+        check_case()
+    except BaseException as e:
+        e.add_note(f"replay with LAKELOG_FUZZ_SEED={SEED}")
+        raise
+    assert fuzz_node.proc.poll() is None, fuzz_node.read_log()[-4000:]
+
+
+def test_fuzzing_left_the_node_healthy(fuzz_node, fuzz_cluster_id):
+    """After the fuzz run (same module, same node): ready, and every remaining seeded partition
+    still serves its records from its log start. (The fuzzer may have deleted topics or changed
+    their retention and cleanup policy; those are valid requests.)"""
+    with httpx.Client(base_url=fuzz_node.url, timeout=HTTP_TIMEOUT_S) as c:
+        assert c.get("/readyz").status_code == 200
+        topics = c.get("/topics").json()
+        for name in (t for t in TOPICS if t in topics):
+            for p in range(3):
+                r = c.get(f"/topics/{name}/partitions/{p}/offsets")
+                assert r.status_code == 200, r.text
+                start, end = r.json()["beginning_offset"], r.json()["end_offset"]
+                assert 0 <= start <= end == 8
+                r = c.get(f"/topics/{name}/partitions/{p}/records", params={"offset": start, "timeout": 0},
+                          headers={"Accept": "application/vnd.kafka.binary.v2+json"})
+                assert r.status_code == 200, r.text
+                got = [x["offset"] for x in r.json()]
+                assert got == sorted(set(got)) and all(start <= o < end for o in got)
+                assert bool(got) == (start < end)
