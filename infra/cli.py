@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import select
-import signal
 import sys
 import time
 from typing import Iterator
+
+from infra.errors import ErrorKind, LakelogError
 
 #: Most records the producer puts in one request (the node's max.records.per.request default).
 MAX_BATCH_RECORDS = 10000
@@ -54,29 +55,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return LocalCluster(spec).run()
 
 
-def _exit_zero_on_sigterm() -> None:
-    """Make SIGTERM end `lakelog node` with status 0, after the node has closed its logs.
-
-    uvicorn handles SIGTERM itself (graceful shutdown) and re-raises it once it has put the previous
-    handler back. With the default action that re-raise kills the process before `run_node`'s
-    `finally: node.stop()` writes the clean-shutdown markers; this handler turns it into SystemExit,
-    which unwinds through that `finally`. Later SIGTERMs are ignored so they cannot cut the stop short.
-    """
-
-    def _handler(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, _handler)
-
-
 def _cmd_node(args: argparse.Namespace) -> int:
     from ingest_api.config import NodeConfig
     from ingest_api.server import run_node
 
     overrides = dict(args.set or [])
     config = NodeConfig.from_toml(args.config, overrides) if args.config else NodeConfig(overrides)
-    _exit_zero_on_sigterm()
     return run_node(config)
 
 
@@ -158,9 +142,13 @@ def _stdin_lines(fd: int, linger_s: float) -> Iterator[bytes | None]:
         yield pending[:-1] if pending.endswith(b"\r") else pending
 
 
-def _cmd_produce(args: argparse.Namespace) -> int:
-    from infra.client import ClientError
+class InputError(LakelogError):
+    """A line of stdin cannot become a record."""
 
+    kind = ErrorKind.INVALID_REQUEST
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
     separator = args.key_separator.encode("utf-8") if args.key_separator is not None else None
     sent = requests = 0
     batch: list[tuple[bytes | None, bytes]] = []
@@ -179,17 +167,19 @@ def _cmd_produce(args: argparse.Namespace) -> int:
                 batch, batch_bytes = [], 0
 
         try:
-            for number, line in enumerate(_stdin_lines(sys.stdin.fileno(), PRODUCE_LINGER_S), start=1):
+            number = 0
+            for line in _stdin_lines(sys.stdin.fileno(), PRODUCE_LINGER_S):
                 if line is None:
                     flush()
                     continue
+                number += 1
                 key: bytes | None = None
                 value = line
                 if separator is not None:
                     key, found, value = line.partition(separator)
                     if not found:
                         flush()
-                        raise ClientError(f"line {number} has no key separator {args.key_separator!r}")
+                        raise InputError(f"line {number} has no key separator {args.key_separator!r}")
                 batch.append((key, value))
                 batch_bytes += len(value) + len(key or b"")
                 if len(batch) >= args.batch_size or batch_bytes >= MAX_BATCH_BYTES:
@@ -439,8 +429,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from infra.errors import LakelogError
-
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

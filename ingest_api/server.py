@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import resource
+import signal
 import sys
 import time
 
@@ -44,9 +45,27 @@ def raise_open_file_limit() -> None:
             pass
 
 
+def exit_zero_on_sigterm() -> None:
+    """Make SIGTERM end the node with status 0, after it has closed its logs.
+
+    uvicorn handles SIGTERM itself (graceful shutdown) and then re-raises it with the previous
+    handler restored. With the default action that re-raise would kill the process before
+    `run_node`'s `finally: node.stop()` writes the clean-shutdown markers; this handler turns it
+    into SystemExit, which unwinds through that `finally`. Later SIGTERMs are ignored so they
+    cannot cut the stop short.
+    """
+
+    def _handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _handler)
+
+
 def run_node(config: NodeConfig) -> int:
     configure_logging()
     raise_open_file_limit()
+    exit_zero_on_sigterm()
     node = Node(config)
     node.start()
     app = create_app(node)

@@ -21,6 +21,12 @@ class ClusterNotFoundError(NodeError):
     status, error_code = 404, 40403
 
 
+class BrokerNotFoundError(NodeError):
+    """No broker with that id."""
+
+    status, error_code = 404, 40403
+
+
 class ConfigNotFoundError(NodeError):
     """No topic config of that name."""
 
@@ -226,6 +232,22 @@ async def get_partition(cluster_id: str, topic: str, partition: int, request: Re
     return JSONResponse(_partition_body(request, node, node.topic(topic), partition))
 
 
+@router.get("/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas",
+            summary="List a partition's replicas")
+async def list_replicas(cluster_id: str, topic: str, partition: int, request: Request):
+    node = _cluster(request, cluster_id)
+    part = node.partition(topic, partition)
+    t = node.topic(topic)
+    replicas = t.replicas[partition] if partition < len(t.replicas) else [node.node_id]
+    url = f"{_base(request)}/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas"
+    data = [{"kind": "KafkaReplica",
+             "metadata": _meta(f"{url}/{b}", f"crn:///kafka={cluster_id}/topic={topic}/partition={partition}/replica={b}"),
+             "cluster_id": cluster_id, "topic_name": topic, "partition_id": partition, "broker_id": b,
+             "is_leader": b == replicas[0], "is_in_sync": b in part.isr,
+             "broker": {"related": f"{_base(request)}/clusters/{cluster_id}/brokers/{b}"}} for b in replicas]
+    return _list("KafkaReplicaList", url, data)
+
+
 @router.get("/clusters/{cluster_id}/brokers", summary="List brokers")
 async def list_brokers(cluster_id: str, request: Request):
     node = _cluster(request, cluster_id)
@@ -236,5 +258,5 @@ async def list_brokers(cluster_id: str, request: Request):
 async def get_broker(cluster_id: str, broker_id: int, request: Request):
     node = _cluster(request, cluster_id)
     if broker_id != node.node_id:
-        raise ClusterNotFoundError(f"Broker {broker_id} not found.")
+        raise BrokerNotFoundError(f"Broker {broker_id} not found.")
     return JSONResponse(_broker_body(request, node))

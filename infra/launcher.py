@@ -1,0 +1,388 @@
+"""`lakelog up`: a local cluster in the foreground, on the embedded defaults.
+
+Node i (1..N) is a child process `lakelog node` with `node.id=i`, serving HTTP on `127.0.0.1:BASE+i-1`
+with its partition logs under `DATA_DIR/node-i/`. The launcher prints where each node listens,
+waits until every node answers `/readyz`, then waits for:
+
+  * Ctrl-C or SIGTERM: every node gets SIGTERM (a node closes its logs cleanly, leaving the
+    clean-shutdown marker), is waited for up to `stop_timeout_s`, then SIGKILLed (at once on a
+    second Ctrl-C); exit 0 when every node stopped by itself with status 0, else 1;
+  * a node exiting on its own: its exit is printed, the others are stopped as above, exit 1.
+
+Nodes run in their own sessions, so a terminal's Ctrl-C reaches the launcher only and the shutdown
+is the launcher's one SIGTERM per node. On Linux a node also gets SIGKILL if the launcher dies
+without stopping it (PR_SET_PDEATHSIG), so a killed launcher leaves no orphan holding a port.
+Node output is forwarded to the launcher's stderr, each line prefixed with the node's name.
+
+Until replication exists N must be 1: independent nodes would not share topics or data, which
+would look like a cluster and behave like N unrelated ones. The remote tier URL (`s3://bucket/prefix`
+or `file:///path`, default `file://DATA_DIR/remote`) is validated and kept in the spec for the
+tiering manager; nothing uses it yet.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Mapping
+from urllib.parse import unquote, urlsplit
+
+import httpx
+
+from infra.config import ConfigError
+
+DEFAULT_HTTP_PORT = 8082
+DEFAULT_DATA_DIR = "./data"
+HOST = "127.0.0.1"
+#: Largest N until the replication issue lands.
+MAX_LOCAL_NODES = 1
+#: Keys the launcher sets per node; `--set` may not override them.
+RESERVED_NODE_KEYS = ("node.id", "log.dirs", "listeners")
+READY_TIMEOUT_S = 60.0
+#: A node's own clean stop is bounded by shutdown.timeout.ms (10 s) plus uvicorn's 5 s grace.
+STOP_TIMEOUT_S = 20.0
+POLL_INTERVAL_S = 0.1
+LOG_TAIL_LINES = 20
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class LauncherConfigError(ConfigError):
+    """`lakelog up` was asked for something it cannot run (node count, ports, remote URL)."""
+
+
+@dataclass(frozen=True)
+class RemoteTier:
+    """Where sealed segments will go: an S3 bucket and prefix, or a local directory."""
+
+    url: str
+    scheme: str  # "s3" or "file"
+    bucket: str | None = None
+    prefix: str = ""
+    path: Path | None = None
+
+
+def parse_remote_url(url: str) -> RemoteTier:
+    """Validate `s3://bucket[/prefix]` or `file:///absolute/path`."""
+    parts = urlsplit(url)
+    if parts.scheme == "s3":
+        bucket = parts.netloc
+        if not _BUCKET.match(bucket) or ".." in bucket:
+            raise LauncherConfigError(f"--remote {url!r}: {bucket!r} is not a valid S3 bucket name "
+                                      "(3-63 lowercase letters, digits, '.' or '-')")
+        if parts.query or parts.fragment:
+            raise LauncherConfigError(f"--remote {url!r}: an S3 URL takes no query or fragment")
+        return RemoteTier(url, "s3", bucket=bucket, prefix=parts.path.strip("/"))
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise LauncherConfigError(f"--remote {url!r}: a file URL names a local path: file:///path")
+        path = unquote(parts.path)
+        if not path.startswith("/") or parts.query or parts.fragment:
+            raise LauncherConfigError(f"--remote {url!r}: expected file:///absolute/path")
+        return RemoteTier(url, "file", path=Path(path))
+    raise LauncherConfigError(f"--remote {url!r}: expected s3://bucket/prefix or file:///path")
+
+
+def validate_node_count(nodes: int) -> int:
+    if nodes < 1:
+        raise LauncherConfigError(f"--nodes must be at least 1, not {nodes}")
+    if nodes > MAX_LOCAL_NODES:
+        raise LauncherConfigError(
+            f"--nodes {nodes}: only {MAX_LOCAL_NODES} node is supported until replication exists; "
+            f"{nodes} independent nodes would not share topics or data")
+    return nodes
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What `lakelog up` runs: validated, with absolute paths."""
+
+    nodes: int
+    data_dir: Path
+    http_port: int
+    remote: RemoteTier
+    node_overrides: Mapping[str, str] = field(default_factory=dict)
+
+    def node_port(self, node_id: int) -> int:
+        return self.http_port + node_id - 1
+
+    def node_url(self, node_id: int) -> str:
+        return f"http://{HOST}:{self.node_port(node_id)}"
+
+    def node_dir(self, node_id: int) -> Path:
+        return self.data_dir / f"node-{node_id}"
+
+    def node_args(self, node_id: int) -> list[str]:
+        """The `lakelog node` command line of node `node_id`."""
+        args = [sys.executable, "-m", "infra.cli", "node",
+                "--set", f"node.id={node_id}",
+                "--set", f"log.dirs={self.node_dir(node_id)}",
+                "--set", f"listeners={self.node_url(node_id)}"]
+        for k, v in self.node_overrides.items():
+            args += ["--set", f"{k}={v}"]
+        return args
+
+
+def build_spec(nodes: int = 1, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
+               remote: str | None = None, node_overrides: Mapping[str, str] | None = None) -> ClusterSpec:
+    validate_node_count(nodes)
+    if http_port < 1 or http_port + nodes - 1 > 65535:
+        raise LauncherConfigError(f"--http-port {http_port}: ports {http_port}..{http_port + nodes - 1} "
+                                  "must lie in 1..65535")
+    root = Path(data_dir).expanduser().resolve()
+    remote_tier = parse_remote_url(remote if remote is not None else (root / "remote").as_uri())
+    overrides = dict(node_overrides or {})
+    for key in overrides:
+        if key in RESERVED_NODE_KEYS:
+            raise LauncherConfigError(f"--set {key}: the launcher sets {', '.join(RESERVED_NODE_KEYS)} itself")
+    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides)
+    from ingest_api.config import NodeConfig
+
+    for i in range(1, nodes + 1):
+        try:  # refuse a bad --set here, not as a node that dies at start
+            NodeConfig({**overrides, "node.id": i, "log.dirs": str(spec.node_dir(i)), "listeners": spec.node_url(i)})
+        except ConfigError as e:
+            raise LauncherConfigError(f"--set: {e}") from None
+    return spec
+
+
+def _port_in_use(port: int) -> bool:
+    # SO_REUSEADDR as uvicorn binds: a port in TIME_WAIT is usable, one with a listener is not.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def _pdeathsig_hook():
+    """A pre-exec hook (Linux) that makes the kernel SIGKILL the child when the launcher dies.
+
+    libc's prctl is looked up here, in the parent: after fork the child only calls it, with no
+    import or loader lock that another launcher thread might have held at the fork.
+    """
+    if sys.platform != "linux":
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # best effort: a SIGKILLed launcher may then orphan its nodes
+        return None
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+
+    return hook
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+class NodeChild:
+    """One `lakelog node` child: its process and a thread forwarding its output."""
+
+    def __init__(self, spec: ClusterSpec, node_id: int, log_out: IO[bytes] | None) -> None:
+        self.node_id = node_id
+        self.name = f"node-{node_id}"
+        self.url = spec.node_url(node_id)
+        self.args = spec.node_args(node_id)
+        self.data_dir = spec.node_dir(node_id)
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._log_out = log_out
+        self.proc: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+        self.killed = False
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            self.args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True, preexec_fn=_pdeathsig_hook())
+        self._reader = threading.Thread(target=self._forward, args=(self.proc.stdout,), name=f"{self.name}-output",
+                                        daemon=True)
+        self._reader.start()
+
+    def _forward(self, pipe: IO[bytes]) -> None:
+        prefix = f"{self.name} | ".encode()
+        for line in iter(pipe.readline, b""):
+            self.tail.append(line)
+            if self._log_out is not None:
+                try:
+                    self._log_out.write(prefix + line)
+                    self._log_out.flush()
+                except (OSError, ValueError):  # our stderr went away; keep draining the pipe
+                    self._log_out = None
+        pipe.close()
+
+    def poll(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def is_ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL the node's process group (it runs in its own session)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.killed = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, deadline: float) -> int:
+        """Wait for the exit until `deadline` (monotonic); SIGKILL the node's group after it."""
+        if self.proc is None:
+            return 0
+        try:
+            code = self.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(2.0)
+        return code
+
+    def tail_text(self) -> str:
+        return b"".join(self.tail).decode("utf-8", "replace")
+
+
+class LocalCluster:
+    """Runs a ClusterSpec in the foreground: `run()` returns the exit status of `lakelog up`."""
+
+    def __init__(self, spec: ClusterSpec, *, out: IO[str] | None = None, node_log: IO[bytes] | None = None,
+                 ready_timeout_s: float = READY_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+        self.spec = spec
+        self.out = out if out is not None else sys.stdout
+        self.node_log = node_log if node_log is not None else sys.stderr.buffer
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.children: list[NodeChild] = []
+        self._stop = threading.Event()
+        self._stop_signal: str | None = None
+        self._stopping = False
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
+        """Signal handler: the first signal stops the nodes cleanly, a second one during that kills them."""
+        if self._stopping:
+            for c in self.children:
+                c.kill()
+            return
+        if signum is not None and self._stop_signal is None:
+            self._stop_signal = signal.Signals(signum).name
+        self._stop.set()
+
+    def run(self) -> int:
+        previous = {s: signal.signal(s, self.request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._run()
+        finally:
+            self.stop()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _run(self) -> int:
+        spec = self.spec
+        for i in range(1, spec.nodes + 1):
+            if _port_in_use(spec.node_port(i)):
+                raise LauncherConfigError(f"port {spec.node_port(i)} (node {i}) is already in use; "
+                                          "choose another --http-port")
+        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        noun = "node" if spec.nodes == 1 else "nodes"
+        self._say(f"lakelog up: {spec.nodes} {noun}, data in {spec.data_dir}")
+        self._say(f"  remote tier {spec.remote.url} (recorded for tiering; not used yet)")
+        for i in range(1, spec.nodes + 1):
+            child = NodeChild(spec, i, self.node_log)
+            self.children.append(child)
+            child.start()
+            self._say(f"  node {i}: {child.url}  (pid {child.proc.pid}, data {child.data_dir})")
+
+        pending = list(self.children)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while pending:
+            if self._stop.is_set():
+                return self._finish(0)
+            if (failed := self._exited_child()) is not None:
+                return self._report_exit(failed)
+            pending = [c for c in pending if not c.is_ready()]
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                names = ", ".join(c.name for c in pending)
+                self._say(f"lakelog up: {names} not ready after {self.ready_timeout_s:g} s; stopping")
+                return self._finish(1)
+            self._stop.wait(POLL_INTERVAL_S)
+        self._say(f"lakelog up: ready. Try: lakelog topics create demo --bootstrap-server {spec.node_url(1)}")
+        self._say("Press Ctrl-C to stop.")
+
+        while not self._stop.wait(POLL_INTERVAL_S):
+            if (failed := self._exited_child()) is not None:
+                return self._report_exit(failed)
+        return self._finish(0)
+
+    def _exited_child(self) -> NodeChild | None:
+        return next((c for c in self.children if c.poll() is not None), None)
+
+    def _report_exit(self, child: NodeChild) -> int:
+        self._say(f"lakelog up: {child.name} (pid {child.proc.pid}) {describe_exit(child.proc.returncode)} "
+                  "unexpectedly; stopping the others")
+        tail = child.tail_text().rstrip()
+        if tail:
+            self._say(f"  last output of {child.name}:\n" + "\n".join(f"    {ln}" for ln in tail.splitlines()))
+        self._finish(1)
+        return 1
+
+    def _finish(self, status: int) -> int:
+        if self._stop_signal:
+            self._say(f"lakelog up: {self._stop_signal} received; stopping {len(self.children)} node(s)")
+        clean = self.stop()
+        if status == 0 and clean:
+            self._say("lakelog up: stopped cleanly")
+        return status if clean else 1
+
+    def stop(self) -> bool:
+        """SIGTERM every running node, wait up to stop_timeout_s, SIGKILL the rest. True if all exited 0."""
+        running = [c for c in self.children if c.poll() is None]
+        self._stopping = bool(running)
+        for c in running:
+            c.terminate()
+        deadline = time.monotonic() + self.stop_timeout_s
+        clean = True
+        for c in running:
+            code = c.wait(deadline)
+            if c.killed:
+                self._say(f"lakelog up: {c.name} did not stop by itself; killed it")
+                clean = False
+            elif code != 0:
+                self._say(f"lakelog up: {c.name} {describe_exit(code)} while stopping")
+                clean = False
+        return clean
