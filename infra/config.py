@@ -159,18 +159,14 @@ class TypedConfig:
     Immutable: a change builds a new instance.
     """
 
-    __slots__ = ("_values",)
     DEFINITION: ConfigDef
 
     def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
-        object.__setattr__(self, "_values", self.DEFINITION.parse(overrides))
-
-    def __getattr__(self, attr: str) -> Any:
-        values = object.__getattribute__(self, "_values")
-        try:
-            return values[attr.replace("_", ".")]
-        except KeyError:
-            raise AttributeError(attr) from None
+        values = self.DEFINITION.parse(overrides)
+        object.__setattr__(self, "_values", values)
+        # Plain instance attributes: config reads sit on hot paths (every append reads several).
+        for name, value in values.items():
+            object.__setattr__(self, name.replace(".", "_"), value)
 
     def __setattr__(self, attr: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable; build a new one")
@@ -196,7 +192,6 @@ class TypedConfig:
 class LogConfig(TypedConfig):
     """The typed, validated log (topic) configuration of one partition."""
 
-    __slots__ = ()
     DEFINITION = LOG_CONFIG
 
     @property

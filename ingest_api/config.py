@@ -83,7 +83,6 @@ BROKER_TO_TOPIC = {
 class NodeConfig(TypedConfig):
     """One node's validated configuration."""
 
-    __slots__ = ()
     DEFINITION = NODE_CONFIG
 
     @classmethod

@@ -102,6 +102,8 @@ class LogSegment:
         self._offset_of_max_timestamp = base_offset
         self._rolling_based_timestamp: int | None = None
         self._unflushed = False
+        #: (next offset, its position) where the last read ended; reset by truncation.
+        self._read_hint: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -215,7 +217,12 @@ class LogSegment:
         has had its CRC checked. Returns (position, bytes, last offset) or None when nothing
         qualifies; the bytes may be a memoryview of a private buffer.
         """
-        start = self.translate_offset(start_offset)
+        hint = self._read_hint
+        if hint is not None and hint[0] == start_offset and hint[1] < self.size:
+            # A sequential consumer continues where the last read ended: skip the index lookup.
+            start = self._header_at(hint[1])
+        else:
+            start = self.translate_offset(start_offset)
         if start is None:
             return None
         if max_offset is not None and start.last_offset >= max_offset:
@@ -224,20 +231,37 @@ class LogSegment:
         if want < start.size:
             return None
         data = os.pread(self._fd, min(want, self.size - start.position), start.position)
+        view = memoryview(data)
+        path = str(self.log_path)
         end = 0
         last_offset = -1
-        try:
-            for pos, batch in iter_batches(data, file=str(self.log_path), base_position=start.position):
-                if max_offset is not None and batch.last_offset >= max_offset:
-                    break
-                batch.ensure_valid(file=str(self.log_path), position=pos)
-                end = pos - start.position + batch.size_in_bytes
-                last_offset = batch.last_offset
-        except TruncatedBatchError:
-            pass  # the batch that did not fit in `want`; stop before it
+        limit = len(data)
+        # Walk whole batches in the buffer; a batch cut by `want` ends the walk (no exception).
+        while end + LOG_OVERHEAD <= limit:
+            _, length = _OFFSET_AND_LENGTH.unpack_from(view, end)
+            size = length + LOG_OVERHEAD
+            if length < HEADER_SIZE - LOG_OVERHEAD:
+                raise CorruptRecordError(f"batch length {length} is impossible", file=path,
+                                         position=start.position + end)
+            if end + size > limit:
+                break
+            batch = RecordBatch(view[end:end + size])
+            if max_offset is not None and batch.last_offset >= max_offset:
+                break
+            batch.ensure_valid(file=path, position=start.position + end)
+            end += size
+            last_offset = batch.last_offset
         if end == 0:
             return None
-        return start.position, (data if end == len(data) else memoryview(data)[:end]), last_offset
+        self._read_hint = (last_offset + 1, start.position + end)
+        return start.position, (data if end == len(data) else view[:end]), last_offset
+
+    def _header_at(self, position: int) -> BatchPosition | None:
+        head = os.pread(self._fd, HEADER_SIZE, position)
+        if len(head) < HEADER_SIZE:
+            return None
+        base, length, ple, _magic, _crc, _attrs, lod, _bts, max_ts, *_ = HEADER.unpack(head)
+        return BatchPosition(position, base, base + lod, max_ts, length + LOG_OVERHEAD, ple)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `start_offset` with timestamp >= `timestamp`."""
@@ -371,6 +395,7 @@ class LogSegment:
         Returns the number of bytes cut. `on_batch` sees each valid batch (to rebuild the leader
         epoch cache). Batches whose offsets do not increase are treated as corrupt.
         """
+        self._read_hint = None
         self.offset_index.reset()
         self.time_index.reset()
         self._bytes_since_last_index_entry = 0
@@ -460,6 +485,7 @@ class LogSegment:
         A batch that straddles `offset` goes whole (batches are never split), so the segment may end
         below `offset`. Returns (bytes removed, the segment's new next offset).
         """
+        self._read_hint = None
         bp = self.translate_offset(offset)
         if bp is None:
             return 0, self.next_offset
