@@ -116,6 +116,7 @@ OPERATIONS = [
     ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/configs:alter"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas"),
     ("GET", "/v3/clusters/{cluster_id}/brokers"), ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}"),
     # Last: it may delete the seeded topics the other operations read.
     ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}"),
