@@ -1,0 +1,48 @@
+"""Raft for the cluster metadata log (the controller quorum); see docs/raft.md.
+
+`core` is the pure per-voter state machine (events in, effects out), `storage` the durable files of
+a voter, `state_machine` the interface of what the log drives. Not yet hosted by the ingest node:
+a host feeds `Tick`s and received messages to `RaftCore.step`, carries out the effects in order
+(persist, then send / apply) and restarts from `RaftStorage.load()` after a crash.
+"""
+
+from ingest_api.raft.core import (
+    NO_NODE,
+    AppendEntries,
+    AppendEntriesResponse,
+    Apply,
+    CompactLog,
+    DurableState,
+    Entry,
+    EntryKind,
+    InstallSnapshot,
+    InstallSnapshotResponse,
+    PersistEntries,
+    PersistSnapshot,
+    PersistState,
+    Propose,
+    ProposalRefused,
+    Proposed,
+    RaftConfig,
+    RaftCore,
+    RaftError,
+    Receive,
+    RequestVote,
+    RequestVoteResponse,
+    RestoreSnapshot,
+    Role,
+    RoleChanged,
+    Send,
+    Snapshot,
+    Tick,
+    message_from_dict,
+    message_to_dict,
+)
+
+__all__ = [
+    "NO_NODE", "AppendEntries", "AppendEntriesResponse", "Apply", "CompactLog", "DurableState", "Entry",
+    "EntryKind", "InstallSnapshot", "InstallSnapshotResponse", "PersistEntries", "PersistSnapshot",
+    "PersistState", "Propose", "ProposalRefused", "Proposed", "RaftConfig", "RaftCore", "RaftError",
+    "Receive", "RequestVote", "RequestVoteResponse", "RestoreSnapshot", "Role", "RoleChanged", "Send",
+    "Snapshot", "Tick", "message_from_dict", "message_to_dict",
+]
