@@ -61,10 +61,13 @@ def _b64(value: Any, what: str) -> bytes | None:
         raise InvalidRequestError(f"{what} is not valid base64") from None
 
 
+_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def _json_bytes(value: Any) -> bytes | None:
     if value is None:
         return None
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _compact_json(value).encode("utf-8")
 
 
 def _reject_constant(token: str) -> Any:
