@@ -354,8 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = _add(sub, "up", "up", _cmd_up, help="run a local cluster in the foreground (Ctrl-C stops it)",
               description="Run a local cluster in the foreground: node i serves HTTP on 127.0.0.1:BASE+i-1 "
                           "with its data under DIR/node-i. Ctrl-C or SIGTERM stops the nodes cleanly.")
-    up.add_argument("--nodes", type=_node_count, default=1, metavar="N",
-                    help="number of nodes (default 1; only 1 until replication exists)")
+    up.add_argument("--nodes", type=_node_count, default=3, metavar="N",
+                    help="number of nodes, each a controller voter (default 3, at most 5)")
     up.add_argument("--data-dir", default="./data", metavar="DIR", help="where node-i/ data lives (default ./data)")
     up.add_argument("--http-port", type=_port, default=8082, metavar="BASE",
                     help="HTTP port of node 1; node i listens on BASE+i-1 (default 8082)")

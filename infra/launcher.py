@@ -14,8 +14,10 @@ is the launcher's one SIGTERM per node. On Linux a node also gets SIGKILL if the
 without stopping it (PR_SET_PDEATHSIG), so a killed launcher leaves no orphan holding a port.
 Node output is forwarded to the launcher's stderr, each line prefixed with the node's name.
 
-Until replication exists N must be 1: independent nodes would not share topics or data, which
-would look like a cluster and behave like N unrelated ones. The remote tier URL (`s3://bucket/prefix`
+Every node is a controller voter (`controller.quorum.voters` lists them all, up to
+MAX_VOTERS; more nodes than that is refused for now), and the nodes share a cluster id and a cluster
+secret kept in `DATA_DIR/cluster.properties` (made on the first start, reused after). Topics default
+to replication factor min(3, N) and `min.insync.replicas` min(2, N). The remote tier URL (`s3://bucket/prefix`
 or `file:///path`, default `file://DATA_DIR/remote`) is validated and kept in the spec for the
 tiering manager; nothing uses it yet.
 """
@@ -43,10 +45,13 @@ from infra.config import ConfigError
 DEFAULT_HTTP_PORT = 8082
 DEFAULT_DATA_DIR = "./data"
 HOST = "127.0.0.1"
-#: Largest N until the replication issue lands.
-MAX_LOCAL_NODES = 1
+#: Largest local cluster: every node is a controller voter, and Raft quorums stay small.
+MAX_LOCAL_NODES = 5
+DEFAULT_NODES = 3
+CLUSTER_PROPERTIES = "cluster.properties"
 #: Keys the launcher sets per node; `--set` may not override them.
-RESERVED_NODE_KEYS = ("node.id", "log.dirs", "listeners")
+RESERVED_NODE_KEYS = ("node.id", "log.dirs", "listeners", "controller.quorum.voters", "cluster.id",
+                      "cluster.secret")
 READY_TIMEOUT_S = 60.0
 #: A node's own clean stop is bounded by shutdown.timeout.ms (10 s) plus uvicorn's 5 s grace.
 STOP_TIMEOUT_S = 20.0
@@ -97,8 +102,8 @@ def validate_node_count(nodes: int) -> int:
         raise LauncherConfigError(f"--nodes must be at least 1, not {nodes}")
     if nodes > MAX_LOCAL_NODES:
         raise LauncherConfigError(
-            f"--nodes {nodes}: only {MAX_LOCAL_NODES} node is supported until replication exists; "
-            f"{nodes} independent nodes would not share topics or data")
+            f"--nodes {nodes}: a local cluster has at most {MAX_LOCAL_NODES} nodes (every node is a controller "
+            f"voter)")
     return nodes
 
 
@@ -121,18 +126,49 @@ class ClusterSpec:
     def node_dir(self, node_id: int) -> Path:
         return self.data_dir / f"node-{node_id}"
 
-    def node_args(self, node_id: int) -> list[str]:
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{i}@{HOST}:{self.node_port(i)}" for i in range(1, self.nodes + 1))
+
+    def default_overrides(self) -> dict[str, str]:
+        return {"default.replication.factor": str(min(3, self.nodes)),
+                "min.insync.replicas": str(min(2, self.nodes))}
+
+    def node_args(self, node_id: int, cluster_id: str = "", secret: str = "") -> list[str]:
         """The `lakelog node` command line of node `node_id`."""
         args = [sys.executable, "-m", "infra.cli", "node",
                 "--set", f"node.id={node_id}",
                 "--set", f"log.dirs={self.node_dir(node_id)}",
-                "--set", f"listeners={self.node_url(node_id)}"]
-        for k, v in self.node_overrides.items():
+                "--set", f"listeners={self.node_url(node_id)}",
+                "--set", f"controller.quorum.voters={self.voters}"]
+        if cluster_id:
+            args += ["--set", f"cluster.id={cluster_id}"]
+        if secret:
+            args += ["--set", f"cluster.secret={secret}"]
+        for k, v in {**self.default_overrides(), **self.node_overrides}.items():
             args += ["--set", f"{k}={v}"]
         return args
 
 
-def build_spec(nodes: int = 1, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
+def load_or_create_cluster_properties(data_dir: Path) -> tuple[str, str]:
+    """(cluster id, cluster secret) of the local cluster in `data_dir`, made on the first start."""
+    import secrets
+    import uuid
+
+    from logstore.fileutil import atomic_write
+
+    path = data_dir / CLUSTER_PROPERTIES
+    if path.exists():
+        props = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        return props["cluster.id"].strip(), props["cluster.secret"].strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    cluster_id, secret = uuid.uuid4().hex[:22], secrets.token_hex(32)
+    atomic_write(path, f"cluster.id={cluster_id}\ncluster.secret={secret}\n".encode())
+    os.chmod(path, 0o600)
+    return cluster_id, secret
+
+
+def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
                remote: str | None = None, node_overrides: Mapping[str, str] | None = None) -> ClusterSpec:
     validate_node_count(nodes)
     if http_port < 1 or http_port + nodes - 1 > 65535:
@@ -204,7 +240,7 @@ class NodeChild:
         self.node_id = node_id
         self.name = f"node-{node_id}"
         self.url = spec.node_url(node_id)
-        self.args = spec.node_args(node_id)
+        self.args = spec.node_args(node_id, *load_or_create_cluster_properties(spec.data_dir))
         self.data_dir = spec.node_dir(node_id)
         self.tail: collections.deque[bytes] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._log_out = log_out

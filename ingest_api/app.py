@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import asynccontextmanager
 import time
 
 from fastapi import FastAPI, Request
@@ -69,7 +70,15 @@ class ObserveMiddleware:
 
 
 def create_app(node: Node) -> FastAPI:
-    app = FastAPI(title="Lakelog ingest node", version="0.1.0",
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await node.start_cluster()
+        try:
+            yield
+        finally:
+            await node.stop_cluster()
+
+    app = FastAPI(title="Lakelog ingest node", version="0.1.0", lifespan=lifespan,
                   description="Produce, fetch and administer topics over HTTP (Confluent REST Proxy conventions).")
     app.state.node = node
     app.state.metrics = NodeMetrics(node)
@@ -92,10 +101,12 @@ def create_app(node: Node) -> FastAPI:
 
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)
 
-    from ingest_api.routers import admin_v2, admin_v3, ops, records
+    from ingest_api.routers import admin_v2, admin_v3, internal, ops, records, replication
 
     app.include_router(ops.router)
     app.include_router(records.router)
     app.include_router(admin_v2.router)
     app.include_router(admin_v3.router)
+    app.include_router(internal.router)
+    app.include_router(replication.router)
     return app

@@ -46,6 +46,42 @@ NODE_CONFIG = (
             max=DAY_MS, unit="ms")
     .define("shutdown.timeout.ms", int, 10000, "Most time a clean shutdown may take.", min=100,
             max=10 * 60 * 1000, unit="ms")
+    # Cluster membership and the controller quorum.
+    .define("cluster.id", str, "", "The cluster's id; empty = derived from controller.quorum.voters.")
+    .define("cluster.secret", str, "lakelog-local-cluster-secret",
+            "Shared secret that signs internal traffic (Raft, replica fetch, forwarding); set your own.")
+    .define("controller.quorum.voters", str, "",
+            "Controller voters as id@host:port,...; empty = this node alone.")
+    .define("controller.quorum.election.timeout.ms", int, 1000, "Raft election timeout (randomised up to 2x).",
+            min=50, max=60000, unit="ms")
+    .define("controller.quorum.tick.ms", int, 50, "The Raft clock's tick.", min=5, max=1000, unit="ms")
+    .define("controller.tick.ms", int, 200, "How often the active controller checks sessions and elections.",
+            min=10, max=60000, unit="ms")
+    .define("metadata.log.dir", str, "", "Directory of the metadata log; empty = <log.dirs>/__cluster_metadata-0.")
+    .define("metadata.snapshot.interval.entries", int, 1000, "Snapshot the metadata image every N entries.",
+            min=10, max=10**7)
+    .define("broker.rack", str, "", "This node's rack, for rack-aware replica placement.")
+    .define("broker.session.timeout.ms", int, 9000, "A node without a heartbeat for this long is fenced.",
+            min=100, max=10 * 60 * 1000, unit="ms")
+    .define("broker.heartbeat.interval.ms", int, 2000, "Heartbeats to the controller.", min=10,
+            max=60 * 1000, unit="ms")
+    .define("controlled.shutdown.enable", bool, True, "Move leaderships away before stopping.")
+    .define("controlled.shutdown.timeout.ms", int, 10000, "Most time a controlled shutdown may take.",
+            min=0, max=10 * 60 * 1000, unit="ms")
+    .define("unclean.leader.election.enable", bool, False,
+            "Default of the topic key: elect an out-of-sync replica when the ISR is empty (may lose data).")
+    .define("auto.leader.rebalance.enable", bool, True, "Move leadership back to the preferred replica.")
+    # Replication.
+    .define("replica.lag.time.max.ms", int, 30000, "A follower not caught up for this long leaves the ISR.",
+            min=10, max=DAY_MS, unit="ms")
+    .define("replica.fetch.wait.max.ms", int, 500, "Most time a replica fetch waits for data.", min=0,
+            max=60 * 1000, unit="ms")
+    .define("replica.fetch.max.bytes", int, 1024 * 1024, "Bytes a replica fetch asks per partition.",
+            min=1024, max=INT_MAX, unit="bytes")
+    .define("replica.fetch.response.max.bytes", int, 10 * 1024 * 1024, "Bytes of one replica fetch response.",
+            min=1024, max=INT_MAX, unit="bytes")
+    .define("replica.fetch.backoff.ms", int, 1000, "Wait after a failed replica fetch.", min=0,
+            max=60 * 1000, unit="ms")
     # Broker-level defaults of topic configs (Kafka names): see BROKER_TO_TOPIC.
     .define("log.segment.bytes", int, 1024 * 1024 * 1024, "Default segment.bytes.", min=75, max=INT_MAX, unit="bytes")
     .define("log.roll.ms", int, 7 * DAY_MS, "Default segment.ms.", min=1, unit="ms")
@@ -77,6 +113,7 @@ BROKER_TO_TOPIC = {
     "log.flush.interval.ms": "flush.ms",
     "log.message.timestamp.type": "message.timestamp.type",
     "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 
 
@@ -109,6 +146,10 @@ class NodeConfig(TypedConfig):
     @property
     def advertised_url(self) -> str:
         return (self.advertised_listeners or self.listeners).rstrip("/")
+
+    @property
+    def advertised_host_port(self) -> tuple[str, int]:
+        return _listener(self.advertised_url)
 
     @property
     def data_dir(self) -> Path:

@@ -10,9 +10,12 @@ from infra.config import ConfigError
 from infra.errors import ErrorKind, LakelogError
 from logstore.errors import (
     CorruptRecordError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     LogClosedError,
+    MixedDuplicateBatchesError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
 )
 
@@ -91,6 +94,55 @@ class RecordDeserializationError(NodeError):
     status, error_code = 406, 40602
 
 
+class NotLeaderOrFollowerError(NodeError):
+    """This node is not the partition's leader (Kafka NOT_LEADER_OR_FOLLOWER); retry, metadata is moving."""
+
+    kind = ErrorKind.NOT_LEADER
+    status, error_code = 503, 50302
+
+
+class LeaderNotAvailableError(NodeError):
+    """The partition has no live leader (offline, or an election is in progress); retry."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 503, 50306
+
+
+class NotEnoughReplicasError(NodeError):
+    """acks=all refused before appending: the ISR is smaller than min.insync.replicas (nothing was written)."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 503, 50303
+
+
+class NotEnoughReplicasAfterAppendError(NodeError):
+    """acks=all: the records were appended, but the ISR shrank below min.insync.replicas before they committed."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 503, 50304
+
+
+class ProduceTimeoutError(NodeError):
+    """acks=all: the high watermark did not pass the records within request.timeout.ms (they may still commit)."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 504, 50401
+
+
+class FencedLeaderEpochError(NodeError):
+    """A replica request carries a leader epoch older than the partition's current one."""
+
+    kind = ErrorKind.NOT_LEADER
+    status, error_code = 409, 40907
+
+
+class UnknownLeaderEpochError(NodeError):
+    """A replica request carries a leader epoch newer than this node knows (its metadata lags); retry."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 503, 50307
+
+
 _KIND_DEFAULTS: dict[ErrorKind, tuple[int, int]] = {
     ErrorKind.CONFIGURATION: (400, 40001),
     ErrorKind.INVALID_REQUEST: (422, 42201),
@@ -109,6 +161,12 @@ def http_error(exc: BaseException) -> tuple[int, int, str]:
         return 413, 41301, str(exc)
     if isinstance(exc, OffsetOutOfRangeError):
         return 416, 41601, str(exc)
+    if isinstance(exc, OutOfOrderSequenceError):
+        return 409, 40908, f"OUT_OF_ORDER_SEQUENCE_NUMBER: {exc}"
+    if isinstance(exc, InvalidProducerEpochError):
+        return 409, 40909, f"INVALID_PRODUCER_EPOCH: {exc}"
+    if isinstance(exc, MixedDuplicateBatchesError):
+        return 422, 42208, str(exc)
     if isinstance(exc, InvalidRecordError):
         return 422, 42204, str(exc)
     if isinstance(exc, ConfigError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ingest_api.errors import InvalidRequestError, RecordDeserializationError
@@ -75,7 +76,41 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not valid JSON")
 
 
+@dataclass(frozen=True)
+class ProducerFields:
+    """Idempotent produce: the producer id and epoch from POST /producers, and the batch's first sequence."""
+
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+
+
+_INT32_MAX = 2**31 - 1
+_INT16_MAX = 2**15 - 1
+
+
+def parse_producer_fields(doc: dict) -> ProducerFields | None:
+    """The optional top-level `producer_id`, `producer_epoch`, `sequence` of a produce body (all or none)."""
+    present = [k for k in ("producer_id", "producer_epoch", "sequence") if doc.get(k) is not None]
+    if not present:
+        return None
+    if len(present) != 3:
+        raise InvalidRequestError("producer_id, producer_epoch and sequence go together")
+    values = [doc[k] for k in ("producer_id", "producer_epoch", "sequence")]
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in values):
+        raise InvalidRequestError("producer_id, producer_epoch and sequence must be integers")
+    pid, epoch, seq = values
+    if not 0 <= pid < 2**63 or not 0 <= epoch <= _INT16_MAX or not 0 <= seq <= _INT32_MAX:
+        raise InvalidRequestError("producer_id must be in [0, 2^63), producer_epoch in [0, 32767], "
+                                  "sequence in [0, 2^31)")
+    return ProducerFields(pid, epoch, seq)
+
+
 def parse_produce_body(body: bytes, fmt: str, max_records: int) -> list[ProduceRecord]:
+    return parse_produce_request(body, fmt, max_records)[0]
+
+
+def parse_produce_request(body: bytes, fmt: str, max_records: int) -> tuple[list[ProduceRecord], ProducerFields | None]:
     try:
         doc = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError):
@@ -108,7 +143,7 @@ def parse_produce_body(body: bytes, fmt: str, max_records: int) -> list[ProduceR
                 raise InvalidRequestError(f"records[{i}].headers[{j}] must be {{\"key\": string, \"value\": base64}}")
             parsed_headers.append((h.get("key", h.get("name")), _b64(h.get("value"), f"records[{i}].headers[{j}].value")))
         out.append(ProduceRecord(key, value, partition, tuple(parsed_headers)))
-    return out
+    return out, parse_producer_fields(doc)
 
 
 def render_record(topic: str, partition: int, rec: Record, fmt: str, *, timestamp: int | None = None) -> dict[str, Any]:

@@ -1,40 +1,69 @@
-"""The ingest node's logic, independent of HTTP: topics, produce, fetch, offsets.
+"""The ingest node's logic, independent of HTTP: cluster membership, topics, produce, fetch, replication.
 
-Routers call these methods and translate errors (see errors.py); tests drive the class directly.
+Routers call these methods and translate errors (see errors.py).
 
-Lifecycle: `start()` opens every hosted partition log (recovering them after a crash) and starts
-the background tasks (flush scheduler, cleaner); until then `ready` is False and the API answers
-503. `stop()` wakes waiting fetches, stops the tasks and closes the logs cleanly.
+A node is a member of a cluster whose metadata (brokers, topics, partition leaders and ISRs) is a
+Raft-replicated event log (`ingest_api/cluster/`). Nodes listed in `controller.quorum.voters`
+vote; the Raft leader runs the active controller. Every node applies the committed metadata to its
+`ClusterImage` and reconciles its replicas with it: it opens the logs of the partitions it hosts,
+leads the ones it is leader of, and runs one replica fetcher per leader it follows
+(`ingest_api/replication/`). A request for a partition this node does not lead is forwarded to the
+leader (one hop), so any node answers any request.
 
-Concurrency: methods may be called from the event loop and from worker threads; topic changes
-are serialised by the node's lock, appends and reads by each partition log's lock.
+Lifecycle:
+  * `start()` (sync, before the HTTP server): data directory, `meta.properties`, limits.
+  * `start_cluster()` (async, on the server's loop): the Raft host (restoring the metadata image),
+    peers, broker registration and heartbeats, the ISR checker. The node is *ready* — and serves
+    client requests — once the controller has registered and unfenced it, which it does when the
+    node has caught up with the metadata log.
+  * `controlled_shutdown()` (async, on SIGTERM while still serving): asks the controller to move
+    this node's leaderships away, bounded by `controlled.shutdown.timeout.ms`.
+  * `stop_cluster()` (async) then `stop()` (sync): fetchers, Raft host, logs closed cleanly.
+
+Concurrency: the replicas and the metadata image are changed on the server's event loop; logs have
+their own locks (the cleaner and flush threads use them).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 import os
 import resource
 import shutil
 import threading
 import time
+import uuid
 from dataclasses import dataclass
-from typing import Iterable
+from pathlib import Path
+from typing import Any, Iterable
 
 from compaction.cleaner import LogCleaner
 from infra.config import LOG_CONFIG, ConfigError
+from ingest_api.cluster.controller import Controller, ControllerConfig
+from ingest_api.cluster.image import ClusterImage, encode_record
+from ingest_api.cluster.errors import NotControllerError
+from ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
 from ingest_api.config import NodeConfig
 from ingest_api.errors import (
     InvalidRequestError,
+    LeaderNotAvailableError,
+    NodeError,
+    NotLeaderOrFollowerError,
     NotReadyError,
     PartitionNotFoundError,
     RequestTooLargeError,
     TopicExistsError,
+    TopicNotFoundError,
 )
-from ingest_api.metadata import MetadataStore, TopicMetadata, load_or_create_meta_properties
+from ingest_api.metadata import TopicMetadata, load_or_create_meta_properties
 from ingest_api.names import validate_topic_name
-from ingest_api.partition import Partition, PartitionKey
+from ingest_api.partition import Partition, PartitionKey, Role, now_ms
 from ingest_api.partitioner import StickyPartitioner
+from ingest_api.replication import wire
+from ingest_api.replication.fetcher import ReplicaFetcher
+from ingest_api.replication.peers import PeerClient
 from logstore.log import AppendInfo, FetchResult, PartitionLog
 from logstore.record_batch import Record, build_batch
 
@@ -42,6 +71,10 @@ log = logging.getLogger("lakelog.node")
 
 #: Open files a partition's log holds (the active segment's .log, .index, .timeindex).
 FILES_PER_PARTITION = 3
+#: Kafka's per-partition file naming the topic id the directory belongs to.
+PARTITION_METADATA_FILE = "partition.metadata"
+#: Most attempts of a controller request while the controller moves.
+CONTROLLER_RETRIES = 50
 
 
 @dataclass(frozen=True)
@@ -60,42 +93,159 @@ class ProduceResult:
     offset: int
 
 
+@dataclass(frozen=True)
+class PartitionStateView:
+    """A partition as the metadata image says it is."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+
+
+class RemoteError(NodeError):
+    """An error answered by another node (forwarded request, controller call), passed on as is."""
+
+    def __init__(self, status: int, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.error_code = status, error_code
+
+
 class Node:
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.node_id: int = config.node_id
         self.data_dir = config.data_dir
         self.cluster_id = ""
-        self.metadata: MetadataStore | None = None
+        self.image = ClusterImage()
+        self.quorum: QuorumHost | None = None
+        self.controller: Controller | None = None
+        self.peers: PeerClient | None = None
+        self.broker_epoch = -1
+        self.incarnation_id = uuid.uuid4().hex
         self._partitions: dict[PartitionKey, Partition] = {}
+        self._topic_ids: dict[str, str] = {}
+        self._topic_configs: dict[PartitionKey, dict[str, str]] = {}
+        self._fetchers: dict[int, ReplicaFetcher] = {}
         self._lock = threading.RLock()
-        self._ready = False
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._tasks: list[asyncio.Task] = []
+        self._controller_lock: asyncio.Lock | None = None
+        self._controller_task: asyncio.Task | None = None
+        self._reconcile_scheduled = False
+        self._shutting_down = False
+        self._shutdown_done: asyncio.Event | None = None
+        self._isr_in_flight: set[PartitionKey] = set()
+        self._strays_removed = False
+        self._metadata_waiters: list[tuple[int, asyncio.Future]] = []
+        self._pid_next = self._pid_end = 0
+        self.voters = parse_voters(config.controller_quorum_voters) if config.controller_quorum_voters else {
+            self.node_id: (config.host, config.port)}
         self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None
         self.started_at = time.time()
+        self.controller_config = ControllerConfig(
+            broker_session_timeout_ms=config.broker_session_timeout_ms,
+            default_replication_factor=config.default_replication_factor,
+            num_partitions=config.num_partitions,
+            max_partitions_per_topic=config.max_partitions_per_topic,
+            default_min_insync_replicas=config.min_insync_replicas,
+            unclean_leader_election_enable=config.unclean_leader_election_enable,
+            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable)
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        if self.broker_epoch < 0 or self._shutting_down:
+            return False
+        b = self.image.brokers.get(self.node_id)
+        return b is not None and b.broker_epoch == self.broker_epoch and not b.fenced
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = load_or_create_meta_properties(self.data_dir, self.node_id)
-        self.metadata = MetadataStore(self.data_dir)
-        for topic in self.metadata.topics():
-            for p in range(topic.partitions):
-                self._open_partition(topic, p)
+        self.cluster_id = load_or_create_meta_properties(self.data_dir, self.node_id, self._wanted_cluster_id())
         self._start_background(self._flush_loop, "flush-scheduler")
         if self.cleaner is not None:
             self.cleaner.start()
-        self._ready = True
-        log.info("node %s ready: cluster %s, %d partition(s)", self.node_id, self.cluster_id, len(self._partitions))
+
+    def _wanted_cluster_id(self) -> str:
+        if self.config.cluster_id:
+            return self.config.cluster_id
+        # Every node of one configured quorum derives the same id.
+        voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in sorted(self.voters.items()))
+        return uuid.UUID(bytes=hashlib.sha256(voters.encode()).digest()[:16]).hex[:22]
+
+    async def start_cluster(self) -> None:
+        cfg = self.config
+        self._controller_lock = asyncio.Lock()
+        self._shutdown_done = asyncio.Event()
+        self.peers = PeerClient(self.node_id, cfg.cluster_secret.encode(), self.peer_url,
+                                timeout_s=cfg.request_timeout_ms / 1000 + 5)
+        if self.node_id not in self.voters:
+            raise ConfigError(f"node {self.node_id} is not in controller.quorum.voters: this release runs every "
+                              f"node as a voter")
+        qcfg = QuorumConfig(node_id=self.node_id, voters=self.voters, secret=cfg.cluster_secret.encode(),
+                            data_dir=self.data_dir,
+                            metadata_log_dir=Path(cfg.metadata_log_dir) if cfg.metadata_log_dir else None,
+                            tick_ms=cfg.controller_quorum_tick_ms,
+                            # A lone voter needs no one's vote: let it elect itself at once.
+                            election_timeout_ms=(cfg.controller_quorum_election_timeout_ms if len(self.voters) > 1
+                                                 else 3 * cfg.controller_quorum_tick_ms),
+                            heartbeat_interval_ms=(max(cfg.controller_quorum_tick_ms,
+                                                       cfg.controller_quorum_election_timeout_ms // 10)
+                                                   if len(self.voters) > 1 else cfg.controller_quorum_tick_ms),
+                            snapshot_interval_entries=cfg.metadata_snapshot_interval_entries)
+        self.quorum = QuorumHost(qcfg, self.image, on_role_change=self._on_role_change,
+                                 on_applied=self._on_applied)
+        await self.quorum.start()
+        self._tasks.append(asyncio.get_running_loop().create_task(self._broker_loop(), name="broker-lifecycle"))
+        self._tasks.append(asyncio.get_running_loop().create_task(self._isr_loop(), name="isr-checker"))
+        log.info("node %s started: cluster %s, voters %s", self.node_id, self.cluster_id, sorted(self.voters))
+
+    async def controlled_shutdown(self) -> None:
+        """Ask the controller to move this node's leaderships away; returns when it says done or on timeout."""
+        if self.broker_epoch < 0 or not self.config.controlled_shutdown_enable:
+            return
+        self._shutting_down = True
+        deadline = time.monotonic() + self.config.controlled_shutdown_timeout_ms / 1000
+        while time.monotonic() < deadline:
+            try:
+                res = await self.controller_call("heartbeat", self._heartbeat_args(want_shutdown=True))
+                if res.get("should_shut_down"):
+                    log.info("node %s: controlled shutdown done", self.node_id)
+                    return
+            except Exception as e:
+                log.info("controlled shutdown request failed: %s", e)
+            await asyncio.sleep(0.1)
+        log.warning("node %s: controlled shutdown timed out; stopping anyway", self.node_id)
+
+    async def stop_cluster(self) -> None:
+        self._shutting_down = True
+        for t in self._tasks:
+            t.cancel()
+        if self._controller_task is not None:
+            self._controller_task.cancel()
+        for t in self._tasks + ([self._controller_task] if self._controller_task else []):
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+        for f in list(self._fetchers.values()):
+            await f.stop()
+        self._fetchers.clear()
+        for p in self.partitions():
+            p.close_waiters(NotLeaderOrFollowerError(f"{p.key}: the node is shutting down"))
+        if self.quorum is not None:
+            await self.quorum.stop()
+        if self.peers is not None:
+            await self.peers.close()
 
     def stop(self) -> None:
-        self._ready = False
+        self._shutting_down = True
         self._stopping.set()
         with self._lock:
             partitions = list(self._partitions.values())
@@ -125,65 +275,307 @@ class Node:
                     log.exception("flush of %s failed", p.key)
 
     def check_ready(self) -> None:
-        if not self._ready:
-            raise NotReadyError("node is not ready")
+        if not self.ready:
+            raise NotReadyError("node is not ready (starting, catching up with the cluster metadata, or stopping)")
 
-    # ------------------------------------------------------------------ topics
+    # ------------------------------------------------------------------ peers and the controller
 
-    def _open_partition(self, topic: TopicMetadata, p: int) -> Partition:
-        key = PartitionKey(topic.name, p)
-        plog = PartitionLog(self.data_dir / f"{topic.name}-{p}", self.config.log_config(topic.configs))
+    @property
+    def controller_id(self) -> int:
+        """The active controller's node id (-1 while none is known)."""
+        leader = self.quorum.leader_id if self.quorum is not None else None
+        return -1 if leader is None else leader
+
+    def peer_url(self, node_id: int) -> str | None:
+        b = self.image.brokers.get(node_id)
+        if b is not None:
+            return f"http://{b.host}:{b.port}"
+        v = self.voters.get(node_id)
+        return f"http://{v[0]}:{v[1]}" if v else None
+
+    def _on_role_change(self, role: Any, term: int, leader_id: int) -> None:
+        is_leader = self.quorum is not None and self.quorum.is_leader
+        if is_leader and self._controller_task is None:
+            self._controller_task = asyncio.get_running_loop().create_task(self._controller_loop(term),
+                                                                             name="controller")
+        elif not is_leader and self._controller_task is not None:
+            if self.controller is not None:
+                self.controller.deactivate()
+            self.controller = None
+            self._controller_task.cancel()
+            self._controller_task = None
+            log.info("node %s is no longer the controller (epoch %d, leader %s)", self.node_id, term, leader_id)
+
+    async def _controller_loop(self, term: int) -> None:
+        interval = self.config.controller_tick_ms / 1000
+        # Act only once this term's first entry is applied: then every broker epoch and producer-id
+        # block handed out by earlier controllers is in the image.
+        while self.image.last_applied_term < term:
+            await asyncio.sleep(0.01)
+        async with self._controller_lock:  # type: ignore[union-attr]
+            self.controller = Controller(self.image, self.controller_config)
+            self.controller.activate(now_ms())
+        log.info("node %s is the active controller (epoch %d)", self.node_id, term)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self._controller_lock:  # type: ignore[union-attr]
+                    ctrl = self.controller
+                    if ctrl is None:
+                        return
+                    records = ctrl.tick(now_ms())
+                    await self._propose_all(records)
+            except asyncio.CancelledError:
+                raise
+            except NotControllerError:
+                return
+            except Exception:
+                log.exception("controller tick failed")
+
+    async def _propose_all(self, records: list[dict]) -> int:
+        assert self.quorum is not None
+        index = self.image.last_applied_index
+        for r in records:
+            index = await self.quorum.propose(encode_record(r), self.config.request_timeout_ms / 1000)
+        return index
+
+    async def controller_call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run a controller request on the active controller (here, or forwarded to it); retries while it moves."""
+        delay = 0.05
+        last: Exception | None = None
+        for _ in range(CONTROLLER_RETRIES):
+            if self.quorum is not None and self.quorum.is_leader and self.controller is not None:
+                try:
+                    return await self.run_controller_op(op, args)
+                except NotControllerError as e:
+                    last = e
+            else:
+                leader = self.quorum.leader_id if self.quorum is not None else -1
+                if leader is not None and leader >= 0 and leader != self.node_id:
+                    assert self.peers is not None
+                    try:
+                        resp = await self.peers.post_json(leader, f"/internal/controller/{op}", args)
+                    except NodeError as e:
+                        last = e
+                    else:
+                        doc = resp.json() if resp.content else {}
+                        if resp.status_code == 200:
+                            return doc
+                        if doc.get("error_code") != NotControllerError.error_code:  # anything else is final
+                            raise RemoteError(resp.status_code, int(doc.get("error_code", resp.status_code * 100)),
+                                              str(doc.get("message", resp.text[:200])))
+                        last = RemoteError(resp.status_code, NotControllerError.error_code, str(doc.get("message")))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        raise LeaderNotAvailableError(f"no active controller answered {op}: {last}")
+
+    async def run_controller_op(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Execute a controller request; only on the active controller."""
+        assert self._controller_lock is not None
+        async with self._controller_lock:
+            ctrl = self.controller
+            if ctrl is None or self.quorum is None or not self.quorum.is_leader:
+                raise NotControllerError(f"node {self.node_id} is not the active controller",
+                                         self.quorum.leader_id if self.quorum else None)
+            now = now_ms()
+            result: dict[str, Any] = {}
+            if op == "register_broker":
+                records, epoch = ctrl.register_broker(int(args["node_id"]), str(args["incarnation_id"]),
+                                                      str(args["host"]), int(args["port"]), args.get("rack"), now)
+                result["broker_epoch"] = epoch
+            elif op == "heartbeat":
+                records, reply = ctrl.heartbeat(int(args["node_id"]), int(args["broker_epoch"]), now,
+                                                caught_up_offset=int(args["caught_up_offset"]),
+                                                want_shutdown=bool(args.get("want_shutdown")))
+                result.update({"fenced": reply.fenced, "in_controlled_shutdown": reply.in_controlled_shutdown,
+                               "should_shut_down": reply.should_shut_down})
+            elif op == "create_topic":
+                topic_id = uuid.uuid4().hex
+                records = ctrl.create_topic(str(args["name"]), int(args["partitions"]), int(args["replication_factor"]),
+                                            dict(args.get("configs") or {}), topic_id, now)
+                result["topic_id"] = topic_id
+            elif op == "delete_topic":
+                records = ctrl.delete_topic(str(args["name"]))
+            elif op == "alter_configs":
+                records = ctrl.alter_configs(str(args["name"]), dict(args["configs"]))
+            elif op == "alter_partition":
+                records, _ = ctrl.alter_partition(int(args["node_id"]), int(args["broker_epoch"]), str(args["topic"]),
+                                                  int(args["partition"]), int(args["leader_epoch"]),
+                                                  int(args["partition_epoch"]), [int(r) for r in args["new_isr"]])
+            elif op == "allocate_producer_ids":
+                records, first, count = ctrl.allocate_producer_ids(int(args["node_id"]), int(args["broker_epoch"]))
+                result.update({"first_id": first, "count": count})
+            else:
+                raise InvalidRequestError(f"unknown controller request {op!r}")
+            result["metadata_offset"] = await self._propose_all(records)
+            if op == "create_topic":
+                created = self.image.topics.get(str(args["name"]))
+                if created is None or created.topic_id != result["topic_id"]:
+                    raise TopicExistsError(f"Topic '{args['name']}' already exists.")
+            return result
+
+    # ------------------------------------------------------------------ broker lifecycle
+
+    def _heartbeat_args(self, *, want_shutdown: bool = False) -> dict[str, Any]:
+        return {"node_id": self.node_id, "broker_epoch": self.broker_epoch,
+                "caught_up_offset": self.image.last_applied_index, "want_shutdown": want_shutdown}
+
+    async def _broker_loop(self) -> None:
+        cfg = self.config
+        host, port = cfg.advertised_host_port
+        while True:
+            if self.broker_epoch < 0:
+                try:
+                    res = await self.controller_call("register_broker", {
+                        "node_id": self.node_id, "incarnation_id": self.incarnation_id, "host": host,
+                        "port": port, "rack": cfg.broker_rack or None})
+                    self.broker_epoch = int(res["broker_epoch"])
+                    log.info("node %s registered with broker epoch %d", self.node_id, self.broker_epoch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    log.info("registration failed, retrying: %s", e)
+                    await asyncio.sleep(0.05)
+                    continue
+            try:
+                if not self._shutting_down:
+                    res = await self.controller_call("heartbeat", self._heartbeat_args())
+            except asyncio.CancelledError:
+                raise
+            except NodeError as e:
+                if getattr(e, "error_code", None) in (40903, 40904):  # fenced / unknown broker epoch: register again
+                    self.broker_epoch = -1
+                log.info("heartbeat failed: %s", e)
+            except Exception as e:
+                log.info("heartbeat failed: %s", e)
+            if self.ready and not self._strays_removed:
+                self._remove_stray_logs()
+            interval = cfg.broker_heartbeat_interval_ms if self.ready else min(200, cfg.broker_heartbeat_interval_ms)
+            await asyncio.sleep(interval / 1000)
+
+    # ------------------------------------------------------------------ metadata -> replicas
+
+    def _on_applied(self, index: int) -> None:
+        for waiter in list(self._metadata_waiters):
+            if index >= waiter[0]:
+                self._metadata_waiters.remove(waiter)
+                if not waiter[1].done():
+                    waiter[1].set_result(None)
+        if not self._reconcile_scheduled:
+            self._reconcile_scheduled = True
+            asyncio.get_running_loop().call_soon(self._reconcile)
+
+    async def wait_for_metadata(self, index: int, timeout_s: float) -> bool:
+        """Wait until this node has applied the metadata log up to `index`."""
+        if self.image.last_applied_index >= index:
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        entry = (index, fut)
+        self._metadata_waiters.append(entry)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            if entry in self._metadata_waiters:
+                self._metadata_waiters.remove(entry)
+
+    def _reconcile(self) -> None:
+        self._reconcile_scheduled = False
+        try:
+            self._reconcile_now()
+        except Exception:
+            log.exception("reconciling replicas with the metadata failed")
+
+    def _reconcile_now(self) -> None:
+        wanted: set[PartitionKey] = set()
+        for name, topic in self.image.topics.items():
+            for p, st in enumerate(topic.partitions):
+                if self.node_id not in st.replicas:
+                    continue
+                key = PartitionKey(name, p)
+                wanted.add(key)
+                part = self._partitions.get(key)
+                if part is None or self._topic_ids.get(name) != topic.topic_id:
+                    if part is not None:
+                        self._drop_partition(key)
+                    part = self._open_partition(name, p, topic.topic_id, topic.configs)
+                elif self._topic_configs.get(key) != topic.configs:
+                    part.log.update_config(self.config.log_config(topic.configs))
+                self._topic_configs[key] = dict(topic.configs)
+                if st.leader == self.node_id:
+                    if part.make_leader(st.leader_epoch, st.partition_epoch, st.replicas, st.isr):
+                        log.info("%s: leader in epoch %d, ISR %s", key, st.leader_epoch, st.isr)
+                    self._isr_in_flight.discard(key)
+                    self._unfollow(key)
+                else:
+                    if part.make_follower(st.leader, st.leader_epoch, st.partition_epoch, st.replicas, st.isr):
+                        log.info("%s: follower of node %d in epoch %d", key, st.leader, st.leader_epoch)
+                    self._unfollow(key, keep=st.leader)
+                    if st.leader >= 0:
+                        self._fetcher(st.leader).add(key)
+        for key in [k for k in self._partitions if k not in wanted]:
+            self._drop_partition(key)
+
+    def _fetcher(self, leader: int) -> ReplicaFetcher:
+        f = self._fetchers.get(leader)
+        if f is None:
+            f = self._fetchers[leader] = ReplicaFetcher(self, leader)
+            f.start()
+        return f
+
+    def _unfollow(self, key: PartitionKey, keep: int = -1) -> None:
+        for leader, f in self._fetchers.items():
+            if leader != keep and key in f.keys:
+                f.remove(key)
+
+    def _open_partition(self, topic: str, p: int, topic_id: str, configs: dict[str, str]) -> Partition:
+        key = PartitionKey(topic, p)
+        directory = self.data_dir / f"{topic}-{p}"
+        marker = directory / PARTITION_METADATA_FILE
+        if directory.exists() and marker.exists() and _read_topic_id(marker) != topic_id:
+            log.warning("%s: the directory belongs to an older topic of that name; deleting it", key)
+            shutil.rmtree(directory)
+        self._check_file_budget(1)
+        plog = PartitionLog(directory, self.config.log_config(configs))
+        if not marker.exists():
+            _write_topic_id(marker, topic_id)
         if not plog.recovery.clean_shutdown:
             log.warning("partition %s recovered: %s", key, plog.recovery)
-        partition = Partition(key, plog, self.node_id, leader_epoch=max(plog.latest_epoch, 0))
-        self._partitions[key] = partition
+        partition = Partition(key, plog, self.node_id)
+        with self._lock:
+            self._partitions[key] = partition
+            self._topic_ids[topic] = topic_id
         if self.cleaner is not None:
             self.cleaner.register(plog, lambda: partition.high_watermark)
         return partition
 
-    def topics(self) -> list[TopicMetadata]:
-        self.check_ready()
-        return self.metadata.topics()  # type: ignore[union-attr]
-
-    def topic(self, name: str) -> TopicMetadata:
-        self.check_ready()
-        return self.metadata.topic(name)  # type: ignore[union-attr]
-
-    def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                     configs: dict[str, str] | None = None) -> TopicMetadata:
-        self.check_ready()
-        validate_topic_name(name)
-        partitions = self.config.num_partitions if partitions is None else partitions
-        rf = self.config.default_replication_factor if replication_factor is None else replication_factor
-        if not 1 <= partitions <= self.config.max_partitions_per_topic:
-            raise InvalidRequestError(f"partitions_count must be between 1 and {self.config.max_partitions_per_topic}")
-        if rf != 1:
-            raise InvalidRequestError(f"replication_factor {rf} is larger than the 1 available node(s)")
-        configs = self._validated_configs(configs or {})
+    def _drop_partition(self, key: PartitionKey) -> None:
         with self._lock:
-            if self.metadata.has_topic(name):  # type: ignore[union-attr]
-                raise TopicExistsError(f"Topic '{name}' already exists.")
-            self._check_file_budget(partitions)
-            topic = TopicMetadata(name, "", partitions, rf, configs, [[self.node_id] for _ in range(partitions)])
-            opened: list[Partition] = []
-            try:
-                # Open every log before the topic is recorded: a failure leaves no half-made topic.
-                for p in range(partitions):
-                    opened.append(self._open_partition(topic, p))
-                topic = self.metadata.create_topic(name, partitions, rf, configs,  # type: ignore[union-attr]
-                                                   topic.replicas)
-            except BaseException:
-                for part in opened:
-                    self._partitions.pop(part.key, None)
-                    if self.cleaner is not None:
-                        self.cleaner.unregister(part.log)
-                    part.log.delete()
-                raise
-        log.info("created topic %s with %d partition(s)", name, partitions)
-        return topic
+            part = self._partitions.pop(key, None)
+        self._topic_configs.pop(key, None)
+        self._unfollow(key)
+        if part is None:
+            return
+        part.close_waiters(NotLeaderOrFollowerError(f"{key}: the partition was deleted or moved"))
+        if self.cleaner is not None:
+            self.cleaner.unregister(part.log)
+        part.log.delete()
+        log.info("deleted the local replica of %s", key)
+
+    def _remove_stray_logs(self) -> None:
+        """Once caught up: delete partition directories the metadata no longer assigns to this node."""
+        self._strays_removed = True
+        with self._lock:
+            known = {f"{k.topic}-{k.partition}" for k in self._partitions}
+        for d in self.data_dir.iterdir():
+            if d.is_dir() and (d / PARTITION_METADATA_FILE).exists() and d.name not in known:
+                log.info("deleting stray partition directory %s", d.name)
+                shutil.rmtree(d, ignore_errors=True)
 
     def _check_file_budget(self, new_partitions: int) -> None:
-        """Refuse a topic whose logs would not fit in the process's open-file limit."""
+        """Refuse partitions whose logs would not fit in the process's open-file limit."""
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return
@@ -191,13 +583,106 @@ class Node:
             in_use = len(os.listdir("/proc/self/fd"))
         except OSError:
             in_use = 0
-        # Each partition keeps its active segment's .log, .index and .timeindex open; keep a
-        # quarter of the limit for sockets, sealed segments and checkpoints.
         needed = new_partitions * FILES_PER_PARTITION
         if in_use + needed > soft * 3 // 4:
             raise InvalidRequestError(f"{new_partitions} more partition(s) need about {needed} open files; this node "
                                       f"uses {in_use} of its limit of {soft}: raise the limit (ulimit -n) or use "
                                       f"fewer partitions")
+
+    # ------------------------------------------------------------------ ISR changes
+
+    async def _isr_loop(self) -> None:
+        lag = self.config.replica_lag_time_max_ms
+        interval = max(0.05, lag / 2000)
+        while True:
+            await asyncio.sleep(interval)
+            for p in self.partitions():
+                if p.role != Role.LEADER or p.key in self._isr_in_flight:
+                    continue
+                out = p.out_of_sync_replicas(lag)
+                if out:
+                    new_isr = [r for r in p.isr if r not in out]
+                    log.info("%s: shrinking ISR %s -> %s (lagging: %s)", p.key, p.isr, new_isr, out)
+                    self._alter_isr(p, new_isr)
+
+    def _alter_isr(self, p: Partition, new_isr: list[int]) -> None:
+        if p.key in self._isr_in_flight:
+            return
+        self._isr_in_flight.add(p.key)
+        p.pending_isr = list(new_isr)
+        asyncio.get_running_loop().create_task(self._send_alter_isr(p, new_isr, p.leader_epoch, p.partition_epoch))
+
+    async def _send_alter_isr(self, p: Partition, new_isr: list[int], leader_epoch: int, partition_epoch: int) -> None:
+        try:
+            await self.controller_call("alter_partition", {
+                "node_id": self.node_id, "broker_epoch": self.broker_epoch, "topic": p.key.topic,
+                "partition": p.key.partition, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
+                "new_isr": new_isr})
+        except Exception as e:
+            log.info("%s: ISR change to %s refused: %s", p.key, new_isr, e)
+            if p.partition_epoch == partition_epoch:
+                p.pending_isr = None
+            self._isr_in_flight.discard(p.key)
+            return
+        # The committed change reaches this node through the metadata log (reconcile clears the flag).
+        if p.partition_epoch != partition_epoch:
+            self._isr_in_flight.discard(p.key)
+
+    # ------------------------------------------------------------------ topics
+
+    def _topic_metadata(self, name: str) -> TopicMetadata:
+        t = self.image.topics.get(name)
+        if t is None:
+            raise TopicNotFoundError(f"Topic {name} not found.")
+        return TopicMetadata(name, t.topic_id, len(t.partitions),
+                             len(t.partitions[0].replicas) if t.partitions else 0, dict(t.configs),
+                             [list(s.replicas) for s in t.partitions])
+
+    def topics(self) -> list[TopicMetadata]:
+        self.check_ready()
+        return [self._topic_metadata(n) for n in sorted(self.image.topics)]
+
+    def topic(self, name: str) -> TopicMetadata:
+        self.check_ready()
+        return self._topic_metadata(name)
+
+    def partition_state(self, topic: str, partition: int) -> PartitionStateView:
+        self.check_ready()
+        t = self.image.topics.get(topic)
+        if t is None:
+            raise TopicNotFoundError(f"Topic {topic} not found.")
+        if not 0 <= partition < len(t.partitions):
+            raise PartitionNotFoundError(f"Partition {partition} of topic {topic} not found.")
+        st = t.partitions[partition]
+        return PartitionStateView(topic, partition, st.leader, st.leader_epoch, list(st.replicas), list(st.isr))
+
+    def brokers(self) -> list[Any]:
+        self.check_ready()
+        return [self.image.brokers[i] for i in sorted(self.image.brokers)]
+
+    async def _admin(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        res = await self.controller_call(op, args)
+        # Answer once this node has applied the change, so the caller reads its own write here.
+        await self.wait_for_metadata(int(res.get("metadata_offset", 0)), self.config.request_timeout_ms / 1000)
+        return res
+
+    async def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
+                           configs: dict[str, str] | None = None) -> TopicMetadata:
+        self.check_ready()
+        validate_topic_name(name)
+        partitions = self.config.num_partitions if partitions is None else partitions
+        rf = self.config.default_replication_factor if replication_factor is None else replication_factor
+        if not 1 <= partitions <= self.config.max_partitions_per_topic:
+            raise InvalidRequestError(f"partitions_count must be between 1 and {self.config.max_partitions_per_topic}")
+        configs = self._validated_configs(configs or {})
+        # Refuse up front a topic whose share of logs would not fit this node's open-file limit
+        # (placement spreads replicas evenly, so every node gets about the same share).
+        live = max(1, sum(1 for b in self.image.brokers.values() if not b.fenced))
+        self._check_file_budget(-(-partitions * min(rf, live) // live))
+        await self._admin("create_topic", {"name": name, "partitions": partitions, "replication_factor": rf,
+                                           "configs": configs})
+        log.info("created topic %s with %d partition(s), replication factor %d", name, partitions, rf)
+        return self._topic_metadata(name)
 
     def _validated_configs(self, configs: dict[str, str]) -> dict[str, str]:
         for name in configs:
@@ -206,35 +691,23 @@ class Node:
         self.config.log_config(configs)  # raises on a bad value
         return {k: str(v) for k, v in configs.items()}
 
-    def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str) -> None:
         self.check_ready()
-        with self._lock:
-            topic = self.metadata.delete_topic(name)  # type: ignore[union-attr]
-            for p in range(topic.partitions):
-                partition = self._partitions.pop(PartitionKey(name, p), None)
-                if partition is not None:
-                    partition.wake_all()
-                    if self.cleaner is not None:
-                        self.cleaner.unregister(partition.log)
-                    partition.log.delete()
-                else:
-                    shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
+        self._topic_metadata(name)
+        await self._admin("delete_topic", {"name": name})
         log.info("deleted topic %s", name)
 
-    def alter_topic_configs(self, name: str, set_configs: dict[str, str], delete: Iterable[str] = ()) -> TopicMetadata:
+    async def alter_topic_configs(self, name: str, set_configs: dict[str, str],
+                                  delete: Iterable[str] = ()) -> TopicMetadata:
         self.check_ready()
-        with self._lock:
-            topic = self.metadata.topic(name)  # type: ignore[union-attr]
-            merged = dict(topic.configs)
-            merged.update({k: str(v) for k, v in set_configs.items()})
-            for k in delete:
-                merged.pop(k, None)
-            merged = self._validated_configs(merged)
-            topic = self.metadata.set_configs(name, merged)  # type: ignore[union-attr]
-            new_config = self.config.log_config(merged)
-            for p in range(topic.partitions):
-                self._partitions[PartitionKey(name, p)].log.update_config(new_config)
-            return topic
+        topic = self._topic_metadata(name)
+        merged = dict(topic.configs)
+        merged.update({k: str(v) for k, v in set_configs.items()})
+        for k in delete:
+            merged.pop(k, None)
+        merged = self._validated_configs(merged)
+        await self._admin("alter_configs", {"name": name, "configs": merged})
+        return self._topic_metadata(name)
 
     def topic_config(self, name: str) -> dict[str, object]:
         """Effective config of a topic: every key with its value (defaults filled in)."""
@@ -245,21 +718,57 @@ class Node:
         with self._lock:
             return list(self._partitions.values())
 
+    def local_partition(self, key: PartitionKey) -> Partition | None:
+        return self._partitions.get(key)
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        """The partition's leader per this node's metadata (-1 when it has none)."""
+        return self.partition_state(topic, partition).leader
+
     def partition(self, topic: str, partition: int) -> Partition:
-        self.check_ready()
-        meta = self.metadata.topic(topic)  # type: ignore[union-attr]
-        if not 0 <= partition < meta.partitions:
-            raise PartitionNotFoundError(f"Partition {partition} of topic {topic} not found.")
-        with self._lock:
-            return self._partitions[PartitionKey(topic, partition)]
+        """The local replica, which must be the leader."""
+        st = self.partition_state(topic, partition)
+        p = self._partitions.get(PartitionKey(topic, partition))
+        if p is None or not p.is_leader:
+            if st.leader < 0:
+                raise LeaderNotAvailableError(f"partition {topic}-{partition} has no leader")
+            raise NotLeaderOrFollowerError(f"this node is not the leader of {topic}-{partition} "
+                                           f"(leader: node {st.leader})")
+        return p
 
     # ------------------------------------------------------------------ produce
 
-    def produce_records(self, topic: str, records: list[ProduceRecord], *, partition: int | None = None,
-                        timestamp_ms: int | None = None) -> list[ProduceResult]:
-        """Append JSON / binary records: one batch per target partition; results in request order."""
+    def _min_isr(self, topic: str) -> int:
+        t = self.image.topics.get(topic)
+        return self.config.log_config(t.configs if t else {}).min_insync_replicas
+
+    async def produce_batches(self, topic: str, partition: int, data: bytes, acks: str = "all") -> AppendInfo:
+        """Append RecordBatch v2 bytes as received (after validation) on this node, the leader."""
+        p = self.partition(topic, partition)
+        min_isr = self._min_isr(topic)
+        info = p.append_as_leader(data, required_acks=acks, min_isr=min_isr)
+        if acks == "all":
+            await p.wait_for_commit(info.last_offset + 1, self.config.request_timeout_ms / 1000, min_isr)
+        return info
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        """A new producer id (epoch 0) from this node's block; a new block from the controller when it runs out."""
+        if self._pid_next >= self._pid_end:
+            res = await self.controller_call("allocate_producer_ids", {"node_id": self.node_id,
+                                                                       "broker_epoch": self.broker_epoch})
+            if self._pid_next >= self._pid_end:
+                self._pid_next, self._pid_end = int(res["first_id"]), int(res["first_id"]) + int(res["count"])
+        pid = self._pid_next
+        self._pid_next += 1
+        return pid, 0
+
+    async def produce_records(self, topic: str, records: list[ProduceRecord], *, partition: int | None = None,
+                              timestamp_ms: int | None = None, acks: str = "all",
+                              producer: Any = None) -> list[ProduceResult]:
+        """Append JSON / binary records: one batch per target partition (forwarded to its leader when
+        that is another node); results in request order."""
         self.check_ready()
-        meta = self.metadata.topic(topic)  # type: ignore[union-attr]
+        meta = self._topic_metadata(topic)
         if len(records) > self.config.max_records_per_request:
             raise RequestTooLargeError(f"{len(records)} records exceed max.records.per.request="
                                        f"{self.config.max_records_per_request}")
@@ -276,23 +785,44 @@ class Node:
         by_partition: dict[int, list[int]] = {}
         for i, p in enumerate(targets):
             by_partition.setdefault(p, []).append(i)
-        offsets = [0] * len(records)
-        for p, idxs in by_partition.items():
+        if producer is not None and len(by_partition) > 1:
+            raise InvalidRequestError("an idempotent produce (producer_id, sequence) must target one partition: "
+                                      "sequences are per partition")
+        ids = {} if producer is None else {"producer_id": producer.producer_id,
+                                           "producer_epoch": producer.producer_epoch,
+                                           "base_sequence": producer.sequence}
+
+        async def one(p: int, idxs: list[int]) -> tuple[list[int], int]:
             batch = build_batch([Record(j, now, records[i].key, records[i].value, records[i].headers)
-                                 for j, i in enumerate(idxs)])
-            info = self.partition(topic, p).append_as_leader(batch)
+                                 for j, i in enumerate(idxs)], **ids)
+            leader = self.leader_of(topic, p)
+            if leader == self.node_id:
+                info = await self.produce_batches(topic, p, batch, acks)
+                return idxs, info.first_offset
+            if leader < 0:
+                raise LeaderNotAvailableError(f"partition {topic}-{p} has no leader")
+            return idxs, await self.forward_batch(leader, topic, p, batch, acks)
+
+        offsets = [0] * len(records)
+        for idxs, first in await asyncio.gather(*(one(p, idxs) for p, idxs in by_partition.items())):
             for j, i in enumerate(idxs):
-                offsets[i] = info.first_offset + j
+                offsets[i] = first + j
         return [ProduceResult(p, o) for p, o in zip(targets, offsets)]
 
-    def produce_batches(self, topic: str, partition: int, data: bytes) -> AppendInfo:
-        """Append RecordBatch v2 bytes as received (after validation)."""
-        return self.partition(topic, partition).append_as_leader(data)
+    async def forward_batch(self, leader: int, topic: str, partition: int, batch: bytes, acks: str) -> int:
+        """Produce a batch through its leader (one hop); returns its base offset."""
+        assert self.peers is not None
+        path = f"/topics/{topic}/partitions/{partition}?acks={acks}"
+        resp = await self.peers.request(leader, "POST", path, batch, headers={
+            "Content-Type": "application/vnd.kafka.recordbatch", FORWARDED_HEADER: str(self.node_id)},
+            timeout_s=self.config.request_timeout_ms / 1000 + 5)
+        doc = _json_or_empty(resp)
+        if resp.status_code != 200:
+            raise RemoteError(resp.status_code, int(doc.get("error_code", resp.status_code * 100)),
+                              str(doc.get("message", resp.text[:200])))
+        return int(doc["offsets"][0]["offset"])
 
     # ------------------------------------------------------------------ fetch and offsets
-
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
-        return self.partition(topic, partition).read(offset, max_bytes)
 
     async def fetch_wait(self, topic: str, partition: int, offset: int, max_bytes: int,
                          timeout_ms: int) -> FetchResult:
@@ -302,7 +832,7 @@ class Node:
         if len(result.records) or timeout_ms <= 0:
             return result
         await p.wait_for_data(offset, min(timeout_ms, self.config.fetch_max_wait_ms) / 1000)
-        # Look the partition up again: the topic may have been deleted (404) while we waited.
+        # Look the partition up again: it may have been deleted (404) or moved while we waited.
         return self.partition(topic, partition).read(offset, max_bytes)
 
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
@@ -316,3 +846,109 @@ class Node:
         if found is None or found[0] >= p.high_watermark:
             return None
         return found
+
+    # ------------------------------------------------------------------ leader side of replication
+
+    def _replica_partition(self, topic: str, partition: int, current_leader_epoch: int) -> tuple[Partition | None, int, str]:
+        p = self._partitions.get(PartitionKey(topic, partition))
+        if p is None:
+            return None, wire.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not hosted here"
+        if current_leader_epoch < p.leader_epoch:
+            return None, wire.FENCED_LEADER_EPOCH, f"leader epoch {current_leader_epoch} < {p.leader_epoch}"
+        if current_leader_epoch > p.leader_epoch:
+            return None, wire.UNKNOWN_LEADER_EPOCH, f"leader epoch {current_leader_epoch} > {p.leader_epoch}"
+        if p.role != Role.LEADER:
+            return None, wire.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} does not lead {topic}-{partition}"
+        return p, wire.NONE, ""
+
+    def epoch_end_offsets(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        """OffsetsForLeaderEpoch, answered by the leader."""
+        out = []
+        for e in request.get("partitions", [])[:10000]:
+            p, code, msg = self._replica_partition(str(e["topic"]), int(e["partition"]), int(e["current_leader_epoch"]))
+            if p is None:
+                out.append({"topic": e["topic"], "partition": e["partition"], "error_code": code, "error": msg,
+                            "leader_epoch": -1, "end_offset": -1})
+                continue
+            epoch, end = p.log.end_offset_for_epoch(int(e["leader_epoch"]))
+            out.append({"topic": e["topic"], "partition": e["partition"], "error_code": wire.NONE, "error": None,
+                        "leader_epoch": epoch, "end_offset": end})
+        return out
+
+    async def replica_fetch(self, request: dict[str, Any]) -> list[wire.PartitionData]:
+        """A follower's fetch: record its LEO, read from its fetch offset (past the HW), long-poll if empty."""
+        replica_id = int(request["replica_id"])
+        max_wait = min(int(request.get("max_wait_ms", 0)), self.config.replica_fetch_wait_max_ms) / 1000
+        budget = min(int(request.get("max_bytes", 1 << 20)), self.config.replica_fetch_response_max_bytes)
+        entries = request.get("partitions", [])[:10000]
+
+        def read_all() -> list[wire.PartitionData]:
+            out = []
+            remaining = budget
+            for e in entries:
+                topic, part = str(e["topic"]), int(e["partition"])
+                p, code, msg = self._replica_partition(topic, part, int(e["current_leader_epoch"]))
+                if p is None:
+                    out.append(wire.PartitionData(topic, part, code, msg, -1, -1, -1, b""))
+                    continue
+                offset = int(e["fetch_offset"])
+                leo = p.log.log_end_offset
+                if offset > leo or offset < p.log.log_start_offset:
+                    out.append(wire.PartitionData(topic, part, wire.OFFSET_OUT_OF_RANGE,
+                                                  f"fetch offset {offset} outside [{p.log.log_start_offset}, {leo}]",
+                                                  p.high_watermark, p.log.log_start_offset, leo, b""))
+                    continue
+                new_isr = p.on_follower_fetch(replica_id, offset)
+                if new_isr is not None:
+                    log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, new_isr)
+                    self._alter_isr(p, new_isr)
+                records: bytes | memoryview = b""
+                if offset < leo and remaining > 0:
+                    res = p.log.read(offset, min(remaining, int(e.get("max_bytes", remaining))))
+                    records = res.records
+                    remaining -= len(records)
+                out.append(wire.PartitionData(topic, part, wire.NONE, None, p.high_watermark,
+                                              p.log.log_start_offset, p.log.log_end_offset, records))
+            return out
+
+        result = read_all()
+        if max_wait > 0 and not any(len(d.records) for d in result) and all(d.error_code == wire.NONE for d in result):
+            waits = []
+            for d in result:
+                p = self._partitions.get(PartitionKey(d.topic, d.partition))
+                if p is not None:
+                    waits.append(p.wait_for_leo(d.log_end_offset, max_wait))
+            if waits:
+                done, pending = await asyncio.wait([asyncio.ensure_future(w) for w in waits],
+                                                   return_when=asyncio.FIRST_COMPLETED, timeout=max_wait)
+                for t in pending:
+                    t.cancel()
+                # Re-read: the follower's fetch offset is unchanged, so its LEO record stays correct.
+                result = read_all()
+        return result
+
+
+FORWARDED_HEADER = "X-Lakelog-Forwarded-By"
+
+
+def _json_or_empty(resp) -> dict:
+    try:
+        doc = resp.json()
+        return doc if isinstance(doc, dict) else {}
+    except ValueError:
+        return {}
+
+
+def _read_topic_id(path: Path) -> str | None:
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("topic_id:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _write_topic_id(path: Path, topic_id: str) -> None:
+    from logstore.fileutil import atomic_write
+    atomic_write(path, f"version: 0\ntopic_id: {topic_id}\n".encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import resource
@@ -62,6 +63,41 @@ def exit_zero_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _handler)
 
 
+class NodeServer(uvicorn.Server):
+    """uvicorn, with a controlled shutdown before it stops serving.
+
+    The first SIGTERM / Ctrl-C asks the controller to move this node's leaderships away while the
+    node still answers (it may be the Raft leader that must commit that move), then lets uvicorn
+    shut down; a second signal stops at once.
+    """
+
+    def __init__(self, config: uvicorn.Config, node: Node) -> None:
+        super().__init__(config)
+        self.node = node
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining = False
+
+    async def startup(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if self._draining or self._loop is None or not self.started:
+            super().handle_exit(sig, frame)
+            return
+        self._draining = True
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain(sig, frame)))
+
+    async def _drain(self, sig: int, frame) -> None:
+        try:
+            await asyncio.wait_for(self.node.controlled_shutdown(),
+                                   self.node.config.controlled_shutdown_timeout_ms / 1000 + 1)
+        except Exception:
+            logging.getLogger("lakelog.node").exception("controlled shutdown failed")
+        finally:
+            super().handle_exit(sig, frame)
+
+
 def run_node(config: NodeConfig) -> int:
     configure_logging()
     raise_open_file_limit()
@@ -69,9 +105,9 @@ def run_node(config: NodeConfig) -> int:
     node = Node(config)
     node.start()
     app = create_app(node)
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
-                                           access_log=False, timeout_graceful_shutdown=5,
-                                           limit_concurrency=1000, timeout_keep_alive=30))
+    server = NodeServer(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
+                                       access_log=False, timeout_graceful_shutdown=5,
+                                       limit_concurrency=1000, timeout_keep_alive=30), node)
     try:
         server.run()
     finally:

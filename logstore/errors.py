@@ -83,3 +83,17 @@ class SegmentsChangedError(LogStoreError):
     """The segments an operation planned on changed under it (a concurrent swap or deletion)."""
 
     kind = ErrorKind.TRANSIENT
+
+
+class InvalidProducerEpochError(LogStoreError):
+    """An idempotent producer's epoch is below the partition's: a newer instance fenced it."""
+
+    kind = ErrorKind.NOT_LEADER
+
+
+class OutOfOrderSequenceError(InvalidRecordError):
+    """An idempotent producer's batch does not continue its sequence (a gap, or a new epoch not at 0)."""
+
+
+class MixedDuplicateBatchesError(InvalidRecordError):
+    """A request mixes batches already appended (duplicates) with new ones: nothing is appended."""

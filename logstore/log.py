@@ -7,6 +7,7 @@ Directory contents:
     leader-epoch-checkpoint                            (epoch, start offset) entries
     log-start-offset-checkpoint                        the log start offset
     recovery-point-checkpoint                          offsets below it are known flushed
+    00000000000000005376.snapshot                      idempotent producer state as of that offset
     .lakelog_cleanshutdown                             written by close(), removed on open
 
 Invariants (checked with `invariant()`):
@@ -14,7 +15,9 @@ Invariants (checked with `invariant()`):
     truncation (LEO) — the log start offset never moves backwards;
   * segments are sorted by base offset, the active segment is the last, and each segment's offsets
     lie in [base offset, next segment's base offset);
-  * leader epochs in the epoch cache only grow.
+  * leader epochs in the epoch cache only grow;
+  * the producer state reflects exactly the batches below the LEO (see producer_state.py), and no
+    snapshot lies above the LEO.
 
 Lookups follow the design: binary search of segments by base offset, the floor entry of the sparse
 offset index, then a forward scan of batch headers.
@@ -23,6 +26,17 @@ Crash recovery (`open` without a clean-shutdown marker): segments from the recov
 re-read batch by batch, CRC-checked, cut at the first torn or corrupt batch (later segments are
 dropped), and their indexes rebuilt; every other segment's indexes are checked structurally and
 rebuilt if they fail. `recovery` tells what was cut.
+
+Producer state (idempotent produce, producer_state.py): the leader checks each producer batch
+(epoch fencing, sequence order, duplicates of a producer's last 5 batches answered with their
+original offsets); followers apply batches unchecked, so every replica holds the same state.
+A `<offset>.snapshot` of the state is written when a segment rolls and on close. On open the
+state comes from the newest snapshot at or below the LEO (corrupt ones are deleted, the next
+older one is used) plus a replay of batch headers from there to the LEO — after a crash, folded
+into the recovery scan when the snapshot lies in the recovered segments. `truncate_to` reloads the
+newest snapshot at or below the new LEO and replays up to it; snapshots above it go first.
+Compaction swaps leave the state alone: the cleaner only rewrites sealed segments, which lie
+below the newest snapshot (the one taken when the active segment was rolled in).
 
 Compaction swap (crash-safe, as Kafka's): replacement segments are written with suffix `.cleaned`,
 renamed to `.swap`, the replaced segments are deleted, then the `.swap` files lose their suffix.
@@ -42,7 +56,8 @@ import time
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from types import MappingProxyType
+from typing import Callable, Iterator, Mapping
 
 from infra.config import LogConfig
 from infra.errors import invariant
@@ -60,7 +75,21 @@ from logstore.errors import (
     UnsupportedFormatVersionError,
 )
 from logstore.leader_epoch import LeaderEpochCache
+from logstore.producer_state import (
+    DEFAULT_MAX_PRODUCER_IDS,
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    DEFAULT_SNAPSHOTS_TO_KEEP,
+    BatchMetadata,
+    ProducerStateEntry,
+    ProducerStateManager,
+    SnapshotLoad,
+    snapshot_name,
+)
 from logstore.record_batch import (
+    CONTROL_MASK,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
     NO_TIMESTAMP,
     RecordBatch,
     TimestampType,
@@ -83,6 +112,9 @@ from logstore.segment import (
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 assert _OFFSET_LENGTH_EPOCH.size == 16
 
+#: Bytes read at a time while replaying producer batch headers.
+_REPLAY_READ_BYTES = 64 * 1024
+
 CLEAN_SHUTDOWN_FILE = ".lakelog_cleanshutdown"
 CLEAN_SHUTDOWN_VERSION = 1
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
@@ -91,7 +123,12 @@ RECOVERY_POINT_FILE = "recovery-point-checkpoint"
 
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
-    """What an append did: the offsets it assigned and what it stored."""
+    """What an append did: the offsets it assigned and what it stored.
+
+    With `duplicate`, the request repeated batches of idempotent producers that the log already
+    holds: nothing was stored (counts and size are 0) and the offsets, timestamps and
+    `base_offsets` are those the original append assigned; answer the client with them.
+    """
 
     first_offset: int
     last_offset: int
@@ -102,6 +139,7 @@ class AppendInfo:
     size_in_bytes: int
     log_start_offset: int
     base_offsets: tuple[int, ...] = ()
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,20 +163,34 @@ class RecoveryReport:
     indexes_rebuilt: list[int] = field(default_factory=list)
     swaps_completed: int = 0
     leftovers_removed: list[str] = field(default_factory=list)
+    producer_snapshot_offset: int | None = None  # producer state loaded from this snapshot
+    producer_batches_replayed: int = 0  # producer batches applied on top of it
+    producer_snapshots_removed: list[str] = field(default_factory=list)  # corrupt or above the LEO
 
     def __str__(self) -> str:
+        producers = (f"; producer state from snapshot {self.producer_snapshot_offset} + "
+                     f"{self.producer_batches_replayed} batch(es)"
+                     + (f", removed snapshots {self.producer_snapshots_removed}" if self.producer_snapshots_removed
+                        else ""))
         if self.clean_shutdown and not self.indexes_rebuilt and not self.swaps_completed:
-            return "clean shutdown, nothing to recover"
+            return "clean shutdown, nothing to recover" + producers
         return (f"recovered {self.segments_recovered} segment(s), truncated {self.bytes_truncated} bytes, "
                 f"dropped segments {self.segments_dropped}, rebuilt indexes of {self.indexes_rebuilt}, "
-                f"completed {self.swaps_completed} swap(s), removed {len(self.leftovers_removed)} leftover file(s)")
+                f"completed {self.swaps_completed} swap(s), removed {len(self.leftovers_removed)} leftover file(s)"
+                + producers)
 
 
 class PartitionLog:
     """The log of one partition replica."""
 
     def __init__(self, directory: str | os.PathLike, config: LogConfig | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 max_producer_ids: int = DEFAULT_MAX_PRODUCER_IDS,
+                 producer_snapshots_to_keep: int = DEFAULT_SNAPSHOTS_TO_KEEP) -> None:
+        """`producer_id_expiration_ms` is Kafka's broker key `producer.id.expiration.ms`;
+        `max_producer_ids` bounds the producers tracked (the least recently written is evicted);
+        `producer_snapshots_to_keep` is how many `.snapshot` files survive each new one."""
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config = config or LogConfig()
@@ -153,6 +205,9 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = self._now_ms()
         self.epochs = LeaderEpochCache(self.directory)
+        self._producers = ProducerStateManager(self.directory, producer_id_expiration_ms=producer_id_expiration_ms,
+                                               max_producer_ids=max_producer_ids,
+                                               snapshots_to_keep=producer_snapshots_to_keep)
         self.recovery = self._open()
 
     # ------------------------------------------------------------------ opening and recovery
@@ -179,11 +234,12 @@ class PartitionLog:
             start = stored_start[0][0] if stored_start else 0
             self._add_segment(LogSegment(self.directory, start, self._segment_config(), created_ms=self._now_ms()))
         self.log_start_offset = max(stored_start[0][0] if stored_start else 0, self._segments[0].base_offset)
+        replayed_from: int | None = None
         if clean:
             for seg in self._segments:
                 self._check_segment(seg, report)
         else:
-            self._recover(rp, report)
+            replayed_from = self._recover(rp, report)
         if self.log_start_offset > self.log_end_offset:
             # Recovery cut the log below its start offset: nothing readable is left. Restart the
             # log empty at its start offset (as Kafka's loader does) rather than refuse to open.
@@ -195,6 +251,8 @@ class PartitionLog:
             self._add_segment(LogSegment(self.directory, self.log_start_offset, self._segment_config(),
                                          created_ms=self._now_ms()))
             self.epochs.clear()
+            replayed_from = None
+        self._open_producer_state(report, replayed_from)
         marker.unlink(missing_ok=True)
         invariant(self.log_start_offset <= self.log_end_offset,
                   f"log start offset {self.log_start_offset} above log end offset {self.log_end_offset}")
@@ -237,17 +295,39 @@ class PartitionLog:
             seg.close()
             report.swaps_completed += 1
 
-    def _recover(self, recovery_point: int, report: RecoveryReport) -> None:
-        """Recover segments at or after the recovery point; check the indexes of the others."""
+    def _recover(self, recovery_point: int, report: RecoveryReport) -> int | None:
+        """Recover segments at or after the recovery point; check the indexes of the others.
+
+        Returns the offset from which producer batches were applied to the state during the
+        scan (on top of the snapshot in `report`), or None when the state still needs loading.
+        """
         max_batch = max(self.config.max_message_bytes, self.config.segment_bytes)
         first = max(0, bisect_right(self._bases, recovery_point) - 1)
         for seg in self._segments[:first]:
             self._check_segment(seg, report)
         self.epochs.truncate_from_end(self._segments[first].base_offset)
+        # Snapshots at or below the recovery point were written after everything below them was
+        # flushed. When the newest lies in the segments re-read here, their batches are applied as
+        # recovery reads them: no second pass over the active segment.
+        load = self._producers.load_latest_snapshot(recovery_point)
+        report.producer_snapshots_removed += load.removed
+        replay_from = self.log_start_offset if load.offset is None else max(load.offset, self.log_start_offset)
+        direct = replay_from >= self._segments[first].base_offset
+        replayed = 0
+        producers = self._producers
+
+        def on_batch(batch: RecordBatch) -> None:
+            nonlocal replayed
+            if batch.partition_leader_epoch >= 0:
+                self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+            if direct and batch.producer_id >= 0 and batch.base_offset + batch.last_offset_delta >= replay_from:
+                producers.apply_batch(batch)
+                replayed += 1
+
         i = first
         while i < len(self._segments):
             seg = self._segments[i]
-            cut = seg.recover(on_batch=self._assign_epoch_from_batch, max_batch_bytes=max_batch)
+            cut = seg.recover(on_batch=on_batch, max_batch_bytes=max_batch)
             report.segments_recovered += 1
             report.bytes_truncated += cut
             if cut:
@@ -270,6 +350,80 @@ class PartitionLog:
             self._bases.pop()
             report.segments_dropped.append(seg.base_offset)
             seg.delete_files()
+        if not direct:
+            return None
+        report.producer_snapshot_offset = load.offset
+        report.producer_batches_replayed = replayed
+        return replay_from
+
+    def _open_producer_state(self, report: RecoveryReport, replayed_from: int | None) -> None:
+        """Drop snapshots above the LEO; load the state unless recovery already built it.
+
+        A snapshot at or below the LEO is sound even if it lies above the recovery point (one
+        taken at the LEO when the log start moved): recovery cuts the log at the first batch that
+        did not reach the disk, and any snapshot above the cut goes.
+        """
+        leo = self.log_end_offset
+        report.producer_snapshots_removed += [snapshot_name(o) for o in self._producers.delete_snapshots_above(leo)]
+        used = report.producer_snapshot_offset
+        newer = [o for o in self._producers.snapshot_offsets() if used is None or o > used]
+        if replayed_from is not None and replayed_from <= leo and not newer:
+            return
+        load, replayed = self._reload_producer_state(leo)
+        report.producer_snapshots_removed += load.removed
+        report.producer_snapshot_offset = load.offset
+        report.producer_batches_replayed = replayed
+
+    def _reload_producer_state(self, end_offset: int) -> tuple[SnapshotLoad, int]:
+        """The state as of `end_offset`: the newest snapshot at or below it, then a replay of the
+        batch headers from there (or from the log start) up to it. Returns (load, batches replayed)."""
+        load = self._producers.load_latest_snapshot(end_offset)
+        start = self.log_start_offset if load.offset is None else max(load.offset, self.log_start_offset)
+        return load, self._replay_producer_batches(start, end_offset)
+
+    def _replay_producer_batches(self, start: int, end: int) -> int:
+        """Apply the producer batches with offsets in [start, end) to the state, reading headers
+        only (64 KiB at a time while batches are small, one header at a time once they are not)."""
+        replayed = 0
+        if start >= end:
+            return 0
+        producers = self._producers
+        for seg in self._segments[self._segment_index_for(start):]:
+            if seg.base_offset >= end:
+                break
+            if seg.is_empty or seg.next_offset <= start:
+                continue
+            pos = 0
+            if seg.base_offset < start:
+                found = self._repairing(seg, lambda s=seg: s.translate_offset(start))
+                if found is None:
+                    continue
+                pos = found.position
+            size = seg.size
+            buf, buf_pos = b"", 0
+            read_size = _REPLAY_READ_BYTES
+            while pos < size:
+                rel = pos - buf_pos
+                if rel < 0 or rel + HEADER_SIZE > len(buf):
+                    buf, buf_pos, rel = seg.read_bytes(pos, min(max(read_size, HEADER_SIZE), size - pos)), pos, 0
+                    if len(buf) < HEADER_SIZE:
+                        raise CorruptRecordError("batch header runs past the end of the log",
+                                                 file=str(seg.log_path), position=pos)
+                (base, length, _ple, _magic, _crc, attributes, delta, _bts, max_ts, producer_id,
+                 producer_epoch, base_sequence, _count) = HEADER.unpack_from(buf, rel)
+                if base >= end:
+                    break
+                if length < HEADER_SIZE - LOG_OVERHEAD:
+                    raise CorruptRecordError(f"batch length {length} is impossible", file=str(seg.log_path),
+                                             position=pos, offset=base)
+                if producer_id >= 0 and base + delta >= start:
+                    producers.apply(producer_id, producer_epoch, base_sequence, base, delta, max_ts,
+                                    is_control=bool(attributes & CONTROL_MASK))
+                    replayed += 1
+                pos += length + LOG_OVERHEAD
+                # Large batches: read just the next header rather than 64 KiB of records.
+                read_size = HEADER_SIZE if length + LOG_OVERHEAD > _REPLAY_READ_BYTES // 4 else _REPLAY_READ_BYTES
+        return replayed
 
     def _check_segment(self, seg: LogSegment, report: RecoveryReport) -> None:
         """Structural checks of a flushed segment; rebuild its indexes or cut a damaged tail.
@@ -295,10 +449,6 @@ class PartitionLog:
         report.bytes_truncated += seg.recover(max_batch_bytes=max_batch)
         report.segments_recovered += 1
         report.indexes_rebuilt.append(seg.base_offset)
-
-    def _assign_epoch_from_batch(self, batch: RecordBatch) -> None:
-        if batch.partition_leader_epoch >= 0:
-            self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
 
     def _add_segment(self, seg: LogSegment) -> None:
         invariant(not self._bases or seg.base_offset > self._bases[-1], "segments must be added in order")
@@ -333,6 +483,24 @@ class PartitionLog:
     def latest_epoch(self) -> int:
         return self.epochs.latest_epoch
 
+    @property
+    def producer_state(self) -> Mapping[int, ProducerStateEntry]:
+        """A read-only copy of the idempotent producers' state (producer id -> entry, least
+        recently written first), taken under the lock. Entries are immutable."""
+        with self._lock:
+            return MappingProxyType(self._producers.copy())
+
+    def producer_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        with self._lock:
+            return self._producers.entry(producer_id)
+
+    def remove_expired_producers(self) -> list[int]:
+        """For a periodic task: drop producers idle for `producer.id.expiration.ms` (by their
+        batches' max timestamps, as Kafka). Rolls and close do it too. Returns their ids."""
+        with self._lock:
+            self._check_open()
+            return self._producers.remove_expired(self._now_ms())
+
     def add_append_listener(self, listener: Callable[[int], None]) -> None:
         """Called with the new LEO after each append (under the log's lock: keep it short)."""
         self._listeners.append(listener)
@@ -356,6 +524,10 @@ class PartitionLog:
         """Validate producer batches, assign offsets from the LEO, stamp `leader_epoch`, append.
 
         All batches are validated before any byte is written: on any error nothing is appended.
+        Batches of idempotent producers (producer id >= 0) are checked against the producer
+        state: InvalidProducerEpochError, OutOfOrderSequenceError, MixedDuplicateBatchesError;
+        a request of duplicates only appends nothing and returns the original offsets with
+        `duplicate=True`.
         """
         buf = data if isinstance(data, (bytes, memoryview)) else bytes(data)
         parsed = self._split_and_validate(buf, for_leader=consecutive_offsets)
@@ -371,6 +543,7 @@ class PartitionLog:
             base_offsets = []
             max_ts = NO_TIMESTAMP
             records = 0
+            idempotent: list[tuple[RecordBatch, int, int]] = []  # (batch, base offset, max timestamp)
             for pos, batch, summary in parsed:
                 size = batch.size_in_bytes
                 if log_append:
@@ -384,15 +557,24 @@ class PartitionLog:
                     parts.append(_OFFSET_LENGTH_EPOCH.pack(next_offset, batch.batch_length, leader_epoch))
                     parts.append(view[pos + _OFFSET_LENGTH_EPOCH.size:pos + size])
                 batch_max_ts = now if log_append else batch.max_timestamp
+                if batch.producer_id >= 0:
+                    idempotent.append((batch, next_offset, batch_max_ts))
                 last = next_offset + batch.last_offset_delta
                 entries.append((pos, last, batch_max_ts, batch.size_in_bytes))
                 base_offsets.append(next_offset)
                 max_ts = max(max_ts, batch_max_ts)
                 records += summary.record_count
                 next_offset = last + 1
+            if idempotent:
+                duplicates = self._producers.check_leader_append([b for _, b, _ in parsed])
+                if duplicates is not None:
+                    return self._duplicate_info(duplicates)
             if leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(leader_epoch, first_offset)
             self._append_locked(parts, entries, max_ts, now, first_offset)
+            for batch, base, batch_max_ts in idempotent:
+                self._producers.apply(batch.producer_id, batch.producer_epoch, batch.base_sequence, base,
+                                      batch.last_offset_delta, batch_max_ts)
             self._unflushed_records += records
             info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
                               len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
@@ -431,11 +613,21 @@ class PartitionLog:
                     self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
             now = self._now_ms()
             self._append_locked([buf], entries, max_ts, now, first)
+            # Unchecked: the leader checked them, and the state must end as the leader's.
+            for _, batch, _ in parsed:
+                if batch.producer_id >= 0:
+                    self._producers.apply_batch(batch)
             self._unflushed_records += records
             info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
                               self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
             self._after_append(now)
             return info
+
+    def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
+        max_ts = max(d.max_timestamp for d in duplicates)
+        return AppendInfo(min(d.first_offset for d in duplicates), max(d.last_offset for d in duplicates), max_ts,
+                          max_ts if self.config.log_append_time else -1, 0, 0, 0, self.log_start_offset,
+                          tuple(d.first_offset for d in duplicates), duplicate=True)
 
     def _split_and_validate(self, buf: bytes | bytearray, *, for_leader: bool) -> list:
         if not buf:
@@ -497,6 +689,9 @@ class PartitionLog:
             old.on_become_inactive()
             # Sealed segments are flushed once, so recovery only ever re-reads the active one.
             old.flush()
+        # The state covers every batch below the LEO, and no batch lies in [LEO, new_base).
+        self._producers.remove_expired(self._now_ms())
+        self._producers.take_snapshot(new_base)
         seg = LogSegment(self.directory, new_base, self._segment_config(), created_ms=self._now_ms())
         self._add_segment(seg)
         self.recovery_point = new_base
@@ -632,6 +827,8 @@ class PartitionLog:
         """Remove every record at or above `offset` (a follower's truncation). Returns the new LEO.
 
         A batch that straddles `offset` is removed whole: the LEO may end below `offset`.
+        The producer state becomes the state as of the new LEO (newest snapshot at or below it,
+        then a replay of the batch headers up to it).
         """
         with self._lock:
             self._check_open()
@@ -639,6 +836,9 @@ class PartitionLog:
                 return self.log_end_offset
             invariant(offset >= self.log_start_offset or offset == self._segments[0].base_offset,
                       f"cannot truncate to {offset} below the log start offset {self.log_start_offset}")
+            # Snapshots above the target go first: after a crash part way, none of them can
+            # describe batches that are no longer (or not yet again) in the log.
+            self._producers.delete_snapshots_above(offset)
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 seg = self._segments.pop()
                 self._bases.pop()
@@ -646,6 +846,8 @@ class PartitionLog:
             active = self.active_segment
             self._repairing(active, lambda: active.truncate_to(offset))
             self.epochs.truncate_from_end(self.log_end_offset)
+            # Snapshots lie at batch boundaries, so none is left in (new LEO, offset].
+            self._reload_producer_state(self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(self.active_segment.base_offset,)])
             for listener in self._truncation_listeners:
@@ -653,9 +855,11 @@ class PartitionLog:
             return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop every segment and restart the log empty at `offset`."""
+        """Drop every segment and restart the log empty at `offset` (and the producer state)."""
         with self._lock:
             self._check_open()
+            self._producers.delete_all_snapshots()
+            self._producers.clear()
             for seg in self._segments:
                 seg.delete_files()
             self._segments.clear()
@@ -684,6 +888,7 @@ class PartitionLog:
                 seg = self._segments.pop(0)
                 self._bases.pop(0)
                 seg.delete_files()
+            self._prune_producer_snapshots()
             return True
 
     def _write_log_start_offset(self) -> None:
@@ -717,13 +922,24 @@ class PartitionLog:
             for seg in doomed:
                 seg.delete_files()
             self.epochs.truncate_from_start(self.log_start_offset)
+            self._prune_producer_snapshots()
             return [seg.base_offset for seg in doomed]
+
+    def _prune_producer_snapshots(self) -> None:
+        """The log start moved: snapshots below it go. Producers stay in the state until they
+        expire (KIP-360); if no snapshot is left, one of the current state at the LEO keeps them
+        across a restart (a replay from the log start would not find their deleted batches)."""
+        self._producers.delete_snapshots_below(self.log_start_offset)
+        if not self._producers.snapshot_offsets():
+            self._producers.take_snapshot(self.log_end_offset)
 
     def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
         """Swap compacted replacement segments (written with suffix `.cleaned`) for `old_segments`.
 
         Crash-safe: `.cleaned` -> `.swap`, delete the old segments, `.swap` -> final names.
-        The old segments must be consecutive, sealed and still present.
+        The old segments must be consecutive, sealed and still present. The producer state and
+        its snapshots are left alone: they describe the history, which compaction does not change
+        (the newest snapshot lies at or above the active segment's base, above every sealed one).
         """
         with self._lock:
             self._check_open()
@@ -759,6 +975,8 @@ class PartitionLog:
                 return
             self.active_segment.on_become_inactive()
             self._flush_locked()
+            self._producers.remove_expired(self._now_ms())
+            self._producers.take_snapshot(self.log_end_offset)
             for seg in self._segments:
                 seg.close()
             atomic_write(self.directory / CLEAN_SHUTDOWN_FILE,

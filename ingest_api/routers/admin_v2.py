@@ -12,10 +12,9 @@ router = APIRouter(tags=["admin v2"])
 
 
 def _partition_v2(node, topic, p: int) -> dict:
-    part = node.partition(topic.name, p)
-    replicas = topic.replicas[p] if p < len(topic.replicas) else [node.node_id]
-    return {"partition": p, "leader": replicas[0],
-            "replicas": [{"broker": b, "leader": b == replicas[0], "in_sync": b in part.isr} for b in replicas]}
+    st = node.partition_state(topic.name, p)
+    return {"partition": p, "leader": st.leader,
+            "replicas": [{"broker": b, "leader": b == st.leader, "in_sync": b in st.isr} for b in st.replicas]}
 
 
 @router.get("/topics", summary="List topic names")
@@ -43,11 +42,11 @@ async def list_partitions(topic: str, request: Request):
 @router.get("/topics/{topic}/partitions/{partition}", summary="Describe a partition")
 async def get_partition(topic: str, partition: int, request: Request):
     node = get_node(request)
-    node.partition(topic, partition)  # 404 for an unknown partition
+    node.partition_state(topic, partition)  # 404 for an unknown partition
     return JSONResponse(_partition_v2(node, node.topic(topic), partition), media_type=V2)
 
 
 @router.get("/brokers", summary="List broker ids")
 async def list_brokers(request: Request):
     node = get_node(request)
-    return JSONResponse({"brokers": [node.node_id]}, media_type=V2)
+    return JSONResponse({"brokers": [b.node_id for b in node.brokers()]}, media_type=V2)

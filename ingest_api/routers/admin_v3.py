@@ -78,7 +78,7 @@ def _cluster_body(request: Request, node) -> dict[str, Any]:
     url = f"{_base(request)}/clusters/{node.cluster_id}"
     return {"kind": "KafkaCluster", "metadata": _meta(url, f"crn:///kafka={node.cluster_id}"),
             "cluster_id": node.cluster_id,
-            "controller": {"related": f"{url}/brokers/{node.node_id}"},
+            "controller": {"related": f"{url}/brokers/{node.controller_id}"},
             "acls": {"related": f"{url}/acls"}, "brokers": {"related": f"{url}/brokers"},
             "broker_configs": {"related": f"{url}/broker-configs"},
             "consumer_groups": {"related": f"{url}/consumer-groups"},
@@ -109,21 +109,20 @@ def _config_body(request: Request, node, topic: str, name: str, value: Any, over
 
 def _partition_body(request: Request, node, t, p: int) -> dict[str, Any]:
     url = f"{_base(request)}/clusters/{node.cluster_id}/topics/{t.name}/partitions/{p}"
-    replicas = t.replicas[p] if p < len(t.replicas) else [node.node_id]
+    st = node.partition_state(t.name, p)
     return {"kind": "KafkaPartition",
             "metadata": _meta(url, f"crn:///kafka={node.cluster_id}/topic={t.name}/partition={p}"),
             "cluster_id": node.cluster_id, "topic_name": t.name, "partition_id": p,
-            "leader": {"related": f"{_base(request)}/clusters/{node.cluster_id}/brokers/{replicas[0]}"},
+            "leader": None if st.leader < 0 else {
+                "related": f"{_base(request)}/clusters/{node.cluster_id}/brokers/{st.leader}"},
             "replicas": {"related": f"{url}/replicas"}, "reassignment": {"related": f"{url}/reassignment"}}
 
 
-def _broker_body(request: Request, node) -> dict[str, Any]:
-    url = f"{_base(request)}/clusters/{node.cluster_id}/brokers/{node.node_id}"
-    advertised = node.config.advertised_url
-    host, port = advertised.split("://", 1)[1].rsplit(":", 1)
-    return {"kind": "KafkaBroker", "metadata": _meta(url, f"crn:///kafka={node.cluster_id}/broker={node.node_id}"),
-            "cluster_id": node.cluster_id, "broker_id": node.node_id, "host": host, "port": int(port),
-            "rack": None, "configs": {"related": f"{url}/configs"},
+def _broker_body(request: Request, node, b) -> dict[str, Any]:
+    url = f"{_base(request)}/clusters/{node.cluster_id}/brokers/{b.node_id}"
+    return {"kind": "KafkaBroker", "metadata": _meta(url, f"crn:///kafka={node.cluster_id}/broker={b.node_id}"),
+            "cluster_id": node.cluster_id, "broker_id": b.node_id, "host": b.host, "port": b.port,
+            "rack": b.rack, "fenced": b.fenced, "configs": {"related": f"{url}/configs"},
             "partition_replicas": {"related": f"{url}/partition-replicas"}}
 
 
@@ -154,7 +153,7 @@ async def list_topics(cluster_id: str, request: Request):
 async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Request):
     node = _cluster(request, cluster_id)
     configs = {c.name: c.value for c in body.configs if c.value is not None}
-    t = node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs)
+    t = await node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs)
     return JSONResponse(_topic_body(request, node, t), status_code=201)
 
 
@@ -167,7 +166,7 @@ async def get_topic(cluster_id: str, topic: str, request: Request):
 @router.delete("/clusters/{cluster_id}/topics/{topic}", status_code=204, summary="Delete a topic")
 async def delete_topic(cluster_id: str, topic: str, request: Request):
     node = _cluster(request, cluster_id)
-    node.delete_topic(topic)
+    await node.delete_topic(topic)
     return Response(status_code=204)
 
 
@@ -193,7 +192,7 @@ async def update_topic_config(cluster_id: str, topic: str, name: str, body: Upda
     node = _cluster(request, cluster_id)
     if name not in LOG_CONFIG.keys:
         raise ConfigNotFoundError(f"Config {name} not found.")
-    node.alter_topic_configs(topic, {name: body.value})
+    await node.alter_topic_configs(topic, {name: body.value})
     return Response(status_code=204)
 
 
@@ -203,7 +202,7 @@ async def reset_topic_config(cluster_id: str, topic: str, name: str, request: Re
     node = _cluster(request, cluster_id)
     if name not in LOG_CONFIG.keys:
         raise ConfigNotFoundError(f"Config {name} not found.")
-    node.alter_topic_configs(topic, {}, delete=[name])
+    await node.alter_topic_configs(topic, {}, delete=[name])
     return Response(status_code=204)
 
 
@@ -213,7 +212,7 @@ async def alter_topic_configs(cluster_id: str, topic: str, body: AlterConfigsReq
     node = _cluster(request, cluster_id)
     set_configs = {e.name: e.value for e in body.data if (e.operation or "SET").upper() == "SET" and e.value is not None}
     delete = [e.name for e in body.data if (e.operation or "").upper() == "DELETE"]
-    node.alter_topic_configs(topic, set_configs, delete=delete)
+    await node.alter_topic_configs(topic, set_configs, delete=delete)
     return Response(status_code=204)
 
 
@@ -228,7 +227,7 @@ async def list_partitions(cluster_id: str, topic: str, request: Request):
 @router.get("/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", summary="Describe a partition")
 async def get_partition(cluster_id: str, topic: str, partition: int, request: Request):
     node = _cluster(request, cluster_id)
-    node.partition(topic, partition)
+    node.partition_state(topic, partition)
     return JSONResponse(_partition_body(request, node, node.topic(topic), partition))
 
 
@@ -236,14 +235,13 @@ async def get_partition(cluster_id: str, topic: str, partition: int, request: Re
             summary="List a partition's replicas")
 async def list_replicas(cluster_id: str, topic: str, partition: int, request: Request):
     node = _cluster(request, cluster_id)
-    part = node.partition(topic, partition)
-    t = node.topic(topic)
-    replicas = t.replicas[partition] if partition < len(t.replicas) else [node.node_id]
+    st = node.partition_state(topic, partition)
+    replicas = st.replicas
     url = f"{_base(request)}/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas"
     data = [{"kind": "KafkaReplica",
              "metadata": _meta(f"{url}/{b}", f"crn:///kafka={cluster_id}/topic={topic}/partition={partition}/replica={b}"),
              "cluster_id": cluster_id, "topic_name": topic, "partition_id": partition, "broker_id": b,
-             "is_leader": b == replicas[0], "is_in_sync": b in part.isr,
+             "is_leader": b == st.leader, "is_in_sync": b in st.isr,
              "broker": {"related": f"{_base(request)}/clusters/{cluster_id}/brokers/{b}"}} for b in replicas]
     return _list("KafkaReplicaList", url, data)
 
@@ -251,12 +249,14 @@ async def list_replicas(cluster_id: str, topic: str, partition: int, request: Re
 @router.get("/clusters/{cluster_id}/brokers", summary="List brokers")
 async def list_brokers(cluster_id: str, request: Request):
     node = _cluster(request, cluster_id)
-    return _list("KafkaBrokerList", f"{_base(request)}/clusters/{cluster_id}/brokers", [_broker_body(request, node)])
+    return _list("KafkaBrokerList", f"{_base(request)}/clusters/{cluster_id}/brokers",
+                 [_broker_body(request, node, b) for b in node.brokers()])
 
 
 @router.get("/clusters/{cluster_id}/brokers/{broker_id}", summary="Describe a broker")
 async def get_broker(cluster_id: str, broker_id: int, request: Request):
     node = _cluster(request, cluster_id)
-    if broker_id != node.node_id:
-        raise BrokerNotFoundError(f"Broker {broker_id} not found.")
-    return JSONResponse(_broker_body(request, node))
+    for b in node.brokers():
+        if b.node_id == broker_id:
+            return JSONResponse(_broker_body(request, node, b))
+    raise BrokerNotFoundError(f"Broker {broker_id} not found.")

@@ -15,14 +15,20 @@ from ingest_api.formats import (
     V2,
     accepted,
     media_type,
-    parse_produce_body,
+    parse_produce_request,
     render_record,
 )
-from ingest_api.routers.deps import get_node, read_body
+from ingest_api.routers.deps import forward_to_leader, get_node, read_body
 from logstore.record_batch import TimestampType, iter_batches
 
 router = APIRouter(tags=["records"])
 
+_PRODUCER_PROPERTIES = {
+    "producer_id": {"type": "integer", "minimum": 0, "description": "from POST /producers (idempotent produce)"},
+    "producer_epoch": {"type": "integer", "minimum": 0, "maximum": 32767},
+    "sequence": {"type": "integer", "minimum": 0, "maximum": 2147483647,
+                 "description": "sequence of the first record; the next request continues after the last one"},
+}
 _RECORD_SCHEMA = {
     "type": "object",
     "properties": {
@@ -37,13 +43,15 @@ _PRODUCE_BODY = {
     "required": True,
     "content": {
         JSON_V2: {"schema": {"type": "object", "required": ["records"],
-                             "properties": {"records": {"type": "array", "items": _RECORD_SCHEMA}}}},
+                             "properties": {"records": {"type": "array", "items": _RECORD_SCHEMA},
+                                            **_PRODUCER_PROPERTIES}}},
         BINARY_V2: {"schema": {"type": "object", "required": ["records"],
                                "properties": {"records": {"type": "array", "items": {
                                    **_RECORD_SCHEMA, "properties": {
                                        **_RECORD_SCHEMA["properties"],
                                        "key": {"type": ["string", "null"], "format": "byte"},
-                                       "value": {"type": ["string", "null"], "format": "byte"}}}}}}},
+                                       "value": {"type": ["string", "null"], "format": "byte"}}}},
+                                   **_PRODUCER_PROPERTIES}}},
     },
 }
 _OFFSETS_RESPONSE = {
@@ -77,8 +85,8 @@ async def produce_to_topic(topic: str, request: Request, acks: str = Query("all"
     if fmt not in EMBEDDED_FORMATS:
         raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2} or {BINARY_V2}")
     body = await read_body(request, node.config.max_request_bytes)
-    records = parse_produce_body(body, fmt, node.config.max_records_per_request)
-    results = node.produce_records(topic, records)
+    records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
+    results = await node.produce_records(topic, records, acks=acks, producer=producer)
     _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
     return _produce_response([(r.partition, r.offset) for r in results], acks)
 
@@ -99,14 +107,27 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
     if fmt not in EMBEDDED_FORMATS + (RECORDBATCH,):
         raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2}, {BINARY_V2} or {RECORDBATCH}")
     body = await read_body(request, node.config.max_request_bytes)
+    forwarded = await forward_to_leader(request, node, topic, partition, body)
+    if forwarded is not None:
+        return forwarded
     if fmt == RECORDBATCH:
-        info = node.produce_batches(topic, partition, body)
+        info = await node.produce_batches(topic, partition, body, acks)
         _count(request, topic, info.size_in_bytes, info.record_count)
         return _produce_response([(partition, b) for b in info.base_offsets], acks)
-    records = parse_produce_body(body, fmt, node.config.max_records_per_request)
-    results = node.produce_records(topic, records, partition=partition)
+    records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
+    results = await node.produce_records(topic, records, partition=partition, acks=acks, producer=producer)
     _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
     return _produce_response([(r.partition, r.offset) for r in results], acks)
+
+
+@router.post("/producers", summary="Get a producer id for idempotent produce (Kafka's InitProducerId)",
+             responses={200: {"description": "a new producer id, epoch 0", "content": {V2: {"schema": {
+                 "type": "object", "properties": {"producer_id": {"type": "integer"},
+                                                  "producer_epoch": {"type": "integer"}}}}}}})
+async def init_producer(request: Request):
+    node = get_node(request)
+    producer_id, epoch = await node.init_producer_id()
+    return JSONResponse({"producer_id": producer_id, "producer_epoch": epoch}, media_type=V2)
 
 
 def _count(request: Request, topic: str, nbytes: int, nrecords: int) -> None:
@@ -130,6 +151,9 @@ async def fetch_records(topic: str, partition: int, request: Request,
     if fmt is None:
         raise NotAcceptableError(f"Accept must allow {JSON_V2}, {BINARY_V2} or {RECORDBATCH}")
     limit = min(max_bytes or node.config.fetch_default_bytes, node.config.fetch_max_bytes)
+    forwarded = await forward_to_leader(request, node, topic, partition, wait_ms=min(timeout, node.config.fetch_max_wait_ms))
+    if forwarded is not None:
+        return forwarded
     result = await node.fetch_wait(topic, partition, offset, limit, timeout)
     request.app.state.metrics.fetch_bytes.labels(topic).inc(len(result.records))
     p = node.partition(topic, partition)
@@ -153,6 +177,9 @@ async def fetch_records(topic: str, partition: int, request: Request,
 async def partition_offsets(topic: str, partition: int, request: Request,
                             timestamp: int | None = Query(None, description="ms since the epoch")):
     node = get_node(request)
+    forwarded = await forward_to_leader(request, node, topic, partition)
+    if forwarded is not None:
+        return forwarded
     beginning, end = node.offsets(topic, partition)
     body: dict = {"beginning_offset": beginning, "end_offset": end}
     if timestamp is not None:

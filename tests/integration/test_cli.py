@@ -100,7 +100,7 @@ def test_topics_create_list_describe_alter_delete_and_errors(node: NodeProcess):
         ("consume", "audit", "--partition", "0"),
     )
     assert failed(again) == "lakelog topics create: Topic 'orders' already exists."
-    assert failed(wide).startswith("lakelog topics create: replication_factor 3")
+    assert failed(wide).startswith("lakelog topics create: replication factor 3 is larger than the 1 available")
     assert failed(bad) == "lakelog topics alter: segment.bytes: 'lots' is not a valid int"
     assert failed(unknown_describe) == "lakelog topics describe: Topic nope not found."
     assert failed(unknown_consume) == "lakelog consume: Topic nope not found."

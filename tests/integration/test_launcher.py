@@ -113,11 +113,11 @@ def test_up_exits_1_when_its_node_dies(tmp_path):
     assert "node-1 (pid %d) was killed by SIGKILL unexpectedly" % pid in up.output()
 
 
-def test_up_refuses_several_nodes_and_bad_remote_urls(tmp_path, capsys):
-    several = subprocess.run([LAKELOG, "up", "--nodes", "2", "--data-dir", str(tmp_path)], capture_output=True,
+def test_up_refuses_too_many_nodes_and_bad_remote_urls(tmp_path, capsys):
+    several = subprocess.run([LAKELOG, "up", "--nodes", "6", "--data-dir", str(tmp_path)], capture_output=True,
                              text=True, timeout=30)
     assert several.returncode == 2
-    assert "only 1 node is supported until replication exists" in several.stderr
+    assert "a local cluster has at most 5 nodes" in several.stderr
     # The same argument checks, without a process per URL.
     for url in ("http://bucket/x", "s3://Not_A_Bucket/x", "file://host/path", "file:relative"):
         with pytest.raises(SystemExit) as exit_info:

@@ -37,7 +37,7 @@ class NodeProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> "NodeProcess":
+    def start(self, timeout_s: float = 30.0, *, wait: bool = True) -> "NodeProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"node-{self.node_id}-{self.port}.log"
         args = [LAKELOG, "node", "--set", f"node.id={self.node_id}", "--set", f"log.dirs={self.data_dir}",
@@ -47,7 +47,8 @@ class NodeProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        self.wait_ready(timeout_s)
+        if wait:
+            self.wait_ready(timeout_s)
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -84,6 +85,81 @@ class NodeProcess:
     def restart(self, timeout_s: float = 30.0) -> "NodeProcess":
         self.stop()
         return self.start(timeout_s)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process is frozen (a GC pause, a hung disk) but keeps its sockets."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+#: Settings that make failures show quickly in tests (a real cluster uses the defaults).
+FAST_CLUSTER = {
+    "broker.session.timeout.ms": "1500",
+    "broker.heartbeat.interval.ms": "200",
+    "replica.lag.time.max.ms": "1500",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "100",
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.tick.ms": "100",
+    "request.timeout.ms": "10000",
+    "controlled.shutdown.timeout.ms": "5000",
+    "log.cleaner.backoff.ms": "200",
+}
+
+
+@dataclass
+class Cluster:
+    """N node processes on loopback forming one cluster (every node a controller voter)."""
+
+    root: Path
+    size: int = 3
+    overrides: dict[str, str] = field(default_factory=dict)
+    nodes: list[NodeProcess] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ports = [free_port() for _ in range(self.size)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        common = {"controller.quorum.voters": voters, "cluster.secret": "test-cluster-secret-0123456789",
+                  "cluster.id": "testcluster0000000000", "default.replication.factor": str(min(3, self.size)),
+                  **FAST_CLUSTER, **self.overrides}
+        self.nodes = [NodeProcess(self.root / f"node-{i + 1}", p, node_id=i + 1, overrides=dict(common))
+                      for i, p in enumerate(ports)]
+
+    def start(self, timeout_s: float = 60.0) -> "Cluster":
+        for n in self.nodes:
+            n.start(wait=False)
+        for n in self.nodes:
+            n.wait_ready(timeout_s)
+        return self
+
+    def node(self, node_id: int) -> NodeProcess:
+        return self.nodes[node_id - 1]
+
+    def live(self) -> list[NodeProcess]:
+        return [n for n in self.nodes if n.running]
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.running:
+                try:
+                    os.killpg(n.proc.pid, signal.SIGCONT)
+                    n.proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for n in self.nodes:
+            try:
+                n.stop()
+            except Exception:
+                pass
+            n.kill()
 
 
 def start_node(tmp_path: Path, **overrides: str) -> NodeProcess:

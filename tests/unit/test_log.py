@@ -367,7 +367,10 @@ def test_segment_files_have_20_digit_names(opened, tmp_path):
     names = set(os.listdir(tmp_path / "topic-0"))
     segment_files = {n for n in names if re.fullmatch(r"\d{20}\.(log|index|timeindex)", n)}
     assert segment_files == {f"{b:020d}.{ext}" for b in bases for ext in ("log", "index", "timeindex")}
-    assert names - segment_files <= {"leader-epoch-checkpoint", RECOVERY_POINT_FILE, LOG_START_OFFSET_FILE}
+    snapshots = {n for n in names if re.fullmatch(r"\d{20}\.snapshot", n)}
+    assert snapshots == {f"{b:020d}.snapshot" for b in bases[-3:]}  # one per roll, the newest 3 kept
+    assert names - segment_files - snapshots <= {"leader-epoch-checkpoint", RECOVERY_POINT_FILE,
+                                                 LOG_START_OFFSET_FILE}
     assert "00000000000000000000.log" in names
 
 

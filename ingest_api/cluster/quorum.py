@@ -1,0 +1,1039 @@
+"""The controller quorum hosted in an ingest node: a Raft voter driven by asyncio, over HTTP.
+
+`QuorumHost` owns one voter's `RaftCore`, its `RaftStorage` and the replicated state machine, and
+feeds the core every event through one driver task:
+
+    timer task ──Tick──┐
+    POST /internal/raft/messages ──Receive──┼──> inbox (bounded) ──> driver ──> core.step(event)
+    propose() ──Propose──┘                                            │
+                                      effects, in order ◄─────────────┘
+      PersistState / PersistEntries / PersistSnapshot → RaftStorage, on the host's I/O thread (fsync)
+      Send      → fire-and-forget POST to the peer (bounded in flight per peer)
+      Apply     → state_machine.apply; completes the proposal waiting on that (term, index)
+      RestoreSnapshot → state_machine.restore
+    then: report role / term / leader changes, `on_applied`, and snapshot every N applied entries
+    (`CompactLog`, which is one more step through the same path).
+
+The durability contract of core.py is kept: the driver takes the next event only after every effect
+of the previous step was carried out, and all Persist effects of a step (which the core lists first)
+are durable before any Send, Apply or Restore of that step. Storage calls run on one dedicated thread
+(`RaftStorage` is not thread-safe) so an fsync never blocks the event loop; the driver awaits them, so
+the ordering is that of a single thread. If a Persist effect (or the state machine) fails, the host
+stops at once (fail-stop): the failure is logged at CRITICAL, kept in `failure`, the remaining effects
+are dropped, the voter stops ticking and answering, and the node must restart it (the voter then
+recovers from its files, which is exactly what Raft expects of a crash).
+
+Restart: `start()` opens the directory (`RaftStorage` recovers it), restores the state machine from the
+snapshot if there is one, then builds the core from `RaftStorage.load()`. Entries after the snapshot are
+re-applied as the core emits Apply (once a leader tells it what is committed). The state machine handed
+to the host must be empty (a fresh instance) at start.
+
+The epoch. The Raft term is the controller epoch; `term` is the durable one. `on_role_change(role, term,
+leader_id)` fires whenever any of the three changes (after the step's effects ran), so the node can
+start or stop the active controller and fence anything older than `term`.
+
+Proposals. `propose(payload)` returns the entry's index once it is APPLIED here, so the caller can read
+its effect from the state machine. It raises NotControllerError(leader_id, term) when this voter is not
+the leader, or stops leading (or the index is applied with another term) before the entry commits; in
+the latter case, and on QuorumTimeoutError, the outcome is unknown (the entry may still commit), so
+commands should be idempotent or compare-and-swap.
+
+Observers (nodes that are not voters) follow the log over HTTP: `GET /internal/metadata?from_index=N`
+on any voter returns the committed (applied) entries after N, or the latest snapshot and what follows
+it when N is below the voter's log start. `MetadataFollower` is the client that polls a voter and
+applies into a local state machine.
+
+Invariants (checked with `invariant()`):
+  * the core is never re-entered: one driver task calls `step`, one step at a time;
+  * applied_index only grows, by one per Apply, or jumps to a RestoreSnapshot's index;
+  * a proposal completes successfully only when its index is applied with the term it was proposed in;
+  * a snapshot is taken at the applied index, after every Apply up to it.
+
+Concurrency: every public method must be called from the event loop the host was started in. Reads
+(properties, `read_metadata`) see the state after the last completed effect, never a half-executed step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import math
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import httpx
+
+from infra.config import ConfigError
+from infra.errors import ErrorKind, invariant
+from ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS, ClusterAuth, check_secret
+from ingest_api.cluster import errors as cluster_errors
+from ingest_api.cluster.errors import ClusterError
+from ingest_api.errors import RequestTooLargeError
+from ingest_api.raft.core import (
+    MAX_WIRE_INT,
+    NO_NODE,
+    Apply,
+    CompactLog,
+    Entry,
+    EntryTooLargeError,
+    Message,
+    MessageFormatError,
+    PersistEntries,
+    PersistSnapshot,
+    PersistState,
+    ProposalRefused,
+    Propose,
+    Proposed,
+    RaftConfig,
+    RaftCore,
+    Receive,
+    RestoreSnapshot,
+    Role,
+    RoleChanged,
+    Send,
+    Snapshot,
+    Tick,
+    message_from_dict,
+    message_to_dict,
+)
+from ingest_api.raft.state_machine import StateMachine
+from ingest_api.raft.storage import RaftStorage
+
+log = logging.getLogger("lakelog.quorum")
+
+METADATA_DIR_NAME = "__cluster_metadata-0"
+RAFT_MESSAGES_PATH = "/internal/raft/messages"
+METADATA_PATH = "/internal/metadata"
+METADATA_BATCH_VERSION = 1
+_PERSIST = (PersistState, PersistEntries, PersistSnapshot)
+_ENTRY_JSON_OVERHEAD = 128  # bytes of JSON around one entry's base64 payload (generous)
+_MESSAGE_JSON_OVERHEAD = 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+class QuorumError(ClusterError):
+    """Root of the quorum host's errors (under the cluster package's root)."""
+
+
+class NotControllerError(QuorumError, cluster_errors.NotControllerError):
+    """This voter is not the Raft leader, or stopped leading before a proposal committed (Kafka NOT_CONTROLLER).
+
+    `leader_id` (also `controller_id`, None when unknown) is where to retry; `term` is the epoch known here.
+    """
+
+    def __init__(self, leader_id: int, term: int, message: str | None = None) -> None:
+        if message is None:
+            message = (f"not the controller; the controller is node {leader_id} in epoch {term}"
+                       if leader_id != NO_NODE else f"not the controller; none is known in epoch {term}")
+        super().__init__(message, controller_id=None if leader_id == NO_NODE else leader_id)
+        self.leader_id = leader_id
+        self.term = term
+
+
+class QuorumTimeoutError(QuorumError, TimeoutError):
+    """A proposal was not applied, or a wait not satisfied, in time (a proposal may still commit)."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 504, 50410
+
+
+class QuorumUnavailableError(QuorumError):
+    """The quorum host is not running (starting, stopped, failed) or its inbox is full; retry."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 503, 50311
+
+
+class NotAVoterError(QuorumError):
+    """A Raft message comes from a node that is not a voter, or names a sender other than its signer."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    status, error_code = 403, 40310
+
+
+class MetadataFollowerError(QuorumError):
+    """A metadata fetch answer is unusable (not JSON, a gap, an unknown version); the follower retries."""
+
+    kind = ErrorKind.TRANSIENT
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+
+_VOTER = re.compile(r"^(\d+)@(\[[0-9A-Fa-f:.]+\]|[^:\[\]@\s]+):(\d+)$")
+
+
+def parse_voters(spec: str) -> dict[int, tuple[str, int]]:
+    """`controller.quorum.voters` in KRaft's form `1@host:port,2@host:port` (IPv6 as `[::1]`)."""
+    voters: dict[int, tuple[str, int]] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        m = _VOTER.match(part)
+        if m is None:
+            raise ConfigError(f"controller.quorum.voters: {part!r} is not id@host:port")
+        node_id, host, port = int(m[1]), m[2].strip("[]"), int(m[3])
+        if not 0 <= node_id <= MAX_WIRE_INT:
+            raise ConfigError(f"controller.quorum.voters: node id {node_id} is out of range")
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"controller.quorum.voters: port {port} of voter {node_id} is out of range")
+        if node_id in voters:
+            raise ConfigError(f"controller.quorum.voters: voter {node_id} is listed twice")
+        voters[node_id] = (host, port)
+    return voters
+
+
+def format_voters(voters: Mapping[int, tuple[str, int]]) -> str:
+    return ",".join(f"{i}@{_host(h)}:{p}" for i, (h, p) in sorted(voters.items()))
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _base_url(address: tuple[str, int]) -> str:
+    return f"http://{_host(address[0])}:{address[1]}"
+
+
+@dataclass(frozen=True)
+class QuorumConfig:
+    """One voter's settings. Kafka's key names where they exist are noted on each field."""
+
+    node_id: int  # node.id
+    voters: Mapping[int, tuple[str, int]]  # controller.quorum.voters, see parse_voters; host:port of /internal
+    secret: bytes  # cluster.secret: HMAC key of internal requests, >= 16 bytes
+    data_dir: Path  # the node's data directory (log.dirs); the metadata log goes under it by default
+    metadata_log_dir: Path | None = None  # metadata.log.dir: parent of __cluster_metadata-0/ instead of data_dir
+    tick_ms: int = 50  # the Raft clock; every timeout below becomes a number of ticks
+    election_timeout_ms: int = 1000  # controller.quorum.election.timeout.ms: campaign after [T, 2T) ms
+    heartbeat_interval_ms: int = 100  # a leader's AppendEntries to each peer at least this often
+    snapshot_interval_entries: int = 1000  # snapshot the state machine every N applied entries
+    request_timeout_ms: int = 500  # controller.quorum.request.timeout.ms: one message POST, then dropped
+    max_message_bytes: int = 16 << 20  # largest Raft message body, sent or received (a snapshot travels whole)
+    max_entries_per_append: int = 64
+    max_append_bytes: int = 1 << 20  # payload bytes in one AppendEntries
+    max_entry_bytes: int = 1 << 20  # largest proposal
+    max_inflight_sends_per_peer: int = 8  # sends to a slow peer beyond this are dropped (Raft resends)
+    max_pending_events: int = 4096  # inbox bound: received messages, ticks, proposals
+    metadata_fetch_max_entries: int = 1000  # per GET /internal/metadata answer
+    metadata_fetch_max_bytes: int = 4 << 20  # payload bytes per answer (at least one entry)
+    metadata_fetch_max_wait_ms: int = 5000  # longest long-poll of a metadata fetch
+    max_clock_skew_ms: int = DEFAULT_MAX_SKEW_MS  # accepted signature timestamp skew
+    fsync: bool = True  # False only for tests that do not care about crashes
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "secret", check_secret(self.secret))
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.metadata_log_dir is not None:
+            object.__setattr__(self, "metadata_log_dir", Path(self.metadata_log_dir))
+        object.__setattr__(self, "voters", {int(k): (str(h), int(p)) for k, (h, p) in self.voters.items()})
+        if self.node_id not in self.voters:
+            raise ConfigError(f"node.id {self.node_id} is not one of controller.quorum.voters "
+                              f"{format_voters(self.voters)}")
+        for name in ("tick_ms", "election_timeout_ms", "heartbeat_interval_ms", "snapshot_interval_entries",
+                     "request_timeout_ms", "max_message_bytes", "max_inflight_sends_per_peer",
+                     "max_pending_events", "metadata_fetch_max_entries", "metadata_fetch_max_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.metadata_fetch_max_wait_ms < 0 or self.max_clock_skew_ms < 0:
+            raise ConfigError("metadata_fetch_max_wait_ms and max_clock_skew_ms must be >= 0")
+        self.raft_config()  # validates the tick counts and append limits
+        largest = max(self.max_append_bytes, self.max_entry_bytes)
+        needed = 4 * math.ceil(largest / 3) + self.max_entries_per_append * _ENTRY_JSON_OVERHEAD + _MESSAGE_JSON_OVERHEAD
+        if self.max_message_bytes < needed:
+            raise ConfigError(f"max_message_bytes {self.max_message_bytes} cannot carry a full AppendEntries "
+                              f"(up to {needed} bytes of JSON with max_append_bytes / max_entry_bytes {largest})")
+
+    @property
+    def directory(self) -> Path:
+        """`<metadata.log.dir or data dir>/__cluster_metadata-0`, as Kafka names the metadata log."""
+        return (self.metadata_log_dir or self.data_dir) / METADATA_DIR_NAME
+
+    @property
+    def election_timeout_ticks(self) -> int:
+        return max(2, math.ceil(self.election_timeout_ms / self.tick_ms))
+
+    @property
+    def heartbeat_interval_ticks(self) -> int:
+        return max(1, math.ceil(self.heartbeat_interval_ms / self.tick_ms))
+
+    def raft_config(self) -> RaftConfig:
+        return RaftConfig(election_timeout_ticks=self.election_timeout_ticks,
+                          heartbeat_interval_ticks=self.heartbeat_interval_ticks,
+                          max_entries_per_append=self.max_entries_per_append,
+                          max_append_bytes=self.max_append_bytes, max_entry_bytes=self.max_entry_bytes)
+
+    @property
+    def peers(self) -> tuple[int, ...]:
+        return tuple(sorted(v for v in self.voters if v != self.node_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# The metadata fetch answer (wire form shared by the endpoint and MetadataFollower)
+
+@dataclass(frozen=True)
+class MetadataBatch:
+    """Committed entries after a fetch's `from_index` (and the snapshot first when it is below the log start).
+
+    JSON: {"version": 1, "node_id", "term", "leader_id", "commit_index", "applied_index",
+           "snapshot": null | {"last_index", "last_term", "data": base64},
+           "entries": [{"index", "term", "kind", "payload": base64}, ...]}
+    Entries are contiguous and follow the snapshot (if any) or from_index.
+    """
+
+    node_id: int
+    term: int
+    leader_id: int
+    commit_index: int
+    applied_index: int
+    snapshot: Snapshot | None
+    entries: tuple[Entry, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": METADATA_BATCH_VERSION, "node_id": self.node_id, "term": self.term,
+                "leader_id": self.leader_id, "commit_index": self.commit_index,
+                "applied_index": self.applied_index,
+                "snapshot": self.snapshot.to_dict() if self.snapshot else None,
+                "entries": [e.to_dict() for e in self.entries]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> MetadataBatch:
+        if not isinstance(d, dict) or d.get("version") != METADATA_BATCH_VERSION:
+            version = d.get("version") if isinstance(d, dict) else None
+            raise MetadataFollowerError(f"metadata batch version {version!r} is not {METADATA_BATCH_VERSION}")
+        ints = {}
+        for name in ("node_id", "term", "leader_id", "commit_index", "applied_index"):
+            v = d.get(name)
+            if type(v) is not int or not NO_NODE <= v <= MAX_WIRE_INT:
+                raise MetadataFollowerError(f"metadata batch field {name!r} must be an integer, got {v!r}")
+            ints[name] = v
+        entries = d.get("entries")
+        if not isinstance(entries, list):
+            raise MetadataFollowerError("metadata batch entries must be a list")
+        try:
+            snapshot = None if d.get("snapshot") is None else Snapshot.from_dict(d["snapshot"])
+            parsed = tuple(Entry.from_dict(e) for e in entries)
+        except MessageFormatError as e:
+            raise MetadataFollowerError(f"malformed metadata batch: {e}") from None
+        return cls(snapshot=snapshot, entries=parsed, **ints)
+
+
+# ---------------------------------------------------------------------------------------------
+# The host
+
+@dataclass
+class _Proposal:
+    payload: bytes
+    future: asyncio.Future
+
+
+_STOP = object()
+_RUNNING, _NEW, _STOPPING, _STOPPED, _FAILED = "running", "new", "stopping", "stopped", "failed"
+
+
+@dataclass
+class QuorumCounters:
+    """Plain counters of the host (exported by the node's metrics later)."""
+
+    steps: int = 0
+    messages_received: int = 0
+    messages_sent: int = 0
+    sends_dropped: int = 0  # the peer had max_inflight_sends_per_peer in flight, or the body was too large
+    send_errors: int = 0  # timeouts, refused connections, non-202 answers
+    inbox_full: int = 0
+    snapshots: int = 0
+
+
+class _FailStop(Exception):
+    """Internal: the driver stops after a failed persist / apply (already logged and recorded)."""
+
+
+class QuorumHost:
+    """One controller voter: core, storage and state machine driven by an asyncio task. See the module doc."""
+
+    def __init__(self, config: QuorumConfig, state_machine: StateMachine, *,
+                 on_role_change: Callable[[Role, int, int], None] | None = None,
+                 on_applied: Callable[[int], None] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self.state_machine = state_machine
+        self.on_role_change = on_role_change
+        self.on_applied = on_applied
+        self.counters = QuorumCounters()
+        self.failure: BaseException | None = None
+        self._rng = rng or random.Random()
+        self._state = _NEW
+        self._core: RaftCore | None = None
+        self._storage: RaftStorage | None = None
+        self._io: ThreadPoolExecutor | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._inbox: asyncio.Queue | None = None
+        self._driver: asyncio.Task | None = None
+        self._timer: asyncio.Task | None = None
+        self._sends: set[asyncio.Task] = set()
+        self._inflight: dict[int, int] = {p: 0 for p in config.peers}
+        self._pending: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
+        self._reported = (Role.FOLLOWER, 0, NO_NODE)  # (role, durable term, leader id)
+        self._applied_index = 0
+        self._snapshot_index = 0  # of the last snapshot made durable
+        self._changed: asyncio.Event | None = None
+        self._oversize_warned = False
+
+    # --- read-only views (the state after the last completed step)
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    @property
+    def role(self) -> Role:
+        return self._reported[0]
+
+    @property
+    def is_leader(self) -> bool:
+        return self._reported[0] == Role.LEADER
+
+    @property
+    def term(self) -> int:
+        """The durable Raft term, i.e. the controller epoch this voter knows."""
+        return self._reported[1]
+
+    @property
+    def leader_id(self) -> int:
+        return self._reported[2]
+
+    @property
+    def applied_index(self) -> int:
+        return self._applied_index
+
+    @property
+    def commit_index(self) -> int:
+        return self._core.commit_index if self._core is not None else 0
+
+    @property
+    def snapshot_index(self) -> int:
+        return self._snapshot_index
+
+    # --- lifecycle
+
+    async def start(self) -> None:
+        """Open and recover the storage, restore the state machine, start the timer and the driver."""
+        invariant(self._state == _NEW, f"quorum host {self.node_id} was already started ({self._state})")
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"raft-io-{cfg.node_id}")
+        try:
+            self._storage = await loop.run_in_executor(
+                self._io, functools.partial(RaftStorage, cfg.directory, cfg.node_id, fsync=cfg.fsync))
+            durable = await loop.run_in_executor(self._io, self._storage.load)
+            if durable.snapshot is not None:
+                self.state_machine.restore(durable.snapshot.data)
+                self._applied_index = self._snapshot_index = durable.snapshot.last_index
+            self._core = RaftCore(cfg.node_id, tuple(cfg.voters), cfg.raft_config(), self._rng, durable)
+        except BaseException:
+            await self._close_storage()
+            self._state = _STOPPED
+            raise
+        rec = self._storage.recovery
+        if rec.truncated_bytes or rec.dropped_entries or rec.removed_files:
+            log.warning("raft voter %d recovered %s: cut %d torn bytes, dropped %d entries, removed %s",
+                        cfg.node_id, cfg.directory, rec.truncated_bytes, rec.dropped_entries, rec.removed_files)
+        log.info("raft voter %d starting in term %d: snapshot at %d, log to %d, voters %s", cfg.node_id,
+                 durable.term, self._snapshot_index, self._core.last_index, format_voters(cfg.voters))
+        self._reported = (Role.FOLLOWER, durable.term, NO_NODE)
+        self._changed = asyncio.Event()
+        self._inbox = asyncio.Queue(cfg.max_pending_events)
+        self._client = httpx.AsyncClient(
+            auth=ClusterAuth(cfg.secret, cfg.node_id), trust_env=False,
+            timeout=httpx.Timeout(cfg.request_timeout_ms / 1000),
+            limits=httpx.Limits(max_connections=max(1, len(cfg.peers)) * cfg.max_inflight_sends_per_peer,
+                                max_keepalive_connections=max(1, len(cfg.peers)) * 2))
+        self._state = _RUNNING
+        self._driver = loop.create_task(self._run(), name=f"raft-driver-{cfg.node_id}")
+        self._timer = loop.create_task(self._tick_loop(), name=f"raft-timer-{cfg.node_id}")
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop ticking, finish the step in progress, drop queued events, close the client and the storage.
+
+        Idempotent. Waiting proposals fail with QuorumUnavailableError. The files are left as after a
+        completed step (every write the driver started has finished before the storage is closed).
+        """
+        if self._state in (_NEW, _STOPPED):
+            self._state = _STOPPED
+            return
+        if self._state == _STOPPING:
+            while self._state == _STOPPING:
+                await asyncio.sleep(0.01)
+            return
+        self._state = _STOPPING
+        await _cancel(self._timer)
+        if self._driver is not None and not self._driver.done():
+            try:
+                self._inbox.put_nowait(_STOP)
+            except asyncio.QueueFull:
+                pass  # the driver is busy; it looks at the state after the current event
+            try:
+                await asyncio.wait_for(asyncio.shield(self._driver), timeout_s)
+            except (TimeoutError, asyncio.TimeoutError):
+                log.warning("raft voter %d: the driver did not finish within %.1fs; cancelling it", self.node_id,
+                            timeout_s)
+                await _cancel(self._driver)
+        for t in list(self._sends):
+            t.cancel()
+        if self._sends:
+            await asyncio.gather(*self._sends, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+        self._fail_pending(QuorumUnavailableError(f"raft voter {self.node_id} stopped"))
+        await self._close_storage()
+        self._state = _STOPPED  # `failure` still tells a fail-stop apart
+        self._publish_state()
+        self._notify()
+        log.info("raft voter %d stopped in term %d at applied index %d", self.node_id, self.term,
+                 self._applied_index)
+
+    async def _close_storage(self) -> None:
+        """Close the storage on its own thread (after any write in flight), then let the thread go."""
+        io, self._io = self._io, None
+        if io is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            if self._storage is not None:
+                await loop.run_in_executor(io, self._storage.close)
+        except Exception:
+            log.exception("raft voter %d: closing the storage failed", self.node_id)
+        finally:
+            await loop.run_in_executor(None, functools.partial(io.shutdown, wait=True))
+
+    # --- waiting
+
+    async def wait_for_leader(self, timeout_s: float) -> int:
+        """The leader's id once this voter knows one; QuorumTimeoutError after `timeout_s`."""
+        await self._wait(lambda: self.leader_id != NO_NODE, timeout_s, "a known leader")
+        return self.leader_id
+
+    async def wait_for_applied(self, index: int, timeout_s: float) -> int:
+        """Wait until `applied_index >= index`; returns the applied index (QuorumTimeoutError otherwise)."""
+        await self._wait(lambda: self._applied_index >= index, timeout_s, f"applied index {index}")
+        return self._applied_index
+
+    async def _wait(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not done():
+            if self._state != _RUNNING:
+                raise QuorumUnavailableError(f"raft voter {self.node_id} is {self._state}")
+            changed = self._changed
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise QuorumTimeoutError(f"raft voter {self.node_id}: no {what} within {timeout_s}s")
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    # --- the three ways in
+
+    async def propose(self, payload: bytes, timeout_s: float = 5.0) -> int:
+        """Append a command; its index once applied here. NotControllerError, QuorumTimeoutError, see the module doc."""
+        self._check_running()
+        if len(payload) > self.config.max_entry_bytes:
+            raise EntryTooLargeError(f"proposal of {len(payload)} bytes exceeds max_entry_bytes "
+                                     f"{self.config.max_entry_bytes}")
+        if not self.is_leader:
+            raise NotControllerError(self.leader_id, self.term)
+        future = asyncio.get_running_loop().create_future()
+        self._enqueue(_Proposal(bytes(payload), future))
+        try:
+            done, _ = await asyncio.wait({future}, timeout=timeout_s)
+            if not done:
+                raise QuorumTimeoutError(f"proposal not applied within {timeout_s}s (it may still commit)")
+            return future.result()
+        finally:
+            if not future.done():
+                future.cancel()  # the driver skips it, or drops its completion
+
+    def receive(self, sender: int, body: bytes) -> None:
+        """Queue a Raft message (JSON of `message_to_dict`) sent by the authenticated node `sender`.
+
+        Raises RequestTooLargeError, NotAVoterError, MessageFormatError, QuorumUnavailableError (full or
+        not running); returns once queued, not once stepped (Raft messages are one-way).
+        """
+        self._check_running()
+        if len(body) > self.config.max_message_bytes:
+            raise RequestTooLargeError(f"Raft message of {len(body)} bytes exceeds max_message_bytes "
+                                       f"{self.config.max_message_bytes}")
+        if sender not in self.config.voters or sender == self.node_id:
+            raise NotAVoterError(f"node {sender} is not a peer voter of {format_voters(self.config.voters)}")
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise MessageFormatError("Raft message is not JSON") from None
+        message = message_from_dict(doc)
+        if message.sender != sender:
+            raise NotAVoterError(f"message names sender {message.sender} but was signed by node {sender}")
+        self._enqueue(Receive(message))
+        self.counters.messages_received += 1
+
+    def _check_running(self) -> None:
+        if self._state != _RUNNING:
+            raise QuorumUnavailableError(f"raft voter {self.node_id} is {self._state}"
+                                         + (f": {self.failure}" if self.failure else ""))
+
+    def _enqueue(self, item: object) -> None:
+        try:
+            self._inbox.put_nowait(item)
+        except asyncio.QueueFull:
+            self.counters.inbox_full += 1
+            raise QuorumUnavailableError(f"raft voter {self.node_id} is busy ({self.config.max_pending_events} "
+                                         f"events queued)") from None
+
+    # --- the metadata log for observers
+
+    def read_metadata(self, from_index: int, max_entries: int | None = None,
+                      max_bytes: int | None = None) -> MetadataBatch:
+        """Applied entries after `from_index` (bounded), with the snapshot first if `from_index` is below the log."""
+        self._check_running()
+        cfg = self.config
+        max_entries = min(max_entries or cfg.metadata_fetch_max_entries, cfg.metadata_fetch_max_entries)
+        max_bytes = min(max_bytes or cfg.metadata_fetch_max_bytes, cfg.metadata_fetch_max_bytes)
+        core = self._core
+        # Everything at or below the applied index is committed, so it is safe to serve from any voter;
+        # the core's snapshot holds only committed entries even before it is durable here.
+        snapshot = core.snapshot if core.snapshot is not None and from_index < core.snapshot_index else None
+        start = snapshot.last_index + 1 if snapshot is not None else from_index + 1
+        entries: list[Entry] = []
+        size = 0
+        for i in range(start, min(self._applied_index, start + max_entries - 1) + 1):
+            e = core.entry(i)
+            if e is None:
+                break
+            size += len(e.payload)
+            if entries and size > max_bytes:
+                break
+            entries.append(e)
+        return MetadataBatch(self.node_id, self.term, self.leader_id, core.commit_index, self._applied_index,
+                             snapshot, tuple(entries))
+
+    async def fetch_metadata(self, from_index: int, max_entries: int | None = None, max_bytes: int | None = None,
+                             max_wait_ms: int = 0) -> MetadataBatch:
+        """`read_metadata`, after waiting up to `max_wait_ms` (capped) for something past `from_index`."""
+        wait_ms = min(max(0, max_wait_ms), self.config.metadata_fetch_max_wait_ms)
+        if wait_ms and self._applied_index <= from_index:
+            try:
+                await self.wait_for_applied(from_index + 1, wait_ms / 1000)
+            except QuorumTimeoutError:
+                pass
+        return self.read_metadata(from_index, max_entries, max_bytes)
+
+    # --- the driver
+
+    async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = self.config.tick_ms / 1000
+        next_at = loop.time() + period
+        tick = Tick()
+        while self._state == _RUNNING:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            try:
+                self._inbox.put_nowait(tick)
+            except asyncio.QueueFull:
+                self.counters.inbox_full += 1
+            # After a stall, do not fire a burst of ticks (that would expire every timeout at once).
+            next_at = max(next_at + period, loop.time())
+
+    async def _run(self) -> None:
+        item: object = None
+        try:
+            while self._state == _RUNNING:
+                item = await self._inbox.get()
+                if item is _STOP or self._state != _RUNNING:
+                    break
+                if isinstance(item, _Proposal):
+                    if item.future.done():
+                        continue  # the proposer gave up before its turn
+                    await self._step(Propose(item.payload), item)
+                else:
+                    await self._step(item)
+        except _FailStop:
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # an invariant of the core, or a failing state machine
+            self._fail(e)
+        finally:
+            # The proposal of an interrupted step (a failed persist) and everything queued: proposals
+            # fail, messages are lost (Raft resends).
+            gone = QuorumUnavailableError(f"raft voter {self.node_id} stopped"
+                                          + (f" after a failure: {self.failure}" if self.failure else ""))
+            if isinstance(item, _Proposal):
+                _resolve(item.future, error=gone)
+            while self._inbox is not None and not self._inbox.empty():
+                queued = self._inbox.get_nowait()
+                if isinstance(queued, _Proposal):
+                    _resolve(queued.future, error=gone)
+
+    async def _step(self, event: Any, proposal: _Proposal | None = None) -> None:
+        core = self._core
+        try:
+            effects = core.step(event)
+        except EntryTooLargeError as e:  # refused before the core changed anything
+            if proposal is not None and not proposal.future.done():
+                proposal.future.set_exception(e)
+            return
+        self.counters.steps += 1
+        persists = []
+        for e in effects:
+            if not isinstance(e, _PERSIST):
+                break
+            persists.append(e)
+        if persists:
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._io, self._persist, persists)
+            except Exception as exc:
+                self._fail(exc)
+                raise _FailStop from exc
+            for e in persists:
+                if isinstance(e, PersistSnapshot):
+                    self._snapshot_index = max(self._snapshot_index, e.snapshot.last_index)
+        applied = False
+        for e in effects[len(persists):]:
+            invariant(not isinstance(e, _PERSIST), f"persist effect {type(e).__name__} after a non-persist one")
+            if isinstance(e, Send):
+                self._send(e.to, e.message)
+            elif isinstance(e, Apply):
+                self._apply(e.entry)
+                applied = True
+            elif isinstance(e, RestoreSnapshot):
+                self._restore(e.snapshot)
+                applied = True
+            elif isinstance(e, Proposed):
+                invariant(proposal is not None, "Proposed without a proposal")
+                self._pending[e.index] = (e.term, proposal.future)
+            elif isinstance(e, ProposalRefused):
+                if proposal is not None:
+                    _resolve(proposal.future, error=NotControllerError(e.leader_id, e.term))
+            elif isinstance(e, RoleChanged):
+                pass  # published below from the core's state, with term changes the notice leaves out
+        self._publish_state()
+        if self._pending and not (core.role == Role.LEADER):
+            self._fail_pending(NotControllerError(core.leader_id, core.term))
+        if applied:
+            self._callback(self.on_applied, self._applied_index)
+            self._notify()
+        if self._applied_index - max(self._snapshot_index, core.snapshot_index) >= self.config.snapshot_interval_entries:
+            await self._snapshot()
+
+    def _persist(self, effects: list) -> None:
+        """On the I/O thread: carry out the persist effects of one step, in order; durable on return."""
+        for e in effects:
+            self._storage.persist(e)
+
+    def _apply(self, entry: Entry) -> None:
+        invariant(entry.index == self._applied_index + 1,
+                  f"apply of {entry.index} after applied index {self._applied_index}")
+        try:
+            self.state_machine.apply(entry)
+        except Exception as exc:
+            self._fail(exc)  # apply must never fail; a voter that cannot apply must not go on
+            raise _FailStop from exc
+        self._applied_index = entry.index
+        waiting = self._pending.pop(entry.index, None)
+        if waiting is not None:
+            term, future = waiting
+            if term == entry.term:
+                _resolve(future, result=entry.index)
+            else:
+                _resolve(future, error=NotControllerError(self._core.leader_id, self._core.term,
+                                                          f"entry {entry.index} was replaced by epoch "
+                                                          f"{entry.term}'s; the proposal was lost"))
+
+    def _restore(self, snapshot: Snapshot) -> None:
+        try:
+            self.state_machine.restore(snapshot.data)
+        except Exception as exc:
+            self._fail(exc)
+            raise _FailStop from exc
+        invariant(snapshot.last_index >= self._applied_index,
+                  f"restore of snapshot {snapshot.last_index} below applied index {self._applied_index}")
+        self._applied_index = snapshot.last_index
+        log.info("raft voter %d restored snapshot at %d (term %d)", self.node_id, snapshot.last_index,
+                 snapshot.last_term)
+
+    async def _snapshot(self) -> None:
+        index = self._applied_index
+        term = self._core.term_at(index)
+        invariant(term is not None, f"applied index {index} has no term in the log")
+        try:
+            data = self.state_machine.snapshot()
+        except Exception as exc:
+            self._fail(exc)
+            raise _FailStop from exc
+        self.counters.snapshots += 1
+        await self._step(CompactLog(Snapshot(index, term, data)))
+        log.debug("raft voter %d snapshotted at %d (%d bytes)", self.node_id, index, len(data))
+
+    def _publish_state(self) -> None:
+        core = self._core
+        state = ((core.role, core.term, core.leader_id) if self._state == _RUNNING and core is not None
+                 else (Role.FOLLOWER, self._reported[1], NO_NODE))
+        if state == self._reported:
+            return
+        self._reported = state
+        log.info("raft voter %d: %s in term %d, leader %d", self.node_id, state[0].name, state[1], state[2])
+        self._callback(self.on_role_change, *state)
+        self._notify()
+
+    def _callback(self, fn: Callable | None, *args: Any) -> None:
+        if fn is None:
+            return
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("raft voter %d: callback %r failed", self.node_id, fn)
+
+    def _fail_pending(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for _, future in pending.values():
+            _resolve(future, error=error)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Fail-stop: record, log, stop ticking; the driver exits and the node must restart the voter."""
+        if self.failure is None:
+            self.failure = exc
+            log.critical("raft voter %d fails and stops (fail-stop): %s", self.node_id, exc, exc_info=exc)
+        self._state = _FAILED
+        if self._timer is not None:
+            self._timer.cancel()
+        self._fail_pending(QuorumUnavailableError(f"raft voter {self.node_id} failed: {exc}"))
+        self._publish_state()
+        self._notify()
+
+    # --- sending
+
+    def _send(self, to: int, message: Message) -> None:
+        if self._inflight.get(to, 0) >= self.config.max_inflight_sends_per_peer:
+            self.counters.sends_dropped += 1
+            log.debug("raft voter %d: dropping %s to %d (%d sends in flight)", self.node_id,
+                      type(message).__name__, to, self._inflight[to])
+            return
+        body = json.dumps(message_to_dict(message), separators=(",", ":")).encode()
+        if len(body) > self.config.max_message_bytes:
+            self.counters.sends_dropped += 1
+            if not self._oversize_warned:  # once: it repeats on every heartbeat until fixed
+                self._oversize_warned = True
+                log.warning("raft voter %d: %s to %d is %d bytes, above max_message_bytes %d; not sent "
+                            "(raise max_message_bytes on every voter)", self.node_id, type(message).__name__,
+                            to, len(body), self.config.max_message_bytes)
+            return
+        self._inflight[to] = self._inflight.get(to, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._post(to, body))
+        self._sends.add(task)
+        task.add_done_callback(functools.partial(self._sent, to))
+
+    def _sent(self, to: int, task: asyncio.Task) -> None:
+        self._sends.discard(task)
+        self._inflight[to] -= 1
+
+    async def _post(self, to: int, body: bytes) -> None:
+        url = _base_url(self.config.voters[to]) + RAFT_MESSAGES_PATH
+        try:
+            r = await self._client.post(url, content=body, headers={"Content-Type": "application/json"})
+        except (httpx.HTTPError, OSError) as e:
+            self.counters.send_errors += 1
+            log.debug("raft voter %d: send to %d failed: %r", self.node_id, to, e)
+            return
+        if r.status_code != 202:
+            self.counters.send_errors += 1
+            log.debug("raft voter %d: voter %d answered %d: %s", self.node_id, to, r.status_code, r.text[:200])
+        else:
+            self.counters.messages_sent += 1
+
+
+def _resolve(future: asyncio.Future, *, result: Any = None, error: BaseException | None = None) -> None:
+    if future.done():
+        return  # the proposer gave up (timeout, cancel)
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+async def _cancel(task: asyncio.Task | None) -> None:
+    if task is None or task.done():
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        log.exception("task %s failed while cancelled", task.get_name())
+
+
+# ---------------------------------------------------------------------------------------------
+# Observers
+
+class MetadataFollower:
+    """Follows the metadata log of a quorum from a node that is not a voter; applies into a local state machine.
+
+    Polls `GET /internal/metadata?from_index=<applied>` on one voter (the leader once known, else any),
+    long-polling up to `max_wait_ms`; on an error it moves to the next voter. A snapshot in the answer
+    replaces the state machine's state; entries are applied in order, each once. The answers are not
+    signed (only requests are): run the cluster network over TLS where that matters.
+
+    Concurrency: call from the event loop it was started in. `state_machine` is only touched by the
+    follower's task (or by `poll_once` when not started).
+    """
+
+    def __init__(self, node_id: int, voters: Mapping[int, tuple[str, int]], secret: bytes,
+                 state_machine: StateMachine, *, applied_index: int = 0, poll_interval_ms: int = 100,
+                 max_wait_ms: int = 500, request_timeout_ms: int = 5000, max_entries: int = 1000,
+                 max_bytes: int = 4 << 20, max_response_bytes: int = 64 << 20,
+                 on_applied: Callable[[int], None] | None = None, rng: random.Random | None = None) -> None:
+        if not voters:
+            raise ConfigError("a metadata follower needs at least one voter")
+        self.node_id = node_id
+        self.voters = dict(voters)
+        self.state_machine = state_machine
+        self.on_applied = on_applied
+        self.poll_interval_ms = poll_interval_ms
+        self.max_wait_ms = max_wait_ms
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_response_bytes = max_response_bytes
+        self.applied_index = applied_index
+        self.leader_id = NO_NODE
+        self.term = 0
+        self.failure: BaseException | None = None
+        self._secret = check_secret(secret)
+        self._request_timeout_s = (request_timeout_ms + max_wait_ms) / 1000
+        self._order = sorted(self.voters)
+        self._current = (rng or random.Random()).choice(self._order)
+        self._client: httpx.AsyncClient | None = None
+        self._task: asyncio.Task | None = None
+        self._changed = asyncio.Event()
+
+    async def start(self) -> None:
+        invariant(self._task is None, "metadata follower already started")
+        self._ensure_client()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"metadata-follower-{self.node_id}")
+
+    async def stop(self) -> None:
+        await _cancel(self._task)
+        self._task = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def wait_for_applied(self, index: int, timeout_s: float) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.applied_index < index:
+            if self.failure is not None:
+                raise QuorumUnavailableError(f"metadata follower {self.node_id} failed: {self.failure}")
+            changed = self._changed
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise QuorumTimeoutError(f"metadata follower {self.node_id} did not apply {index} within "
+                                         f"{timeout_s}s (applied {self.applied_index})")
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+        return self.applied_index
+
+    def _ensure_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(auth=ClusterAuth(self._secret, self.node_id), trust_env=False,
+                                             timeout=httpx.Timeout(self._request_timeout_s))
+        return self._client
+
+    async def poll_once(self, max_wait_ms: int = 0) -> int:
+        """One fetch from the current voter and its application; the number of entries (or snapshots) applied.
+
+        Raises httpx errors, MetadataFollowerError (the answer is unusable) or a voter's error status.
+        """
+        client = self._ensure_client()
+        url = _base_url(self.voters[self._current]) + METADATA_PATH
+        params = {"from_index": self.applied_index, "max_entries": self.max_entries, "max_bytes": self.max_bytes,
+                  "max_wait_ms": max_wait_ms}
+        async with client.stream("GET", url, params=params) as r:
+            chunks, size = [], 0
+            async for chunk in r.aiter_bytes():
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise MetadataFollowerError(f"metadata answer exceeds {self.max_response_bytes} bytes")
+                chunks.append(chunk)
+        body = b"".join(chunks)
+        if r.status_code != 200:
+            raise MetadataFollowerError(f"voter {self._current} answered {r.status_code}: {body[:200]!r}")
+        try:
+            batch = MetadataBatch.from_dict(json.loads(body))
+        except ValueError:
+            raise MetadataFollowerError(f"voter {self._current} answered with something other than JSON") from None
+        n = self._apply(batch)
+        self.term = max(self.term, batch.term)
+        if batch.leader_id in self.voters and batch.term >= self.term:
+            self.leader_id = batch.leader_id
+            self._current = batch.leader_id  # the leader is the most up to date voter
+        return n
+
+    def _apply(self, batch: MetadataBatch) -> int:
+        n = 0
+        if batch.snapshot is not None and batch.snapshot.last_index > self.applied_index:
+            self.state_machine.restore(batch.snapshot.data)
+            self.applied_index = batch.snapshot.last_index
+            n += 1
+        for e in batch.entries:
+            if e.index <= self.applied_index:
+                continue
+            if e.index != self.applied_index + 1:
+                raise MetadataFollowerError(f"voter {batch.node_id} sent entry {e.index} after applied index "
+                                            f"{self.applied_index} (a gap)")
+            self.state_machine.apply(e)
+            self.applied_index = e.index
+            n += 1
+        if n:
+            if self.on_applied is not None:
+                try:
+                    self.on_applied(self.applied_index)
+                except Exception:
+                    log.exception("metadata follower %d: on_applied failed", self.node_id)
+            self._changed.set()
+            self._changed = asyncio.Event()
+        return n
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                n = await self.poll_once(self.max_wait_ms)
+            except (httpx.HTTPError, OSError, MetadataFollowerError) as e:
+                log.debug("metadata follower %d: fetch from voter %d failed: %r", self.node_id, self._current, e)
+                self._current = self._order[(self._order.index(self._current) + 1) % len(self._order)]
+                self.leader_id = NO_NODE
+                await asyncio.sleep(self.poll_interval_ms / 1000)
+                continue
+            except Exception as e:  # the state machine failed: its state is unknown, stop following
+                self.failure = e
+                log.critical("metadata follower %d stops: %s", self.node_id, e, exc_info=e)
+                self._changed.set()
+                return
+            if n == 0:
+                await asyncio.sleep(self.poll_interval_ms / 1000)

@@ -1,0 +1,1 @@
+"""Partition replication among ingest nodes: leader and follower replicas, fetchers, purgatory."""

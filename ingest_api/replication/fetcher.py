@@ -1,0 +1,207 @@
+"""Follower side of replication: one fetcher task per leader node.
+
+A fetcher owns the follower partitions whose leader is its node. Before a partition fetches for
+the first time in a leader epoch (after a restart, or when it sees a new leader) it asks the leader
+OffsetsForLeaderEpoch for its own latest epoch and truncates to the answer (KIP-101 / KIP-279,
+`truncation.py`) — never to its own high watermark. Then it long-polls the leader with its fetch
+offset (= its LEO, which is how the leader learns it), appends what comes back (CRC-checked again)
+and sets its HW to min(leader HW, own LEO).
+
+Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log empty at
+the leader's start offset; above the leader's LEO it truncates again. FENCED / UNKNOWN leader
+epoch and NOT_LEADER pause the partition until the node's metadata moves it. A failed request
+backs off `replica.fetch.backoff.ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from ingest_api.partition import Partition, PartitionKey, Role
+from ingest_api.replication import wire
+from ingest_api.replication.truncation import AskAgain, Truncate, first_request, follower_truncation_offset
+
+if TYPE_CHECKING:
+    from ingest_api.node import Node
+
+log = logging.getLogger("lakelog.replication")
+
+#: Most OffsetsForLeaderEpoch rounds for one truncation (KIP-279 needs at most a few).
+MAX_TRUNCATION_ROUNDS = 16
+
+
+class ReplicaFetcher:
+    def __init__(self, node: "Node", leader_id: int) -> None:
+        self.node = node
+        self.leader_id = leader_id
+        self.keys: set[PartitionKey] = set()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        #: key -> (leader epoch it was paused in, monotonic time the pause ends)
+        self._paused: dict[PartitionKey, tuple[int, float]] = {}
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+
+    def add(self, key: PartitionKey) -> None:
+        self.keys.add(key)
+        self._paused.pop(key, None)
+        self._changed.set()
+
+    def remove(self, key: PartitionKey) -> None:
+        self.keys.discard(key)
+        self._paused.pop(key, None)
+        self._changed.set()
+
+    def _partitions(self) -> list[Partition]:
+        out = []
+        for key in list(self.keys):
+            p = self.node.local_partition(key)
+            if p is None or p.role != Role.FOLLOWER or p.leader_id != self.leader_id:
+                continue
+            paused = self._paused.get(key)
+            if paused is not None and paused[0] == p.leader_epoch and time.monotonic() < paused[1]:
+                continue
+            self._paused.pop(key, None)
+            out.append(p)
+        return out
+
+    async def _run(self) -> None:
+        cfg = self.node.config
+        backoff = cfg.replica_fetch_backoff_ms / 1000
+        while True:
+            parts = self._partitions()
+            if not parts:
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), max(backoff, 0.01))
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                need = [p for p in parts if p.needs_truncation]
+                if need:
+                    await self._truncate(need)
+                ready = [p for p in parts if not p.needs_truncation and p.role == Role.FOLLOWER]
+                if ready:
+                    await self._fetch(ready)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a peer down, a bad answer: back off and retry
+                log.info("fetch from node %s failed: %s", self.leader_id, e)
+                await asyncio.sleep(backoff)
+
+    # ------------------------------------------------------------------ truncation
+
+    async def _truncate(self, parts: list[Partition]) -> None:
+        epochs_at_start = {p.key: p.leader_epoch for p in parts}
+        asking: dict[PartitionKey, int] = {}
+        for p in parts:
+            step = first_request(p.log.epochs.entries, p.log.log_end_offset, high_watermark=p.high_watermark)
+            if isinstance(step, Truncate):
+                self._apply_truncation(p, step.offset)
+            else:
+                asking[p.key] = step.epoch
+        for _ in range(MAX_TRUNCATION_ROUNDS):
+            if not asking:
+                return
+            body = {"replica_id": self.node.node_id,
+                    "partitions": [{"topic": k.topic, "partition": k.partition,
+                                    "current_leader_epoch": epochs_at_start[k], "leader_epoch": e}
+                                   for k, e in asking.items()]}
+            resp = await self.node.peers.post_json(self.leader_id, "/internal/replication/epoch_end_offsets", body,
+                                                   timeout_s=self.node.config.request_timeout_ms / 1000)
+            if resp.status_code != 200:
+                raise RuntimeError(f"OffsetsForLeaderEpoch answered {resp.status_code}: {resp.text[:200]}")
+            answers = {(a["topic"], a["partition"]): a for a in resp.json()["partitions"]}
+            for key in list(asking):
+                a = answers.get((key.topic, key.partition))
+                p = self.node.local_partition(key)
+                if a is None or p is None or p.leader_epoch != epochs_at_start[key] or p.role != Role.FOLLOWER:
+                    del asking[key]
+                    continue
+                if a["error_code"] != wire.NONE:
+                    self._pause(p, a.get("error"))
+                    del asking[key]
+                    continue
+                step = follower_truncation_offset(p.log.epochs.entries, p.log.log_end_offset,
+                                                  (int(a["leader_epoch"]), int(a["end_offset"])),
+                                                  high_watermark=p.high_watermark)
+                if isinstance(step, AskAgain):
+                    # The records above `truncate_to` diverge from the leader: cut them now, ask again.
+                    self._apply_truncation(p, step.truncate_to, final=False)
+                    asking[key] = step.epoch
+                    continue
+                self._apply_truncation(p, step.offset)
+                del asking[key]
+        for key in asking:
+            log.warning("%s: no truncation point after %d rounds; retrying", key, MAX_TRUNCATION_ROUNDS)
+
+    def _apply_truncation(self, p: Partition, offset: int, *, final: bool = True) -> None:
+        leo = p.log.log_end_offset
+        if offset < leo:
+            if offset < p.log.log_start_offset:
+                p.log.truncate_fully_and_start_at(offset)
+            else:
+                p.log.truncate_to(offset)
+            log.info("%s: truncated from %d to %d (leader epoch %d, leader node %d)", p.key, leo,
+                     p.log.log_end_offset, p.leader_epoch, self.leader_id)
+        p.high_watermark = max(p.log.log_start_offset, min(p.high_watermark, p.log.log_end_offset))
+        if final:
+            p.needs_truncation = False
+
+    def _pause(self, p: Partition, reason: str | None) -> None:
+        """Back off one partition: until the metadata moves it, or replica.fetch.backoff.ms passes (the
+        leader may simply not have applied the same metadata yet)."""
+        log.info("%s: fetching from node %d in leader epoch %d backs off: %s", p.key, self.leader_id,
+                 p.leader_epoch, reason)
+        self._paused[p.key] = (p.leader_epoch, time.monotonic() + self.node.config.replica_fetch_backoff_ms / 1000)
+
+    # ------------------------------------------------------------------ fetch
+
+    async def _fetch(self, parts: list[Partition]) -> None:
+        cfg = self.node.config
+        epochs = {p.key: p.leader_epoch for p in parts}
+        body = {"replica_id": self.node.node_id, "broker_epoch": self.node.broker_epoch,
+                "max_wait_ms": cfg.replica_fetch_wait_max_ms, "max_bytes": cfg.replica_fetch_response_max_bytes,
+                "partitions": [{"topic": p.key.topic, "partition": p.key.partition,
+                                "fetch_offset": p.log.log_end_offset, "current_leader_epoch": p.leader_epoch,
+                                "log_start_offset": p.log.log_start_offset,
+                                "max_bytes": cfg.replica_fetch_max_bytes} for p in parts]}
+        timeout = (cfg.replica_fetch_wait_max_ms + cfg.request_timeout_ms) / 1000
+        resp = await self.node.peers.request(self.leader_id, "POST", "/internal/replication/fetch",
+                                             json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"}, timeout_s=timeout)
+        if resp.status_code != 200:
+            raise RuntimeError(f"replica fetch answered {resp.status_code}: {resp.text[:200]}")
+        for data in wire.decode_fetch_response(resp.content):
+            key = PartitionKey(data.topic, data.partition)
+            p = self.node.local_partition(key)
+            if p is None or p.role != Role.FOLLOWER or p.leader_id != self.leader_id \
+                    or p.leader_epoch != epochs.get(key) or p.needs_truncation:
+                continue  # the partition moved while the request was out
+            if data.error_code == wire.NONE:
+                p.append_as_follower(data.records, data.high_watermark, data.log_start_offset)
+            elif data.error_code == wire.OFFSET_OUT_OF_RANGE:
+                if p.log.log_end_offset < data.log_start_offset:
+                    log.info("%s: fetch offset %d below the leader's log start %d; restarting the log there",
+                             key, p.log.log_end_offset, data.log_start_offset)
+                    p.log.truncate_fully_and_start_at(data.log_start_offset)
+                    p.high_watermark = data.log_start_offset
+                else:
+                    p.needs_truncation = True
+            else:
+                self._pause(p, data.error)

@@ -1,0 +1,67 @@
+"""Internal endpoints between nodes: replica fetch, OffsetsForLeaderEpoch, controller requests.
+
+Every request must carry a valid cluster-secret signature (`ingest_api.cluster.auth`); an outside
+process gets 401 and changes nothing. Not part of the public API (hidden from the OpenAPI schema).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from ingest_api.cluster.auth import request_target, verify
+from ingest_api.errors import InvalidRequestError, NotReadyError, http_error
+from ingest_api.node import Node
+from ingest_api.replication import wire
+from ingest_api.routers.deps import read_body
+
+router = APIRouter(prefix="/internal", include_in_schema=False)
+
+#: Largest internal request body (controller requests and replica fetch requests are small).
+MAX_INTERNAL_REQUEST_BYTES = 4 * 1024 * 1024
+
+
+async def _authenticated_json(request: Request) -> tuple[Node, int, dict]:
+    node: Node = request.app.state.node
+    body = await read_body(request, MAX_INTERNAL_REQUEST_BYTES)
+    path = request_target(request.scope.get("raw_path") or request.url.path.encode(), request.scope.get("query_string", b""))
+    sender = verify(node.config.cluster_secret.encode(), request.method, path, request.headers, body,
+                    int(time.time() * 1000), 30_000)
+    try:
+        doc = json.loads(body) if body else {}
+    except ValueError:
+        raise InvalidRequestError("internal request body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise InvalidRequestError("internal request body must be a JSON object")
+    return node, sender, doc
+
+
+@router.post("/replication/fetch")
+async def replica_fetch(request: Request):
+    node, sender, doc = await _authenticated_json(request)
+    if int(doc.get("replica_id", -1)) != sender:
+        raise InvalidRequestError("replica_id does not match the signing node")
+    if node.quorum is None:
+        raise NotReadyError("node is starting")
+    parts = await node.replica_fetch(doc)
+    buffers = wire.encode_fetch_response(parts)
+    return Response(b"".join(bytes(b) for b in buffers), media_type="application/vnd.lakelog.replica-fetch")
+
+
+@router.post("/replication/epoch_end_offsets")
+async def epoch_end_offsets(request: Request):
+    node, _, doc = await _authenticated_json(request)
+    return JSONResponse({"partitions": node.epoch_end_offsets(doc)})
+
+
+@router.post("/controller/{op}")
+async def controller_request(op: str, request: Request):
+    node, _, doc = await _authenticated_json(request)
+    try:
+        return JSONResponse(await node.run_controller_op(op, doc))
+    except Exception as e:
+        status, code, message = http_error(e)
+        return JSONResponse({"error_code": code, "message": message}, status_code=status)
