@@ -1066,3 +1066,38 @@ def test_openapi_lists_every_route(client):
     # The produce endpoints document all their media types.
     post = spec["paths"]["/topics/{topic}/partitions/{partition}"]["post"]
     assert {JSON_V2, BINARY_V2, RECORDBATCH} <= set(post["requestBody"]["content"])
+
+
+# ------------------------------------------------------------------------------------------ idempotent produce
+
+def test_idempotent_produce_answers_retries_with_original_offsets_and_refuses_gaps(client, new_topic):
+    topic = new_topic()
+    r = client.post("/producers")
+    assert r.status_code == 200, r.text
+    pid, epoch = r.json()["producer_id"], r.json()["producer_epoch"]
+    other = client.post("/producers").json()["producer_id"]
+    assert other != pid and epoch == 0
+
+    def send(seq: int, values: list[str], producer_epoch: int = epoch) -> httpx.Response:
+        return client.post(f"/topics/{topic}/partitions/0", headers={"Content-Type": BINARY_V2}, json={
+            "producer_id": pid, "producer_epoch": producer_epoch, "sequence": seq,
+            "records": [{"value": base64.b64encode(v.encode()).decode()} for v in values]})
+
+    first = send(0, ["a", "b"])
+    assert [o["offset"] for o in first.json()["offsets"]] == [0, 1]
+    second = send(2, ["c"])
+    assert [o["offset"] for o in second.json()["offsets"]] == [2]
+    # A retry of either request (the client never saw the answer) gets the original offsets back.
+    assert [o["offset"] for o in send(0, ["a", "b"]).json()["offsets"]] == [0, 1]
+    assert [o["offset"] for o in send(2, ["c"]).json()["offsets"]] == [2]
+    # A gap is refused, and so is an older epoch once a newer one wrote.
+    assert_error(send(7, ["x"]), 409, 40908)
+    assert send(0, ["d"], producer_epoch=1).status_code == 200
+    assert_error(send(1, ["y"], producer_epoch=0), 409, 40909)
+    # Half the producer fields are a malformed request.
+    r = client.post(f"/topics/{topic}/partitions/0", headers={"Content-Type": BINARY_V2},
+                    json={"producer_id": pid, "records": [{"value": None}]})
+    assert_error(r, 422)
+    fetched = client.get(f"/topics/{topic}/partitions/0/records", params={"offset": 0},
+                         headers={"Accept": BINARY_V2}).json()
+    assert [base64.b64decode(x["value"]).decode() for x in fetched] == ["a", "b", "c", "d"]
