@@ -72,14 +72,22 @@ class LeaderEpochCache:
         """OffsetsForLeaderEpoch: (largest epoch <= requested, its end offset).
 
         The end offset is the start offset of the next higher epoch, or `log_end_offset` when the
-        requested epoch is the latest. (UNDEFINED_EPOCH, UNDEFINED_OFFSET) if nothing is known.
+        requested epoch is the latest; an epoch older than every entry ends where the first entry
+        starts. (UNDEFINED_EPOCH, UNDEFINED_OFFSET) for an undefined epoch or an empty cache.
         """
-        if not self._entries or requested_epoch < self._entries[0][0]:
+        if requested_epoch == UNDEFINED_EPOCH or not self._entries:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
         if requested_epoch >= self._entries[-1][0]:
+            # The latest epoch ends at the LEO. (Kafka answers UNDEFINED for an epoch newer than the
+            # latest; a leader records its own epoch when elected, so a follower cannot ask for a
+            # newer one — and if it did, the latest epoch's end is still the right bound.)
             return self._entries[-1][0], log_end_offset
         epochs = [e for e, _ in self._entries]
         i = bisect_right(epochs, requested_epoch)
+        if i == 0:
+            # Older than every entry: nothing here belongs to it or before it, so it ended (at the
+            # latest) where the first known epoch starts.
+            return requested_epoch, self._entries[0][1]
         return self._entries[i - 1][0], self._entries[i][1]
 
     def truncate_from_end(self, end_offset: int) -> None:

@@ -55,7 +55,8 @@ def test_empty_cache(tmp_path):
 
 
 @pytest.mark.parametrize("requested, expected", [
-    (0, (UNDEFINED_EPOCH, UNDEFINED_OFFSET)),  # below the first known epoch
+    (0, (0, 0)),  # below the first known epoch: it ended where the first one starts
+    (-1, (UNDEFINED_EPOCH, UNDEFINED_OFFSET)),
     (1, (1, 10)),  # end of epoch 1 = start of the next one
     (2, (1, 10)),  # unknown epoch: the largest known epoch below it
     (3, (3, 20)),
