@@ -61,8 +61,10 @@ class LeaderEpochCache:
             last_epoch, last_start = self._entries[-1]
             if epoch <= last_epoch:
                 return False
-            if start_offset < last_start:
-                # A new epoch cannot start before the previous one: the stale entries are wrong.
+            if start_offset <= last_start:
+                # A new epoch cannot start at or before the previous one: those entries are stale
+                # (an epoch that starts where the new one does holds no record). Kafka's assign
+                # removes them the same way.
                 self._entries = [(e, o) for e, o in self._entries if o < start_offset]
         self._entries.append((epoch, start_offset))
         self._persist()

@@ -833,6 +833,11 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
+                # Nothing to cut, but the epoch cache may still end with an entry at the LEO: a leader
+                # records its epoch when elected and may have lost leadership before appending.
+                # Keeping it would make the batches this replica now fetches from an older epoch look
+                # stale to the cache. (Kafka's truncateTo does the same.)
+                self.epochs.truncate_from_end(self.log_end_offset)
                 return self.log_end_offset
             invariant(offset >= self.log_start_offset or offset == self._segments[0].base_offset,
                       f"cannot truncate to {offset} below the log start offset {self.log_start_offset}")

@@ -152,11 +152,11 @@ class ReplicaFetcher:
 
     def _apply_truncation(self, p: Partition, offset: int, *, final: bool = True) -> None:
         leo = p.log.log_end_offset
+        if offset < p.log.log_start_offset:
+            p.log.truncate_fully_and_start_at(offset)
+        else:
+            p.log.truncate_to(offset)  # also drops an epoch entry left at the LEO when offset >= LEO
         if offset < leo:
-            if offset < p.log.log_start_offset:
-                p.log.truncate_fully_and_start_at(offset)
-            else:
-                p.log.truncate_to(offset)
             log.info("%s: truncated from %d to %d (leader epoch %d, leader node %d)", p.key, leo,
                      p.log.log_end_offset, p.leader_epoch, self.leader_id)
         p.high_watermark = max(p.log.log_start_offset, min(p.high_watermark, p.log.log_end_offset))

@@ -18,8 +18,9 @@ The protocol (OffsetsForLeaderEpoch, with KIP-279's multi-round fix):
    so they agree up to where the shorter one ends: truncate to min(follower's end of E_L, end_L,
    follower LEO). Done.
 4. If the follower never had E_L, every follower epoch above its largest epoch F <= E_L is unknown
-   to the leader: truncate (safely) to where F ends on the follower, and ask again for F. Epochs
-   asked strictly decrease, so this ends.
+   to the leader: truncate (safely) to where F ends on the follower, and ask again for F itself
+   (`AskAgain.epoch`, not whatever the cache's latest epoch is after the cut). Epochs asked
+   strictly decrease, so this ends.
 5. An UNDEFINED answer (-1, -1) means the leader knows no epoch at or below E; Kafka then falls back
    to the follower's HW (this is the only place the HW is used).
 
@@ -34,6 +35,10 @@ epoch at or below the epoch asked; the offset to truncate to is in [0, follower 
 request asks for a strictly smaller epoch.
 
 After truncating to the returned offset the caller must also lower its HW to min(HW, new LEO).
+Call the log's truncation even when the offset is at or above the LEO: no record goes, but an
+epoch this replica stamped at its LEO when it was elected (and never wrote in) must leave the
+cache, as Kafka's `UnifiedLog.truncateTo` does; a stale entry there later mislabels fetched records
+(see tests/sim/replication_sim.py, scenario "stale-epoch-stamp").
 
 Everything here is pure: no I/O, no clocks, safe to call from any thread.
 """
@@ -69,8 +74,10 @@ class Truncate:
 @dataclass(frozen=True, slots=True)
 class AskAgain:
     """Not done yet: records at or above `truncate_to` diverge from the leader (they may be cut
-    now), and the leader must be asked again, about `epoch`: the follower's latest epoch once those
-    records are gone (ask for the latest epoch the truncated log really has left)."""
+    now), and the leader must be asked again, about `epoch` (the follower's largest epoch below the
+    one the leader answered with). Ask about `epoch` itself, not the log's latest epoch after the
+    cut: a cut at the LEO removes nothing, and an entry a leader stamped at its LEO on election
+    (without appending) may still be the latest one then."""
 
     epoch: int
     truncate_to: int
@@ -125,27 +132,18 @@ def first_request(local_epochs: Sequence[tuple[int, int]], local_leo: int, *,
     return AskAgain(view.latest_epoch, local_leo)
 
 
-def _follower_end_offset(view: _EpochEntries, leo: int, epoch: int) -> tuple[int, int]:
-    """The follower's own (largest epoch <= `epoch`, end offset), with Kafka's semantics.
-
-    Differs from `LeaderEpochCache.end_offset_for` below the first entry: there Kafka answers
-    (epoch, start of the first entry) — nothing the follower holds can belong to `epoch` or an older
-    one — where the engine answers UNDEFINED.
-    """
-    found = view.end_offset_for(epoch, leo)
-    if found[1] == UNDEFINED_OFFSET and view.entries and epoch < view.entries[0][0]:
-        return epoch, view.entries[0][1]
-    return found
-
-
 def follower_truncation_offset(local_epochs: Sequence[tuple[int, int]], local_leo: int,
-                               leader_answer: tuple[int, int], *, high_watermark: int) -> TruncationStep:
-    """One step of the follower's side, given the leader's answer to a request for the follower's
-    latest epoch (the last of `local_epochs`).
+                               leader_answer: tuple[int, int], *, high_watermark: int,
+                               asked_epoch: int | None = None) -> TruncationStep:
+    """One step of the follower's side, given the leader's answer to a request for `asked_epoch`
+    (default: the follower's latest epoch, the last of `local_epochs`; after an `AskAgain`, pass its
+    `epoch`).
 
     `local_epochs` are the follower's (epoch, start offset) entries, ascending, and `local_leo` its
     LEO, both as they are now (after any intermediate truncation). `high_watermark` is the
-    follower's HW, used only when the leader answers UNDEFINED.
+    follower's HW, used only when the leader answers UNDEFINED. Entries that share a start offset
+    (an epoch with no records, which `LeaderEpochCache.assign` keeps) are harmless: only an epoch's
+    leader writes it, so an epoch empty here was stamped by this replica and has no records anywhere.
     """
     view = _checked(local_epochs, local_leo)
     leader_epoch, leader_end = leader_answer
@@ -160,10 +158,12 @@ def follower_truncation_offset(local_epochs: Sequence[tuple[int, int]], local_le
     if not view.entries:
         # We track no epochs; the leader's end offset for what it holds is the best bound we have.
         return Truncate(min(leader_end, local_leo))
-    asked = view.latest_epoch
+    asked = view.latest_epoch if asked_epoch is None else asked_epoch
     invariant(leader_epoch <= asked,
               f"leader answered epoch {leader_epoch} to a request for epoch {asked}")
-    follower_epoch, follower_end = _follower_end_offset(view, local_leo, leader_epoch)
+    # Our own (largest epoch <= leader's, its end), by the same lookup a leader answers with. Below
+    # our first entry it is (leader's epoch, our first start): nothing we hold is from that epoch.
+    follower_epoch, follower_end = view.end_offset_for(leader_epoch, local_leo)
     if follower_epoch == leader_epoch:
         return Truncate(max(0, min(follower_end, leader_end, local_leo)))
     # We never had the leader's epoch: what we wrote after `follower_epoch` diverges (KIP-279).
@@ -176,22 +176,23 @@ def resolve_truncation(local_epochs: Sequence[tuple[int, int]], local_leo: int,
     """Run the whole exchange: `ask(epoch)` is the leader's answer. Returns the offset to truncate to.
 
     Intermediate truncations are applied to a copy of the entries only (dropping entries that start
-    at or above the cut, as the log would); the caller truncates once, to the returned offset.
+    at or above the cut, as Kafka's log does); the caller truncates once, to the returned offset.
     """
     entries = list(local_epochs)
     leo = local_leo
+    step = first_request(entries, leo, high_watermark=high_watermark)
     asked: int | None = None
     for _ in range(len(entries) + 1):
-        step = first_request(entries, leo, high_watermark=high_watermark)
-        if isinstance(step, AskAgain):
-            invariant(asked is None or step.epoch < asked,
-                      f"asking for epoch {step.epoch} after epoch {asked}: the exchange would not end")
-            asked = step.epoch
-            step = follower_truncation_offset(entries, leo, ask(step.epoch), high_watermark=high_watermark)
         if isinstance(step, Truncate):
             invariant(0 <= step.offset <= local_leo, f"truncation offset {step.offset} outside [0, {local_leo}]")
             return step.offset
-        leo = step.truncate_to
-        entries = [(e, o) for e, o in entries if o < leo]
+        invariant(asked is None or step.epoch < asked,
+                  f"asking for epoch {step.epoch} after epoch {asked}: the exchange would not end")
+        if asked is not None:
+            leo = step.truncate_to
+            entries = [(e, o) for e, o in entries if o < leo]
+        asked = step.epoch
+        step = follower_truncation_offset(entries, leo, ask(asked), high_watermark=high_watermark,
+                                          asked_epoch=asked)
     invariant(False, "the OffsetsForLeaderEpoch exchange did not end")
     raise AssertionError("unreachable")
