@@ -71,6 +71,8 @@ NODE_CONFIG = (
     .define("unclean.leader.election.enable", bool, False,
             "Default of the topic key: elect an out-of-sync replica when the ISR is empty (may lose data).")
     .define("auto.leader.rebalance.enable", bool, True, "Move leadership back to the preferred replica.")
+    .define("leader.imbalance.check.interval.seconds", int, 300, "How often the controller rebalances leaders.",
+            min=1, max=7 * 24 * 3600, unit="s")
     # Replication.
     .define("replica.lag.time.max.ms", int, 30000, "A follower not caught up for this long leaves the ISR.",
             min=10, max=DAY_MS, unit="ms")

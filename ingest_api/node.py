@@ -142,6 +142,13 @@ class Node:
         self._strays_removed = False
         self._metadata_waiters: list[tuple[int, asyncio.Future]] = []
         self._pid_next = self._pid_end = 0
+        #: Client requests are served only before this (monotonic) time: the broker session that the
+        #: last successful heartbeat renewed. Past it the controller may have fenced this node and
+        #: moved its leaderships without this node hearing of it (a pause, a network partition).
+        self._session_valid_until = 0.0
+        #: After a lapsed session: the metadata index (the controller's, at the heartbeat that renewed
+        #: it) to apply before serving again, so a deposed leader never answers as a leader.
+        self._catch_up_index = 0
         self.voters = parse_voters(config.controller_quorum_voters) if config.controller_quorum_voters else {
             self.node_id: (config.host, config.port)}
         self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None
@@ -153,13 +160,16 @@ class Node:
             max_partitions_per_topic=config.max_partitions_per_topic,
             default_min_insync_replicas=config.min_insync_replicas,
             unclean_leader_election_enable=config.unclean_leader_election_enable,
-            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable)
+            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds * 1000)
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def ready(self) -> bool:
         if self.broker_epoch < 0 or self._shutting_down:
+            return False
+        if time.monotonic() >= self._session_valid_until or self.image.last_applied_index < self._catch_up_index:
             return False
         b = self.image.brokers.get(self.node_id)
         return b is not None and b.broker_epoch == self.broker_epoch and not b.fenced
@@ -213,7 +223,8 @@ class Node:
         deadline = time.monotonic() + self.config.controlled_shutdown_timeout_ms / 1000
         while time.monotonic() < deadline:
             try:
-                res = await self.controller_call("heartbeat", self._heartbeat_args(want_shutdown=True))
+                res = await self.controller_call("heartbeat", self._heartbeat_args(want_shutdown=True),
+                                                 attempt_timeout_s=self._heartbeat_timeout_s)
                 if res.get("should_shut_down"):
                     log.info("node %s: controlled shutdown done", self.node_id)
                     return
@@ -339,8 +350,14 @@ class Node:
             index = await self.quorum.propose(encode_record(r), self.config.request_timeout_ms / 1000)
         return index
 
-    async def controller_call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Run a controller request on the active controller (here, or forwarded to it); retries while it moves."""
+    async def controller_call(self, op: str, args: dict[str, Any], *,
+                              attempt_timeout_s: float | None = None) -> dict[str, Any]:
+        """Run a controller request on the active controller (here, or forwarded to it); retries while it moves.
+
+        `attempt_timeout_s` bounds each forwarded attempt (heartbeats: well below the broker
+        session, so that a call stuck on a controller that died or was cut off is retried on its
+        successor before this node's session runs out there).
+        """
         delay = 0.05
         last: Exception | None = None
         for _ in range(CONTROLLER_RETRIES):
@@ -354,7 +371,8 @@ class Node:
                 if leader is not None and leader >= 0 and leader != self.node_id:
                     assert self.peers is not None
                     try:
-                        resp = await self.peers.post_json(leader, f"/internal/controller/{op}", args)
+                        resp = await self.peers.post_json(leader, f"/internal/controller/{op}", args,
+                                                          timeout_s=attempt_timeout_s)
                     except NodeError as e:
                         last = e
                     else:
@@ -416,6 +434,11 @@ class Node:
 
     # ------------------------------------------------------------------ broker lifecycle
 
+    @property
+    def _heartbeat_timeout_s(self) -> float:
+        """One heartbeat attempt's time limit: half the broker session."""
+        return max(0.05, self.config.broker_session_timeout_ms / 2000)
+
     def _heartbeat_args(self, *, want_shutdown: bool = False) -> dict[str, Any]:
         return {"node_id": self.node_id, "broker_epoch": self.broker_epoch,
                 "caught_up_offset": self.image.last_applied_index, "want_shutdown": want_shutdown}
@@ -439,7 +462,14 @@ class Node:
                     continue
             try:
                 if not self._shutting_down:
-                    res = await self.controller_call("heartbeat", self._heartbeat_args())
+                    sent = time.monotonic()
+                    res = await self.controller_call("heartbeat", self._heartbeat_args(),
+                                                     attempt_timeout_s=self._heartbeat_timeout_s)
+                    if not res.get("fenced"):
+                        if sent >= self._session_valid_until:  # lapsed: catch up before serving again
+                            self._catch_up_index = int(res.get("metadata_offset", 0))
+                        # The controller renews the session when it handles the heartbeat, after `sent`.
+                        self._session_valid_until = sent + cfg.broker_session_timeout_ms / 1000
             except asyncio.CancelledError:
                 raise
             except NodeError as e:
@@ -838,7 +868,7 @@ class Node:
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
         """(beginning offset, end offset) as a consumer sees them: log start offset and HW."""
         p = self.partition(topic, partition)
-        return p.log_start_offset, p.high_watermark
+        return p.log_start_offset, p.consumer_end_offset()
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
         p = self.partition(topic, partition)

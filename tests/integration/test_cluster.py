@@ -174,3 +174,32 @@ def test_internal_endpoints_refuse_unsigned_requests(cluster):
         r = httpx.post(f"{n1.url}{path}", json={"replica_id": 2, "partitions": []}, timeout=10)
         assert r.status_code == 401, (path, r.text)
         assert r.json()["error_code"] == 40101
+
+
+def test_controlled_shutdown_moves_leadership_first_and_the_preferred_leader_returns(tmp_path):
+    c = Cluster(tmp_path, 3, {"leader.imbalance.check.interval.seconds": "2"})
+    try:
+        c.start()
+        n1 = c.node(1)
+        create_topic(n1.url, "moving", partitions=3, rf=3)
+        wait_for(lambda: all(all(r["in_sync"] for r in partition_state(n1.url, "moving", p)["replicas"])
+                             for p in range(3)), what="full ISR")
+        preferred = {p: partition_state(n1.url, "moving", p)["leader"] for p in range(3)}
+        victim = c.node(preferred[0])
+        for i in range(10):
+            assert produce(n1.url, "moving", [f"v{i}"], partition=0).status_code == 200
+        # SIGTERM: the node hands its leaderships over before it exits, and exits 0.
+        assert victim.stop() == 0
+        survivor = next(n for n in c.nodes if n is not victim)
+        state = partition_state(survivor.url, "moving", 0)
+        assert state["leader"] not in (-1, victim.node_id), state
+        assert victim.node_id not in [r["broker"] for r in state["replicas"] if r["in_sync"]]
+        assert "controlled shutdown done" in victim.read_log()
+        assert produce(survivor.url, "moving", ["after"], partition=0).status_code == 200
+        # Back again: it catches up, rejoins the ISR, and becomes leader of its partitions again.
+        victim.start()
+        wait_for(lambda: {p: partition_state(survivor.url, "moving", p)["leader"] for p in range(3)} == preferred,
+                 timeout_s=30, what="preferred leaders back")
+        assert [v for _, v in consume_all(victim.url, "moving", 0)] == [f"v{i}" for i in range(10)] + ["after"]
+    finally:
+        c.stop()
