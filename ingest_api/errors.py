@@ -122,6 +122,13 @@ class NotEnoughReplicasAfterAppendError(NodeError):
     status, error_code = 503, 50304
 
 
+class OffsetNotAvailableError(NodeError):
+    """A new leader does not know the end offset yet: its HW is below its epoch's start (KIP-207); retry."""
+
+    kind = ErrorKind.TRANSIENT
+    status, error_code = 503, 50310
+
+
 class ProduceTimeoutError(NodeError):
     """acks=all: the high watermark did not pass the records within request.timeout.ms (they may still commit)."""
 

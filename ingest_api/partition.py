@@ -43,6 +43,7 @@ from ingest_api.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     ProduceTimeoutError,
 )
 from logstore.log import AppendInfo, FetchResult, PartitionLog
@@ -358,6 +359,22 @@ class Partition:
             self.high_watermark = new_hw
 
     # ------------------------------------------------------------------ consumers
+
+    def consumer_end_offset(self) -> int:
+        """The HW as ListOffsets (`GET .../offsets`) tells it to consumers; leader only.
+
+        A new leader's HW may start below the HW its predecessor already showed: a follower learns
+        the HW one fetch round late, and a restarted node starts it at its log start. Until the HW
+        reaches the start of this leader epoch (the LEO at election, at or above every earlier
+        leader's HW) the end offset is not available — Kafka's OFFSET_NOT_AVAILABLE, KIP-207 — so
+        the end offset consumers see never goes backwards across a clean leader change.
+        """
+        self.check_leader()
+        if self.high_watermark < self.epoch_start_offset:
+            raise OffsetNotAvailableError(
+                f"{self.key}: the new leader's high watermark {self.high_watermark} has not reached the start "
+                f"of leader epoch {self.leader_epoch} ({self.epoch_start_offset}) yet; retry")
+        return self.high_watermark
 
     def read(self, offset: int, max_bytes: int) -> FetchResult:
         """Whole batches from `offset`, below the HW (a consumer's view)."""
