@@ -227,6 +227,45 @@ def machine_info(bench_dir: str | os.PathLike) -> dict[str, str]:
     return info
 
 
+class OtherCpu:
+    """How busy other processes kept the CPUs while a benchmark ran: the machine's busy CPU time
+    (/proc/stat: user, nice, system, irq, softirq; not steal) minus this process's and its reaped
+    children's (the benchmark's server processes, once stopped), over the wall time since
+    creation. `cpus()` is the average number of CPUs the rest of the machine used, or None when
+    /proc/stat cannot be read."""
+
+    def __init__(self) -> None:
+        self._start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                ticks = [int(x) for x in f.readline().split()[1:8]]
+        except (OSError, ValueError):
+            return None
+        busy = (ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]) / os.sysconf("SC_CLK_TCK")
+        t = os.times()
+        return time.monotonic(), busy, t.user + t.system + t.children_user + t.children_system
+
+    def cpus(self) -> float | None:
+        end = self._sample()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return None
+        (w0, b0, o0), (w1, b1, o1) = self._start, end
+        return max(0.0, (b1 - b0) - (o1 - o0)) / (w1 - w0)
+
+
+def conditions(nproc: str, others: float | None, note: str) -> str:
+    """The report's sentence on what else ran: `others` from `OtherCpu.cpus()`, `note` from the
+    command line (what those processes were, when known)."""
+    text = (f"Other processes kept {others:.2f} of the {nproc} CPUs busy on average during the run "
+            f"(/proc/stat, minus the benchmark's own processes)." if others is not None else "")
+    if note:
+        text += f" {note.strip().rstrip('.')}."
+    return text.strip()
+
+
 def load_average() -> str:
     """1-minute load average: above ~0 means other work shared the CPUs with the benchmark."""
     try:
@@ -305,6 +344,14 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+def missed_targets(causes: Sequence[str]) -> list[str]:
+    """The report's list of missed targets, each with its measured cause; nothing when all were met."""
+    if not causes:
+        return []
+    return ["Missed targets and their measured causes (details under \"Where the time goes\"):", "",
+            *(f"- {c}" for c in causes), ""]
 
 
 def section_markers(name: str) -> tuple[str, str]:

@@ -48,7 +48,7 @@ async def replica_fetch(request: Request):
         raise NotReadyError("node is starting")
     parts = await node.replica_fetch(doc)
     buffers = wire.encode_fetch_response(parts)
-    return Response(b"".join(bytes(b) for b in buffers), media_type="application/vnd.lakelog.replica-fetch")
+    return Response(b"".join(buffers), media_type="application/vnd.lakelog.replica-fetch")
 
 
 @router.post("/replication/epoch_end_offsets")
