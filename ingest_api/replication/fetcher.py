@@ -32,6 +32,8 @@ log = logging.getLogger("lakelog.replication")
 
 #: Most OffsetsForLeaderEpoch rounds for one truncation (KIP-279 needs at most a few).
 MAX_TRUNCATION_ROUNDS = 16
+#: Retry delay when the leader has not applied the metadata this node has (about a Raft round trip).
+LAGGING_LEADER_RETRY_S = 0.05
 
 
 class ReplicaFetcher:
@@ -86,8 +88,10 @@ class ReplicaFetcher:
             parts = self._partitions()
             if not parts:
                 self._changed.clear()
+                now = time.monotonic()
+                wait = min([backoff] + [max(0.0, until - now) for _, until in self._paused.values()])
                 try:
-                    await asyncio.wait_for(self._changed.wait(), max(backoff, 0.01))
+                    await asyncio.wait_for(self._changed.wait(), max(wait, 0.01))
                 except asyncio.TimeoutError:
                     pass
                 continue
@@ -134,7 +138,7 @@ class ReplicaFetcher:
                     del asking[key]
                     continue
                 if a["error_code"] != wire.NONE:
-                    self._pause(p, a.get("error"))
+                    self._pause(p, a.get("error"), int(a["error_code"]))
                     del asking[key]
                     continue
                 step = follower_truncation_offset(p.log.epochs.entries, p.log.log_end_offset,
@@ -163,12 +167,20 @@ class ReplicaFetcher:
         if final:
             p.needs_truncation = False
 
-    def _pause(self, p: Partition, reason: str | None) -> None:
-        """Back off one partition: until the metadata moves it, or replica.fetch.backoff.ms passes (the
-        leader may simply not have applied the same metadata yet)."""
-        log.info("%s: fetching from node %d in leader epoch %d backs off: %s", p.key, self.leader_id,
-                 p.leader_epoch, reason)
-        self._paused[p.key] = (p.leader_epoch, time.monotonic() + self.node.config.replica_fetch_backoff_ms / 1000)
+    def _pause(self, p: Partition, reason: str | None, code: int = wire.FENCED_LEADER_EPOCH) -> None:
+        """Back off one partition until the metadata moves it, or a while passes.
+
+        When the leader merely lags this node's metadata (it does not host the partition yet, or does
+        not know this leader epoch yet) it catches up within a Raft round trip: retry after
+        `LAGGING_LEADER_RETRY_S`. Otherwise (this node's epoch is the stale one) wait
+        replica.fetch.backoff.ms, or until the metadata moves the partition.
+        """
+        lagging = code in (wire.UNKNOWN_LEADER_EPOCH, wire.UNKNOWN_TOPIC_OR_PARTITION, wire.NOT_LEADER_OR_FOLLOWER)
+        backoff = self.node.config.replica_fetch_backoff_ms / 1000
+        delay = min(LAGGING_LEADER_RETRY_S, backoff) if lagging else backoff
+        log.info("%s: fetching from node %d in leader epoch %d backs off %.0f ms: %s", p.key, self.leader_id,
+                 p.leader_epoch, delay * 1000, reason)
+        self._paused[p.key] = (p.leader_epoch, time.monotonic() + delay)
 
     # ------------------------------------------------------------------ fetch
 
@@ -204,4 +216,4 @@ class ReplicaFetcher:
                 else:
                     p.needs_truncation = True
             else:
-                self._pause(p, data.error)
+                self._pause(p, data.error, data.error_code)
