@@ -2,7 +2,8 @@
 
 Every call is signed with the cluster secret (`ingest_api.cluster.auth`); peers are addressed by
 node id through a resolver (the metadata image's broker registrations, or the quorum voters before
-a node has registered). One `httpx.AsyncClient` with bounded connections serves all peers.
+a node has registered). Requests go through `http1.Http1Pool` (responses parsed in C, keep-alive
+connections bounded per peer).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import json
 import time
 from typing import Any, Callable
 
-import httpx
+from urllib.parse import urlsplit
 
 from ingest_api.cluster.auth import sign
-from ingest_api.errors import NodeError, LeaderNotAvailableError
+from ingest_api.errors import LeaderNotAvailableError, NodeError
+from ingest_api.replication.http1 import Http1Error, Http1Pool, Http1Response
 
 
 class PeerUnavailableError(NodeError):
@@ -29,12 +31,11 @@ class PeerClient:
         self.node_id = node_id
         self.secret = secret
         self.resolve = resolve
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=2.0),
-                                        limits=httpx.Limits(max_connections=max_connections,
-                                                            max_keepalive_connections=max_connections))
+        self.timeout_s = timeout_s
+        self.pool = Http1Pool(max_idle_per_peer=max(1, min(max_connections, 16)))
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await self.pool.close()
 
     def base_url(self, peer: int) -> str:
         url = self.resolve(peer)
@@ -46,19 +47,18 @@ class PeerClient:
         return sign(self.secret, method, path_and_query, body, self.node_id, int(time.time() * 1000))
 
     async def request(self, peer: int, method: str, path_and_query: str, body: bytes = b"", *,
-                      headers: dict[str, str] | None = None, timeout_s: float | None = None) -> httpx.Response:
-        url = self.base_url(peer) + path_and_query
+                      headers: dict[str, str] | None = None, timeout_s: float | None = None) -> Http1Response:
+        url = self.base_url(peer)
+        parts = urlsplit(url)
         h = dict(headers or {})
         h.update(self.signed_headers(method, path_and_query, body))
-        kwargs: dict[str, Any] = {}
-        if timeout_s is not None:
-            kwargs["timeout"] = httpx.Timeout(timeout_s, connect=min(2.0, timeout_s))
         try:
-            return await self.client.request(method, url, content=body or None, headers=h, **kwargs)
-        except httpx.HTTPError as e:
-            raise PeerUnavailableError(f"node {peer} ({url}) did not answer: {type(e).__name__}: {e}") from None
+            return await self.pool.request(parts.hostname or "127.0.0.1", parts.port or 80, method, path_and_query,
+                                           body, h, timeout_s=self.timeout_s if timeout_s is None else timeout_s)
+        except Http1Error as e:
+            raise PeerUnavailableError(f"node {peer} ({url}) did not answer: {e}") from None
 
-    async def post_json(self, peer: int, path: str, doc: Any, *, timeout_s: float | None = None) -> httpx.Response:
+    async def post_json(self, peer: int, path: str, doc: Any, *, timeout_s: float | None = None) -> Http1Response:
         body = json.dumps(doc, separators=(",", ":")).encode()
         return await self.request(peer, "POST", path, body, headers={"Content-Type": "application/json"},
                                   timeout_s=timeout_s)
