@@ -51,6 +51,7 @@ class _Parsed:
     keep_alive: bool = True
     limit: int = 0
     too_large: bool = False
+    parser: Any = None
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
@@ -61,6 +62,9 @@ class _Parsed:
             self.too_large = True
             return
         self.body.append(body)
+
+    def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -84,7 +88,7 @@ class _Connection:
             self.writer.write(body)
         await self.writer.drain()
         parsed = _Parsed(limit=max_response_bytes)
-        parser = httptools.HttpResponseParser(parsed)
+        parser = parsed.parser = httptools.HttpResponseParser(parsed)
         got_any = False
         while not parsed.complete:
             chunk = await self.reader.read(READ_CHUNK)
@@ -97,7 +101,7 @@ class _Connection:
                 raise Http1Error(f"malformed HTTP response: {e}") from None
             if parsed.too_large:
                 raise Http1Error(f"response body larger than {max_response_bytes} bytes")
-        keep_alive = parser.should_keep_alive()
+        keep_alive = parsed.keep_alive
         return Http1Response(parser.get_status_code(), parsed.headers, b"".join(parsed.body)), keep_alive, True
 
 
