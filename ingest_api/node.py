@@ -862,8 +862,13 @@ class Node:
         if len(result.records) or timeout_ms <= 0:
             return result
         await p.wait_for_data(offset, min(timeout_ms, self.config.fetch_max_wait_ms) / 1000)
-        # Look the partition up again: it may have been deleted (404) or moved while we waited.
-        return self.partition(topic, partition).read(offset, max_bytes)
+        # Look the partition up again: it may have been deleted (404) while we waited. If its
+        # leadership moved, answer the empty result: the consumer's next fetch goes to the new leader.
+        try:
+            p = self.partition(topic, partition)
+        except (NotLeaderOrFollowerError, LeaderNotAvailableError):
+            return result
+        return p.read(offset, max_bytes)
 
     def offsets(self, topic: str, partition: int) -> tuple[int, int]:
         """(beginning offset, end offset) as a consumer sees them: log start offset and HW."""

@@ -18,6 +18,7 @@ from ingest_api.formats import (
     parse_produce_request,
     render_record,
 )
+from ingest_api.partition import PartitionKey
 from ingest_api.routers.deps import forward_to_leader, get_node, read_body
 from logstore.record_batch import TimestampType, iter_batches
 
@@ -156,8 +157,9 @@ async def fetch_records(topic: str, partition: int, request: Request,
         return forwarded
     result = await node.fetch_wait(topic, partition, offset, limit, timeout)
     request.app.state.metrics.fetch_bytes.labels(topic).inc(len(result.records))
-    p = node.partition(topic, partition)
-    headers = {"X-Lakelog-High-Watermark": str(p.high_watermark),
+    # The local replica (it may have stopped leading during a long-poll; the answer is then empty).
+    p = node.local_partition(PartitionKey(topic, partition))
+    headers = {"X-Lakelog-High-Watermark": str(p.high_watermark if p is not None else -1),
                "X-Lakelog-Log-Start-Offset": str(result.log_start_offset)}
     if fmt == RECORDBATCH:
         return Response(bytes(result.records), media_type=RECORDBATCH, headers=headers)
