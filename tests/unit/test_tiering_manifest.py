@@ -1,0 +1,294 @@
+"""The partition manifest: segment state machine, invariants, codec (version / CRC refusal), transitions."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiering import manifest as mf
+from tiering.errors import (
+    InvalidStateTransitionError,
+    ManifestFormatError,
+    ManifestInvariantError,
+    UnsupportedManifestVersionError,
+)
+from tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
+
+S = SegmentState
+
+
+def seg(base: int, end: int, state: SegmentState = S.COPY_FINISHED, *, n: int | None = None, epoch: int = 1,
+        size: int = 100, max_ts: int = 1000, **kw) -> RemoteSegment:
+    sid = f"{(n if n is not None else base):032x}"
+    return RemoteSegment(sid, base, end, max_ts, size, ((epoch, base),), state, epoch, **kw)
+
+
+def manifest(*segments: RemoteSegment, log_start: int | None = None, **kw) -> PartitionManifest:
+    done = [s for s in segments if s.state == S.COPY_FINISHED]
+    start = log_start if log_start is not None else (done[0].base_offset if done else 0)
+    return PartitionManifest.empty("orders", 3).replace(segments=tuple(segments), log_start_offset=start,
+                                                        leader_epoch=1, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# the state machine
+
+
+def test_states_have_explicit_stored_values():
+    assert [(s.name, s.value) for s in SegmentState] == [
+        ("COPY_STARTED", 0), ("COPY_FINISHED", 1), ("DELETE_STARTED", 2), ("DELETE_FINISHED", 3)]
+
+
+ALLOWED = {(S.COPY_STARTED, S.COPY_FINISHED), (S.COPY_STARTED, S.DELETE_STARTED),
+           (S.COPY_FINISHED, S.DELETE_STARTED), (S.DELETE_STARTED, S.DELETE_FINISHED)}
+
+
+@pytest.mark.parametrize("old", list(SegmentState))
+@pytest.mark.parametrize("new", list(SegmentState))
+def test_transition_table(old, new):
+    expected = old == new or (old, new) in ALLOWED
+    assert mf.is_valid_transition(old, new) is expected
+    if expected:
+        mf.check_transition(old, new)
+    else:
+        with pytest.raises(InvalidStateTransitionError):
+            mf.check_transition(old, new)
+
+
+def test_with_state_repeated_transition_is_a_no_op_and_stamps_changes():
+    s = seg(0, 9, S.COPY_STARTED)
+    assert s.with_state(S.COPY_STARTED, epoch=5, now_ms=9) is s
+    done = s.with_state(S.COPY_FINISHED, epoch=5, now_ms=9)
+    assert (done.state, done.state_epoch, done.updated_ms, done.delete_after_ms) == (S.COPY_FINISHED, 5, 9, -1)
+    gone = done.with_state(S.DELETE_STARTED, epoch=6, now_ms=10, delete_after_ms=70)
+    assert gone.delete_after_ms == 70
+    with pytest.raises(InvalidStateTransitionError):
+        gone.with_state(S.COPY_FINISHED, epoch=6, now_ms=11)
+
+
+# ---------------------------------------------------------------------------------------------
+# invariants
+
+
+def test_valid_manifest_passes():
+    mf.validate(manifest(seg(0, 14, S.DELETE_STARTED, n=99), seg(0, 9), seg(10, 19), seg(20, 29, S.COPY_STARTED)))
+
+
+@pytest.mark.parametrize("segments, message", [
+    ((seg(0, 9), seg(11, 19)), "gap"),
+    ((seg(0, 9), seg(9, 19)), "overlap"),
+    ((seg(0, 9), seg(5, 12, S.COPY_STARTED)), "overlap"),
+    ((seg(0, 9), seg(0, 9, n=0)), "twice"),
+    ((seg(10, 19), seg(0, 9)), "out of order"),
+    ((seg(5, 4),), "offsets"),
+])
+def test_invariant_violations_are_refused(segments, message):
+    with pytest.raises(ManifestInvariantError, match=message):
+        mf.validate(manifest(*segments))
+
+
+def test_log_start_must_lie_in_the_first_segment():
+    with pytest.raises(ManifestInvariantError, match="log start"):
+        mf.validate(manifest(seg(10, 19), log_start=20))
+    with pytest.raises(ManifestInvariantError, match="log start"):
+        mf.validate(manifest(seg(10, 19), log_start=5))
+
+
+def test_deleted_manifest_holds_no_live_segment():
+    with pytest.raises(ManifestInvariantError, match="deleted"):
+        mf.validate(manifest(seg(0, 9), deleted=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# codec
+
+
+def test_round_trip_and_canonical_bytes():
+    m = manifest(seg(0, 9, epoch=1), seg(10, 19, epoch=2), seg(20, 29, S.COPY_STARTED, epoch=2),
+                 cleaner_checkpoint=7, topic_id="abc", generation=12)
+    data = mf.encode(m)
+    assert mf.decode(data) == m
+    assert mf.encode(mf.decode(data)) == data
+    doc = json.loads(data)
+    assert doc["version"] == mf.MANIFEST_VERSION and isinstance(doc["crc32c"], int)
+    assert data == json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _tamper(data: bytes, fn) -> bytes:
+    doc = json.loads(data)
+    fn(doc)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_crc_mismatch_is_refused():
+    data = mf.encode(manifest(seg(0, 9)))
+    bad = _tamper(data, lambda d: d["manifest"].update(log_start_offset=3))
+    with pytest.raises(ManifestFormatError, match="CRC"):
+        mf.decode(bad, key="orders-3/manifest.json")
+
+
+def test_unknown_version_is_refused():
+    data = mf.encode(manifest(seg(0, 9)))
+    with pytest.raises(UnsupportedManifestVersionError, match="version 2"):
+        mf.decode(_tamper(data, lambda d: d.update(version=2)))
+
+
+@pytest.mark.parametrize("raw", [b"", b"not json", b"[]", b'{"version": 1}', b"\xff\xfe"])
+def test_garbage_is_refused(raw):
+    with pytest.raises(ManifestFormatError):
+        mf.decode(raw)
+
+
+def _recrc(doc):
+    from logstore.record_batch import crc32c
+    doc["crc32c"] = crc32c(json.dumps(doc["manifest"], sort_keys=True, separators=(",", ":")).encode())
+
+
+def test_missing_or_mistyped_field_is_refused_even_with_a_good_crc():
+    data = mf.encode(manifest(seg(0, 9)))
+    no_field = _tamper(data, lambda d: (d["manifest"]["segments"][0].pop("state"), _recrc(d)))
+    with pytest.raises(ManifestFormatError, match="state"):
+        mf.decode(no_field)
+    bad_state = _tamper(data, lambda d: (d["manifest"]["segments"][0].update(state=7), _recrc(d)))
+    with pytest.raises(ManifestFormatError, match="unknown state"):
+        mf.decode(bad_state)
+    as_bool = _tamper(data, lambda d: (d["manifest"].update(partition=True), _recrc(d)))
+    with pytest.raises(ManifestFormatError):
+        mf.decode(as_bool)
+
+
+def test_decoding_a_manifest_with_a_gap_is_refused():
+    data = mf.encode(manifest(seg(0, 9), seg(10, 19)))
+    gap = _tamper(data, lambda d: (d["manifest"]["segments"][1].update(base_offset=11), _recrc(d)))
+    with pytest.raises(ManifestFormatError, match="invariant"):
+        mf.decode(gap)
+
+
+@st.composite
+def manifests(draw):
+    n = draw(st.integers(0, 6))
+    base = draw(st.integers(0, 10**12))
+    segments, epoch = [], draw(st.integers(0, 5))
+    for i in range(n):
+        length = draw(st.integers(1, 10**6))
+        epoch += draw(st.integers(0, 2))
+        state = draw(st.sampled_from([S.COPY_FINISHED] * 3 + [S.DELETE_FINISHED]))
+        segments.append(RemoteSegment(f"{i:032x}", base, base + length - 1, draw(st.integers(-1, 2**62)),
+                                      draw(st.integers(0, 2**31)), ((epoch, base),), state, epoch,
+                                      index_crc32c=draw(st.integers(0, 2**32 - 1)),
+                                      created_ms=draw(st.integers(0, 2**50))))
+        if state == S.COPY_FINISHED:
+            base += length
+    if draw(st.booleans()):
+        segments.append(RemoteSegment(f"{99:032x}", base, base + 5, -1, 0, (), S.COPY_STARTED, epoch))
+    done = [s for s in segments if s.state == S.COPY_FINISHED]
+    start = done[0].base_offset if done else 0
+    return PartitionManifest("t.x_y-z", draw(st.integers(0, 1000)), draw(st.none() | st.text("abc0123", max_size=8)),
+                             draw(st.integers(0, 10**9)), epoch, start, draw(st.none() | st.integers(0, 10**9)),
+                             False, tuple(sorted(segments, key=lambda s: (s.base_offset, s.created_ms, s.segment_id))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(manifests())
+def test_codec_round_trips(m):
+    assert mf.decode(mf.encode(m)) == m
+
+
+# ---------------------------------------------------------------------------------------------
+# transitions
+
+
+def test_start_copy_must_continue_the_remote_tier():
+    m = manifest(seg(0, 9), seg(10, 19))
+    with pytest.raises(ManifestInvariantError, match="continue"):
+        mf.start_copy(m, seg(21, 29, S.COPY_STARTED))
+    with pytest.raises(ManifestInvariantError, match="continue"):
+        mf.start_copy(m, seg(15, 29, S.COPY_STARTED))
+    nxt = mf.start_copy(m, seg(20, 29, S.COPY_STARTED))
+    assert [s.base_offset for s in nxt.segments] == [0, 10, 20]
+    assert mf.start_copy(nxt, seg(20, 29, S.COPY_STARTED)) is None  # a retry with the same id
+    with pytest.raises(ManifestInvariantError, match="overlaps"):
+        mf.start_copy(nxt, seg(20, 25, S.COPY_STARTED, n=77))
+
+
+def test_first_copy_may_start_anywhere_at_or_above_the_log_start():
+    empty = PartitionManifest.empty("orders", 0)
+    m = mf.finish_copy(mf.start_copy(empty, seg(500, 599, S.COPY_STARTED)), f"{500:032x}", epoch=1, now_ms=1)
+    assert m.log_start_offset == 500 and m.end_offset == 599
+    expired = empty.replace(log_start_offset=1000)
+    with pytest.raises(ManifestInvariantError, match="below the remote log start"):
+        mf.start_copy(expired, seg(500, 599, S.COPY_STARTED))
+
+
+def test_finish_copy_rechecks_contiguity_and_repeats_harmlessly():
+    m = mf.start_copy(manifest(seg(0, 9)), seg(10, 19, S.COPY_STARTED))
+    done = mf.finish_copy(m, f"{10:032x}", epoch=2, now_ms=5)
+    assert done.end_offset == 19 and done.segment(f"{10:032x}").state_epoch == 2
+    assert mf.finish_copy(done, f"{10:032x}", epoch=2, now_ms=6) is None
+    with pytest.raises(InvalidStateTransitionError, match="not in the manifest"):
+        mf.finish_copy(done, f"{77:032x}", epoch=2, now_ms=6)
+
+
+def test_abandon_copies_only_moves_copy_started_of_the_origin():
+    m = manifest(seg(0, 9), seg(10, 19, S.COPY_STARTED), seg(20, 29, S.COPY_STARTED, origin="compaction-job"))
+    out = mf.abandon_copies(m, epoch=3, now_ms=50)
+    states = {s.base_offset: (s.state, s.delete_after_ms) for s in out.segments}
+    assert states == {0: (S.COPY_FINISHED, -1), 10: (S.DELETE_STARTED, 50), 20: (S.COPY_STARTED, -1)}
+    assert mf.abandon_copies(out, epoch=3, now_ms=50) is None
+
+
+def test_retention_deletes_leading_segments_and_advances_the_log_start():
+    m = manifest(seg(0, 9), seg(10, 19), seg(20, 29))
+    out = mf.start_delete(m, [f"{0:032x}", f"{10:032x}"], epoch=1, now_ms=5, delete_after_ms=65,
+                          new_log_start_offset=20)
+    assert out.log_start_offset == 20 and [s.base_offset for s in out.copy_finished] == [20]
+    assert mf.start_delete(out, [f"{0:032x}"], epoch=1, now_ms=6, delete_after_ms=66) is None
+    # never backwards
+    assert mf.start_delete(out, [], epoch=1, now_ms=6, delete_after_ms=66, new_log_start_offset=3) is None
+    # a hole in the middle is refused by validation when encoded
+    hole = mf.start_delete(m, [f"{10:032x}"], epoch=1, now_ms=5, delete_after_ms=5)
+    with pytest.raises(ManifestInvariantError, match="gap"):
+        mf.encode(hole)
+
+
+def test_finish_delete_prunes_old_tombstones():
+    m = manifest(*[seg(i * 10, i * 10 + 9, S.DELETE_STARTED, updated_ms=i) for i in range(5)], seg(50, 59),
+                 log_start=50)
+    ids = [f"{i * 10:032x}" for i in range(5)]
+    out = mf.finish_delete(m, ids, epoch=1, now_ms=100, keep_finished=2)
+    finished = out.in_state(S.DELETE_FINISHED)
+    assert len(finished) == 2 and len(out.segments) == 3
+    assert mf.finish_delete(out, [s.segment_id for s in finished], epoch=1, now_ms=101, keep_finished=2) is None
+
+
+def test_restart_at_deletes_everything_before_the_new_start():
+    m = manifest(seg(0, 9), seg(10, 19))
+    out = mf.restart_at(m, 300, epoch=2, now_ms=1, delete_after_ms=1)
+    assert out.end_offset is None and out.log_start_offset == 300
+    assert {s.state for s in out.segments} == {S.DELETE_STARTED}
+    with pytest.raises(ManifestInvariantError):
+        mf.restart_at(m, 15, epoch=2, now_ms=1, delete_after_ms=1)
+
+
+def test_mark_deleted_is_a_tombstone():
+    m = manifest(seg(0, 9), seg(10, 19, S.COPY_STARTED))
+    out = mf.mark_deleted(m, epoch=1, now_ms=4)
+    mf.validate(out)
+    assert out.deleted and not [s for s in out.segments if s.is_live]
+    assert mf.mark_deleted(out, epoch=1, now_ms=5) is None
+
+
+def test_queries():
+    m = manifest(seg(0, 9, max_ts=50), seg(10, 19, max_ts=70), seg(20, 29, S.COPY_STARTED), log_start=4)
+    assert m.segment_for_offset(3) is None
+    assert m.segment_for_offset(4).base_offset == 0
+    assert m.segment_for_offset(19).base_offset == 10
+    assert m.segment_for_offset(20) is None
+    assert m.next_segment(m.segment_for_offset(5)).base_offset == 10
+    assert m.next_segment(m.segment_for_offset(10)) is None
+    assert (m.end_offset, m.size_in_bytes, m.max_timestamp) == (19, 200, 70)
+    assert dataclasses.replace(m, segments=()).end_offset is None

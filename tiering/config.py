@@ -1,0 +1,63 @@
+"""The remote tier's settings, declared once (broker-level keys; Kafka's `remote.*` names where
+Kafka has one, ours otherwise).
+
+Topic keys stay in `infra.config.LogConfig` (`remote.storage.enable`, `retention.ms`,
+`local.retention.ms`, ...): the tiering code reads them from the partition's log config.
+"""
+
+from __future__ import annotations
+
+from infra.config import INT_MAX, ConfigDef, TypedConfig
+
+MIB = 1024 * 1024
+
+TIERING_CONFIG = (
+    ConfigDef()
+    # -- the object store client
+    .define("remote.storage.connect.timeout.ms", int, 5_000, "Connect timeout of one object-store request.",
+            min=1, max=600_000, unit="ms")
+    .define("remote.storage.request.timeout.ms", int, 30_000,
+            "Read timeout of one object-store request (per attempt).", min=1, max=3_600_000, unit="ms")
+    .define("remote.storage.max.attempts", int, 4,
+            "Attempts per object-store request, the first included (botocore 'standard' retries).",
+            min=1, max=20)
+    .define("remote.storage.max.connections", int, 32, "Connection pool size of the S3 client.", min=1, max=1024)
+    .define("remote.storage.s3.addressing.style", str, "auto",
+            "S3 addressing: auto (path style when an endpoint URL is set), path, or virtual.",
+            choices=("auto", "path", "virtual"))
+    # -- reads
+    .define("remote.log.reader.threads", int, 4,
+            "Threads fetching remote chunks in parallel and prefetching for sequential readers.", min=1, max=64)
+    .define("remote.fetch.chunk.bytes", int, 4 * MIB,
+            "Size of one ranged GET of a remote .log (and of one cached chunk).", min=4096, max=INT_MAX,
+            unit="bytes")
+    .define("remote.fetch.chunk.cache.bytes", int, 256 * MIB, "Bound of the LRU cache of remote .log chunks.",
+            min=0, unit="bytes")
+    .define("remote.fetch.prefetch.chunks", int, 2,
+            "Chunks read ahead of a sequential reader (0 disables prefetch).", min=0, max=16)
+    .define("remote.log.index.file.cache.total.size.bytes", int, 64 * MIB,
+            "Bound of the LRU cache of remote offset and time indexes.", min=0, unit="bytes")
+    .define("remote.log.metadata.max.age.ms", int, 1_000,
+            "How stale a cached manifest a reader may use before it re-reads it.", min=0, unit="ms")
+    # -- manifest commits and deletion
+    .define("remote.log.metadata.commit.max.attempts", int, 10,
+            "Compare-and-swap attempts of one manifest change before ManifestConflictError.", min=1, max=1000)
+    .define("remote.segment.delete.delay.ms", int, 60_000,
+            "Delay between a segment leaving the readable range (retention, replacement) and the "
+            "deletion of its objects, so that a reader never sees an object deleted under it.",
+            min=0, unit="ms")
+    .define("remote.log.metadata.deleted.segments.kept", int, 100,
+            "DELETE_FINISHED entries kept in a manifest (the newest), for audit and orphan sweeps.",
+            min=0, max=100_000)
+    .define("remote.log.orphan.sweep.interval.ms", int, 600_000,
+            "How often a leader lists its partition's objects and deletes those no manifest entry owns "
+            "(also done once when it takes over a partition).", min=0, unit="ms")
+    .define("remote.log.copy.max.segments.per.round", int, 16,
+            "Most segments one copy round uploads (a round can always be run again).", min=1, max=100_000)
+)
+
+
+class TieringConfig(TypedConfig):
+    """Validated remote-tier settings (`remote.fetch.chunk.bytes` -> `cfg.remote_fetch_chunk_bytes`)."""
+
+    DEFINITION = TIERING_CONFIG
