@@ -440,7 +440,9 @@ class LogCleaner:
                 raise LogClosedError(f"log {log.directory} is closed")
             hw = hw_fn() if hw_fn is not None else None
             now_ms = int(self._clock() * 1000)
-            if log.config.delete:
+            # A tiered log's retention (local.retention.*, only segments already in the remote
+            # tier) is the remote log manager's (ingest_api/node.py), not the cleaner's.
+            if log.config.delete and not log.config.remote_storage_enable:
                 retention = apply_retention(log, now_ms, hw)
             if log.config.compact:
                 clean = clean_log(log, now_ms, high_watermark=hw,

@@ -18,8 +18,8 @@ Every node is a controller voter (`controller.quorum.voters` lists them all, up 
 MAX_VOTERS; more nodes than that is refused for now), and the nodes share a cluster id and a cluster
 secret kept in `DATA_DIR/cluster.properties` (made on the first start, reused after). Topics default
 to replication factor min(3, N) and `min.insync.replicas` min(2, N). The remote tier URL (`s3://bucket/prefix`
-or `file:///path`, default `file://DATA_DIR/remote`) is validated and kept in the spec for the
-tiering manager; nothing uses it yet.
+or `file:///path`, default `file://DATA_DIR/remote`) is validated and passed to every
+node as `remote.storage.url` (all nodes share one remote tier).
 """
 
 from __future__ import annotations
@@ -145,6 +145,8 @@ class ClusterSpec:
             args += ["--set", f"cluster.id={cluster_id}"]
         if secret:
             args += ["--set", f"cluster.secret={secret}"]
+        # Every node shares the one remote tier.
+        args += ["--set", f"remote.storage.url={self.remote.url}"]
         for k, v in {**self.default_overrides(), **self.node_overrides}.items():
             args += ["--set", f"{k}={v}"]
         return args
@@ -355,7 +357,7 @@ class LocalCluster:
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         noun = "node" if spec.nodes == 1 else "nodes"
         self._say(f"lakelog up: {spec.nodes} {noun}, data in {spec.data_dir}")
-        self._say(f"  remote tier {spec.remote.url} (recorded for tiering; not used yet)")
+        self._say(f"  remote tier {spec.remote.url} (shared by every node; topics opt in with remote.storage.enable)")
         for i in range(1, spec.nodes + 1):
             child = NodeChild(spec, i, self.node_log)
             self.children.append(child)

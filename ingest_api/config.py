@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from infra.config import DAY_MS, INT_MAX, LONG_MAX, ConfigDef, ConfigError, LogConfig, TypedConfig
+from tiering.config import TIERING_CONFIG
 
 NODE_CONFIG = (
     ConfigDef()
@@ -99,7 +100,17 @@ NODE_CONFIG = (
     .define("log.message.timestamp.type", str, "CreateTime", "Default message.timestamp.type.",
             choices=("CreateTime", "LogAppendTime"))
     .define("min.insync.replicas", int, 1, "Default min.insync.replicas.", min=1)
+    # The remote tier (topics with remote.storage.enable=true); the other remote.* keys are
+    # tiering/config.py's, declared below.
+    .define("remote.storage.url", str, "",
+            "The remote tier shared by every node: s3://bucket/prefix or file:///path; empty = "
+            "file://<log.dirs>/remote-tier (a lone node).")
+    .define("remote.log.manager.task.interval.ms", int, 30000,
+            "How often a node uploads sealed segments of the partitions it leads, applies remote "
+            "retention, and local retention on every replica of tiered topics.", min=10, max=DAY_MS, unit="ms")
 )
+for _key in TIERING_CONFIG:
+    NODE_CONFIG.keys[_key.name] = _key
 
 #: Broker key -> the topic key it gives the default of.
 BROKER_TO_TOPIC = {
@@ -156,6 +167,15 @@ class NodeConfig(TypedConfig):
     @property
     def data_dir(self) -> Path:
         return Path(self.log_dirs)
+
+    @property
+    def remote_url(self) -> str:
+        """The remote tier's URL (the default: a directory next to this node's logs)."""
+        return self.remote_storage_url or (self.data_dir.resolve() / "remote-tier").as_uri()
+
+    def tiering_config(self) -> dict[str, Any]:
+        """The tiering library's settings (tiering/config.py keys) from this node's config."""
+        return {k.name: self.get(k.name) for k in TIERING_CONFIG}
 
     def topic_defaults(self) -> dict[str, Any]:
         """Topic config defaults derived from the broker's `log.*` keys."""

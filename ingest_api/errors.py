@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from infra.config import ConfigError
 from infra.errors import ErrorKind, LakelogError
+from tiering.errors import RemoteCorruptionError, TransientStoreError
 from logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
@@ -180,6 +181,10 @@ def http_error(exc: BaseException) -> tuple[int, int, str]:
         return 400, 40002, str(exc)
     if isinstance(exc, LogClosedError):
         return 503, 50301, "the partition is being closed; retry"
+    if isinstance(exc, RemoteCorruptionError):
+        return 500, 50003, f"remote tier data failed its checks; it will not be served: {exc}"
+    if isinstance(exc, TransientStoreError):
+        return 503, 50320, f"the remote tier is unavailable; retry: {exc}"
     if isinstance(exc, CorruptRecordError):
         return 500, 50002, "stored data failed its checksum; it will not be served"
     if isinstance(exc, LakelogError):

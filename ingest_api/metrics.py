@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -25,6 +25,7 @@ class NodeMetrics:
         self.ready = Gauge("lakelog_node_ready", "1 when the node serves client requests", registry=r)
         self.ready.set_function(lambda: 1 if node.ready else 0)
         r.register(_PartitionCollector(node))
+        r.register(_TieringCollector(node))
 
 
 class _PartitionCollector:
@@ -52,3 +53,58 @@ class _PartitionCollector:
             except Exception:  # a partition being deleted while scraped
                 continue
         yield from (leo, hw, lso, segs, size)
+
+
+class _TieringCollector:
+    """The remote tier's counters and gauges (`RemoteTier.metrics_snapshot()`), read at scrape time."""
+
+    COUNTERS = ("bytes_uploaded", "segments_uploaded", "upload_failures", "segments_abandoned", "segments_deleted",
+                "bytes_deleted", "orphans_deleted", "fenced_commits", "remote_fetches", "remote_fetch_bytes",
+                "remote_fetch_errors", "corrupt_reads", "timestamp_lookups", "prefetches")
+
+    def __init__(self, node) -> None:
+        self.node = node
+
+    def collect(self):
+        tier = getattr(self.node, "tier", None)
+        if tier is None:
+            return
+        try:
+            snap = tier.metrics_snapshot()
+        except Exception:
+            return
+        for name in self.COUNTERS:
+            if name in snap:
+                yield CounterMetricFamily(f"lakelog_remote_{name}", f"Remote tier: {name.replace('_', ' ')}",
+                                          value=snap[name])
+        lag_s = GaugeMetricFamily("lakelog_remote_upload_lag_segments", "Sealed local segments not yet tiered",
+                                  labels=["topic", "partition"])
+        lag_b = GaugeMetricFamily("lakelog_remote_upload_lag_bytes", "Bytes of sealed local segments not yet tiered",
+                                  labels=["topic", "partition"])
+        for tp, lag in snap.get("upload_lag", {}).items():
+            topic, _, part = tp.rpartition("-")
+            lag_s.add_metric([topic, part], lag["segments"])
+            lag_b.add_metric([topic, part], lag["bytes"])
+        yield lag_s
+        yield lag_b
+        h = snap.get("remote_fetch_latency")
+        if h:
+            buckets = [(("+Inf" if b == "+Inf" else str(float(b) / 1000)), n) for b, n in h["buckets"].items()]
+            yield HistogramMetricFamily("lakelog_remote_fetch_seconds", "Remote fetch latency",
+                                        buckets=buckets, sum_value=h["sum_ms"] / 1000)
+        for cache in ("index_cache", "chunk_cache"):
+            c = snap.get(cache)
+            if c:
+                yield GaugeMetricFamily(f"lakelog_remote_{cache}_hit_rate", f"Remote {cache.replace('_', ' ')} hit rate",
+                                        value=c.get("hit_rate", 0.0))
+        for key in ("requests_per_mib_written", "requests_per_mib_read"):
+            if key in snap:
+                yield GaugeMetricFamily(f"lakelog_remote_store_{key}", f"Object-store requests per MiB "
+                                        f"{key.rsplit('_', 1)[1]}", value=snap[key])
+        store = snap.get("store")
+        if store:
+            req = CounterMetricFamily("lakelog_remote_store_requests", "Object-store requests by kind",
+                                      labels=["kind"])
+            for kind, n in store.get("requests", {}).items():
+                req.add_metric([kind], n)
+            yield req

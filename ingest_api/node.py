@@ -64,8 +64,12 @@ from ingest_api.partitioner import StickyPartitioner
 from ingest_api.replication import wire
 from ingest_api.replication.fetcher import ReplicaFetcher
 from ingest_api.replication.peers import PeerClient
+from logstore.errors import OffsetOutOfRangeError
 from logstore.log import AppendInfo, FetchResult, PartitionLog
 from logstore.record_batch import Record, build_batch
+from tiering import RemoteTier, TieringConfig, open_store
+from tiering.errors import FencedLeaderEpochError as RemoteFencedError
+from tiering.errors import TieringError
 
 log = logging.getLogger("lakelog.node")
 
@@ -152,6 +156,11 @@ class Node:
         self.voters = parse_voters(config.controller_quorum_voters) if config.controller_quorum_voters else {
             self.node_id: (config.host, config.port)}
         self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None
+        #: The remote tier (opened by `start`); used by partitions of topics with remote.storage.enable.
+        self.tier: RemoteTier | None = None
+        #: Partitions whose uploads a newer leader fenced, with the leader epoch that was fenced:
+        #: skipped until the metadata gives this node a new epoch.
+        self._tier_fenced: dict[PartitionKey, int] = {}
         self.started_at = time.time()
         self.controller_config = ControllerConfig(
             broker_session_timeout_ms=config.broker_session_timeout_ms,
@@ -180,6 +189,9 @@ class Node:
         self._start_background(self._flush_loop, "flush-scheduler")
         if self.cleaner is not None:
             self.cleaner.start()
+        self.tier = RemoteTier(open_store(self.config.remote_url, TieringConfig(self.config.tiering_config())),
+                               TieringConfig(self.config.tiering_config()))
+        self._start_background(self._tiering_loop, "remote-log-manager")
 
     def _wanted_cluster_id(self) -> str:
         if self.config.cluster_id:
@@ -267,6 +279,11 @@ class Node:
             self.cleaner.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        if self.tier is not None:
+            try:
+                self.tier.close()
+            except Exception:
+                log.exception("closing the remote tier failed")
         for p in partitions:
             p.log.close()
         log.info("node %s stopped cleanly", self.node_id)
@@ -284,6 +301,76 @@ class Node:
                     p.log.flush_if_due()
                 except Exception:  # a closed log during deletion; the next pass moves on
                     log.exception("flush of %s failed", p.key)
+
+    # ------------------------------------------------------------------ the remote tier
+
+    def _tiered(self, p: Partition) -> bool:
+        return self.tier is not None and bool(p.log.config.remote_storage_enable)
+
+    def _remote(self, p: Partition):
+        assert self.tier is not None
+        return self.tier.partition(p.key.topic, p.key.partition, topic_id=self._topic_ids.get(p.key.topic))
+
+    def _tiering_loop(self) -> None:
+        interval = self.config.remote_log_manager_task_interval_ms / 1000
+        while not self._stopping.wait(interval):
+            for p in self.partitions():
+                if self._stopping.is_set():
+                    return
+                if self._tiered(p) and not p.log.closed:
+                    self.tier_once(p)
+
+    def tier_once(self, p: Partition) -> None:
+        """One round of the remote log manager for one replica (on a background thread).
+
+        The leader uploads sealed segments below the HW and applies remote retention; every
+        replica applies local retention (`local.retention.*`: only tiered segments are deleted).
+        A fenced leader stops uploading until its leader epoch changes; a store error is logged
+        and retried next round (local data stays).
+        """
+        rp = self._remote(p)
+        epoch, hw = p.leader_epoch, p.high_watermark
+        if p.is_leader and self._tier_fenced.get(p.key) != epoch:
+            try:
+                report = rp.copy_segments(p.log, epoch, hw)
+                if getattr(report, "restarted_at", None) is not None:
+                    log.warning("%s: the remote tier restarted at %s (local data expired before it was tiered)",
+                                p.key, report.restarted_at)
+                rp.enforce_log_retention(p.log, epoch)
+            except RemoteFencedError as e:
+                log.info("%s: remote tier uploads fenced in leader epoch %d: %s", p.key, epoch, e)
+                self._tier_fenced[p.key] = epoch
+            except Exception as e:  # transient store errors, a closed log: retried next round
+                log.warning("%s: remote tier copy failed (retried in the next round): %s", p.key, e)
+        elif not p.is_leader:
+            assert self.tier is not None
+            self.tier.metrics.forget_partition(p.key.topic, p.key.partition)  # upload lag is the leader's
+        try:
+            rp.apply_local_retention(p.log, hw)
+        except Exception as e:
+            log.warning("%s: local retention of a tiered log failed (retried in the next round): %s", p.key, e)
+
+    async def delete_remote_topic(self, name: str, topic_id: str, partitions: int) -> None:
+        """Delete a deleted topic's remote data (every partition), retrying transient errors a while."""
+        assert self.tier is not None
+        tier = self.tier
+
+        def delete_all() -> None:
+            for part in range(partitions):
+                rp = tier.partition(name, part, topic_id=topic_id)
+                for attempt in range(5):
+                    try:
+                        rp.delete_all()
+                        break
+                    except TieringError as e:
+                        if attempt == 4:
+                            log.error("%s-%d: deleting the remote data failed; it stays in the remote tier: %s",
+                                      name, part, e)
+                        else:
+                            time.sleep(0.2 * (attempt + 1))
+                tier.forget(name, part)
+
+        await asyncio.to_thread(delete_all)
 
     def check_ready(self) -> None:
         if not self.ready:
@@ -591,6 +678,9 @@ class Node:
         part.close_waiters(NotLeaderOrFollowerError(f"{key}: the partition was deleted or moved"))
         if self.cleaner is not None:
             self.cleaner.unregister(part.log)
+        if self.tier is not None:
+            self.tier.forget(key.topic, key.partition)
+        self._tier_fenced.pop(key, None)
         part.log.delete()
         log.info("deleted the local replica of %s", key)
 
@@ -718,14 +808,22 @@ class Node:
         for name in configs:
             if name not in LOG_CONFIG.keys:
                 raise ConfigError(f"unknown topic config {name!r}")
-        self.config.log_config(configs)  # raises on a bad value
+        cfg = self.config.log_config(configs)  # raises on a bad value
+        if cfg.remote_storage_enable and cfg.compact:
+            # As Kafka: the uploader slices local segments, which local compaction rewrites.
+            raise ConfigError("remote.storage.enable=true needs cleanup.policy=delete (a compacted topic "
+                              "cannot be tiered)")
         return {k: str(v) for k, v in configs.items()}
 
     async def delete_topic(self, name: str) -> None:
+        """Delete a topic. The node that handled the request (after applying the deletion) also
+        deletes the topic's remote data, when the topic was tiered."""
         self.check_ready()
-        self._topic_metadata(name)
+        meta = self._topic_metadata(name)
         await self._admin("delete_topic", {"name": name})
         log.info("deleted topic %s", name)
+        if self.tier is not None and self.config.log_config(meta.configs).remote_storage_enable:
+            await self.delete_remote_topic(name, meta.topic_id, meta.partitions)
 
     async def alter_topic_configs(self, name: str, set_configs: dict[str, str],
                                   delete: Iterable[str] = ()) -> TopicMetadata:
@@ -858,7 +956,15 @@ class Node:
                          timeout_ms: int) -> FetchResult:
         """Fetch; if nothing is there yet, wait up to `timeout_ms` (bounded by fetch.max.wait.ms)."""
         p = self.partition(topic, partition)
-        result = p.read(offset, max_bytes)
+        if offset < p.log.log_start_offset and self._tiered(p):
+            return await self._remote_read(p, offset, max_bytes)
+        try:
+            result = p.read(offset, max_bytes)
+        except OffsetOutOfRangeError:
+            # Local retention of a tiered log moved the local start past `offset` meanwhile.
+            if offset < p.log.log_start_offset and self._tiered(p):
+                return await self._remote_read(p, offset, max_bytes)
+            raise
         if len(result.records) or timeout_ms <= 0:
             return result
         await p.wait_for_data(offset, min(timeout_ms, self.config.fetch_max_wait_ms) / 1000)
@@ -870,13 +976,40 @@ class Node:
             return result
         return p.read(offset, max_bytes)
 
-    def offsets(self, topic: str, partition: int) -> tuple[int, int]:
-        """(beginning offset, end offset) as a consumer sees them: log start offset and HW."""
-        p = self.partition(topic, partition)
-        return p.log_start_offset, p.consumer_end_offset()
+    async def _remote_read(self, p: Partition, offset: int, max_bytes: int) -> FetchResult:
+        """A fetch below the local log start of a tiered topic, from the remote tier (off the loop)."""
+        rp = self._remote(p)
+        res = await asyncio.to_thread(rp.read, offset, max_bytes, max_offset=p.high_watermark)
+        return FetchResult(res.records, res.first_offset, res.log_start_offset, p.log.log_end_offset)
 
-    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
+    def _remote_log_start(self, p: Partition) -> int | None:
+        """The remote log start offset (None: the remote tier holds nothing); during a store outage
+        the last manifest this node read answers (None if it never read one)."""
+        rp = self._remote(p)
+        try:
+            return rp.log_start_offset
+        except TieringError as e:
+            log.info("%s: remote log start from the cached manifest (store error: %s)", p.key, e)
+            m = rp.meta.cached or rp.meta.last_known
+            return m.log_start_offset if m is not None and m.end_offset is not None else None
+
+    async def offsets(self, topic: str, partition: int) -> tuple[int, int]:
+        """(beginning offset, end offset) as a consumer sees them: log start offset (the remote
+        tier's when it holds data) and HW."""
         p = self.partition(topic, partition)
+        start = p.log_start_offset
+        if self._tiered(p):
+            remote_start = await asyncio.to_thread(self._remote_log_start, p)
+            if remote_start is not None:
+                start = min(start, remote_start)
+        return start, p.consumer_end_offset()
+
+    async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
+        p = self.partition(topic, partition)
+        if self._tiered(p):  # the remote tier holds the oldest records: ask it first
+            found = await asyncio.to_thread(self._remote(p).offset_for_timestamp, timestamp)
+            if found is not None and found[0] < p.high_watermark:
+                return found
         found = p.log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= p.high_watermark:
             return None

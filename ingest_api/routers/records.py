@@ -182,9 +182,9 @@ async def partition_offsets(topic: str, partition: int, request: Request,
     forwarded = await forward_to_leader(request, node, topic, partition)
     if forwarded is not None:
         return forwarded
-    beginning, end = node.offsets(topic, partition)
+    beginning, end = await node.offsets(topic, partition)
     body: dict = {"beginning_offset": beginning, "end_offset": end}
     if timestamp is not None:
-        found = node.offset_for_timestamp(topic, partition, timestamp)
+        found = await node.offset_for_timestamp(topic, partition, timestamp)
         body["offset"], body["timestamp"] = (found if found else (None, None))
     return JSONResponse(body, media_type=V2)
