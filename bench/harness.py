@@ -20,6 +20,7 @@ import cProfile
 import os
 import platform
 import pstats
+import shlex
 import statistics
 import subprocess
 import sys
@@ -321,7 +322,7 @@ def git_revision(repo: str | os.PathLike) -> str:
 
 
 def command_line() -> str:
-    return " ".join(["python", *sys.argv])
+    return shlex.join(["python", *sys.argv])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime as _dt
+import importlib.util
 import json
 import math
 import os
@@ -999,7 +1000,8 @@ def _short(filename: str, line: int, name: str) -> str:
         return name
     parts = Path(filename).parts
     for anchor in ("ingest_api", "logstore", "index", "infra", "bench", "starlette", "fastapi", "uvicorn", "h11",
-                   "anyio", "pydantic", "pydantic_core", "prometheus_client", "asyncio", "json", "concurrent"):
+                   "httptools", "uvloop", "anyio", "pydantic", "pydantic_core", "prometheus_client", "asyncio", "json",
+                   "concurrent"):
         if anchor in parts:
             return f"{Path(*parts[parts.index(anchor):])}:{line}({name})"
     return f"{Path(filename).name}:{line}({name})"
@@ -1031,6 +1033,8 @@ def profiled_run(server: ServerProcess, out: Path, workload: Callable[[], object
 
 
 _SERVER_IO = "socket and file syscalls (send, recv, epoll, pwritev / write, pread)"
+_HTTP = "uvicorn + its HTTP parser (httptools or h11; transport)"
+_LOOP = "event loop (asyncio tasks and callbacks; uvloop or the asyncio selector loop)"
 _LAYERS = (
     ("logstore/", "logstore + index (validation, append, read)"),
     ("index/", "logstore + index (validation, append, read)"),
@@ -1042,10 +1046,12 @@ _LAYERS = (
     ("starlette/", "starlette + fastapi (routing, requests, responses, params)"),
     ("fastapi/", "starlette + fastapi (routing, requests, responses, params)"),
     ("pydantic", "starlette + fastapi (routing, requests, responses, params)"),
-    ("uvicorn/", "uvicorn + h11 (HTTP parsing, transport)"),
-    ("h11/", "uvicorn + h11 (HTTP parsing, transport)"),
-    ("asyncio/", "asyncio event loop (tasks, callbacks, selector)"),
-    ("selectors.py", "asyncio event loop (tasks, callbacks, selector)"),
+    ("uvicorn/", _HTTP),
+    ("h11/", _HTTP),
+    ("httptools/", _HTTP),
+    ("asyncio/", _LOOP),
+    ("selectors.py", _LOOP),
+    ("uvloop/", _LOOP),
     ("json/", "json"),
     ("infra/", "infra (config)"),
 )
@@ -1064,8 +1070,10 @@ def _layer(fn: str) -> str:
         return _SERVER_IO
     if "join' of 'bytes'" in fn or "builtins.bytes" in fn or "memoryview" in fn:
         return "bytes copies (join, bytes())"
-    if "_asyncio" in fn or "_contextvars" in fn:
-        return "asyncio event loop (tasks, callbacks, selector)"
+    if "httptools" in fn:
+        return _HTTP
+    if "_asyncio" in fn or "_contextvars" in fn or "uvloop" in fn:
+        return _LOOP
     return "other built-ins"
 
 
@@ -1141,11 +1149,22 @@ def measure_parts(total: float, rows: list[ProfiledFn], parts: Sequence[tuple[st
     return out
 
 
-def part_table(measured: list[Part]) -> list[str]:
-    lines = ["| part (CPU time, profiled; cumulative unless marked own) | calls per request | µs per request "
-             "| share |", "|---|---:|---:|---:|"]
+def part_table(measured: list[Part], baseline: list[Part] | None = None) -> list[str]:
+    """The parts of the node's request path; with `baseline`, its figures for the parts it has too
+    (the FastAPI machinery both servers run)."""
+    if baseline is None:
+        lines = ["| part (CPU time, profiled; cumulative unless marked own) | calls per request | µs per request "
+                 "| share |", "|---|---:|---:|---:|"]
+        for p in measured:
+            lines.append(f"| {'… ' * p.depth}{p.label} | {p.calls:,.1f} | {p.seconds * 1e6:,.0f} | {p.share:.0%} |")
+        return lines
+    base = {p.label: p for p in baseline}
+    lines = ["| part (CPU time, profiled; cumulative unless marked own) | node: calls per request | node: µs per "
+             "request | baseline: calls per request | baseline: µs per request |", "|---|---:|---:|---:|---:|"]
     for p in measured:
-        lines.append(f"| {'… ' * p.depth}{p.label} | {p.calls:,.1f} | {p.seconds * 1e6:,.0f} | {p.share:.0%} |")
+        b = base.get(p.label)
+        theirs = f"{b.calls:,.1f} | {b.seconds * 1e6:,.0f}" if b else "— | —"
+        lines.append(f"| {'… ' * p.depth}{p.label} | {p.calls:,.1f} | {p.seconds * 1e6:,.0f} | {theirs} |")
     return lines
 
 
@@ -1171,33 +1190,51 @@ class Workload:
 #: cumulatively: cProfile counts a coroutine's suspensions and resumptions as recursion, so the
 #: cumulative time of `async def` functions (the routes, `ObserveMiddleware`) is unreliable; their
 #: own time is shown, and the layer table attributes everything else.
+#: FastAPI's work for any route, in the node and the baseline alike: compare the two.
+FASTAPI_PARTS = (
+    ("FastAPI routing: `_match` (routes tried in order; calls per request = routers walked)", "fastapi/routing.py",
+     "_match", "cum"),
+    ("FastAPI parameters: `request_params_to_args` (path, query and header parameters)",
+     "fastapi/dependencies/utils.py", "request_params_to_args", "cum"),
+)
 PRODUCE_PARTS = (
-    ("`Node.produce_batches`: validation + append to the partition log + high watermark",
-     "ingest_api/node.py", "produce_batches", "cum"),
+    ("`Partition.append_as_leader`: leader checks, validation, append to the partition log, high watermark",
+     "ingest_api/partition.py", "append_as_leader", "cum"),
     ("… `validate_batch` (CRC-32C, C record walk, header checks)", "logstore/record_batch.py", "validate_batch",
      "cum"),
     ("… `os.pwritev` into the segment file", "", "posix.pwritev", "cum"),
+    ("`Node.produce_batches`, own time (then, for acks=all, `Partition.wait_for_commit`)", "ingest_api/node.py",
+     "produce_batches", "own"),
+    ("`Partition.wait_for_commit`, own time (acks=all: a future per request, woken by the high watermark)",
+     "ingest_api/partition.py", "wait_for_commit", "own"),
     ("`_produce_response` (JSONResponse of the offsets)", "ingest_api/routers/records.py", "_produce_response",
      "cum"),
     ("`_count` (prometheus produce counters)", "ingest_api/routers/records.py", "_count", "cum"),
     ("`produce_to_partition` (the route), own time", "ingest_api/routers/records.py", "produce_to_partition", "own"),
     ("`read_body`, own time (the loop over the body's chunks)", "ingest_api/routers/deps.py", "read_body", "own"),
+    ("`Node._min_isr` (the topic's `LogConfig`, for min.insync.replicas)", "ingest_api/node.py", "_min_isr", "cum"),
+    *FASTAPI_PARTS,
 )
 JSON_PARTS = (
-    ("`parse_produce_body`: `json.loads` of the body, then per record `_json_bytes` of key and value and "
-     "a `ProduceRecord`", "ingest_api/formats.py", "parse_produce_body", "cum"),
+    ("`parse_produce_request`: `json.loads` of the body, then per record `_json_bytes` of key and value and "
+     "a `ProduceRecord`", "ingest_api/formats.py", "parse_produce_request", "cum"),
     ("… `_json_bytes` (re-serialising each key and value with one shared compact `JSONEncoder`)",
      "ingest_api/formats.py", "_json_bytes", "cum"),
-    ("`Node.produce_records`: partitioning, one `build_batch` and one append per partition",
-     "ingest_api/node.py", "produce_records", "cum"),
-    ("… `murmur2` of each key (pure Python)", "ingest_api/partitioner.py", "murmur2", "cum"),
-    ("… `build_batch` (pure Python record encoding)", "logstore/record_batch.py", "build_batch", "cum"),
-    ("… … `encode_record`", "logstore/record_batch.py", "encode_record", "cum"),
-    ("… `Partition.append_as_leader` (validation + write)", "ingest_api/partition.py", "append_as_leader", "cum"),
+    ("`StickyPartitioner.partition`: the partition of each record by its key", "ingest_api/partitioner.py",
+     "partition", "cum"),
+    ("… `murmur2` of the key (pure Python)", "ingest_api/partitioner.py", "murmur2", "cum"),
+    ("`build_batch`: one RecordBatch per partition (pure Python record encoding)", "logstore/record_batch.py",
+     "build_batch", "cum"),
+    ("… `encode_record`", "logstore/record_batch.py", "encode_record", "cum"),
+    ("`Partition.append_as_leader`: validation and append, one per partition", "ingest_api/partition.py",
+     "append_as_leader", "cum"),
+    ("`Node.produce_records`, own time (grouping the records by partition, a `Record` per record)",
+     "ingest_api/node.py", "produce_records", "own"),
     ("`_produce_response` (JSONResponse of 500 offsets)", "ingest_api/routers/records.py", "_produce_response",
      "cum"),
     ("`_count` (prometheus produce counters)", "ingest_api/routers/records.py", "_count", "cum"),
-    ("`produce_to_topic` (the route), own time", "ingest_api/routers/records.py", "produce_to_topic", "own"),
+    ("`produce_to_topic` (the route), own time: includes summing the record sizes for the counters",
+     "ingest_api/routers/records.py", "produce_to_topic", "own"),
 )
 FETCH_PARTS = (
     ("`Partition.read` → `PartitionLog.read` (offset lookup, pread, CRC check)", "ingest_api/partition.py", "read",
@@ -1206,7 +1243,8 @@ FETCH_PARTS = (
     ("… CRC-32C", "", "crc32c", "cum"),
     ("`fetch_records` (the route), own time: includes `bytes(result.records)`, a copy of the batch",
      "ingest_api/routers/records.py", "fetch_records", "own"),
-    ("`Node.partition` lookups (metadata, lock), twice per fetch", "ingest_api/node.py", "partition", "cum"),
+    ("`Node.partition` lookups (metadata, leader check)", "ingest_api/node.py", "partition", "cum"),
+    *FASTAPI_PARTS,
 )
 
 
@@ -1364,10 +1402,11 @@ def diagnosis_lines(timings: dict[str, Timing], cpu: dict[str, CpuLog],
         "",
         *layer_table(profiles, requests),
         "",
-        "Named parts of the node's request path (synchronous functions, cumulative: cProfile's cumulative time "
-        "of coroutines is unreliable; a coroutine's calls count each resumption):",
+        "Named parts of the node's request path, and of the baseline's where it runs the same code (synchronous "
+        "functions, cumulative: cProfile's cumulative time of coroutines is unreliable; a coroutine's calls "
+        "count each resumption):",
         "",
-        *part_table(measure_parts(nt, nrows, d.parts, requests)),
+        *part_table(measure_parts(nt, nrows, d.parts, requests), measure_parts(bt, brows, d.parts, requests)),
         "",
         "Node, top functions by own time:",
         "",
@@ -1393,10 +1432,10 @@ def missed_cause(missed: list[str], cpu: dict[str, CpuLog], profiles: dict[str, 
     diffs = sorted(((g, t.get("node", 0.0) - t.get("baseline", 0.0)) for g, t in per.items()),
                    key=lambda x: -x[1])
     top = ", ".join(f"{g} {x * 1e6:+,.0f} µs" for g, x in diffs[:3] if x > 0)
-    return (f"**{'; '.join(missed)}**: one uvicorn worker runs every request on one thread, so throughput "
-            f"follows server CPU per request; in the diagnosis ({d.title}) the node spent {fmt_us(node)} per "
-            f"request and the baseline {fmt_us(base)}. The largest differences in their profiles (own time by "
-            f"layer, profiled µs per request): {top}.")
+    return (f"**{'; '.join(missed)}**: in the diagnosis ({d.title}) the node spent {fmt_us(node)} of server "
+            f"CPU per request against the baseline's {fmt_us(base)}; one uvicorn worker runs every request on "
+            f"one thread, so that CPU bounds its throughput. The largest differences in their profiles (own time "
+            f"by layer, profiled µs per request): {top}.")
 
 
 def _loop_iterations(rows: list[ProfiledFn]) -> int:
@@ -1457,6 +1496,13 @@ def json_profile_lines(ctx: Context, profile: tuple[float, list[ProfiledFn]], d:
 # Report
 
 
+def uvicorn_stack() -> str:
+    """The HTTP parser and event loop uvicorn's "auto" settings (both servers') pick on this machine."""
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    return f"{http} HTTP parser, {loop} event loop"
+
+
 def cpu_table(ctx: Context) -> list[str]:
     malloc = (f"both servers ran with `GLIBC_TUNABLES={MALLOC_TUNABLES}`" if PIN_MALLOC
               else "both servers ran with glibc's default (dynamic) malloc thresholds")
@@ -1498,7 +1544,7 @@ def render_markdown(ctx: Context, machine: dict[str, str], started: _dt.datetime
         "port> --set log.cleaner.enable=false` (other keys default: 1 GiB segments, no fsync per append); the "
         "baseline is `baseline_app` in `bench/node.py` run by `python bench/node.py _serve baseline` in its own "
         "process. Both are single uvicorn workers with the node's settings (`log_config=None`, "
-        "`access_log=False`, `limit_concurrency=1000`, `timeout_keep_alive=30`; h11, asyncio loop). The client "
+        f"`access_log=False`, `limit_concurrency=1000`, `timeout_keep_alive=30`; {uvicorn_stack()}). The client "
         "is `httpx.Client` (keep-alive), the same functions for both sides.",
     ]
     lines += [f"- {s}" for s in ctx.setup]
