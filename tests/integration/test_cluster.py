@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-import time
 
 import httpx
 import pytest
 
 from logstore.record_batch import build_batch, Record, iter_batches
 from tests.support.nodes import Cluster
+from tests.support.faults import wait_for
 
 BINARY = "application/vnd.kafka.binary.v2+json"
 RECORDBATCH = "application/vnd.kafka.recordbatch"
@@ -42,18 +42,6 @@ def partition_state(url: str, topic: str, p: int = 0) -> dict:
     return r.json()
 
 
-def wait_for(cond, timeout_s: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = cond()
-            if last:
-                return last
-        except (httpx.HTTPError, AssertionError, KeyError) as e:
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def produce(url: str, topic: str, values: list[str], partition: int | None = 0, acks: str = "all") -> httpx.Response:

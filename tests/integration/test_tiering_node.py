@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from infra.s3server import S3Server
-from tests.support.nodes import FAST_CLUSTER, Cluster, start_node
+from tests.support.nodes import Cluster, start_node
+from tests.support.faults import wait_for
 
 BINARY = "application/vnd.kafka.binary.v2+json"
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "2048", "index.interval.bytes": "256",
@@ -23,19 +24,6 @@ FAST_TIER = {"remote.log.manager.task.interval.ms": "100", "remote.segment.delet
              "remote.log.metadata.max.age.ms": "0", "remote.storage.max.attempts": "1",
              "remote.storage.connect.timeout.ms": "500", "remote.storage.request.timeout.ms": "2000"}
 
-
-def wait_for(cond, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = cond()
-            if last:
-                return last
-        except (httpx.HTTPError, AssertionError, KeyError) as e:
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def create_topic(url: str, name: str, rf: int = 1, **configs: str) -> None:

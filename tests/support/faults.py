@@ -54,7 +54,7 @@ FATAL_PRODUCE_CODES = {40908, 40909}  # out-of-order sequence, fenced producer e
 # plain HTTP helpers
 
 
-def wait_for(cond: Callable[[], object], timeout_s: float = 20.0, what: str = "condition",
+def wait_for(cond: Callable[[], object], timeout_s: float = 30.0, what: str = "condition",
              interval_s: float = 0.1) -> object:
     """Poll `cond` until it returns something truthy; AssertionError with the last value after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
