@@ -75,7 +75,8 @@ class _TieringCollector:
             return
         for name in self.COUNTERS:
             if name in snap:
-                yield CounterMetricFamily(f"lakelog_remote_{name}", f"Remote tier: {name.replace('_', ' ')}",
+                yield CounterMetricFamily(f"lakelog_remote_{name.removeprefix('remote_')}",
+                                          f"Remote tier: {name.replace('_', ' ')}",
                                           value=snap[name])
         lag_s = GaugeMetricFamily("lakelog_remote_upload_lag_segments", "Sealed local segments not yet tiered",
                                   labels=["topic", "partition"])

@@ -138,7 +138,7 @@ def test_filesystem_tier_single_node(tmp_path):
                 found = offsets(url, topic, timestamp=ts[o])["offset"]
                 assert found is not None and found <= o and ts[found] == ts[o]
         assert metric(url, "lakelog_remote_segments_uploaded") > 0
-        assert metric(url, "lakelog_remote_remote_fetches") > 0
+        assert metric(url, "lakelog_remote_fetches") > 0
         # Deleting the topic deletes its remote data.
         assert httpx.delete(f"{url}/v3/clusters/{cid}/topics/{topic}", timeout=30).status_code == 204
         assert not list((tmp_path / "remote").rglob("*.log"))
