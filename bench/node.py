@@ -1376,7 +1376,7 @@ def diagnosis_lines(timings: dict[str, Timing], cpu: dict[str, CpuLog],
     totals = {}
     for name, t in timings.items():
         u = cpu[name].server_split(1)
-        totals[name] = (u.user + u.system) / requests
+        totals[name] = cpu[name].measured(1)[0] / requests  # median of user + system, as in the CPU table
         rows.append((name, fmt_rate(t.rate(nbytes)), fmt_us(u.user / requests), fmt_us(u.system / requests),
                      fmt_us(totals[name]), f"{u.minor_faults / requests:,.1f}"))
     node, base = totals["node"], totals["baseline"]
@@ -1426,16 +1426,22 @@ def diagnosis_lines(timings: dict[str, Timing], cpu: dict[str, CpuLog],
 def missed_cause(missed: list[str], cpu: dict[str, CpuLog], profiles: dict[str, tuple[float, list[ProfiledFn]]],
                  d: Diagnosis) -> str:
     """One sentence for the missed targets of a diagnosed case: the CPU the node spends beyond the
-    baseline per request (unprofiled) and the layers that account for most of it (profiled)."""
+    baseline per request (unprofiled), then the layers and named parts that account for most of it
+    (profiled)."""
     node, base = (cpu[name].measured(1)[0] / d.requests for name in ("node", "baseline"))
     per = layer_times(profiles, d.requests)
-    diffs = sorted(((g, t.get("node", 0.0) - t.get("baseline", 0.0)) for g, t in per.items()),
+    layers = sorted(((g, t.get("node", 0.0) - t.get("baseline", 0.0)) for g, t in per.items()), key=lambda x: -x[1])
+    theirs = {p.label: p.seconds for p in measure_parts(*profiles["baseline"], d.parts, d.requests)}
+    parts = sorted(((p.name, p.seconds - theirs.get(p.label, 0.0))
+                    for p in measure_parts(*profiles["node"], d.parts, d.requests) if p.depth == 0),
                    key=lambda x: -x[1])
-    top = ", ".join(f"{g} {x * 1e6:+,.0f} µs" for g, x in diffs[:3] if x > 0)
     return (f"**{'; '.join(missed)}**: in the diagnosis ({d.title}) the node spent {fmt_us(node)} of server "
             f"CPU per request against the baseline's {fmt_us(base)}; one uvicorn worker runs every request on "
-            f"one thread, so that CPU bounds its throughput. The largest differences in their profiles (own time "
-            f"by layer, profiled µs per request): {top}.")
+            f"one thread, so that CPU bounds its throughput. The largest differences in their profiles "
+            f"(profiled µs per request), by layer: "
+            + ", ".join(f"{g} {x * 1e6:+,.0f}" for g, x in layers[:3] if x > 0)
+            + "; by named part of the request path (each with the sub-parts listed under it in the diagnosis below): "
+            + ", ".join(f"`{n}` {x * 1e6:+,.0f}" for n, x in parts[:4] if x > 0) + ".")
 
 
 def _loop_iterations(rows: list[ProfiledFn]) -> int:

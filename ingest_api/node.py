@@ -866,14 +866,11 @@ class Node:
 
     # ------------------------------------------------------------------ produce
 
-    def _min_isr(self, topic: str) -> int:
-        t = self.image.topics.get(topic)
-        return self.config.log_config(t.configs if t else {}).min_insync_replicas
-
     async def produce_batches(self, topic: str, partition: int, data: bytes, acks: str = "all") -> AppendInfo:
         """Append RecordBatch v2 bytes as received (after validation) on this node, the leader."""
         p = self.partition(topic, partition)
-        min_isr = self._min_isr(topic)
+        # The log's config is the topic's effective config (updated on every alter): no rebuild per request.
+        min_isr = p.log.config.min_insync_replicas
         info = p.append_as_leader(data, required_acks=acks, min_isr=min_isr)
         if acks == "all":
             await p.wait_for_commit(info.last_offset + 1, self.config.request_timeout_ms / 1000, min_isr)
