@@ -40,14 +40,14 @@ class Launcher:
         return self.out_path.read_text(errors="replace") + self.err_path.read_text(errors="replace")
 
     def wait_ready(self) -> None:
+        """Until the launcher says every node is ready (node 1 alone may be ready before the others
+        have registered, and a replication-factor-3 topic needs all three)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"lakelog up exited with {self.proc.returncode}:\n{self.output()}"
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            if "lakelog up: ready." in self.output():
+                assert httpx.get(f"{self.url}/readyz", timeout=5.0).status_code == 200
+                return
             time.sleep(0.05)
         raise TimeoutError(f"lakelog up not ready after {READY_TIMEOUT_S}s:\n{self.output()}")
 
