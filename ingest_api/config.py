@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from infra.config import DAY_MS, INT_MAX, LONG_MAX, ConfigDef, ConfigError, LogConfig, TypedConfig
+from ingest_api.groups.config import GROUP_CONFIG
 from tiering.config import TIERING_CONFIG
 
 NODE_CONFIG = (
@@ -110,6 +111,8 @@ NODE_CONFIG = (
             "retention, and local retention on every replica of tiered topics.", min=10, max=DAY_MS, unit="ms")
 )
 for _key in TIERING_CONFIG:
+    NODE_CONFIG.keys[_key.name] = _key
+for _key in GROUP_CONFIG:  # consumer groups and consumer instances (ingest_api/groups/config.py)
     NODE_CONFIG.keys[_key.name] = _key
 
 #: Broker key -> the topic key it gives the default of.
