@@ -33,6 +33,8 @@ DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
+#: Lakelog's own packages, shipped to executors of a cluster master (see `ship_packages`).
+SHIPPED_PACKAGES = ("logstore", "index", "tiering", "compaction", "spark_log", "infra")
 
 # Defaults for a local master on one small machine; a cluster keeps Spark's own defaults, since
 # a loopback-only driver could not be reached by remote executors.
@@ -166,3 +168,40 @@ def s3a_conf(
             "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
         )
     return out
+
+
+def ship_packages(spark: SparkSession, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> Path | None:
+    """Zip Lakelog's packages and add the zip to the session (`addPyFile`), so executors on a
+    cluster where Lakelog is not installed can import them. A local master shares the driver's
+    interpreter and needs nothing: returns None there. The C record walker is left out (executors
+    use the pure-Python path unless Lakelog is installed on them)."""
+    master = spark.sparkContext.master
+    if master.startswith("local"):
+        return None
+    import tempfile
+    import zipfile
+
+    root = Path(__file__).resolve().parents[1]
+    out = Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / "lakelog_packages.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for pkg in packages:
+            for f in sorted((root / pkg).rglob("*.py")):
+                z.write(f, f.relative_to(root).as_posix())
+    spark.sparkContext.addPyFile(str(out))
+    return out
+
+
+def remote_session(remote_url: str | None = None, app_name: str = "lakelog", master: str | None = None,
+                   conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A session for jobs and analysts over a remote tier: S3A from the AWS environment when the
+    remote is S3, the `lakelog` data source registered, Lakelog's packages shipped to a cluster."""
+    settings: dict[str, str] = {}
+    if remote_url and remote_url.startswith(("s3://", "s3a://")):
+        settings.update(s3a_conf())
+    settings.update(conf or {})
+    spark = build_session(app_name=app_name, master=master, conf=settings)
+    ship_packages(spark)
+    from spark_log.datasource import register
+
+    register(spark)
+    return spark

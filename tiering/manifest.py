@@ -135,6 +135,12 @@ class RemoteSegment:
         return self.state in LIVE_STATES
 
     @property
+    def is_staged(self) -> bool:  # noqa: D401
+        """A job's replacement being written (COPY_STARTED, origin other than the leader's upload):
+        never readable, may overlap the COPY_FINISHED segments it is meant to replace."""
+        return self.state == SegmentState.COPY_STARTED and self.origin != ORIGIN_UPLOAD
+
+    @property
     def first_leader_epoch(self) -> int:
         return self.leader_epochs[0][0] if self.leader_epochs else -1
 
@@ -257,7 +263,7 @@ def validate(m: PartitionManifest) -> None:
                 _fail(f"segment {s.segment_id} leader epochs do not increase: {s.leader_epochs}")
         if s.leader_epochs and not (s.base_offset <= s.leader_epochs[0][1] and s.leader_epochs[-1][1] <= s.end_offset):
             _fail(f"segment {s.segment_id} leader epochs {s.leader_epochs} lie outside its offsets")
-    live = [s for s in m.segments if s.is_live]
+    live = [s for s in m.segments if s.is_live and not s.is_staged]
     for a, b in zip(live, live[1:]):
         if a.overlaps(b):
             _fail(f"segments {a.segment_id} [{a.base_offset}, {a.end_offset}] and {b.segment_id} "
@@ -269,8 +275,12 @@ def validate(m: PartitionManifest) -> None:
     if done and not done[0].base_offset <= m.log_start_offset <= done[0].end_offset:
         _fail(f"log start offset {m.log_start_offset} lies outside the first remote segment "
               f"[{done[0].base_offset}, {done[0].end_offset}]")
+    staged = [s for s in m.segments if s.is_staged]
+    for a, b in zip(staged, staged[1:]):
+        if a.overlaps(b):
+            _fail(f"staged replacements {a.segment_id} and {b.segment_id} overlap")
     for s in m.in_state(SegmentState.COPY_STARTED):
-        if s.base_offset < m.log_start_offset:
+        if s.base_offset < m.log_start_offset and not s.is_staged:
             _fail(f"segment {s.segment_id} being copied starts below the log start offset {m.log_start_offset}")
     if m.deleted and live:
         _fail("a deleted partition's manifest still holds live segments")
@@ -542,3 +552,97 @@ def mark_deleted(m: PartitionManifest, *, epoch: int, now_ms: int) -> PartitionM
 def set_cleaner_checkpoint(m: PartitionManifest, offset: int | None) -> PartitionManifest | None:
     """Record the remote compaction job's first dirty offset."""
     return None if m.cleaner_checkpoint == offset else m.replace(cleaner_checkpoint=offset)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewrites by jobs (remote compaction, index rebuild): stage, then swap in one commit.
+#
+#   stage_replacements   new entries in COPY_STARTED with the job's origin ("staged"): they own
+#                        their objects (so no orphan sweep deletes them while they are written)
+#                        but are never readable, and may overlap the segments they replace;
+#   swap_replacements    one commit per round: each group of COPY_FINISHED segments becomes
+#                        DELETE_STARTED (objects deleted after the delay, so readers that already
+#                        hold them finish) and its staged replacements COPY_FINISHED. A group
+#                        whose old segments are no longer all COPY_FINISHED (the leader's
+#                        retention moved on meanwhile) is abandoned instead: its staged entries
+#                        go to DELETE_STARTED at once. Replacements cover exactly the offsets of
+#                        the group they replace, so the tier stays contiguous.
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """Old segment ids (consecutive COPY_FINISHED) and the staged ids that replace them."""
+
+    old_ids: tuple[str, ...]
+    new_ids: tuple[str, ...]
+
+
+def stage_replacements(m: PartitionManifest, segments: Iterable[RemoteSegment]) -> PartitionManifest | None:
+    """Add staged (COPY_STARTED, job origin) entries; repeating ids already staged is a no-op."""
+    added = []
+    for seg in segments:
+        if seg.state != SegmentState.COPY_STARTED or seg.origin == ORIGIN_UPLOAD:
+            raise InvalidStateTransitionError(f"segment {seg.segment_id}: a staged replacement must be "
+                                              f"COPY_STARTED with a job origin")
+        existing = m.segment(seg.segment_id)
+        if existing is None:
+            added.append(seg)
+        elif existing.state != SegmentState.COPY_STARTED:
+            raise InvalidStateTransitionError(f"segment {seg.segment_id} is already {existing.state.name}")
+    if not added:
+        return None
+    return _with_segments(m, m.segments + tuple(added))
+
+
+def swap_replacements(m: PartitionManifest, replacements: Iterable[Replacement], *, epoch: int, now_ms: int,
+                      delete_after_ms: int, updates: dict[str, RemoteSegment] | None = None
+                      ) -> PartitionManifest | None:
+    """Swap every still-valid group (see above); abandon the others. `updates` maps a staged id to
+    its final entry (sizes, CRCs and timestamps known once its objects are written)."""
+    by_id = {s.segment_id: s for s in m.segments}
+    new_state: dict[str, RemoteSegment] = {}
+    for r in replacements:
+        old = [by_id.get(i) for i in r.old_ids]
+        new = [by_id.get(i) for i in r.new_ids]
+        if not any(s is not None and s.is_staged for s in new):
+            continue  # already swapped or abandoned by an earlier (retried) commit
+        valid = all(s is not None and s.state == SegmentState.COPY_FINISHED for s in old)
+        if valid:
+            lo, hi = old[0].base_offset, old[-1].end_offset  # type: ignore[union-attr]
+            final = [(updates or {}).get(s.segment_id, s) for s in new if s is not None]
+            covered = sorted((s.base_offset, s.end_offset) for s in final)
+            contiguous = bool(covered) and covered[0][0] == lo and covered[-1][1] == hi and all(
+                b[0] == a[1] + 1 for a, b in zip(covered, covered[1:]))
+            valid = contiguous
+        if valid:
+            for s in old:
+                new_state[s.segment_id] = s.with_state(SegmentState.DELETE_STARTED, epoch=epoch,  # type: ignore[union-attr]
+                                                       now_ms=now_ms, delete_after_ms=delete_after_ms)
+            for s in new:
+                f = (updates or {}).get(s.segment_id, s)  # type: ignore[union-attr]
+                new_state[f.segment_id] = f.with_state(SegmentState.COPY_FINISHED, epoch=epoch, now_ms=now_ms)
+        else:
+            for s in new:
+                if s is not None and s.state == SegmentState.COPY_STARTED:
+                    new_state[s.segment_id] = s.with_state(SegmentState.DELETE_STARTED, epoch=epoch, now_ms=now_ms,
+                                                           delete_after_ms=now_ms)
+    if not new_state:
+        return None
+    return _with_segments(m, [new_state.get(s.segment_id, s) for s in m.segments])
+
+
+def replace_index_objects(m: PartitionManifest, segment_id: str, *, index: tuple[int, int] | None = None,
+                          time_index: tuple[int, int] | None = None) -> PartitionManifest | None:
+    """Record new (size, CRC-32C) of a segment's rebuilt index objects (the index rebuild job)."""
+    s = m.segment(segment_id)
+    if s is None or s.state != SegmentState.COPY_FINISHED:
+        raise InvalidStateTransitionError(f"segment {segment_id} is not COPY_FINISHED")
+    changes: dict[str, int] = {}
+    if index is not None and (s.index_bytes, s.index_crc32c) != index:
+        changes.update(index_bytes=index[0], index_crc32c=index[1])
+    if time_index is not None and (s.time_index_bytes, s.time_index_crc32c) != time_index:
+        changes.update(time_index_bytes=time_index[0], time_index_crc32c=time_index[1])
+    if not changes:
+        return None
+    return _with_segments(m, [dataclasses.replace(x, **changes) if x.segment_id == segment_id else x
+                              for x in m.segments])

@@ -1,0 +1,186 @@
+"""The `lakelog` Spark data source: topics read straight from the remote tier.
+
+    spark.read.format("lakelog").option("remote", "s3://bucket/prefix").option("topic", "orders").load()
+
+Columns (as Spark's Kafka source, in snake case): topic STRING, partition INT, offset BIGINT,
+timestamp TIMESTAMP, timestamp_type INT (0 CreateTime, 1 LogAppendTime), key BINARY, value BINARY,
+headers ARRAY<STRUCT<key STRING, value BINARY>>, leader_epoch INT, producer_id BIGINT.
+
+Options: `remote` (required unless `LAKELOG_REMOTE` is set), `topic` (required), `partitions`
+(comma-separated), `startingOffset` / `endingOffset` (inclusive, applied to every partition),
+`startingTimestamp` / `endingTimestamp` (inclusive, ms since the epoch), `chunkBytes` (ranged GET
+size, default 8 MiB). All optional but the first two.
+
+Planning reads each partition's manifest once (in the driver) and makes one Spark partition per
+remote segment that can hold a wanted row: the options prune partitions, segments (by offset range
+and max timestamp) and, inside a segment, start the read at the offset index's floor entry. Every
+batch is CRC-checked before its records are returned; a corrupt object fails the query with
+`RemoteCorruptionError` (never wrong rows).
+
+Why options and not filter pushdown: with `spark.sql.python.filterPushdown.enabled`, Spark 4.2
+keeps the planned reader of a DataFrame and reuses it for later queries over the same DataFrame,
+so filters pushed by one query silently prune the next one (seen: `df.where(...).count()` then
+`df.count()` returned the filtered count). Options are part of the DataFrame, so they cannot leak.
+
+Only the COPY_FINISHED segments at or above the remote log start offset are read: what the nodes
+still hold locally and have not tiered yet is not visible here (`lakelog sql` reads the Delta
+tables that `sync-tables` keeps).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from spark_log.remote import DEFAULT_CHUNK_BYTES, iter_segment_records, load_manifest, open_remote, readable_segments
+from tiering.manifest import RemoteSegment
+
+REMOTE_ENV = "LAKELOG_REMOTE"
+SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestamp_type INT, key BINARY, "
+          "value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, leader_epoch INT, producer_id BIGINT")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_LONG_MAX = (1 << 63) - 1
+
+
+@dataclass
+class Bounds:
+    """Inclusive bounds on one column (None: unbounded); `values`: only these."""
+
+    low: int | None = None
+    high: int | None = None
+    values: frozenset[int] | None = None
+
+    def restrict(self, low: int | None = None, high: int | None = None, values=None) -> None:
+        if low is not None:
+            self.low = low if self.low is None else max(self.low, low)
+        if high is not None:
+            self.high = high if self.high is None else min(self.high, high)
+        if values is not None:
+            vs = frozenset(values)
+            self.values = vs if self.values is None else self.values & vs
+
+    def admits(self, v: int) -> bool:
+        return (self.low is None or v >= self.low) and (self.high is None or v <= self.high) and \
+            (self.values is None or v in self.values)
+
+    @property
+    def effective_low(self) -> int | None:
+        lows = [x for x in (self.low, min(self.values) if self.values else None) if x is not None]
+        return max(lows) if lows else None
+
+    @property
+    def effective_high(self) -> int | None:
+        highs = [x for x in (self.high, max(self.values) if self.values else None) if x is not None]
+        return min(highs) if highs else None
+
+
+@dataclass(frozen=True)
+class SegmentPartition(InputPartition):
+    """One Spark partition: the wanted rows of one remote segment."""
+
+    remote: str
+    topic: str
+    partition: int
+    segment: RemoteSegment
+    from_offset: int
+    to_offset: int
+    min_timestamp: int | None
+    max_timestamp: int | None
+    offsets: frozenset[int] | None
+    chunk_bytes: int
+
+
+class LakelogDataSource(DataSource):
+    """`spark.read.format("lakelog")` (register with `spark.dataSource.register(LakelogDataSource)`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "lakelog"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> "LakelogReader":
+        return LakelogReader(dict(self.options))
+
+
+class LakelogReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        options = {k.lower(): v for k, v in options.items()}  # Spark's option keys are case-insensitive
+        self.remote = options.get("remote") or os.environ.get(REMOTE_ENV)
+        self.topic = options.get("topic")
+        if not self.remote:
+            raise ValueError("the lakelog data source needs option('remote', URL) (or LAKELOG_REMOTE)")
+        if not self.topic:
+            raise ValueError("the lakelog data source needs option('topic', NAME)")
+        self.chunk_bytes = int(options.get("chunkbytes", DEFAULT_CHUNK_BYTES))
+        if not 64 * 1024 <= self.chunk_bytes <= 256 * 1024 * 1024:
+            raise ValueError("chunkBytes must lie between 64 KiB and 256 MiB")
+        self.partitions_ = Bounds()
+        self.offsets = Bounds()
+        self.timestamps = Bounds()
+        if options.get("partitions"):
+            self.partitions_.restrict(values=[int(p) for p in options["partitions"].split(",") if p.strip()])
+        if options.get("startingoffset") is not None:
+            self.offsets.restrict(low=int(options["startingoffset"]))
+        if options.get("endingoffset") is not None:
+            self.offsets.restrict(high=int(options["endingoffset"]))
+        if options.get("startingtimestamp") is not None:
+            self.timestamps.restrict(low=int(options["startingtimestamp"]))
+        if options.get("endingtimestamp") is not None:
+            self.timestamps.restrict(high=int(options["endingtimestamp"]))
+
+    def partitions(self):
+        store = open_remote(self.remote)
+        try:
+            from spark_log.remote import remote_partitions
+
+            found = remote_partitions(store, self.topic).get(self.topic, [])
+            out: list[SegmentPartition] = []
+            lo = self.offsets.effective_low
+            hi = self.offsets.effective_high
+            for p in found:
+                if not self.partitions_.admits(p):
+                    continue
+                m = load_manifest(store, self.topic, p)
+                for seg in readable_segments(m, from_offset=lo, to_offset=hi, min_timestamp=self.timestamps.low):
+                    start = max(seg.base_offset, m.log_start_offset, lo if lo is not None else 0)
+                    end = min(seg.end_offset, hi if hi is not None else _LONG_MAX)
+                    if start > end:
+                        continue
+                    out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
+                                                self.timestamps.high, self.offsets.values, self.chunk_bytes))
+            return out or [SegmentPartition(self.remote, self.topic, -1, None, 0, -1, None, None, None,  # type: ignore[arg-type]
+                                            self.chunk_bytes)]
+        finally:
+            store.close()
+
+    def read(self, partition: SegmentPartition) -> Iterator[tuple]:
+        if partition.segment is None:
+            return iter(())
+        return _read_rows(partition)
+
+
+def _read_rows(p: SegmentPartition) -> Iterator[tuple]:
+    store = open_remote(p.remote)
+    try:
+        for r in iter_segment_records(store, p.topic, p.partition, p.segment, from_offset=p.from_offset,
+                                      to_offset=p.to_offset, min_timestamp=p.min_timestamp,
+                                      max_timestamp=p.max_timestamp, chunk_bytes=p.chunk_bytes):
+            if p.offsets is not None and r.offset not in p.offsets:
+                continue
+            headers = [(k, v) for k, v in r.headers]
+            yield (p.topic, p.partition, r.offset, _EPOCH + dt.timedelta(milliseconds=r.timestamp),
+                   r.timestamp_type, r.key, r.value, headers, r.leader_epoch, r.producer_id)
+    finally:
+        store.close()
+
+
+def register(spark) -> None:
+    """Make `spark.read.format("lakelog")` available in `spark` (idempotent)."""
+    spark.dataSource.register(LakelogDataSource)

@@ -1,0 +1,286 @@
+"""The remote tier as Spark jobs and the `lakelog` data source see it (no pyspark here).
+
+What lives where, under a remote root URL (`file:///path` or `s3://bucket/prefix`):
+
+    <topic>-<partition>/manifest.json, segment objects     the tiering layout (tiering/layout.py)
+    _topics/<topic>.json                                    topic descriptor written by the nodes
+    _jobs/<topic>-<partition>.lease                         job leases (spark_log/lease.py)
+    tables/<topic>, tables/<topic>_latest, tables/_remote_index    Delta tables (sync-tables, rebuild-index)
+
+Reading a segment (`iter_segment_batches`): the offset index (size and CRC-32C checked against the
+manifest entry) gives the position of the floor entry of the first wanted offset; from there the
+`.log` object is read with ranged GETs of `chunk_bytes`, every batch framed and CRC-checked before
+any of its records is used. A failed check raises `RemoteCorruptionError` naming the object, the
+byte position and the offset; nothing of a bad batch is ever returned.
+
+Concurrency: the functions are pure apart from the store; each Spark task opens its own store.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Iterator
+from urllib.parse import urlparse
+
+from index import offset_index
+from logstore.errors import CorruptIndexError, CorruptRecordError
+from logstore.record_batch import (
+    LOG_OVERHEAD,
+    RecordBatch,
+    TimestampType,
+    TruncatedBatchError,
+    crc32c,
+    iter_batches,
+)
+from tiering import manifest as mf
+from tiering.errors import ObjectNotFoundError, RemoteCorruptionError
+from tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
+from tiering.manifest import PartitionManifest, RemoteSegment
+from tiering.store import ObjectStore, open_store
+
+TOPICS_DIR = "_topics"
+TABLES_DIR = "tables"
+REMOTE_INDEX_TABLE = "_remote_index"
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+_MANIFEST_KEY = re.compile(r"^([A-Za-z0-9._-]{1,249})-(\d+)/" + re.escape(MANIFEST_NAME) + "$")
+
+
+# ---------------------------------------------------------------------------------------------
+# URLs
+
+
+def spark_path(remote_url: str, *parts: str) -> str:
+    """A Hadoop path under the remote root: `s3://b/p` -> `s3a://b/p/...`, `file:///x` -> `file:///x/...`."""
+    parsed = urlparse(remote_url)
+    if parsed.scheme not in ("s3", "s3a", "file"):
+        raise ValueError(f"remote URL {remote_url!r}: the scheme must be s3:// or file://")
+    base = remote_url.rstrip("/")
+    if parsed.scheme == "s3":
+        base = "s3a://" + base[len("s3://"):]
+    return "/".join([base, *parts])
+
+
+def tables_path(remote_url: str, table: str) -> str:
+    return spark_path(remote_url, TABLES_DIR, table)
+
+
+def store_url(remote_url: str) -> str:
+    """The object-store URL for a remote root (an `s3a://` URL is accepted as `s3://`)."""
+    return "s3://" + remote_url[len("s3a://"):] if remote_url.startswith("s3a://") else remote_url
+
+
+def open_remote(remote_url: str) -> ObjectStore:
+    return open_store(store_url(remote_url))
+
+
+# ---------------------------------------------------------------------------------------------
+# topics
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescriptor:
+    """What the nodes publish about a tiered topic (`_topics/<topic>.json`, version 1)."""
+
+    name: str
+    topic_id: str | None
+    partitions: int
+    configs: dict[str, str]
+
+    def config(self, name: str, default: str | None = None) -> str | None:
+        return self.configs.get(name, default)
+
+
+def topic_descriptor_key(topic: str) -> str:
+    return f"{TOPICS_DIR}/{topic}.json"
+
+
+def encode_topic_descriptor(d: TopicDescriptor) -> bytes:
+    body = {"name": d.name, "topic_id": d.topic_id, "partitions": d.partitions,
+            "configs": dict(sorted(d.configs.items()))}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps({"version": 1, "crc32c": crc32c(canonical), "topic": body},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_topic_descriptor(data: bytes, key: str = "") -> TopicDescriptor:
+    try:
+        doc = json.loads(data)
+        if doc.get("version") != 1:
+            raise ValueError(f"unsupported version {doc.get('version')!r}")
+        body = doc["topic"]
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        if crc32c(canonical) != doc["crc32c"]:
+            raise ValueError("CRC-32C mismatch")
+        return TopicDescriptor(str(body["name"]), body.get("topic_id"), int(body["partitions"]),
+                               {str(k): str(v) for k, v in body["configs"].items()})
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise RemoteCorruptionError(f"topic descriptor {key}: {e}", key=key) from None
+
+
+def read_topic_descriptor(store: ObjectStore, topic: str) -> TopicDescriptor | None:
+    key = topic_descriptor_key(topic)
+    try:
+        data, _ = store.get(key)
+    except ObjectNotFoundError:
+        return None
+    return decode_topic_descriptor(data, key)
+
+
+def write_topic_descriptor(store: ObjectStore, d: TopicDescriptor) -> bool:
+    """Publish `d` unless the stored descriptor already says the same; True if written."""
+    if read_topic_descriptor(store, d.name) == d:
+        return False
+    store.put(topic_descriptor_key(d.name), encode_topic_descriptor(d))
+    return True
+
+
+def remote_partitions(store: ObjectStore, topic: str | None = None) -> dict[str, list[int]]:
+    """Topic -> sorted partitions that have a manifest in the remote tier (optionally one topic)."""
+    out: dict[str, set[int]] = {}
+    for info in store.list(f"{topic}-" if topic else ""):
+        m = _MANIFEST_KEY.match(info.key)
+        if m and (topic is None or m.group(1) == topic):
+            out.setdefault(m.group(1), set()).add(int(m.group(2)))
+    return {t: sorted(ps) for t, ps in sorted(out.items())}
+
+
+def load_manifest(store: ObjectStore, topic: str, partition: int) -> PartitionManifest:
+    from tiering.metadata import ManifestStore
+
+    return ManifestStore(store, topic, partition).load()
+
+
+# ---------------------------------------------------------------------------------------------
+# reading segments
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRecord:
+    """One record as the data source returns it."""
+
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    leader_epoch: int
+    producer_id: int
+
+
+def _checked_object(store: ObjectStore, key: str, size: int, crc: int) -> bytes:
+    try:
+        data = store.get_range(key, 0, size) if size else b""
+    except ObjectNotFoundError:
+        raise RemoteCorruptionError(f"{key} is missing", key=key) from None
+    if len(data) != size or crc32c(data) != crc:
+        raise RemoteCorruptionError(f"{key}: {len(data)} bytes with CRC-32C {crc32c(data):#010x}, the manifest "
+                                    f"says {size} bytes with {crc:#010x}", key=key)
+    return data
+
+
+def start_position(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, offset: int) -> int:
+    """File position of the index floor entry of `offset` in `seg` (0 at or below its base)."""
+    if offset <= seg.base_offset or seg.index_bytes == 0:
+        return 0
+    key = segment_key(topic, partition, seg.base_offset, seg.segment_id, INDEX_SUFFIX)
+    data = _checked_object(store, key, seg.index_bytes, seg.index_crc32c)
+    try:
+        rel, pos = offset_index.decode(data, file=key)
+    except CorruptIndexError as e:
+        raise RemoteCorruptionError(str(e), key=key) from None
+    from bisect import bisect_right
+
+    i = bisect_right(rel, offset - seg.base_offset)
+    return int(pos[i - 1]) if i else 0
+
+
+def iter_segment_batches(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, *,
+                         from_offset: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                         check_crc: bool = True) -> Iterator[tuple[int, RecordBatch]]:
+    """(position, batch) of every batch of `seg` whose last offset is >= `from_offset`, CRC-checked."""
+    key = segment_key(topic, partition, seg.base_offset, seg.segment_id, LOG_SUFFIX)
+    size = seg.size_in_bytes
+    position = start_position(store, topic, partition, seg, from_offset) if from_offset is not None else 0
+    target = seg.base_offset if from_offset is None else from_offset
+    carry = b""
+    while position < size:
+        want = min(chunk_bytes, size - position)
+        try:
+            data = store.get_range(key, position, position + want)
+        except ObjectNotFoundError:
+            raise RemoteCorruptionError(f"{key} is missing", key=key) from None
+        if not data:
+            raise RemoteCorruptionError(f"{key} is shorter than the {size} bytes the manifest says", key=key,
+                                        position=position)
+        buf = carry + data if carry else data
+        base_pos = position - len(carry)
+        position += len(data)
+        at = 0
+        try:
+            for pos, batch in iter_batches(buf, base_position=base_pos, file=key):
+                at = pos - base_pos + batch.size_in_bytes
+                if batch.last_offset < target:
+                    continue
+                if check_crc:
+                    batch.ensure_valid(file=key, position=pos)
+                yield pos, batch
+        except TruncatedBatchError:
+            if position < size:
+                carry = bytes(memoryview(buf)[at:])
+                if len(carry) > max(chunk_bytes, 64 * 1024 * 1024) + LOG_OVERHEAD:
+                    raise RemoteCorruptionError(f"{key}: a batch larger than the read limit at {base_pos + at}",
+                                                key=key, position=base_pos + at) from None
+                continue
+            raise RemoteCorruptionError(f"{key}: torn batch at the end", key=key, position=base_pos + at) from None
+        except CorruptRecordError as e:
+            raise RemoteCorruptionError(f"{key}: {e}", key=key, position=e.position) from None
+        carry = b""
+    if carry:
+        raise RemoteCorruptionError(f"{key}: torn batch at the end", key=key, position=size - len(carry))
+
+
+def iter_segment_records(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, *,
+                         from_offset: int | None = None, to_offset: int | None = None,
+                         min_timestamp: int | None = None, max_timestamp: int | None = None,
+                         chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[RemoteRecord]:
+    """Records of `seg` with from_offset <= offset <= to_offset and min_timestamp <= timestamp <=
+    max_timestamp (each bound optional); control batches (transaction markers) are skipped."""
+    lo = seg.base_offset if from_offset is None else from_offset
+    hi = seg.end_offset if to_offset is None else to_offset
+    for _, batch in iter_segment_batches(store, topic, partition, seg, from_offset=lo, chunk_bytes=chunk_bytes):
+        if batch.base_offset > hi:
+            return
+        if batch.is_control:
+            continue
+        if min_timestamp is not None and batch.max_timestamp < min_timestamp:
+            continue
+        log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+        ts_type = int(batch.timestamp_type)
+        epoch, pid = batch.partition_leader_epoch, batch.producer_id
+        for r in batch.records():
+            if r.offset < lo or r.offset > hi:
+                continue
+            ts = batch.max_timestamp if log_append else r.timestamp
+            if (min_timestamp is not None and ts < min_timestamp) or (max_timestamp is not None and ts > max_timestamp):
+                continue
+            yield RemoteRecord(r.offset, ts, ts_type, r.key, r.value, r.headers, epoch, pid)
+
+
+def readable_segments(m: PartitionManifest, *, from_offset: int | None = None, to_offset: int | None = None,
+                      min_timestamp: int | None = None) -> list[RemoteSegment]:
+    """The COPY_FINISHED segments that may hold offsets in [from, to] at or after `min_timestamp`."""
+    out = []
+    for s in m.copy_finished:
+        if s.end_offset < m.log_start_offset:
+            continue
+        if from_offset is not None and s.end_offset < from_offset:
+            continue
+        if to_offset is not None and s.base_offset > to_offset:
+            continue
+        if min_timestamp is not None and s.max_timestamp != mf.NO_TIMESTAMP and s.max_timestamp < min_timestamp:
+            continue
+        out.append(s)
+    return out
