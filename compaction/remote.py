@@ -1,0 +1,398 @@
+"""Key compaction and retention of one partition's remote tier (the work of one Spark task).
+
+No pyspark here: `spark_log/jobs.py` runs these functions in Spark tasks, one per partition; tests
+call them directly. The record and batch rules are compactor.py's, unchanged (the same functions
+the local cleaner uses); this module supplies the remote side:
+
+Compaction round of a partition (`compact_partition`):
+  1. take the partition's job lease (spark_log/lease.py) — or report "skipped: lease held";
+  2. abandon this job's staged leftovers of a crashed earlier run;
+  3. sections over the COPY_FINISHED segments: clean = [log start, cleaner checkpoint), dirty =
+     [checkpoint, first uncleanable), where first uncleanable = the first batch younger than
+     `min.compaction.lag.ms`, else the remote end + 1 (every remote segment is sealed and below the
+     HW by construction); run only when the dirty ratio reaches `min.cleanable.dirty.ratio`, the
+     oldest dirty batch passed `max.compaction.lag.ms`, or `force`;
+  4. offset map (key -> latest offset) over the dirty section, bounded by `max_map_entries`;
+  5. the segments below the map end, grouped by `segment.bytes` (Kafka's groupSegmentsBySize),
+     each group rewritten with `compact_batches` into one replacement covering exactly the offsets
+     of the group (original offsets, batch metadata and CRCs of untouched batches preserved; an
+     emptied group becomes an empty segment so the tier stays contiguous); indexes built as a
+     node builds them (`scan_segment`, the topic's `index.interval.bytes`);
+  6. stage the replacements in the manifest (CAS), upload their objects, then one CAS swaps every
+     still-valid group (old -> DELETE_STARTED, objects deleted after
+     `remote.segment.delete.delay.ms`, so readers mid-segment finish) and stores the new cleaner
+     checkpoint; a group the leader's retention moved under us is abandoned, not forced;
+  7. delete the objects of DELETE_STARTED segments whose delay is over.
+
+Retention of a partition (`expire_partition`): `retention.ms` / `retention.bytes` over the remote
+segments by whole leading segments (retention.py's `plan_retention`), moving the remote log start
+offset that the nodes serve from; objects deleted after the delay.
+
+Idempotence: running either twice in a row changes nothing the second time (the compacted
+section is clean; the expired segments are gone). Every manifest change is a CAS that re-checks
+its preconditions, so nodes may keep tiering (appending at the end, expiring at the front) while
+a job runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from compaction.compactor import (
+    CleaningParams,
+    CompactionStats,
+    OffsetMap,
+    SegmentSpan,
+    build_offset_map,
+    cleaning_trigger,
+    compact_batches,
+    group_segments,
+    next_first_dirty_offset,
+)
+from compaction.retention import SegmentInfo, plan_retention
+from infra.config import LogConfig
+from logstore.record_batch import crc32c
+from spark_log.lease import LeaseHeldError, acquire
+from spark_log.remote import iter_segment_batches
+from tiering import epochs as epochs_format
+from tiering import manifest as mf
+from tiering.errors import ObjectNotFoundError
+from tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, new_segment_id, segment_key
+from tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, Replacement, SegmentState
+from tiering.metadata import ManifestStore
+from tiering.store import FileSlice, ObjectStore
+from tiering.uploader import scan_segment
+
+COMPACTION_ORIGIN = "job:compaction"
+DEFAULT_DELETE_DELAY_MS = 60_000
+DEFAULT_MAX_MAP_ENTRIES = 4_000_000
+KEEP_DELETE_FINISHED = 100
+
+
+@dataclass
+class PartitionReport:
+    """What a job did to one partition (returned from a Spark task, so plain data)."""
+
+    topic: str
+    partition: int
+    action: str = "none"  # none | compacted | expired | skipped
+    reason: str = ""
+    segments_before: int = 0
+    segments_replaced: int = 0
+    segments_written: int = 0
+    segments_expired: int = 0
+    groups_abandoned: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    log_start_offset: int = 0
+    cleaner_checkpoint: int | None = None
+    objects_deleted: int = 0
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _job_commit(meta: ManifestStore, change: Callable[[PartitionManifest], PartitionManifest | None]
+                ) -> PartitionManifest:
+    """Jobs are not leaders: they commit at the manifest's own epoch (never raising it, which would
+    fence the partition's leader) and skip the epoch check; the CAS still orders them."""
+    return meta.commit(-1, lambda m: change(m), force=True)
+
+
+def delete_due_objects(store: ObjectStore, meta: ManifestStore, topic: str, partition: int, now_ms: int) -> int:
+    """Delete the objects of DELETE_STARTED segments whose delay is over; mark them finished."""
+    m = meta.load()
+    due = [s for s in m.in_state(SegmentState.DELETE_STARTED) if s.delete_after_ms <= now_ms]
+    if not due:
+        return 0
+    keys = [segment_key(topic, partition, s.base_offset, s.segment_id, suffix)
+            for s in due for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, EPOCHS_SUFFIX)]
+    store.delete_many(keys)
+    ids = [s.segment_id for s in due]
+    _job_commit(meta, lambda cur: mf.finish_delete(cur, ids, epoch=cur.leader_epoch, now_ms=now_ms,
+                                                   keep_finished=KEEP_DELETE_FINISHED))
+    return len(ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# compaction
+
+
+def _first_young_offset(store, topic, partition, segments, first_dirty: int, cutoff_ms: int) -> tuple[int | None, int]:
+    """(base offset of the first dirty batch younger than the cutoff, earliest dirty batch timestamp)."""
+    earliest = NO_TIMESTAMP
+    for seg in segments:
+        if seg.end_offset < first_dirty:
+            continue
+        if seg.max_timestamp != NO_TIMESTAMP and seg.max_timestamp <= cutoff_ms and earliest != NO_TIMESTAMP:
+            continue  # the whole segment is old enough, and the earliest timestamp is already known
+        for _, batch in iter_segment_batches(store, topic, partition, seg, from_offset=first_dirty):
+            if earliest == NO_TIMESTAMP:
+                earliest = batch.max_timestamp
+            if batch.max_timestamp > cutoff_ms:
+                return batch.base_offset, earliest
+            if seg.max_timestamp != NO_TIMESTAMP and seg.max_timestamp <= cutoff_ms:
+                break  # only needed the first batch's timestamp
+    return None, earliest
+
+
+@dataclass
+class _Staged:
+    """A compacted group written to a temp file, waiting for its upload."""
+
+    group: list[RemoteSegment]
+    entry: RemoteSegment
+    fd: int
+    index: bytes
+    time_index: bytes
+    epochs: bytes
+
+
+def _write_group(store: ObjectStore, topic: str, partition: int, group: list[RemoteSegment], offset_map: OffsetMap,
+                 map_end: int, params: CleaningParams, config: LogConfig, stats: CompactionStats, now_ms: int,
+                 workdir: str) -> _Staged:
+    """Compact `group` into a temp file in `workdir`; the caller closes the returned fd."""
+    base, end = group[0].base_offset, group[-1].end_offset
+    fd, path = tempfile.mkstemp(prefix="compacted-", suffix=".log", dir=workdir)
+    size = 0
+    try:
+        for seg in group:
+            batches = (b for _, b in iter_segment_batches(store, topic, partition, seg))
+            for outcome in compact_batches(batches, offset_map, map_end, params, stats=stats):
+                if outcome.data is not None:
+                    os.pwrite(fd, outcome.data, size)
+                    size += len(outcome.data)
+        scan = scan_segment(fd, size, base_offset=base, end_offset=end,
+                            index_interval_bytes=config.index_interval_bytes, path=path)
+    except BaseException:
+        os.close(fd)
+        raise
+    merged: list[tuple[int, int]] = []
+    for seg in group:
+        for epoch, start in seg.leader_epochs:
+            if not merged or epoch > merged[-1][0]:
+                merged.append((epoch, start))
+    epochs_bytes = epochs_format.encode(merged)
+    entry = RemoteSegment(
+        segment_id=new_segment_id(), base_offset=base, end_offset=end,
+        max_timestamp=scan.max_timestamp if scan.batch_count else NO_TIMESTAMP, size_in_bytes=size,
+        leader_epochs=tuple(merged), state=SegmentState.COPY_STARTED, state_epoch=-1, origin=COMPACTION_ORIGIN,
+        index_bytes=len(scan.index), index_crc32c=crc32c(scan.index),
+        time_index_bytes=len(scan.time_index), time_index_crc32c=crc32c(scan.time_index),
+        epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now_ms, updated_ms=now_ms)
+    return _Staged(group, entry, fd, scan.index, scan.time_index, epochs_bytes)
+
+
+def _upload(store: ObjectStore, topic: str, partition: int, st: _Staged) -> None:
+    e = st.entry
+    key = lambda suffix: segment_key(topic, partition, e.base_offset, e.segment_id, suffix)  # noqa: E731
+    store.put(key(LOG_SUFFIX), FileSlice(st.fd, 0, e.size_in_bytes))
+    store.put(key(INDEX_SUFFIX), st.index)
+    store.put(key(TIME_INDEX_SUFFIX), st.time_index)
+    store.put(key(EPOCHS_SUFFIX), st.epochs)
+
+
+def compact_partition(store: ObjectStore, topic: str, partition: int, config: LogConfig, *, owner: str,
+                      now_ms: int | None = None, force: bool = False,
+                      delete_delay_ms: int = DEFAULT_DELETE_DELAY_MS,
+                      max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
+                      lease_ttl_ms: int = 10 * 60 * 1000) -> PartitionReport:
+    """One compaction round over the remote tier of `topic`-`partition` (see the module docstring)."""
+    started = time.monotonic()
+    now = _now_ms() if now_ms is None else now_ms
+    report = PartitionReport(topic, partition)
+    try:
+        lease = acquire(store, topic, partition, owner=owner, job="compaction", ttl_ms=lease_ttl_ms)
+    except LeaseHeldError as e:
+        report.action, report.reason = "skipped", str(e)
+        return report
+    meta = ManifestStore(store, topic, partition)
+    try:
+        m = meta.load()
+        if m.deleted:
+            report.reason = "the topic was deleted"
+            return report
+        if any(s.is_staged and s.origin == COMPACTION_ORIGIN for s in m.segments):
+            m = _job_commit(meta, lambda cur: mf.abandon_copies(cur, epoch=cur.leader_epoch, now_ms=now,
+                                                                origin=COMPACTION_ORIGIN))
+        segments = [s for s in m.copy_finished if s.end_offset >= m.log_start_offset]
+        report.segments_before = len(segments)
+        report.log_start_offset = m.log_start_offset
+        report.cleaner_checkpoint = m.cleaner_checkpoint
+        if not segments:
+            report.reason = "no remote segments"
+            return report
+        remote_end = segments[-1].end_offset + 1
+        first_dirty = min(remote_end, max(m.log_start_offset, m.cleaner_checkpoint or 0))
+        horizon = _read_state(store, topic, partition).get("earliest_delete_horizon_ms")
+        if first_dirty >= remote_end and not force and (horizon is None or now < horizon):
+            report.reason = "nothing dirty"
+            return report
+        params = CleaningParams.from_config(config, now)
+        cutoff = now - config.min_compaction_lag_ms
+        young, earliest_dirty = _first_young_offset(store, topic, partition, segments, first_dirty, cutoff) \
+            if config.min_compaction_lag_ms > 0 or config.max_compaction_lag_ms < (1 << 62) else (None, NO_TIMESTAMP)
+        uncleanable = min(remote_end, young) if young is not None else remote_end
+        clean_bytes = sum(s.size_in_bytes for s in segments if s.end_offset < first_dirty)
+        dirty_bytes = sum(s.size_in_bytes for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable)
+        trigger = cleaning_trigger(clean_bytes=clean_bytes, dirty_bytes=dirty_bytes,
+                                   min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
+                                   earliest_dirty_timestamp_ms=earliest_dirty,
+                                   max_compaction_lag_ms=config.max_compaction_lag_ms,
+                                   next_delete_horizon_ms=horizon, now_ms=now)
+        if uncleanable < first_dirty or (trigger is None and not force):
+            report.reason = (f"dirty ratio {dirty_bytes / max(1, clean_bytes + dirty_bytes):.2f} below "
+                             f"min.cleanable.dirty.ratio {config.min_cleanable_dirty_ratio}"
+                             if uncleanable > first_dirty else "every dirty record is younger than min.compaction.lag.ms")
+            return report
+
+        # An empty dirty section (a round for expired tombstones) maps nothing: map end = first dirty.
+        dirty_batches = (b for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable
+                         for _, b in iter_segment_batches(store, topic, partition, s, from_offset=first_dirty))
+        mapped = build_offset_map(dirty_batches, start_offset=first_dirty, end_offset=uncleanable,
+                                  max_entries=max_map_entries, max_uncompressed_bytes=config.max_uncompressed_batch_bytes)
+        map_end = mapped.map_end_offset
+        to_clean = [s for s in segments if s.base_offset < map_end]
+        spans = [SegmentSpan(s.base_offset, s.end_offset + 1, s.size_in_bytes, s.index_bytes, s.time_index_bytes)
+                 for s in to_clean]
+        by_base = {s.base_offset: s for s in to_clean}
+        groups = [[by_base[x.base_offset] for x in g]
+                  for g in group_segments(spans, max_segment_bytes=config.segment_bytes,
+                                          max_index_bytes=config.segment_index_bytes)]
+        stats = CompactionStats()
+        staged: list[_Staged] = []
+        with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:
+            try:
+                for g in groups:
+                    staged.append(_write_group(store, topic, partition, g, mapped.offset_map, map_end, params,
+                                               config, stats, now, workdir))
+                    if len(staged) % 8 == 0:
+                        lease.renew()
+                # Staged entries own their objects before the objects exist: no orphan sweep
+                # takes them for garbage, and a crash leaves entries the next run abandons.
+                _job_commit(meta, lambda cur: mf.stage_replacements(cur, [st.entry for st in staged]))
+                for st in staged:
+                    _upload(store, topic, partition, st)
+            finally:
+                for st in staged:
+                    with contextlib.suppress(OSError):
+                        os.close(st.fd)
+        checkpoint = next_first_dirty_offset(map_end, stats.first_kept_for_lag_offset)
+        replacements = [Replacement(tuple(s.segment_id for s in st.group), (st.entry.segment_id,)) for st in staged]
+        final = {st.entry.segment_id: st.entry for st in staged}
+
+        def swap(cur: PartitionManifest) -> PartitionManifest | None:
+            out = mf.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
+                                       delete_after_ms=now + delete_delay_ms, updates=final) or cur
+            swapped = all((x := out.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED for i in final)
+            if swapped:  # the checkpoint only holds if every group was cleaned
+                out = mf.set_cleaner_checkpoint(out, checkpoint) or out
+            return out if out is not cur else None
+
+        after = _job_commit(meta, swap)
+        done = {i for i in final if (x := after.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED}
+        report.action = "compacted"
+        report.reason = trigger.value if trigger else "forced"
+        report.segments_replaced = sum(len(st.group) for st in staged if st.entry.segment_id in done)
+        report.segments_written = len(done)
+        report.groups_abandoned = len(staged) - len(done)
+        report.records_read, report.records_kept = stats.records_read, stats.records_kept
+        report.bytes_read, report.bytes_written = stats.bytes_read, stats.bytes_written
+        report.cleaner_checkpoint = after.cleaner_checkpoint
+        report.log_start_offset = after.log_start_offset
+        if not report.groups_abandoned:
+            _write_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
+        report.extra["earliest_delete_horizon_ms"] = stats.earliest_delete_horizon_ms
+        report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
+        return report
+    finally:
+        lease.release()
+        report.seconds = time.monotonic() - started
+
+
+def _state_key(topic: str, partition: int) -> str:
+    return f"_jobs/{topic}-{partition}.compaction.json"
+
+
+def _read_state(store: ObjectStore, topic: str, partition: int) -> dict:
+    """The compaction job's note to its next run: when the earliest kept tombstone may go
+    (a round is due then even with nothing dirty). Missing or unreadable: no note."""
+    try:
+        data, _ = store.get(_state_key(topic, partition))
+        doc = json.loads(data)
+        return doc if isinstance(doc, dict) and doc.get("version") == 1 else {}
+    except (ObjectNotFoundError, ValueError):
+        return {}
+
+
+def _write_state(store: ObjectStore, topic: str, partition: int, state: dict) -> None:
+    store.put(_state_key(topic, partition), json.dumps({"version": 1, **state}, sort_keys=True).encode())
+
+
+# ---------------------------------------------------------------------------------------------
+# retention
+
+
+def expire_partition(store: ObjectStore, topic: str, partition: int, config: LogConfig, *, owner: str,
+                     now_ms: int | None = None, delete_delay_ms: int = DEFAULT_DELETE_DELAY_MS,
+                     lease_ttl_ms: int = 10 * 60 * 1000) -> PartitionReport:
+    """`retention.ms` / `retention.bytes` over the remote tier by whole leading segments."""
+    started = time.monotonic()
+    now = _now_ms() if now_ms is None else now_ms
+    report = PartitionReport(topic, partition)
+    try:
+        lease = acquire(store, topic, partition, owner=owner, job="retention", ttl_ms=lease_ttl_ms)
+    except LeaseHeldError as e:
+        report.action, report.reason = "skipped", str(e)
+        return report
+    meta = ManifestStore(store, topic, partition)
+    try:
+        m = meta.load()
+        report.log_start_offset = m.log_start_offset
+        segments = [s for s in m.copy_finished if s.end_offset >= m.log_start_offset]
+        report.segments_before = len(segments)
+        if m.deleted or not segments:
+            report.reason = "no remote segments"
+            return report
+        infos = [SegmentInfo(s.base_offset, s.end_offset + 1, s.size_in_bytes,
+                             s.max_timestamp if s.max_timestamp > NO_TIMESTAMP else s.created_ms) for s in segments]
+        # As locally, where the active segment always stays, the newest remote segment stays: the
+        # tier keeps a defined end for the nodes' uploads to continue from.
+        plan = plan_retention(infos, now_ms=now, retention_ms=config.retention_ms,
+                              retention_bytes=config.retention_bytes)
+        if not plan.is_empty:
+            bases = set(plan.base_offsets)
+            doomed = [s.segment_id for s in segments if s.base_offset in bases]
+
+            def change(cur: PartitionManifest) -> PartitionManifest | None:
+                still = [i for i in doomed if (x := cur.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED]
+                if not still:
+                    return None
+                last_end = max(cur.segment(i).end_offset for i in still)  # type: ignore[union-attr]
+                return mf.start_delete(cur, still, epoch=cur.leader_epoch, now_ms=now,
+                                       delete_after_ms=now + delete_delay_ms, new_log_start_offset=last_end + 1)
+
+            after = _job_commit(meta, change)
+            report.action = "expired"
+            report.segments_expired = len(doomed)
+            report.bytes_read = plan.bytes_deleted
+            report.reason = ", ".join(sorted({r.value for r in plan.reasons}))
+            report.log_start_offset = after.log_start_offset
+        else:
+            report.reason = "nothing expired"
+        report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
+        return report
+    finally:
+        lease.release()
+        report.seconds = time.monotonic() - started

@@ -1,0 +1,189 @@
+"""Compaction and retention of the remote tier, partition by partition (the work of one Spark task),
+on the filesystem store: results equal a plain-Python reference, offsets are preserved, the jobs
+are idempotent, leases exclude a second run, and a job racing the leader's retention gives way."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from compaction.remote import COMPACTION_ORIGIN, compact_partition, expire_partition
+from infra.config import LogConfig
+from logstore.log import PartitionLog
+from logstore.record_batch import Record, build_batch
+from spark_log.lease import acquire
+from spark_log.remote import iter_segment_records, load_manifest
+from tiering import RemoteTier, TieringConfig
+from tiering.fs_store import FileSystemStore
+from tiering.manifest import SegmentState
+
+TOPIC = "accounts"
+DAY = 86_400_000
+
+
+def build_remote(tmp_path, *, batches=200, keys=40, tombstone_every=17, seed=7, ts0=1_000_000, partition=0,
+                 log_cfg=None):
+    """A local log of keyed batches, uploaded; returns (store, tier, records) with records as
+    (offset, timestamp, key, value) in offset order."""
+    rng = random.Random(seed)
+    cfg = {"segment.bytes": 4000, "index.interval.bytes": 512, "retention.ms": -1, "cleanup.policy": "compact"}
+    cfg.update(log_cfg or {})
+    log = PartitionLog(tmp_path / "log" / f"{TOPIC}-{partition}", LogConfig(cfg))
+    written = []
+    for i in range(batches):
+        recs = []
+        for r in range(rng.randint(1, 4)):
+            key = f"key-{rng.randrange(keys)}".encode()
+            n = len(written) + r
+            value = None if n % tombstone_every == 0 else f"value-{n}-{rng.random():.6f}".encode()
+            recs.append(Record(r, ts0 + i * 10 + r, key, value))
+        first = log.append_as_leader(build_batch(recs), 1).first_offset
+        written += [(first + r.offset, r.timestamp, r.key, r.value) for r in recs]
+    store = FileSystemStore(tmp_path / "remote")
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000,
+                                            "remote.segment.delete.delay.ms": 0}))
+    tier.partition(TOPIC, partition).copy_segments(log, 1, log.log_end_offset)
+    return store, tier, log, written
+
+
+def remote_records(store, partition=0):
+    m = load_manifest(store, TOPIC, partition)
+    out = []
+    for seg in m.copy_finished:
+        out += [(r.offset, r.timestamp, r.key, r.value)
+                for r in iter_segment_records(store, TOPIC, partition, seg, from_offset=m.log_start_offset)]
+    return out
+
+
+def reference(records, upto, *, drop_tombstones):
+    """Latest record per key among offsets < upto; the rest untouched."""
+    latest = {}
+    for rec in records:
+        if rec[0] < upto:
+            latest[rec[2]] = rec[0]
+    kept = [rec for rec in records if rec[0] >= upto or latest[rec[2]] == rec[0]]
+    if drop_tombstones:
+        kept = [rec for rec in kept if rec[0] >= upto or rec[3] is not None]
+    return kept
+
+
+def config(**kw):
+    base = {"cleanup.policy": "compact", "segment.bytes": 12_000, "index.interval.bytes": 512,
+            "delete.retention.ms": DAY, "min.cleanable.dirty.ratio": 0.5}
+    base.update(kw)
+    return LogConfig(base)
+
+
+def test_compaction_equals_the_reference_and_keeps_offsets(tmp_path):
+    store, _, _, written = build_remote(tmp_path)
+    before = remote_records(store)
+    m0 = load_manifest(store, TOPIC, 0)
+    remote_end = m0.end_offset
+    assert before == [w for w in written if w[0] <= remote_end]
+
+    report = compact_partition(store, TOPIC, 0, config(), owner="test", now_ms=2_000_000)
+    assert report.action == "compacted", report
+    after = remote_records(store)
+    assert after == reference(before, remote_end + 1, drop_tombstones=False)
+    assert len(after) < len(before)
+    m1 = load_manifest(store, TOPIC, 0)
+    assert m1.cleaner_checkpoint == remote_end + 1
+    assert m1.copy_finished[0].base_offset == m0.copy_finished[0].base_offset
+    assert m1.end_offset == remote_end  # same offset range, now in fewer segments
+    assert len(m1.copy_finished) < len(m0.copy_finished)
+    assert all(s.origin == COMPACTION_ORIGIN for s in m1.copy_finished)
+    replaced = {s.segment_id for s in m0.copy_finished}
+    assert {s.segment_id for s in m1.in_state(SegmentState.DELETE_STARTED, SegmentState.DELETE_FINISHED)} == replaced
+
+    # Idempotent: a second run finds nothing dirty and changes nothing.
+    again = compact_partition(store, TOPIC, 0, config(), owner="test", now_ms=2_000_000)
+    assert again.action == "none" and again.reason == "nothing dirty"
+    assert remote_records(store) == after
+
+    # After delete.retention.ms the tombstones go (forced: nothing new is dirty).
+    later = compact_partition(store, TOPIC, 0, config(), owner="test", now_ms=2_000_000 + DAY + 1, force=True)
+    assert later.action == "compacted"
+    assert remote_records(store) == reference(before, remote_end + 1, drop_tombstones=True)
+
+
+def test_min_compaction_lag_keeps_young_records(tmp_path):
+    store, _, _, written = build_remote(tmp_path)
+    before = remote_records(store)
+    # Records with timestamp > now - lag stay dirty; the checkpoint stops at the first of them.
+    boundary_ts = before[len(before) // 2][1]
+    now = 5_000_000
+    report = compact_partition(store, TOPIC, 0, config(**{"min.compaction.lag.ms": now - boundary_ts}),
+                               owner="test", now_ms=now)
+    assert report.action == "compacted"
+    after = remote_records(store)
+    young = [r for r in before if r[1] > boundary_ts]
+    assert all(r in after for r in young)  # nothing young was dropped
+    m = load_manifest(store, TOPIC, 0)
+    assert m.cleaner_checkpoint <= young[0][0]
+
+
+def test_dirty_ratio_threshold_and_lease(tmp_path):
+    store, _, _, _ = build_remote(tmp_path, batches=60)
+    lease = acquire(store, TOPIC, 0, owner="someone-else", job="compaction", ttl_ms=60_000)
+    held = compact_partition(store, TOPIC, 0, config(), owner="test")
+    assert held.action == "skipped" and "someone-else" in held.reason
+    lease.release()
+    first = compact_partition(store, TOPIC, 0, config(), owner="test")
+    assert first.action == "compacted"
+    ratio = compact_partition(store, TOPIC, 0, config(**{"min.cleanable.dirty.ratio": 0.99}), owner="test",
+                              force=False)
+    assert ratio.action == "none"
+
+
+def test_compaction_yields_to_the_leaders_retention(tmp_path, monkeypatch):
+    """The leader expires the first segments while the job writes: the groups holding them are
+    abandoned (their staged objects deleted), never swapped in over a moved log start."""
+    store, tier, log, _ = build_remote(tmp_path)
+    import compaction.remote as cr
+
+    real_upload = cr._upload
+    rp = tier.partition(TOPIC, 0)
+    m0 = load_manifest(store, TOPIC, 0)
+    fired = []
+
+    def upload_then_expire(*args):
+        real_upload(*args)
+        if not fired:
+            fired.append(1)
+            rp.enforce_retention(1, retention_ms=-1, retention_bytes=m0.size_in_bytes - m0.copy_finished[0].size_in_bytes,
+                                 now_ms=3_000_000)
+
+    monkeypatch.setattr(cr, "_upload", upload_then_expire)
+    report = compact_partition(store, TOPIC, 0, config(), owner="test", now_ms=2_000_000, delete_delay_ms=0)
+    assert report.groups_abandoned >= 1
+    m = load_manifest(store, TOPIC, 0)
+    assert m.log_start_offset > m0.log_start_offset
+    # Nothing staged is left live; the readable tier is contiguous from the new log start.
+    assert not [s for s in m.segments if s.is_staged]
+    done = m.copy_finished
+    assert done[0].base_offset <= m.log_start_offset <= done[0].end_offset
+    assert all(b.base_offset == a.end_offset + 1 for a, b in zip(done, done[1:]))
+    assert remote_records(store)[0][0] >= m.log_start_offset
+
+
+def test_retention_expires_exactly_the_old_segments(tmp_path):
+    store, _, _, _ = build_remote(tmp_path, log_cfg={"cleanup.policy": "delete"})
+    m0 = load_manifest(store, TOPIC, 0)
+    segs = m0.copy_finished
+    cut = segs[3].max_timestamp  # segments 0..3 are at or before the cut
+    now = 10_000_000
+    report = expire_partition(store, TOPIC, 0, LogConfig({"retention.ms": now - cut - 1}), owner="test",
+                              now_ms=now, delete_delay_ms=0)
+    assert report.action == "expired" and report.segments_expired == 4
+    m1 = load_manifest(store, TOPIC, 0)
+    assert m1.log_start_offset == segs[4].base_offset
+    assert [s.segment_id for s in m1.copy_finished] == [s.segment_id for s in segs[4:]]
+    assert report.objects_deleted == 4
+    assert not [i for i in store.list(f"{TOPIC}-0/") if segs[0].segment_id in i.key]
+    again = expire_partition(store, TOPIC, 0, LogConfig({"retention.ms": now - cut - 1}), owner="test", now_ms=now)
+    assert again.action == "none"
+    # retention.bytes keeps the newest segments within the limit (never the last one)
+    by_size = expire_partition(store, TOPIC, 0, LogConfig({"retention.bytes": 1}), owner="test", now_ms=now)
+    m2 = load_manifest(store, TOPIC, 0)
+    assert by_size.segments_expired == len(segs) - 5 and len(m2.copy_finished) == 1
