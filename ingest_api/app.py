@@ -70,18 +70,27 @@ class ObserveMiddleware:
 
 
 def create_app(node: Node) -> FastAPI:
+    from ingest_api.groups.consumer import ConsumerManager
+    from ingest_api.groups.service import GroupService
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await node.start_cluster()
+        await app.state.groups.start()
+        await app.state.consumers.start()
         try:
             yield
         finally:
+            await app.state.consumers.stop()  # instances leave their groups while the cluster is up
+            await app.state.groups.stop()
             await node.stop_cluster()
 
     app = FastAPI(title="Lakelog ingest node", version="0.1.0", lifespan=lifespan,
                   description="Produce, fetch and administer topics over HTTP (Confluent REST Proxy conventions).")
     app.state.node = node
     app.state.metrics = NodeMetrics(node)
+    app.state.groups = GroupService(node)  # the group coordinator of the __consumer_offsets partitions led here
+    app.state.consumers = ConsumerManager(node, app.state.groups)  # REST Proxy consumer instances held here
 
     @app.exception_handler(LakelogError)
     async def _lakelog_error(request: Request, exc: LakelogError):
@@ -101,7 +110,7 @@ def create_app(node: Node) -> FastAPI:
 
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)
 
-    from ingest_api.routers import admin_v2, admin_v3, internal, ops, records, replication
+    from ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
 
     app.include_router(ops.router)
     app.include_router(records.router)
@@ -109,4 +118,6 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(admin_v3.router)
     app.include_router(internal.router)
     app.include_router(replication.router)
+    app.include_router(consumers.router)
+    app.include_router(consumers.internal_router)
     return app

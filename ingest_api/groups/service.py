@@ -1,0 +1,538 @@
+"""The group coordinator on a node: the pure `GroupCoordinator` fed with requests and a clock, the
+`__consumer_offsets` partitions it leads loaded and appended to, and the routing of group requests
+from any node to the group's coordinator.
+
+Which node coordinates group G: the leader of partition `abs(G.hashCode()) % offsets.topic.num.partitions`
+of `__consumer_offsets` (ingest_api/groups/hashing.py). The topic is created on first use (a compacted
+topic, replication factor min(offsets.topic.replication.factor, live nodes), like any other topic,
+through the controller) — so its leaders move with node failures like any partition's.
+
+Leadership, loading: a timer (`group.coordinator.tick.ms`) compares the `__consumer_offsets`
+partitions this node leads with those it has loaded. For a newly led partition (or a new leader
+epoch) it reads the local log from the log start to the log end off the event loop and rebuilds the
+committed offsets of that partition's groups; requests for those groups answer
+COORDINATOR_LOAD_IN_PROGRESS (retry) meanwhile. Group membership is not stored: after a coordinator
+moves, members get UNKNOWN_MEMBER_ID from the new one and rejoin. For a partition it no longer leads
+it forgets the groups (pending answers fail NOT_COORDINATOR).
+
+Commits: validated by the state machine, appended as one batch (key = group/topic/partition, value =
+offset, metadata, commit timestamp; see offsets_codec.py) with acks=all to the coordinator partition,
+and put in the cache only once the append is acknowledged — so a commit that was answered survives
+the coordinator's node (it is on every in-sync replica). Offsets of empty groups older than
+`offsets.retention.minutes` get tombstones the local cleaner compacts away.
+
+Routing: `call(group, op, args)` runs an operation on the coordinator — here, or as a signed
+internal request `POST /internal/groups/{op}` to the coordinator's node. Answers are JSON with an
+`error` field holding Kafka's error name (re-raised as the matching `GroupError` by the caller).
+
+Concurrency: everything runs on the server's event loop; the log read of a load runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from ingest_api.errors import (
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    NotReadyError,
+    TopicExistsError,
+)
+from ingest_api.groups.assignors import TopicPartition
+from ingest_api.groups.coordinator import CoordinatorConfig, Effect, GroupCoordinator, JoinResult, SyncResult
+from ingest_api.groups.errors import (
+    BY_ERROR_CODE,
+    BY_KAFKA_NAME,
+    CoordinatorLoadInProgressError,
+    GroupError,
+    NotCoordinatorError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+)
+from ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
+from ingest_api.groups.offsets_codec import (
+    CommittedOffset,
+    OffsetKey,
+    OffsetsRecordError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from ingest_api.errors import InvalidRequestError, NodeError
+from ingest_api.partition import PartitionKey, now_ms
+from logstore.record_batch import Record, build_batch, iter_batches
+
+log = logging.getLogger("lakelog.groups")
+
+#: Bytes read per step when a coordinator loads its partition.
+LOAD_READ_BYTES = 1024 * 1024
+#: Most partitions in one commit request.
+MAX_COMMIT_PARTITIONS = 10_000
+#: Extra wait beyond the rebalance timeout for a delayed JoinGroup / SyncGroup answer.
+ANSWER_SLACK_S = 2.0
+#: Errors after which a call is worth retrying (the coordinator moves, loads, or is unreachable).
+RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
+             NotLeaderOrFollowerError)
+
+
+def _effect_doc(e: Effect) -> dict[str, Any]:
+    if isinstance(e, JoinResult):
+        return {"error": e.error.kafka_name if e.error else None, "member_id": e.member_id,  # type: ignore[union-attr]
+                "generation": e.generation, "protocol": e.protocol, "leader_id": e.leader_id,
+                "members": [[m, meta] for m, meta in e.members]}
+    return {"error": e.error.kafka_name if e.error else None, "member_id": e.member_id,  # type: ignore[union-attr]
+            "generation": e.generation, "assignment": e.assignment}
+
+
+def raise_group_error(doc: dict[str, Any]) -> dict[str, Any]:
+    """The answer, or its `error` raised as the matching GroupError."""
+    name = doc.get("error")
+    if name:
+        exc = BY_KAFKA_NAME.get(name, GroupError)(str(doc.get("message") or name))
+        exc.doc = doc  # type: ignore[attr-defined]  # e.g. the member id of a join still in progress
+        raise exc
+    return doc
+
+
+class GroupService:
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        cfg = node.config
+        self.config = cfg
+        self.coordinator = GroupCoordinator(CoordinatorConfig(
+            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+            max_size=cfg.group_max_size,
+            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
+            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes), self._new_member_id)
+        #: __consumer_offsets partition -> the leader epoch its groups were loaded in.
+        self._loaded: dict[int, int] = {}
+        self._loading: dict[int, asyncio.Task] = {}
+        #: (group, member id, "join" | "sync") -> the HTTP request waiting for that answer.
+        self._waiters: dict[tuple[str, str, str], asyncio.Future] = {}
+        #: (group, topic-partition) -> log offset of the commit in the cache (later commits win).
+        self._commit_positions: dict[tuple[str, TopicPartition], int] = {}
+        self._task: asyncio.Task | None = None
+        self._topic_lock: asyncio.Lock | None = None
+        self._next_expiry = 0.0
+
+    @staticmethod
+    def _new_member_id(client_id: str) -> str:
+        return f"{client_id or 'consumer'}-{uuid.uuid4()}"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._topic_lock = asyncio.Lock()
+        self._next_expiry = time.monotonic() + self.config.offsets_retention_check_interval_ms / 1000
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="group-coordinator")
+
+    async def stop(self) -> None:
+        tasks = [t for t in [self._task, *self._loading.values()] if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._deliver(self.coordinator.remove_groups(lambda g: True))
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(NotCoordinatorError("the node is shutting down"))
+        self._waiters.clear()
+
+    async def _loop(self) -> None:
+        interval = self.config.group_coordinator_tick_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self._check_leadership()
+                self._deliver(self.coordinator.tick(now_ms()))
+                if time.monotonic() >= self._next_expiry:
+                    self._next_expiry = time.monotonic() + self.config.offsets_retention_check_interval_ms / 1000
+                    await self._expire_offsets()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("group coordinator tick failed")
+
+    # ------------------------------------------------------------------ partitions led and loaded
+
+    def num_partitions(self) -> int:
+        topic = self.node.image.topics.get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic is not None else self.config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return coordinator_partition(group_id, self.num_partitions())
+
+    def coordinator_node(self, group_id: str) -> int:
+        """The node coordinating the group (-1 while its partition has no leader or the topic is missing)."""
+        topic = self.node.image.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return -1
+        return topic.partitions[self.partition_for(group_id)].leader
+
+    def _led_partitions(self) -> dict[int, int]:
+        topic = self.node.image.topics.get(OFFSETS_TOPIC)
+        out: dict[int, int] = {}
+        if topic is None:
+            return out
+        for p in range(len(topic.partitions)):
+            part = self.node.local_partition(PartitionKey(OFFSETS_TOPIC, p))
+            if part is not None and part.is_leader:
+                out[p] = part.leader_epoch
+        return out
+
+    def _check_leadership(self) -> None:
+        led = self._led_partitions()
+        for p, epoch in list(self._loaded.items()):
+            if led.get(p) != epoch:
+                self._unload(p)
+        for p, epoch in led.items():
+            if p not in self._loaded and p not in self._loading:
+                self._loading[p] = asyncio.get_running_loop().create_task(self._load(p, epoch),
+                                                                          name=f"load-offsets-{p}")
+
+    def _unload(self, p: int) -> None:
+        self._loaded.pop(p, None)
+        n = self.num_partitions()
+        self._deliver(self.coordinator.remove_groups(lambda g: coordinator_partition(g, n) == p))
+        for key in [k for k in self._commit_positions if coordinator_partition(k[0], n) == p]:
+            del self._commit_positions[key]
+        log.info("%s-%d: no longer coordinating its groups", OFFSETS_TOPIC, p)
+
+    async def _load(self, p: int, epoch: int) -> None:
+        try:
+            part = self.node.local_partition(PartitionKey(OFFSETS_TOPIC, p))
+            if part is None:
+                return
+            started = time.monotonic()
+            entries = await asyncio.to_thread(_read_offsets_log, part.log, p)
+            if not (part.is_leader and part.leader_epoch == epoch):
+                return  # leadership moved while reading: the next tick decides again
+            n = self.num_partitions()
+            self._deliver(self.coordinator.remove_groups(lambda g: coordinator_partition(g, n) == p))
+            now = now_ms()
+            for log_offset, key, value in entries:
+                tp = TopicPartition(key.topic, key.partition)
+                self.coordinator.apply_offset(key.group, tp, value, now)
+                self._commit_positions[(key.group, tp)] = log_offset
+            self._loaded[p] = epoch
+            log.info("%s-%d: loaded %d offset records in %.0f ms (leader epoch %d)", OFFSETS_TOPIC, p,
+                     len(entries), (time.monotonic() - started) * 1000, epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s-%d: loading the committed offsets failed (retried next tick)", OFFSETS_TOPIC, p)
+        finally:
+            self._loading.pop(p, None)
+
+    def _require(self, group_id: str) -> int:
+        """The group's partition, if this node coordinates it and has loaded it."""
+        if not group_id:
+            raise InvalidRequestError("the group id must not be empty")
+        p = self.partition_for(group_id)
+        if p in self._loaded:
+            return p
+        if p in self._loading or p in self._led_partitions():
+            raise CoordinatorLoadInProgressError(f"node {self.node.node_id} is loading the offsets of group "
+                                                 f"{group_id}; retry")
+        raise NotCoordinatorError(f"node {self.node.node_id} is not the coordinator of group {group_id}")
+
+    # ------------------------------------------------------------------ delayed answers
+
+    def _deliver(self, effects: list[Effect]) -> None:
+        for e in effects:
+            kind = "join" if isinstance(e, JoinResult) else "sync"
+            fut = self._waiters.pop((e.group_id, e.member_id, kind), None)
+            if fut is not None and not fut.done():
+                fut.set_result(e)
+
+    async def _await_answer(self, key: tuple[str, str, str], effects: list[Effect], timeout_s: float) -> Effect | None:
+        old = self._waiters.pop(key, None)
+        if old is not None and not old.done():
+            old.set_exception(RebalanceInProgressError("superseded by a newer request of the same member"))
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[key] = fut
+        self._deliver(effects)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            if self._waiters.get(key) is fut:
+                del self._waiters[key]
+
+    # ------------------------------------------------------------------ operations on the coordinator
+
+    async def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run one operation here, the coordinator; group errors are answered in the `error` field."""
+        handler = _OPS.get(op)
+        if handler is None:
+            raise InvalidRequestError(f"unknown group operation {op!r}")
+        try:
+            return await handler(self, args)
+        except GroupError as e:
+            return {"error": e.kafka_name, "message": str(e)}
+
+    async def _op_join(self, a: dict[str, Any]) -> dict[str, Any]:
+        group = str(a["group_id"])
+        self._require(group)
+        protocols = [(str(p[0]), p[1]) for p in a["protocols"]]
+        rebalance_ms = int(a.get("rebalance_timeout_ms") or a["session_timeout_ms"])
+        mid, effects = self.coordinator.join(
+            group, str(a.get("member_id") or ""), client_id=str(a.get("client_id", "")),
+            client_host=str(a.get("client_host", "")), session_timeout_ms=int(a["session_timeout_ms"]),
+            rebalance_timeout_ms=rebalance_ms, protocol_type=str(a.get("protocol_type", "consumer")),
+            protocols=protocols, now_ms=now_ms())
+        wait = (max(rebalance_ms, int(a["session_timeout_ms"])) + self.config.group_initial_rebalance_delay_ms) / 1000
+        res = await self._await_answer((group, mid, "join"), effects, wait + ANSWER_SLACK_S)
+        if res is None:  # still rebalancing: the member rejoins with its id
+            return {"error": RebalanceInProgressError.kafka_name, "message": "the rebalance is still going on; rejoin",
+                    "member_id": mid}
+        return _effect_doc(res)
+
+    async def _op_sync(self, a: dict[str, Any]) -> dict[str, Any]:
+        group, mid = str(a["group_id"]), str(a["member_id"])
+        self._require(group)
+        assignments = a.get("assignments")
+        effects = self.coordinator.sync(group, mid, int(a["generation"]),
+                                        dict(assignments) if assignments is not None else None, now_ms())
+        member = self.coordinator.groups[group].members.get(mid)
+        wait = (member.rebalance_timeout_ms if member else self.config.group_max_session_timeout_ms) / 1000
+        res = await self._await_answer((group, mid, "sync"), effects, wait + ANSWER_SLACK_S)
+        if res is None:
+            return {"error": RebalanceInProgressError.kafka_name, "message": "no assignment yet; rejoin"}
+        return _effect_doc(res)
+
+    async def _op_heartbeat(self, a: dict[str, Any]) -> dict[str, Any]:
+        group = str(a["group_id"])
+        self._require(group)
+        self.coordinator.heartbeat(group, str(a["member_id"]), int(a["generation"]), now_ms())
+        return {"error": None}
+
+    async def _op_leave(self, a: dict[str, Any]) -> dict[str, Any]:
+        group = str(a["group_id"])
+        self._require(group)
+        self._deliver(self.coordinator.leave(group, str(a["member_id"]), now_ms()))
+        return {"error": None}
+
+    async def _op_commit(self, a: dict[str, Any]) -> dict[str, Any]:
+        group = str(a["group_id"])
+        p = self._require(group)
+        member_id, generation = str(a.get("member_id") or ""), int(a.get("generation", -1))
+        offsets = a.get("offsets") or []
+        if not isinstance(offsets, list) or len(offsets) > MAX_COMMIT_PARTITIONS:
+            raise InvalidRequestError(f"offsets must be a list of at most {MAX_COMMIT_PARTITIONS} entries")
+        self.coordinator.check_commit(group, member_id, generation)
+        now = now_ms()
+        parsed: list[tuple[TopicPartition, CommittedOffset]] = []
+        for o in offsets:
+            metadata = str(o.get("metadata") or "")
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                raise OffsetMetadataTooLargeError(f"metadata of {o['topic']}-{o['partition']} is longer than "
+                                                  f"offset.metadata.max.bytes={self.config.offset_metadata_max_bytes}")
+            parsed.append((TopicPartition(str(o["topic"]), int(o["partition"])),
+                           CommittedOffset(int(o["offset"]), metadata, now, int(o.get("leader_epoch", -1)))))
+        if not parsed:
+            return {"error": None, "offsets": []}
+        await self._append(p, [(OffsetKey(group, tp.topic, tp.partition), v) for tp, v in parsed], now)
+        return {"error": None, "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": v.offset}
+                                           for tp, v in parsed]}
+
+    async def _append(self, p: int, entries: list[tuple[OffsetKey, CommittedOffset | None]], now: int) -> None:
+        """Append commits (or tombstones) with acks=all, then put them in the cache."""
+        batch = build_batch([Record(i, now, encode_key(k), encode_value(v) if v is not None else None)
+                             for i, (k, v) in enumerate(entries)])
+        try:
+            info = await self.node.produce_batches(OFFSETS_TOPIC, p, batch, "all")
+        except (NotLeaderOrFollowerError, LeaderNotAvailableError) as e:
+            raise NotCoordinatorError(f"the coordinator of {OFFSETS_TOPIC}-{p} moved: {e}") from None
+        if p not in self._loaded:
+            return  # leadership moved meanwhile: the new coordinator reads the commit from the log
+        for i, (k, v) in enumerate(entries):
+            tp, pos = TopicPartition(k.topic, k.partition), info.first_offset + i
+            if self._commit_positions.get((k.group, tp), -1) < pos:
+                self._commit_positions[(k.group, tp)] = pos
+                self.coordinator.apply_offset(k.group, tp, v, now)
+
+    async def _op_offset_fetch(self, a: dict[str, Any]) -> dict[str, Any]:
+        group = str(a["group_id"])
+        self._require(group)
+        committed = self.coordinator.committed(group)
+        wanted = a.get("partitions")
+        if wanted is not None:
+            keys = [TopicPartition(str(x[0]), int(x[1])) for x in wanted]
+        else:
+            keys = sorted(committed)
+        return {"error": None, "offsets": [
+            {"topic": tp.topic, "partition": tp.partition,
+             "offset": committed[tp].offset if tp in committed else -1,
+             "metadata": committed[tp].metadata if tp in committed else "",
+             "commit_timestamp": committed[tp].commit_timestamp_ms if tp in committed else None}
+            for tp in keys]}
+
+    async def _op_describe(self, a: dict[str, Any]) -> dict[str, Any]:
+        group_id = str(a["group_id"])
+        self._require(group_id)
+        g = self.coordinator.describe(group_id)
+        out: dict[str, Any] = {"error": None, "group_id": group_id, "coordinator": self.node.node_id,
+                               "state": "Dead", "protocol_type": "consumer", "protocol": None, "generation": -1,
+                               "leader_id": None, "members": [], "offsets": []}
+        if g is not None:
+            out.update({"state": g.state.value, "protocol_type": g.protocol_type, "protocol": g.protocol,
+                        "generation": g.generation, "leader_id": g.leader_id,
+                        "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+                                     "assignment": m.assignment} for m in g.members.values()]})
+            out["offsets"] = (await self._op_offset_fetch({"group_id": group_id}))["offsets"]
+        return out
+
+    async def _op_list(self, a: dict[str, Any]) -> dict[str, Any]:
+        n = self.num_partitions()
+        return {"error": None, "groups": [
+            {"group_id": g.group_id, "state": g.state.value, "protocol_type": g.protocol_type,
+             "members": len(g.members), "coordinator": self.node.node_id}
+            for g in sorted(self.coordinator.groups.values(), key=lambda g: g.group_id)
+            if coordinator_partition(g.group_id, n) in self._loaded]}
+
+    async def _expire_offsets(self) -> None:
+        n = self.num_partitions()
+        by_partition: dict[int, list[tuple[OffsetKey, None]]] = {}
+        for group, tp in self.coordinator.expired_offsets(now_ms()):
+            p = coordinator_partition(group, n)
+            if p in self._loaded:
+                by_partition.setdefault(p, []).append((OffsetKey(group, tp.topic, tp.partition), None))
+        for p, entries in by_partition.items():
+            try:
+                await self._append(p, entries, now_ms())  # type: ignore[arg-type]
+                log.info("%s-%d: expired %d committed offsets of empty groups", OFFSETS_TOPIC, p, len(entries))
+            except NodeError as e:
+                log.info("%s-%d: expiring offsets failed (retried later): %s", OFFSETS_TOPIC, p, e)
+
+    # ------------------------------------------------------------------ routing from any node
+
+    async def ensure_offsets_topic(self) -> None:
+        """Create `__consumer_offsets` (compacted) if it does not exist yet."""
+        node = self.node
+        if OFFSETS_TOPIC in node.image.topics:
+            return
+        assert self._topic_lock is not None
+        async with self._topic_lock:
+            if OFFSETS_TOPIC in node.image.topics:
+                return
+            live = max(1, sum(1 for b in node.image.brokers.values() if not b.fenced))
+            rf = min(self.config.offsets_topic_replication_factor, live)
+            try:
+                await node.create_topic(OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions,
+                                        replication_factor=rf, configs={
+                                            "cleanup.policy": "compact",
+                                            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+                                            "min.insync.replicas": str(min(self.config.min_insync_replicas, rf))})
+                log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
+                         self.config.offsets_topic_num_partitions, rf)
+            except TopicExistsError:
+                pass
+
+    async def call(self, group_id: str, op: str, args: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Run `op` on the group's coordinator (one attempt); group errors raised as GroupError."""
+        await self.ensure_offsets_topic()
+        leader = self.coordinator_node(group_id)
+        if leader < 0:
+            raise LeaderNotAvailableError(f"the coordinator of group {group_id} is not available yet "
+                                          f"({OFFSETS_TOPIC} partition {self.partition_for(group_id)} has no leader)")
+        body = {**args, "group_id": group_id}
+        if leader == self.node.node_id:
+            return raise_group_error(await self.handle(op, body))
+        from ingest_api.node import RemoteError
+        resp = await self.node.peers.post_json(leader, f"/internal/groups/{op}", body,
+                                               timeout_s=timeout_s or self.config.request_timeout_ms / 1000 + 5)
+        try:
+            doc = resp.json()
+        except ValueError:
+            doc = {}
+        if resp.status_code != 200:
+            code = int(doc.get("error_code", resp.status_code * 100)) if isinstance(doc, dict) else resp.status_code * 100
+            cls = BY_ERROR_CODE.get(code)
+            if cls is not None:
+                raise cls(str(doc.get("message", "")))
+            if code == NotReadyError.error_code:
+                raise NotReadyError(str(doc.get("message", "")))
+            raise RemoteError(resp.status_code, code, str(doc.get("message", resp.text[:200])))
+        return raise_group_error(doc)
+
+    async def call_with_retry(self, group_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """`call`, retried while the coordinator moves or loads, up to request.timeout.ms."""
+        from ingest_api.replication.peers import PeerUnavailableError
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        delay = 0.05
+        while True:
+            try:
+                return await self.call(group_id, op, args)
+            except (*RETRIABLE, PeerUnavailableError):
+                if time.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def list_all_groups(self) -> list[dict[str, Any]]:
+        """Groups of every coordinator in the cluster (each live node is asked for its own)."""
+        out = (await self.handle("list", {}))["groups"]
+        others = [b for b in self.node.image.brokers if b != self.node.node_id and not self.node.image.brokers[b].fenced]
+
+        async def ask(b: int) -> list[dict[str, Any]]:
+            try:
+                resp = await self.node.peers.post_json(b, "/internal/groups/list", {}, timeout_s=5)
+                return resp.json().get("groups", []) if resp.status_code == 200 else []
+            except Exception as e:  # a node that cannot answer: list what the others know
+                log.info("listing the groups of node %d failed: %s", b, e)
+                return []
+
+        for groups in await asyncio.gather(*(ask(b) for b in others)):
+            out.extend(groups)
+        return sorted(out, key=lambda g: g["group_id"])
+
+
+_OPS = {
+    "join": GroupService._op_join,
+    "sync": GroupService._op_sync,
+    "heartbeat": GroupService._op_heartbeat,
+    "leave": GroupService._op_leave,
+    "commit": GroupService._op_commit,
+    "offset_fetch": GroupService._op_offset_fetch,
+    "describe": GroupService._op_describe,
+    "list": GroupService._op_list,
+}
+
+
+def _read_offsets_log(plog: Any, p: int) -> list[tuple[int, OffsetKey, CommittedOffset | None]]:
+    """Every offset record of a `__consumer_offsets` log, in log order (on a thread)."""
+    out: list[tuple[int, OffsetKey, CommittedOffset | None]] = []
+    offset = plog.log_start_offset
+    end = plog.log_end_offset
+    while offset < end:
+        res = plog.read(offset, LOAD_READ_BYTES)
+        if not len(res.records):
+            break
+        nxt = offset
+        for _, batch in iter_batches(res.records):
+            nxt = max(nxt, batch.next_offset)
+            if batch.is_control:
+                continue
+            for rec in batch.records():
+                if rec.offset < offset or rec.key is None:
+                    continue
+                try:
+                    out.append((rec.offset, decode_key(rec.key), decode_value(rec.value)))
+                except OffsetsRecordError as e:
+                    log.error("%s-%d: skipping the record at offset %d: %s", OFFSETS_TOPIC, p, rec.offset, e)
+        if nxt <= offset:
+            break
+        offset = nxt
+    return out
