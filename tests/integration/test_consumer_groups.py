@@ -1,0 +1,230 @@
+"""Consumer groups on one real node: the REST Proxy v2 consumer API, commits, the stateless group API, errors."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.support.faults import cluster_id, wait_for
+from tests.support.nodes import NodeProcess, start_node
+
+V2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+JSON_V2 = "application/vnd.kafka.json.v2+json"
+BINARY_V2 = "application/vnd.kafka.binary.v2+json"
+
+#: Group settings that keep the tests quick (a real cluster uses the defaults).
+FAST_GROUPS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "group.coordinator.tick.ms": "50",
+    "offsets.topic.num.partitions": "4",
+}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory) -> NodeProcess:
+    n = start_node(tmp_path_factory.mktemp("groups"), **FAST_GROUPS)
+    try:
+        yield n
+    finally:
+        try:
+            n.stop()
+        finally:
+            n.kill()
+
+
+def create_topic(url: str, name: str, partitions: int) -> None:
+    r = httpx.post(f"{url}/v3/clusters/{cluster_id(url)}/topics", timeout=30,
+                   json={"topic_name": name, "partitions_count": partitions, "replication_factor": 1})
+    assert r.status_code == 201, r.text
+
+
+def produce(url: str, topic: str, partition: int, values: list) -> None:
+    r = httpx.post(f"{url}/topics/{topic}/partitions/{partition}", timeout=30, headers={"Content-Type": JSON_V2},
+                   json={"records": [{"value": v} for v in values]})
+    assert r.status_code == 200, r.text
+
+
+def new_consumer(url: str, group: str, name: str, **cfg) -> str:
+    body = {"name": name, "format": "json", "auto.offset.reset": "earliest", "auto.commit.enable": "false",
+            "session.timeout.ms": 2000, "heartbeat.interval.ms": 200, **cfg}
+    r = httpx.post(f"{url}/consumers/{group}", json=body, headers=V2, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["instance_id"] == name
+    return r.json()["base_uri"]
+
+
+def poll(base: str, want: int, timeout_s: float = 20) -> list[dict]:
+    got: list[dict] = []
+
+    def more():
+        r = httpx.get(f"{base}/records", params={"timeout": 200}, headers={"Accept": JSON_V2}, timeout=30)
+        assert r.status_code == 200, r.text
+        got.extend(r.json())
+        return len(got) >= want
+
+    wait_for(more, timeout_s, f"{want} records from {base}", interval_s=0)
+    return got
+
+
+def assignment(base: str) -> list[tuple[str, int]]:
+    r = httpx.get(f"{base}/assignments", timeout=10)
+    assert r.status_code == 200, r.text
+    return sorted((p["topic"], p["partition"]) for p in r.json()["partitions"])
+
+
+def error(r: httpx.Response, status: int, code: int) -> str:
+    assert r.status_code == status, r.text
+    assert r.json()["error_code"] == code, r.text
+    return r.json()["message"]
+
+
+def test_subscribe_consume_commit_and_describe(node):
+    url = node.url
+    create_topic(url, "orders", 3)
+    for p in range(3):
+        produce(url, "orders", p, [f"o{p}-{i}" for i in range(5)])
+    base = new_consumer(url, "billing", "c1")
+    r = httpx.post(f"{base}/subscription", json={"topics": ["orders"]}, headers=V2, timeout=10)
+    assert r.status_code == 204, r.text
+    assert httpx.get(f"{base}/subscription", timeout=10).json() == {"topics": ["orders"]}
+    recs = poll(base, 15)
+    assert sorted(r["value"] for r in recs) == sorted(f"o{p}-{i}" for p in range(3) for i in range(5))
+    assert assignment(base) == [("orders", 0), ("orders", 1), ("orders", 2)]
+    # Nothing committed yet (auto-commit is off).
+    committed = httpx.request("GET", f"{base}/offsets", timeout=10).json()["offsets"]
+    assert {o["offset"] for o in committed} == {-1}
+    # Commit without a body: the positions (everything returned).
+    r = httpx.post(f"{base}/offsets", headers=V2, timeout=30)
+    assert r.status_code == 200, r.text
+    committed = httpx.request("GET", f"{base}/offsets", timeout=10,
+                              json={"partitions": [{"topic": "orders", "partition": 1}]}).json()["offsets"]
+    assert committed == [{"topic": "orders", "partition": 1, "offset": 5, "metadata": ""}]
+    # Explicit commit with metadata, then describe shows it with the lag.
+    r = httpx.post(f"{base}/offsets", headers=V2, timeout=30,
+                   json={"offsets": [{"topic": "orders", "partition": 0, "offset": 3, "metadata": "half"}]})
+    assert r.status_code == 200, r.text
+    d = httpx.get(f"{url}/groups/billing", timeout=30).json()
+    assert d["state"] == "Stable" and d["partition_assignor"] == "range" and len(d["members"]) == 1
+    rows = {p["partition"]: p for p in d["partitions"]}
+    assert (rows[0]["current_offset"], rows[0]["log_end_offset"], rows[0]["lag"], rows[0]["metadata"]) == (3, 5, 2, "half")
+    assert rows[1]["lag"] == 0 and rows[1]["consumer_id"] == d["members"][0]["member_id"]
+    assert "billing" in {g["group_id"] for g in httpx.get(f"{url}/groups", timeout=30).json()["groups"]}
+    # Seek back and read again; seek to the end and read nothing.
+    r = httpx.post(f"{base}/positions", headers=V2, timeout=10,
+                   json={"offsets": [{"topic": "orders", "partition": 2, "offset": 3}]})
+    assert r.status_code == 204, r.text
+    assert sorted(r["value"] for r in poll(base, 2)) == ["o2-3", "o2-4"]
+    r = httpx.post(f"{base}/positions/beginning", headers=V2, timeout=10,
+                   json={"partitions": [{"topic": "orders", "partition": 1}]})
+    assert r.status_code == 204
+    assert len(poll(base, 5)) == 5
+    r = httpx.post(f"{base}/positions/end", headers=V2, timeout=10,
+                   json={"partitions": [{"topic": "orders", "partition": p} for p in range(3)]})
+    assert r.status_code == 204
+    assert httpx.get(f"{base}/records", params={"timeout": 100}, headers={"Accept": JSON_V2}, timeout=10).json() == []
+    # Delete: the group becomes empty, the committed offsets stay.
+    assert httpx.delete(base, timeout=30).status_code == 204
+    d = httpx.get(f"{url}/groups/billing", timeout=30).json()
+    assert d["state"] == "Empty" and d["members"] == []
+    assert {p["partition"]: p["current_offset"] for p in d["partitions"]} == {0: 3, 1: 5, 2: 5}
+    error(httpx.get(f"{base}/assignments", timeout=10), 404, 40403)
+
+
+def test_auto_commit_commits_returned_records(node):
+    url = node.url
+    create_topic(url, "clicks", 1)
+    produce(url, "clicks", 0, list(range(10)))
+    base = new_consumer(url, "auto", "a1", **{"auto.commit.enable": "true", "auto.commit.interval.ms": 50})
+    httpx.post(f"{base}/subscription", json={"topics": ["clicks"]}, headers=V2, timeout=10)
+    assert len(poll(base, 10)) == 10
+    # The next records request (after the interval) commits what the previous ones returned.
+    def committed_after_another_poll() -> bool:
+        assert httpx.get(f"{base}/records", params={"timeout": 60}, timeout=10).json() == []
+        return httpx.get(f"{url}/groups/auto/offsets", timeout=10).json()["offsets"] == [
+            {"topic": "clicks", "partition": 0, "offset": 10, "metadata": ""}]
+
+    wait_for(committed_after_another_poll, 20, "the auto-commit")
+    produce(url, "clicks", 0, [10, 11])
+    assert [r["value"] for r in poll(base, 2)] == [10, 11]
+    assert httpx.delete(base, timeout=30).status_code == 204  # closing commits too
+    assert httpx.get(f"{url}/groups/auto/offsets", timeout=10).json()["offsets"][0]["offset"] == 12
+    # A new member of the group starts from the committed offset, not from the beginning.
+    base2 = new_consumer(url, "auto", "a2")
+    httpx.post(f"{base2}/subscription", json={"topics": ["clicks"]}, headers=V2, timeout=10)
+    produce(url, "clicks", 0, [12])
+    assert [r["value"] for r in poll(base2, 1)] == [12]
+    httpx.delete(base2, timeout=30)
+
+
+def test_stateless_commits_and_manual_assignment(node):
+    url = node.url
+    create_topic(url, "ledger", 2)
+    produce(url, "ledger", 0, list(range(6)))
+    r = httpx.post(f"{url}/groups/batch/offsets", headers=V2, timeout=30,
+                   json={"offsets": [{"topic": "ledger", "partition": 0, "offset": 4, "metadata": "job-7"}]})
+    assert r.status_code == 200, r.text
+    assert httpx.get(f"{url}/groups/batch/offsets", timeout=10).json()["offsets"] == [
+        {"topic": "ledger", "partition": 0, "offset": 4, "metadata": "job-7"}]
+    # A manually assigned instance starts from the committed offset and commits as a simple consumer.
+    base = new_consumer(url, "batch", "m1", **{"format": "binary"})
+    r = httpx.post(f"{base}/assignments", headers=V2, timeout=10,
+                   json={"partitions": [{"topic": "ledger", "partition": 0}]})
+    assert r.status_code == 204, r.text
+    assert assignment(base) == [("ledger", 0)]
+    r = httpx.get(f"{base}/records", params={"timeout": 1000}, headers={"Accept": BINARY_V2}, timeout=10)
+    assert [rec["offset"] for rec in r.json()] == [4, 5]
+    # Its format is binary: asking for JSON records is refused.
+    error(httpx.get(f"{base}/records", headers={"Accept": JSON_V2}, timeout=10), 406, 40601)
+    assert httpx.post(f"{base}/offsets", headers=V2, timeout=30).status_code == 200
+    assert httpx.get(f"{url}/groups/batch/offsets", timeout=10).json()["offsets"][0]["offset"] == 6
+    # Subscribing an assigned instance is an illegal state; so is seeking an unassigned partition.
+    error(httpx.post(f"{base}/subscription", json={"topics": ["ledger"]}, headers=V2, timeout=10), 409, 40903)
+    error(httpx.post(f"{base}/positions", headers=V2, timeout=10,
+                     json={"offsets": [{"topic": "ledger", "partition": 1, "offset": 0}]}), 409, 40903)
+    httpx.delete(base, timeout=30)
+    # While the group has active members, the stateless API may not commit for it.
+    sub = new_consumer(url, "batch", "s1")
+    httpx.post(f"{sub}/subscription", json={"topics": ["ledger"]}, headers=V2, timeout=10)
+    wait_for(lambda: assignment(sub), 20, "an assignment")
+    error(httpx.post(f"{url}/groups/batch/offsets", headers=V2, timeout=30,
+                     json={"offsets": [{"topic": "ledger", "partition": 0, "offset": 0}]}), 409, 40914)
+    httpx.delete(sub, timeout=30)
+
+
+def test_bad_requests_get_confluent_errors(node):
+    url = node.url
+    create_topic(url, "misc", 1)
+    new_consumer(url, "errs", "dup")
+    error(httpx.post(f"{url}/consumers/errs", json={"name": "dup"}, headers=V2, timeout=10), 409, 40902)
+    error(httpx.post(f"{url}/consumers/errs", json={"name": "x", "format": "avro"}, headers=V2, timeout=10), 422, 42201)
+    error(httpx.post(f"{url}/consumers/errs", json={"name": "x", "auto.offset.reset": "sometimes"}, headers=V2,
+                     timeout=10), 422, 42201)
+    error(httpx.post(f"{url}/consumers/errs", json={"name": "x", "session.timeout.ms": 10}, headers=V2, timeout=10),
+          422, 42201)
+    error(httpx.post(f"{url}/consumers/errs", json={"name": "bad/name"}, headers=V2, timeout=10), 422, 42201)
+    error(httpx.post(f"{url}/consumers/errs", json={"name": "sp ace"}, headers=V2, timeout=10), 422, 42201)
+    error(httpx.post(f"{url}/consumers/errs", content=b"{nope", headers=V2, timeout=10), 422, 42201)
+    error(httpx.post(f"{url}/consumers/errs", content=b"<x/>", headers={"Content-Type": "application/xml"},
+                     timeout=10), 415, 41501)
+    base = f"{url}/consumers/errs/instances/dup"
+    error(httpx.get(f"{url}/consumers/errs/instances/ghost/records", timeout=10), 404, 40403)
+    error(httpx.post(f"{base}/subscription", json={"topics": []}, headers=V2, timeout=10), 422, 42201)
+    error(httpx.post(f"{base}/subscription", json={"topics": ["misc"], "topic_pattern": "m.*"}, headers=V2,
+                     timeout=10), 422, 42201)
+    error(httpx.post(f"{base}/subscription", json={"topic_pattern": "("}, headers=V2, timeout=10), 422, 42201)
+    error(httpx.post(f"{base}/assignments", json={"partitions": [{"topic": "nope", "partition": 0}]}, headers=V2,
+                     timeout=10), 404, 40401)
+    error(httpx.post(f"{base}/assignments", json={"partitions": [{"topic": "misc", "partition": -1}]}, headers=V2,
+                     timeout=10), 422, 42201)
+    error(httpx.post(f"{base}/offsets", json={"offsets": [{"topic": "misc", "partition": 0, "offset": "x"}]},
+                     headers=V2, timeout=10), 422, 42201)
+    error(httpx.post(f"{url}/groups/errs/offsets", json={"offsets": [{"topic": "misc", "partition": 0, "offset": 1,
+                                                                      "metadata": "m" * 5000}]},
+                     headers=V2, timeout=30), 413, 41310)
+    error(httpx.post(f"{url}/groups/errs/offsets", json={"offsets": [{"topic": "misc", "partition": 9, "offset": 1}]},
+                     headers=V2, timeout=30), 404, 40402)
+    error(httpx.get(f"{url}/groups/never-used", timeout=30), 404, 40404)
+    # The internal group calls need the cluster signature.
+    error(httpx.post(f"{url}/internal/groups/list", json={}, timeout=10), 401, 40101)
+    assert httpx.delete(base, timeout=30).status_code == 204
