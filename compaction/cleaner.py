@@ -444,7 +444,10 @@ class LogCleaner:
             # tier) is the remote log manager's (ingest_api/node.py), not the cleaner's.
             if log.config.delete and not log.config.remote_storage_enable:
                 retention = apply_retention(log, now_ms, hw)
-            if log.config.compact:
+            # A tiered compacted log is compacted over the remote tier by the Spark compaction
+            # job (compaction/remote.py); locally it keeps only its hot tail, which the uploader
+            # must find as the leader wrote it.
+            if log.config.compact and not log.config.remote_storage_enable:
                 clean = clean_log(log, now_ms, high_watermark=hw,
                                   max_offset_map_entries=self.max_offset_map_entries,
                                   should_stop=self._stop.is_set)

@@ -6,6 +6,8 @@
     lakelog produce TOPIC ...                                                    like kafka-console-producer.sh
     lakelog consume TOPIC --partition P ...                                      like kafka-console-consumer.sh
     lakelog dump-log PATH ...                                                    like DumpLogSegments
+    lakelog jobs run NAME [--topic T] [--remote URL] | jobs schedule             Spark jobs over the remote tier
+    lakelog sql "SELECT ..." [--remote URL] [--format table|json|csv]            Spark SQL over the topics' tables
 
 The console tools talk HTTP to a node (`--bootstrap-server`, default `$LAKELOG_URL` or
 http://127.0.0.1:8082) through `infra.client`. Errors print `lakelog <command>: <message>` on
@@ -360,8 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--http-port", type=_port, default=8082, metavar="BASE",
                     help="HTTP port of node 1; node i listens on BASE+i-1 (default 8082)")
     up.add_argument("--remote", metavar="URL",
-                    help="remote tier: s3://bucket/prefix or file:///path (default file://DIR/remote); "
-                         "validated and recorded, but not used yet: tiering is not implemented")
+                    help="remote tier: s3://bucket/prefix or file:///path (default file://DIR/remote), "
+                         "shared by every node; topics opt in with remote.storage.enable=true")
     up.add_argument("--set", action="append", type=_key_value, metavar="KEY=VALUE",
                     help="a node config key for every node (not node.id, log.dirs, listeners)")
 
@@ -420,6 +422,10 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE")
     consume.add_argument("--key-separator", default="\t", metavar="SEP", help="between key and value (default tab)")
 
+    from spark_log.cli import add_commands as add_spark_commands  # no pyspark import until a command runs
+
+    add_spark_commands(sub, _add)
+
     dump = _add(sub, "dump-log", "dump-log", _cmd_dump_log,
                 help="print the batches and records of .log, .index and .timeindex files")
     dump.add_argument("paths", nargs="+", metavar="PATH", help="segment files to dump")
@@ -429,6 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("jobs", "sql"):
+        from spark_log.cli import resolve_remote
+
+        resolve_remote(args)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -150,6 +150,8 @@ LOG_CONFIG = (
             min=0, unit="ms")
     .define("min.insync.replicas", int, 1, "acks=all produce needs at least this many replicas in the ISR.", min=1)
     .define("unclean.leader.election.enable", bool, False, "Allow an out-of-sync replica to become leader.")
+    .define("value.schema", str, "", "Spark DDL of JSON record values (e.g. 'id BIGINT, amount DOUBLE'): "
+            "sync-tables adds them as typed columns to the topic's Delta table; empty: values stay binary.")
 )
 
 

@@ -156,6 +156,8 @@ class Node:
         self.voters = parse_voters(config.controller_quorum_voters) if config.controller_quorum_voters else {
             self.node_id: (config.host, config.port)}
         self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None
+        #: Topic descriptors this node last wrote to the remote tier (see _publish_topic_descriptor).
+        self._published_descriptors: dict = {}
         #: The remote tier (opened by `start`); used by partitions of topics with remote.storage.enable.
         self.tier: RemoteTier | None = None
         #: Partitions whose uploads a newer leader fenced, with the leader epoch that was fenced:
@@ -330,6 +332,8 @@ class Node:
         """
         rp = self._remote(p)
         epoch, hw = p.leader_epoch, p.high_watermark
+        if p.is_leader and p.key.partition == 0:
+            self._publish_topic_descriptor(p.key.topic)
         if p.is_leader and self._tier_fenced.get(p.key) != epoch:
             try:
                 report = rp.copy_segments(p.log, epoch, hw)
@@ -350,6 +354,20 @@ class Node:
         except Exception as e:
             log.warning("%s: local retention of a tiered log failed (retried in the next round): %s", p.key, e)
 
+    def _publish_topic_descriptor(self, topic: str) -> None:
+        """Keep `_topics/<topic>.json` in the remote tier current (configs for the Spark jobs)."""
+        from tiering.topics import TopicDescriptor, write_topic_descriptor
+
+        assert self.tier is not None
+        try:
+            meta = self._topic_metadata(topic)
+            d = TopicDescriptor(topic, meta.topic_id, meta.partitions, {k: str(v) for k, v in meta.configs.items()})
+            if self._published_descriptors.get(topic) != d:
+                write_topic_descriptor(self.tier.store, d)
+                self._published_descriptors[topic] = d
+        except Exception as e:  # the topic went away, or the store is down: next round
+            log.debug("%s: topic descriptor not published: %s", topic, e)
+
     async def delete_remote_topic(self, name: str, topic_id: str, partitions: int) -> None:
         """Delete a deleted topic's remote data (every partition), retrying transient errors a while."""
         assert self.tier is not None
@@ -369,6 +387,13 @@ class Node:
                         else:
                             time.sleep(0.2 * (attempt + 1))
                 tier.forget(name, part)
+            from tiering.topics import topic_descriptor_key
+
+            try:
+                tier.store.delete(topic_descriptor_key(name))
+                self._published_descriptors.pop(name, None)
+            except TieringError as e:
+                log.warning("%s: the topic descriptor stays in the remote tier: %s", name, e)
 
         await asyncio.to_thread(delete_all)
 
@@ -808,11 +833,9 @@ class Node:
         for name in configs:
             if name not in LOG_CONFIG.keys:
                 raise ConfigError(f"unknown topic config {name!r}")
-        cfg = self.config.log_config(configs)  # raises on a bad value
-        if cfg.remote_storage_enable and cfg.compact:
-            # As Kafka: the uploader slices local segments, which local compaction rewrites.
-            raise ConfigError("remote.storage.enable=true needs cleanup.policy=delete (a compacted topic "
-                              "cannot be tiered)")
+        self.config.log_config(configs)  # raises on a bad value
+        # A tiered compacted topic is compacted by the Spark job over the remote tier; the local
+        # cleaner leaves its hot tail alone (compaction/cleaner.py).
         return {k: str(v) for k, v in configs.items()}
 
     async def delete_topic(self, name: str) -> None:

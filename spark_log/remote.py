@@ -18,7 +18,6 @@ Concurrency: the functions are pure apart from the store; each Spark task opens 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -39,8 +38,8 @@ from tiering.errors import ObjectNotFoundError, RemoteCorruptionError
 from tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
 from tiering.manifest import PartitionManifest, RemoteSegment
 from tiering.store import ObjectStore, open_store
+from tiering.topics import TopicDescriptor, read_topic_descriptor, write_topic_descriptor  # noqa: F401
 
-TOPICS_DIR = "_topics"
 TABLES_DIR = "tables"
 REMOTE_INDEX_TABLE = "_remote_index"
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
@@ -77,63 +76,6 @@ def open_remote(remote_url: str) -> ObjectStore:
 
 # ---------------------------------------------------------------------------------------------
 # topics
-
-
-@dataclass(frozen=True, slots=True)
-class TopicDescriptor:
-    """What the nodes publish about a tiered topic (`_topics/<topic>.json`, version 1)."""
-
-    name: str
-    topic_id: str | None
-    partitions: int
-    configs: dict[str, str]
-
-    def config(self, name: str, default: str | None = None) -> str | None:
-        return self.configs.get(name, default)
-
-
-def topic_descriptor_key(topic: str) -> str:
-    return f"{TOPICS_DIR}/{topic}.json"
-
-
-def encode_topic_descriptor(d: TopicDescriptor) -> bytes:
-    body = {"name": d.name, "topic_id": d.topic_id, "partitions": d.partitions,
-            "configs": dict(sorted(d.configs.items()))}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return json.dumps({"version": 1, "crc32c": crc32c(canonical), "topic": body},
-                      sort_keys=True, separators=(",", ":")).encode()
-
-
-def decode_topic_descriptor(data: bytes, key: str = "") -> TopicDescriptor:
-    try:
-        doc = json.loads(data)
-        if doc.get("version") != 1:
-            raise ValueError(f"unsupported version {doc.get('version')!r}")
-        body = doc["topic"]
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-        if crc32c(canonical) != doc["crc32c"]:
-            raise ValueError("CRC-32C mismatch")
-        return TopicDescriptor(str(body["name"]), body.get("topic_id"), int(body["partitions"]),
-                               {str(k): str(v) for k, v in body["configs"].items()})
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise RemoteCorruptionError(f"topic descriptor {key}: {e}", key=key) from None
-
-
-def read_topic_descriptor(store: ObjectStore, topic: str) -> TopicDescriptor | None:
-    key = topic_descriptor_key(topic)
-    try:
-        data, _ = store.get(key)
-    except ObjectNotFoundError:
-        return None
-    return decode_topic_descriptor(data, key)
-
-
-def write_topic_descriptor(store: ObjectStore, d: TopicDescriptor) -> bool:
-    """Publish `d` unless the stored descriptor already says the same; True if written."""
-    if read_topic_descriptor(store, d.name) == d:
-        return False
-    store.put(topic_descriptor_key(d.name), encode_topic_descriptor(d))
-    return True
 
 
 def remote_partitions(store: ObjectStore, topic: str | None = None) -> dict[str, list[int]]:

@@ -1,0 +1,124 @@
+"""Rebuild of a remote segment's `.index` and `.timeindex` from its `.log` (one Spark task each).
+
+The indexes are regenerated exactly as a node builds them (tiering/uploader.py `scan_segment`:
+one offset index entry per `index.interval.bytes` of batches, a time index entry whenever the max
+timestamp grows at such a point, and the final max timestamp appended as when a segment rolls), so
+with the topic's `index.interval.bytes` the result is byte for byte the index the node uploaded.
+
+`rebuild_segment`:
+  * `mode="missing"` (default) checks the stored objects first (present, size and CRC-32C as the
+    manifest records them) and rebuilds only a missing or damaged one; `mode="all"` rebuilds
+    every index;
+  * the `.log` is read with ranged GETs and every batch CRC-checked (a corrupt `.log` is reported,
+    never indexed);
+  * a rebuilt index equal to the manifest's record (size and CRC) is written back under its key;
+    one that differs (the topic's `index.interval.bytes` changed since the upload) is written and
+    the manifest entry updated by compare-and-swap;
+  * it returns a row of the partition-level remote index (segment, offset range, timestamp range,
+    size, leader epochs, state, what was done) for the `_remote_index` Delta table.
+
+No pyspark here; `spark_log/jobs.py` runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+
+from logstore.record_batch import crc32c
+from spark_log.remote import iter_segment_batches
+from tiering import manifest as mf
+from tiering.errors import ObjectNotFoundError, RemoteCorruptionError
+from tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from tiering.manifest import NO_TIMESTAMP, RemoteSegment
+from tiering.metadata import ManifestStore
+from tiering.store import ObjectStore
+from tiering.uploader import scan_segment
+
+
+@dataclass
+class SegmentIndexRow:
+    """One row of the partition-level remote index (and what the rebuild did)."""
+
+    topic: str
+    partition: int
+    segment_id: str
+    base_offset: int
+    end_offset: int
+    min_timestamp: int
+    max_timestamp: int
+    size_in_bytes: int
+    batch_count: int
+    first_leader_epoch: int
+    last_leader_epoch: int
+    leader_epochs: str  # "epoch:start_offset,..." (compact and stable for a Delta column)
+    state: str
+    index_action: str  # ok | rebuilt | manifest-updated | corrupt-log
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _object_ok(store: ObjectStore, key: str, size: int, crc: int) -> bool:
+    try:
+        data = store.get_range(key, 0, size) if size else b""
+        if size == 0:
+            store.head(key)
+    except ObjectNotFoundError:
+        return False
+    return len(data) == size and crc32c(data) == crc
+
+
+def rebuild_segment(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, *,
+                    index_interval_bytes: int, mode: str = "missing") -> SegmentIndexRow:
+    """Check and, as needed, rebuild the indexes of one COPY_FINISHED segment (see above)."""
+    if mode not in ("missing", "all"):
+        raise ValueError(f"mode must be 'missing' or 'all', not {mode!r}")
+    ikey = segment_key(topic, partition, seg.base_offset, seg.segment_id, INDEX_SUFFIX)
+    tkey = segment_key(topic, partition, seg.base_offset, seg.segment_id, TIME_INDEX_SUFFIX)
+    row = SegmentIndexRow(topic, partition, seg.segment_id, seg.base_offset, seg.end_offset, NO_TIMESTAMP,
+                          seg.max_timestamp, seg.size_in_bytes, 0, seg.first_leader_epoch, seg.last_leader_epoch,
+                          ",".join(f"{e}:{o}" for e, o in seg.leader_epochs), seg.state.name, "ok")
+    need = mode == "all" or not _object_ok(store, ikey, seg.index_bytes, seg.index_crc32c) \
+        or not _object_ok(store, tkey, seg.time_index_bytes, seg.time_index_crc32c)
+    fd, path = tempfile.mkstemp(prefix="rebuild-", suffix=".log")
+    try:
+        os.unlink(path)
+        size = 0
+        min_ts = None
+        count = 0
+        try:
+            for _, batch in iter_segment_batches(store, topic, partition, seg):
+                # With a delete horizon (KIP-534) the base timestamp field holds the horizon.
+                first_ts = batch.max_timestamp if batch.has_delete_horizon else batch.base_timestamp
+                if min_ts is None or first_ts < min_ts:
+                    min_ts = first_ts
+                count += 1
+                if need:
+                    os.pwrite(fd, bytes(batch.buffer), size)
+                    size += batch.size_in_bytes
+        except RemoteCorruptionError as e:
+            row.index_action, row.detail = "corrupt-log", str(e)
+            return row
+        row.min_timestamp = NO_TIMESTAMP if min_ts is None else min_ts
+        row.batch_count = count
+        if not need:
+            return row
+        scan = scan_segment(fd, size, base_offset=seg.base_offset, end_offset=seg.end_offset,
+                            index_interval_bytes=index_interval_bytes, path=ikey)
+    finally:
+        os.close(fd)
+    store.put(ikey, scan.index)
+    store.put(tkey, scan.time_index)
+    new_index = (len(scan.index), crc32c(scan.index))
+    new_time = (len(scan.time_index), crc32c(scan.time_index))
+    if new_index == (seg.index_bytes, seg.index_crc32c) and new_time == (seg.time_index_bytes, seg.time_index_crc32c):
+        row.index_action = "rebuilt"
+        return row
+    ManifestStore(store, topic, partition).commit(
+        -1, lambda m: mf.replace_index_objects(m, seg.segment_id, index=new_index, time_index=new_time), force=True)
+    row.index_action = "manifest-updated"
+    row.detail = "the stored indexes differed from a rebuild with this index.interval.bytes"
+    return row

@@ -1,0 +1,251 @@
+"""`lakelog jobs run|schedule|list` and `lakelog sql`: the Spark side of the CLI.
+
+pyspark is imported only when one of these commands runs, so the rest of the CLI starts fast.
+The remote root defaults to `LAKELOG_REMOTE`, then the embedded default of `lakelog up`
+(`file://$PWD/data/remote`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from spark_log.jobs import JOB_NAMES, REMOTE_ENV
+
+#: Default intervals of `lakelog jobs schedule` (seconds); `--every JOB=SECONDS` overrides, 0 disables.
+DEFAULT_INTERVALS_S = {"retention": 300, "compaction": 600, "rebuild-index": 0, "sync-tables": 300}
+MAX_SQL_ROWS = 10_000
+
+
+def default_remote() -> str:
+    return os.environ.get(REMOTE_ENV) or f"file://{Path('data/remote').resolve()}"
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    return k.strip(), v
+
+
+def _session(remote: str, master: str | None, app: str):
+    from spark_log.session import remote_session
+
+    return remote_session(remote, app_name=app, master=master)
+
+
+def _progress_runner(total_hint: str):
+    """A rich progress bar fed by `run_job`'s plan and per-task callbacks (stderr, so stdout stays clean)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=False)
+    state = {}
+
+    def on_plan(n: int) -> None:
+        state["task"] = progress.add_task(total_hint, total=n)
+
+    def on_row(row: dict) -> None:
+        if "task" in state:
+            progress.advance(state["task"])
+
+    return progress, on_plan, on_row
+
+
+def _print_summary(summary, out=sys.stdout) -> None:
+    print(f"lakelog jobs run {summary.job}: {len(summary.topics)} topic(s), {summary.seconds:.1f}s", file=out)
+    for row in summary.rows:
+        if summary.job in ("compaction", "retention"):
+            what = row["action"] + (f" ({row['reason']})" if row.get("reason") else "")
+            extra = ""
+            if row["action"] == "compacted":
+                extra = (f" records {row['records_read']} -> {row['records_kept']}, segments "
+                         f"{row['segments_replaced']} -> {row['segments_written']}")
+            elif row["action"] == "expired":
+                extra = f" {row['segments_expired']} segment(s), log start offset {row['log_start_offset']}"
+            print(f"  {row['topic']}-{row['partition']}: {what}{extra}", file=out)
+        elif summary.job == "rebuild-index":
+            if row.get("index_action") != "ok":
+                print(f"  {row['topic']}-{row['partition']} segment {row.get('base_offset', '?')} "
+                      f"{row['segment_id']}: {row['index_action']} {row.get('detail', '')}".rstrip(), file=out)
+        else:
+            print(f"  {row['topic']}: +{row['rows_added']} rows -> {row['table']}", file=out)
+    print(f"  totals: {json.dumps(summary.totals, sort_keys=True)}", file=out)
+
+
+def cmd_jobs_run(args: argparse.Namespace) -> int:
+    from spark_log.jobs import run_job
+
+    spark = _session(args.remote, args.master, f"lakelog-{args.job}")
+    try:
+        progress, on_plan, on_row = _progress_runner(args.job)
+        with progress:
+            summary = run_job(spark, args.job, args.remote, topics=args.topic, overrides=dict(args.config or []),
+                              force=args.force, rebuild_all=args.all, progress=on_row, on_plan=on_plan,
+                              delete_delay_ms=args.delete_delay_ms)
+        _print_summary(summary)
+        corrupt = [r for r in summary.rows if r.get("index_action") == "corrupt-log"]
+        return 2 if corrupt else 0
+    finally:
+        spark.stop()
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    from spark_log.jobs import __doc__ as doc
+
+    for line in doc.splitlines()[3:9]:
+        print(line)
+    return 0
+
+
+def cmd_jobs_schedule(args: argparse.Namespace) -> int:
+    """Run the jobs at their intervals until SIGINT/SIGTERM (one Spark session, jobs one at a time)."""
+    from spark_log.jobs import run_job
+
+    intervals = dict(DEFAULT_INTERVALS_S)
+    for job, seconds in args.every or []:
+        if job not in JOB_NAMES:
+            raise SystemExit(f"lakelog jobs schedule: unknown job {job!r}")
+        intervals[job] = float(seconds)
+    active = {j: s for j, s in intervals.items() if s > 0}
+    if not active:
+        print("lakelog jobs schedule: every interval is 0; nothing to do", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    spark = _session(args.remote, args.master, "lakelog-scheduler")
+    next_run = {j: time.monotonic() for j in active}
+    print(f"lakelog jobs schedule: {', '.join(f'{j} every {s:g}s' for j, s in active.items())} over {args.remote}",
+          file=sys.stderr, flush=True)
+    runs = 0
+    try:
+        while not stop.is_set():
+            due = sorted((t, j) for j, t in next_run.items() if t <= time.monotonic())
+            for _, job in due:
+                if stop.is_set():
+                    break
+                try:
+                    summary = run_job(spark, job, args.remote, overrides=dict(args.config or []))
+                    print(f"lakelog jobs schedule: {job} {json.dumps(summary.totals, sort_keys=True)} "
+                          f"in {summary.seconds:.1f}s", file=sys.stderr, flush=True)
+                except Exception as e:  # a failed run is reported and retried at the next interval
+                    print(f"lakelog jobs schedule: {job} failed: {e}", file=sys.stderr, flush=True)
+                next_run[job] = time.monotonic() + active[job]
+                runs += 1
+                if args.max_runs and runs >= args.max_runs:
+                    return 0
+            wait = max(0.1, min(next_run.values()) - time.monotonic())
+            stop.wait(min(wait, 5.0))
+    finally:
+        spark.stop()
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from spark_log.tables import register_topics
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="lakelog-sql-") as warehouse:
+        from spark_log.session import remote_session
+
+        spark = remote_session(args.remote, app_name="lakelog-sql", master=args.master,
+                               conf={"spark.sql.warehouse.dir": warehouse})
+        try:
+            spark.sparkContext.setLogLevel("ERROR")
+            register_topics(spark, args.remote)
+            df = spark.sql(args.query)
+            rows = df.limit(args.max_rows + 1).collect()
+            truncated = len(rows) > args.max_rows
+            rows = rows[:args.max_rows]
+            _print_rows(df.columns, rows, args.format)
+            if truncated:
+                print(f"lakelog sql: output truncated at {args.max_rows} rows (--max-rows)", file=sys.stderr)
+        finally:
+            spark.stop()
+    return 0
+
+
+def _cell(v):
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "backslashreplace")
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    if hasattr(v, "asDict"):
+        return {k: _cell(x) for k, x in v.asDict().items()}
+    if isinstance(v, list):
+        return [_cell(x) for x in v]
+    return v
+
+
+def _print_rows(columns: list[str], rows, fmt: str) -> None:
+    values = [[_cell(r[i]) for i in range(len(columns))] for r in rows]
+    if fmt == "json":
+        for vs in values:
+            print(json.dumps(dict(zip(columns, vs)), default=str))
+    elif fmt == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(columns)
+        for vs in values:
+            w.writerow(["" if v is None else (json.dumps(v) if isinstance(v, (dict, list)) else v) for v in vs])
+    else:
+        text = [[("NULL" if v is None else str(v)) for v in vs] for vs in values]
+        widths = [max([len(c)] + [len(t[i]) for t in text]) for i, c in enumerate(columns)]
+        line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+        print(line)
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |")
+        print(line)
+        for t in text:
+            print("| " + " | ".join(v.ljust(w) for v, w in zip(t, widths)) + " |")
+        print(line)
+        print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
+def add_commands(sub, add) -> None:
+    """Add `jobs` and `sql` to the top-level parser (`add` is infra/cli.py's `_add`)."""
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument("--remote", default=None, metavar="URL",
+                        help=f"remote root: s3://bucket/prefix or file:///path (default ${REMOTE_ENV}, "
+                             f"else file://$PWD/data/remote, what `lakelog up` uses)")
+    remote.add_argument("--master", metavar="URL", help="Spark master (default $LAKELOG_SPARK_MASTER, else local[*])")
+    remote.add_argument("--config", action="append", type=_key_value, metavar="KEY=VALUE",
+                        help="override a topic config for this run (e.g. min.cleanable.dirty.ratio=0.1)")
+
+    jobs = sub.add_parser("jobs", help="Spark jobs over the remote tier: compaction, retention, rebuild-index, sync-tables")
+    jsub = jobs.add_subparsers(dest="jobs_command", required=True)
+    run = add(jsub, "run", "jobs run", cmd_jobs_run, parents=[remote], help="run one job now")
+    run.add_argument("job", choices=JOB_NAMES, metavar="NAME", help=" | ".join(JOB_NAMES))
+    run.add_argument("--topic", action="append", metavar="T", help="only this topic (repeatable; default all)")
+    run.add_argument("--force", action="store_true", help="compaction: clean even below min.cleanable.dirty.ratio")
+    run.add_argument("--all", action="store_true", help="rebuild-index: rebuild every index, not only missing or damaged ones")
+    run.add_argument("--delete-delay-ms", type=int, metavar="MS",
+                     help="override remote.segment.delete.delay.ms for replaced or expired segments")
+    schedule = add(jsub, "schedule", "jobs schedule", cmd_jobs_schedule, parents=[remote],
+                   help="run the jobs at intervals until Ctrl-C (the same entry points work from cron or Airflow)")
+    schedule.add_argument("--every", action="append", type=_key_value, metavar="JOB=SECONDS",
+                          help="interval of a job (0 disables); defaults: " +
+                               ", ".join(f"{j}={s}" for j, s in DEFAULT_INTERVALS_S.items()))
+    schedule.add_argument("--max-runs", type=int, default=0, metavar="N", help="stop after N job runs (0: never)")
+    add(jsub, "list", "jobs list", cmd_jobs_list, help="list the jobs")
+
+    sql = add(sub, "sql", "sql", cmd_sql, parents=[remote],
+              help="run Spark SQL over the topics' Delta tables (lakelog.<topic>)")
+    sql.add_argument("query", metavar="QUERY")
+    sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help=f"most rows printed (at most {MAX_SQL_ROWS})")
+
+
+def resolve_remote(args: argparse.Namespace) -> None:
+    if getattr(args, "remote", "unset") is None:
+        args.remote = default_remote()
+    if getattr(args, "max_rows", 0) and not 1 <= args.max_rows <= MAX_SQL_ROWS:
+        raise SystemExit(f"lakelog sql: --max-rows must lie between 1 and {MAX_SQL_ROWS}")

@@ -1,0 +1,260 @@
+"""Lakelog's Spark jobs over the remote tier: the runner behind `lakelog jobs run NAME` and
+`spark-submit spark_log/jobs.py NAME ...`.
+
+    compaction      compacted topics: latest value per key (compaction/remote.py), one task per partition
+    retention       retention.ms / retention.bytes by whole remote segments, one task per partition
+    rebuild-index   regenerate .index / .timeindex (missing or damaged ones, or all with --all),
+                    one task per segment; writes the partition-level remote index Delta table
+                    `<remote>/tables/_remote_index`
+    sync-tables     each topic into the Delta table `<remote>/tables/<topic>` (spark_log/tables.py)
+
+Topics and their configs: every topic with manifests under the remote root (or `--topic`), with
+the configs the nodes publish in `_topics/<topic>.json`, overridden by `--config KEY=VALUE`.
+Compaction runs on topics whose `cleanup.policy` includes compact, retention on those whose policy
+includes delete.
+
+Every job is idempotent (a second run right after the first changes nothing), takes each
+partition's job lease (two runs never work on one partition at once; the loser reports
+"skipped"), and changes manifests only through their compare-and-swap, so it is safe while the
+nodes keep tiering. Tasks carry only names and plain data; executors open the store themselves
+from the remote URL and the usual AWS environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+from infra.config import LogConfig
+from spark_log.remote import REMOTE_INDEX_TABLE, load_manifest, open_remote, read_topic_descriptor, remote_partitions, tables_path
+
+JOB_NAMES = ("compaction", "retention", "rebuild-index", "sync-tables")
+REMOTE_ENV = "LAKELOG_REMOTE"
+
+
+@dataclass
+class JobSummary:
+    """What a job run did, for the CLI's summary and for tests."""
+
+    job: str
+    remote: str
+    topics: list[str] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # one per partition / segment / table
+    seconds: float = 0.0
+    totals: dict = field(default_factory=dict)
+
+
+def topic_configs(store, topics: Iterable[str], overrides: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Configs per topic: the published descriptor, then `overrides` (only keys a topic may have)."""
+    out = {}
+    for t in topics:
+        d = read_topic_descriptor(store, t)
+        cfg = dict(d.configs) if d else {}
+        cfg.update(overrides)
+        LogConfig({k: v for k, v in cfg.items()})  # raises ConfigError on an unknown key or bad value
+        out[t] = cfg
+    return out
+
+
+def _policy(cfg: dict[str, str]) -> set[str]:
+    return {p.strip() for p in cfg.get("cleanup.policy", "delete").split(",")}
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks (run in executors: top-level functions of plain arguments)
+
+
+def _compaction_task(args: tuple) -> dict:
+    remote, topic, partition, cfg, owner, force, delete_delay_ms = args
+    from compaction.remote import compact_partition
+
+    store = open_remote(remote)
+    try:
+        return asdict(compact_partition(store, topic, partition, LogConfig(cfg), owner=owner, force=force,
+                                        delete_delay_ms=delete_delay_ms))
+    finally:
+        store.close()
+
+
+def _retention_task(args: tuple) -> dict:
+    remote, topic, partition, cfg, owner, _force, delete_delay_ms = args
+    from compaction.remote import expire_partition
+
+    store = open_remote(remote)
+    try:
+        return asdict(expire_partition(store, topic, partition, LogConfig(cfg), owner=owner,
+                                       delete_delay_ms=delete_delay_ms))
+    finally:
+        store.close()
+
+
+def _rebuild_task(args: tuple) -> dict:
+    remote, topic, partition, segment_id, interval, mode = args
+    from index.remote_rebuild import rebuild_segment
+
+    store = open_remote(remote)
+    try:
+        seg = load_manifest(store, topic, partition).segment(segment_id)
+        if seg is None:
+            return {"topic": topic, "partition": partition, "segment_id": segment_id, "index_action": "gone"}
+        return rebuild_segment(store, topic, partition, seg, index_interval_bytes=interval, mode=mode).to_dict()
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the runner
+
+
+def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress: Callable[[dict], None] | None) -> list[dict]:
+    if not tasks:
+        return []
+    rdd = spark.sparkContext.parallelize(tasks, len(tasks)).map(fn)
+    rows = []
+    for row in rdd.toLocalIterator(prefetchPartitions=True):
+        rows.append(row)
+        if progress:
+            progress(row)
+    return rows
+
+
+def plan(store, job: str, topics: list[str] | None, overrides: dict[str, str]) -> tuple[list[str], dict, dict]:
+    """(topics, partitions per topic, configs per topic) a job works on."""
+    found = remote_partitions(store)
+    names = [t for t in (topics or list(found))]
+    missing = [t for t in names if t not in found]
+    if topics and missing:
+        raise ValueError(f"no remote data for topic(s) {', '.join(missing)} under {store.url}")
+    configs = topic_configs(store, names, overrides)
+    if job == "compaction":
+        names = [t for t in names if "compact" in _policy(configs[t])]
+    elif job == "retention":
+        names = [t for t in names if "delete" in _policy(configs[t])]
+    return names, {t: found[t] for t in names}, configs
+
+
+def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, overrides: dict[str, str] | None = None,
+            force: bool = False, rebuild_all: bool = False, delete_delay_ms: int | None = None,
+            progress: Callable[[dict], None] | None = None, on_plan: Callable[[int], None] | None = None) -> JobSummary:
+    """Run `job` over the remote tier at `remote` with `spark`; see the module docstring."""
+    if job not in JOB_NAMES:
+        raise ValueError(f"unknown job {job!r}; jobs: {', '.join(JOB_NAMES)}")
+    started = time.monotonic()
+    summary = JobSummary(job, remote)
+    store = open_remote(remote)
+    try:
+        names, partitions, configs = plan(store, job, topics, overrides or {})
+        summary.topics = names
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        if job in ("compaction", "retention"):
+            from tiering.config import TieringConfig
+
+            delay = TieringConfig().remote_segment_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
+            tasks = [(remote, t, p, configs[t], owner, force, delay) for t in names for p in partitions[t]]
+            if on_plan:
+                on_plan(len(tasks))
+            fn = _compaction_task if job == "compaction" else _retention_task
+            summary.rows = _run_tasks(spark, fn, tasks, progress)
+        elif job == "rebuild-index":
+            tasks = []
+            for t in names:
+                interval = LogConfig(configs[t]).index_interval_bytes
+                for p in partitions[t]:
+                    m = load_manifest(store, t, p)
+                    tasks += [(remote, t, p, s.segment_id, interval, "all" if rebuild_all else "missing")
+                              for s in m.copy_finished]
+            if on_plan:
+                on_plan(len(tasks))
+            summary.rows = _run_tasks(spark, _rebuild_task, tasks, progress)
+            write_remote_index_table(spark, remote, [r for r in summary.rows if "segment_id" in r and "base_offset" in r])
+        else:
+            from spark_log.tables import sync_topic
+
+            if on_plan:
+                on_plan(len(names))
+            for t in names:
+                row = sync_topic(spark, remote, t, configs[t], partitions[t], owner=owner)
+                summary.rows.append(row)
+                if progress:
+                    progress(row)
+    finally:
+        store.close()
+    summary.seconds = time.monotonic() - started
+    summary.totals = _totals(job, summary.rows)
+    return summary
+
+
+def _totals(job: str, rows: list[dict]) -> dict:
+    def total(key: str) -> int:
+        return sum(int(r.get(key) or 0) for r in rows)
+
+    if job == "compaction":
+        return {"partitions": len(rows), "compacted": sum(r["action"] == "compacted" for r in rows),
+                "skipped": sum(r["action"] == "skipped" for r in rows), "records_read": total("records_read"),
+                "records_kept": total("records_kept"), "bytes_read": total("bytes_read"),
+                "bytes_written": total("bytes_written"), "segments_replaced": total("segments_replaced")}
+    if job == "retention":
+        return {"partitions": len(rows), "segments_expired": total("segments_expired"),
+                "skipped": sum(r["action"] == "skipped" for r in rows), "objects_deleted": total("objects_deleted")}
+    if job == "rebuild-index":
+        actions: dict[str, int] = {}
+        for r in rows:
+            actions[r.get("index_action", "?")] = actions.get(r.get("index_action", "?"), 0) + 1
+        return {"segments": len(rows), **actions}
+    return {"topics": len(rows), "rows_added": total("rows_added")}
+
+
+REMOTE_INDEX_SCHEMA = ("topic STRING, partition INT, segment_id STRING, base_offset BIGINT, end_offset BIGINT, "
+                       "min_timestamp BIGINT, max_timestamp BIGINT, size_in_bytes BIGINT, batch_count BIGINT, "
+                       "first_leader_epoch INT, last_leader_epoch INT, leader_epochs STRING, state STRING, "
+                       "index_action STRING, detail STRING")
+
+
+def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
+    """Replace `<remote>/tables/_remote_index` with `rows` (one per remote segment)."""
+    path = tables_path(remote, REMOTE_INDEX_TABLE)
+    cols = [c.split()[0] for c in REMOTE_INDEX_SCHEMA.split(", ")]
+    df = spark.createDataFrame([tuple(r.get(c) for c in cols) for r in rows], REMOTE_INDEX_SCHEMA)
+    (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .partitionBy("topic").save(path))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# spark-submit entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`spark-submit spark_log/jobs.py NAME --remote URL [--topic T] [--config K=V] [--force]`."""
+    parser = argparse.ArgumentParser(prog="lakelog-job")
+    parser.add_argument("job", choices=JOB_NAMES)
+    parser.add_argument("--remote", default=os.environ.get(REMOTE_ENV))
+    parser.add_argument("--topic", action="append")
+    parser.add_argument("--config", action="append", default=[])
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--all", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.remote:
+        parser.error("--remote URL (or LAKELOG_REMOTE) is required")
+    from pyspark.sql import SparkSession
+
+    from spark_log.session import ship_packages
+
+    spark = SparkSession.builder.appName(f"lakelog-{args.job}").getOrCreate()  # spark-submit's settings
+    ship_packages(spark)
+    overrides = dict(kv.split("=", 1) for kv in args.config)
+    summary = run_job(spark, args.job, args.remote, topics=args.topic, overrides=overrides, force=args.force,
+                      rebuild_all=args.all)
+    print(f"lakelog {args.job}: {summary.totals} in {summary.seconds:.1f}s")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
