@@ -5,6 +5,8 @@
     lakelog topics create|list|describe|alter|delete ...                         like kafka-topics.sh
     lakelog produce TOPIC ...                                                    like kafka-console-producer.sh
     lakelog consume TOPIC --partition P ...                                      like kafka-console-consumer.sh
+    lakelog consume TOPIC --group G ...                                          ... as a member of group G
+    lakelog groups list|describe|reset-offsets ...                               like kafka-consumer-groups.sh
     lakelog dump-log PATH ...                                                    like DumpLogSegments
     lakelog jobs run NAME [--topic T] [--remote URL] | jobs schedule             Spark jobs over the remote tier
     lakelog sql "SELECT ..." [--remote URL] [--format table|json|csv]            Spark SQL over the topics' tables
@@ -211,6 +213,17 @@ def _start_offset(client, args: argparse.Namespace) -> int:
 def _cmd_consume(args: argparse.Namespace) -> int:
     from infra.client import RequestFailedError
 
+    if args.group is not None:
+        if args.partition is not None or args.offset is not None:
+            args.parser.error("--group takes the partitions and offsets from the group: no --partition or --offset")
+        from infra.groups_cli import consume_group
+
+        with _client(args) as client:
+            return consume_group(args, client, _render)
+    if args.partition is None:
+        args.parser.error("the following arguments are required: --partition (or --group)")
+    if args.offset is None and not args.from_beginning:
+        args.parser.error("one of the arguments --offset --from-beginning is required")
     out = sys.stdout.buffer
     separator = args.key_separator.encode("utf-8")
     count = 0
@@ -410,10 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
     consume = _add(sub, "consume", "consume", _cmd_consume, parents=[client_opts],
                    help="print a partition's record values (like kafka-console-consumer.sh)",
                    description="Print record values, one per line (UTF-8; other bytes as \\xNN). Runs until "
-                               "Ctrl-C, --max-messages, or --timeout-ms without new records.")
+                               "Ctrl-C, --max-messages, or --timeout-ms without new records. With --group, "
+                               "joins the group and commits the offsets of what it printed.")
     consume.add_argument("topic", metavar="TOPIC")
-    consume.add_argument("--partition", type=_non_negative_int, required=True, metavar="P")
-    start = consume.add_mutually_exclusive_group(required=True)
+    consume.add_argument("--partition", type=_non_negative_int, metavar="P", help="the partition to read (or --group)")
+    consume.add_argument("--group", metavar="G",
+                         help="consume as a member of group G: partitions assigned by the group, offsets committed")
+    start = consume.add_mutually_exclusive_group()
     start.add_argument("--offset", type=_start_offset_arg, metavar="O", help="first offset: a number, earliest or latest")
     start.add_argument("--from-beginning", action="store_true", help="start at the log start offset")
     consume.add_argument("--max-messages", type=_positive_int, metavar="N", help="stop after N records")
@@ -425,6 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     from spark_log.cli import add_commands as add_spark_commands  # no pyspark import until a command runs
 
     add_spark_commands(sub, _add)
+
+    from infra.groups_cli import add_commands as add_group_commands
+
+    add_group_commands(sub, _add, client_opts)
 
     dump = _add(sub, "dump-log", "dump-log", _cmd_dump_log,
                 help="print the batches and records of .log, .index and .timeindex files")

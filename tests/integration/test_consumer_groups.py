@@ -228,3 +228,32 @@ def test_bad_requests_get_confluent_errors(node):
     # The internal group calls need the cluster signature.
     error(httpx.post(f"{url}/internal/groups/list", json={}, timeout=10), 401, 40101)
     assert httpx.delete(base, timeout=30).status_code == 204
+
+
+def test_cli_consume_with_a_group_describe_and_reset(node):
+    from tests.integration.test_cli import lakelog, ok
+
+    url = node.url
+    create_topic(url, "audit", 2)
+    produce(url, "audit", 0, [f"a{i}" for i in range(3)])
+    produce(url, "audit", 1, [f"b{i}" for i in range(2)])
+    out = ok(lakelog(url, "consume", "audit", "--group", "auditors", "--from-beginning", "--max-messages", "5"))
+    assert sorted(out.split()) == ['"a0"', '"a1"', '"a2"', '"b0"', '"b1"']
+    # It committed what it printed, and left the group: a second run finds nothing new.
+    produce(url, "audit", 1, ["b2"])
+    out = ok(lakelog(url, "consume", "audit", "--group", "auditors", "--timeout-ms", "1500"))
+    assert out.split() == ['"b2"']
+    assert ok(lakelog(url, "groups", "list")).split().count("auditors") == 1
+    described = ok(lakelog(url, "groups", "describe", "auditors"))
+    assert "has no active members" in described
+    rows = [line.split() for line in described.splitlines() if line.startswith("auditors")]
+    assert [(r[1], r[2], r[3], r[4], r[5]) for r in rows] == [("audit", "0", "3", "3", "0"), ("audit", "1", "3", "3", "0")]
+    # reset-offsets: a dry run changes nothing; --execute does.
+    plan = ok(lakelog(url, "groups", "reset-offsets", "auditors", "--topic", "audit:0", "--shift-by", "-2"))
+    assert "dry run" in plan and [line.split()[-1] for line in plan.splitlines() if line.startswith("auditors")] == ["1"]
+    assert httpx.get(f"{url}/groups/auditors/offsets", timeout=10).json()["offsets"][0]["offset"] == 3
+    ok(lakelog(url, "groups", "reset-offsets", "auditors", "--topic", "audit", "--to-earliest", "--execute"))
+    assert {o["offset"] for o in httpx.get(f"{url}/groups/auditors/offsets", timeout=10).json()["offsets"]} == {0}
+    out = ok(lakelog(url, "consume", "audit", "--group", "auditors", "--max-messages", "6"))
+    assert len(out.split()) == 6
+    assert "does not exist" in lakelog(url, "groups", "describe", "nobody").stderr.decode()
