@@ -42,7 +42,8 @@ def fuzz_node(tmp_path_factory) -> NodeProcess:
     # Bounded waits and topic sizes keep every generated request short. (Thousands of partitions
     # per topic run the process out of file descriptors: test_node_api covers that on its own.)
     n = start_node(tmp_path_factory.mktemp("fuzz-node"),
-                   **{"fetch.max.wait.ms": "200", "max.partitions.per.topic": "64"})
+                   **{"fetch.max.wait.ms": "200", "max.partitions.per.topic": "64",
+                      "offsets.topic.num.partitions": "4", "group.initial.rebalance.delay.ms": "0"})
     try:
         yield n
     finally:
@@ -118,6 +119,20 @@ OPERATIONS = [
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas"),
     ("GET", "/v3/clusters/{cluster_id}/brokers"), ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}"),
+    ("POST", "/consumers/{group}"), ("DELETE", "/consumers/{group}/instances/{instance}"),
+    ("POST", "/consumers/{group}/instances/{instance}/subscription"),
+    ("GET", "/consumers/{group}/instances/{instance}/subscription"),
+    ("DELETE", "/consumers/{group}/instances/{instance}/subscription"),
+    ("POST", "/consumers/{group}/instances/{instance}/assignments"),
+    ("GET", "/consumers/{group}/instances/{instance}/assignments"),
+    ("GET", "/consumers/{group}/instances/{instance}/records"),
+    ("POST", "/consumers/{group}/instances/{instance}/offsets"),
+    ("GET", "/consumers/{group}/instances/{instance}/offsets"),
+    ("POST", "/consumers/{group}/instances/{instance}/positions"),
+    ("POST", "/consumers/{group}/instances/{instance}/positions/beginning"),
+    ("POST", "/consumers/{group}/instances/{instance}/positions/end"),
+    ("GET", "/groups"), ("GET", "/groups/{group}"), ("GET", "/groups/{group}/offsets"),
+    ("POST", "/groups/{group}/offsets"),
     # Last: it may delete the seeded topics the other operations read.
     ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}"),
 ]
