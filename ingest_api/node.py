@@ -528,6 +528,8 @@ class Node:
                 records = ctrl.delete_topic(str(args["name"]))
             elif op == "alter_configs":
                 records = ctrl.alter_configs(str(args["name"]), dict(args["configs"]))
+            elif op == "create_partitions":
+                records = ctrl.create_partitions(str(args["name"]), int(args["total"]))
             elif op == "alter_partition":
                 records, _ = ctrl.alter_partition(int(args["node_id"]), int(args["broker_epoch"]), str(args["topic"]),
                                                   int(args["partition"]), int(args["leader_epoch"]),
@@ -858,6 +860,18 @@ class Node:
             merged.pop(k, None)
         merged = self._validated_configs(merged)
         await self._admin("alter_configs", {"name": name, "configs": merged})
+        return self._topic_metadata(name)
+
+    async def create_partitions(self, name: str, total: int) -> TopicMetadata:
+        """Grow a topic to `total` partitions (never shrinks; Kafka's `--alter --partitions`). Keyed
+        records may map to other partitions afterwards; consumer groups subscribed to the topic rebalance."""
+        self.check_ready()
+        topic = self._topic_metadata(name)
+        if topic.partitions < total <= self.config.max_partitions_per_topic:
+            live = max(1, sum(1 for b in self.image.brokers.values() if not b.fenced))
+            self._check_file_budget(-(-(total - topic.partitions) * min(topic.replication_factor, live) // live))
+        await self._admin("create_partitions", {"name": name, "total": total})
+        log.info("topic %s now has %d partitions", name, total)
         return self._topic_metadata(name)
 
     def topic_config(self, name: str) -> dict[str, object]:

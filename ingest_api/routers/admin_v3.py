@@ -45,6 +45,10 @@ class CreateTopicRequest(BaseModel):
     configs: list[ConfigEntry] = Field(default_factory=list, max_length=200)
 
 
+class UpdatePartitionCountRequest(BaseModel):
+    partitions_count: int = Field(ge=1, le=2**31 - 1)
+
+
 class UpdateConfigRequest(BaseModel):
     value: str = Field(max_length=4096)
 
@@ -161,6 +165,12 @@ async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Reque
 async def get_topic(cluster_id: str, topic: str, request: Request):
     node = _cluster(request, cluster_id)
     return JSONResponse(_topic_body(request, node, node.topic(topic)))
+
+
+@router.patch("/clusters/{cluster_id}/topics/{topic}", summary="Increase a topic's partition count")
+async def update_partition_count(cluster_id: str, topic: str, body: UpdatePartitionCountRequest, request: Request):
+    node = _cluster(request, cluster_id)
+    return JSONResponse(_topic_body(request, node, await node.create_partitions(topic, body.partitions_count)))
 
 
 @router.delete("/clusters/{cluster_id}/topics/{topic}", status_code=204, summary="Delete a topic")

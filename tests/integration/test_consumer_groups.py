@@ -257,3 +257,24 @@ def test_cli_consume_with_a_group_describe_and_reset(node):
     out = ok(lakelog(url, "consume", "audit", "--group", "auditors", "--max-messages", "6"))
     assert len(out.split()) == 6
     assert "does not exist" in lakelog(url, "groups", "describe", "nobody").stderr.decode()
+
+
+def test_more_partitions_rebalance_the_group(node):
+    url = node.url
+    create_topic(url, "growing", 2)
+    a = new_consumer(url, "growers", "g1")
+    b = new_consumer(url, "growers", "g2")
+    for base in (a, b):
+        httpx.post(f"{base}/subscription", json={"topics": ["growing"]}, headers=V2, timeout=10)
+    wait_for(lambda: assignment(a) == [("growing", 0)] and assignment(b) == [("growing", 1)], 20, "a 1-1 split")
+    r = httpx.patch(f"{url}/v3/clusters/{cluster_id(url)}/topics/growing", json={"partitions_count": 4}, timeout=30)
+    assert r.status_code == 200 and r.json()["partitions_count"] == 4, r.text
+    # The group leader sees the new partition count and rebalances: range gives each member two.
+    wait_for(lambda: assignment(a) == [("growing", 0), ("growing", 1)]
+             and assignment(b) == [("growing", 2), ("growing", 3)], 20, "a 2-2 split")
+    produce(url, "growing", 3, ["new"])
+    assert [r["value"] for r in poll(b, 1)] == ["new"]
+    error(httpx.patch(f"{url}/v3/clusters/{cluster_id(url)}/topics/growing", json={"partitions_count": 3},
+                      timeout=30), 422, 42206)
+    for base in (a, b):
+        httpx.delete(base, timeout=30)

@@ -109,7 +109,7 @@ OPERATIONS = [
     ("GET", "/brokers"), ("POST", "/producers"),
     ("GET", "/v3/clusters"), ("GET", "/v3/clusters/{cluster_id}"),
     ("GET", "/v3/clusters/{cluster_id}/topics"), ("POST", "/v3/clusters/{cluster_id}/topics"),
-    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}"), ("PATCH", "/v3/clusters/{cluster_id}/topics/{topic}"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/configs"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}"),
     ("PUT", "/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}"),
