@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import httpx
 import pytest
 
 from tests.support.faults import cluster_id, wait_for
-from tests.support.nodes import NodeProcess, start_node
+from tests.support.nodes import LAKELOG, NodeProcess, start_node
 
 V2 = {"Content-Type": "application/vnd.kafka.v2+json"}
 JSON_V2 = "application/vnd.kafka.json.v2+json"
@@ -225,14 +228,23 @@ def test_bad_requests_get_confluent_errors(node):
     error(httpx.post(f"{url}/groups/errs/offsets", json={"offsets": [{"topic": "misc", "partition": 9, "offset": 1}]},
                      headers=V2, timeout=30), 404, 40402)
     error(httpx.get(f"{url}/groups/never-used", timeout=30), 404, 40404)
-    # The internal group calls need the cluster signature.
+    # The internal group calls, and instance requests claiming to be forwarded, need the cluster signature.
     error(httpx.post(f"{url}/internal/groups/list", json={}, timeout=10), 401, 40101)
+    error(httpx.get(f"{base}/assignments", headers={"X-Lakelog-Forwarded-By": "2"}, timeout=10), 401, 40101)
     assert httpx.delete(base, timeout=30).status_code == 204
 
 
-def test_cli_consume_with_a_group_describe_and_reset(node):
-    from tests.integration.test_cli import lakelog, ok
+def lakelog(url: str, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "LAKELOG_URL"}
+    return subprocess.run([LAKELOG, *args, "--bootstrap-server", url], capture_output=True, timeout=60, env=env)
 
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, (result.args, result.returncode, result.stdout, result.stderr)
+    return result.stdout.decode()
+
+
+def test_cli_consume_with_a_group_describe_and_reset(node):
     url = node.url
     create_topic(url, "audit", 2)
     produce(url, "audit", 0, [f"a{i}" for i in range(3)])
@@ -278,3 +290,52 @@ def test_more_partitions_rebalance_the_group(node):
                       timeout=30), 422, 42206)
     for base in (a, b):
         httpx.delete(base, timeout=30)
+
+
+def test_offsets_compacted_and_read_back_after_a_restart_and_idle_instances_expire(tmp_path):
+    from logstore.record_batch import iter_batches
+    from ingest_api.groups.offsets_codec import decode_key, decode_value
+
+    n = start_node(tmp_path, **{**FAST_GROUPS, "offsets.topic.num.partitions": "1",
+                                "offsets.topic.segment.bytes": "1024", "log.cleaner.backoff.ms": "100",
+                                "consumer.instance.timeout.ms": "1000"})
+    try:
+        create_topic(n.url, "metrics", 2)
+        # An instance nobody uses for consumer.instance.timeout.ms is deleted, and leaves its group.
+        idle = new_consumer(n.url, "idlers", "sleepy")
+        httpx.post(f"{idle}/subscription", json={"topics": ["metrics"]}, headers=V2, timeout=10)
+        wait_for(lambda: httpx.get(f"{n.url}/groups/idlers", timeout=30).json()["state"] == "Stable", 20, "a member")
+        wait_for(lambda: httpx.get(f"{n.url}/groups/idlers", timeout=30).json()["state"] == "Empty", 20,
+                 "the idle instance to expire")
+        error(httpx.get(f"{idle}/assignments", timeout=10), 404, 40403)
+        for i in range(1, 61):
+            r = httpx.post(f"{n.url}/groups/sums/offsets", headers=V2, timeout=30, json={"offsets": [
+                {"topic": "metrics", "partition": i % 2, "offset": i}]})
+            assert r.status_code == 200, r.text
+
+        def offsets_records() -> list:
+            r = httpx.get(f"{n.url}/topics/__consumer_offsets/partitions/0/offsets", timeout=10).json()
+            start, end = r["beginning_offset"], r["end_offset"]
+            out, offset = [], start
+            while offset < end:
+                r = httpx.get(f"{n.url}/topics/__consumer_offsets/partitions/0/records", timeout=10,
+                              params={"offset": offset, "timeout": 0},
+                              headers={"Accept": "application/vnd.kafka.recordbatch"})
+                batches = [b for _, b in iter_batches(r.content)]
+                out += [(rec.offset, decode_key(rec.key), decode_value(rec.value)) for b in batches
+                        for rec in b.records() if rec.offset >= offset]
+                offset = batches[-1].next_offset
+            return out
+
+        # The local cleaner compacts __consumer_offsets: older commits of a key go away.
+        wait_for(lambda: len(offsets_records()) < 20, 30, "the compaction of __consumer_offsets")
+        latest = {(k.topic, k.partition): v.offset for _, k, v in offsets_records()}
+        assert latest == {("metrics", 0): 60, ("metrics", 1): 59}
+        n.restart()
+        # The restarted node leads the partition again and rebuilds the group's offsets from it.
+        got = wait_for(lambda: (lambda r: r.status_code == 200 and r.json()["offsets"])(
+            httpx.get(f"{n.url}/groups/sums/offsets", timeout=30)), 30, "the offsets after the restart")
+        assert {(o["partition"], o["offset"]) for o in got} == {(0, 60), (1, 59)}
+    finally:
+        n.stop()
+        n.kill()
