@@ -119,15 +119,17 @@ def apply_retention(log, now_ms: int, high_watermark: int | None = None, *,
                     retention_ms: int | None = None, retention_bytes: int | None = None) -> RetentionResult:
     """Delete the segments `plan_retention` picks from a `PartitionLog`; advance its log start offset.
 
-    Does nothing unless the log's `cleanup.policy` includes `delete`. `retention_ms` /
-    `retention_bytes` override the log's config (tiered topics pass their local limits).
+    Does nothing unless the log's `cleanup.policy` includes `delete`, or explicit `retention_ms` /
+    `retention_bytes` are given: those override the log's config, and are how tiered topics apply
+    their local limits — to compacted tiered topics too, since local retention of a tiered log
+    only drops what the remote tier holds (which the compaction job keeps compacted).
 
     Concurrency: safe alongside appends and reads (the log serialises the deletion under its
     lock). Segments are matched by base offset, so a segment rolled or replaced between the plan
     and the deletion is kept, never deleted by mistake.
     """
     cfg = log.config
-    if not cfg.delete:
+    if not cfg.delete and retention_ms is None and retention_bytes is None:
         return RetentionResult((), 0, log.log_start_offset)
     plan = plan_retention(segment_infos(log), now_ms=now_ms,
                           retention_ms=cfg.retention_ms if retention_ms is None else retention_ms,

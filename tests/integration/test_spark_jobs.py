@@ -1,0 +1,257 @@
+"""The Spark side end to end on local Spark: the jobs (compaction, retention, rebuild-index,
+sync-tables), the `lakelog` data source and SQL, against the filesystem store, moto's S3 server
+through S3A, and a real node serving the compacted partition over HTTP."""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+import uuid
+
+import httpx
+import pytest
+
+from infra.s3server import S3Server
+from spark_log.jobs import run_job
+from spark_log.remote import load_manifest
+from spark_log.session import remote_session
+from spark_log.tables import register_topics
+from tests.integration.test_remote_compaction import TOPIC, build_remote, reference, remote_records
+from tests.support.faults import wait_for
+from tests.support.nodes import start_node
+from tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from tiering.s3_store import S3Store
+from tiering.topics import TopicDescriptor, write_topic_descriptor
+
+pytestmark = pytest.mark.spark
+BINARY = "application/vnd.kafka.binary.v2+json"
+COMPACT = {"cleanup.policy": "compact", "segment.bytes": "12000", "index.interval.bytes": "512"}
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server().start()
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())  # the driver, the Python workers and S3A all read these
+    try:
+        yield server
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(s3):
+    session = remote_session("s3://lakelog-spark/x", app_name="lakelog-jobs-test")
+    yield session
+    session.stop()
+
+
+def fs_url(tmp_path) -> str:
+    return (tmp_path / "remote").as_uri()
+
+
+def read_source(spark, remote: str, topic: str = TOPIC, **options):
+    reader = spark.read.format("lakelog").option("remote", remote).option("topic", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return [(r["offset"], r["timestamp_ms"], bytes(r["key"]) if r["key"] is not None else None,
+             bytes(r["value"]) if r["value"] is not None else None)
+            for r in reader.load().selectExpr("offset", "unix_millis(timestamp) AS timestamp_ms", "key", "value")
+            .orderBy("offset").collect()]
+
+
+def test_compaction_job_equals_the_reference_and_the_data_source_reads_it(tmp_path, spark):
+    store, _, _, _ = build_remote(tmp_path)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    remote = fs_url(tmp_path)
+    before = remote_records(store)
+    assert read_source(spark, remote) == before
+    end = load_manifest(store, TOPIC, 0).end_offset
+
+    summary = run_job(spark, "compaction", remote, delete_delay_ms=0)
+    assert summary.totals["compacted"] == 1, summary
+    expected = reference(before, end + 1, drop_tombstones=False)
+    assert remote_records(store) == expected
+    assert read_source(spark, remote) == expected  # original offsets and timestamps kept
+    # Pruning by options: one partition's offset range only.
+    middle = expected[len(expected) // 2][0]
+    assert read_source(spark, remote, startingOffset=middle, endingOffset=middle + 30) == \
+        [r for r in expected if middle <= r[0] <= middle + 30]
+
+    again = run_job(spark, "compaction", remote, delete_delay_ms=0)
+    assert again.totals["compacted"] == 0 and again.rows[0]["reason"] == "nothing dirty"
+
+
+def test_rebuild_index_restores_indexes_byte_for_byte_and_writes_the_remote_index_table(tmp_path, spark):
+    store, _, _, _ = build_remote(tmp_path, log_cfg={"cleanup.policy": "delete"})
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, {"index.interval.bytes": "512"}))
+    remote = fs_url(tmp_path)
+    m = load_manifest(store, TOPIC, 0)
+    segs = m.copy_finished
+    originals = {}
+    for s in segs:
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            key = segment_key(TOPIC, 0, s.base_offset, s.segment_id, suffix)
+            originals[key] = store.get(key)[0]
+    lost = segment_key(TOPIC, 0, segs[1].base_offset, segs[1].segment_id, INDEX_SUFFIX)
+    damaged = segment_key(TOPIC, 0, segs[2].base_offset, segs[2].segment_id, TIME_INDEX_SUFFIX)
+    store.delete(lost)
+    bad = bytearray(originals[damaged])
+    bad[5] ^= 0xFF
+    store.put(damaged, bytes(bad))
+
+    summary = run_job(spark, "rebuild-index", remote)
+    assert summary.totals == {"segments": len(segs), "ok": len(segs) - 2, "rebuilt": 2}, summary.totals
+    for key, data in originals.items():
+        assert store.get(key)[0] == data, key
+    table = spark.read.format("delta").load(f"{remote}/tables/_remote_index").orderBy("base_offset").collect()
+    assert [(r["segment_id"], r["base_offset"], r["end_offset"], r["size_in_bytes"]) for r in table] == \
+        [(s.segment_id, s.base_offset, s.end_offset, s.size_in_bytes) for s in segs]
+    assert all(r["min_timestamp"] <= r["max_timestamp"] for r in table)
+
+    # Retention through Spark: retention.bytes keeps what fits, the log start moves, the source follows.
+    keep = sum(s.size_in_bytes for s in segs[-3:])
+    ret = run_job(spark, "retention", remote, overrides={"retention.bytes": str(keep), "retention.ms": "-1"}, delete_delay_ms=0)
+    assert ret.totals["segments_expired"] == len(segs) - 3
+    after = load_manifest(store, TOPIC, 0)
+    assert after.log_start_offset == segs[-3].base_offset
+    assert read_source(spark, remote)[0][0] == segs[-3].base_offset
+
+
+def test_sync_tables_over_s3a_is_idempotent_and_sql_sees_the_topic(tmp_path, spark, s3):
+    bucket = f"lakelog-{uuid.uuid4().hex[:10]}"
+    s3.create_bucket(bucket)
+    remote = f"s3://{bucket}/tier"
+    _, _, log, written = build_remote(tmp_path)  # local log; now tier it into S3
+    store = S3Store(bucket, "tier")
+    from tiering import RemoteTier, TieringConfig
+
+    RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000})) \
+        .partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    tiered = remote_records(store)
+    assert tiered and tiered == [w for w in written if w[0] <= tiered[-1][0]]
+
+    first = run_job(spark, "sync-tables", remote)
+    assert first.totals["rows_added"] == len(tiered)
+    second = run_job(spark, "sync-tables", remote)
+    assert second.totals["rows_added"] == 0
+    rows = spark.read.format("delta").load(f"s3a://{bucket}/tier/tables/{TOPIC}").orderBy("offset").collect()
+    assert [(r["offset"], bytes(r["key"]), None if r["value"] is None else bytes(r["value"])) for r in rows] == \
+        [(o, k, v) for o, _, k, v in tiered]
+    assert {r["partition"] for r in rows} == {0} and all(r["date"] is not None for r in rows)
+
+    assert set(register_topics(spark, remote)) >= {TOPIC, TOPIC + "_latest"}
+    assert spark.sql(f"SELECT count(*) AS n FROM lakelog.{TOPIC}").collect()[0]["n"] == len(tiered)
+    latest = {bytes(r["key"]): bytes(r["value"]) for r in spark.sql(f"SELECT key, value FROM lakelog.{TOPIC}_latest").collect()}
+    expected = {}
+    for _, _, k, v in tiered:
+        expected[k] = v
+    assert latest == {k: v for k, v in expected.items() if v is not None}
+
+
+# ---------------------------------------------------------------------------------------------
+# with a node: compaction seen over HTTP, jobs racing producers and tiering
+
+
+TIER_NODE = {"remote.log.manager.task.interval.ms": "100", "remote.segment.delete.delay.ms": "0",
+             "remote.log.metadata.max.age.ms": "0"}
+TOPIC_CFG = {"remote.storage.enable": "true", "cleanup.policy": "compact", "segment.bytes": "4096",
+             "index.interval.bytes": "512", "local.retention.bytes": "1", "min.cleanable.dirty.ratio": "0.01"}
+
+
+def _produce(url, topic, records):
+    body = {"records": [{"key": base64.b64encode(k.encode()).decode(),
+                         "value": None if v is None else base64.b64encode(v.encode()).decode()} for k, v in records]}
+    r = httpx.post(f"{url}/topics/{topic}/partitions/0?acks=all", json=body, timeout=30,
+                   headers={"Content-Type": BINARY})
+    assert r.status_code == 200, r.text
+    return [o["offset"] for o in r.json()["offsets"]]
+
+
+def _consume(url, topic):
+    out, offset = [], 0
+    while True:
+        r = httpx.get(f"{url}/topics/{topic}/partitions/0/records", timeout=30,
+                      params={"offset": offset, "timeout": 0, "max_bytes": 65536}, headers={"Accept": BINARY})
+        assert r.status_code == 200, r.text
+        recs = r.json()
+        if not recs:
+            return out
+        for rec in recs:
+            out.append((rec["offset"], base64.b64decode(rec["key"]).decode(),
+                        None if rec["value"] is None else base64.b64decode(rec["value"]).decode()))
+        offset = recs[-1]["offset"] + 1
+
+
+def test_jobs_while_producing_and_the_compacted_log_over_http(tmp_path, spark):
+    remote = (tmp_path / "remote").as_uri()
+    node = start_node(tmp_path, **TIER_NODE, **{"remote.storage.url": remote})
+    try:
+        url, topic = node.url, "balances"
+        cid = httpx.get(f"{url}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
+        r = httpx.post(f"{url}/v3/clusters/{cid}/topics", timeout=30, json={
+            "topic_name": topic, "partitions_count": 1,
+            "configs": [{"name": k, "value": v} for k, v in TOPIC_CFG.items()]})
+        assert r.status_code == 201, r.text
+        sent: list[tuple[int, str, str | None]] = []
+
+        def produce_round(tag: str, n: int) -> None:
+            for i in range(0, n, 25):
+                recs = [(f"acct-{(i + j) % 37}", None if (i + j) % 29 == 0 else f"{tag}-{i + j}") for j in range(25)]
+                sent.extend((o, k, v) for o, (k, v) in zip(_produce(url, topic, recs), recs))
+
+        produce_round("a", 600)
+        wait_for(lambda: load_manifest_end(tmp_path, topic) >= 400, what="segments tiered")
+        # Jobs run while a producer keeps writing and the node keeps tiering.
+        writer = threading.Thread(target=produce_round, args=("b", 400))
+        writer.start()
+        try:
+            comp = run_job(spark, "compaction", remote, delete_delay_ms=0)
+            sync = run_job(spark, "sync-tables", remote)
+        finally:
+            writer.join(60)
+        assert comp.totals["compacted"] == 1, comp.rows
+        assert sync.totals["rows_added"] > 0
+
+        got = _consume(url, topic)
+        checkpoint = load_manifest_of(tmp_path, topic).cleaner_checkpoint
+        assert checkpoint is not None and checkpoint > 0
+        # Below the checkpoint: the latest record per key (tombstones kept: delete.retention.ms).
+        expected = [(o, k, v) for o, _, k, v in reference([(o, 0, k, v) for o, k, v in sent], checkpoint,
+                                                          drop_tombstones=False)]
+        assert got == expected, "the compacted log over HTTP"
+        assert len(got) < len(sent)
+        # Nothing acknowledged is lost: every key's latest value is there.
+        latest = {}
+        for o, k, v in sent:
+            latest[k] = (o, v)
+        assert latest == {k: (o, v) for o, k, v in got if latest[k][0] == o}
+
+        # The table holds exactly what was produced (up to what was tiered when sync read it).
+        register_topics(spark, remote)
+        rows = spark.sql(f"SELECT offset, CAST(key AS STRING) k, CAST(value AS STRING) v FROM lakelog.{topic} "
+                         f"ORDER BY offset").collect()
+        synced = [(r["offset"], r["k"], r["v"]) for r in rows]
+        by_offset = {o: (o, k, v) for o, k, v in sent}
+        assert synced and all(by_offset[row[0]] == row for row in synced)
+        assert len({row[0] for row in synced}) == len(synced)  # no duplicates
+    finally:
+        node.stop()
+
+
+def load_manifest_of(tmp_path, topic):
+    from tiering.fs_store import FileSystemStore
+
+    return load_manifest(FileSystemStore(tmp_path / "remote"), topic, 0)
+
+
+def load_manifest_end(tmp_path, topic) -> int:
+    end = load_manifest_of(tmp_path, topic).end_offset
+    return -1 if end is None else end
