@@ -36,7 +36,8 @@ from typing import Any
 from ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
-    NodeError,
+    NotLeaderOrFollowerError,
+    NotReadyError,
     PartitionNotFoundError,
     TopicNotFoundError,
 )
@@ -45,15 +46,17 @@ from ingest_api.groups.assignors import ASSIGNORS, Subscription, TopicPartition
 from ingest_api.groups.errors import (
     ConsumerAlreadyExistsError,
     ConsumerInstanceNotFoundError,
-    GroupError,
+    CoordinatorLoadInProgressError,
     IllegalGenerationError,
     IllegalStateError,
     NoOffsetForPartitionError,
+    NotCoordinatorError,
     RebalanceInProgressError,
     TooManyInstancesError,
     UnknownMemberIdError,
 )
-from ingest_api.groups.service import GroupService, raise_group_error
+from ingest_api.groups.service import GroupService
+from ingest_api.replication.peers import PeerUnavailableError
 from logstore.errors import OffsetOutOfRangeError
 from logstore.record_batch import iter_batches
 
@@ -331,11 +334,20 @@ class ConsumerInstance:
             self.positions[tp] = bounds[1] if end else bounds[0]
 
     async def _resolve_positions(self, tps: list[TopicPartition]) -> None:
+        """Positions of newly assigned partitions: the committed offsets, else auto.offset.reset. While
+        the coordinator cannot answer, those partitions wait (never reset: that could skip commits)."""
         missing = [tp for tp in tps if tp not in self.positions]
         if not missing:
             return
         version = self.assignment_version
-        found = {(o["topic"], o["partition"]): o["offset"] for o in await self.committed(missing)}
+        try:
+            doc = await self.groups.call(self.group, "offset_fetch", {
+                "partitions": [[tp.topic, tp.partition] for tp in missing]}, timeout_s=5)
+        except (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
+                NotLeaderOrFollowerError, PeerUnavailableError) as e:
+            log.info("consumer %s/%s: committed offsets not available yet (%s)", self.group, self.name, e)
+            return
+        found = {(o["topic"], o["partition"]): o["offset"] for o in doc["offsets"]}
         resets = [tp for tp in missing if found.get((tp.topic, tp.partition), -1) < 0]
         reset_to = await self._reset_offsets(resets)
         if version != self.assignment_version:
@@ -588,6 +600,3 @@ class ConsumerManager:
         self.instances.pop((group, name), None)
         await inst.close()
 
-
-__all__ = ["ConsumerInstance", "ConsumerManager", "InstanceConfig", "fetch_partition", "partition_bounds",
-           "validate_name", "GroupError", "NodeError", "raise_group_error"]

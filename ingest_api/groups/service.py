@@ -43,7 +43,7 @@ from ingest_api.errors import (
     TopicExistsError,
 )
 from ingest_api.groups.assignors import TopicPartition
-from ingest_api.groups.coordinator import CoordinatorConfig, Effect, GroupCoordinator, JoinResult, SyncResult
+from ingest_api.groups.coordinator import CoordinatorConfig, Effect, GroupCoordinator, JoinResult
 from ingest_api.groups.errors import (
     BY_ERROR_CODE,
     BY_KAFKA_NAME,

@@ -138,10 +138,9 @@ async def _route(request: Request, group: str, instance: str, body: bytes = b"")
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     headers = {h: request.headers[h] for h in ("content-type", "accept") if h in request.headers}
     headers[FORWARDED_HEADER] = str(node.node_id)
-    timeout_ms = int(request.query_params.get("timeout", "0") or 0) if request.query_params.get("timeout", "").isdigit() else 0
-    resp = await node.peers.request(owner, request.method, path, body, headers=headers,
-                                    timeout_s=(min(timeout_ms, node.config.fetch_max_wait_ms)
-                                               + node.config.request_timeout_ms) / 1000 + 10)
+    # A records request long-polls up to fetch.max.wait.ms on the holder; commits may wait request.timeout.ms.
+    wait_s = (node.config.fetch_max_wait_ms + node.config.request_timeout_ms) / 1000 + 10
+    resp = await node.peers.request(owner, request.method, path, body, headers=headers, timeout_s=wait_s)
     if resp.status_code == 404:
         consumers.owners.pop((group, instance), None)
     return Response(resp.content, status_code=resp.status_code, media_type=resp.headers.get("content-type"))
@@ -150,8 +149,6 @@ async def _route(request: Request, group: str, instance: str, body: bytes = b"")
 async def _find_owner(node: Any, consumers: ConsumerManager, group: str, instance: str) -> int | None:
     key = (group, instance)
     cached = consumers.owners.get(key)
-    candidates = ([cached] if cached is not None else []) + [
-        b for b in sorted(node.image.brokers) if b != node.node_id and b != cached and not node.image.brokers[b].fenced]
 
     async def holds(b: int) -> bool:
         try:
@@ -162,7 +159,8 @@ async def _find_owner(node: Any, consumers: ConsumerManager, group: str, instanc
 
     if cached is not None and await holds(cached):
         return cached
-    others = [b for b in candidates if b != cached]
+    others = [b for b in sorted(node.image.brokers)
+              if b not in (node.node_id, cached) and not node.image.brokers[b].fenced]
     for b, found in zip(others, await asyncio.gather(*(holds(b) for b in others))):
         if found:
             consumers.owners[key] = b
