@@ -11,7 +11,9 @@ count changes. With a manual assignment it is no member and commits as a simple 
 
 Positions: each assigned partition has a position, the next offset `records` returns. A new
 partition starts at the group's committed offset, or per `auto.offset.reset` (earliest, latest,
-none) when there is none or it is out of range. Records are read through the node's normal fetch
+none) when there is none or it is out of range. A member keeps the positions of the partitions it
+keeps across a rebalance; after losing its membership (session expired, coordinator moved) it
+starts every partition from the committed offsets again. Records are read through the node's normal fetch
 path: the local replica when this node leads the partition, else a signed request to the leader.
 
 Commits: `commit()` without offsets commits the positions (everything returned so far). With
@@ -226,6 +228,11 @@ class ConsumerInstance:
         except RebalanceInProgressError as e:
             self.member_id = str(getattr(e, "doc", {}).get("member_id") or self.member_id)
             raise
+        if str(res["member_id"]) != self.member_id or not self.member_id:
+            # A new membership: the partitions may have had other owners meanwhile, so every position
+            # comes from the committed offsets again. (A member that stayed in the group took part in
+            # every generation: the positions of partitions it keeps are still its own.)
+            self.positions.clear()
         self.member_id, self.generation = str(res["member_id"]), int(res["generation"])
         self._joined_topics = topics
         self.leader = res["leader_id"] == self.member_id

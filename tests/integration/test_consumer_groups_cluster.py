@@ -1,6 +1,8 @@
-"""Consumer groups on a real 3-node cluster: two members split the partitions; the node holding one of
-them — and coordinating the group — is killed; the other takes every partition over within the session
-timeout and resumes from the committed offsets (nothing lost, re-delivery only of what was not committed)."""
+"""Consumer groups on a real 3-node cluster: two members split the partitions; one member's node freezes
+(the coordinator drops it after its session timeout, the other member takes its partitions over from the
+committed offsets, and it rejoins when the node thaws); then the node holding one member and coordinating
+the group is killed: the other member owns every partition and resumes from the committed offsets, which
+survived the coordinator (nothing lost, re-delivery only of what was not committed)."""
 
 from __future__ import annotations
 
@@ -92,9 +94,27 @@ def test_members_split_partitions_and_survive_a_node_and_coordinator_kill(cluste
     assert sorted(got_b) == sorted(f"{p}-{i}" for p in (2, 3) for i in range(30))
     for base in (a_via_lb, b):
         assert httpx.post(f"{base}/offsets", headers=V2, timeout=30).status_code == 200
+
+    # Node 3 freezes: member B stops heartbeating; within its session timeout the coordinator (alive,
+    # on node 2) drops it and A takes B's partitions over from B's committed offsets.
+    n3.pause()
+    try:
+        wait_for(lambda: assignment(a_via_lb) == [("events", p) for p in range(4)], 30, "a to own all partitions")
+        for p in range(4):
+            produce(n1.url, "events", p, [f"{p}-{i}" for i in range(30, 35)])
+        got_a_alone = poll_exactly(a_via_lb, 20)
+        assert sorted(got_a_alone) == sorted(f"{p}-{i}" for p in range(4) for i in range(30, 35))
+        assert httpx.post(f"{a_via_lb}/offsets", headers=V2, timeout=30).status_code == 200
+    finally:
+        n3.resume()
+    # B comes back as a new member (its old one expired): the group splits again, and B starts its
+    # partitions from A's commits, not from where it had stopped.
+    wait_for(lambda: split() == (pa, pb), 30, "the two members to split the partitions again")
+    assert poll_exactly(b, 0) == []
+
     # A reads 20 more per partition but crashes before committing them: its uncommitted window.
     for p in range(4):
-        produce(n1.url, "events", p, [f"{p}-{i}" for i in range(30, 50)])
+        produce(n1.url, "events", p, [f"{p}-{i}" for i in range(35, 55)])
     uncommitted_a = poll_exactly(f"{n2.url}/consumers/{group}/instances/a", 40)
     got_b2 = poll_exactly(b, 40)
     assert httpx.post(f"{b}/offsets", headers=V2, timeout=30).status_code == 200
@@ -103,19 +123,20 @@ def test_members_split_partitions_and_survive_a_node_and_coordinator_kill(cluste
 
     # Within the session timeout the survivor owns every partition (after the coordinator moved).
     wait_for(lambda: assignment(b) == [("events", p) for p in range(4)], 30, "b to own all partitions")
-    # The committed offsets survived the coordinator: b resumes A's partitions at 30, so it gets
+    # The committed offsets survived the coordinator: b resumes A's partitions at 35, so it gets
     # exactly A's uncommitted records again, and none of its own.
     redelivered = poll_exactly(b, 40)
     assert sorted(redelivered) == sorted(uncommitted_a)
     for p in range(4):
-        produce(n1.url, "events", p, [f"{p}-{i}" for i in range(50, 55)])
+        produce(n1.url, "events", p, [f"{p}-{i}" for i in range(55, 60)])
     tail = poll_exactly(b, 20)
     assert httpx.post(f"{b}/offsets", headers=V2, timeout=30).status_code == 200
     # No record lost: everything produced was delivered to some member.
-    delivered = set(got_a) | set(got_b) | set(uncommitted_a) | set(got_b2) | set(redelivered) | set(tail)
-    assert delivered == {f"{p}-{i}" for p in range(4) for i in range(55)}
+    delivered = (set(got_a) | set(got_b) | set(got_a_alone) | set(uncommitted_a) | set(got_b2) | set(redelivered)
+                 | set(tail))
+    assert delivered == {f"{p}-{i}" for p in range(4) for i in range(60)}
     offsets = httpx.get(f"{n1.url}/groups/{group}/offsets", timeout=30).json()["offsets"]
-    assert {o["partition"]: o["offset"] for o in offsets} == {p: 55 for p in range(4)}
+    assert {o["partition"]: o["offset"] for o in offsets} == {p: 60 for p in range(4)}
     describe = httpx.get(f"{n1.url}/groups/{group}", timeout=30).json()
     assert describe["coordinator"] in (1, 3) and [m["client_id"] for m in describe["members"]] == ["b"]
     assert all(row["lag"] == 0 for row in describe["partitions"])
