@@ -138,9 +138,15 @@ def test_auto_commit_commits_returned_records(node):
     url = node.url
     create_topic(url, "clicks", 1)
     produce(url, "clicks", 0, list(range(10)))
-    base = new_consumer(url, "auto", "a1", **{"auto.commit.enable": "true", "auto.commit.interval.ms": 50})
+    base = new_consumer(url, "auto", "a1", **{"auto.commit.enable": "true", "auto.commit.interval.ms": 50,
+                                              "max.poll.records": 4})
     httpx.post(f"{base}/subscription", json={"topics": ["clicks"]}, headers=V2, timeout=10)
-    assert len(poll(base, 10)) == 10
+    # At most max.poll.records records, and at most max_bytes bytes of keys and values (but one record).
+    first = wait_for(lambda: httpx.get(f"{base}/records", params={"timeout": 200}, timeout=10).json(), 20, "records")
+    assert [r["value"] for r in first] == [0, 1, 2, 3]
+    one = httpx.get(f"{base}/records", params={"timeout": 200, "max_bytes": 1}, timeout=10).json()
+    assert [r["value"] for r in one] == [4]
+    assert [r["value"] for r in poll(base, 5)] == [5, 6, 7, 8, 9]
     # The next records request (after the interval) commits what the previous ones returned.
     def committed_after_another_poll() -> bool:
         assert httpx.get(f"{base}/records", params={"timeout": 60}, timeout=10).json() == []
