@@ -65,6 +65,9 @@ def test_members_split_partitions_and_survive_a_node_and_coordinator_kill(cluste
     offsets_leaders = wait_for(lambda: (lambda ls: ls if len(ls) == OFFSETS_PARTITIONS and min(ls.values()) > 0
                                         else None)(leaders(n1.url, "__consumer_offsets")), 30, "offsets leaders")
     assert len(set(offsets_leaders.values())) == 3  # spread over the nodes, replicated like any topic
+    meta = httpx.get(f"{n1.url}/topics/__consumer_offsets", timeout=10).json()
+    assert meta["configs"]["cleanup.policy"] == "compact" and meta["configs"]["min.insync.replicas"] == "2"
+    assert all(len(p["replicas"]) == 3 for p in meta["partitions"])
     group = next(g for g in (f"workers-{i}" for i in range(1000))
                  if offsets_leaders[coordinator_partition(g, OFFSETS_PARTITIONS)] == 2)
 
