@@ -103,6 +103,8 @@ def test_members_split_partitions_and_survive_a_node_and_coordinator_kill(cluste
     n3.pause()
     try:
         wait_for(lambda: assignment(a_via_lb) == [("events", p) for p in range(4)], 30, "a to own all partitions")
+        # (Produce once the frozen node's leaderships have moved: a request forwarded to it would hang.)
+        wait_for(lambda: 3 not in leaders(n1.url, "events").values(), 30, "leaders off the frozen node")
         for p in range(4):
             produce(n1.url, "events", p, [f"{p}-{i}" for i in range(30, 35)])
         got_a_alone = poll_exactly(a_via_lb, 20)
