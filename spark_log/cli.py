@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from infra.errors import ErrorKind, LakelogError
 from spark_log.jobs import JOB_NAMES, REMOTE_ENV
 
 #: Default intervals of `lakelog jobs schedule` (seconds); `--every JOB=SECONDS` overrides, 0 disables.
@@ -81,9 +82,23 @@ def _print_summary(summary, out=sys.stdout) -> None:
     print(f"  totals: {json.dumps(summary.totals, sort_keys=True)}", file=out)
 
 
-def cmd_jobs_run(args: argparse.Namespace) -> int:
-    from spark_log.jobs import run_job
+class CommandError(LakelogError):
+    """A `jobs` or `sql` command cannot run as asked."""
 
+    kind = ErrorKind.INVALID_REQUEST
+
+
+def cmd_jobs_run(args: argparse.Namespace) -> int:
+    from spark_log.jobs import plan, run_job
+    from spark_log.remote import open_remote
+
+    store = open_remote(args.remote)  # check the topics and configs before a JVM starts
+    try:
+        plan(store, args.job, args.topic, dict(args.config or []))
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+    finally:
+        store.close()
     spark = _session(args.remote, args.master, f"lakelog-{args.job}")
     try:
         progress, on_plan, on_row = _progress_runner(args.job)
@@ -159,12 +174,19 @@ def cmd_sql(args: argparse.Namespace) -> int:
         from spark_log.session import remote_session
 
         spark = remote_session(args.remote, app_name="lakelog-sql", master=args.master,
-                               conf={"spark.sql.warehouse.dir": warehouse})
+                               conf={"spark.sql.warehouse.dir": warehouse}, register_source=False)
         try:
             spark.sparkContext.setLogLevel("ERROR")
-            register_topics(spark, args.remote)
-            df = spark.sql(args.query)
-            rows = df.limit(args.max_rows + 1).collect()
+            names = register_topics(spark, args.remote)
+            from pyspark.errors import PySparkException
+
+            try:
+                df = spark.sql(args.query)
+                rows = df.limit(args.max_rows + 1).collect()
+            except PySparkException as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                known = ", ".join(f"lakelog.{n}" for n in names) or "none yet; run `lakelog jobs run sync-tables`"
+                raise CommandError(f"{first} (tables: {known})") from None
             truncated = len(rows) > args.max_rows
             rows = rows[:args.max_rows]
             _print_rows(df.columns, rows, args.format)

@@ -192,7 +192,7 @@ def ship_packages(spark: SparkSession, packages: tuple[str, ...] = SHIPPED_PACKA
 
 
 def remote_session(remote_url: str | None = None, app_name: str = "lakelog", master: str | None = None,
-                   conf: Mapping[str, str] | None = None) -> SparkSession:
+                   conf: Mapping[str, str] | None = None, register_source: bool = True) -> SparkSession:
     """A session for jobs and analysts over a remote tier: S3A from the AWS environment when the
     remote is S3, the `lakelog` data source registered, Lakelog's packages shipped to a cluster."""
     settings: dict[str, str] = {}
@@ -201,7 +201,10 @@ def remote_session(remote_url: str | None = None, app_name: str = "lakelog", mas
     settings.update(conf or {})
     spark = build_session(app_name=app_name, master=master, conf=settings)
     ship_packages(spark)
-    from spark_log.datasource import register
+    if register_source:
+        # Note: with the source registered, a missing table `lakelog.x` is reported by Spark as an
+        # unsupported "direct query on files" of format lakelog (the name doubles as a format).
+        from spark_log.datasource import register
 
-    register(spark)
+        register(spark)
     return spark

@@ -1,0 +1,45 @@
+"""`lakelog jobs run` and `lakelog sql` as a user runs them (real processes, local Spark)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_remote_compaction import TOPIC, build_remote, remote_records
+from tiering.topics import TopicDescriptor, write_topic_descriptor
+
+pytestmark = pytest.mark.spark
+LAKELOG = [str(Path(sys.executable).parent / "lakelog")]
+
+
+def run(*args, cwd):
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    return subprocess.run([*LAKELOG, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_jobs_run_and_sql_from_the_command_line(tmp_path):
+    store, _, _, _ = build_remote(tmp_path)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, {"cleanup.policy": "compact",
+                                                                  "segment.bytes": "12000"}))
+    remote = (tmp_path / "remote").as_uri()
+    unknown = run("jobs", "run", "compaction", "--remote", remote, "--topic", "nope", cwd=tmp_path)
+    assert unknown.returncode == 1 and "no remote data for topic(s) nope" in unknown.stderr  # before Spark starts
+    synced = run("jobs", "run", "sync-tables", "--remote", remote, cwd=tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    records = remote_records(store)
+    assert f"+{len(records)} rows" in synced.stdout
+
+    out = run("sql", f"SELECT offset, CAST(key AS STRING) AS key FROM lakelog.{TOPIC} ORDER BY offset",
+              "--remote", remote, "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert rows == [{"offset": o, "key": k.decode()} for o, _, k, _ in records]
+
+    bad = run("sql", "SELECT * FROM lakelog.no_such_topic", "--remote", remote, cwd=tmp_path)
+    assert bad.returncode == 1 and "no_such_topic" in bad.stderr and f"lakelog.{TOPIC}" in bad.stderr
+    assert "Traceback" not in bad.stderr
