@@ -70,6 +70,7 @@ FETCH_ROUND_MS = 200
 #: Most topics of one subscription / partitions of one assignment.
 MAX_TOPICS = 1000
 MAX_PARTITIONS = 10_000
+MAX_PATTERN_CHARS = 1000
 #: Most time the node's shutdown waits for its instances to commit and leave their groups.
 STOP_TIMEOUT_S = 2.0
 _NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -111,6 +112,8 @@ class ConsumerInstance:
         self.closed = False
         self.last_used = time.monotonic()
         self._rejoin = True
+        #: No membership yet, or it was lost: the next completed join starts every position afresh.
+        self._new_member = True
         self._joined_topics: list[str] = []
         self._assigned_counts: dict[str, int] = {}
         self._wake = asyncio.Event()
@@ -127,6 +130,8 @@ class ConsumerInstance:
             raise IllegalStateError("Subscription to topics, partitions and pattern are mutually exclusive: "
                                     "this instance has a manual assignment")
         if pattern is not None:
+            if len(pattern) > MAX_PATTERN_CHARS:
+                raise InvalidRequestError(f"topic_pattern is longer than {MAX_PATTERN_CHARS} characters")
             try:
                 self.pattern, self.subscription = re.compile(pattern), []
             except re.error as e:
@@ -204,7 +209,7 @@ class ConsumerInstance:
                 self._rejoin = True
                 await asyncio.sleep(0.02)
             except UnknownMemberIdError:
-                self.member_id, self.generation, self._rejoin = "", -1, True
+                self.member_id, self.generation, self._rejoin, self._new_member = "", -1, True, True
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # coordinator moving or unreachable: retry with backoff
@@ -228,11 +233,12 @@ class ConsumerInstance:
         except RebalanceInProgressError as e:
             self.member_id = str(getattr(e, "doc", {}).get("member_id") or self.member_id)
             raise
-        if str(res["member_id"]) != self.member_id or not self.member_id:
+        if self._new_member or str(res["member_id"]) != self.member_id:
             # A new membership: the partitions may have had other owners meanwhile, so every position
             # comes from the committed offsets again. (A member that stayed in the group took part in
             # every generation: the positions of partitions it keeps are still its own.)
             self.positions.clear()
+            self._new_member = False
         self.member_id, self.generation = str(res["member_id"]), int(res["generation"])
         self._joined_topics = topics
         self.leader = res["leader_id"] == self.member_id
@@ -284,7 +290,7 @@ class ConsumerInstance:
             except Exception as e:
                 log.info("consumer %s/%s: leaving the group failed (its session will expire): %s",
                          self.group, self.name, e)
-        self.member_id, self.generation, self.leader = "", -1, False
+        self.member_id, self.generation, self.leader, self._new_member = "", -1, False, True
 
     async def close(self) -> None:
         if self.closed:
