@@ -227,9 +227,17 @@ def drain(nodes: list[NodeProcess], topic: str, partitions: Iterable[int], *, mi
                     if other is not None and other[0] != hw:
                         return None
             return leader, start, hw
-        found = wait_for(settled, timeout_s, f"{topic}-{p} to settle (HW = LEO >= {want})")
-        leader, start, hw = found  # type: ignore[misc]
-        out += read_range(by_id[leader].url, topic, p, start, hw)
+        # Preferred-leader rebalancing may move the leadership between `settled` and the read:
+        # then settle again and re-read (bounded), rather than fail on a 503 NOT_LEADER.
+        for attempt in range(5):
+            found = wait_for(settled, timeout_s, f"{topic}-{p} to settle (HW = LEO >= {want})")
+            leader, start, hw = found  # type: ignore[misc]
+            try:
+                out += read_range(by_id[leader].url, topic, p, start, hw)
+                break
+            except AssertionError as e:
+                if "not the leader" not in str(e) or attempt == 4:
+                    raise
     return out
 
 
