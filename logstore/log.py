@@ -106,6 +106,7 @@ from logstore.segment import (
     SWAP_SUFFIX,
     LogSegment,
     SegmentConfig,
+    SegmentReader,
     parse_base_offset,
 )
 
@@ -794,6 +795,23 @@ class PartitionLog:
         finally:
             for reader in readers:
                 reader.close()
+
+    def open_segment_reader(self, base_offset: int) -> SegmentReader:
+        """A snapshot of the segment starting at `base_offset`: its bytes as they are now, through
+        a private (dup'd) file descriptor, so the reader stays valid if the segment is then deleted
+        by retention, replaced by a compaction swap, or the log is closed. The caller closes it.
+
+        Raises SegmentsChangedError when no segment starts at `base_offset` (deleted or merged
+        meanwhile), LogClosedError when the log is closed.
+
+        Concurrency: takes the log's lock only to look the segment up and dup its descriptor.
+        """
+        with self._lock:
+            self._check_open()
+            i = bisect_right(self._bases, base_offset) - 1
+            if i < 0 or self._bases[i] != base_offset:
+                raise SegmentsChangedError(f"no segment of {self.directory} starts at offset {base_offset}")
+            return self._segments[i].open_reader()
 
     def _repairing(self, seg: LogSegment, lookup: Callable):
         """Run an index-guided lookup; if the index proves wrong, rebuild it and run it again."""

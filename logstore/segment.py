@@ -589,6 +589,10 @@ class SegmentReader:
     def batches(self, start_position: int = 0, *, verify: bool = True) -> Iterator[tuple[int, RecordBatch]]:
         return self.segment.batches(start_position, verify=verify, fd=self._fd, size=self.size)
 
+    def fileno(self) -> int:
+        """The private descriptor (for `os.pread` of bytes [0, size)); -1 once closed."""
+        return self._fd
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

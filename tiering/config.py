@@ -52,6 +52,9 @@ TIERING_CONFIG = (
     .define("remote.log.orphan.sweep.interval.ms", int, 600_000,
             "How often a leader lists its partition's objects and deletes those no manifest entry owns "
             "(also done once when it takes over a partition).", min=0, unit="ms")
+    .define("remote.log.upload.threads", int, 4,
+            "Threads PUTting segments' index and epoch objects while each .log streams (shared by the "
+            "partitions of a node).", min=1, max=64)
     .define("remote.log.copy.max.segments.per.round", int, 16,
             "Most segments one copy round uploads (a round can always be run again).", min=1, max=100_000)
 )

@@ -17,7 +17,7 @@ partition replica.
     rp.delete_all(); tier.forget("orders", 0)
 
 The tier owns what partitions share: the store, the remote index cache and the chunk cache (both
-bounded LRU by bytes), the fetch and prefetch thread pools (bounded), and the metrics.
+bounded LRU by bytes), the fetch, prefetch and upload thread pools (bounded), and the metrics.
 
 Concurrency: everything is thread-safe. `partition()` returns the same object for the same
 partition. Calls block on the store; never call them from the event loop.
@@ -49,7 +49,8 @@ class RemotePartition:
         self.partition = partition
         self.meta = ManifestStore(tier.store, topic, partition, topic_id=topic_id,
                                   max_attempts=cfg.remote_log_metadata_commit_max_attempts)
-        self.uploader = SegmentUploader(self.meta, tier.store, config=cfg, metrics=tier.metrics, clock=tier.clock)
+        self.uploader = SegmentUploader(self.meta, tier.store, config=cfg, metrics=tier.metrics, clock=tier.clock,
+                                        object_executor=tier.upload_executor)
         self.reader = RemoteLogReader(self.meta, tier.store, config=cfg, index_cache=tier.index_cache,
                                       chunk_cache=tier.chunk_cache, fetch_executor=tier.fetch_executor,
                                       prefetch_executor=tier.prefetch_executor, metrics=tier.metrics)
@@ -131,6 +132,9 @@ class RemoteTier:
         # in flight cannot deadlock the pool that would run it.
         self.fetch_executor = ThreadPoolExecutor(threads, thread_name_prefix="lakelog-remote-fetch")
         self.prefetch_executor = ThreadPoolExecutor(threads, thread_name_prefix="lakelog-remote-prefetch")
+        # PUTs of segments' small objects, in parallel with each `.log` (tasks never wait on anything).
+        self.upload_executor = ThreadPoolExecutor(cfg.remote_log_upload_threads,
+                                                  thread_name_prefix="lakelog-remote-upload")
         self.metrics.add_source("store", store.stats.snapshot)
         self.metrics.add_source("index_cache", self.index_cache.snapshot)
         self.metrics.add_source("chunk_cache", self.chunk_cache.snapshot)
@@ -156,6 +160,7 @@ class RemoteTier:
 
     def close(self) -> None:
         self.fetch_executor.shutdown(wait=True, cancel_futures=True)
+        self.upload_executor.shutdown(wait=True)  # an uploader waits on its tasks: let them end
         # Queued prefetches run (they are bounded): a cancelled one would leave its waiters hanging.
         self.prefetch_executor.shutdown(wait=True)
         self.store.close()

@@ -10,8 +10,11 @@
      are skipped up to the batch holding the offset, then whole batches are returned up to
      `max_bytes` (at least one), each CRC-checked — a mismatch raises RemoteCorruptionError and
      drops the segment's cached chunks; wrong bytes are never returned;
-  4. a read that continues where a previous one ended (a sequential consumer) prefetches the next
-     `remote.fetch.prefetch.chunks` chunks (crossing into the next segment) on a bounded pool.
+  4. a read that continues where a previous one ended (a sequential consumer) starts at the position
+     where that read ended, and a read entering a segment at its base offset at its first byte:
+     neither needs the `.index`, so a consumer reading from the start GETs no index at all; it
+     prefetches the next `remote.fetch.prefetch.chunks` chunks (crossing into the next segment)
+     on a bounded pool.
 
 `offset_for_timestamp(ts)` reads no `.log` data except one ranged GET: the manifest's max
 timestamps pick the first segment reaching `ts`; its `.timeindex` gives the last entry below `ts`
@@ -48,7 +51,7 @@ from tiering.metrics import TieringMetrics
 from tiering.store import ObjectStore
 
 #: Recent read end offsets remembered per partition to recognise sequential readers.
-_RECENT_READS = 64
+_RECENT_READS = 64  # with where each ended (segment id, position): the next read needs no index
 #: Bytes charged per cached index on top of its data (arrays, keys).
 _INDEX_OVERHEAD = 128
 
@@ -133,7 +136,7 @@ class RemoteLogReader:
         self.fetch_executor = fetch_executor
         self.prefetch_executor = prefetch_executor
         self.metrics = metrics if metrics is not None else TieringMetrics()
-        self._recent: OrderedDict[int, None] = OrderedDict()
+        self._recent: OrderedDict[int, tuple[str, int] | None] = OrderedDict()
         self._recent_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
@@ -276,6 +279,7 @@ class RemoteLogReader:
         end_offset = (m.end_offset or 0) + 1
         with self._recent_lock:
             sequential = offset in self._recent
+            hint = self._recent.get(offset)
         if max_offset is not None and offset >= max_offset:
             return RemoteFetchResult(b"", offset, offset, m.log_start_offset, end_offset)
         parts: list[bytes] = []
@@ -285,7 +289,9 @@ class RemoteLogReader:
         last_read: tuple[RemoteSegment, int] | None = None
         current: RemoteSegment | None = seg
         while current is not None and (remaining > 0 or not parts):
-            got = self._read_segment(current, target, remaining, max_offset, min_one_batch and not parts)
+            at = hint[1] if hint is not None and hint[0] == current.segment_id and target == offset else None
+            got = self._read_segment(current, target, remaining, max_offset, min_one_batch and not parts,
+                                     position_hint=at)
             if got is not None:
                 if not got.data:
                     break  # the next batch does not fit in max_bytes
@@ -305,31 +311,42 @@ class RemoteLogReader:
             current = m.next_segment(current)
         records = parts[0] if len(parts) == 1 else b"".join(parts)
         next_offset = target if records else offset
-        self._remember(next_offset)
+        self._remember(next_offset, (last_read[0].segment_id, last_read[1]) if last_read is not None else None)
         if sequential and last_read is not None:
             self._prefetch(m, *last_read)
         return RemoteFetchResult(records, first_offset if records else offset, next_offset, m.log_start_offset,
                                  end_offset)
 
-    def _remember(self, next_offset: int) -> None:
+    def _remember(self, next_offset: int, position: tuple[str, int] | None) -> None:
+        """Remember where a read ended: (segment id, position in its .log) of `next_offset`."""
         with self._recent_lock:
-            self._recent[next_offset] = None
+            self._recent[next_offset] = position
             self._recent.move_to_end(next_offset)
             while len(self._recent) > _RECENT_READS:
                 self._recent.popitem(last=False)
 
     def _read_segment(self, seg: RemoteSegment, target: int, max_bytes: int, max_offset: int | None,
-                      min_one: bool) -> _SegmentRead | None:
-        """Batches of `seg` from the one holding `target`; None when none lies at or after it."""
+                      min_one: bool, *, position_hint: int | None = None) -> _SegmentRead | None:
+        """Batches of `seg` from the one holding `target`; None when none lies at or after it.
+
+        The start needs no index when it is known: `position_hint` (where the previous read of a
+        sequential reader ended, a batch boundary at or before `target`), or the segment's first
+        byte when `target` is at or below its base offset (a read crossing into the segment)."""
         size = seg.size_in_bytes
         if size == 0:
             return None
-        rel, pos = self._offset_index(seg)
-        i = bisect_right(rel, target - seg.base_offset) if target >= seg.base_offset else 0
-        position = pos[i - 1] if i else 0
+        entry_offset = None  # the offset of the index entry used, checked against its batch
+        if position_hint is not None and 0 <= position_hint <= size:
+            position = position_hint
+        elif target <= seg.base_offset:
+            position = 0
+        else:
+            rel, pos = self._offset_index(seg)
+            i = bisect_right(rel, target - seg.base_offset)
+            position = pos[i - 1] if i else 0
+            entry_offset = seg.base_offset + rel[i - 1] if i else None
         view = _SegmentBytes(self, seg)
-        if i:
-            entry_offset = seg.base_offset + rel[i - 1]
+        if entry_offset is not None:
             base, _, last, _ = self._header(view, position)
             if not base <= entry_offset <= last:
                 raise self._corrupt(seg, f"offset index entry ({entry_offset}, {position}) does not point at the "
@@ -378,7 +395,8 @@ class RemoteLogReader:
 
     def _prefetch(self, m: PartitionManifest, seg: RemoteSegment, end_position: int) -> None:
         """Load, in the background, the chunk where the next read starts and the
-        `remote.fetch.prefetch.chunks` after it, crossing into the next segments (and their indexes)."""
+        `remote.fetch.prefetch.chunks` after it, crossing into the next segments (a sequential
+        reader needs no index: it starts a segment at its first byte)."""
         executor = self.prefetch_executor
         count = self.config.remote_fetch_prefetch_chunks
         if executor is None or count <= 0:
@@ -391,9 +409,6 @@ class RemoteLogReader:
             if n * cb >= current.size_in_bytes:
                 current = m.next_segment(current)
                 n = 0
-                if current is not None:
-                    self.index_cache.prefetch((current.segment_id, INDEX_SUFFIX),
-                                              self._offset_index_loader(current), executor)
                 continue
             if self.chunk_cache.prefetch((current.segment_id, n), self._chunk_loader(current, n), executor):
                 self.metrics.add("prefetches")

@@ -45,7 +45,7 @@ class InstrumentedStore(ObjectStore):
         self.stats = inner.stats
         self.calls: list[tuple[str, str, tuple]] = []
         self._faults: list[_Fault] = []
-        self._lock = threading.RLock()  # a fault predicate may call the store (a nested round)
+        self._lock = threading.RLock()
 
     @property
     def url(self) -> str:
@@ -76,15 +76,18 @@ class InstrumentedStore(ObjectStore):
     def _before(self, op: str, key: str, extra: tuple = ()) -> None:
         with self._lock:
             self.calls.append((op, key, extra))
-            for f in self._faults:
-                if not f.matches(op, key):
-                    continue
+            faults = list(self._faults)
+        for f in faults:
+            # Outside the lock: a predicate may run a whole round, whose PUTs run on other threads.
+            if not f.matches(op, key):
+                continue
+            with self._lock:
                 f.seen += 1
                 if f.seen <= f.after or (f.times is not None and f.fired >= f.times):
                     continue
                 f.fired += 1
-                err = f.error() if callable(f.error) and not isinstance(f.error, BaseException) else f.error
-                raise err
+            err = f.error() if callable(f.error) and not isinstance(f.error, BaseException) else f.error
+            raise err
 
     def put(self, key, data):
         self._before("put", key)

@@ -16,7 +16,8 @@ Copy round (`copy_segments(log, leader_epoch, high_watermark)`), run by the part
   4. Per segment: read it once, checking every batch's CRC and building its `.index`/`.timeindex`
      (only real entries, as the local segment writes them) and `.epochs`; commit COPY_STARTED (with
      a fresh segment id, and abandoning any other COPY_STARTED of uploads in the same CAS); PUT
-     `.log`, `.index`, `.timeindex`, `.epochs`; commit COPY_FINISHED.
+     `.log`, `.index`, `.timeindex`, `.epochs` (the three small ones in parallel with the `.log`,
+     on the object executor when there is one); commit COPY_FINISHED.
 
 Why nothing is lost, duplicated or orphaned:
   * COPY_FINISHED entries are contiguous and never overlap (manifest.validate refuses otherwise);
@@ -49,12 +50,13 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Callable
 
 from compaction.retention import RetentionResult, SegmentInfo, apply_retention, plan_retention
 from index import offset_index, time_index
-from logstore.errors import CorruptRecordError
+from logstore.errors import CorruptRecordError, LogClosedError, SegmentsChangedError
 from logstore.record_batch import _OFFSET_AND_LENGTH, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP, RecordBatch, crc32c
 from tiering import epochs as epochs_format
 from tiering import manifest as mf
@@ -231,9 +233,13 @@ class SegmentUploader:
     """Uploads, remote retention and cleanup of one partition (see the module docstring)."""
 
     def __init__(self, meta: ManifestStore, store: ObjectStore, *, config: TieringConfig | None = None,
-                 metrics: TieringMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+                 metrics: TieringMetrics | None = None, clock: Callable[[], float] = time.time,
+                 object_executor: Executor | None = None) -> None:
         self.meta = meta
         self.store = store
+        #: Where a segment's small objects are PUT while the `.log` streams (None: one after another).
+        #: Its tasks never wait on anything, so sharing it between partitions cannot deadlock.
+        self.object_executor = object_executor
         self.topic = meta.topic
         self.partition = meta.partition
         self.config = config if config is not None else TieringConfig()
@@ -287,33 +293,46 @@ class SegmentUploader:
         self._delete_due(epoch, now, report)
         limit = max_segments or self.config.remote_log_copy_max_segments_per_round
         conflicts = 0
-        while len(report.uploaded) < limit:
-            m = self.meta.cached or self.meta.load()
-            planned = self._next_candidate(log, m, hw)
-            if planned is None:
-                break
-            seg, from_offset, end_offset, restart = planned
-            if restart:
-                if report.restarted_at is not None:
-                    raise ManifestInvariantError(f"the remote tier restarted at {report.restarted_at} and still "
-                                                 f"does not continue at {from_offset}")
-                self.meta.commit(epoch, lambda cur: mf.restart_at(
-                    mf.abandon_copies(cur, epoch=epoch, now_ms=now) or cur, from_offset, epoch=epoch, now_ms=now,
-                    delete_after_ms=now + self.config.remote_segment_delete_delay_ms))
-                report.restarted_at = from_offset
-                logger.warning("%s-%s: offsets before %d expired locally before they were tiered; the remote "
-                               "tier restarts at %d", self.topic, self.partition, from_offset, from_offset)
-                continue
-            try:
-                uploaded = self._upload(log, seg, from_offset, end_offset, epoch, now, report)
-            except ManifestInvariantError:
-                # Another writer changed the remote end meanwhile: plan again from a fresh manifest.
-                conflicts += 1
-                if conflicts > 3:
-                    raise
-                self.meta.load()
-                continue
-            report.uploaded.append(uploaded)
+        # The segment whose objects are written but whose COPY_FINISHED is not committed yet: it goes
+        # in the same CAS as the next segment's COPY_STARTED (one manifest write per segment, not two).
+        carry: list[RemoteSegment] = []
+        try:
+            while len(report.uploaded) + len(carry) < limit:
+                m = self.meta.cached or self.meta.load()
+                if carry:  # plan as if the carried segment were finished: the next one continues it
+                    m = mf.finish_copy(m, carry[0].segment_id, epoch=epoch, now_ms=now) or m
+                planned = self._next_candidate(log, m, hw)
+                if planned is None:
+                    break
+                seg, from_offset, end_offset, restart = planned
+                if restart:
+                    if report.restarted_at is not None:
+                        raise ManifestInvariantError(f"the remote tier restarted at {report.restarted_at} and "
+                                                     f"still does not continue at {from_offset}")
+                    self._finish(carry, epoch, now, report)
+                    self.meta.commit(epoch, lambda cur: mf.restart_at(
+                        mf.abandon_copies(cur, epoch=epoch, now_ms=now) or cur, from_offset, epoch=epoch,
+                        now_ms=now, delete_after_ms=now + self.config.remote_segment_delete_delay_ms))
+                    report.restarted_at = from_offset
+                    logger.warning("%s-%s: offsets before %d expired locally before they were tiered; the remote "
+                                   "tier restarts at %d", self.topic, self.partition, from_offset, from_offset)
+                    continue
+                try:
+                    self._upload(log, seg, from_offset, end_offset, epoch, now, report, carry)
+                except ManifestInvariantError:
+                    # Another writer changed the remote end meanwhile: plan again from a fresh manifest.
+                    conflicts += 1
+                    if conflicts > 3:
+                        raise
+                    self._finish(carry, epoch, now, report)
+                    self.meta.load()
+                    continue
+            self._finish(carry, epoch, now, report)
+        except BaseException:
+            if carry:  # e.g. the next segment's scan failed: this one is complete, commit it
+                with contextlib.suppress(TieringError):
+                    self._finish(carry, epoch, now, report)
+            raise
         self._delete_due(epoch, now, report)
         report.remote_end_offset = (self.meta.cached or self.meta.load()).end_offset
 
@@ -353,16 +372,22 @@ class SegmentUploader:
         report.abandoned.extend(moved)
         self.metrics.add("segments_abandoned", len(moved))
 
-    def _upload(self, log, seg, from_offset: int, end_offset: int, epoch: int, now: int,
-                report: CopyReport) -> RemoteSegment:
+    def _upload(self, log, seg, from_offset: int, end_offset: int, epoch: int, now: int, report: CopyReport,
+                carry: list[RemoteSegment]) -> None:
+        """Upload offsets [from_offset, end_offset] of local segment `seg`: scan it, commit COPY_STARTED
+        (with COPY_FINISHED of the segment in `carry`, whose objects are written, in the same CAS),
+        PUT its objects. On return `carry` holds this segment (objects written, COPY_FINISHED not
+        committed: the caller passes it on or calls `_finish`); the previous one was finished
+        (counted in `report`). On an error `carry` holds whatever is still unfinished."""
         try:
-            fd = os.open(seg.log_path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise LocalSegmentChangedError(f"segment {seg.base_offset} was deleted before its upload") from None
-        try:
-            size = seg.size
-            if os.fstat(fd).st_size < size:
-                raise LocalSegmentChangedError(f"segment {seg.base_offset} shrank before its upload")
+            # A snapshot through a private descriptor: retention or a compaction swap of the segment
+            # meanwhile cannot change the bytes under the scan and the PUT.
+            reader = log.open_segment_reader(seg.base_offset)
+        except (SegmentsChangedError, LogClosedError):
+            raise LocalSegmentChangedError(f"segment {seg.base_offset} was deleted or replaced before its "
+                                           f"upload") from None
+        with reader:
+            fd, size = reader.fileno(), reader.size
             scan = scan_segment(fd, size, base_offset=from_offset, end_offset=end_offset,
                                 index_interval_bytes=log.config.index_interval_bytes, path=str(seg.log_path))
             epochs_bytes = epochs_format.encode(scan.leader_epochs)
@@ -374,28 +399,88 @@ class SegmentUploader:
                 index_bytes=len(scan.index), index_crc32c=crc32c(scan.index),
                 time_index_bytes=len(scan.time_index), time_index_crc32c=crc32c(scan.time_index),
                 epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now, updated_ms=now)
-            # Superseded leftovers go in the same CAS: they would overlap the new entry.
-            self.meta.commit(epoch, lambda m: mf.start_copy(mf.abandon_copies(m, epoch=epoch, now_ms=now) or m, entry))
-            key = lambda suffix: segment_key(self.topic, self.partition, from_offset, sid, suffix)  # noqa: E731
-            self.store.put(key(LOG_SUFFIX), FileSlice(fd, scan.start_position, scan.end_position))
-            self.store.put(key(INDEX_SUFFIX), scan.index)
-            self.store.put(key(TIME_INDEX_SUFFIX), scan.time_index)
-            self.store.put(key(EPOCHS_SUFFIX), epochs_bytes)
+            previous = carry[0] if carry else None
+
+            def change(m: PartitionManifest) -> PartitionManifest | None:
+                if previous is not None:
+                    m = mf.finish_copy(m, previous.segment_id, epoch=epoch, now_ms=now) or m
+                # Superseded leftovers go in the same CAS: they would overlap the new entry.
+                return mf.start_copy(mf.abandon_copies(m, epoch=epoch, now_ms=now) or m, entry)
+
             try:
-                self.meta.commit(epoch, lambda m: mf.finish_copy(m, sid, epoch=epoch, now_ms=now))
+                self.meta.commit(epoch, change)
             except (FencedLeaderEpochError, InvalidStateTransitionError):
-                # A newer leader took over (and abandoned this entry): our objects are garbage now.
-                with contextlib.suppress(StoreError):
-                    self.store.delete_many(self._keys(entry))
+                if previous is not None:  # a newer leader took over: the carried objects are garbage
+                    carry.clear()
+                    with contextlib.suppress(StoreError):
+                        self.store.delete_many(self._keys(previous))
                 raise
-        finally:
-            os.close(fd)
+            if previous is not None:
+                carry.clear()
+                self._account(previous, report)
+            key = lambda suffix: segment_key(self.topic, self.partition, from_offset, sid, suffix)  # noqa: E731
+            self._put_objects(key(LOG_SUFFIX), FileSlice(fd, scan.start_position, scan.end_position),
+                              [(key(INDEX_SUFFIX), scan.index), (key(TIME_INDEX_SUFFIX), scan.time_index),
+                               (key(EPOCHS_SUFFIX), epochs_bytes)])
+        carry.append(entry)
+
+    def _finish(self, carry: list[RemoteSegment], epoch: int, now: int, report: CopyReport) -> None:
+        """Commit COPY_FINISHED of the segment in `carry` (if any), alone."""
+        if not carry:
+            return
+        entry = carry.pop()
+        try:
+            self.meta.commit(epoch, lambda m: mf.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now))
+        except (FencedLeaderEpochError, InvalidStateTransitionError):
+            # A newer leader took over (and abandoned this entry): our objects are garbage now.
+            with contextlib.suppress(StoreError):
+                self.store.delete_many(self._keys(entry))
+            raise
+        self._account(entry, report)
+
+    def _account(self, entry: RemoteSegment, report: CopyReport) -> None:
         uploaded = entry.size_in_bytes + entry.index_bytes + entry.time_index_bytes + entry.epochs_bytes
         report.bytes_uploaded += uploaded
         self.metrics.add("bytes_uploaded", uploaded)
         self.metrics.add("segments_uploaded")
-        done = (self.meta.cached or self.meta.load()).segment(sid)
-        return done if done is not None else entry
+        m = self.meta.cached
+        done = m.segment(entry.segment_id) if m is not None else None
+        report.uploaded.append(done if done is not None else entry)
+
+    def _put_objects(self, log_key: str, log_data: FileSlice, small: list[tuple[str, bytes]]) -> None:
+        """PUT a segment's objects: the small ones (indexes, epochs) on the object executor while this
+        thread streams the `.log`, so that a segment costs about one request's latency, not four.
+        Every PUT has ended (done or failed) when this returns or raises; the first error is raised."""
+        executor = self.object_executor
+        if executor is None:
+            self.store.put(log_key, log_data)
+            for k, data in small:
+                self.store.put(k, data)
+            return
+        futures = []
+        try:
+            for k, data in small:
+                futures.append(executor.submit(self.store.put, k, data))
+        except RuntimeError:  # the executor was shut down (the node is stopping): no parallelism
+            pass
+        error: BaseException | None = None
+        try:
+            self.store.put(log_key, log_data)
+        except BaseException as e:  # noqa: BLE001 - re-raised once the other PUTs have ended
+            error = e
+        for k, data in small[len(futures):]:
+            if error is None:
+                try:
+                    self.store.put(k, data)
+                except BaseException as e:  # noqa: BLE001
+                    error = e
+        for fut in futures:
+            try:
+                fut.result()
+            except BaseException as e:  # noqa: BLE001
+                error = error or e
+        if error is not None:
+            raise error
 
     def _record_lag(self, log, report: CopyReport) -> None:
         m = self.meta.cached

@@ -254,3 +254,25 @@ def test_concurrent_readers_share_the_caches_safely(tmp_path, store):
         with ThreadPoolExecutor(8) as pool:
             results = list(pool.map(consume, [300, 700, 1500, 4000, 9000, 300, 700, 20_000]))
         assert all(r == expected for r in results)
+
+
+def test_a_sequential_consumer_reads_no_index(tmp_path, store):
+    log, tier, rp = make(tmp_path, store, batches=200, chunk=4096, prefetch=2)
+    with tier:
+        end = rp.tiered_offset(max_age_ms=0)
+        store.reset_calls()
+        offset, received = 0, []
+        while offset < end:
+            result = rp.read(offset, 700, max_offset=end)
+            received.extend(batches_of(result.records))
+            offset = result.next_offset
+        tier.prefetch_executor.shutdown(wait=True)
+        assert store.count("get", INDEX_SUFFIX) == 0
+        assert [b.base_offset for b in received] == [b.base_offset for b in log.batches(0, max_offset=end)]
+        assert b"".join(bytes(b.buffer) for b in received) == b"".join(
+            bytes(b.buffer) for b in log.batches(0, max_offset=end))
+        # a read in the middle of a segment, not continuing a previous one, uses the index
+        seg = rp.meta.load().copy_finished[2]
+        middle = (seg.base_offset + seg.end_offset) // 2
+        assert rp.read(middle, 1).first_offset <= middle
+        assert store.count("get", INDEX_SUFFIX) == 1

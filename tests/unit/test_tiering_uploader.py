@@ -4,6 +4,7 @@ with different segment boundaries, local and remote retention, topic deletion.""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -409,3 +410,125 @@ def test_total_retention_bytes_counts_local_only_data(tmp_path, store, tier):
     assert report.segments_expired == [first.segment_id]
     log.update_config(log_config(cleanup_policy="compact"))
     assert rp.enforce_log_retention(log, 1, now_ms=10**13).segments_expired == []
+
+
+# ---------------------------------------------------------------------------------------------
+# one manifest commit per segment, parallel object PUTs, snapshot reads of local segments
+
+
+def test_one_manifest_commit_per_segment_and_the_same_result(tmp_path, store, tier):
+    log = make_log(tmp_path)
+    fill_log(log, 60, leader_epoch=1)
+    rp = tier.partition(TOPIC, 0)
+    rp.copy_segments(log, 1, 0)  # the leader's claim round: nothing to upload
+    commits_before = rp.meta.commits
+    report = rp.copy_segments(log, 1, log.log_end_offset)
+    sealed = len(log.segments) - 1
+    assert sealed >= 3 and len(report.uploaded) == sealed
+    # COPY_FINISHED of each segment rides with COPY_STARTED of the next: n + 1 commits, not 2n.
+    assert rp.meta.commits - commits_before == sealed + 1
+    assert [s.state for s in report.uploaded] == [S.COPY_FINISHED] * sealed
+    assert_contiguous_and_clean(store, rp, first=0, end=log.active_segment.base_offset - 1)
+
+
+def test_a_failed_scan_still_finishes_the_segment_before_it(tmp_path, store, tier):
+    log = make_log(tmp_path)
+    fill_log(log, 40, leader_epoch=1)
+    second = log.segments[1]
+    with open(second.log_path, "r+b") as f:  # damage the second segment's first batch
+        f.seek(40)
+        byte = f.read(1)
+        f.seek(40)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    rp = tier.partition(TOPIC, 0)
+    with pytest.raises(LocalSegmentCorruptError):
+        rp.copy_segments(log, 1, log.log_end_offset)
+    m = rp.meta.load()
+    assert [s.base_offset for s in m.copy_finished] == [0], "the first segment is tiered"
+    assert not m.in_state(S.COPY_STARTED)
+    assert segment_objects(store) == expected_objects(m)
+
+
+def test_small_objects_are_put_while_the_log_streams(tmp_path, store):
+    log = make_log(tmp_path)
+    fill_log(log, 20, leader_epoch=1)
+    seen_during_log_put = []
+
+    def during_log_put(op, key):
+        if key.endswith(LOG_SUFFIX) and not seen_during_log_put:
+            # Hold the .log PUT until the three small PUTs of the same segment have started.
+            prefix = key[:-len(LOG_SUFFIX)]
+            for _ in range(500):
+                if all(store.count("put", prefix + s) for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, EPOCHS_SUFFIX)):
+                    seen_during_log_put.append(True)
+                    break
+                time.sleep(0.01)
+            else:
+                seen_during_log_put.append(False)
+        return False
+
+    store.fail(predicate=during_log_put)
+    t = make_tier(store, **{"remote.log.upload.threads": 3})
+    try:
+        rp = t.partition(TOPIC, 0)
+        rp.copy_segments(log, 1, log.log_end_offset)
+        assert seen_during_log_put == [True]
+        assert_contiguous_and_clean(store, rp, first=0)
+    finally:
+        t.close()
+
+
+def test_a_failed_small_put_leaves_the_segment_unfinished_then_it_is_redone(tmp_path, store, tier):
+    log = make_log(tmp_path)
+    fill_log(log, 30, leader_epoch=1)
+    store.fail("put", suffix=TIME_INDEX_SUFFIX, after=1)  # the second segment's .timeindex
+    rp = tier.partition(TOPIC, 0)
+    with pytest.raises(TransientStoreError):
+        rp.copy_segments(log, 1, log.log_end_offset)
+    m = rp.meta.load()
+    assert [s.base_offset for s in m.copy_finished] == [0]
+    assert len(m.in_state(S.COPY_STARTED)) == 1
+    rp.copy_segments(log, 1, log.log_end_offset)
+    assert_contiguous_and_clean(store, rp, first=0, end=log.active_segment.base_offset - 1)
+
+
+def test_upload_reads_a_snapshot_of_a_segment_deleted_meanwhile(tmp_path, store, tier):
+    log = make_log(tmp_path)
+    fill_log(log, 30, leader_epoch=1)
+    first = log.segments[0]
+    expected = first.log_path.read_bytes()
+    deleted = []
+
+    def delete_first_segment(op, key):
+        # Between the snapshot and the .log PUT, retention removes the local segment.
+        if op == "put" and key.endswith(LOG_SUFFIX) and not deleted:
+            deleted.extend(log.delete_oldest_segments(lambda seg, nxt: seg.base_offset == 0))
+        return False
+
+    store.fail(predicate=delete_first_segment)
+    rp = tier.partition(TOPIC, 0)
+    rp.copy_segments(log, 1, log.log_end_offset)
+    assert deleted == [0] and not first.log_path.exists()
+    seg = rp.meta.load().copy_finished[0]
+    data, _ = store.get(segment_keys(TOPIC, 0, seg.base_offset, seg.segment_id)[0])
+    assert data == expected
+
+
+def test_open_segment_reader_refuses_a_segment_that_is_gone(tmp_path):
+    from logstore.errors import SegmentsChangedError
+
+    log = make_log(tmp_path)
+    fill_log(log, 30, leader_epoch=1)
+    base = log.segments[1].base_offset
+    with log.open_segment_reader(base) as reader:
+        size = reader.size
+        assert os.pread(reader.fileno(), 8, 0)[:8] == base.to_bytes(8, "big")
+    with pytest.raises(SegmentsChangedError):
+        log.open_segment_reader(base + 1)
+    reader = log.open_segment_reader(0)
+    log.delete_oldest_segments(lambda seg, nxt: seg.base_offset == 0)
+    with pytest.raises(SegmentsChangedError):
+        log.open_segment_reader(0)
+    assert len(os.pread(reader.fileno(), 1 << 20, 0)) > 0  # the snapshot still reads
+    reader.close()
+    assert size > 0
