@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_log.remote import DEFAULT_CHUNK_BYTES, iter_segment_records, load_manifest, open_remote, readable_segments
@@ -108,6 +108,9 @@ class LakelogDataSource(DataSource):
     def reader(self, schema: StructType) -> "LakelogReader":
         return LakelogReader(dict(self.options))
 
+    def streamReader(self, schema: StructType) -> "LakelogStreamReader":
+        return LakelogStreamReader(dict(self.options))
+
 
 class LakelogReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
@@ -164,6 +167,66 @@ class LakelogReader(DataSourceReader):
         if partition.segment is None:
             return iter(())
         return _read_rows(partition)
+
+
+class LakelogStreamReader(DataSourceStreamReader):
+    """`spark.readStream.format("lakelog")`: micro-batches of what the remote tier gained.
+
+    Offsets are `{"<partition>": next offset}` (per-partition log offsets, as Spark's Kafka
+    source keeps them in its checkpoint). A batch reads, per partition, [start, end) where end is
+    one past the last COPY_FINISHED offset when the batch was planned; a partition that appears
+    later starts at its remote log start offset, and a start that retention overtook moves up to
+    the log start (records expired before they were read are skipped, as with
+    failOnDataLoss=false). Options as the batch reader (`partitions`, `chunkBytes`).
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.batch = LakelogReader(options)
+
+    def _ends(self) -> dict[str, tuple[int, int]]:
+        """partition -> (remote log start offset, next offset after the remote end)."""
+        from spark_log.remote import remote_partitions
+
+        store = open_remote(self.batch.remote)
+        try:
+            out = {}
+            for p in remote_partitions(store, self.batch.topic).get(self.batch.topic, []):
+                if self.batch.partitions_.admits(p):
+                    m = load_manifest(store, self.batch.topic, p)
+                    end = m.end_offset
+                    out[str(p)] = (m.log_start_offset, m.log_start_offset if end is None else end + 1)
+            return out
+        finally:
+            store.close()
+
+    def initialOffset(self) -> dict:
+        return {p: start for p, (start, _) in self._ends().items()}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        return {p: end for p, (_, end) in self._ends().items()}
+
+    def partitions(self, start: dict, end: dict):
+        store = open_remote(self.batch.remote)
+        try:
+            out = []
+            for p, stop in end.items():
+                m = load_manifest(store, self.batch.topic, int(p))
+                first = max(int(start.get(p, m.log_start_offset)), m.log_start_offset)
+                if first >= stop:
+                    continue
+                for seg in readable_segments(m, from_offset=first, to_offset=stop - 1):
+                    out.append(SegmentPartition(self.batch.remote, self.batch.topic, int(p), seg,
+                                                max(first, seg.base_offset), min(stop - 1, seg.end_offset),
+                                                None, None, None, self.batch.chunk_bytes))
+            return out
+        finally:
+            store.close()
+
+    def read(self, partition: SegmentPartition) -> Iterator[tuple]:
+        return _read_rows(partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # nothing to release: the remote tier is read, never consumed
 
 
 def _read_rows(p: SegmentPartition) -> Iterator[tuple]:
