@@ -21,7 +21,7 @@ log = logging.getLogger("lakelog.http")
 
 
 def error_response(status: int, error_code: int, message: str) -> JSONResponse:
-    headers = {"Retry-After": "1"} if status == 503 else None
+    headers = {"Retry-After": "1"} if status in (503, 429) else None
     return JSONResponse({"error_code": error_code, "message": message}, status_code=status,
                         media_type=V2, headers=headers)
 
@@ -108,9 +108,14 @@ def create_app(node: Node) -> FastAPI:
     async def _http_error(request: Request, exc: StarletteHTTPException):
         return error_response(exc.status_code, exc.status_code, str(exc.detail))
 
-    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)
+    from ingest_api.security.middleware import SecurityContext, SecurityMiddleware
+
+    app.state.security = SecurityContext(node)  # authentication, ACLs, quotas (off by default)
+    app.add_middleware(SecurityMiddleware, context=app.state.security, error_response=error_response)
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
     from ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
+    from ingest_api.security import router as security_router
 
     app.include_router(ops.router)
     app.include_router(records.router)
@@ -120,4 +125,5 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(replication.router)
     app.include_router(consumers.router)
     app.include_router(consumers.internal_router)
+    app.include_router(security_router.router)
     return app

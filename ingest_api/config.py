@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from infra.config import DAY_MS, INT_MAX, LONG_MAX, ConfigDef, ConfigError, LogConfig, TypedConfig
 from ingest_api.groups.config import GROUP_CONFIG
+from ingest_api.security.config import SECURITY_CONFIG
 from tiering.config import TIERING_CONFIG
 
 NODE_CONFIG = (
@@ -109,10 +110,15 @@ NODE_CONFIG = (
     .define("remote.log.manager.task.interval.ms", int, 30000,
             "How often a node uploads sealed segments of the partitions it leads, applies remote "
             "retention, and local retention on every replica of tiered topics.", min=10, max=DAY_MS, unit="ms")
+    .define("remote.log.manager.thread.pool.size", int, 4,
+            "Threads of the remote log manager: how many partitions upload, apply retention and read "
+            "manifests at once in each round.", min=1, max=64)
 )
 for _key in TIERING_CONFIG:
     NODE_CONFIG.keys[_key.name] = _key
 for _key in GROUP_CONFIG:  # consumer groups and consumer instances (ingest_api/groups/config.py)
+    NODE_CONFIG.keys[_key.name] = _key
+for _key in SECURITY_CONFIG:  # authentication, ACLs, TLS, quotas (ingest_api/security/config.py)
     NODE_CONFIG.keys[_key.name] = _key
 
 #: Broker key -> the topic key it gives the default of.

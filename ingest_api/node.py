@@ -59,8 +59,11 @@ from ingest_api.errors import (
 )
 from ingest_api.metadata import TopicMetadata, load_or_create_meta_properties
 from ingest_api.names import validate_topic_name
+from ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTROLLER_OPS
+from ingest_api.security.records import controller_records as security_controller_records
 from ingest_api.partition import Partition, PartitionKey, Role, now_ms
 from ingest_api.partitioner import StickyPartitioner
+from ingest_api.remote_log_manager import RemoteLogManagerPool
 from ingest_api.replication import wire
 from ingest_api.replication.fetcher import ReplicaFetcher
 from ingest_api.replication.peers import PeerClient
@@ -314,13 +317,42 @@ class Node:
         return self.tier.partition(p.key.topic, p.key.partition, topic_id=self._topic_ids.get(p.key.topic))
 
     def _tiering_loop(self) -> None:
+        """The remote log manager: every `remote.log.manager.task.interval.ms`, one round over the
+        replicas of tiered topics on a pool of `remote.log.manager.thread.pool.size` threads (a
+        partition is never in two tasks at once: a round waits for all of its tasks); on the active
+        controller's node, now and then, the sweep of data that topic deletions left behind."""
         interval = self.config.remote_log_manager_task_interval_ms / 1000
-        while not self._stopping.wait(interval):
-            for p in self.partitions():
-                if self._stopping.is_set():
-                    return
-                if self._tiered(p) and not p.log.closed:
-                    self.tier_once(p)
+        pool = RemoteLogManagerPool(self.config.remote_log_manager_thread_pool_size, self.tier_once)
+        last_sweep = time.monotonic()
+        try:
+            while not self._stopping.wait(interval):
+                pool.run_round([p for p in self.partitions() if self._tiered(p) and not p.log.closed],
+                               self._stopping)
+                sweep_ms = self.config.get("remote.log.deleted.topics.sweep.interval.ms")
+                if sweep_ms and (time.monotonic() - last_sweep) * 1000 >= sweep_ms and not self._stopping.is_set():
+                    last_sweep = time.monotonic()
+                    self.sweep_deleted_topics()
+        finally:
+            pool.close()
+
+    def sweep_deleted_topics(self):
+        """On the active controller's node (its metadata is the cluster's, caught up): delete remote
+        data of topics no longer in the metadata, unchanged for `remote.log.deleted.topics.grace.ms`
+        (a topic deletion whose remote deletion failed). Returns the sweep report, or None when this
+        node is not the one to sweep."""
+        if self.tier is None or self.quorum is None or not self.quorum.is_leader or self.controller is None \
+                or not self.ready:
+            return None
+        live = {name: t.topic_id for name, t in list(self.image.topics.items())}
+        try:
+            report = self.tier.sweep_deleted_topics(live, grace_ms=self.config.get("remote.log.deleted.topics.grace.ms"))
+        except Exception as e:  # the store is unreachable: the next sweep retries
+            log.warning("sweeping deleted topics' remote data failed: %s", e)
+            return None
+        if report.deleted or report.errors:
+            log.info("deleted topics' remote data: %d partition(s) deleted (%d objects), %d too recent, errors: %s",
+                     len(report.deleted), report.objects_deleted, len(report.too_recent), report.errors or "none")
+        return report
 
     def tier_once(self, p: Partition) -> None:
         """One round of the remote log manager for one replica (on a background thread).
@@ -537,6 +569,10 @@ class Node:
             elif op == "allocate_producer_ids":
                 records, first, count = ctrl.allocate_producer_ids(int(args["node_id"]), int(args["broker_epoch"]))
                 result.update({"first_id": first, "count": count})
+            elif op in SECURITY_CONTROLLER_OPS:  # users, API keys, ACLs (ingest_api/security/records.py)
+                ctrl._require_active()
+                records, extra = security_controller_records(op, args, self.image.security)
+                result.update(extra)
             else:
                 raise InvalidRequestError(f"unknown controller request {op!r}")
             result["metadata_offset"] = await self._propose_all(records)

@@ -28,6 +28,9 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
     partition_change           topic, topic_id, partition, [leader], [isr], [replicas],
                                leader_epoch, partition_epoch     the resulting epochs, explicitly
     allocate_producer_ids      node_id, broker_epoch, first_id, count
+    user_credential, delete_user, create_api_key, delete_api_key, create_acls, delete_acls
+                               users, API keys and ACLs: `image.security`
+                               (ingest_api/security/records.py)
 
 Broker records name the registration they act on by `broker_epoch`; topic records name the topic by
 `topic_id` too, so a record meant for a deleted topic never lands on a re-created one of that name.
@@ -78,6 +81,7 @@ from ingest_api.errors import InvalidTopicError
 from ingest_api.names import validate_topic_name
 from ingest_api.raft.core import Entry, EntryKind
 from ingest_api.raft.state_machine import SnapshotFormatError
+from ingest_api.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES, SecurityState
 from logstore.record_batch import crc32c
 
 SNAPSHOT_VERSION = 1
@@ -291,6 +295,7 @@ class ClusterImage:
         self.last_applied_term = 0
         self.skipped_records = 0
         self.recent_skips: collections.deque[tuple[int, str]] = collections.deque(maxlen=RECENT_SKIPS_KEPT)
+        self.security = SecurityState()  # users, API keys, ACLs (an immutable value)
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -339,16 +344,20 @@ class ClusterImage:
         other.last_applied_index = self.last_applied_index
         other.last_applied_term = self.last_applied_term
         other.skipped_records = self.skipped_records
+        other.security = self.security
         other.recent_skips = collections.deque(self.recent_skips, maxlen=RECENT_SKIPS_KEPT)
         return other
 
     def state_dict(self) -> dict[str, Any]:
         """The replicated state as plain JSON-able data (the snapshot's `image`)."""
-        return {"last_applied_index": self.last_applied_index, "last_applied_term": self.last_applied_term,
+        state = {"last_applied_index": self.last_applied_index, "last_applied_term": self.last_applied_term,
                 "controller_epoch": self.controller_epoch, "next_producer_id": self.next_producer_id,
                 "skipped_records": self.skipped_records,
                 "brokers": [b.to_dict() for _, b in sorted(self.brokers.items())],
                 "topics": [self.topics[n].to_dict() for n in sorted(self.topics)]}
+        if not self.security.empty:  # absent while unused: snapshots of clusters without security are unchanged
+            state["security"] = self.security.to_dict()
+        return state
 
     def to_dict(self) -> dict[str, Any]:
         """The state plus the recent skips, for the HTTP / debug view."""
@@ -536,6 +545,12 @@ class ClusterImage:
             raise _Rejected("producer ids are exhausted")
         self.next_producer_id = first + count
 
+    def _security_record(self, rec: Mapping[str, Any], index: int) -> None:
+        try:
+            self.security = self.security.apply(rec)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise _Rejected(f"security record: {e}") from None
+
 
 _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "register_broker": ClusterImage._register_broker,
@@ -549,6 +564,7 @@ _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "alter_configs": ClusterImage._alter_configs,
     "partition_change": ClusterImage._partition_change,
     "allocate_producer_ids": ClusterImage._allocate_producer_ids,
+    **{t: ClusterImage._security_record for t in SECURITY_RECORD_TYPES},
 }
 
 #: The record types `apply` understands.
@@ -590,4 +606,9 @@ def _image_from_state(state: Mapping[str, Any]) -> ClusterImage:
         if not partitions:
             raise _Rejected(f"topic {name!r} has no partitions")
         img.topics[name] = TopicImage(name, topic_id, _configs(t, "configs"), partitions)
+    if "security" in state:
+        try:
+            img.security = SecurityState.from_dict(state["security"])
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise _Rejected(f"security state: {e}") from None
     return img

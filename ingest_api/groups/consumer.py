@@ -77,7 +77,7 @@ _NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 def validate_name(name: str, what: str) -> str:
-    if not _NAME.match(name or ""):
+    if not _NAME.match(name or "") or name in (".", ".."):
         raise InvalidRequestError(f"{what} {name!r} must be 1 to 249 of ASCII letters, digits, '.', '_' and '-'")
     return name
 

@@ -11,6 +11,8 @@ from pydantic import BaseModel, Field
 from infra.config import LOG_CONFIG
 from ingest_api.errors import NodeError
 from ingest_api.routers.deps import get_node
+from ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
+from ingest_api.security.middleware import allowed, authorize
 
 router = APIRouter(prefix="/v3", tags=["admin v3"])
 
@@ -157,6 +159,8 @@ async def list_topics(cluster_id: str, request: Request):
 async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Request):
     node = _cluster(request, cluster_id)
     configs = {c.name: c.value for c in body.configs if c.value is not None}
+    if not allowed(request, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka: cluster or topic
+        authorize(request, Operation.CREATE, ResourceType.TOPIC, body.topic_name)
     t = await node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs)
     return JSONResponse(_topic_body(request, node, t), status_code=201)
 

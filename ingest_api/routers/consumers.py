@@ -37,6 +37,8 @@ from ingest_api.groups.errors import (
 )
 from ingest_api.groups.service import GroupService
 from ingest_api.node import FORWARDED_HEADER
+from ingest_api.security.acl import Operation, ResourceType
+from ingest_api.security.middleware import authorize, request_principal
 from ingest_api.routers.deps import get_node, read_body
 from ingest_api.routers.internal import VerifiedRequest, get_authenticator, verified_request
 
@@ -140,7 +142,8 @@ async def _route(request: Request, group: str, instance: str, body: bytes = b"")
     headers[FORWARDED_HEADER] = str(node.node_id)
     # A records request long-polls up to fetch.max.wait.ms on the holder; commits may wait request.timeout.ms.
     wait_s = (node.config.fetch_max_wait_ms + node.config.request_timeout_ms) / 1000 + 10
-    resp = await node.peers.request(owner, request.method, path, body, headers=headers, timeout_s=wait_s)
+    resp = await node.peers.request(owner, request.method, path, body, headers=headers, timeout_s=wait_s,
+                                    principal=request_principal(request))
     if resp.status_code == 404:
         consumers.owners.pop((group, instance), None)
     return Response(resp.content, status_code=resp.status_code, media_type=resp.headers.get("content-type"))
@@ -226,6 +229,10 @@ async def subscribe(group: str, instance: str, request: Request):
         raise InvalidRequestError("topic_pattern must be a string")
     if topics is not None and not isinstance(topics, list):
         raise InvalidRequestError("topics must be a list of strings")
+    # The topics consumed must be readable too (a pattern: every topic, i.e. READ on the wildcard).
+    for t in topics if topics is not None else ["*"]:
+        if isinstance(t, str):
+            authorize(request, Operation.READ, ResourceType.TOPIC, t)
     inst.subscribe(topics, pattern)
     return _no_content()
 
@@ -255,7 +262,10 @@ async def assign(group: str, instance: str, request: Request):
     inst = await _route(request, group, instance, body)
     if isinstance(inst, Response):
         return inst
-    inst.assign(_partitions(await _json_body(request, body)))
+    partitions = _partitions(await _json_body(request, body))
+    for t in {tp.topic for tp in partitions}:
+        authorize(request, Operation.READ, ResourceType.TOPIC, t)
+    inst.assign(partitions)
     return _no_content()
 
 
@@ -423,6 +433,8 @@ async def commit_group_offsets(group: str, request: Request):
     node, groups, _ = _state(request)
     validate_name(group, "group")
     offsets = _offsets(await _json_body(request))
+    for name in {o["topic"] for o in offsets}:
+        authorize(request, Operation.READ, ResourceType.TOPIC, name)
     for o in offsets:
         t = node.image.topics.get(o["topic"])
         if t is None or o["partition"] >= len(t.partitions):

@@ -8,6 +8,7 @@ from fastapi import Response
 
 from ingest_api.errors import LeaderNotAvailableError, RequestTooLargeError
 from ingest_api.node import FORWARDED_HEADER, Node
+from ingest_api.security.middleware import request_principal
 
 #: Request headers passed on when a request is forwarded to the partition's leader.
 _FORWARD_REQUEST_HEADERS = ("content-type", "accept")
@@ -53,7 +54,8 @@ async def forward_to_leader(request: Request, node: Node, topic: str, partition:
     headers[FORWARDED_HEADER] = str(node.node_id)
     assert node.peers is not None
     resp = await node.peers.request(leader, request.method, path, body, headers=headers,
-                                    timeout_s=(wait_ms + node.config.request_timeout_ms) / 1000 + 5)
+                                    timeout_s=(wait_ms + node.config.request_timeout_ms) / 1000 + 5,
+                                    principal=request_principal(request))
     relay = {k: v for k, v in resp.headers.items() if k.lower().startswith("x-lakelog-") or k.lower() == "retry-after"}
     return Response(resp.content, status_code=resp.status_code, media_type=resp.headers.get("content-type"),
                     headers=relay)

@@ -1,0 +1,122 @@
+"""What each HTTP route requires: the resource and operation an authorized caller needs (pure).
+
+One table covers every route the node serves. `tests/unit/test_security.py` checks that each
+operation of the OpenAPI document has a rule here, so no endpoint can be added without one. A path
+no rule matches is refused under the authorizer (403), so a forgotten route fails closed.
+
+Rules name the resource from a path parameter (`{topic}`, `{group}`) or the cluster. A few
+requirements depend on the body (the topic a create names, the topics a consumer subscribes or is
+assigned to); the router checks those with `ingest_api.security.middleware.authorize` once it has
+parsed the body. The quota a request draws on follows from its rule: produce (WRITE on a topic's
+records path) draws on the produce byte rate, a record fetch on the consumer byte rate, and every
+request on the request rate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
+
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = (Operation.READ, Operation.WRITE, Operation.CREATE,
+                                                Operation.DELETE, Operation.ALTER, Operation.DESCRIBE)
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+
+#: Paths anyone may call, authenticated or not (load balancers, orchestrators).
+PUBLIC = frozenset({("GET", "/healthz"), ("GET", "/readyz"), ("HEAD", "/healthz"), ("HEAD", "/readyz")})
+
+#: (method, path template, resource type, path parameter naming it (None = the cluster), operation, kind)
+#: kind: "produce", "fetch", "body" (the router checks more from the body), "" otherwise.
+RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, str]] = [
+    ("GET", "/metrics", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/openapi.json", None, None, None, ""),  # authenticated only
+    ("GET", "/docs", None, None, None, ""),
+    ("GET", "/redoc", None, None, None, ""),
+    ("GET", "/topics", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/topics/{topic}", TOPIC, "topic", DESCRIBE, ""),
+    ("POST", "/topics/{topic}", TOPIC, "topic", WRITE, "produce"),
+    ("GET", "/topics/{topic}/partitions", TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/topics/{topic}/partitions/{partition}", TOPIC, "topic", DESCRIBE, ""),
+    ("POST", "/topics/{topic}/partitions/{partition}", TOPIC, "topic", WRITE, "produce"),
+    ("GET", "/topics/{topic}/partitions/{partition}/records", TOPIC, "topic", READ, "fetch"),
+    ("GET", "/topics/{topic}/partitions/{partition}/offsets", TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/brokers", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/producers", CLUSTER, None, WRITE, ""),
+    ("GET", "/v3/clusters", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/topics", None, None, None, "body"),  # CREATE: cluster or the topic
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}", TOPIC, "topic", DESCRIBE, ""),
+    ("PATCH", "/v3/clusters/{cluster_id}/topics/{topic}", TOPIC, "topic", ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}", TOPIC, "topic", DELETE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/configs", TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}", TOPIC, "topic", DESCRIBE, ""),
+    ("PUT", "/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}", TOPIC, "topic", ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}", TOPIC, "topic", ALTER, ""),
+    ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/configs:alter", TOPIC, "topic", ALTER, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions", TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas", TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/brokers", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/acls", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/acls", CLUSTER, None, ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/acls", CLUSTER, None, ALTER, ""),
+    ("GET", "/v3/clusters/{cluster_id}/users", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/users", CLUSTER, None, ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/users/{user}", CLUSTER, None, ALTER, ""),
+    ("GET", "/v3/clusters/{cluster_id}/api-keys", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/api-keys", CLUSTER, None, ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/api-keys/{key_id}", CLUSTER, None, ALTER, ""),
+    ("POST", "/consumers/{group}", GROUP, "group", READ, ""),
+    ("DELETE", "/consumers/{group}/instances/{instance}", GROUP, "group", READ, ""),
+    ("POST", "/consumers/{group}/instances/{instance}/subscription", GROUP, "group", READ, "body"),
+    ("GET", "/consumers/{group}/instances/{instance}/subscription", GROUP, "group", READ, ""),
+    ("DELETE", "/consumers/{group}/instances/{instance}/subscription", GROUP, "group", READ, ""),
+    ("POST", "/consumers/{group}/instances/{instance}/assignments", GROUP, "group", READ, "body"),
+    ("GET", "/consumers/{group}/instances/{instance}/assignments", GROUP, "group", READ, ""),
+    ("GET", "/consumers/{group}/instances/{instance}/records", GROUP, "group", READ, "fetch"),
+    ("POST", "/consumers/{group}/instances/{instance}/offsets", GROUP, "group", READ, ""),
+    ("GET", "/consumers/{group}/instances/{instance}/offsets", GROUP, "group", READ, ""),
+    ("POST", "/consumers/{group}/instances/{instance}/positions", GROUP, "group", READ, ""),
+    ("POST", "/consumers/{group}/instances/{instance}/positions/beginning", GROUP, "group", READ, ""),
+    ("POST", "/consumers/{group}/instances/{instance}/positions/end", GROUP, "group", READ, ""),
+    ("GET", "/groups", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/groups/{group}", GROUP, "group", DESCRIBE, ""),
+    ("GET", "/groups/{group}/offsets", GROUP, "group", DESCRIBE, ""),
+    ("POST", "/groups/{group}/offsets", GROUP, "group", READ, "body"),
+]
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What one request needs: (resource type, name, operation) or None (authentication only)."""
+
+    resource_type: ResourceType | None
+    resource_name: str
+    operation: Operation | None
+    kind: str
+
+
+def _compile(template: str) -> re.Pattern:
+    out = "".join(f"(?P<{part[1:-1]}>[^/]+)" if part.startswith("{") else re.escape(part)
+                  for part in re.split(r"(\{[a-z_]+\})", template))
+    return re.compile(out + r"\Z")
+
+
+_COMPILED: dict[str, list[tuple[re.Pattern, ResourceType | None, str | None, Operation | None, str]]] = {}
+for _m, _t, _rt, _param, _op, _kind in RULES:
+    _COMPILED.setdefault(_m, []).append((_compile(_t), _rt, _param, _op, _kind))
+    if _m == "GET":
+        _COMPILED.setdefault("HEAD", []).append((_compile(_t), _rt, _param, _op, _kind))
+
+
+def requirement(method: str, path: str) -> Requirement | None:
+    """The requirement of a request, or None when no rule matches (refused under the authorizer)."""
+    for pattern, rtype, param, op, kind in _COMPILED.get(method, ()):
+        m = pattern.match(path)
+        if m is not None:
+            name = CLUSTER_NAME if param is None else m.group(param)
+            return Requirement(rtype, name, op, kind)
+    return None

@@ -1,0 +1,180 @@
+"""Users, API keys and ACLs in the cluster metadata: the state, its records, and how they apply.
+
+`SecurityState` is part of `ClusterImage` (`image.security`), so it is replicated by the metadata
+log, applied identically on every node and included in snapshots. It is an immutable value: each
+applied record makes a new one with a new `generation`, which the caches of the middleware compare.
+
+Records (JSON, like every metadata record):
+
+    user_credential   name, credential {mechanism, salt, iterations, stored_key, server_key}
+                      creates the user or replaces its credential
+    delete_user       name                       (its API keys stay until deleted)
+    create_api_key    key_id, principal, secret_sha256 (hex)
+    delete_api_key    key_id
+    create_acls       acls [binding, ...]        bindings already present are ignored
+    delete_acls       acls [binding, ...]        bindings absent are ignored
+
+A malformed record raises ValueError, which the image turns into a deterministic skip.
+`controller_records(op, args, state)` validates an admin request against the state and returns the
+records to propose (pure; runs on the active controller).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ingest_api.security.acl import MAX_ACLS, AclBinding, AclFilter, check_principal
+from ingest_api.security.credentials import ApiKey, ScramCredential
+from ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
+
+USER_NAME = re.compile(r"^[a-zA-Z0-9._@-]{1,128}$")
+MAX_USERS = 100_000
+MAX_API_KEYS = 100_000
+MAX_ACLS_PER_REQUEST = 1000
+_generations = itertools.count(1)
+
+
+def check_user_name(name: object) -> str:
+    if not isinstance(name, str) or not USER_NAME.match(name):
+        raise ValueError("a user name is 1 to 128 of ASCII letters, digits, '.', '_', '@' and '-'")
+    return name
+
+
+@dataclass(frozen=True)
+class SecurityState:
+    users: Mapping[str, ScramCredential] = field(default_factory=dict)
+    api_keys: Mapping[str, ApiKey] = field(default_factory=dict)
+    acls: frozenset[AclBinding] = frozenset()
+    generation: int = field(default_factory=lambda: next(_generations), compare=False)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.users or self.api_keys or self.acls)
+
+    def sorted_acls(self) -> list[AclBinding]:
+        return sorted(self.acls, key=AclBinding.sort_key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"users": [{"name": n, "credential": self.users[n].to_dict()} for n in sorted(self.users)],
+                "api_keys": [self.api_keys[k].to_dict() for k in sorted(self.api_keys)],
+                "acls": [b.to_dict() for b in self.sorted_acls()]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "SecurityState":
+        if not isinstance(d, dict):
+            raise ValueError("security state must be an object")
+        users = {check_user_name(u.get("name")): ScramCredential.from_dict(u.get("credential"))
+                 for u in _list(d, "users")}
+        keys = {}
+        for k in _list(d, "api_keys"):
+            key = _api_key(k)
+            keys[key.key_id] = key
+        acls = frozenset(AclBinding.from_dict(a) for a in _list(d, "acls"))
+        return cls(users, keys, acls)
+
+    def apply(self, rec: Mapping[str, Any]) -> "SecurityState":
+        t = rec.get("type")
+        if t == "user_credential":
+            if len(self.users) >= MAX_USERS:
+                raise ValueError("too many users")
+            cred = rec.get("credential")
+            if not isinstance(cred, dict):
+                raise ValueError("credential must be an object")
+            users = dict(self.users)
+            users[check_user_name(rec.get("name"))] = ScramCredential.from_dict(cred)
+            return SecurityState(users, self.api_keys, self.acls)
+        if t == "delete_user":
+            name = check_user_name(rec.get("name"))
+            if name not in self.users:
+                raise ValueError(f"no user {name!r}")
+            users = dict(self.users)
+            del users[name]
+            return SecurityState(users, self.api_keys, self.acls)
+        if t == "create_api_key":
+            key = _api_key(rec)
+            if key.key_id in self.api_keys or len(self.api_keys) >= MAX_API_KEYS:
+                raise ValueError(f"API key {key.key_id} exists, or too many keys")
+            keys = dict(self.api_keys)
+            keys[key.key_id] = key
+            return SecurityState(self.users, keys, self.acls)
+        if t == "delete_api_key":
+            key_id = rec.get("key_id")
+            if key_id not in self.api_keys:
+                raise ValueError(f"no API key {key_id!r}")
+            keys = dict(self.api_keys)
+            del keys[key_id]
+            return SecurityState(self.users, keys, self.acls)
+        if t in ("create_acls", "delete_acls"):
+            bindings = {AclBinding.from_dict(a) for a in _list(rec, "acls")}
+            acls = self.acls | bindings if t == "create_acls" else self.acls - bindings
+            if len(acls) > MAX_ACLS:
+                raise ValueError("too many ACLs")
+            return SecurityState(self.users, self.api_keys, frozenset(acls))
+        raise ValueError(f"not a security record: {t!r}")
+
+
+RECORD_TYPES = ("user_credential", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls")
+
+
+def _list(d: Mapping[str, Any], key: str) -> list:
+    v = d.get(key, [])
+    if not isinstance(v, list):
+        raise ValueError(f"{key} must be a list")
+    return v
+
+
+def _api_key(d: Any) -> ApiKey:
+    if not isinstance(d, dict):
+        raise ValueError("an API key must be an object")
+    key_id, digest = d.get("key_id"), d.get("secret_sha256")
+    if not isinstance(key_id, str) or not re.fullmatch(r"[0-9a-f]{16}", key_id):
+        raise ValueError("key_id must be 16 hex characters")
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise ValueError("secret_sha256 must be 64 hex characters")
+    return ApiKey(key_id, check_principal(d.get("principal")), bytes.fromhex(digest))
+
+
+# ------------------------------------------------------------------------- the controller side
+
+CONTROLLER_OPS = ("upsert_user", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls")
+
+
+def controller_records(op: str, args: Mapping[str, Any], state: SecurityState) -> tuple[list[dict], dict]:
+    """(records to propose, result) for a security admin request; raises a SecurityError when refused."""
+    try:
+        if op == "upsert_user":
+            name = check_user_name(args.get("name"))
+            cred = ScramCredential.from_dict(args.get("credential"))
+            return [{"type": "user_credential", "name": name, "credential": cred.to_dict()}], {}
+        if op == "delete_user":
+            name = check_user_name(args.get("name"))
+            if name not in state.users:
+                raise SecurityNotFoundError(f"User {name} not found.")
+            return [{"type": "delete_user", "name": name}], {}
+        if op == "create_api_key":
+            key = _api_key(dict(args))
+            return [{"type": "create_api_key", **key.to_dict()}], {}
+        if op == "delete_api_key":
+            key_id = args.get("key_id")
+            if key_id not in state.api_keys:
+                raise SecurityNotFoundError(f"API key {key_id} not found.")
+            return [{"type": "delete_api_key", "key_id": key_id}], {}
+        if op == "create_acls":
+            acls = _list(args, "acls")
+            if not 1 <= len(acls) <= MAX_ACLS_PER_REQUEST:
+                raise ValueError(f"between 1 and {MAX_ACLS_PER_REQUEST} ACLs per request")
+            bindings = [AclBinding.from_dict(a) for a in acls]
+            if len(state.acls | set(bindings)) > MAX_ACLS:
+                raise ValueError(f"the cluster may hold at most {MAX_ACLS} ACLs")
+            return [{"type": "create_acls", "acls": [b.to_dict() for b in bindings]}], {}
+        if op == "delete_acls":
+            flt = AclFilter.from_params(dict(args.get("filter") or {}))
+            doomed = [b for b in state.sorted_acls() if flt.matches(b)]
+            records = [{"type": "delete_acls", "acls": [b.to_dict() for b in doomed]}] if doomed else []
+            return records, {"deleted": [b.to_dict() for b in doomed]}
+    except (ValueError, TypeError, KeyError) as e:
+        raise InvalidSecurityRequestError(str(e)) from None
+    raise InvalidSecurityRequestError(f"unknown security request {op!r}")

@@ -1,0 +1,241 @@
+"""Client security, pure parts: credentials, API keys, ACLs and the authorizer, quotas, access rules,
+the metadata records of users, keys and ACLs (applied, snapshotted, restored)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+import pytest
+
+from ingest_api.cluster.image import ClusterImage
+from ingest_api.security import access
+from ingest_api.security.acl import (CLUSTER_NAME, AclBinding, AclFilter, Authorizer, Operation, PatternType,
+                                     Permission, ResourceType)
+from ingest_api.security.credentials import (MIN_ITERATIONS, CredentialCache, make_credential, new_api_key,
+                                             parse_api_key, verify_password)
+from ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
+from ingest_api.security.quotas import FETCH, PRODUCE, REQUEST, QuotaLimits, QuotaManager, TokenBucket, parse_overrides
+from ingest_api.security.records import SecurityState, controller_records
+
+T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+R, W, D, A = Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.ALTER
+
+
+def acl(principal, rtype, name, op, perm="ALLOW", pattern="LITERAL") -> AclBinding:
+    return AclBinding.from_dict({"principal": principal, "resource_type": rtype, "resource_name": name,
+                                 "pattern_type": pattern, "operation": op, "permission": perm})
+
+
+# ---------------------------------------------------------------------------------- credentials
+
+def test_scram_credential_matches_rfc_7677_derivation():
+    salt = b"0123456789abcdef"
+    cred = make_credential("pencil", MIN_ITERATIONS, salt)
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", salt, MIN_ITERATIONS)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    assert cred.stored_key == hashlib.sha256(client_key).digest()
+    assert cred.server_key == hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    assert cred.mechanism == "SCRAM-SHA-256" and cred.iterations == MIN_ITERATIONS
+
+
+def test_password_verification_and_fresh_salts():
+    a, b = make_credential("s3cret"), make_credential("s3cret")
+    assert a.salt != b.salt and a.stored_key != b.stored_key
+    assert verify_password(a, "s3cret") and verify_password(b, "s3cret")
+    assert not verify_password(a, "s3cret ") and not verify_password(a, "") and not verify_password(a, "x" * 5000)
+    assert "s3cret" not in repr(a.to_dict())
+    with pytest.raises(ValueError):
+        make_credential("")
+    with pytest.raises(ValueError):
+        make_credential("x", iterations=10)
+
+
+def test_api_keys_parse_and_hash():
+    key_id, key, digest = new_api_key()
+    assert parse_api_key(key) == (key_id, digest)
+    for bad in ("", "llk_", "llk_short_x", "Bearer " + key, "xxx" + key, key[:20]):
+        parsed = parse_api_key(bad)
+        assert parsed is None or parsed != (key_id, digest)
+
+
+def test_credential_cache_is_dropped_when_users_change():
+    cache = CredentialCache(max_entries=2)
+    cache.put("Basic abc", 1, "User:a")
+    assert cache.get("Basic abc", 1) == "User:a"
+    assert cache.get("Basic abc", 2) is None  # users changed: forget everything
+    for i in range(3):
+        cache.put(f"h{i}", 2, f"User:{i}")
+    assert cache.get("h0", 2) is None and cache.get("h2", 2) == "User:2"  # bounded, LRU
+
+
+# ------------------------------------------------------------------------------------- the ACLs
+
+def test_acl_validation():
+    for bad in ({"principal": "alice"}, {"resource_type": "BROKER"}, {"operation": "EXPLODE"},
+                {"permission": "MAYBE"}, {"resource_name": ""}, {"host": "10.0.0.1"},
+                {"resource_type": "CLUSTER", "resource_name": "other"},
+                {"pattern_type": "PREFIXED", "resource_name": "*"}):
+        doc = {"principal": "User:a", "resource_type": "TOPIC", "resource_name": "t", "operation": "READ",
+               "permission": "ALLOW", **bad}
+        with pytest.raises(ValueError):
+            AclBinding.from_dict(doc)
+    b = acl("User:a", "topic", "t", "read", "allow")  # case-insensitive enums
+    assert b.to_dict()["operation"] == "READ" and b == AclBinding.from_dict(b.to_dict())
+
+
+def test_no_matching_allow_means_deny_and_deny_wins():
+    auth = Authorizer([acl("User:a", "TOPIC", "orders", "READ"),
+                       acl("User:a", "TOPIC", "ord", "ALL", pattern="PREFIXED"),
+                       acl("User:a", "TOPIC", "orders-secret", "READ", "DENY"),
+                       acl("User:*", "GROUP", "*", "READ"),
+                       acl("User:b", "TOPIC", "*", "ALL"),
+                       acl("User:b", "TOPIC", "pay", "ALL", "DENY", "PREFIXED")])
+    assert auth.authorize("User:a", R, T, "orders")
+    assert auth.authorize("User:a", W, T, "orders-2")  # prefixed ALL
+    assert not auth.authorize("User:a", R, T, "orders-secret")  # deny wins over the prefixed ALL
+    assert auth.authorize("User:a", W, T, "orders-secret")  # deny was READ only
+    assert not auth.authorize("User:a", R, T, "other")
+    assert auth.authorize("User:zed", R, G, "any-group")  # wildcard principal and resource
+    assert not auth.authorize("User:zed", R, T, "orders")
+    assert auth.authorize("User:b", W, T, "anything") and not auth.authorize("User:b", R, T, "payments")
+    assert not auth.authorize("User:a", D, C, CLUSTER_NAME)
+
+
+def test_describe_is_implied_by_read_write_delete_alter_allows_only():
+    for op in ("READ", "WRITE", "DELETE", "ALTER"):
+        assert Authorizer([acl("User:a", "TOPIC", "t", op)]).authorize("User:a", D, T, "t")
+    assert not Authorizer([acl("User:a", "TOPIC", "t", "CREATE")]).authorize("User:a", D, T, "t")
+    # A DENY of READ does not deny DESCRIBE, a DENY of DESCRIBE does.
+    assert Authorizer([acl("User:a", "TOPIC", "t", "ALL"), acl("User:a", "TOPIC", "t", "READ", "DENY")]
+                      ).authorize("User:a", D, T, "t")
+    assert not Authorizer([acl("User:a", "TOPIC", "t", "ALL"), acl("User:a", "TOPIC", "t", "DESCRIBE", "DENY")]
+                          ).authorize("User:a", D, T, "t")
+
+
+def test_super_users_and_allow_everyone_if_no_acl_found():
+    acls = [acl("User:a", "TOPIC", "guarded", "READ")]
+    assert Authorizer(acls, super_users={"User:root"}).authorize("User:root", A, C, CLUSTER_NAME)
+    lax = Authorizer(acls, allow_everyone_if_no_acl_found=True)
+    assert lax.authorize("User:x", R, T, "unguarded")  # no ACL names it
+    assert not lax.authorize("User:x", R, T, "guarded")  # an ACL names it: the usual rules
+    assert not Authorizer(acls).authorize("User:x", R, T, "unguarded")
+
+
+def test_acl_filter():
+    b = acl("User:a", "TOPIC", "t", "READ")
+    assert AclFilter.from_params({}).matches(b)
+    assert AclFilter.from_params({"principal": "User:a", "operation": "ANY", "resource_type": "topic"}).matches(b)
+    assert not AclFilter.from_params({"permission": "DENY"}).matches(b)
+    with pytest.raises(ValueError):
+        AclFilter.from_params({"operation": "NOPE"})
+
+
+# --------------------------------------------------------------------------------------- quotas
+
+def test_token_bucket_debt_and_refill():
+    b = TokenBucket(rate=100, window_s=1.0, now=0.0)
+    assert b.delay_s(0.0) == 0
+    b.take(0.0, 300)  # 200 over: two seconds of debt
+    assert b.delay_s(0.0) == pytest.approx(2.0)
+    assert b.delay_s(1.0) == pytest.approx(1.0)
+    assert b.delay_s(2.5) == 0
+    assert b.tokens <= b.capacity
+
+
+def test_quota_manager_throttles_a_greedy_principal_only():
+    q = QuotaManager(QuotaLimits(producer_byte_rate=1000, request_rate=0),
+                     parse_overrides('{"User:vip": {"producer.byte.rate": 0, "request.rate": 5}}'))
+    assert q.admit("User:greedy", (REQUEST, PRODUCE), 0.0) == 0
+    q.record("User:greedy", PRODUCE, 5000, 0.0)
+    assert q.admit("User:greedy", (REQUEST, PRODUCE), 0.0) == pytest.approx(4.0)
+    assert q.admit("User:polite", (REQUEST, PRODUCE), 0.0) == 0  # buckets are per principal
+    assert q.admit("User:greedy", (REQUEST, FETCH), 0.0) == 0  # fetch is another quota
+    assert q.admit("User:greedy", (REQUEST, PRODUCE), 4.01) == 0
+    admitted = sum(q.admit("User:vip", (REQUEST,), 0.0) == 0 for _ in range(20))
+    assert admitted == 5  # request.rate=5 with a 1 s window: a burst of 5
+
+
+def test_quota_overrides_are_validated():
+    for bad in ("[]", '{"alice": {}}', '{"User:a": {"bytes": 1}}', '{"User:a": {"request.rate": -1}}'):
+        with pytest.raises(ValueError):
+            parse_overrides(bad)
+    assert parse_overrides("") == {}
+
+
+# ------------------------------------------------------------------------------- access rules
+
+def test_access_rules_cover_paths_and_fail_closed():
+    r = access.requirement("POST", "/topics/orders/partitions/3")
+    assert (r.resource_type, r.resource_name, r.operation, r.kind) == (T, "orders", W, "produce")
+    r = access.requirement("GET", "/consumers/g1/instances/i/records")
+    assert (r.resource_type, r.resource_name, r.operation, r.kind) == (G, "g1", R, "fetch")
+    r = access.requirement("POST", "/v3/clusters/x/topics/t/configs:alter")
+    assert (r.resource_type, r.resource_name, r.operation) == (T, "t", A)
+    assert access.requirement("GET", "/v3/clusters/x/acls").resource_name == CLUSTER_NAME
+    assert access.requirement("GET", "/nowhere") is None
+    assert access.requirement("GET", "/topics/a/b/c/d/e") is None
+    assert ("GET", "/healthz") in access.PUBLIC and ("GET", "/metrics") not in access.PUBLIC
+
+
+def test_every_documented_operation_has_an_access_rule():
+    from ingest_api.app import create_app
+    from ingest_api.config import NodeConfig
+    from ingest_api.node import Node
+
+    doc = create_app(Node(NodeConfig({}))).openapi()
+    missing = [(m.upper(), p) for p, ops in doc["paths"].items() for m in ops
+               if access.requirement(m.upper(), p) is None and (m.upper(), p) not in access.PUBLIC]
+    assert missing == []
+    public = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops if (m.upper(), p) in access.PUBLIC}
+    assert public == {("GET", "/healthz"), ("GET", "/readyz")}
+
+
+# ------------------------------------------------------------------------ the metadata records
+
+def _apply(image: ClusterImage, op: str, args: dict) -> dict:
+    records, result = controller_records(op, args, image.security)
+    for rec in records:
+        image.apply_record(rec)
+    return result
+
+
+def test_users_keys_and_acls_replicate_through_the_image_and_its_snapshot():
+    img = ClusterImage()
+    before = img.snapshot()
+    assert b"security" not in before  # unused: the snapshot is unchanged
+    cred = make_credential("hunter2-zebra")
+    _apply(img, "upsert_user", {"name": "alice", "credential": cred.to_dict()})
+    key_id, key, digest = new_api_key()
+    _apply(img, "create_api_key", {"key_id": key_id, "principal": "User:svc", "secret_sha256": digest.hex()})
+    _apply(img, "create_acls", {"acls": [acl("User:alice", "TOPIC", "t", "READ").to_dict(),
+                                         acl("User:alice", "GROUP", "g", "READ").to_dict()]})
+    gen = img.security.generation
+    restored = ClusterImage()
+    restored.restore(img.snapshot())
+    assert restored.security == img.security and restored.snapshot() == img.snapshot()
+    assert verify_password(restored.security.users["alice"], "hunter2-zebra")
+    assert b"hunter2-zebra" not in img.snapshot()  # no password in the metadata
+    result = _apply(img, "delete_acls", {"filter": {"resource_type": "TOPIC"}})
+    assert [d["resource_name"] for d in result["deleted"]] == ["t"]
+    assert img.security.generation != gen and len(img.security.acls) == 1
+    _apply(img, "delete_user", {"name": "alice"})
+    _apply(img, "delete_api_key", {"key_id": key_id})
+    assert not img.security.users and not img.security.api_keys
+
+
+def test_bad_security_requests_and_records():
+    img = ClusterImage()
+    with pytest.raises(SecurityNotFoundError):
+        controller_records("delete_user", {"name": "ghost"}, img.security)
+    with pytest.raises(InvalidSecurityRequestError):
+        controller_records("upsert_user", {"name": "../etc", "credential": make_credential("x").to_dict()},
+                           img.security)
+    with pytest.raises(InvalidSecurityRequestError):
+        controller_records("create_acls", {"acls": []}, img.security)
+    # A malformed record in the log is skipped identically everywhere, never applied.
+    img.apply_record({"type": "user_credential", "name": "bob", "credential": {"mechanism": "MD5"}})
+    img.apply_record({"type": "create_acls", "acls": [{"principal": "nobody"}]})
+    assert img.skipped_records == 2 and img.security.empty
+    assert SecurityState.from_dict(img.security.to_dict()) == img.security
