@@ -55,6 +55,12 @@ TIERING_CONFIG = (
     .define("remote.log.upload.threads", int, 4,
             "Threads PUTting segments' index and epoch objects while each .log streams (shared by the "
             "partitions of a node).", min=1, max=64)
+    .define("remote.log.deleted.topics.sweep.interval.ms", int, 3_600_000,
+            "How often the active controller's node deletes remote data that topic deletions left "
+            "behind (the store was down through every attempt); 0 disables the sweep.", min=0, unit="ms")
+    .define("remote.log.deleted.topics.grace.ms", int, 3_600_000,
+            "How long a deleted topic's remote partition must have been unchanged before the sweep "
+            "deletes it.", min=0, unit="ms")
     .define("remote.log.copy.max.segments.per.round", int, 16,
             "Most segments one copy round uploads (a round can always be run again).", min=1, max=100_000)
 )

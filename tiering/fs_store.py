@@ -270,6 +270,28 @@ class FileSystemStore(ObjectStore):
         out.sort(key=lambda o: o.key)
         return out
 
+    def list_prefixes(self, prefix: str = "") -> list[str]:
+        check_prefix(prefix)
+        directory = prefix[: prefix.rfind("/") + 1]
+        start = prefix[len(directory):]
+        base = self.root / directory if directory else self.root
+        out: list[str] = []
+        ok = False
+        try:
+            with _os_errors(prefix):
+                try:
+                    entries = list(os.scandir(base))
+                except FileNotFoundError:
+                    entries = []
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False) and e.name.startswith(start) \
+                            and not e.name.startswith(RESERVED_PREFIX):
+                        out.append(f"{directory}{e.name}/")
+            ok = True
+        finally:
+            self.stats.record("LIST", error=not ok)
+        return sorted(out)
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         ok = False

@@ -15,6 +15,8 @@ partition replica.
 
     # topic deletion:
     rp.delete_all(); tier.forget("orders", 0)
+    # what deletions left behind (the store was down), from one node, with the cluster's topics:
+    tier.sweep_deleted_topics({"orders": topic_id, ...}, grace_ms=3_600_000)
 
 The tier owns what partitions share: the store, the remote index cache and the chunk cache (both
 bounded LRU by bytes), the fetch, prefetch and upload thread pools (bounded), and the metrics.
@@ -25,19 +27,25 @@ partition. Calls block on the store; never call them from the event loop.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from tiering.cache import ByteLRUCache
 from tiering.config import TieringConfig
+from tiering.errors import TieringError
+from tiering.layout import parse_segment_file, partition_dir
 from tiering.manifest import PartitionManifest
 from tiering.metadata import ManifestStore
 from tiering.metrics import TieringMetrics
 from tiering.reader import RemoteFetchResult, RemoteLogReader
 from tiering.store import ObjectStore
 from tiering.uploader import CopyReport, RemoteRetentionReport, SegmentUploader
+
+logger = logging.getLogger(__name__)
 
 
 class RemotePartition:
@@ -114,6 +122,29 @@ class RemotePartition:
         return m.log_start_offset if m.end_offset is not None else None
 
 
+@dataclass(slots=True)
+class DeletedTopicsSweep:
+    """What one sweep of deleted topics' remote data found and did."""
+
+    partitions_examined: int = 0
+    deleted: list[str] = field(default_factory=list)  # partition dirs whose segment objects were deleted
+    objects_deleted: int = 0
+    too_recent: list[str] = field(default_factory=list)  # left for a later sweep (inside the grace period)
+    errors: list[str] = field(default_factory=list)  # "dir: error" (retried by the next sweep)
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a remote partition directory name `<topic>-<partition>`, or None."""
+    topic, sep, number = name.rpartition("-")
+    if not sep or not number.isdigit() or len(number) > 9:
+        return None
+    try:
+        partition_dir(topic, int(number))
+    except ValueError:
+        return None
+    return topic, int(number)
+
+
 class RemoteTier:
     """One node's remote tier: the store and everything partitions share."""
 
@@ -154,6 +185,50 @@ class RemoteTier:
         with self._lock:
             self._partitions.pop((topic, partition), None)
         self.metrics.forget_partition(topic, partition)
+
+    def sweep_deleted_topics(self, live_topics: Mapping[str, str], *, grace_ms: int, now_ms: int | None = None,
+                             max_partitions: int = 100_000) -> DeletedTopicsSweep:
+        """Delete the remote data a topic deletion left behind (the store was down through every
+        attempt of the node that handled it): the segment objects of every remote partition whose
+        topic is not in `live_topics` (name -> topic id, the cluster metadata), or whose manifest
+        belongs to another incarnation of that name (a topic deleted and created again), once no
+        object of the partition has changed for `grace_ms`.
+
+        Each such partition goes through `delete_all` (tombstone manifest, then its objects), as a
+        topic deletion does. Manifests are never deleted: a tombstone fences the old incarnation's
+        writers and is what a new incarnation of the name takes over. At most `max_partitions`
+        partition directories are examined. Errors are collected, not raised (a later sweep
+        retries). Blocking: call it from a background thread.
+        """
+        now = int(self.clock() * 1000) if now_ms is None else now_ms
+        report = DeletedTopicsSweep()
+        for d in self.store.list_prefixes("")[:max_partitions]:
+            parsed = parse_partition_dir(d.rstrip("/"))
+            if parsed is None:
+                continue  # not a partition of ours
+            topic, partition = parsed
+            report.partitions_examined += 1
+            live_id = live_topics.get(topic)
+            try:
+                objects = self.store.list(d)
+                segment_objects = [o for o in objects if parse_segment_file(o.key.rsplit("/", 1)[-1]) is not None]
+                if not segment_objects:
+                    continue  # a tombstone, or nothing uploaded yet: nothing to delete
+                meta = ManifestStore(self.store, topic, partition)
+                m = meta.load()
+                if live_id is not None and (m.topic_id is None or m.topic_id == live_id):
+                    continue  # the live topic's data (or not provably another incarnation's)
+                if max(o.last_modified_ms for o in objects) > now - grace_ms:
+                    report.too_recent.append(d)
+                    continue
+                rp = RemotePartition(self, topic, partition, m.topic_id)
+                report.objects_deleted += rp.delete_all(now_ms=now)
+                report.deleted.append(d)
+                logger.warning("deleted the remote data of %s (topic id %s), left behind by a topic deletion",
+                               d.rstrip("/"), m.topic_id)
+            except TieringError as e:
+                report.errors.append(f"{d}: {e}")
+        return report
 
     def metrics_snapshot(self) -> dict:
         return self.metrics.snapshot()

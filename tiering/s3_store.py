@@ -226,6 +226,23 @@ class S3Store(ObjectStore):
         out.sort(key=lambda o: o.key)
         return out
 
+    def list_prefixes(self, prefix: str = "") -> list[str]:
+        check_prefix(prefix)
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        out: list[str] = []
+        token: str | None = None
+        while True:
+            kwargs = {"Bucket": self.bucket, "Prefix": full, "Delimiter": "/", "MaxKeys": 1000}
+            if token:
+                kwargs["ContinuationToken"] = token
+            resp = self._call("LIST", prefix, lambda: self._client.list_objects_v2(**kwargs))
+            out.extend(p["Prefix"][strip:] for p in resp.get("CommonPrefixes", []))
+            if not resp.get("IsTruncated"):
+                break
+            token = resp.get("NextContinuationToken")
+        return sorted(out)
+
     # ------------------------------------------------------------------ deletes
 
     def delete(self, key: str) -> None:

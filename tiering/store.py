@@ -9,6 +9,7 @@
                                                 the object, b"" from its end on
     head(key) -> ObjectInfo                     ObjectNotFoundError if missing
     list(prefix) -> [ObjectInfo]                every key starting with `prefix`, sorted
+    list_prefixes(prefix) -> [str]              the "directories" right under `prefix` (delimiter '/')
     delete(key), delete_many(keys)              idempotent: a missing key is not an error
 
 Keys are relative, `/`-separated (`orders-0/manifest.json`); a store adds its own prefix (an S3 key
@@ -228,6 +229,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object whose key starts with `prefix`, sorted by key."""
+
+    def list_prefixes(self, prefix: str = "") -> list[str]:
+        """The distinct "directories" right under `prefix` (which is empty or ends with '/'): every
+        `prefix + name + '/'` that some key starts with, sorted. Stores override this with a
+        delimiter listing; this default lists every key."""
+        check_prefix(prefix)
+        out = {prefix + o.key[len(prefix):].split("/", 1)[0] + "/" for o in self.list(prefix)
+               if "/" in o.key[len(prefix):]}
+        return sorted(out)
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:

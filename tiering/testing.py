@@ -117,6 +117,10 @@ class InstrumentedStore(ObjectStore):
         self._before("list", prefix)
         return self.inner.list(prefix)
 
+    def list_prefixes(self, prefix: str = "") -> list[str]:
+        self._before("list", prefix)
+        return self.inner.list_prefixes(prefix)
+
     def delete(self, key) -> None:
         self._before("delete", key)
         self.inner.delete(key)

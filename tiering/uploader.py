@@ -17,7 +17,9 @@ Copy round (`copy_segments(log, leader_epoch, high_watermark)`), run by the part
      (only real entries, as the local segment writes them) and `.epochs`; commit COPY_STARTED (with
      a fresh segment id, and abandoning any other COPY_STARTED of uploads in the same CAS); PUT
      `.log`, `.index`, `.timeindex`, `.epochs` (the three small ones in parallel with the `.log`,
-     on the object executor when there is one); commit COPY_FINISHED.
+     on the object executor when there is one, which also scans the next segment meanwhile);
+     commit COPY_FINISHED — in the same CAS as the next segment's COPY_STARTED, so a round writes
+     the manifest once per segment, plus once at its end.
 
 Why nothing is lost, duplicated or orphaned:
   * COPY_FINISHED entries are contiguous and never overlap (manifest.validate refuses otherwise);
@@ -50,13 +52,14 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Callable
 
 from compaction.retention import RetentionResult, SegmentInfo, apply_retention, plan_retention
 from index import offset_index, time_index
 from logstore.errors import CorruptRecordError, LogClosedError, SegmentsChangedError
+from logstore.segment import SegmentReader
 from logstore.record_batch import _OFFSET_AND_LENGTH, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP, RecordBatch, crc32c
 from tiering import epochs as epochs_format
 from tiering import manifest as mf
@@ -196,6 +199,15 @@ def scan_segment(fd: int, size: int, *, base_offset: int, end_offset: int, index
                        time_index.encode(time_entries), epochs)
 
 
+@dataclass(slots=True)
+class _Prepared:
+    """A local segment ready to upload: its snapshot reader (closed after the PUTs) and its scan."""
+
+    reader: SegmentReader
+    scan: SegmentScan
+    epochs: bytes
+
+
 # ---------------------------------------------------------------------------------------------
 # reports
 
@@ -296,6 +308,25 @@ class SegmentUploader:
         # The segment whose objects are written but whose COPY_FINISHED is not committed yet: it goes
         # in the same CAS as the next segment's COPY_STARTED (one manifest write per segment, not two).
         carry: list[RemoteSegment] = []
+        # The next segment's scan, started while this one's objects are PUT: (plan, future).
+        ahead: list[tuple[tuple[int, int, int], Future]] = []
+
+        def scan_next(entry: RemoteSegment) -> None:
+            """Called once `entry` is committed COPY_STARTED: scan the segment after it meanwhile."""
+            if self.object_executor is None or len(report.uploaded) + 2 > limit:
+                return
+            m = self.meta.cached
+            if m is None:
+                return
+            nxt = self._next_candidate(log, mf.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now) or m, hw)
+            if nxt is None or nxt[3]:
+                return
+            plan = (nxt[0].base_offset, nxt[1], nxt[2])
+            try:
+                ahead.append((plan, self.object_executor.submit(self._prepare, log, nxt[0], nxt[1], nxt[2])))
+            except RuntimeError:  # the executor is shut down
+                pass
+
         try:
             while len(report.uploaded) + len(carry) < limit:
                 m = self.meta.cached or self.meta.load()
@@ -317,8 +348,10 @@ class SegmentUploader:
                     logger.warning("%s-%s: offsets before %d expired locally before they were tiered; the remote "
                                    "tier restarts at %d", self.topic, self.partition, from_offset, from_offset)
                     continue
+                prepared = self._take_ahead(ahead, (seg.base_offset, from_offset, end_offset))
                 try:
-                    self._upload(log, seg, from_offset, end_offset, epoch, now, report, carry)
+                    self._upload(log, seg, from_offset, end_offset, epoch, now, report, carry, prepared=prepared,
+                                 on_started=scan_next)
                 except ManifestInvariantError:
                     # Another writer changed the remote end meanwhile: plan again from a fresh manifest.
                     conflicts += 1
@@ -333,6 +366,8 @@ class SegmentUploader:
                 with contextlib.suppress(TieringError):
                     self._finish(carry, epoch, now, report)
             raise
+        finally:
+            self._take_ahead(ahead, None)
         self._delete_due(epoch, now, report)
         report.remote_end_offset = (self.meta.cached or self.meta.load()).end_offset
 
@@ -372,13 +407,8 @@ class SegmentUploader:
         report.abandoned.extend(moved)
         self.metrics.add("segments_abandoned", len(moved))
 
-    def _upload(self, log, seg, from_offset: int, end_offset: int, epoch: int, now: int, report: CopyReport,
-                carry: list[RemoteSegment]) -> None:
-        """Upload offsets [from_offset, end_offset] of local segment `seg`: scan it, commit COPY_STARTED
-        (with COPY_FINISHED of the segment in `carry`, whose objects are written, in the same CAS),
-        PUT its objects. On return `carry` holds this segment (objects written, COPY_FINISHED not
-        committed: the caller passes it on or calls `_finish`); the previous one was finished
-        (counted in `report`). On an error `carry` holds whatever is still unfinished."""
+    def _prepare(self, log, seg, from_offset: int, end_offset: int) -> "_Prepared":
+        """Open a snapshot of local segment `seg` and scan offsets [from_offset, end_offset] of it."""
         try:
             # A snapshot through a private descriptor: retention or a compaction swap of the segment
             # meanwhile cannot change the bytes under the scan and the PUT.
@@ -386,11 +416,44 @@ class SegmentUploader:
         except (SegmentsChangedError, LogClosedError):
             raise LocalSegmentChangedError(f"segment {seg.base_offset} was deleted or replaced before its "
                                            f"upload") from None
-        with reader:
-            fd, size = reader.fileno(), reader.size
-            scan = scan_segment(fd, size, base_offset=from_offset, end_offset=end_offset,
+        try:
+            scan = scan_segment(reader.fileno(), reader.size, base_offset=from_offset, end_offset=end_offset,
                                 index_interval_bytes=log.config.index_interval_bytes, path=str(seg.log_path))
-            epochs_bytes = epochs_format.encode(scan.leader_epochs)
+            return _Prepared(reader, scan, epochs_format.encode(scan.leader_epochs))
+        except BaseException:
+            reader.close()
+            raise
+
+    @staticmethod
+    def _take_ahead(ahead: list, plan: tuple[int, int, int] | None) -> "_Prepared | None":
+        """The read-ahead scan if it was for `plan`; any other is waited for and closed."""
+        found = None
+        while ahead:
+            key, fut = ahead.pop()
+            try:
+                prepared = fut.result()
+            except Exception:  # noqa: BLE001 - scanned again in the foreground, which raises it
+                continue
+            if key == plan and found is None:
+                found = prepared
+            else:
+                prepared.reader.close()
+        return found
+
+    def _upload(self, log, seg, from_offset: int, end_offset: int, epoch: int, now: int, report: CopyReport,
+                carry: list[RemoteSegment], *, prepared: "_Prepared | None" = None,
+                on_started: Callable[[RemoteSegment], None] | None = None) -> None:
+        """Upload offsets [from_offset, end_offset] of local segment `seg`: scan it, commit COPY_STARTED
+        (with COPY_FINISHED of the segment in `carry`, whose objects are written, in the same CAS),
+        PUT its objects. On return `carry` holds this segment (objects written, COPY_FINISHED not
+        committed: the caller passes it on or calls `_finish`); the previous one was finished
+        (counted in `report`). On an error `carry` holds whatever is still unfinished. `prepared`:
+        the segment already scanned (by a read-ahead); `on_started(entry)` runs once this segment
+        is committed COPY_STARTED, before its PUTs."""
+        if prepared is None:
+            prepared = self._prepare(log, seg, from_offset, end_offset)
+        with prepared.reader:
+            fd, scan, epochs_bytes = prepared.reader.fileno(), prepared.scan, prepared.epochs
             sid = new_segment_id()
             entry = RemoteSegment(
                 segment_id=sid, base_offset=from_offset, end_offset=end_offset, max_timestamp=scan.max_timestamp,
@@ -418,6 +481,8 @@ class SegmentUploader:
             if previous is not None:
                 carry.clear()
                 self._account(previous, report)
+            if on_started is not None:
+                on_started(entry)
             key = lambda suffix: segment_key(self.topic, self.partition, from_offset, sid, suffix)  # noqa: E731
             self._put_objects(key(LOG_SUFFIX), FileSlice(fd, scan.start_position, scan.end_position),
                               [(key(INDEX_SUFFIX), scan.index), (key(TIME_INDEX_SUFFIX), scan.time_index),

@@ -532,3 +532,26 @@ def test_open_segment_reader_refuses_a_segment_that_is_gone(tmp_path):
     assert len(os.pread(reader.fileno(), 1 << 20, 0)) > 0  # the snapshot still reads
     reader.close()
     assert size > 0
+
+
+def test_the_next_segment_is_scanned_ahead_once(tmp_path, store, tier, monkeypatch):
+    import threading
+
+    import tiering.uploader as uploader_module
+
+    log = make_log(tmp_path)
+    fill_log(log, 60, leader_epoch=1)
+    scans = []
+    real = uploader_module.scan_segment
+
+    def counting(*args, **kwargs):
+        scans.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(uploader_module, "scan_segment", counting)
+    rp = tier.partition(TOPIC, 0)
+    report = rp.copy_segments(log, 1, log.log_end_offset)
+    sealed = len(log.segments) - 1
+    assert len(report.uploaded) == sealed and len(scans) == sealed  # each segment scanned once
+    assert sum(1 for name in scans if name.startswith("lakelog-remote-upload")) == sealed - 1
+    assert_contiguous_and_clean(store, rp, first=0, end=log.active_segment.base_offset - 1)
