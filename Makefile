@@ -5,7 +5,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars up test bench clean
+.PHONY: setup venv jars up test bench bench-tiering clean
 
 setup: venv jars
 
@@ -33,6 +33,10 @@ test: setup
 
 bench: setup
 	$(BIN)/python bench/storage.py
+
+# The remote tier against moto's S3 server (infra/s3server.py), about two minutes.
+bench-tiering: setup
+	$(BIN)/python bench/tiering.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info
