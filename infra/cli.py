@@ -19,6 +19,7 @@ stderr and exit 1; usage errors exit 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import select
 import sys
@@ -74,7 +75,22 @@ def _cmd_node(args: argparse.Namespace) -> int:
 def _client(args: argparse.Namespace):
     from infra.client import LakelogClient
 
-    return LakelogClient(args.bootstrap_server)
+    from infra.client import ClientSecurity
+
+    security = ClientSecurity.from_env(user=getattr(args, "user", None), password=getattr(args, "password", None),
+                                       api_key=getattr(args, "api_key", None), ca_cert=getattr(args, "ca_cert", None),
+                                       client_cert=getattr(args, "client_cert", None),
+                                       client_key=getattr(args, "client_key", None))
+    if getattr(args, "cluster_secret_file", None):
+        try:
+            with open(args.cluster_secret_file, encoding="utf-8") as f:
+                secret = f.read().strip()
+        except OSError as e:
+            from infra.client import ClientError
+
+            raise ClientError(f"cannot read {args.cluster_secret_file}: {e.strerror}") from None
+        security = dataclasses.replace(security, cluster_secret=secret)
+    return LakelogClient(args.bootstrap_server, security=security)
 
 
 def _cmd_topics_create(args: argparse.Namespace) -> int:
@@ -352,6 +368,16 @@ def _client_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-server", default=default_url(), metavar="URL",
                         help=f"a node's HTTP address (default ${URL_ENV}, else {DEFAULT_URL})")
+    sec = common.add_argument_group("security (or $LAKELOG_USER, $LAKELOG_PASSWORD, $LAKELOG_API_KEY, "
+                                    "$LAKELOG_CA_CERT, $LAKELOG_CLIENT_CERT, $LAKELOG_CLIENT_KEY)")
+    sec.add_argument("--user", metavar="NAME", help="authenticate with HTTP Basic as this user")
+    sec.add_argument("--password", metavar="PASSWORD", help="the user's password (prefer $LAKELOG_PASSWORD)")
+    sec.add_argument("--api-key", metavar="KEY", help="authenticate with this API key (Bearer)")
+    sec.add_argument("--ca-cert", metavar="PEM", help="CA certificate that signed the node's (https:// URLs)")
+    sec.add_argument("--client-cert", metavar="PEM", help="client certificate (ssl.client.auth)")
+    sec.add_argument("--client-key", metavar="PEM", help="the client certificate's key")
+    sec.add_argument("--cluster-secret-file", metavar="FILE",
+                     help="act as the cluster itself (super user): sign requests with the secret in FILE")
     return common
 
 
@@ -445,6 +471,10 @@ def build_parser() -> argparse.ArgumentParser:
     from infra.groups_cli import add_commands as add_group_commands
 
     add_group_commands(sub, _add, client_opts)
+
+    from infra.security_cli import add_commands as add_security_commands
+
+    add_security_commands(sub, _add, client_opts)
 
     dump = _add(sub, "dump-log", "dump-log", _cmd_dump_log,
                 help="print the batches and records of .log, .index and .timeindex files")

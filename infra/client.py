@@ -134,15 +134,67 @@ def _unb64(text: Any, what: str) -> bytes | None:
         raise BadResponseError(f"the node returned a {what} that is not base64") from None
 
 
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How the client authenticates and checks the node's certificate (all optional).
+
+    `user`/`password`: HTTP Basic; `api_key`: `Authorization: Bearer`; `cluster_secret`: sign every
+    request as an operator holding the cluster secret (acts as the super user; for bootstrapping
+    the first users and ACLs); `ca_cert`: the CA that signed the node's certificate (https:// URLs);
+    `client_cert`/`client_key`: a client certificate for `ssl.client.auth`.
+    """
+
+    user: str | None = None
+    password: str | None = None
+    api_key: str | None = None
+    cluster_secret: str | None = None
+    ca_cert: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: str | None) -> "ClientSecurity":
+        """`$LAKELOG_USER`, `$LAKELOG_PASSWORD`, `$LAKELOG_API_KEY`, `$LAKELOG_CLUSTER_SECRET`,
+        `$LAKELOG_CA_CERT`, `$LAKELOG_CLIENT_CERT`, `$LAKELOG_CLIENT_KEY`, each overridden when given."""
+        values = {f: os.environ.get(f"LAKELOG_{f.upper()}") or None for f in cls.__dataclass_fields__}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def httpx_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {}
+        if self.cluster_secret:
+            from ingest_api.cluster.auth import ClusterAuth
+
+            kw["auth"] = ClusterAuth(self.cluster_secret.encode(), 0)
+        elif self.api_key:
+            kw["headers"] = {"Authorization": f"Bearer {self.api_key}"}
+        elif self.user is not None:
+            kw["auth"] = httpx.BasicAuth(self.user, self.password or "")
+        if self.ca_cert or self.client_cert:
+            import ssl
+
+            try:
+                ctx = ssl.create_default_context(cafile=self.ca_cert or None)
+                if self.client_cert:
+                    ctx.load_cert_chain(self.client_cert, self.client_key or None)
+            except (OSError, ssl.SSLError) as e:
+                raise ClientError(f"cannot load the TLS files: {e}") from None
+            kw["verify"] = ctx
+        return kw
+
+
 class LakelogClient:
     """Talks to one ingest node. Use as a context manager, or call `close()`."""
 
     def __init__(self, url: str | None = None, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 timeout_s: float = REQUEST_TIMEOUT_S, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout_s: float = REQUEST_TIMEOUT_S, transport: httpx.BaseTransport | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.url = normalize_url(url or default_url())
         self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        kw = (security or ClientSecurity()).httpx_kwargs()
+        headers = {"User-Agent": "lakelog-cli", **kw.pop("headers", {})}
         self._http = httpx.Client(base_url=self.url, timeout=self._timeout, transport=transport,
-                                  headers={"User-Agent": "lakelog-cli"})
+                                  headers=headers, **kw)
         self._cluster_id: str | None = None
 
     def __enter__(self) -> "LakelogClient":

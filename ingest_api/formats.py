@@ -113,7 +113,7 @@ def parse_produce_body(body: bytes, fmt: str, max_records: int) -> list[ProduceR
 def parse_produce_request(body: bytes, fmt: str, max_records: int) -> tuple[list[ProduceRecord], ProducerFields | None]:
     try:
         doc = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nesting too deep
         raise InvalidRequestError("request body is not valid JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
         raise InvalidRequestError('request body must be {"records": [...]}')
@@ -164,6 +164,6 @@ def _from_json(data: bytes | None, offset: int, what: str) -> Any:
         return None
     try:
         return json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise RecordDeserializationError(
             f"the {what} of the record at offset {offset} is not JSON; fetch it with Accept: {BINARY_V2}") from None

@@ -60,6 +60,7 @@ from ingest_api.errors import (
 from ingest_api.metadata import TopicMetadata, load_or_create_meta_properties
 from ingest_api.names import validate_topic_name
 from ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTROLLER_OPS
+from ingest_api.security.tls import client_context as tls_client_context
 from ingest_api.security.records import controller_records as security_controller_records
 from ingest_api.partition import Partition, PartitionKey, Role, now_ms
 from ingest_api.partitioner import StickyPartitioner
@@ -209,8 +210,9 @@ class Node:
         cfg = self.config
         self._controller_lock = asyncio.Lock()
         self._shutdown_done = asyncio.Event()
+        tls = tls_client_context(cfg)
         self.peers = PeerClient(self.node_id, cfg.cluster_secret.encode(), self.peer_url,
-                                timeout_s=cfg.request_timeout_ms / 1000 + 5)
+                                timeout_s=cfg.request_timeout_ms / 1000 + 5, ssl_context=tls)
         if self.node_id not in self.voters:
             raise ConfigError(f"node {self.node_id} is not in controller.quorum.voters: this release runs every "
                               f"node as a voter")
@@ -224,7 +226,7 @@ class Node:
                             heartbeat_interval_ms=(max(cfg.controller_quorum_tick_ms,
                                                        cfg.controller_quorum_election_timeout_ms // 10)
                                                    if len(self.voters) > 1 else cfg.controller_quorum_tick_ms),
-                            snapshot_interval_entries=cfg.metadata_snapshot_interval_entries)
+                            snapshot_interval_entries=cfg.metadata_snapshot_interval_entries, tls=tls)
         self.quorum = QuorumHost(qcfg, self.image, on_role_change=self._on_role_change,
                                  on_applied=self._on_applied)
         await self.quorum.start()
@@ -443,10 +445,11 @@ class Node:
 
     def peer_url(self, node_id: int) -> str | None:
         b = self.image.brokers.get(node_id)
+        scheme = "https" if self.config.ssl_certfile else "http"
         if b is not None:
-            return f"http://{b.host}:{b.port}"
+            return f"{scheme}://{b.host}:{b.port}"
         v = self.voters.get(node_id)
-        return f"http://{v[0]}:{v[1]}" if v else None
+        return f"{scheme}://{v[0]}:{v[1]}" if v else None
 
     def _on_role_change(self, role: Any, term: int, leader_id: int) -> None:
         is_leader = self.quorum is not None and self.quorum.is_leader

@@ -15,6 +15,7 @@ import uvicorn
 from ingest_api.app import create_app
 from ingest_api.config import NodeConfig
 from ingest_api.node import Node
+from ingest_api.security import tls as tls_settings
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -105,12 +106,14 @@ def run_node(config: NodeConfig) -> int:
     configure_logging()
     raise_open_file_limit()
     exit_zero_on_sigterm()
+    tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
     node = Node(config)
     node.start()
     app = create_app(node)
     server = NodeServer(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
                                        access_log=False, timeout_graceful_shutdown=5,
-                                       limit_concurrency=1000, timeout_keep_alive=30), node)
+                                       limit_concurrency=config.max_connections, timeout_keep_alive=30,
+                                       h11_max_incomplete_event_size=config.max_header_bytes, **tls), node)
     try:
         server.run()
     finally:

@@ -197,8 +197,8 @@ def _host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _base_url(address: tuple[str, int]) -> str:
-    return f"http://{_host(address[0])}:{address[1]}"
+def _base_url(address: tuple[str, int], tls: bool = False) -> str:
+    return f"{'https' if tls else 'http'}://{_host(address[0])}:{address[1]}"
 
 
 @dataclass(frozen=True)
@@ -226,6 +226,7 @@ class QuorumConfig:
     metadata_fetch_max_wait_ms: int = 5000  # longest long-poll of a metadata fetch
     max_clock_skew_ms: int = DEFAULT_MAX_SKEW_MS  # accepted signature timestamp skew
     fsync: bool = True  # False only for tests that do not care about crashes
+    tls: Any = None  # an ssl.SSLContext: call peers over HTTPS (ssl.* keys); None = plain HTTP
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "secret", check_secret(self.secret))
@@ -455,6 +456,7 @@ class QuorumHost:
         self._inbox = asyncio.Queue(cfg.max_pending_events)
         self._client = httpx.AsyncClient(
             auth=ClusterAuth(cfg.secret, cfg.node_id), trust_env=False,
+            verify=cfg.tls if cfg.tls is not None else True,
             timeout=httpx.Timeout(cfg.request_timeout_ms / 1000),
             limits=httpx.Limits(max_connections=max(1, len(cfg.peers)) * cfg.max_inflight_sends_per_peer,
                                 max_keepalive_connections=max(1, len(cfg.peers)) * 2))
@@ -852,7 +854,7 @@ class QuorumHost:
         self._inflight[to] -= 1
 
     async def _post(self, to: int, body: bytes) -> None:
-        url = _base_url(self.config.voters[to]) + RAFT_MESSAGES_PATH
+        url = _base_url(self.config.voters[to], self.config.tls is not None) + RAFT_MESSAGES_PATH
         try:
             r = await self._client.post(url, content=body, headers={"Content-Type": "application/json"})
         except (httpx.HTTPError, OSError) as e:

@@ -115,7 +115,8 @@ class Http1Pool:
     """Keep-alive connections to peers, keyed by (host, port)."""
 
     def __init__(self, *, max_idle_per_peer: int = 8, connect_timeout_s: float = 2.0,
-                 max_response_bytes: int = 256 * 1024 * 1024) -> None:
+                 max_response_bytes: int = 256 * 1024 * 1024, ssl: Any = None) -> None:
+        self.ssl = ssl  # an ssl.SSLContext: connect over TLS
         self.max_idle_per_peer = max_idle_per_peer
         self.connect_timeout_s = connect_timeout_s
         self.max_response_bytes = max_response_bytes
@@ -131,7 +132,8 @@ class Http1Pool:
 
     async def _connect(self, host: str, port: int) -> _Connection:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=READ_CHUNK * 4),
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, limit=READ_CHUNK * 4, ssl=self.ssl, server_hostname=host if self.ssl else None),
                                                     self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as e:
             raise Http1Error(f"cannot connect to {host}:{port}: {type(e).__name__}: {e}") from None

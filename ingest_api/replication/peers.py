@@ -27,12 +27,12 @@ class PeerUnavailableError(NodeError):
 
 class PeerClient:
     def __init__(self, node_id: int, secret: bytes, resolve: Callable[[int], str | None], *,
-                 timeout_s: float = 30.0, max_connections: int = 100) -> None:
+                 timeout_s: float = 30.0, max_connections: int = 100, ssl_context: Any = None) -> None:
         self.node_id = node_id
         self.secret = secret
         self.resolve = resolve
         self.timeout_s = timeout_s
-        self.pool = Http1Pool(max_idle_per_peer=max(1, min(max_connections, 16)))
+        self.pool = Http1Pool(max_idle_per_peer=max(1, min(max_connections, 16)), ssl=ssl_context)
 
     async def close(self) -> None:
         await self.pool.close()

@@ -74,7 +74,7 @@ async def _json_body(request: Request, body: bytes | None = None) -> dict[str, A
         return {}
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidRequestError("request body is not valid JSON") from None
     if not isinstance(doc, dict):
         raise InvalidRequestError("request body must be a JSON object")

@@ -106,6 +106,7 @@ class SecurityContext:
                                    parse_overrides(cfg.quota_overrides), window_s=cfg.quota_window_ms / 1000)
         self.body_timeout_s = cfg.request_body_timeout_ms / 1000
         self.max_body_bytes = cfg.max_request_bytes
+        self.max_header_bytes = cfg.max_header_bytes
         self.audit = AuditLog(cfg.audit_log_max_per_second)
         self.cache = CredentialCache()
         self._authorizer: Authorizer | None = None
@@ -203,6 +204,10 @@ class SecurityMiddleware:
             return
         ctx = self.ctx
         method, path = scope["method"], scope["path"]
+        if sum(len(k) + len(v) for k, v in scope["headers"]) > ctx.max_header_bytes:
+            await self._refuse(scope, receive, send, 431, 43101,
+                               f"request headers exceed max.header.bytes={ctx.max_header_bytes}")
+            return
         if method in ("POST", "PUT", "PATCH", "DELETE"):
             receive = _deadline_receive(receive, ctx.body_timeout_s)
         if not ctx.enabled or path.startswith("/internal/") or (method, path) in access.PUBLIC:

@@ -9,6 +9,10 @@ Each documented operation is its own test: schemathesis generates valid and inva
 `not_a_server_error` check against the live node. (`schemathesis.pytest.from_fixture`, the lazy
 loader a module-scoped node would need, reads `request.node._nodeid`, which pytest 9 removed.)
 Set LAKELOG_FUZZ_SEED to replay a run; the seed in use is printed.
+
+The node runs with authentication and the authorizer on, and every generated request carries a super
+user's credentials: the run covers the security middleware and the ACL, user and API key endpoints
+too (tests/integration/test_security.py checks the refusals).
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ HTTP_TIMEOUT_S = 30.0
 TOPICS = ["fuzzed", "fuzzed-b", "fuzzed-c"]
 MAX_EXAMPLES = 20
 SEED = int(os.environ.get("LAKELOG_FUZZ_SEED") or random.randrange(2**31))
+CLUSTER_SECRET = "fuzz-cluster-secret-0123456789"
+FUZZ_USER, FUZZ_PASSWORD = "fuzzer", "fuzzer-password-1"
+AUTH = (FUZZ_USER, FUZZ_PASSWORD)
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +50,16 @@ def fuzz_node(tmp_path_factory) -> NodeProcess:
     # per topic run the process out of file descriptors: test_node_api covers that on its own.)
     n = start_node(tmp_path_factory.mktemp("fuzz-node"),
                    **{"fetch.max.wait.ms": "200", "max.partitions.per.topic": "64",
-                      "offsets.topic.num.partitions": "4", "group.initial.rebalance.delay.ms": "0"})
+                      "offsets.topic.num.partitions": "4", "group.initial.rebalance.delay.ms": "0",
+                      "authentication.enabled": "true", "authorizer.enabled": "true",
+                      "super.users": f"User:{FUZZ_USER}", "cluster.secret": CLUSTER_SECRET})
     try:
+        from ingest_api.cluster.auth import ClusterAuth
+
+        with httpx.Client(base_url=n.url, timeout=HTTP_TIMEOUT_S, auth=ClusterAuth(CLUSTER_SECRET.encode(), 0)) as c:
+            cid = c.get("/v3/clusters").json()["data"][0]["cluster_id"]
+            r = c.post(f"/v3/clusters/{cid}/users", json={"name": FUZZ_USER, "password": FUZZ_PASSWORD})
+            assert r.status_code == 201, r.text
         yield n
     finally:
         try:
@@ -56,7 +71,7 @@ def fuzz_node(tmp_path_factory) -> NodeProcess:
 @pytest.fixture(scope="module")
 def fuzz_cluster_id(fuzz_node) -> str:
     """Topics with records in every format, so fetches and offsets hit real data."""
-    with httpx.Client(base_url=fuzz_node.url, timeout=HTTP_TIMEOUT_S) as c:
+    with httpx.Client(base_url=fuzz_node.url, timeout=HTTP_TIMEOUT_S, auth=AUTH) as c:
         cid = c.get("/v3/clusters").json()["data"][0]["cluster_id"]
         for name in TOPICS:
             r = c.post(f"/v3/clusters/{cid}/topics", json={"topic_name": name, "partitions_count": 3})
@@ -78,6 +93,7 @@ def node_schema(fuzz_node, fuzz_cluster_id):
     config = SchemathesisConfig.from_dict({
         "seed": SEED,
         "request-timeout": HTTP_TIMEOUT_S,
+        "headers": {"Authorization": httpx.BasicAuth(*AUTH)._auth_header},
         "dictionaries": {
             "topics": {"values": TOPICS},
             "clusters": {"values": [fuzz_cluster_id]},
@@ -94,7 +110,7 @@ def node_schema(fuzz_node, fuzz_cluster_id):
         },
     })
     return schemathesis.openapi.from_url(f"{fuzz_node.url}/openapi.json", config=config,
-                                         timeout=HTTP_TIMEOUT_S)
+                                         timeout=HTTP_TIMEOUT_S, auth=AUTH)
 
 
 #: Every operation the node documents. `test_every_documented_operation_is_fuzzed` keeps this
@@ -133,6 +149,12 @@ OPERATIONS = [
     ("POST", "/consumers/{group}/instances/{instance}/positions/end"),
     ("GET", "/groups"), ("GET", "/groups/{group}"), ("GET", "/groups/{group}/offsets"),
     ("POST", "/groups/{group}/offsets"),
+    ("GET", "/v3/clusters/{cluster_id}/acls"), ("POST", "/v3/clusters/{cluster_id}/acls"),
+    ("DELETE", "/v3/clusters/{cluster_id}/acls"),
+    ("GET", "/v3/clusters/{cluster_id}/users"), ("POST", "/v3/clusters/{cluster_id}/users"),
+    ("DELETE", "/v3/clusters/{cluster_id}/users/{user}"),
+    ("GET", "/v3/clusters/{cluster_id}/api-keys"), ("POST", "/v3/clusters/{cluster_id}/api-keys"),
+    ("DELETE", "/v3/clusters/{cluster_id}/api-keys/{key_id}"),
     # Last: it may delete the seeded topics the other operations read.
     ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}"),
 ]
@@ -161,6 +183,7 @@ def test_no_server_errors(node_schema, fuzz_node, method, path):
     def check_case(case) -> None:
         response = case.call_and_validate(checks=[not_a_server_error], timeout=HTTP_TIMEOUT_S)
         assert response.status_code < 500, (response.status_code, response.text)
+        assert response.status_code not in (401, 403), response.text  # the credentials were sent and accepted
 
     try:
         check_case()
@@ -174,7 +197,7 @@ def test_fuzzing_left_the_node_healthy(fuzz_node, fuzz_cluster_id):
     """After the fuzz run (same module, same node): ready, and every remaining seeded partition
     still serves its records from its log start. (The fuzzer may have deleted topics or changed
     their retention and cleanup policy; those are valid requests.)"""
-    with httpx.Client(base_url=fuzz_node.url, timeout=HTTP_TIMEOUT_S) as c:
+    with httpx.Client(base_url=fuzz_node.url, timeout=HTTP_TIMEOUT_S, auth=AUTH) as c:
         assert c.get("/readyz").status_code == 200
         topics = c.get("/topics").json()
         for name in (t for t in TOPICS if t in topics):

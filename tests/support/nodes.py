@@ -32,16 +32,20 @@ class NodeProcess:
     overrides: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    #: The CA of the node's certificate: set (with ssl.certfile / ssl.keyfile overrides) for an https node.
+    tls_ca: str | None = None
+    #: (certificate, key) presented to an https node that requires client certificates.
+    tls_client: tuple[str, str] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls_ca else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 30.0, *, wait: bool = True) -> "NodeProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"node-{self.node_id}-{self.port}.log"
         args = [LAKELOG, "node", "--set", f"node.id={self.node_id}", "--set", f"log.dirs={self.data_dir}",
-                "--set", f"listeners=http://127.0.0.1:{self.port}"]
+                "--set", f"listeners={self.url}"]
         for k, v in self.overrides.items():
             args += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")
@@ -57,12 +61,22 @@ class NodeProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"node exited with {self.proc.returncode}:\n{self.read_log()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=1.0, verify=self._verify()).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"node on port {self.port} not ready after {timeout_s}s:\n{self.read_log()}")
+
+    def _verify(self):
+        if not self.tls_ca:
+            return True
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=self.tls_ca)
+        if self.tls_client:
+            ctx.load_cert_chain(*self.tls_client)
+        return ctx
 
     def read_log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

@@ -1,0 +1,196 @@
+"""Console tools for users, API keys and ACLs, over the node's v3 HTTP API (like kafka-configs.sh
+--alter --add-config SCRAM-SHA-256 and kafka-acls.sh):
+
+    lakelog users add NAME [--password P]        (else $LAKELOG_NEW_PASSWORD, else a prompt)
+    lakelog users list
+    lakelog users remove NAME
+    lakelog api-keys create --principal User:NAME   prints the key once
+    lakelog api-keys list
+    lakelog api-keys remove KEY_ID
+    lakelog acls add (--allow-principal P | --deny-principal P) --operation OP [--operation OP ...]
+                     (--topic T | --group G | --cluster) [--resource-pattern-type literal|prefixed]
+    lakelog acls list   [--principal P] [--topic T | --group G | --cluster] [--resource-pattern-type ...]
+    lakelog acls remove [the same filters; at least one]
+
+Every command needs credentials allowed to ALTER (or DESCRIBE, to list) the cluster: a super user,
+or `--cluster-secret-file` to bootstrap the first users and ACLs of a new cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+from typing import Any
+from urllib.parse import quote
+
+OPERATIONS = ("read", "write", "create", "delete", "alter", "describe", "all")
+
+
+def _base(client) -> str:
+    return f"/v3/clusters/{quote(client.cluster_id, safe='')}"
+
+
+def _cmd_users_add(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    password = args.new_password or os.environ.get("LAKELOG_NEW_PASSWORD")
+    if not password:
+        password = getpass.getpass(f"password for {args.name}: ")
+    with _client(args) as client:
+        client._request("POST", f"{_base(client)}/users", json={"name": args.name, "password": password},
+                        expect=(201,))
+    print(f"user {args.name} saved (SCRAM-SHA-256)")
+    return 0
+
+
+def _cmd_users_list(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    with _client(args) as client:
+        for u in client._json("GET", f"{_base(client)}/users").get("data", []):
+            print(f"{u['name']}\t{u['mechanism']}\titerations={u['iterations']}")
+    return 0
+
+
+def _cmd_users_remove(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    with _client(args) as client:
+        client._request("DELETE", f"{_base(client)}/users/{quote(args.name, safe='')}", expect=(204,))
+    print(f"user {args.name} removed")
+    return 0
+
+
+def _cmd_keys_create(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    with _client(args) as client:
+        doc = client._json("POST", f"{_base(client)}/api-keys", json={"principal": args.principal}, expect=(201,))
+    print(doc["api_key"])
+    return 0
+
+
+def _cmd_keys_list(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    with _client(args) as client:
+        for k in client._json("GET", f"{_base(client)}/api-keys").get("data", []):
+            print(f"{k['key_id']}\t{k['principal']}")
+    return 0
+
+
+def _cmd_keys_remove(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    with _client(args) as client:
+        client._request("DELETE", f"{_base(client)}/api-keys/{quote(args.key_id, safe='')}", expect=(204,))
+    print(f"API key {args.key_id} removed")
+    return 0
+
+
+def _resource(args: argparse.Namespace) -> dict[str, str]:
+    if args.topic is not None:
+        return {"resource_type": "TOPIC", "resource_name": args.topic}
+    if args.group is not None:
+        return {"resource_type": "GROUP", "resource_name": args.group}
+    if args.cluster:
+        return {"resource_type": "CLUSTER", "resource_name": "kafka-cluster"}
+    return {}
+
+
+def _cmd_acls_add(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+    from infra.client import ClientError
+
+    resource = _resource(args)
+    if not resource:
+        raise ClientError("name the resource: --topic T, --group G or --cluster")
+    principal, permission = (args.allow_principal, "ALLOW") if args.allow_principal else (args.deny_principal, "DENY")
+    with _client(args) as client:
+        for op in args.operation:
+            acl = {**resource, "pattern_type": args.resource_pattern_type.upper(), "principal": principal,
+                   "host": "*", "operation": op.upper(), "permission": permission}
+            client._request("POST", f"{_base(client)}/acls", json=acl, expect=(201,))
+            print(_render(acl))
+    return 0
+
+
+def _filter(args: argparse.Namespace) -> dict[str, str]:
+    params = dict(_resource(args))
+    if args.principal:
+        params["principal"] = args.principal
+    if args.resource_pattern_type:
+        params["pattern_type"] = args.resource_pattern_type.upper()
+    return params
+
+
+def _render(acl: dict[str, Any]) -> str:
+    return (f"{acl['principal']} {acl['permission']} {acl['operation']} on {acl['resource_type']} "
+            f"{acl['pattern_type']} {acl['resource_name']!r}")
+
+
+def _cmd_acls_list(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    with _client(args) as client:
+        for acl in client._json("GET", f"{_base(client)}/acls", params=_filter(args)).get("data", []):
+            print(_render(acl))
+    return 0
+
+
+def _cmd_acls_remove(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+    from infra.client import ClientError
+
+    params = _filter(args)
+    if not params:
+        raise ClientError("give at least one filter (--principal, --topic, --group, --cluster, --resource-pattern-type)")
+    with _client(args) as client:
+        deleted = client._json("DELETE", f"{_base(client)}/acls", params=params).get("data", [])
+    for acl in deleted:
+        print(f"removed {_render(acl)}")
+    return 0
+
+
+def _resource_args(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--topic", metavar="T", help="a topic (or a prefix, or '*')")
+    which.add_argument("--group", metavar="G", help="a consumer group (or a prefix, or '*')")
+    which.add_argument("--cluster", action="store_true", help="the cluster")
+
+
+def add_commands(sub: Any, add: Any, client_opts: argparse.ArgumentParser) -> None:
+    users = sub.add_parser("users", help="add, list and remove users (SCRAM-SHA-256 credentials)")
+    usub = users.add_subparsers(dest="users_command", required=True)
+    p = add(usub, "add", "users add", _cmd_users_add, parents=[client_opts], help="create a user or change its password")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--new-password", metavar="P", help="the new password (else $LAKELOG_NEW_PASSWORD, else a prompt)")
+    add(usub, "list", "users list", _cmd_users_list, parents=[client_opts], help="list users")
+    p = add(usub, "remove", "users remove", _cmd_users_remove, parents=[client_opts], help="remove a user")
+    p.add_argument("name", metavar="NAME")
+
+    keys = sub.add_parser("api-keys", help="create, list and remove API keys (Bearer tokens)")
+    ksub = keys.add_subparsers(dest="keys_command", required=True)
+    p = add(ksub, "create", "api-keys create", _cmd_keys_create, parents=[client_opts],
+            help="create a key for a principal; the key is printed once")
+    p.add_argument("--principal", required=True, metavar="User:NAME")
+    add(ksub, "list", "api-keys list", _cmd_keys_list, parents=[client_opts], help="list key ids and principals")
+    p = add(ksub, "remove", "api-keys remove", _cmd_keys_remove, parents=[client_opts], help="revoke a key")
+    p.add_argument("key_id", metavar="KEY_ID")
+
+    acls = sub.add_parser("acls", help="add, list and remove ACLs (like kafka-acls.sh)")
+    asub = acls.add_subparsers(dest="acls_command", required=True)
+    p = add(asub, "add", "acls add", _cmd_acls_add, parents=[client_opts], help="add ACLs")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--allow-principal", metavar="User:NAME")
+    who.add_argument("--deny-principal", metavar="User:NAME")
+    p.add_argument("--operation", action="append", required=True, choices=OPERATIONS, type=str.lower)
+    p.add_argument("--resource-pattern-type", choices=("literal", "prefixed"), default="literal", type=str.lower)
+    _resource_args(p)
+    for name, func, text in (("list", _cmd_acls_list, "list ACLs matching the filters"),
+                             ("remove", _cmd_acls_remove, "remove the ACLs matching the filters")):
+        p = add(asub, name, f"acls {name}", func, parents=[client_opts], help=text)
+        p.add_argument("--principal", metavar="User:NAME")
+        p.add_argument("--resource-pattern-type", choices=("literal", "prefixed"), type=str.lower)
+        _resource_args(p)

@@ -1,0 +1,183 @@
+"""Coverage-guided fuzzing (hypothesis) of every decoder that reads bytes a client or the disk hands us:
+the RecordBatch decoder (framing, validation, decompression, records), the offset and time index
+readers, the remote manifest reader, the replica fetch wire format, the __consumer_offsets codec and
+the JSON produce path. The property is always the same: any input ends in a result or a typed
+`LakelogError` — never another exception (IndexError, struct.error, RecursionError, MemoryError...),
+never a hang (pytest-timeout bounds each target), never an allocation past the configured bounds.
+
+Inputs are random bytes and, more usefully, mutations of valid encodings: with the CRC recomputed
+after the mutation, so that the fuzzer reaches the record parser and the decompressors instead of
+stopping at the checksum. The budget is LAKELOG_FUZZ_EXAMPLES examples per target (default 300: a
+few seconds each); raise it for long runs, e.g. LAKELOG_FUZZ_EXAMPLES=200000.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infra.errors import LakelogError
+from logstore.record_batch import (HEADER_SIZE, Compression, Record, RecordBatch, build_batch, crc32c,
+                                   iter_batches, validate_batch)
+
+EXAMPLES = int(os.environ.get("LAKELOG_FUZZ_EXAMPLES", "300"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                suppress_health_check=list(HealthCheck))
+MAX_UNCOMPRESSED = 1 << 20
+pytestmark = pytest.mark.timeout(300)
+
+
+def _batch(compression: Compression) -> bytes:
+    recs = [Record(i, 1_700_000_000_000 + i, f"key-{i}".encode(), (f"value-{i}-" * 5).encode(),
+                   (("h", b"v"),) if i % 2 else ()) for i in range(6)]
+    return bytes(build_batch(recs, compression=compression))
+
+
+SEEDS = [_batch(c) for c in Compression]
+CRC_AT = 17  # base offset 8, length 4, leader epoch 4, magic 1: the CRC covers what follows it
+
+
+def _fix_crc(buf: bytearray) -> bytearray:
+    if len(buf) >= HEADER_SIZE:
+        struct.pack_into(">I", buf, CRC_AT, crc32c(bytes(buf[CRC_AT + 4:])))
+    return buf
+
+
+@st.composite
+def mutated(draw, seeds: list[bytes], fix_crc=None) -> bytes:
+    buf = bytearray(draw(st.sampled_from(seeds)))
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.integers(0, 4))
+        if not buf:
+            break
+        pos = draw(st.integers(0, len(buf) - 1))
+        if kind == 0:
+            buf[pos] ^= 1 << draw(st.integers(0, 7))
+        elif kind == 1:
+            buf[pos] = draw(st.sampled_from([0, 0x7F, 0x80, 0xFF, draw(st.integers(0, 255))]))
+        elif kind == 2:
+            del buf[pos:pos + draw(st.integers(1, 16))]
+        elif kind == 3:
+            buf[pos:pos] = draw(st.binary(min_size=1, max_size=16))
+        else:
+            struct.pack_into(">i", buf, min(pos, max(0, len(buf) - 4)),
+                             draw(st.sampled_from([-1, 0, 1, 2**31 - 1, -2**31, 61, 1 << 24])))
+    if fix_crc is not None and draw(st.booleans()):
+        buf = fix_crc(buf)
+    return bytes(buf)
+
+
+def _typed(fn, *args, **kw):
+    try:
+        return fn(*args, **kw)
+    except LakelogError:
+        return None
+
+
+def _decode_batches(data: bytes) -> None:
+    for _, batch in iter_batches(data):
+        validate_batch(batch, max_message_bytes=1 << 20)
+        records = batch.records(max_uncompressed_bytes=MAX_UNCOMPRESSED)
+        assert len(records) == batch.record_count
+        for r in records:
+            assert r.key is None or isinstance(r.key, bytes)
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=4096), mutated(SEEDS, _fix_crc)))
+def test_record_batch_decoder(data):
+    _typed(_decode_batches, data)
+    if len(data) >= HEADER_SIZE:
+        _typed(lambda: RecordBatch(data).records(max_uncompressed_bytes=MAX_UNCOMPRESSED))
+
+
+def test_decompression_is_bounded():
+    """A batch whose payload inflates far past the bound is refused with a typed error."""
+    big = [Record(0, 0, None, b"\0" * (8 << 20))]
+    for codec in (Compression.GZIP, Compression.ZSTD, Compression.LZ4, Compression.SNAPPY):
+        batch = RecordBatch(bytes(build_batch(big, compression=codec)))
+        with pytest.raises(LakelogError):
+            batch.records(max_uncompressed_bytes=MAX_UNCOMPRESSED)
+
+
+# ------------------------------------------------------------------------------------- indexes
+
+@FUZZ
+@given(st.binary(max_size=2048))
+def test_index_readers(data):
+    from index import offset_index, time_index
+
+    _typed(offset_index.decode, data, file="fuzz.index")
+    _typed(time_index.decode, data, file="fuzz.timeindex")
+
+
+# ------------------------------------------------------------------------------------ manifests
+
+def _manifest_seed() -> bytes:
+    from tiering import manifest as mf
+
+    m = mf.PartitionManifest.empty("orders", 3, "tid")
+    seg = mf.RemoteSegment("0123456789abcdef" * 2, 0, 99, 1_700_000_000_000, 4096, ((0, 0),), mf.SegmentState.COPY_STARTED, 0)
+    m = mf.start_copy(mf.claim(m, 1) or m, seg) or m
+    return mf.encode(m)
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=2048), mutated([_manifest_seed()])))
+def test_manifest_reader(data):
+    from tiering import manifest as mf
+
+    m = _typed(mf.decode, data, key="fuzz/manifest")
+    if m is not None:
+        assert mf.decode(mf.encode(m)) == m
+
+
+# ---------------------------------------------------------------- replica wire, committed offsets
+
+@FUZZ
+@given(st.binary(max_size=2048))
+def test_replica_wire_and_offsets_codec(data):
+    from ingest_api.groups import offsets_codec
+    from ingest_api.replication import wire
+
+    _typed(wire.decode_fetch_response, data)
+    _typed(offsets_codec.decode_key, data)
+    _typed(offsets_codec.decode_value, data)
+
+
+# --------------------------------------------------------------------------- JSON produce path
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                            lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+                            max_leaves=20)
+_record = st.fixed_dictionaries({}, optional={
+    "key": _json_values, "value": _json_values, "partition": st.integers(-2, 2**40) | st.text(max_size=3),
+    "headers": st.lists(st.fixed_dictionaries({}, optional={"key": _json_values, "value": _json_values}), max_size=3)
+    | _json_values, "timestamp": st.integers(-2**64, 2**64)})
+_body = st.fixed_dictionaries({"records": st.lists(_record, max_size=5) | _json_values}, optional={
+    "producer_id": st.integers(-2, 2**64), "producer_epoch": st.integers(-2, 2**17), "sequence": _json_values})
+
+
+@FUZZ
+@given(st.one_of(_body.map(lambda d: json.dumps(d).encode()), st.binary(max_size=512),
+                 mutated([b'{"records": [{"key": "k", "value": {"a": [1, 2]}, "headers": [{"key": "h", "value": "dg=="}]}]}'])),
+       st.sampled_from(["application/vnd.kafka.json.v2+json", "application/vnd.kafka.binary.v2+json"]))
+def test_json_produce_path(body, fmt):
+    from ingest_api.formats import parse_produce_request
+
+    result = _typed(parse_produce_request, body, fmt, 100)
+    if result is not None:
+        assert len(result[0]) <= 100
+
+
+def test_deeply_nested_json_is_a_typed_error():
+    from ingest_api.formats import parse_produce_request
+
+    for body in (b"[" * 100_000, b'{"records": ' + b"[" * 100_000, b'{"records": [{"value": ' + b"{\"a\":" * 50_000):
+        with pytest.raises(LakelogError):
+            parse_produce_request(body, "application/vnd.kafka.json.v2+json", 100)
