@@ -5,8 +5,28 @@ Everything is off by default: a node without these keys serves plain HTTP to any
 
 from __future__ import annotations
 
-from infra.config import INT_MAX, ConfigDef
+from infra.config import INT_MAX, ConfigDef, ConfigError
 from ingest_api.security.credentials import MAX_ITERATIONS, MIN_ITERATIONS
+from ingest_api.security.quotas import parse_overrides
+
+
+def _check_overrides(text: str) -> None:
+    try:
+        parse_overrides(text)
+    except ValueError as e:  # json.JSONDecodeError included
+        raise ConfigError(f"quota.overrides: {e}") from None
+
+
+def _check_super_users(text: str) -> None:
+    for p in (p.strip() for p in text.split(";")):
+        if p and (not p.startswith("User:") or len(p) <= 5):
+            raise ConfigError(f"super.users: {p!r} is not a principal (User:NAME)")
+
+
+def _check_mechanisms(text: str) -> None:
+    for m in (m.strip().lower() for m in text.split(",")):
+        if m and m not in ("basic", "apikey"):
+            raise ConfigError(f"authentication.mechanisms: {m!r} is not basic or apikey")
 
 SECURITY_CONFIG = (
     ConfigDef()
@@ -15,12 +35,14 @@ SECURITY_CONFIG = (
             "with a user's password, or a Bearer API key. Requests signed with cluster.secret act as the "
             "super user User:__cluster.")
     .define("authentication.mechanisms", str, "basic,apikey",
-            "Accepted client mechanisms, comma-separated: basic (SCRAM-SHA-256 stored passwords), apikey.")
+            "Accepted client mechanisms, comma-separated: basic (SCRAM-SHA-256 stored passwords), apikey.",
+            validator=_check_mechanisms)
     .define("scram.iterations", int, MIN_ITERATIONS, "PBKDF2 iterations of newly stored passwords.",
             min=MIN_ITERATIONS, max=MAX_ITERATIONS)
     .define("authorizer.enabled", bool, False,
             "Check every request against the ACLs; with no matching ALLOW it is refused (403, 40301).")
-    .define("super.users", str, "", "Principals allowed everything, ';'-separated (User:admin;User:ops).")
+    .define("super.users", str, "", "Principals allowed everything, ';'-separated (User:admin;User:ops).",
+            validator=_check_super_users)
     .define("allow.everyone.if.no.acl.found", bool, False,
             "Allow an operation on a resource that no ACL names at all (Kafka's key).")
     .define("ssl.certfile", str, "", "PEM certificate chain of the HTTPS listener; set (with ssl.keyfile) "
@@ -37,7 +59,8 @@ SECURITY_CONFIG = (
     .define("quota.request.rate", int, 0, "Default requests/s per principal per node; 0 = unlimited.",
             min=0, max=INT_MAX, unit="1/s")
     .define("quota.overrides", str, "",
-            'Per-principal quotas, JSON: {"User:alice": {"producer.byte.rate": 1048576, "request.rate": 100}}.')
+            'Per-principal quotas, JSON: {"User:alice": {"producer.byte.rate": 1048576, "request.rate": 100}}.',
+            validator=_check_overrides)
     .define("quota.window.ms", int, 1000, "Burst a quota allows: its rate times this window.", min=10,
             max=60_000, unit="ms")
     .define("audit.log.max.per.second", int, 100, "Audit lines of refused requests per second; more are "

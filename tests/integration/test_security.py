@@ -134,6 +134,13 @@ def test_acls_decide_what_an_authenticated_principal_may_do(secure):
     assert httpx.get(f"{secure.url}/topics/orders", headers=alice, timeout=30).status_code == 200
     r = httpx.get(f"{secure.url}/topics/payroll/partitions/0/records?offset=0", headers=alice, timeout=30)
     assert r.status_code == 403 and r.json()["error_code"] == 40301
+    # Naming another principal only counts on a request signed with the cluster secret.
+    r = httpx.get(f"{secure.url}/topics/payroll/partitions/0/records?offset=0", timeout=30,
+                  headers={**alice, "X-Lakelog-Principal": "User:admin"})
+    assert r.status_code == 403
+    forged = sign(b"a-guessed-cluster-secret-000", "GET", "/topics/payroll", b"", 1, int(time.time() * 1000))
+    r = httpx.get(f"{secure.url}/topics/payroll", headers={**forged, "X-Lakelog-Principal": "User:admin"}, timeout=30)
+    assert r.status_code == 401 and r.json()["error_code"] == 40101
     r = httpx.post(f"{secure.url}/topics/bulk", json={"records": [{"value": 1}]},
                    headers={**_auth("mallory"), "Content-Type": JSON_V2}, timeout=30)
     assert r.status_code == 200, r.text
@@ -261,7 +268,8 @@ def test_secrets_never_reach_the_log_errors_or_metrics(secure):
 def test_tls_end_to_end_with_the_cli_and_a_node_without_the_secret_cannot_join(tmp_path):
     pki = make_pki(tmp_path / "pki")
     tls = {"ssl.certfile": pki.server_cert, "ssl.keyfile": pki.server_key, "ssl.cafile": pki.ca_cert,
-           "ssl.client.auth": "required", "min.insync.replicas": "2"}
+           "ssl.client.auth": "required", "min.insync.replicas": "2",
+           "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin"}
     c = Cluster(tmp_path / "c", 3, tls)
     intruder = c.node(3)
     intruder.overrides["cluster.secret"] = "not-the-cluster-secret-at-all"
@@ -274,24 +282,40 @@ def test_tls_end_to_end_with_the_cli_and_a_node_without_the_secret_cannot_join(t
         c.node(2).wait_ready(60)
         url = c.node(1).url
         assert url.startswith("https://")
+        secret_file = tmp_path / "secret"
+        secret_file.write_text("test-cluster-secret-0123456789")  # Cluster's
         cli_tls = ["--bootstrap-server", url, "--ca-cert", pki.ca_cert, "--client-cert", pki.client_cert,
                    "--client-key", pki.client_key]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKELOG_")}
 
-        def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-            return subprocess.run([LAKELOG, *args], capture_output=True, text=True, timeout=60, input=stdin)
+        def cli(*args: str, stdin: str | None = None, user: str = "admin") -> subprocess.CompletedProcess:
+            return subprocess.run([LAKELOG, *args], capture_output=True, text=True, timeout=60, input=stdin,
+                                  env={**env, "LAKELOG_USER": user, "LAKELOG_PASSWORD": f"{user}-pw-tls"})
+
+        for user in ("admin", "alice"):
+            r = subprocess.run([LAKELOG, "users", "add", user, "--cluster-secret-file", str(secret_file), *cli_tls],
+                               capture_output=True, text=True, timeout=60,
+                               env={**env, "LAKELOG_NEW_PASSWORD": f"{user}-pw-tls"})
+            assert r.returncode == 0, r.stderr
+        r = cli("acls", "add", "--allow-principal", "User:alice", "--operation", "read", "--operation", "write",
+                "--topic", "secured", *cli_tls)
+        assert r.returncode == 0, r.stderr
 
         # Replicas on nodes 1 and 2 (node 3 never joined): replication and acks=all over TLS.
         r = cli("topics", "create", "secured", "--partitions", "2", "--replication-factor", "2", *cli_tls)
         assert r.returncode == 0, r.stderr
-        r = cli("produce", "secured", "--key-separator", ":", *cli_tls, stdin="k1:v1\nk2:v2\nk3:v3\n")
+        r = cli("produce", "secured", "--key-separator", ":", *cli_tls, stdin="k1:v1\nk2:v2\nk3:v3\n", user="alice")
         assert r.returncode == 0, r.stderr
         got = []
-        for p in (0, 1):  # through node 2: fetches for partitions node 1 leads are forwarded over TLS
+        for p in (0, 1):  # through node 2: fetches for partitions node 1 leads are forwarded over TLS,
+            # acting for alice (the principal travels with the forwarded request)
             r = cli("consume", "secured", "--partition", str(p), "--from-beginning", "--timeout-ms", "500",
-                    "--bootstrap-server", c.node(2).url, *cli_tls[2:])
+                    "--bootstrap-server", c.node(2).url, *cli_tls[2:], user="alice")
             assert r.returncode == 0, r.stderr
             got += r.stdout.split()
         assert sorted(got) == ["v1", "v2", "v3"]
+        r = cli("produce", "other", *cli_tls, stdin="x\n", user="alice")
+        assert r.returncode == 1 and "not authorized" in r.stderr
         r = cli("topics", "describe", "secured", *cli_tls)
         assert r.returncode == 0 and "Isr: 1,2" in r.stdout.replace("Isr: 2,1", "Isr: 1,2"), r.stdout
         # Without the CA, with another CA, or without a client certificate: refused.
@@ -303,7 +327,7 @@ def test_tls_end_to_end_with_the_cli_and_a_node_without_the_secret_cannot_join(t
         with pytest.raises(httpx.HTTPError):
             httpx.get(url.replace("https://", "http://") + "/readyz", timeout=5)
         # The node without the cluster secret: not registered, not serving, its calls refused.
-        brokers = httpx.get(f"{url}/v3/clusters/testcluster0000000000/brokers", timeout=30,
+        brokers = httpx.get(f"{url}/v3/clusters/testcluster0000000000/brokers", timeout=30, auth=("admin", "admin-pw-tls"),
                             verify=intruder._verify()).json()["data"]
         assert sorted(b["broker_id"] for b in brokers) == [1, 2]
         assert httpx.get(f"{intruder.url}/readyz", timeout=5, verify=intruder._verify()).status_code == 503
