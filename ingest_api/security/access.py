@@ -112,11 +112,23 @@ for _m, _t, _rt, _param, _op, _kind in RULES:
         _COMPILED.setdefault("HEAD", []).append((_compile(_t), _rt, _param, _op, _kind))
 
 
+_MEMO: dict[tuple[str, str], Requirement | None] = {}
+_MEMO_MAX = 10_000
+
+
 def requirement(method: str, path: str) -> Requirement | None:
     """The requirement of a request, or None when no rule matches (refused under the authorizer)."""
+    key = (method, path)
+    hit = _MEMO.get(key, _MEMO)
+    if hit is not _MEMO:
+        return hit  # type: ignore[return-value]
+    found = None
     for pattern, rtype, param, op, kind in _COMPILED.get(method, ()):
         m = pattern.match(path)
         if m is not None:
-            name = CLUSTER_NAME if param is None else m.group(param)
-            return Requirement(rtype, name, op, kind)
-    return None
+            found = Requirement(rtype, CLUSTER_NAME if param is None else m.group(param), op, kind)
+            break
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[key] = found
+    return found

@@ -59,8 +59,12 @@ class QuotaLimits:
     consumer_byte_rate: float = 0
     request_rate: float = 0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_rates", {PRODUCE: self.producer_byte_rate, FETCH: self.consumer_byte_rate,
+                                            REQUEST: self.request_rate})
+
     def get(self, key: str) -> float:
-        return {PRODUCE: self.producer_byte_rate, FETCH: self.consumer_byte_rate, REQUEST: self.request_rate}[key]
+        return self._rates[key]  # type: ignore[attr-defined]
 
 
 def parse_overrides(text: str) -> dict[str, QuotaLimits]:
@@ -90,10 +94,7 @@ class QuotaManager:
         self.window_s = window_s
         self.idle_s = idle_s
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
-
-    @property
-    def enabled(self) -> bool:
-        return any(self.defaults.get(k) for k in QUOTA_KEYS) or any(
+        self.enabled = any(self.defaults.get(k) for k in QUOTA_KEYS) or any(
             lim.get(k) for lim in self.overrides.values() for k in QUOTA_KEYS)
 
     def limits(self, principal: str) -> QuotaLimits:
@@ -117,14 +118,17 @@ class QuotaManager:
     def admit(self, principal: str, keys: tuple[str, ...], now: float) -> float:
         """0.0 to admit a request drawing on `keys` (and count it against request.rate), else the delay in s."""
         delay = 0.0
+        requests = None
         for key in keys:
             b = self._bucket(principal, key, now)
             if b is not None:
-                delay = max(delay, b.delay_s(now, 1.0 if key == REQUEST else 0.0))
-        if delay == 0.0 and REQUEST in keys:
-            b = self._bucket(principal, REQUEST, now)
-            if b is not None:
-                b.take(now, 1.0)
+                if key == REQUEST:
+                    requests = b
+                    delay = max(delay, b.delay_s(now, 1.0))
+                else:
+                    delay = max(delay, b.delay_s(now))
+        if delay == 0.0 and requests is not None:
+            requests.take(now, 1.0)
         return delay
 
     def record(self, principal: str, key: str, amount: float, now: float) -> None:
