@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 
@@ -37,7 +38,7 @@ def secure(tmp_path_factory):
     node = start_node(tmp_path_factory.mktemp("secure"), **{
         "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin",
         "cluster.secret": SECRET, "fetch.max.wait.ms": "200", "offsets.topic.num.partitions": "2",
-        "group.initial.rebalance.delay.ms": "0",
+        "group.initial.rebalance.delay.ms": "0", "request.body.timeout.ms": "1000",
         "quota.overrides": json.dumps({"User:greedy": {"producer.byte.rate": GREEDY_RATE}})})
     try:
         with httpx.Client(base_url=node.url, auth=ClusterAuth(SECRET.encode(), 0), timeout=30) as root:
@@ -251,6 +252,25 @@ def test_cli_manages_users_and_acls(secure, tmp_path):
     assert key.returncode == 0 and key.stdout.startswith("llk_")
     r = cli("topics", "list", "--api-key", key.stdout.strip())
     assert r.returncode == 0 and "payroll" in r.stdout
+
+
+def test_oversized_headers_and_slow_bodies_are_refused(secure):
+    r = httpx.get(f"{secure.url}/topics", headers={**_auth("admin"), "X-Padding": "p" * 20_000}, timeout=30)
+    assert r.status_code == 431 and r.json()["error_code"] == 43101
+    # A client that announces a body and trickles it: 408 once request.body.timeout.ms has passed.
+    with socket.create_connection(("127.0.0.1", secure.port), timeout=30) as s:
+        auth = _auth("alice")["Authorization"]
+        s.sendall(f"POST /topics/orders HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n"
+                  f"Content-Type: {JSON_V2}\r\nContent-Length: 1000\r\n\r\n{{\"records\": [".encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    # The node still serves.
+    assert httpx.get(f"{secure.url}/topics/orders", headers=_auth("alice"), timeout=30).status_code == 200
 
 
 def test_secrets_never_reach_the_log_errors_or_metrics(secure):
