@@ -11,6 +11,9 @@
                      (--topic T | --group G | --cluster) [--resource-pattern-type literal|prefixed]
     lakelog acls list   [--principal P] [--topic T | --group G | --cluster] [--resource-pattern-type ...]
     lakelog acls remove [the same filters; at least one]
+    lakelog quotas set User:NAME [--producer-byte-rate N] [--consumer-byte-rate N] [--request-rate N]
+    lakelog quotas list
+    lakelog quotas remove User:NAME
 
 Every command needs credentials allowed to ALTER (or DESCRIBE, to list) the cluster: a super user,
 or `--cluster-secret-file` to bootstrap the first users and ACLs of a new cluster.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
 from typing import Any
 from urllib.parse import quote
@@ -153,6 +157,39 @@ def _cmd_acls_remove(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_quotas_set(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+    from infra.client import ClientError
+
+    quotas = {k: v for k, v in (("producer.byte.rate", args.producer_byte_rate),
+                                ("consumer.byte.rate", args.consumer_byte_rate),
+                                ("request.rate", args.request_rate)) if v is not None}
+    if not quotas:
+        raise ClientError("give at least one of --producer-byte-rate, --consumer-byte-rate, --request-rate")
+    with _client(args) as client:
+        doc = client._json("PUT", f"{_base(client)}/quotas/{quote(args.principal, safe=':')}", json=quotas)
+    print(f"{doc['principal']}\t{json.dumps(doc['quotas'], sort_keys=True)}")
+    return 0
+
+
+def _cmd_quotas_list(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    with _client(args) as client:
+        for q in client._json("GET", f"{_base(client)}/quotas").get("data", []):
+            print(f"{q['principal']}\t{json.dumps(q['quotas'], sort_keys=True)}")
+    return 0
+
+
+def _cmd_quotas_remove(args: argparse.Namespace) -> int:
+    from infra.cli import _client
+
+    with _client(args) as client:
+        client._request("DELETE", f"{_base(client)}/quotas/{quote(args.principal, safe=':')}", expect=(204,))
+    print(f"quotas of {args.principal} removed")
+    return 0
+
+
 def _resource_args(p: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--topic", metavar="T", help="a topic (or a prefix, or '*')")
@@ -194,3 +231,16 @@ def add_commands(sub: Any, add: Any, client_opts: argparse.ArgumentParser) -> No
         p.add_argument("--principal", metavar="User:NAME")
         p.add_argument("--resource-pattern-type", choices=("literal", "prefixed"), type=str.lower)
         _resource_args(p)
+
+    quotas = sub.add_parser("quotas", help="set, list and remove per-principal quotas (like kafka-configs.sh --entity-type users)")
+    qsub = quotas.add_subparsers(dest="quotas_command", required=True)
+    p = add(qsub, "set", "quotas set", _cmd_quotas_set, parents=[client_opts],
+            help="set a principal's quota overrides (0 = unlimited; others keep their value)")
+    p.add_argument("principal", metavar="User:NAME")
+    p.add_argument("--producer-byte-rate", type=float, metavar="BYTES_PER_S")
+    p.add_argument("--consumer-byte-rate", type=float, metavar="BYTES_PER_S")
+    p.add_argument("--request-rate", type=float, metavar="PER_S")
+    add(qsub, "list", "quotas list", _cmd_quotas_list, parents=[client_opts], help="list quota overrides")
+    p = add(qsub, "remove", "quotas remove", _cmd_quotas_remove, parents=[client_opts],
+            help="remove a principal's overrides (back to the node config's quotas)")
+    p.add_argument("principal", metavar="User:NAME")

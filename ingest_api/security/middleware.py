@@ -111,7 +111,16 @@ class SecurityContext:
         self.cache = CredentialCache()
         self._authorizer: Authorizer | None = None
         self._authorizer_generation = -1
+        self._quota_generation = -1
         self.enabled = self.authentication or self.authorizer_enabled or self.quotas.enabled
+
+    def refresh(self) -> None:
+        """Pick up quota overrides changed in the cluster metadata (a generation compare when unchanged)."""
+        state = self.state
+        if state.generation != self._quota_generation:
+            self._quota_generation = state.generation
+            self.quotas.set_dynamic(dict(state.quotas))
+            self.enabled = self.authentication or self.authorizer_enabled or self.quotas.enabled
 
     @property
     def state(self):
@@ -210,6 +219,7 @@ class SecurityMiddleware:
             return
         if method in ("POST", "PUT", "PATCH", "DELETE"):
             receive = _deadline_receive(receive, ctx.body_timeout_s)
+        ctx.refresh()
         if not ctx.enabled or path.startswith("/internal/") or (method, path) in access.PUBLIC:
             await self.app(scope, receive, send)
             return

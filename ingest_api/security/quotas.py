@@ -9,7 +9,8 @@ rate, and its next requests are answered 429 with `Retry-After` until the refill
 queued: a throttled request is refused before its body is read.
 
 Rates come from the node config (`quota.producer.byte.rate`, `quota.consumer.byte.rate`,
-`quota.request.rate`; 0 = unlimited) with per-principal overrides (`quota.overrides`). The clock
+`quota.request.rate`; 0 = unlimited) with per-principal overrides: in the cluster metadata (set
+through the admin API; `dynamic`, key by key) before those of the config (`quota.overrides`). The clock
 is passed in, so the buckets are deterministic under test. Buckets of principals idle for a while
 are dropped (bounded memory). Concurrency: one thread (the event loop).
 """
@@ -42,9 +43,9 @@ class TokenBucket:
             self.updated = now
 
     def delay_s(self, now: float, need: float = 0.0) -> float:
-        """0 when the bucket holds more than `need` tokens, else the seconds until it will."""
+        """0 when the bucket holds at least `need` tokens, else the seconds until it will."""
         self._refill(now)
-        if self.tokens > need or (need == 0.0 and self.tokens >= 0):
+        if self.tokens >= need:
             return 0.0
         return (need - self.tokens) / self.rate if self.rate > 0 else math.inf
 
@@ -94,14 +95,27 @@ class QuotaManager:
         self.window_s = window_s
         self.idle_s = idle_s
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
-        self.enabled = any(self.defaults.get(k) for k in QUOTA_KEYS) or any(
+        self.dynamic: dict[str, dict[str, float]] = {}
+        self._static_enabled = any(self.defaults.get(k) for k in QUOTA_KEYS) or any(
             lim.get(k) for lim in self.overrides.values() for k in QUOTA_KEYS)
+        self.enabled = self._static_enabled
+
+    def set_dynamic(self, overrides: dict[str, dict[str, float]]) -> None:
+        """The overrides of the cluster metadata (principal -> {quota key: rate}), replacing the previous ones."""
+        self.dynamic = {p: dict(q) for p, q in overrides.items()}
+        self.enabled = self._static_enabled or any(v for q in self.dynamic.values() for v in q.values())
+
+    def rate(self, principal: str, key: str) -> float:
+        dyn = self.dynamic.get(principal)
+        if dyn is not None and key in dyn:
+            return dyn[key]
+        return self.overrides.get(principal, self.defaults).get(key)
 
     def limits(self, principal: str) -> QuotaLimits:
         return self.overrides.get(principal, self.defaults)
 
     def _bucket(self, principal: str, key: str, now: float) -> TokenBucket | None:
-        rate = self.limits(principal).get(key)
+        rate = self.rate(principal, key)
         if not rate:
             return None
         b = self._buckets.get((principal, key))

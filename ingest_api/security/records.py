@@ -13,6 +13,9 @@ Records (JSON, like every metadata record):
     delete_api_key    key_id
     create_acls       acls [binding, ...]        bindings already present are ignored
     delete_acls       acls [binding, ...]        bindings absent are ignored
+    alter_quota       principal, quotas {key: rate} | null   a principal's quota overrides
+                      (`producer.byte.rate`, `consumer.byte.rate`, `request.rate`; 0 = unlimited);
+                      null removes them (back to the config's)
 
 A malformed record raises ValueError, which the image turns into a deterministic skip.
 `controller_records(op, args, state)` validates an admin request against the state and returns the
@@ -29,6 +32,7 @@ from typing import Any, Mapping
 from ingest_api.security.acl import MAX_ACLS, AclBinding, AclFilter, check_principal
 from ingest_api.security.credentials import ApiKey, ScramCredential
 from ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
+from ingest_api.security.quotas import QUOTA_KEYS
 
 USER_NAME = re.compile(r"^[a-zA-Z0-9._@-]{1,128}$")
 MAX_USERS = 100_000
@@ -48,19 +52,24 @@ class SecurityState:
     users: Mapping[str, ScramCredential] = field(default_factory=dict)
     api_keys: Mapping[str, ApiKey] = field(default_factory=dict)
     acls: frozenset[AclBinding] = frozenset()
+    quotas: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     generation: int = field(default_factory=lambda: next(_generations), compare=False)
 
     @property
     def empty(self) -> bool:
-        return not (self.users or self.api_keys or self.acls)
+        return not (self.users or self.api_keys or self.acls or self.quotas)
 
     def sorted_acls(self) -> list[AclBinding]:
         return sorted(self.acls, key=AclBinding.sort_key)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"users": [{"name": n, "credential": self.users[n].to_dict()} for n in sorted(self.users)],
-                "api_keys": [self.api_keys[k].to_dict() for k in sorted(self.api_keys)],
-                "acls": [b.to_dict() for b in self.sorted_acls()]}
+        d = {"users": [{"name": n, "credential": self.users[n].to_dict()} for n in sorted(self.users)],
+             "api_keys": [self.api_keys[k].to_dict() for k in sorted(self.api_keys)],
+             "acls": [b.to_dict() for b in self.sorted_acls()]}
+        if self.quotas:  # absent while unused, so earlier snapshots keep their bytes
+            d["quotas"] = [{"principal": p, "quotas": dict(sorted(self.quotas[p].items()))}
+                           for p in sorted(self.quotas)]
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> "SecurityState":
@@ -73,7 +82,8 @@ class SecurityState:
             key = _api_key(k)
             keys[key.key_id] = key
         acls = frozenset(AclBinding.from_dict(a) for a in _list(d, "acls"))
-        return cls(users, keys, acls)
+        quotas = {check_principal(q.get("principal")): check_quotas(q.get("quotas")) for q in _list(d, "quotas")}
+        return cls(users, keys, acls, quotas)
 
     def apply(self, rec: Mapping[str, Any]) -> "SecurityState":
         t = rec.get("type")
@@ -85,38 +95,60 @@ class SecurityState:
                 raise ValueError("credential must be an object")
             users = dict(self.users)
             users[check_user_name(rec.get("name"))] = ScramCredential.from_dict(cred)
-            return SecurityState(users, self.api_keys, self.acls)
+            return SecurityState(users, self.api_keys, self.acls, self.quotas)
         if t == "delete_user":
             name = check_user_name(rec.get("name"))
             if name not in self.users:
                 raise ValueError(f"no user {name!r}")
             users = dict(self.users)
             del users[name]
-            return SecurityState(users, self.api_keys, self.acls)
+            return SecurityState(users, self.api_keys, self.acls, self.quotas)
         if t == "create_api_key":
             key = _api_key(rec)
             if key.key_id in self.api_keys or len(self.api_keys) >= MAX_API_KEYS:
                 raise ValueError(f"API key {key.key_id} exists, or too many keys")
             keys = dict(self.api_keys)
             keys[key.key_id] = key
-            return SecurityState(self.users, keys, self.acls)
+            return SecurityState(self.users, keys, self.acls, self.quotas)
         if t == "delete_api_key":
             key_id = rec.get("key_id")
             if key_id not in self.api_keys:
                 raise ValueError(f"no API key {key_id!r}")
             keys = dict(self.api_keys)
             del keys[key_id]
-            return SecurityState(self.users, keys, self.acls)
+            return SecurityState(self.users, keys, self.acls, self.quotas)
         if t in ("create_acls", "delete_acls"):
             bindings = {AclBinding.from_dict(a) for a in _list(rec, "acls")}
             acls = self.acls | bindings if t == "create_acls" else self.acls - bindings
             if len(acls) > MAX_ACLS:
                 raise ValueError("too many ACLs")
-            return SecurityState(self.users, self.api_keys, frozenset(acls))
+            return SecurityState(self.users, self.api_keys, frozenset(acls), self.quotas)
+        if t == "alter_quota":
+            principal = check_principal(rec.get("principal"))
+            quotas = dict(self.quotas)
+            if rec.get("quotas") is None:
+                quotas.pop(principal, None)
+            else:
+                if len(quotas) >= MAX_USERS and principal not in quotas:
+                    raise ValueError("too many quota overrides")
+                quotas[principal] = check_quotas(rec.get("quotas"))
+            return SecurityState(self.users, self.api_keys, self.acls, quotas)
         raise ValueError(f"not a security record: {t!r}")
 
 
-RECORD_TYPES = ("user_credential", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls")
+RECORD_TYPES = ("user_credential", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls",
+                "alter_quota")
+
+
+def check_quotas(d: Any) -> dict[str, float]:
+    if not isinstance(d, dict) or not d:
+        raise ValueError(f"quotas must be a non-empty object of {', '.join(QUOTA_KEYS)} -> rate")
+    out = {}
+    for k, v in d.items():
+        if k not in QUOTA_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 2**53:
+            raise ValueError(f"quota {k!r} must be one of {', '.join(QUOTA_KEYS)} with a rate >= 0")
+        out[k] = v
+    return out
 
 
 def _list(d: Mapping[str, Any], key: str) -> list:
@@ -139,7 +171,8 @@ def _api_key(d: Any) -> ApiKey:
 
 # ------------------------------------------------------------------------- the controller side
 
-CONTROLLER_OPS = ("upsert_user", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls")
+CONTROLLER_OPS = ("upsert_user", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls",
+                  "alter_quota")
 
 
 def controller_records(op: str, args: Mapping[str, Any], state: SecurityState) -> tuple[list[dict], dict]:
@@ -175,6 +208,13 @@ def controller_records(op: str, args: Mapping[str, Any], state: SecurityState) -
             doomed = [b for b in state.sorted_acls() if flt.matches(b)]
             records = [{"type": "delete_acls", "acls": [b.to_dict() for b in doomed]}] if doomed else []
             return records, {"deleted": [b.to_dict() for b in doomed]}
+        if op == "alter_quota":
+            principal = check_principal(args.get("principal"))
+            quotas = args.get("quotas")
+            if quotas is None and principal not in state.quotas:
+                raise SecurityNotFoundError(f"No quotas for {principal}.")
+            return [{"type": "alter_quota", "principal": principal,
+                     "quotas": None if quotas is None else check_quotas(quotas)}], {}
     except (ValueError, TypeError, KeyError) as e:
         raise InvalidSecurityRequestError(str(e)) from None
     raise InvalidSecurityRequestError(f"unknown security request {op!r}")

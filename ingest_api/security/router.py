@@ -10,6 +10,9 @@
     GET    /v3/clusters/{id}/api-keys                  ids and principals
     POST   /v3/clusters/{id}/api-keys   {"principal"}  -> 201 {"key_id", "principal", "api_key"} (shown once)
     DELETE /v3/clusters/{id}/api-keys/{key_id}
+    GET    /v3/clusters/{id}/quotas                    overrides per principal
+    PUT    /v3/clusters/{id}/quotas/{principal}  {"producer.byte.rate", "consumer.byte.rate", "request.rate"}
+    DELETE /v3/clusters/{id}/quotas/{principal}        back to the node config's quotas
 
 Thin: the password is hashed here (it never leaves this node, never enters the metadata log), the
 change goes to the active controller as a metadata record (`records.py`), and the answer comes once
@@ -182,4 +185,35 @@ async def delete_api_key(cluster_id: str, key_id: str, request: Request):
         raise SecurityNotFoundError(f"API key {key_id} not found.")
     await node._admin("delete_api_key", {"key_id": key_id})
     AuditLog.change("api_key_deleted", by=_who(request), key_id=key_id)
+    return Response(status_code=204)
+
+
+_QUOTA_SCHEMA = {"type": "object", "properties": {
+    "producer.byte.rate": {"type": "number", "minimum": 0}, "consumer.byte.rate": {"type": "number", "minimum": 0},
+    "request.rate": {"type": "number", "minimum": 0}}}
+
+
+@router.get("/clusters/{cluster_id}/quotas", summary="Quota overrides per principal (from the cluster metadata)")
+async def list_quotas(cluster_id: str, request: Request):
+    node = _cluster(request, cluster_id)
+    quotas = node.image.security.quotas
+    return JSONResponse({"data": [{"principal": p, "quotas": dict(quotas[p])} for p in sorted(quotas)]})
+
+
+@router.put("/clusters/{cluster_id}/quotas/{principal}", summary="Set a principal's quota overrides (0 = unlimited)",
+            openapi_extra=_body(_QUOTA_SCHEMA))
+async def set_quotas(cluster_id: str, principal: str, request: Request):
+    node = _cluster(request, cluster_id)
+    doc = await _json(request)
+    await node._admin("alter_quota", {"principal": principal, "quotas": doc})
+    AuditLog.change("quota_set", by=_who(request), principal=principal, quotas=doc)
+    return JSONResponse({"principal": principal, "quotas": dict(node.image.security.quotas.get(principal, {}))})
+
+
+@router.delete("/clusters/{cluster_id}/quotas/{principal}", status_code=204,
+               summary="Remove a principal's quota overrides (back to the node config's)")
+async def delete_quotas(cluster_id: str, principal: str, request: Request):
+    node = _cluster(request, cluster_id)
+    await node._admin("alter_quota", {"principal": principal, "quotas": None})
+    AuditLog.change("quota_removed", by=_who(request), principal=principal)
     return Response(status_code=204)

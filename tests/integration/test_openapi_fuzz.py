@@ -155,6 +155,8 @@ OPERATIONS = [
     ("DELETE", "/v3/clusters/{cluster_id}/users/{user}"),
     ("GET", "/v3/clusters/{cluster_id}/api-keys"), ("POST", "/v3/clusters/{cluster_id}/api-keys"),
     ("DELETE", "/v3/clusters/{cluster_id}/api-keys/{key_id}"),
+    ("GET", "/v3/clusters/{cluster_id}/quotas"), ("PUT", "/v3/clusters/{cluster_id}/quotas/{principal}"),
+    ("DELETE", "/v3/clusters/{cluster_id}/quotas/{principal}"),
     # Last: it may delete the seeded topics the other operations read.
     ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}"),
 ]

@@ -81,7 +81,8 @@ def _operations(node: NodeProcess) -> list[tuple[str, str]]:
 
 def _fill(path: str, cid: str) -> str:
     values = {"cluster_id": cid, "topic": "orders", "partition": "0", "group": "g-alice", "instance": "i1",
-              "name": "retention.ms", "broker_id": "1", "user": "alice", "key_id": "0123456789abcdef"}
+              "name": "retention.ms", "broker_id": "1", "user": "alice", "key_id": "0123456789abcdef",
+              "principal": "User:alice"}
     return re.sub(r"\{([a-z_]+)\}", lambda m: values[m.group(1)], path)
 
 
@@ -248,6 +249,19 @@ def test_cli_manages_users_and_acls(secure, tmp_path):
     assert r.returncode == 0
     r = cli("topics", "list", "--user", "carol", LAKELOG_PASSWORD="carol-pw-1")
     assert r.returncode == 1 and "authentication failed" in r.stderr
+    # A quota override set through the admin API throttles at once; removing it lifts it.
+    r = cli("quotas", "set", "User:mallory", "--request-rate", "1", "--user", "admin", LAKELOG_PASSWORD=PASSWORDS["admin"])
+    assert r.returncode == 0 and '"request.rate": 1' in r.stdout, r.stderr
+    r = cli("quotas", "list", "--user", "admin", LAKELOG_PASSWORD=PASSWORDS["admin"])
+    assert r.returncode == 0 and r.stdout.startswith("User:mallory\t")
+    statuses = [httpx.post(f"{secure.url}/topics/bulk", json={"records": [{"value": 1}]}, timeout=30,
+                           headers={**_auth("mallory"), "Content-Type": JSON_V2}).status_code for _ in range(10)]
+    assert 429 in statuses and statuses[0] == 200, statuses  # 1 request/s: ten in a row cannot all pass
+    r = cli("quotas", "remove", "User:mallory", "--user", "admin", LAKELOG_PASSWORD=PASSWORDS["admin"])
+    assert r.returncode == 0, r.stderr
+    statuses = [httpx.post(f"{secure.url}/topics/bulk", json={"records": [{"value": 1}]}, timeout=30,
+                           headers={**_auth("mallory"), "Content-Type": JSON_V2}).status_code for _ in range(3)]
+    assert statuses == [200, 200, 200]
     key = cli("api-keys", "create", "--principal", "User:admin", "--cluster-secret-file", str(secret_file))
     assert key.returncode == 0 and key.stdout.startswith("llk_")
     r = cli("topics", "list", "--api-key", key.stdout.strip())

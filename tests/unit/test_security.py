@@ -157,6 +157,25 @@ def test_quota_manager_throttles_a_greedy_principal_only():
     assert admitted == 5  # request.rate=5 with a 1 s window: a burst of 5
 
 
+def test_a_request_rate_of_one_admits_one_request_a_second():
+    q = QuotaManager(QuotaLimits(request_rate=1))
+    assert q.admit("User:a", (REQUEST,), 0.0) == 0
+    assert q.admit("User:a", (REQUEST,), 0.1) == pytest.approx(0.9)
+    assert q.admit("User:a", (REQUEST,), 1.0) == 0
+
+
+def test_dynamic_overrides_win_key_by_key():
+    q = QuotaManager(QuotaLimits(producer_byte_rate=100, request_rate=50),
+                     parse_overrides('{"User:a": {"producer.byte.rate": 10}}'))
+    assert not QuotaManager(QuotaLimits()).enabled
+    q.set_dynamic({"User:a": {"request.rate": 5}, "User:b": {"producer.byte.rate": 0}})
+    assert q.rate("User:a", PRODUCE) == 10 and q.rate("User:a", REQUEST) == 5
+    assert q.rate("User:b", PRODUCE) == 0 and q.rate("User:b", REQUEST) == 50  # 0 = unlimited for b
+    off = QuotaManager(QuotaLimits())
+    off.set_dynamic({"User:a": {"request.rate": 1}})
+    assert off.enabled
+
+
 def test_quota_overrides_are_validated():
     for bad in ("[]", '{"alice": {}}', '{"User:a": {"bytes": 1}}', '{"User:a": {"request.rate": -1}}'):
         with pytest.raises(ValueError):
@@ -220,6 +239,15 @@ def test_users_keys_and_acls_replicate_through_the_image_and_its_snapshot():
     result = _apply(img, "delete_acls", {"filter": {"resource_type": "TOPIC"}})
     assert [d["resource_name"] for d in result["deleted"]] == ["t"]
     assert img.security.generation != gen and len(img.security.acls) == 1
+    _apply(img, "alter_quota", {"principal": "User:svc", "quotas": {"request.rate": 5}})
+    assert img.security.quotas == {"User:svc": {"request.rate": 5}}
+    again = ClusterImage()
+    again.restore(img.snapshot())
+    assert again.security.quotas == img.security.quotas
+    with pytest.raises(InvalidSecurityRequestError):
+        controller_records("alter_quota", {"principal": "User:svc", "quotas": {"bytes": 1}}, img.security)
+    _apply(img, "alter_quota", {"principal": "User:svc", "quotas": None})
+    assert not img.security.quotas
     _apply(img, "delete_user", {"name": "alice"})
     _apply(img, "delete_api_key", {"key_id": key_id})
     assert not img.security.users and not img.security.api_keys
