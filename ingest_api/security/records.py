@@ -44,6 +44,8 @@ _generations = itertools.count(1)
 def check_user_name(name: object) -> str:
     if not isinstance(name, str) or not USER_NAME.match(name):
         raise ValueError("a user name is 1 to 128 of ASCII letters, digits, '.', '_', '@' and '-'")
+    if name.startswith("__"):  # reserved: User:__cluster is what requests signed with the cluster secret act as
+        raise ValueError("user names starting with '__' are reserved")
     return name
 
 
@@ -166,7 +168,10 @@ def _api_key(d: Any) -> ApiKey:
         raise ValueError("key_id must be 16 hex characters")
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise ValueError("secret_sha256 must be 64 hex characters")
-    return ApiKey(key_id, check_principal(d.get("principal")), bytes.fromhex(digest))
+    principal = check_principal(d.get("principal"))
+    if principal.startswith("User:__"):
+        raise ValueError("principals starting with 'User:__' are reserved")
+    return ApiKey(key_id, principal, bytes.fromhex(digest))
 
 
 # ------------------------------------------------------------------------- the controller side

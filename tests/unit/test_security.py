@@ -262,6 +262,13 @@ def test_bad_security_requests_and_records():
                            img.security)
     with pytest.raises(InvalidSecurityRequestError):
         controller_records("create_acls", {"acls": []}, img.security)
+    # The principal of cluster-signed requests cannot be taken by a user or an API key.
+    with pytest.raises(InvalidSecurityRequestError):
+        controller_records("upsert_user", {"name": "__cluster", "credential": make_credential("x").to_dict()},
+                           img.security)
+    with pytest.raises(InvalidSecurityRequestError):
+        controller_records("create_api_key", {"key_id": "0" * 16, "principal": "User:__cluster",
+                                              "secret_sha256": "0" * 64}, img.security)
     # A malformed record in the log is skipped identically everywhere, never applied.
     img.apply_record({"type": "user_credential", "name": "bob", "credential": {"mechanism": "MD5"}})
     img.apply_record({"type": "create_acls", "acls": [{"principal": "nobody"}]})
