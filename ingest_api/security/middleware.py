@@ -162,10 +162,10 @@ class SecurityContext:
         return principal
 
     def check(self, principal: str, operation: Operation, rtype: ResourceType, name: str, method: str,
-              path: str) -> None:
+              path: str, client: str = "?") -> None:
         if self.authorizer_enabled and not self.authorizer().authorize(principal, operation, rtype, name):
             self.audit.refusal("authorization_failed", principal=principal, operation=operation.value,
-                               resource_type=rtype.value, resource_name=name, method=method, path=path)
+                               resource_type=rtype.value, resource_name=name, method=method, path=path, client=client)
             raise AuthorizationFailedError(
                 f"{principal} is not authorized to {operation.value} {rtype.value} {name!r}")
 
@@ -176,7 +176,7 @@ def authorize(request: Any, operation: Operation, rtype: ResourceType, name: str
     if ctx is None or not ctx.authorizer_enabled:
         return
     principal = getattr(request.state, "principal", ANONYMOUS)
-    ctx.check(principal, operation, rtype, name, request.method, request.url.path)
+    ctx.check(principal, operation, rtype, name, request.method, request.url.path, _client(request.scope))
 
 
 def allowed(request: Any, operation: Operation, rtype: ResourceType, name: str) -> bool:
@@ -228,7 +228,7 @@ class SecurityMiddleware:
         if any(k == _SIGNATURE_HEADER for k, _ in headers):
             principal, receive = await self._cluster_principal(scope, receive)
             if principal is None:
-                ctx.audit.refusal("authentication_failed", reason="bad cluster signature", method=method, path=path)
+                ctx.audit.refusal("authentication_failed", reason="bad cluster signature", method=method, path=path, client=_client(scope))
                 await self._refuse(scope, receive, send, 401, 40101,
                                    "the request's cluster signature does not verify")
                 return
@@ -237,7 +237,7 @@ class SecurityMiddleware:
             principal = ctx.authenticate(authz.decode("latin-1") if authz is not None else None)
             if principal is None:
                 ctx.audit.refusal("authentication_failed", reason="missing" if authz is None else "invalid",
-                                  method=method, path=path)
+                                  method=method, path=path, client=_client(scope))
                 await self._refuse(scope, receive, send, 401, 40101,
                                    "authentication required" if authz is None else "authentication failed",
                                    {"WWW-Authenticate": CHALLENGE})
@@ -248,13 +248,14 @@ class SecurityMiddleware:
         if ctx.authorizer_enabled:
             if req is None:
                 if principal not in ctx.super_users:
-                    ctx.audit.refusal("authorization_failed", principal=principal, method=method, path=path,
+                    ctx.audit.refusal("authorization_failed", principal=principal, method=method, path=path, client=_client(scope),
                                       reason="no access rule for this path")
                     await self._refuse(scope, receive, send, 403, 40301, f"{principal} is not authorized")
                     return
             elif req.operation is not None and req.resource_type is not None:
                 try:
-                    ctx.check(principal, req.operation, req.resource_type, req.resource_name, method, path)
+                    ctx.check(principal, req.operation, req.resource_type, req.resource_name, method, path,
+                              _client(scope))
                 except AuthorizationFailedError as e:
                     await self._refuse(scope, receive, send, 403, 40301, str(e))
                     return
@@ -268,7 +269,7 @@ class SecurityMiddleware:
         now = time.monotonic()
         delay = quotas.admit(principal, keys, now)
         if delay > 0:
-            ctx.audit.refusal("throttled", principal=principal, method=method, path=path,
+            ctx.audit.refusal("throttled", principal=principal, method=method, path=path, client=_client(scope),
                               retry_after_s=round(delay, 3))
             await self._refuse(scope, receive, send, 429, 42901,
                                f"{principal} is over its quota; retry in {delay:.3f}s",
@@ -331,6 +332,11 @@ class SecurityMiddleware:
         if not hmac.compare_digest(expected, headers.get(PRINCIPAL_SIGNATURE_HEADER, "")):
             return None, replay
         return named, replay
+
+
+def _client(scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "?"
 
 
 def _deadline_receive(receive, timeout_s: float):
