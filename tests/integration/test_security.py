@@ -20,8 +20,7 @@ import pytest
 
 from ingest_api.cluster.auth import ClusterAuth, sign
 from logstore.record_batch import Record, build_batch
-from tests.support.faults import wait_for
-from tests.support.nodes import LAKELOG, Cluster, NodeProcess, free_port, start_node
+from tests.support.nodes import LAKELOG, Cluster, NodeProcess, start_node
 from tests.support.tls import make_pki
 
 SECRET = "security-test-cluster-secret-4f1c"

@@ -3,7 +3,6 @@ the metadata records of users, keys and ACLs (applied, snapshotted, restored).""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 
@@ -11,8 +10,7 @@ import pytest
 
 from ingest_api.cluster.image import ClusterImage
 from ingest_api.security import access
-from ingest_api.security.acl import (CLUSTER_NAME, AclBinding, AclFilter, Authorizer, Operation, PatternType,
-                                     Permission, ResourceType)
+from ingest_api.security.acl import CLUSTER_NAME, AclBinding, AclFilter, Authorizer, Operation, ResourceType
 from ingest_api.security.credentials import (MIN_ITERATIONS, CredentialCache, make_credential, new_api_key,
                                              parse_api_key, verify_password)
 from ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
