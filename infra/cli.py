@@ -54,7 +54,17 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from infra.launcher import LauncherConfigError, LocalCluster, build_spec
 
     try:
-        spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []))
+        jobs = {}
+        if args.jobs or args.jobs_every:
+            from spark_log.cli import DEFAULT_INTERVALS_S
+
+            jobs = dict(DEFAULT_INTERVALS_S)
+            for job, seconds in args.jobs_every or []:
+                try:
+                    jobs[job] = float(seconds)
+                except ValueError:
+                    args.parser.error(f"--jobs-every {job}={seconds}: seconds must be a number")
+        spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []), jobs)
     except LauncherConfigError as e:
         args.parser.error(str(e))  # exits 2, as argparse's own usage errors do
     return LocalCluster(spec).run()
@@ -405,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "shared by every node; topics opt in with remote.storage.enable=true")
     up.add_argument("--set", action="append", type=_key_value, metavar="KEY=VALUE",
                     help="a node config key for every node (not node.id, log.dirs, listeners)")
+    up.add_argument("--jobs", action="store_true",
+                    help="also run the Spark job scheduler (`lakelog jobs schedule`) over the remote tier")
+    up.add_argument("--jobs-every", action="append", type=_key_value, metavar="JOB=SECONDS",
+                    help="a job's interval for --jobs (0 disables it); implies --jobs")
 
     node = _add(sub, "node", "node", _cmd_node, help="run one ingest node")
     node.add_argument("--config", help="node.toml with broker keys (Kafka names)")

@@ -116,6 +116,16 @@ class ClusterSpec:
     http_port: int
     remote: RemoteTier
     node_overrides: Mapping[str, str] = field(default_factory=dict)
+    #: Spark job intervals (job -> seconds) for the scheduler `lakelog up --jobs` runs beside the
+    #: nodes; empty: no scheduler.
+    jobs_every: Mapping[str, float] = field(default_factory=dict)
+
+    def scheduler_args(self) -> list[str]:
+        """The `lakelog jobs schedule` command line (same remote tier as the nodes)."""
+        args = [sys.executable, "-m", "infra.cli", "jobs", "schedule", "--remote", self.remote.url]
+        for job, seconds in self.jobs_every.items():
+            args += ["--every", f"{job}={seconds:g}"]
+        return args
 
     def node_port(self, node_id: int) -> int:
         return self.http_port + node_id - 1
@@ -171,7 +181,8 @@ def load_or_create_cluster_properties(data_dir: Path) -> tuple[str, str]:
 
 
 def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
-               remote: str | None = None, node_overrides: Mapping[str, str] | None = None) -> ClusterSpec:
+               remote: str | None = None, node_overrides: Mapping[str, str] | None = None,
+               jobs_every: Mapping[str, float] | None = None) -> ClusterSpec:
     validate_node_count(nodes)
     if http_port < 1 or http_port + nodes - 1 > 65535:
         raise LauncherConfigError(f"--http-port {http_port}: ports {http_port}..{http_port + nodes - 1} "
@@ -182,7 +193,12 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
     for key in overrides:
         if key in RESERVED_NODE_KEYS:
             raise LauncherConfigError(f"--set {key}: the launcher sets {', '.join(RESERVED_NODE_KEYS)} itself")
-    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides)
+    jobs = dict(jobs_every or {})
+    for job, seconds in jobs.items():
+        if job not in ("compaction", "retention", "rebuild-index", "sync-tables") or not 0 <= seconds <= 7 * 86400:
+            raise LauncherConfigError(f"--jobs-every {job}={seconds}: a job is compaction, retention, rebuild-index "
+                                      "or sync-tables, every 0 (off) to 604800 seconds")
+    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs)
     from ingest_api.config import NodeConfig
 
     for i in range(1, nodes + 1):
@@ -311,6 +327,25 @@ class NodeChild:
         return b"".join(self.tail).decode("utf-8", "replace")
 
 
+class SchedulerChild(NodeChild):
+    """The `lakelog jobs schedule` child of `lakelog up --jobs` (Spark jobs over the remote tier)."""
+
+    def __init__(self, spec: ClusterSpec, log_out: IO[bytes] | None) -> None:  # noqa: D107
+        self.node_id = 0
+        self.name = "jobs"
+        self.url = ""
+        self.args = spec.scheduler_args()
+        self.data_dir = spec.data_dir
+        self.tail = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._log_out = log_out
+        self.proc = None
+        self._reader = None
+        self.killed = False
+
+    def is_ready(self) -> bool:
+        return True
+
+
 class LocalCluster:
     """Runs a ClusterSpec in the foreground: `run()` returns the exit status of `lakelog up`."""
 
@@ -379,6 +414,12 @@ class LocalCluster:
                 self._say(f"lakelog up: {names} not ready after {self.ready_timeout_s:g} s; stopping")
                 return self._finish(1)
             self._stop.wait(POLL_INTERVAL_S)
+        if spec.jobs_every:
+            scheduler = SchedulerChild(spec, self.node_log)
+            self.children.append(scheduler)
+            scheduler.start()
+            self._say(f"  jobs: {', '.join(f'{j} every {s:g}s' for j, s in spec.jobs_every.items() if s)} "
+                      f"(pid {scheduler.proc.pid}; Spark in local mode)")
         self._say(f"lakelog up: ready. Try: lakelog topics create demo --bootstrap-server {spec.node_url(1)}")
         self._say("Press Ctrl-C to stop.")
 

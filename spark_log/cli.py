@@ -54,9 +54,9 @@ def _progress_runner(total_hint: str):
     def on_plan(n: int) -> None:
         state["task"] = progress.add_task(total_hint, total=n)
 
-    def on_row(row: dict) -> None:
+    def on_row(done: int) -> None:
         if "task" in state:
-            progress.advance(state["task"])
+            progress.update(state["task"], completed=done)
 
     return progress, on_plan, on_row
 

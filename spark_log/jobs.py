@@ -26,6 +26,7 @@ import argparse
 import os
 import socket
 import sys
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -48,6 +49,7 @@ class JobSummary:
     rows: list[dict] = field(default_factory=list)  # one per partition / segment / table
     seconds: float = 0.0
     totals: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)  # seconds per phase, where a job has several
 
 
 def topic_configs(store, topics: Iterable[str], overrides: dict[str, str]) -> dict[str, dict[str, str]]:
@@ -112,16 +114,40 @@ def _rebuild_task(args: tuple) -> dict:
 # the runner
 
 
-def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress: Callable[[dict], None] | None) -> list[dict]:
+def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress: Callable[[int], None] | None) -> list[dict]:
+    """Run one Spark task per element of `tasks` (all in one job, in parallel) and return their
+    rows; `progress(done)` is called with the number of finished tasks as they finish."""
     if not tasks:
         return []
-    rdd = spark.sparkContext.parallelize(tasks, len(tasks)).map(fn)
-    rows = []
-    for row in rdd.toLocalIterator(prefetchPartitions=True):
-        rows.append(row)
+    sc = spark.sparkContext
+    group = f"lakelog-{uuid.uuid4().hex}"
+    out: dict = {}
+
+    def collect() -> None:
+        try:
+            sc.setJobGroup(group, "lakelog job", interruptOnCancel=True)
+            out["rows"] = sc.parallelize(tasks, len(tasks)).map(fn).collect()
+        except BaseException as e:  # handed to the caller's thread
+            out["error"] = e
+
+    worker = threading.Thread(target=collect, name=group, daemon=True)
+    worker.start()
+    tracker = sc.statusTracker()
+    while worker.is_alive():
+        worker.join(0.5)
         if progress:
-            progress(row)
-    return rows
+            done = 0
+            for job_id in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(job_id)
+                for stage_id in (info.stageIds if info else []):
+                    stage = tracker.getStageInfo(stage_id)
+                    done += stage.numCompletedTasks if stage else 0
+            progress(min(done, len(tasks)))
+    if "error" in out:
+        raise out["error"]
+    if progress:
+        progress(len(tasks))
+    return out["rows"]
 
 
 def plan(store, job: str, topics: list[str] | None, overrides: dict[str, str]) -> tuple[list[str], dict, dict]:
@@ -141,7 +167,7 @@ def plan(store, job: str, topics: list[str] | None, overrides: dict[str, str]) -
 
 def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, overrides: dict[str, str] | None = None,
             force: bool = False, rebuild_all: bool = False, delete_delay_ms: int | None = None,
-            progress: Callable[[dict], None] | None = None, on_plan: Callable[[int], None] | None = None) -> JobSummary:
+            progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None) -> JobSummary:
     """Run `job` over the remote tier at `remote` with `spark`; see the module docstring."""
     if job not in JOB_NAMES:
         raise ValueError(f"unknown job {job!r}; jobs: {', '.join(JOB_NAMES)}")
@@ -171,8 +197,12 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
                               for s in m.copy_finished]
             if on_plan:
                 on_plan(len(tasks))
+            t = time.monotonic()
             summary.rows = _run_tasks(spark, _rebuild_task, tasks, progress)
+            summary.phases["tasks_s"] = time.monotonic() - t
+            t = time.monotonic()
             write_remote_index_table(spark, remote, [r for r in summary.rows if "segment_id" in r and "base_offset" in r])
+            summary.phases["table_s"] = time.monotonic() - t
         else:
             from spark_log.tables import sync_topic
 
@@ -182,7 +212,7 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
                 row = sync_topic(spark, remote, t, configs[t], partitions[t], owner=owner)
                 summary.rows.append(row)
                 if progress:
-                    progress(row)
+                    progress(len(summary.rows))
     finally:
         store.close()
     summary.seconds = time.monotonic() - started

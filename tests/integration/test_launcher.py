@@ -125,3 +125,26 @@ def test_up_refuses_too_many_nodes_and_bad_remote_urls(tmp_path, capsys):
         assert exit_info.value.code == 2
         assert f"lakelog up: error: --remote {url!r}" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing was started or created
+
+
+@pytest.mark.spark
+def test_up_with_jobs_runs_the_scheduler_beside_the_nodes(tmp_path):
+    from tests.support.faults import wait_for
+
+    up = Launcher(tmp_path, "--nodes", "1", "--jobs-every", "sync-tables=1", "--jobs-every", "compaction=0",
+                  "--jobs-every", "retention=0", "--set", "remote.log.manager.task.interval.ms=200")
+    try:
+        up.wait_ready()
+        cli(up.url, "topics", "create", "clicks", "--partitions", "1", "--config", "remote.storage.enable=true",
+            "--config", "segment.bytes=2048")
+        cli(up.url, "produce", "clicks", "--partition", "0", "--batch-size", "10",
+            stdin="\n".join(f"click {i} " + "x" * 60 for i in range(200)).encode())
+        delta_log = up.data_dir / "remote" / "tables" / "clicks" / "_delta_log"
+        wait_for(lambda: delta_log.is_dir() and any(delta_log.glob("*.json")), 180, "the scheduler's first sync")
+        wait_for(lambda: re.search(r"sync-tables \{.*\"rows_added\": [1-9]", up.output()), 60, "a sync that added rows")
+        up.proc.send_signal(signal.SIGTERM)
+        assert up.proc.wait(STOP_BOUND_S + 10) == 0, up.output()
+    finally:
+        up.close()
+    out = up.output()
+    assert "jobs: sync-tables every 1s" in out and "stopped cleanly" in out
