@@ -165,6 +165,38 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs_package(args: argparse.Namespace) -> int:
+    """Write Lakelog's packages as a zip for `spark-submit --py-files` and print a command line."""
+    import shlex
+    import zipfile
+
+    from spark_log.session import DELTA_CONF, SHIPPED_PACKAGES, local_jars, s3a_conf
+
+    root = Path(__file__).resolve().parents[1]
+    out_dir = Path(args.output).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    zip_path = out_dir / "lakelog_packages.zip"
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as z:
+        for pkg in SHIPPED_PACKAGES:
+            for f in sorted((root / pkg).rglob("*.py")):
+                z.write(f, f.relative_to(root).as_posix())
+    script = out_dir / "lakelog_job.py"
+    script.write_text("import sys\nfrom spark_log.jobs import main\nsys.exit(main())\n")
+    conf = dict(DELTA_CONF)
+    if args.remote.startswith(("s3://", "s3a://")):
+        conf.update(s3a_conf())
+    cmd = ["spark-submit", "--master", args.master or "local[*]", "--jars", ",".join(str(j) for j in local_jars()),
+           "--py-files", str(zip_path)]
+    for k, v in conf.items():
+        if "secret" in k or "access.key" in k:
+            continue  # credentials come from the environment on the cluster, never a command line
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [str(script), "JOB", "--remote", args.remote]
+    print(f"wrote {zip_path} and {script}", file=sys.stderr)
+    print(" ".join(shlex.quote(c) for c in cmd))
+    return 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     from spark_log.tables import register_topics
 
@@ -258,6 +290,9 @@ def add_commands(sub, add) -> None:
                                ", ".join(f"{j}={s}" for j, s in DEFAULT_INTERVALS_S.items()))
     schedule.add_argument("--max-runs", type=int, default=0, metavar="N", help="stop after N job runs (0: never)")
     add(jsub, "list", "jobs list", cmd_jobs_list, help="list the jobs")
+    package = add(jsub, "package", "jobs package", cmd_jobs_package, parents=[remote],
+                  help="write Lakelog's packages for spark-submit --py-files and print the spark-submit command")
+    package.add_argument("--output", default="dist", metavar="DIR", help="where to write the zip (default ./dist)")
 
     sql = add(sub, "sql", "sql", cmd_sql, parents=[remote],
               help="run Spark SQL over the topics' Delta tables (lakelog.<topic>)")

@@ -261,7 +261,8 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`spark-submit spark_log/jobs.py NAME --remote URL [--topic T] [--config K=V] [--force]`."""
+    """`spark-submit ... lakelog_job.py NAME --remote URL [--topic T] [--config K=V] [--force]`
+    (`lakelog jobs package` writes the script and the `--py-files` zip and prints the command)."""
     parser = argparse.ArgumentParser(prog="lakelog-job")
     parser.add_argument("job", choices=JOB_NAMES)
     parser.add_argument("--remote", default=os.environ.get(REMOTE_ENV))
@@ -278,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = SparkSession.builder.appName(f"lakelog-{args.job}").getOrCreate()  # spark-submit's settings
     ship_packages(spark)
+    from spark_log.datasource import register
+
+    register(spark)
     overrides = dict(kv.split("=", 1) for kv in args.config)
     summary = run_job(spark, args.job, args.remote, topics=args.topic, overrides=overrides, force=args.force,
                       rebuild_all=args.all)

@@ -43,3 +43,23 @@ def test_jobs_run_and_sql_from_the_command_line(tmp_path):
     bad = run("sql", "SELECT * FROM lakelog.no_such_topic", "--remote", remote, cwd=tmp_path)
     assert bad.returncode == 1 and "no_such_topic" in bad.stderr and f"lakelog.{TOPIC}" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_spark_submit_runs_a_job_from_the_package(tmp_path):
+    import shlex
+
+    store, _, _, _ = build_remote(tmp_path)
+    remote = (tmp_path / "remote").as_uri()
+    printed = run("jobs", "package", "--remote", remote, "--output", str(tmp_path / "dist"), "--master", "local[2]",
+                  cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    cmd = shlex.split(printed.stdout.strip())
+    assert cmd[0] == "spark-submit" and "JOB" in cmd and (tmp_path / "dist" / "lakelog_packages.zip").exists()
+    cmd[0] = str(Path(sys.executable).parent / "spark-submit")
+    cmd[cmd.index("JOB")] = "sync-tables"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1")
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"'rows_added': {len(remote_records(store))}" in done.stdout
+    assert (tmp_path / "remote" / "tables" / TOPIC / "_delta_log").is_dir()
