@@ -95,6 +95,10 @@ def _client(args: argparse.Namespace):
         try:
             with open(args.cluster_secret_file, encoding="utf-8") as f:
                 secret = f.read().strip()
+            # `lakelog up` keeps it as a properties file (DATA_DIR/cluster.properties): take that line.
+            for line in secret.splitlines():
+                if line.strip().startswith("cluster.secret="):
+                    secret = line.split("=", 1)[1].strip()
         except OSError as e:
             from infra.client import ClientError
 
@@ -387,7 +391,8 @@ def _client_options() -> argparse.ArgumentParser:
     sec.add_argument("--client-cert", metavar="PEM", help="client certificate (ssl.client.auth)")
     sec.add_argument("--client-key", metavar="PEM", help="the client certificate's key")
     sec.add_argument("--cluster-secret-file", metavar="FILE",
-                     help="act as the cluster itself (super user): sign requests with the secret in FILE")
+                     help="act as the cluster itself (super user): sign requests with the secret in FILE "
+                          "(the secret alone, or a cluster.properties file as `lakelog up` keeps)")
     return common
 
 

@@ -219,8 +219,8 @@ def test_quota_throttles_a_greedy_principal_while_a_polite_one_is_served(secure)
 
 
 def test_cli_manages_users_and_acls(secure, tmp_path):
-    secret_file = tmp_path / "secret"
-    secret_file.write_text(SECRET)
+    secret_file = tmp_path / "cluster.properties"  # as `lakelog up` keeps it
+    secret_file.write_text(f"cluster.id=x\ncluster.secret={SECRET}\n")
     env = {**os.environ, "LAKELOG_URL": secure.url}
     env.pop("LAKELOG_PASSWORD", None)
 
