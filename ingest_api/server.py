@@ -16,6 +16,7 @@ from ingest_api.app import create_app
 from ingest_api.config import NodeConfig
 from ingest_api.node import Node
 from ingest_api.security import tls as tls_settings
+from ingest_api.security.connections import guarded_http_protocol
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -107,6 +108,9 @@ def run_node(config: NodeConfig) -> int:
     raise_open_file_limit()
     exit_zero_on_sigterm()
     tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
+    guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000)  # slow headers close the connection
+    if guarded is not None:
+        tls["http"] = guarded
     node = Node(config)
     node.start()
     app = create_app(node)

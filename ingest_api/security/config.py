@@ -69,6 +69,9 @@ SECURITY_CONFIG = (
             unit="bytes")
     .define("max.connections", int, 1000, "Concurrent connections and requests; more are answered 503.",
             min=1, max=100_000)
+    .define("request.header.timeout.ms", int, 10000, "Most time a client may take to send a request line and "
+            "headers, from its first byte (or from connecting); then the connection is closed.", min=100,
+            max=10 * 60 * 1000, unit="ms")
     .define("request.body.timeout.ms", int, 30000, "Most time a client may take to send a request body "
             "(slow-client protection); then 408.", min=100, max=10 * 60 * 1000, unit="ms")
 )

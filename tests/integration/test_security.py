@@ -38,6 +38,7 @@ def secure(tmp_path_factory):
         "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin",
         "cluster.secret": SECRET, "fetch.max.wait.ms": "200", "offsets.topic.num.partitions": "2",
         "group.initial.rebalance.delay.ms": "0", "request.body.timeout.ms": "1000",
+        "request.header.timeout.ms": "1000",
         "quota.overrides": json.dumps({"User:greedy": {"producer.byte.rate": GREEDY_RATE}})})
     try:
         with httpx.Client(base_url=node.url, auth=ClusterAuth(SECRET.encode(), 0), timeout=30) as root:
@@ -282,8 +283,15 @@ def test_oversized_headers_and_slow_bodies_are_refused(secure):
                 break
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-    # The node still serves.
-    assert httpx.get(f"{secure.url}/topics/orders", headers=_auth("alice"), timeout=30).status_code == 200
+    # Headers trickled (or nothing sent at all): the connection is closed after request.header.timeout.ms.
+    for partial in (b"GET /topics HTTP/1.1\r\nHost: x\r\nX-Slow: a", b""):
+        with socket.create_connection(("127.0.0.1", secure.port), timeout=30) as s:
+            s.sendall(partial)
+            assert s.recv(4096) == b""  # closed by the node, no answer
+    # The node still serves, on a keep-alive connection too.
+    with httpx.Client(base_url=secure.url, headers=_auth("alice"), timeout=30) as c:
+        for _ in range(3):
+            assert c.get("/topics/orders").status_code == 200
 
 
 def test_secrets_never_reach_the_log_errors_or_metrics(secure):
