@@ -228,7 +228,8 @@ class SecurityMiddleware:
         if any(k == _SIGNATURE_HEADER for k, _ in headers):
             principal, receive = await self._cluster_principal(scope, receive)
             if principal is None:
-                ctx.audit.refusal("authentication_failed", reason="bad cluster signature", method=method, path=path, client=_client(scope))
+                ctx.audit.refusal("authentication_failed", reason="bad cluster signature", method=method,
+                                  path=path, client=_client(scope))
                 await self._refuse(scope, receive, send, 401, 40101,
                                    "the request's cluster signature does not verify")
                 return
@@ -248,8 +249,8 @@ class SecurityMiddleware:
         if ctx.authorizer_enabled:
             if req is None:
                 if principal not in ctx.super_users:
-                    ctx.audit.refusal("authorization_failed", principal=principal, method=method, path=path, client=_client(scope),
-                                      reason="no access rule for this path")
+                    ctx.audit.refusal("authorization_failed", principal=principal, method=method, path=path,
+                                      client=_client(scope), reason="no access rule for this path")
                     await self._refuse(scope, receive, send, 403, 40301, f"{principal} is not authorized")
                     return
             elif req.operation is not None and req.resource_type is not None:
@@ -269,8 +270,8 @@ class SecurityMiddleware:
         now = time.monotonic()
         delay = quotas.admit(principal, keys, now)
         if delay > 0:
-            ctx.audit.refusal("throttled", principal=principal, method=method, path=path, client=_client(scope),
-                              retry_after_s=round(delay, 3))
+            ctx.audit.refusal("throttled", principal=principal, method=method, path=path,
+                              client=_client(scope), retry_after_s=round(delay, 3))
             await self._refuse(scope, receive, send, 429, 42901,
                                f"{principal} is over its quota; retry in {delay:.3f}s",
                                {"Retry-After": str(max(1, math.ceil(delay)))})
@@ -279,6 +280,8 @@ class SecurityMiddleware:
             length = next((v for k, v in headers if k == b"content-length"), b"")
             if length.isdigit():
                 quotas.record(principal, PRODUCE, int(length), now)
+            else:  # chunked: charge the bytes as they arrive
+                receive = _charging_receive(receive, quotas, principal)
         if kind != "fetch":
             await self.app(scope, receive, send)
             return
@@ -332,6 +335,16 @@ class SecurityMiddleware:
         if not hmac.compare_digest(expected, headers.get(PRINCIPAL_SIGNATURE_HEADER, "")):
             return None, replay
         return named, replay
+
+
+def _charging_receive(receive, quotas: QuotaManager, principal: str):
+    async def charged():
+        message = await receive()
+        if message["type"] == "http.request":
+            quotas.record(principal, PRODUCE, len(message.get("body", b"")), time.monotonic())
+        return message
+
+    return charged
 
 
 def _client(scope) -> str:

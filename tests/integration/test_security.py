@@ -216,6 +216,13 @@ def test_quota_throttles_a_greedy_principal_while_a_polite_one_is_served(secure)
         time.sleep(retry_after + 0.5)  # honour Retry-After (not an assertion on time)
         r = c.post("/topics/bulk", json=small, headers={**greedy, "Content-Type": JSON_V2})
         assert r.status_code == 200, r.text
+        # A chunked body (no Content-Length) is charged as it arrives.
+        body = json.dumps(big).encode()
+        r = c.post("/topics/bulk", content=iter([body[:1000], body[1000:]]),
+                   headers={**greedy, "Content-Type": JSON_V2})
+        assert r.status_code == 200 and "content-length" not in r.request.headers, r.text
+        r = c.post("/topics/bulk", json=small, headers={**greedy, "Content-Type": JSON_V2})
+        assert r.status_code == 429, r.text
     assert '\\"event\\": \\"throttled\\"' in secure.read_log()
 
 
