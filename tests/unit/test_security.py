@@ -272,3 +272,26 @@ def test_bad_security_requests_and_records():
     img.apply_record({"type": "create_acls", "acls": [{"principal": "nobody"}]})
     assert img.skipped_records == 2 and img.security.empty
     assert SecurityState.from_dict(img.security.to_dict()) == img.security
+
+
+# ------------------------------------------------------------------------------------------ TLS
+
+def test_tls_settings_are_checked_before_a_node_starts(tmp_path):
+    from infra.config import ConfigError
+    from ingest_api.config import NodeConfig
+    from ingest_api.security import tls
+
+    assert tls.uvicorn_kwargs(NodeConfig({})) == {} and tls.client_context(NodeConfig({})) is None
+    for bad in ({"listeners": "https://127.0.0.1:1"},
+                {"ssl.certfile": "c.pem", "ssl.keyfile": "k.pem"},  # an http:// listener
+                {"listeners": "https://127.0.0.1:1", "ssl.certfile": "c.pem"},  # no key
+                {"listeners": "https://127.0.0.1:1", "ssl.certfile": "c.pem", "ssl.keyfile": "k.pem",
+                 "ssl.client.auth": "required"}):  # no CA to verify clients with
+        with pytest.raises(ConfigError):
+            tls.uvicorn_kwargs(NodeConfig(bad))
+    kw = tls.uvicorn_kwargs(NodeConfig({"listeners": "https://127.0.0.1:1", "ssl.certfile": "c.pem",
+                                        "ssl.keyfile": "k.pem", "ssl.cafile": "ca.pem",
+                                        "ssl.client.auth": "requested"}))
+    import ssl
+
+    assert kw["ssl_cert_reqs"] == ssl.CERT_OPTIONAL and kw["ssl_ca_certs"] == "ca.pem"
