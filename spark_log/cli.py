@@ -36,10 +36,16 @@ def _key_value(text: str) -> tuple[str, str]:
     return k.strip(), v
 
 
+#: The CLI draws its own progress bar and prints its own summary: Spark's console bar stays off.
+QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
+
+
 def _session(remote: str, master: str | None, app: str):
     from spark_log.session import remote_session
 
-    return remote_session(remote, app_name=app, master=master)
+    spark = remote_session(remote, app_name=app, master=master, conf=QUIET_CONF)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def _progress_runner(total_hint: str):
@@ -206,7 +212,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         from spark_log.session import remote_session
 
         spark = remote_session(args.remote, app_name="lakelog-sql", master=args.master,
-                               conf={"spark.sql.warehouse.dir": warehouse}, register_source=False)
+                               conf={"spark.sql.warehouse.dir": warehouse, **QUIET_CONF}, register_source=False)
         try:
             spark.sparkContext.setLogLevel("ERROR")
             names = register_topics(spark, args.remote)
