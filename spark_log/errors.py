@@ -27,3 +27,18 @@ class SparkJarsMissing(SparkSetupError):
         )
         self.jars_dir = jars_dir
         self.reason = reason
+
+
+class JobError(LakelogError):
+    """A Spark job over the remote tier cannot do its work now."""
+
+    kind = ErrorKind.TRANSIENT
+
+
+class LeaseHeldError(JobError):
+    """Another run holds the partition's job lease (spark_log/lease.py); try again later."""
+
+    def __init__(self, key: str, owner: str, expires_ms: int) -> None:
+        super().__init__(f"{key} is held by {owner} until {expires_ms}")
+        self.owner = owner
+        self.expires_ms = expires_ms

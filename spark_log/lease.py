@@ -18,20 +18,12 @@ import json
 import time
 from dataclasses import dataclass
 
+from spark_log.errors import LeaseHeldError
 from tiering.errors import ObjectNotFoundError, PreconditionFailedError
 from tiering.store import ObjectStore
 
 LEASE_VERSION = 1
 DEFAULT_TTL_MS = 10 * 60 * 1000
-
-
-class LeaseHeldError(RuntimeError):
-    """Another run holds the partition's job lease."""
-
-    def __init__(self, key: str, owner: str, expires_ms: int) -> None:
-        super().__init__(f"{key} is held by {owner} until {expires_ms}")
-        self.owner = owner
-        self.expires_ms = expires_ms
 
 
 def lease_key(topic: str, partition: int) -> str:
