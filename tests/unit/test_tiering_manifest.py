@@ -292,3 +292,54 @@ def test_queries():
     assert m.next_segment(m.segment_for_offset(10)) is None
     assert (m.end_offset, m.size_in_bytes, m.max_timestamp) == (19, 200, 70)
     assert dataclasses.replace(m, segments=()).end_offset is None
+
+
+# ---------------------------------------------------------------------------------------------
+# jobs' staged replacements
+
+
+def _staged(base, end, n):
+    return seg(base, end, S.COPY_STARTED, n=n, origin="job:compaction")
+
+
+def test_staged_replacements_may_overlap_and_swap_in_one_commit():
+    m = manifest(seg(0, 9), seg(10, 19), seg(20, 29))
+    staged = mf.stage_replacements(m, [_staged(0, 19, 1000)])
+    mf.validate(staged)  # a staged entry overlapping COPY_FINISHED ones is allowed
+    assert staged.copy_finished == m.copy_finished  # and is not readable
+    assert mf.stage_replacements(staged, [_staged(0, 19, 1000)]) is None  # retry: no-op
+    swapped = mf.swap_replacements(staged, [mf.Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
+                                   epoch=1, now_ms=5, delete_after_ms=65)
+    mf.validate(swapped)
+    assert [(s.base_offset, s.end_offset) for s in swapped.copy_finished] == [(0, 19), (20, 29)]
+    old = [swapped.segment(f"{b:032x}") for b in (0, 10)]
+    assert all(s.state == S.DELETE_STARTED and s.delete_after_ms == 65 for s in old)
+    assert mf.swap_replacements(swapped, [mf.Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
+                                epoch=1, now_ms=6, delete_after_ms=66) is None  # retried commit: no-op
+
+
+def test_a_group_that_moved_under_the_job_is_abandoned_not_swapped():
+    m = manifest(seg(0, 9), seg(10, 19), seg(20, 29))
+    staged = mf.stage_replacements(m, [_staged(0, 19, 1000), _staged(20, 29, 1001)])
+    expired = mf.start_delete(staged, [f"{0:032x}"], epoch=2, now_ms=5, delete_after_ms=5, new_log_start_offset=10)
+    mf.validate(expired)  # a staged entry below the log start does not break the invariants
+    out = mf.swap_replacements(expired, [mf.Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",)),
+                                         mf.Replacement((f"{20:032x}",), (f"{1001:032x}",))],
+                               epoch=2, now_ms=6, delete_after_ms=70)
+    mf.validate(out)
+    assert out.segment(f"{1000:032x}").state == S.DELETE_STARTED  # abandoned at once
+    assert out.segment(f"{1000:032x}").delete_after_ms == 6
+    assert [(s.base_offset, s.segment_id) for s in out.copy_finished] == [(10, f"{10:032x}"), (20, f"{1001:032x}")]
+
+
+def test_a_replacement_must_cover_exactly_its_group():
+    m = mf.stage_replacements(manifest(seg(0, 9), seg(10, 19)), [_staged(0, 15, 1000)])
+    out = mf.swap_replacements(m, [mf.Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
+                               epoch=1, now_ms=5, delete_after_ms=5)
+    assert out.segment(f"{1000:032x}").state == S.DELETE_STARTED  # would open a gap: abandoned
+    assert [s.segment_id for s in out.copy_finished] == [f"{0:032x}", f"{10:032x}"]
+
+
+def test_staging_refuses_upload_origin_entries():
+    with pytest.raises(InvalidStateTransitionError):
+        mf.stage_replacements(manifest(seg(0, 9)), [seg(0, 9, S.COPY_STARTED, n=5)])
