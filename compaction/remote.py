@@ -278,7 +278,11 @@ def compact_partition(store: ObjectStore, topic: str, partition: int, config: Lo
                     staged.append(_write_group(store, topic, partition, g, mapped.offset_map, map_end, params,
                                                config, stats, now, workdir))
                     if len(staged) % 8 == 0:
-                        lease.renew()
+                        try:
+                            lease.renew()
+                        except LeaseHeldError as e:  # expired while we worked: nothing was committed yet
+                            report.action, report.reason = "skipped", f"lease lost: {e}"
+                            return report
                 # Staged entries own their objects before the objects exist: no orphan sweep
                 # takes them for garbage, and a crash leaves entries the next run abandons.
                 _job_commit(meta, lambda cur: mf.stage_replacements(cur, [st.entry for st in staged]))

@@ -187,3 +187,21 @@ def test_retention_expires_exactly_the_old_segments(tmp_path):
     by_size = expire_partition(store, TOPIC, 0, LogConfig({"retention.bytes": 1}), owner="test", now_ms=now)
     m2 = load_manifest(store, TOPIC, 0)
     assert by_size.segments_expired == len(segs) - 5 and len(m2.copy_finished) == 1
+
+
+def test_a_lease_lost_mid_run_commits_nothing(tmp_path, monkeypatch):
+    from spark_log.errors import LeaseHeldError
+    from spark_log.lease import Lease
+
+    store, _, _, _ = build_remote(tmp_path, batches=400)
+    m0 = load_manifest(store, TOPIC, 0)
+    assert len(m0.copy_finished) >= 8  # enough groups (one per segment below) for a renewal
+
+    def lost(self, now_ms=None):
+        raise LeaseHeldError(self.key, "a newer run", 0)
+
+    monkeypatch.setattr(Lease, "renew", lost)
+    report = compact_partition(store, TOPIC, 0, config(**{"segment.bytes": 4500}), owner="test", now_ms=2_000_000)
+    assert report.action == "skipped" and "lease lost" in report.reason
+    m1 = load_manifest(store, TOPIC, 0)
+    assert m1.segments == m0.segments and m1.cleaner_checkpoint == m0.cleaner_checkpoint
