@@ -5,7 +5,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars up test bench bench-tiering clean
+.PHONY: setup venv jars up test bench bench-tiering bench-spark clean
 
 setup: venv jars
 
@@ -37,6 +37,9 @@ bench: setup
 # The remote tier against moto's S3 server (infra/s3server.py), about two minutes.
 bench-tiering: setup
 	$(BIN)/python bench/tiering.py
+
+bench-spark: setup
+	$(BIN)/python bench/spark.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info
