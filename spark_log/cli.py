@@ -174,18 +174,12 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
 def cmd_jobs_package(args: argparse.Namespace) -> int:
     """Write Lakelog's packages as a zip for `spark-submit --py-files` and print a command line."""
     import shlex
-    import zipfile
 
-    from spark_log.session import DELTA_CONF, SHIPPED_PACKAGES, local_jars, s3a_conf
+    from spark_log.session import DELTA_CONF, local_jars, s3a_conf, write_packages_zip
 
-    root = Path(__file__).resolve().parents[1]
     out_dir = Path(args.output).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    zip_path = out_dir / "lakelog_packages.zip"
-    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as z:
-        for pkg in SHIPPED_PACKAGES:
-            for f in sorted((root / pkg).rglob("*.py")):
-                z.write(f, f.relative_to(root).as_posix())
+    zip_path = write_packages_zip(out_dir / "lakelog_packages.zip")
     script = out_dir / "lakelog_job.py"
     script.write_text("import sys\nfrom spark_log.jobs import main\nsys.exit(main())\n")
     conf = dict(DELTA_CONF)

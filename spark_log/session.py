@@ -179,16 +179,22 @@ def ship_packages(spark: SparkSession, packages: tuple[str, ...] = SHIPPED_PACKA
     if master.startswith("local"):
         return None
     import tempfile
+
+    out = write_packages_zip(Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / "lakelog_packages.zip", packages)
+    spark.sparkContext.addPyFile(str(out))
+    return out
+
+
+def write_packages_zip(path: Path, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> Path:
+    """Lakelog's packages (their .py files) as a zip for `addPyFile` / `spark-submit --py-files`."""
     import zipfile
 
     root = Path(__file__).resolve().parents[1]
-    out = Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / "lakelog_packages.zip"
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for pkg in packages:
             for f in sorted((root / pkg).rglob("*.py")):
                 z.write(f, f.relative_to(root).as_posix())
-    spark.sparkContext.addPyFile(str(out))
-    return out
+    return path
 
 
 def remote_session(remote_url: str | None = None, app_name: str = "lakelog", master: str | None = None,
