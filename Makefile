@@ -34,7 +34,7 @@ test: setup
 bench: setup
 	$(BIN)/python bench/storage.py
 
-# The remote tier against moto's S3 server (infra/s3server.py), about two minutes.
+# The remote tier against moto's S3 server (tests/support/s3server.py), about two minutes.
 bench-tiering: setup
 	$(BIN)/python bench/tiering.py
 

@@ -93,9 +93,9 @@ from bench.harness import (  # noqa: E402
     rewrite_section,
     text_table,
 )
-from ingest_api.config import NodeConfig  # noqa: E402
-from ingest_api.formats import RECORDBATCH  # noqa: E402
-from logstore.record_batch import Record, build_batch  # noqa: E402
+from lakelog.ingest_api.config import NodeConfig  # noqa: E402
+from lakelog.ingest_api.formats import RECORDBATCH  # noqa: E402
+from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
 from tests.support.nodes import FAST_CLUSTER  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
@@ -1331,8 +1331,8 @@ def serve_main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGUSR1, start)
     signal.signal(signal.SIGUSR2, stop)
-    from ingest_api.config import NodeConfig as _NodeConfig
-    from ingest_api.server import run_node
+    from lakelog.ingest_api.config import NodeConfig as _NodeConfig
+    from lakelog.ingest_api.server import run_node
 
     return run_node(_NodeConfig(dict(kv.split("=", 1) for kv in args.settings)))
 

@@ -103,8 +103,8 @@ from bench.harness import (  # noqa: E402
     stopwatch,
     text_table,
 )
-from ingest_api.formats import BINARY_V2, JSON_V2, RECORDBATCH  # noqa: E402
-from logstore.record_batch import Record, build_batch, iter_batches  # noqa: E402
+from lakelog.ingest_api.formats import BINARY_V2, JSON_V2, RECORDBATCH  # noqa: E402
+from lakelog.logstore.record_batch import Record, build_batch, iter_batches  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
 SECTION = "node"
@@ -205,8 +205,8 @@ def _serve_baseline(data_dir: str, port: int) -> None:
 
 
 def _serve_node(overrides: list[str]) -> None:
-    from ingest_api.config import NodeConfig
-    from ingest_api.server import run_node
+    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.server import run_node
 
     sys.exit(run_node(NodeConfig(dict(kv.split("=", 1) for kv in overrides))))
 

@@ -33,12 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.harness import MB, OtherCpu, conditions, git_revision, machine_info, markdown_table, rewrite_section, text_table  # noqa: E402
-from infra.config import LogConfig  # noqa: E402
-from logstore.log import PartitionLog  # noqa: E402
-from logstore.record_batch import Record, build_batch  # noqa: E402
-from tiering import RemoteTier, TieringConfig  # noqa: E402
-from tiering.fs_store import FileSystemStore  # noqa: E402
-from tiering.topics import TopicDescriptor, write_topic_descriptor  # noqa: E402
+from lakelog.infra.config import LogConfig  # noqa: E402
+from lakelog.logstore.log import PartitionLog  # noqa: E402
+from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
+from lakelog.tiering import RemoteTier, TieringConfig  # noqa: E402
+from lakelog.tiering.fs_store import FileSystemStore  # noqa: E402
+from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
 SECTION = "spark"
@@ -76,7 +76,7 @@ def build_remote(root: Path, records: int, value_bytes: int, keys: int) -> tuple
 def _copy_task(args):
     """Baseline: read every .log of a partition and write the bytes back as new objects."""
     remote, topic, partition = args
-    from spark_log.remote import load_manifest, open_remote
+    from lakelog.tiering.remote_scan import load_manifest, open_remote
 
     store = open_remote(remote)
     n = 0
@@ -91,7 +91,7 @@ def _copy_task(args):
 def _read_task(args):
     """Baseline: read one segment's .log object."""
     remote, topic, partition, base, sid, size = args
-    from spark_log.remote import open_remote
+    from lakelog.tiering.remote_scan import open_remote
 
     return len(open_remote(remote).get_range(f"{topic}-{partition}/{base:020d}-{sid}.log", 0, size))
 
@@ -106,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="")
     args = ap.parse_args(argv)
 
-    from spark_log.jobs import run_job
-    from spark_log.remote import load_manifest, open_remote
-    from spark_log.session import remote_session
+    from lakelog.spark_log.jobs import run_job
+    from lakelog.tiering.remote_scan import load_manifest, open_remote
+    from lakelog.spark_log.session import remote_session
 
     started = dt.datetime.now(dt.timezone.utc)
     others = OtherCpu()

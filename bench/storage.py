@@ -70,11 +70,11 @@ from bench.harness import (  # noqa: E402
     stopwatch,
     text_table,
 )
-from infra.config import LogConfig  # noqa: E402
-from logstore import record_batch  # noqa: E402
-from logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog  # noqa: E402
-from logstore.segment import SCAN_CHUNK_BYTES  # noqa: E402
-from logstore.record_batch import RecordBatch, crc32c, iter_batches, simple_batch, validate_batch  # noqa: E402
+from lakelog.infra.config import LogConfig  # noqa: E402
+from lakelog.logstore import record_batch  # noqa: E402
+from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog  # noqa: E402
+from lakelog.logstore.segment import SCAN_CHUNK_BYTES  # noqa: E402
+from lakelog.logstore.record_batch import RecordBatch, crc32c, iter_batches, simple_batch, validate_batch  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
 SECTION = "storage"
@@ -972,7 +972,7 @@ def bench_recovery(ctx: Context) -> None:
 def bench_compaction(ctx: Context) -> None:
     """MB/s of `compaction.cleaner.clean_log(log, now_ms)`; skipped, with the reason, until it works."""
     try:
-        from compaction.cleaner import clean_log
+        from lakelog.compaction.cleaner import clean_log
     except ImportError as e:
         _compaction_not_run(ctx, f"`compaction.cleaner.clean_log` is not importable ({e})")
         return

@@ -6,7 +6,7 @@ to the same server, in the same run.
     python bench/tiering.py --scale 2  # twice the bytes uploaded and fetched
     python bench/tiering.py --only upload,fetch   # a subset; implies --no-write
 
-The S3 side runs against moto's S3 server over HTTP on loopback (`infra/s3server.py`, a real
+The S3 side runs against moto's S3 server over HTTP on loopback (`tests/support/s3server.py`, a real
 subprocess); the baselines use the very same boto3 client (its connection pool, timeouts and
 checksum settings) with plain `put_object` / ranged `get_object` calls, so a ratio says what the
 tiering code costs on top of the requests it has to make. What is measured (targets in brackets):
@@ -71,16 +71,16 @@ from bench.harness import (  # noqa: E402
     text_table,
 )
 from bench.storage import _profile_lines, fmt_ratio, fmt_size, make_batches  # noqa: E402
-from infra.config import LogConfig  # noqa: E402
-from infra.s3server import DEFAULT_REGION, S3Server  # noqa: E402
-from logstore.log import PartitionLog  # noqa: E402
-from logstore.record_batch import Record, build_batch  # noqa: E402
-from tiering import RemoteTier, TieringConfig  # noqa: E402
-from logstore.record_batch import crc32c  # noqa: E402
-from tiering import epochs as epochs_format  # noqa: E402
-from tiering import manifest as mf  # noqa: E402
-from tiering.fs_store import FileSystemStore  # noqa: E402
-from tiering.layout import (  # noqa: E402
+from lakelog.infra.config import LogConfig  # noqa: E402
+from tests.support.s3server import DEFAULT_REGION, S3Server  # noqa: E402
+from lakelog.logstore.log import PartitionLog  # noqa: E402
+from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
+from lakelog.tiering import RemoteTier, TieringConfig  # noqa: E402
+from lakelog.logstore.record_batch import crc32c  # noqa: E402
+from lakelog.tiering import epochs as epochs_format  # noqa: E402
+from lakelog.tiering import manifest as mf  # noqa: E402
+from lakelog.tiering.fs_store import FileSystemStore  # noqa: E402
+from lakelog.tiering.layout import (  # noqa: E402
     EPOCHS_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -90,10 +90,10 @@ from tiering.layout import (  # noqa: E402
     partition_dir,
     segment_key,
 )
-from tiering.manifest import PartitionManifest, RemoteSegment, SegmentState  # noqa: E402
-from tiering.uploader import scan_segment  # noqa: E402
-from tiering.s3_store import S3Store  # noqa: E402
-from tiering.store import ObjectStore  # noqa: E402
+from lakelog.tiering.manifest import PartitionManifest, RemoteSegment, SegmentState  # noqa: E402
+from lakelog.tiering.uploader import scan_segment  # noqa: E402
+from lakelog.tiering.s3_store import S3Store  # noqa: E402
+from lakelog.tiering.store import ObjectStore  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
 SECTION = "tiering"
@@ -350,7 +350,7 @@ def bench_upload(ctx: Context) -> None:
 def upload_breakdown(ctx: Context, store: S3Store, tier: RemoteTier, main: UploadRun) -> None:
     """Why the uploader is slower than put_object: its parts timed in one copy round, and a
     small request's round trip."""
-    import tiering.uploader as uploader_module
+    import lakelog.tiering.uploader as uploader_module
 
     log = source_log(ctx)
     parts: dict[str, list[float]] = {"scan": [], "scan ahead": [], "commit": [], "puts": []}
@@ -795,7 +795,7 @@ def render_markdown(ctx: Context, machine: dict[str, str], started: _dt.datetime
         "",
         f"Machine: {machine['nproc']} CPUs ({machine['cpu']}), {machine['memory']} memory, {machine['python']}, "
         f"{machine['kernel']}, temp data on {machine['file system']}. S3: moto's server "
-        f"(`infra/s3server.py`, werkzeug, objects in its memory) on loopback, sharing the CPUs with the "
+        f"(`tests/support/s3server.py`, werkzeug, objects in its memory) on loopback, sharing the CPUs with the "
         f"benchmark. 1-minute load average {machine['load']} at the start, {load_end} at the end. "
         f"{machine['conditions']}",
         "",

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from compaction.compactor import (
+from lakelog.compaction.compactor import (
     DEFAULT_MAX_OFFSET_MAP_ENTRIES,
     CleaningParams,
     CleaningTrigger,
@@ -68,13 +68,13 @@ from compaction.compactor import (
     group_segments,
     next_first_dirty_offset,
 )
-from compaction.errors import CleaningAbortedError, CorruptCleanerCheckpointError
-from compaction.retention import RetentionResult, apply_retention
-from infra.errors import InvariantViolation, invariant
-from logstore.checkpoint import read_checkpoint, write_checkpoint
-from logstore.errors import CorruptRecordError, LogClosedError
-from logstore.record_batch import NO_TIMESTAMP, RecordBatch
-from logstore.segment import (
+from lakelog.compaction.errors import CleaningAbortedError, CorruptCleanerCheckpointError
+from lakelog.logstore.retention import RetentionResult, apply_retention
+from lakelog.infra.errors import InvariantViolation, invariant
+from lakelog.logstore.checkpoint import read_checkpoint, write_checkpoint
+from lakelog.logstore.errors import CorruptRecordError, LogClosedError
+from lakelog.logstore.record_batch import NO_TIMESTAMP, RecordBatch
+from lakelog.logstore.segment import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,

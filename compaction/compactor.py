@@ -70,10 +70,10 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from compaction.errors import OffsetMapTooSmallError
-from infra.errors import invariant
-from logstore.compression import Compression
-from logstore.record_batch import (
+from lakelog.compaction.errors import OffsetMapTooSmallError
+from lakelog.infra.errors import invariant
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.record_batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
     CRC_OFFSET,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.errors import ErrorKind, LakelogError
+from lakelog.infra.errors import ErrorKind, LakelogError
 
 
 class CompactionError(LakelogError):

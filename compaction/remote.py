@@ -5,7 +5,7 @@ call them directly. The record and batch rules are compactor.py's, unchanged (th
 the local cleaner uses); this module supplies the remote side:
 
 Compaction round of a partition (`compact_partition`):
-  1. take the partition's job lease (spark_log/lease.py) — or report "skipped: lease held";
+  1. take the partition's job lease (tiering/lease.py) — or report "skipped: lease held";
   2. abandon this job's staged leftovers of a crashed earlier run;
   3. sections over the COPY_FINISHED segments: clean = [log start, cleaner checkpoint), dirty =
      [checkpoint, first uncleanable), where first uncleanable = the first batch younger than
@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from compaction.compactor import (
+from lakelog.compaction.compactor import (
     CleaningParams,
     CompactionStats,
     OffsetMap,
@@ -55,19 +55,19 @@ from compaction.compactor import (
     group_segments,
     next_first_dirty_offset,
 )
-from compaction.retention import SegmentInfo, plan_retention
-from infra.config import LogConfig
-from logstore.record_batch import crc32c
-from spark_log.lease import LeaseHeldError, acquire
-from spark_log.remote import iter_segment_batches
-from tiering import epochs as epochs_format
-from tiering import manifest as mf
-from tiering.errors import ObjectNotFoundError
-from tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, new_segment_id, segment_key
-from tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, Replacement, SegmentState
-from tiering.metadata import ManifestStore
-from tiering.store import FileSlice, ObjectStore
-from tiering.uploader import scan_segment
+from lakelog.logstore.retention import SegmentInfo, plan_retention
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.record_batch import crc32c
+from lakelog.tiering.lease import LeaseHeldError, acquire
+from lakelog.tiering.remote_scan import iter_segment_batches
+from lakelog.tiering import epochs as epochs_format
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.errors import ObjectNotFoundError
+from lakelog.tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, new_segment_id, segment_key
+from lakelog.tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, Replacement, SegmentState
+from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.store import FileSlice, ObjectStore
+from lakelog.tiering.uploader import scan_segment
 
 COMPACTION_ORIGIN = "job:compaction"
 DEFAULT_DELETE_DELAY_MS = 60_000

@@ -29,8 +29,8 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-from infra.errors import invariant
-from logstore.errors import CorruptIndexError
+from lakelog.infra.errors import invariant
+from lakelog.index.errors import CorruptIndexError
 
 ENTRY = struct.Struct(">II")
 ENTRY_SIZE = ENTRY.size

@@ -24,8 +24,8 @@ import struct
 from bisect import bisect_left
 from pathlib import Path
 
-from infra.errors import invariant
-from logstore.errors import CorruptIndexError
+from lakelog.infra.errors import invariant
+from lakelog.index.errors import CorruptIndexError
 
 ENTRY = struct.Struct(">qI")
 ENTRY_SIZE = ENTRY.size

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from infra.errors import ErrorKind, LakelogError
+from lakelog.infra.errors import ErrorKind, LakelogError
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1

@@ -11,11 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from infra.errors import LakelogError
-from ingest_api.errors import http_error
-from ingest_api.formats import V2
-from ingest_api.metrics import NodeMetrics
-from ingest_api.node import Node
+from lakelog.infra.errors import LakelogError
+from lakelog.ingest_api.errors import http_error
+from lakelog.ingest_api.formats import V2
+from lakelog.ingest_api.metrics import NodeMetrics
+from lakelog.ingest_api.node import Node
 
 log = logging.getLogger("lakelog.http")
 
@@ -70,8 +70,8 @@ class ObserveMiddleware:
 
 
 def create_app(node: Node) -> FastAPI:
-    from ingest_api.groups.consumer import ConsumerManager
-    from ingest_api.groups.service import GroupService
+    from lakelog.ingest_api.groups.consumer import ConsumerManager
+    from lakelog.ingest_api.groups.service import GroupService
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -108,14 +108,14 @@ def create_app(node: Node) -> FastAPI:
     async def _http_error(request: Request, exc: StarletteHTTPException):
         return error_response(exc.status_code, exc.status_code, str(exc.detail))
 
-    from ingest_api.security.middleware import SecurityContext, SecurityMiddleware
+    from lakelog.ingest_api.security.middleware import SecurityContext, SecurityMiddleware
 
     app.state.security = SecurityContext(node)  # authentication, ACLs, quotas (off by default)
     app.add_middleware(SecurityMiddleware, context=app.state.security, error_response=error_response)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
-    from ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
-    from ingest_api.security import router as security_router
+    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
+    from lakelog.ingest_api.security import router as security_router
 
     app.include_router(ops.router)
     app.include_router(records.router)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-from infra.config import DAY_MS, INT_MAX, LONG_MAX, ConfigDef, ConfigError, LogConfig, TypedConfig
-from ingest_api.groups.config import GROUP_CONFIG
-from ingest_api.security.config import SECURITY_CONFIG
-from tiering.config import TIERING_CONFIG
+from lakelog.infra.config import DAY_MS, INT_MAX, LONG_MAX, ConfigDef, ConfigError, LogConfig, TypedConfig
+from lakelog.ingest_api.groups.config import GROUP_CONFIG
+from lakelog.ingest_api.security.config import SECURITY_CONFIG
+from lakelog.tiering.config import TIERING_CONFIG
 
 NODE_CONFIG = (
     ConfigDef()

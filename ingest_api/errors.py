@@ -6,10 +6,10 @@ the first three digits of `error_code` are the HTTP status.
 
 from __future__ import annotations
 
-from infra.config import ConfigError
-from infra.errors import ErrorKind, LakelogError
-from tiering.errors import RemoteCorruptionError, TransientStoreError
-from logstore.errors import (
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import ErrorKind, LakelogError
+from lakelog.tiering.errors import RemoteCorruptionError, TransientStoreError
+from lakelog.logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,

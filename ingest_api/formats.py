@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ingest_api.errors import InvalidRequestError, RecordDeserializationError
-from ingest_api.node import ProduceRecord
-from logstore.record_batch import Record
+from lakelog.ingest_api.errors import InvalidRequestError, RecordDeserializationError
+from lakelog.ingest_api.node import ProduceRecord
+from lakelog.logstore.record_batch import Record
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
@@ -121,7 +121,7 @@ def parse_produce_request(body: bytes, fmt: str, max_records: int) -> tuple[list
     if not raw:
         raise InvalidRequestError("records must not be empty")
     if len(raw) > max_records:
-        from ingest_api.errors import RequestTooLargeError
+        from lakelog.ingest_api.errors import RequestTooLargeError
         raise RequestTooLargeError(f"{len(raw)} records exceed max.records.per.request={max_records}")
     out = []
     for i, r in enumerate(raw):

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.config import ConfigError
-from logstore.errors import UnsupportedFormatVersionError
-from logstore.fileutil import atomic_write
+from lakelog.infra.config import ConfigError
+from lakelog.logstore.errors import UnsupportedFormatVersionError
+from lakelog.logstore.fileutil import atomic_write
 
 META_PROPERTIES = "meta.properties"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ingest_api.errors import InvalidTopicError
+from lakelog.ingest_api.errors import InvalidTopicError
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")

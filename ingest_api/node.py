@@ -39,14 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from compaction.cleaner import LogCleaner
-from infra.config import LOG_CONFIG, ConfigError
-from ingest_api.cluster.controller import Controller, ControllerConfig
-from ingest_api.cluster.image import ClusterImage, encode_record
-from ingest_api.cluster.errors import NotControllerError
-from ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
-from ingest_api.config import NodeConfig
-from ingest_api.errors import (
+from lakelog.compaction.cleaner import LogCleaner
+from lakelog.infra.config import LOG_CONFIG, ConfigError
+from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
+from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
+from lakelog.ingest_api.cluster.errors import NotControllerError
+from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
+from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
     NodeError,
@@ -57,23 +57,23 @@ from ingest_api.errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
-from ingest_api.metadata import TopicMetadata, load_or_create_meta_properties
-from ingest_api.names import validate_topic_name
-from ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTROLLER_OPS
-from ingest_api.security.tls import client_context as tls_client_context
-from ingest_api.security.records import controller_records as security_controller_records
-from ingest_api.partition import Partition, PartitionKey, Role, now_ms
-from ingest_api.partitioner import StickyPartitioner
-from ingest_api.remote_log_manager import RemoteLogManagerPool
-from ingest_api.replication import wire
-from ingest_api.replication.fetcher import ReplicaFetcher
-from ingest_api.replication.peers import PeerClient
-from logstore.errors import OffsetOutOfRangeError
-from logstore.log import AppendInfo, FetchResult, PartitionLog
-from logstore.record_batch import Record, build_batch
-from tiering import RemoteTier, TieringConfig, open_store
-from tiering.errors import FencedLeaderEpochError as RemoteFencedError
-from tiering.errors import TieringError
+from lakelog.ingest_api.metadata import TopicMetadata, load_or_create_meta_properties
+from lakelog.ingest_api.names import validate_topic_name
+from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTROLLER_OPS
+from lakelog.ingest_api.security.tls import client_context as tls_client_context
+from lakelog.ingest_api.security.records import controller_records as security_controller_records
+from lakelog.ingest_api.partition import Partition, PartitionKey, Role, now_ms
+from lakelog.ingest_api.partitioner import StickyPartitioner
+from lakelog.ingest_api.remote_log_manager import RemoteLogManagerPool
+from lakelog.ingest_api.replication import wire
+from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
+from lakelog.ingest_api.replication.peers import PeerClient
+from lakelog.logstore.errors import OffsetOutOfRangeError
+from lakelog.logstore.log import AppendInfo, FetchResult, PartitionLog
+from lakelog.logstore.record_batch import Record, build_batch
+from lakelog.tiering import RemoteTier, TieringConfig, open_store
+from lakelog.tiering.errors import FencedLeaderEpochError as RemoteFencedError
+from lakelog.tiering.errors import TieringError
 
 log = logging.getLogger("lakelog.node")
 
@@ -390,7 +390,7 @@ class Node:
 
     def _publish_topic_descriptor(self, topic: str) -> None:
         """Keep `_topics/<topic>.json` in the remote tier current (configs for the Spark jobs)."""
-        from tiering.topics import TopicDescriptor, write_topic_descriptor
+        from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
 
         assert self.tier is not None
         try:
@@ -421,7 +421,7 @@ class Node:
                         else:
                             time.sleep(0.2 * (attempt + 1))
                 tier.forget(name, part)
-            from tiering.topics import topic_descriptor_key
+            from lakelog.tiering.topics import topic_descriptor_key
 
             try:
                 tier.store.delete(topic_descriptor_key(name))
@@ -1191,5 +1191,5 @@ def _read_topic_id(path: Path) -> str | None:
 
 
 def _write_topic_id(path: Path, topic_id: str) -> None:
-    from logstore.fileutil import atomic_write
+    from lakelog.logstore.fileutil import atomic_write
     atomic_write(path, f"version: 0\ntopic_id: {topic_id}\n".encode())

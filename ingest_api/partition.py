@@ -37,8 +37,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from infra.errors import invariant
-from ingest_api.errors import (
+from lakelog.infra.errors import invariant
+from lakelog.ingest_api.errors import (
     LeaderNotAvailableError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
@@ -46,7 +46,7 @@ from ingest_api.errors import (
     OffsetNotAvailableError,
     ProduceTimeoutError,
 )
-from logstore.log import AppendInfo, FetchResult, PartitionLog
+from lakelog.logstore.log import AppendInfo, FetchResult, PartitionLog
 
 UNKNOWN_LEO = -1
 

@@ -12,11 +12,11 @@ import time
 
 import uvicorn
 
-from ingest_api.app import create_app
-from ingest_api.config import NodeConfig
-from ingest_api.node import Node
-from ingest_api.security import tls as tls_settings
-from ingest_api.security.connections import guarded_http_protocol
+from lakelog.ingest_api.app import create_app
+from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.node import Node
+from lakelog.ingest_api.security import tls as tls_settings
+from lakelog.ingest_api.security.connections import guarded_http_protocol
 
 
 class JsonLogFormatter(logging.Formatter):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from logstore.errors import CorruptRecordError, UnsupportedFormatVersionError
-from logstore.fileutil import atomic_write
+from lakelog.logstore.errors import CorruptRecordError, UnsupportedFormatVersionError
+from lakelog.logstore.fileutil import atomic_write
 
 CHECKPOINT_VERSION = 0
 

@@ -22,7 +22,7 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from logstore.errors import RecordTooLargeError, UnsupportedCompressionError
+from lakelog.logstore.errors import RecordTooLargeError, UnsupportedCompressionError
 
 
 class Compression(enum.IntEnum):

@@ -81,10 +81,10 @@ from typing import Iterable, TextIO
 
 import crc32c as _crc32c
 
-from index import offset_index, time_index
-from infra.errors import LakelogError
-from logstore.compression import Compression
-from logstore.record_batch import (
+from lakelog.index import offset_index, time_index
+from lakelog.infra.errors import LakelogError
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.record_batch import (
     ATTRIBUTES_OFFSET,
     HEADER,
     HEADER_SIZE,
@@ -96,7 +96,7 @@ from logstore.record_batch import (
     RecordBatch,
     TimestampType,
 )
-from logstore.segment import (
+from lakelog.logstore.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,

@@ -1,8 +1,9 @@
-"""Errors of the log storage engine (`logstore/`, `index/`)."""
+"""Errors of the log storage engine (`logstore/`); the index formats' own are in index/errors.py."""
 
 from __future__ import annotations
 
-from infra.errors import ErrorKind, LakelogError
+from lakelog.index.errors import CorruptIndexError  # noqa: F401  (re-exported: the log raises it on recovery)
+from lakelog.infra.errors import ErrorKind, LakelogError
 
 
 class LogStoreError(LakelogError):
@@ -59,12 +60,6 @@ class OffsetOutOfRangeError(LogStoreError):
     """The requested offset is below the log start offset or above the log end offset."""
 
     kind = ErrorKind.NOT_FOUND
-
-
-class CorruptIndexError(LogStoreError):
-    """An index file fails its structural checks; it is rebuilt from its `.log`."""
-
-    kind = ErrorKind.CORRUPT
 
 
 class UnsupportedFormatVersionError(LogStoreError):

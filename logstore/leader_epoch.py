@@ -18,8 +18,8 @@ import os
 from bisect import bisect_right
 from pathlib import Path
 
-from infra.errors import invariant
-from logstore.checkpoint import read_checkpoint, write_checkpoint
+from lakelog.infra.errors import invariant
+from lakelog.logstore.checkpoint import read_checkpoint, write_checkpoint
 
 FILE_NAME = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1

@@ -59,11 +59,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
-from infra.config import LogConfig
-from infra.errors import invariant
-from logstore.checkpoint import read_checkpoint, write_checkpoint
-from logstore.fileutil import atomic_write, fsync_dir
-from logstore.errors import (
+from lakelog.infra.config import LogConfig
+from lakelog.infra.errors import invariant
+from lakelog.logstore.checkpoint import read_checkpoint, write_checkpoint
+from lakelog.logstore.fileutil import atomic_write, fsync_dir
+from lakelog.logstore.errors import (
     CorruptBatchError,
     CorruptIndexError,
     CorruptRecordError,
@@ -74,8 +74,8 @@ from logstore.errors import (
     RecordTooLargeError,
     UnsupportedFormatVersionError,
 )
-from logstore.leader_epoch import LeaderEpochCache
-from logstore.producer_state import (
+from lakelog.logstore.leader_epoch import LeaderEpochCache
+from lakelog.logstore.producer_state import (
     DEFAULT_MAX_PRODUCER_IDS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     DEFAULT_SNAPSHOTS_TO_KEEP,
@@ -85,7 +85,7 @@ from logstore.producer_state import (
     SnapshotLoad,
     snapshot_name,
 )
-from logstore.record_batch import (
+from lakelog.logstore.record_batch import (
     CONTROL_MASK,
     HEADER,
     HEADER_SIZE,
@@ -99,7 +99,7 @@ from logstore.record_batch import (
     set_offset_and_epoch,
     validate_batch,
 )
-from logstore.segment import (
+from lakelog.logstore.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     LOG_SUFFIX,

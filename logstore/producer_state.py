@@ -70,9 +70,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
-from infra.config import ConfigError
-from infra.errors import invariant
-from logstore.errors import (
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import invariant
+from lakelog.logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
@@ -80,8 +80,8 @@ from logstore.errors import (
     OutOfOrderSequenceError,
     UnsupportedFormatVersionError,
 )
-from logstore.fileutil import atomic_write, fsync_dir
-from logstore.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatch, crc32c
+from lakelog.logstore.fileutil import atomic_write, fsync_dir
+from lakelog.logstore.record_batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatch, crc32c
 
 #: Batches remembered per producer for duplicate detection (Kafka's NUM_BATCHES_TO_RETAIN).
 NUM_BATCHES_TO_RETAIN = 5

@@ -41,8 +41,8 @@ from typing import Iterable, Iterator, Sequence
 
 import crc32c as _crc32c
 
-from logstore.compression import Compression, compress, decompress
-from logstore.errors import (
+from lakelog.logstore.compression import Compression, compress, decompress
+from lakelog.logstore.errors import (
     CorruptBatchError,
     CorruptRecordError,
     InvalidRecordError,
@@ -53,7 +53,7 @@ from logstore.errors import (
 )
 
 try:  # the C fast path of the record walk (see _recordscan.c); pure Python otherwise
-    from logstore import _recordscan
+    from lakelog.logstore import _recordscan
 except ImportError:  # pragma: no cover - depends on the build
     _recordscan = None
 

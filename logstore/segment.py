@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from index.offset_index import OffsetIndex
-from index.time_index import TimeIndex
-from infra.errors import invariant
-from logstore.errors import CorruptIndexError, CorruptRecordError
-from logstore.record_batch import (
+from lakelog.index.offset_index import OffsetIndex
+from lakelog.index.time_index import TimeIndex
+from lakelog.infra.errors import invariant
+from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError
+from lakelog.logstore.record_batch import (
     _OFFSET_AND_LENGTH,
     HEADER,
     HEADER_SIZE,

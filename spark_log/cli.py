@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from infra.errors import ErrorKind, LakelogError
-from spark_log.jobs import JOB_NAMES, REMOTE_ENV
+from lakelog.infra.errors import ErrorKind, LakelogError
+from lakelog.spark_log.jobs import JOB_NAMES, REMOTE_ENV
 
 #: Default intervals of `lakelog jobs schedule` (seconds); `--every JOB=SECONDS` overrides, 0 disables.
 DEFAULT_INTERVALS_S = {"retention": 300, "compaction": 600, "rebuild-index": 0, "sync-tables": 300}
@@ -41,7 +41,7 @@ QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
 
 
 def _session(remote: str, master: str | None, app: str):
-    from spark_log.session import remote_session
+    from lakelog.spark_log.session import remote_session
 
     spark = remote_session(remote, app_name=app, master=master, conf=QUIET_CONF)
     spark.sparkContext.setLogLevel("ERROR")
@@ -95,8 +95,8 @@ class CommandError(LakelogError):
 
 
 def cmd_jobs_run(args: argparse.Namespace) -> int:
-    from spark_log.jobs import plan, run_job
-    from spark_log.remote import open_remote
+    from lakelog.spark_log.jobs import plan, run_job
+    from lakelog.tiering.remote_scan import open_remote
 
     store = open_remote(args.remote)  # check the topics and configs before a JVM starts
     try:
@@ -120,7 +120,7 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    from spark_log.jobs import __doc__ as doc
+    from lakelog.spark_log.jobs import __doc__ as doc
 
     for line in doc.splitlines()[3:9]:
         print(line)
@@ -129,7 +129,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 def cmd_jobs_schedule(args: argparse.Namespace) -> int:
     """Run the jobs at their intervals until SIGINT/SIGTERM (one Spark session, jobs one at a time)."""
-    from spark_log.jobs import run_job
+    from lakelog.spark_log.jobs import run_job
 
     intervals = dict(DEFAULT_INTERVALS_S)
     for job, seconds in args.every or []:
@@ -175,7 +175,7 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
     """Write Lakelog's packages as a zip for `spark-submit --py-files` and print a command line."""
     import shlex
 
-    from spark_log.session import DELTA_CONF, local_jars, s3a_conf, write_packages_zip
+    from lakelog.spark_log.session import DELTA_CONF, local_jars, s3a_conf, write_packages_zip
 
     out_dir = Path(args.output).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -198,12 +198,12 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from spark_log.tables import register_topics
+    from lakelog.spark_log.tables import register_topics
 
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="lakelog-sql-") as warehouse:
-        from spark_log.session import remote_session
+        from lakelog.spark_log.session import remote_session
 
         spark = remote_session(args.remote, app_name="lakelog-sql", master=args.master,
                                conf={"spark.sql.warehouse.dir": warehouse, **QUIET_CONF}, register_source=False)
@@ -265,7 +265,7 @@ def _print_rows(columns: list[str], rows, fmt: str) -> None:
 
 
 def add_commands(sub, add) -> None:
-    """Add `jobs` and `sql` to the top-level parser (`add` is infra/cli.py's `_add`)."""
+    """Add `jobs` and `sql` to the top-level parser (`add` is cli/main.py's `_add`)."""
     remote = argparse.ArgumentParser(add_help=False)
     remote.add_argument("--remote", default=None, metavar="URL",
                         help=f"remote root: s3://bucket/prefix or file:///path (default ${REMOTE_ENV}, "

@@ -36,8 +36,8 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_log.remote import DEFAULT_CHUNK_BYTES, iter_segment_records, load_manifest, open_remote, readable_segments
-from tiering.manifest import RemoteSegment
+from lakelog.tiering.remote_scan import DEFAULT_CHUNK_BYTES, iter_segment_records, load_manifest, open_remote, readable_segments
+from lakelog.tiering.manifest import RemoteSegment
 
 REMOTE_ENV = "LAKELOG_REMOTE"
 SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestamp_type INT, key BINARY, "
@@ -139,7 +139,7 @@ class LakelogReader(DataSourceReader):
     def partitions(self):
         store = open_remote(self.remote)
         try:
-            from spark_log.remote import remote_partitions
+            from lakelog.tiering.remote_scan import remote_partitions
 
             found = remote_partitions(store, self.topic).get(self.topic, [])
             out: list[SegmentPartition] = []
@@ -183,7 +183,7 @@ class LakelogStreamReader(DataSourceStreamReader):
 
     def _ends(self) -> dict[str, tuple[int, int]]:
         """partition -> (remote log start offset, next offset after the remote end)."""
-        from spark_log.remote import remote_partitions
+        from lakelog.tiering.remote_scan import remote_partitions
 
         store = open_remote(self.batch.remote)
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra.errors import ErrorKind, LakelogError
+from lakelog.infra.errors import ErrorKind, LakelogError
 
 
 class SparkSetupError(LakelogError):
@@ -33,12 +33,3 @@ class JobError(LakelogError):
     """A Spark job over the remote tier cannot do its work now."""
 
     kind = ErrorKind.TRANSIENT
-
-
-class LeaseHeldError(JobError):
-    """Another run holds the partition's job lease (spark_log/lease.py); try again later."""
-
-    def __init__(self, key: str, owner: str, expires_ms: int) -> None:
-        super().__init__(f"{key} is held by {owner} until {expires_ms}")
-        self.owner = owner
-        self.expires_ms = expires_ms

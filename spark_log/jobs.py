@@ -32,8 +32,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
-from infra.config import LogConfig
-from spark_log.remote import REMOTE_INDEX_TABLE, load_manifest, open_remote, read_topic_descriptor, remote_partitions, tables_path
+from lakelog.infra.config import LogConfig
+from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, load_manifest, open_remote, read_topic_descriptor, remote_partitions, tables_path
 
 JOB_NAMES = ("compaction", "retention", "rebuild-index", "sync-tables")
 REMOTE_ENV = "LAKELOG_REMOTE"
@@ -74,7 +74,7 @@ def _policy(cfg: dict[str, str]) -> set[str]:
 
 def _compaction_task(args: tuple) -> dict:
     remote, topic, partition, cfg, owner, force, delete_delay_ms = args
-    from compaction.remote import compact_partition
+    from lakelog.compaction.remote import compact_partition
 
     store = open_remote(remote)
     try:
@@ -86,7 +86,7 @@ def _compaction_task(args: tuple) -> dict:
 
 def _retention_task(args: tuple) -> dict:
     remote, topic, partition, cfg, owner, _force, delete_delay_ms = args
-    from compaction.remote import expire_partition
+    from lakelog.compaction.remote import expire_partition
 
     store = open_remote(remote)
     try:
@@ -98,7 +98,7 @@ def _retention_task(args: tuple) -> dict:
 
 def _rebuild_task(args: tuple) -> dict:
     remote, topic, partition, segment_id, interval, mode = args
-    from index.remote_rebuild import rebuild_segment
+    from lakelog.tiering.index_rebuild import rebuild_segment
 
     store = open_remote(remote)
     try:
@@ -179,7 +179,7 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
         summary.topics = names
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         if job in ("compaction", "retention"):
-            from tiering.config import TieringConfig
+            from lakelog.tiering.config import TieringConfig
 
             delay = TieringConfig().remote_segment_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
             tasks = [(remote, t, p, configs[t], owner, force, delay) for t in names for p in partitions[t]]
@@ -204,7 +204,7 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
             write_remote_index_table(spark, remote, [r for r in summary.rows if "segment_id" in r and "base_offset" in r])
             summary.phases["table_s"] = time.monotonic() - t
         else:
-            from spark_log.tables import sync_topic
+            from lakelog.spark_log.tables import sync_topic
 
             if on_plan:
                 on_plan(len(names))
@@ -275,11 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--remote URL (or LAKELOG_REMOTE) is required")
     from pyspark.sql import SparkSession
 
-    from spark_log.session import ship_packages
+    from lakelog.spark_log.session import ship_packages
 
     spark = SparkSession.builder.appName(f"lakelog-{args.job}").getOrCreate()  # spark-submit's settings
     ship_packages(spark)
-    from spark_log.datasource import register
+    from lakelog.spark_log.datasource import register
 
     register(spark)
     overrides = dict(kv.split("=", 1) for kv in args.config)

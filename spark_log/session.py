@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_log.errors import SparkJarsMissing, SparkSetupError
+from lakelog.spark_log.errors import SparkJarsMissing, SparkSetupError
 
 JARS_DIR_ENV = "LAKELOG_JARS_DIR"
 MASTER_ENV = "LAKELOG_SPARK_MASTER"
@@ -33,8 +33,9 @@ DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
-#: Lakelog's own packages, shipped to executors of a cluster master (see `ship_packages`).
-SHIPPED_PACKAGES = ("logstore", "index", "tiering", "compaction", "spark_log", "infra")
+#: Lakelog's own packages (folders of the repository, `lakelog.<name>` once imported), shipped to
+#: executors of a cluster master (see `ship_packages`).
+SHIPPED_PACKAGES = ("infra", "index", "logstore", "tiering", "compaction", "spark_log")
 
 # Defaults for a local master on one small machine; a cluster keeps Spark's own defaults, since
 # a loopback-only driver could not be reached by remote executors.
@@ -193,7 +194,9 @@ def write_packages_zip(path: Path, packages: tuple[str, ...] = SHIPPED_PACKAGES)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for pkg in packages:
             for f in sorted((root / pkg).rglob("*.py")):
-                z.write(f, f.relative_to(root).as_posix())
+                # `lakelog` is a namespace package: the zip holds lakelog/<package>/... and no
+                # lakelog/__init__.py, so it merges with an installed Lakelog instead of hiding it.
+                z.write(f, "lakelog/" + f.relative_to(root).as_posix())
     return path
 
 
@@ -210,7 +213,7 @@ def remote_session(remote_url: str | None = None, app_name: str = "lakelog", mas
     if register_source:
         # Note: with the source registered, a missing table `lakelog.x` is reported by Spark as an
         # unsupported "direct query on files" of format lakelog (the name doubles as a format).
-        from spark_log.datasource import register
+        from lakelog.spark_log.datasource import register
 
         register(spark)
     return spark

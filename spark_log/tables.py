@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from spark_log.remote import TABLES_DIR, open_remote, tables_path
+from lakelog.tiering.remote_scan import TABLES_DIR, open_remote, tables_path
 
 LATEST_SUFFIX = "_latest"
 SQL_DATABASE = "lakelog"

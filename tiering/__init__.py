@@ -1,6 +1,6 @@
 """The remote tier: sealed segments on object storage, remote log metadata, transparent reads.
 
-Modules: `store` (the object-store seam, `open_store`), `s3_store` / `fs_store` (the two stores),
+Modules: `store` (the object-store seam), `stores` (`open_store`), `s3_store` / `fs_store` (the two stores),
 `layout` (object keys), `manifest` (the manifest format and the segment state machine),
 `metadata` (compare-and-swap commits with leader-epoch fencing), `epochs` (the `.epochs` format),
 `uploader` (copy rounds, retention, cleanup), `reader` (remote fetches and timestamp lookups),
@@ -8,12 +8,13 @@ Modules: `store` (the object-store seam, `open_store`), `s3_store` / `fs_store` 
 See docs/tiering.md.
 """
 
-from tiering.config import TieringConfig
-from tiering.manager import RemotePartition, RemoteTier
-from tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
-from tiering.reader import RemoteFetchResult
-from tiering.store import ObjectInfo, ObjectStore, open_store
-from tiering.uploader import CopyReport, RemoteRetentionReport
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.manager import RemotePartition, RemoteTier
+from lakelog.tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.reader import RemoteFetchResult
+from lakelog.tiering.store import ObjectInfo, ObjectStore
+from lakelog.tiering.stores import open_store
+from lakelog.tiering.uploader import CopyReport, RemoteRetentionReport
 
 __all__ = [
     "CopyReport", "ObjectInfo", "ObjectStore", "PartitionManifest", "RemoteFetchResult", "RemotePartition",

@@ -7,7 +7,7 @@ Topic keys stay in `infra.config.LogConfig` (`remote.storage.enable`, `retention
 
 from __future__ import annotations
 
-from infra.config import INT_MAX, ConfigDef, TypedConfig
+from lakelog.infra.config import INT_MAX, ConfigDef, TypedConfig
 
 MIB = 1024 * 1024
 

@@ -18,7 +18,7 @@ Written once per upload attempt under a fresh segment id; never rewritten.
 
 from __future__ import annotations
 
-from tiering.errors import RemoteCorruptionError
+from lakelog.tiering.errors import RemoteCorruptionError
 
 EPOCHS_VERSION = 0
 

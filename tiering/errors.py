@@ -16,8 +16,8 @@ bytes fail a checksum: a read never returns bytes that failed their check.
 
 from __future__ import annotations
 
-from infra.errors import ErrorKind, LakelogError
-from logstore.errors import OffsetOutOfRangeError
+from lakelog.infra.errors import ErrorKind, LakelogError
+from lakelog.logstore.errors import OffsetOutOfRangeError
 
 
 class TieringError(LakelogError):
@@ -164,3 +164,14 @@ class RemoteCorruptionError(TieringError):
         self.key = key
         self.position = position
         self.offset = offset
+
+
+class LeaseHeldError(TieringError):
+    """Another run holds the partition's job lease (tiering/lease.py); try again later."""
+
+    kind = ErrorKind.TRANSIENT
+
+    def __init__(self, key: str, owner: str, expires_ms: int) -> None:
+        super().__init__(f"{key} is held by {owner} until {expires_ms}")
+        self.owner = owner
+        self.expires_ms = expires_ms

@@ -32,15 +32,15 @@ import zlib
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from logstore.fileutil import fsync_dir
-from tiering.errors import (
+from lakelog.logstore.fileutil import fsync_dir
+from lakelog.tiering.errors import (
     ObjectNotFoundError,
     PreconditionFailedError,
     StoreConfigurationError,
     StoreError,
     TransientStoreError,
 )
-from tiering.store import RESERVED_PREFIX, ObjectInfo, ObjectStore, Payload, StoreStats, check_key, check_prefix
+from lakelog.tiering.store import RESERVED_PREFIX, ObjectInfo, ObjectStore, Payload, StoreStats, check_key, check_prefix
 
 TMP_DIR = RESERVED_PREFIX + "tmp"
 LOCK_DIR = RESERVED_PREFIX + "locks"

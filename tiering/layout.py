@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from tiering.store import check_key
+from lakelog.tiering.store import check_key
 
 MANIFEST_NAME = "manifest.json"
 LOG_SUFFIX = ".log"

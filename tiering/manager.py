@@ -34,16 +34,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from tiering.cache import ByteLRUCache
-from tiering.config import TieringConfig
-from tiering.errors import TieringError
-from tiering.layout import parse_segment_file, partition_dir
-from tiering.manifest import PartitionManifest
-from tiering.metadata import ManifestStore
-from tiering.metrics import TieringMetrics
-from tiering.reader import RemoteFetchResult, RemoteLogReader
-from tiering.store import ObjectStore
-from tiering.uploader import CopyReport, RemoteRetentionReport, SegmentUploader
+from lakelog.tiering.cache import ByteLRUCache
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.errors import TieringError
+from lakelog.tiering.layout import parse_segment_file, partition_dir
+from lakelog.tiering.manifest import PartitionManifest
+from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.metrics import TieringMetrics
+from lakelog.tiering.reader import RemoteFetchResult, RemoteLogReader
+from lakelog.tiering.store import ObjectStore
+from lakelog.tiering.uploader import CopyReport, RemoteRetentionReport, SegmentUploader
 
 logger = logging.getLogger(__name__)
 

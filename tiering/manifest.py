@@ -60,14 +60,14 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from logstore.record_batch import crc32c
-from tiering.errors import (
+from lakelog.logstore.record_batch import crc32c
+from lakelog.tiering.errors import (
     InvalidStateTransitionError,
     ManifestFormatError,
     ManifestInvariantError,
     UnsupportedManifestVersionError,
 )
-from tiering.layout import is_segment_id, segment_stem
+from lakelog.tiering.layout import is_segment_id, segment_stem
 
 MANIFEST_VERSION = 1
 ORIGIN_UPLOAD = "upload"

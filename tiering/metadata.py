@@ -29,8 +29,8 @@ import threading
 import time
 from typing import Callable
 
-from tiering import manifest as mf
-from tiering.errors import (
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     ManifestConflictError,
     ObjectNotFoundError,
@@ -38,9 +38,9 @@ from tiering.errors import (
     RemotePartitionDeletedError,
     TopicIdMismatchError,
 )
-from tiering.layout import manifest_key
-from tiering.manifest import PartitionManifest
-from tiering.store import ObjectStore
+from lakelog.tiering.layout import manifest_key
+from lakelog.tiering.manifest import PartitionManifest
+from lakelog.tiering.store import ObjectStore
 
 Change = Callable[[PartitionManifest], PartitionManifest | None]
 

@@ -38,17 +38,17 @@ from collections import OrderedDict
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from index import offset_index, time_index
-from logstore.errors import CorruptIndexError, CorruptRecordError
-from logstore.record_batch import _OFFSET_AND_LENGTH, HEADER, HEADER_SIZE, LOG_OVERHEAD, MAGIC, RecordBatch, crc32c
-from tiering.cache import ByteLRUCache
-from tiering.config import TieringConfig
-from tiering.errors import ObjectNotFoundError, RemoteCorruptionError, RemoteOffsetOutOfRangeError, TieringError
-from tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key
-from tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
-from tiering.metadata import ManifestStore
-from tiering.metrics import TieringMetrics
-from tiering.store import ObjectStore
+from lakelog.index import offset_index, time_index
+from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError
+from lakelog.logstore.record_batch import _OFFSET_AND_LENGTH, HEADER, HEADER_SIZE, LOG_OVERHEAD, MAGIC, RecordBatch, crc32c
+from lakelog.tiering.cache import ByteLRUCache
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError, RemoteOffsetOutOfRangeError, TieringError
+from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.metrics import TieringMetrics
+from lakelog.tiering.store import ObjectStore
 
 #: Recent read end offsets remembered per partition to recognise sequential readers.
 _RECENT_READS = 64  # with where each ended (segment id, position): the next read needs no index

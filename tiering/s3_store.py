@@ -29,15 +29,15 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from tiering.config import TieringConfig
-from tiering.errors import (
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.errors import (
     ObjectNotFoundError,
     PreconditionFailedError,
     StoreConfigurationError,
     StoreError,
     TransientStoreError,
 )
-from tiering.store import ObjectInfo, ObjectStore, Payload, StoreStats, check_key, check_prefix
+from lakelog.tiering.store import ObjectInfo, ObjectStore, Payload, StoreStats, check_key, check_prefix
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _IP_ADDRESS = re.compile(r"^\d+\.\d+\.\d+\.\d+$")

@@ -35,10 +35,8 @@ import os
 import threading
 from dataclasses import dataclass
 from typing import Iterable, Protocol, runtime_checkable
-from urllib.parse import unquote, urlparse
 
-from tiering.config import TieringConfig
-from tiering.errors import InvalidObjectKeyError, StoreConfigurationError
+from lakelog.tiering.errors import InvalidObjectKeyError
 
 #: Longest key (after the store's prefix) accepted, as S3's limit.
 MAX_KEY_BYTES = 1024
@@ -256,31 +254,3 @@ class ObjectStore(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def open_store(url: str, config: TieringConfig | None = None, **options) -> ObjectStore:
-    """The store named by `url`: `s3://bucket[/prefix]` or `file:///absolute/path`.
-
-    S3 takes `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION` from the
-    environment unless `options` (endpoint_url, region, access_key_id, secret_access_key) say
-    otherwise; timeouts and retries come from `config`.
-    """
-    parsed = urlparse(url)
-    if parsed.scheme == "s3":
-        from tiering.s3_store import S3Store  # only this module imports boto3
-
-        bucket = parsed.netloc
-        prefix = unquote(parsed.path).strip("/")
-        return S3Store(bucket, prefix, config=config, **options)
-    if parsed.scheme == "file":
-        from tiering.fs_store import FileSystemStore
-
-        if parsed.netloc not in ("", "localhost"):
-            raise StoreConfigurationError(f"file URL {url!r} names a host; use file:///absolute/path")
-        path = unquote(parsed.path)
-        if not path.startswith("/"):
-            raise StoreConfigurationError(f"file URL {url!r} must hold an absolute path")
-        if options:
-            raise StoreConfigurationError(f"file stores take no options, got {sorted(options)}")
-        return FileSystemStore(path)
-    raise StoreConfigurationError(f"remote storage URL {url!r}: the scheme must be s3:// or file://")

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from logstore.record_batch import crc32c
-from tiering.errors import ObjectNotFoundError, RemoteCorruptionError
-from tiering.store import ObjectStore
+from lakelog.logstore.record_batch import crc32c
+from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
+from lakelog.tiering.store import ObjectStore
 
 TOPICS_DIR = "_topics"
 

@@ -56,15 +56,15 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Callable
 
-from compaction.retention import RetentionResult, SegmentInfo, apply_retention, plan_retention
-from index import offset_index, time_index
-from logstore.errors import CorruptRecordError, LogClosedError, SegmentsChangedError
-from logstore.segment import SegmentReader
-from logstore.record_batch import _OFFSET_AND_LENGTH, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP, RecordBatch, crc32c
-from tiering import epochs as epochs_format
-from tiering import manifest as mf
-from tiering.config import TieringConfig
-from tiering.errors import (
+from lakelog.logstore.retention import RetentionResult, SegmentInfo, apply_retention, plan_retention
+from lakelog.index import offset_index, time_index
+from lakelog.logstore.errors import CorruptRecordError, LogClosedError, SegmentsChangedError
+from lakelog.logstore.segment import SegmentReader
+from lakelog.logstore.record_batch import _OFFSET_AND_LENGTH, HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP, RecordBatch, crc32c
+from lakelog.tiering import epochs as epochs_format
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     InvalidStateTransitionError,
     LocalSegmentChangedError,
@@ -75,7 +75,7 @@ from tiering.errors import (
     TieringError,
     TransientStoreError,
 )
-from tiering.layout import (
+from lakelog.tiering.layout import (
     EPOCHS_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -86,10 +86,10 @@ from tiering.layout import (
     segment_key,
     segment_keys,
 )
-from tiering.manifest import ORIGIN_UPLOAD, PartitionManifest, RemoteSegment, SegmentState
-from tiering.metadata import ManifestStore
-from tiering.metrics import TieringMetrics
-from tiering.store import FileSlice, ObjectStore
+from lakelog.tiering.manifest import ORIGIN_UPLOAD, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.metrics import TieringMetrics
+from lakelog.tiering.store import FileSlice, ObjectStore
 
 logger = logging.getLogger(__name__)
 

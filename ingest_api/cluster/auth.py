@@ -43,9 +43,9 @@ from typing import Callable, Generator, Iterable, Mapping
 
 import httpx
 
-from infra.config import ConfigError
-from infra.errors import ErrorKind
-from ingest_api.errors import NodeError
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import ErrorKind
+from lakelog.ingest_api.errors import NodeError
 
 SCHEME = "LAKELOG-HMAC-SHA256-V1"
 HEADER_NODE = "X-Lakelog-Node"

@@ -62,9 +62,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.config import ConfigError
-from infra.errors import invariant
-from ingest_api.cluster.errors import (
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import invariant
+from lakelog.ingest_api.cluster.errors import (
     BrokerNotRegisteredError,
     FencedBrokerError,
     FencedLeaderEpochError,
@@ -76,7 +76,7 @@ from ingest_api.cluster.errors import (
     NotControllerError,
     NotPartitionLeaderError,
 )
-from ingest_api.cluster.image import (
+from lakelog.ingest_api.cluster.image import (
     MAX_CONFIG_ENTRIES,
     MAX_CONFIG_KEY_LENGTH,
     MAX_CONFIG_VALUE_LENGTH,
@@ -95,16 +95,16 @@ from ingest_api.cluster.image import (
     TopicImage,
     encode_record,
 )
-from ingest_api.cluster.placement import assign_replicas
-from ingest_api.errors import (
+from lakelog.ingest_api.cluster.placement import assign_replicas
+from lakelog.ingest_api.errors import (
     InvalidRequestError,
     PartitionNotFoundError,
     RequestTooLargeError,
     TopicExistsError,
     TopicNotFoundError,
 )
-from ingest_api.names import validate_topic_name
-from logstore.record_batch import crc32c
+from lakelog.ingest_api.names import validate_topic_name
+from lakelog.logstore.record_batch import crc32c
 
 UNCLEAN_LEADER_ELECTION_KEY = "unclean.leader.election.enable"
 MIN_INSYNC_REPLICAS_KEY = "min.insync.replicas"

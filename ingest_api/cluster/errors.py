@@ -13,8 +13,8 @@ Topics that do not exist or already exist reuse `TopicNotFoundError`, `Partition
 
 from __future__ import annotations
 
-from infra.errors import ErrorKind
-from ingest_api.errors import InvalidRequestError, NodeError
+from lakelog.infra.errors import ErrorKind
+from lakelog.ingest_api.errors import InvalidRequestError, NodeError
 
 
 class ClusterError(NodeError):

@@ -76,13 +76,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.errors import InvariantViolation, invariant
-from ingest_api.errors import InvalidTopicError
-from ingest_api.names import validate_topic_name
-from ingest_api.raft.core import Entry, EntryKind
-from ingest_api.raft.state_machine import SnapshotFormatError
-from ingest_api.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES, SecurityState
-from logstore.record_batch import crc32c
+from lakelog.infra.errors import InvariantViolation, invariant
+from lakelog.ingest_api.errors import InvalidTopicError
+from lakelog.ingest_api.names import validate_topic_name
+from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
+from lakelog.ingest_api.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES, SecurityState
+from lakelog.logstore.record_batch import crc32c
 
 SNAPSHOT_VERSION = 1
 NO_LEADER = -1

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ingest_api.cluster.errors import InvalidPartitionsError, InvalidReplicationFactorError
+from lakelog.ingest_api.cluster.errors import InvalidPartitionsError, InvalidReplicationFactorError
 
 #: Upper bounds, so a request cannot make us build an arbitrarily large assignment.
 MAX_PARTITIONS = 100_000

@@ -69,13 +69,13 @@ from typing import Any, Callable, Mapping
 
 import httpx
 
-from infra.config import ConfigError
-from infra.errors import ErrorKind, invariant
-from ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS, ClusterAuth, check_secret
-from ingest_api.cluster import errors as cluster_errors
-from ingest_api.cluster.errors import ClusterError
-from ingest_api.errors import RequestTooLargeError
-from ingest_api.raft.core import (
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import ErrorKind, invariant
+from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS, ClusterAuth, check_secret
+from lakelog.ingest_api.cluster import errors as cluster_errors
+from lakelog.ingest_api.cluster.errors import ClusterError
+from lakelog.ingest_api.errors import RequestTooLargeError
+from lakelog.ingest_api.raft.core import (
     MAX_WIRE_INT,
     NO_NODE,
     Apply,
@@ -102,8 +102,8 @@ from ingest_api.raft.core import (
     message_from_dict,
     message_to_dict,
 )
-from ingest_api.raft.state_machine import StateMachine
-from ingest_api.raft.storage import RaftStorage
+from lakelog.ingest_api.raft.state_machine import StateMachine
+from lakelog.ingest_api.raft.storage import RaftStorage
 
 log = logging.getLogger("lakelog.quorum")
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from infra.errors import invariant
-from ingest_api.groups.hashing import java_string_hashcode
+from lakelog.infra.errors import invariant
+from lakelog.ingest_api.groups.hashing import java_string_hashcode
 
 
 class TopicPartition(NamedTuple):

@@ -4,7 +4,7 @@ adds them to the node's keys."""
 
 from __future__ import annotations
 
-from infra.config import INT_MAX, ConfigDef
+from lakelog.infra.config import INT_MAX, ConfigDef
 
 MIB = 1024 * 1024
 

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ingest_api.errors import (
+from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
@@ -43,9 +43,9 @@ from ingest_api.errors import (
     PartitionNotFoundError,
     TopicNotFoundError,
 )
-from ingest_api.formats import BINARY_V2, JSON_V2, RECORDBATCH, render_record
-from ingest_api.groups.assignors import ASSIGNORS, Subscription, TopicPartition
-from ingest_api.groups.errors import (
+from lakelog.ingest_api.formats import BINARY_V2, JSON_V2, RECORDBATCH, render_record
+from lakelog.ingest_api.groups.assignors import ASSIGNORS, Subscription, TopicPartition
+from lakelog.ingest_api.groups.errors import (
     ConsumerAlreadyExistsError,
     ConsumerInstanceNotFoundError,
     CoordinatorLoadInProgressError,
@@ -57,10 +57,10 @@ from ingest_api.groups.errors import (
     TooManyInstancesError,
     UnknownMemberIdError,
 )
-from ingest_api.groups.service import GroupService
-from ingest_api.replication.peers import PeerUnavailableError
-from logstore.errors import OffsetOutOfRangeError
-from logstore.record_batch import iter_batches
+from lakelog.ingest_api.groups.service import GroupService
+from lakelog.ingest_api.replication.peers import PeerUnavailableError
+from lakelog.logstore.errors import OffsetOutOfRangeError
+from lakelog.logstore.record_batch import iter_batches
 
 log = logging.getLogger("lakelog.consumers")
 
@@ -460,7 +460,7 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
         return bytes(res.records)
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
-    from ingest_api.node import FORWARDED_HEADER, RemoteError
+    from lakelog.ingest_api.node import FORWARDED_HEADER, RemoteError
     path = f"/topics/{tp.topic}/partitions/{tp.partition}/records?offset={offset}&max_bytes={max_bytes}&timeout={wait_ms}"
     resp = await node.peers.request(leader, "GET", path, headers={"Accept": RECORDBATCH,
                                                                   FORWARDED_HEADER: str(node.node_id)},
@@ -479,7 +479,7 @@ async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
         return await node.offsets(tp.topic, tp.partition)
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
-    from ingest_api.node import FORWARDED_HEADER, RemoteError
+    from lakelog.ingest_api.node import FORWARDED_HEADER, RemoteError
     resp = await node.peers.request(leader, "GET", f"/topics/{tp.topic}/partitions/{tp.partition}/offsets",
                                     headers={FORWARDED_HEADER: str(node.node_id)}, timeout_s=10)
     if resp.status_code != 200:
@@ -573,7 +573,7 @@ class ConsumerManager:
                           cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms)
         heartbeat = int_opt("heartbeat.interval.ms", min(cfg.consumer_heartbeat_interval_ms, max(1, session // 3)),
                             1, session)
-        from ingest_api.groups.assignors import parse_strategies
+        from lakelog.ingest_api.groups.assignors import parse_strategies
         try:
             strategies = parse_strategies(opt("partition.assignment.strategy", cfg.consumer_partition_assignment_strategy))
         except ValueError as e:

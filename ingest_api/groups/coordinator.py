@@ -41,9 +41,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from infra.errors import invariant
-from ingest_api.groups.assignors import TopicPartition
-from ingest_api.groups.errors import (
+from lakelog.infra.errors import invariant
+from lakelog.ingest_api.groups.assignors import TopicPartition
+from lakelog.ingest_api.groups.errors import (
     GroupMaxSizeReachedError,
     IllegalGenerationError,
     InconsistentProtocolError,
@@ -51,7 +51,7 @@ from ingest_api.groups.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from ingest_api.groups.offsets_codec import CommittedOffset
+from lakelog.ingest_api.groups.offsets_codec import CommittedOffset
 
 
 class GroupState(enum.Enum):
@@ -399,7 +399,7 @@ class GroupCoordinator:
 
     def remove_groups(self, predicate: Callable[[str], bool]) -> list[Effect]:
         """Forget the groups (this node stopped coordinating them): pending answers fail NOT_COORDINATOR."""
-        from ingest_api.groups.errors import NotCoordinatorError
+        from lakelog.ingest_api.groups.errors import NotCoordinatorError
         out: list[Effect] = []
         for gid in [g for g in self.groups if predicate(g)]:
             group = self.groups.pop(gid)

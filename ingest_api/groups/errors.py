@@ -8,8 +8,8 @@ their own in the same scheme (first three digits = HTTP status).
 
 from __future__ import annotations
 
-from infra.errors import ErrorKind
-from ingest_api.errors import NodeError
+from lakelog.infra.errors import ErrorKind
+from lakelog.ingest_api.errors import NodeError
 
 
 class GroupError(NodeError):

@@ -37,8 +37,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from infra.errors import ErrorKind
-from ingest_api.errors import NodeError
+from lakelog.infra.errors import ErrorKind
+from lakelog.ingest_api.errors import NodeError
 
 KEY_VERSION_OFFSET = 1
 VALUE_VERSION = 1

@@ -36,15 +36,15 @@ import time
 import uuid
 from typing import Any
 
-from ingest_api.errors import (
+from lakelog.ingest_api.errors import (
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
     NotReadyError,
     TopicExistsError,
 )
-from ingest_api.groups.assignors import TopicPartition
-from ingest_api.groups.coordinator import CoordinatorConfig, Effect, GroupCoordinator, JoinResult
-from ingest_api.groups.errors import (
+from lakelog.ingest_api.groups.assignors import TopicPartition
+from lakelog.ingest_api.groups.coordinator import CoordinatorConfig, Effect, GroupCoordinator, JoinResult
+from lakelog.ingest_api.groups.errors import (
     BY_ERROR_CODE,
     BY_KAFKA_NAME,
     CoordinatorLoadInProgressError,
@@ -53,8 +53,8 @@ from ingest_api.groups.errors import (
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
 )
-from ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
-from ingest_api.groups.offsets_codec import (
+from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
+from lakelog.ingest_api.groups.offsets_codec import (
     CommittedOffset,
     OffsetKey,
     OffsetsRecordError,
@@ -63,9 +63,9 @@ from ingest_api.groups.offsets_codec import (
     encode_key,
     encode_value,
 )
-from ingest_api.errors import InvalidRequestError, NodeError
-from ingest_api.partition import PartitionKey, now_ms
-from logstore.record_batch import Record, build_batch, iter_batches
+from lakelog.ingest_api.errors import InvalidRequestError, NodeError
+from lakelog.ingest_api.partition import PartitionKey, now_ms
+from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 
 log = logging.getLogger("lakelog.groups")
 
@@ -453,7 +453,7 @@ class GroupService:
         body = {**args, "group_id": group_id}
         if leader == self.node.node_id:
             return raise_group_error(await self.handle(op, body))
-        from ingest_api.node import RemoteError
+        from lakelog.ingest_api.node import RemoteError
         resp = await self.node.peers.post_json(leader, f"/internal/groups/{op}", body,
                                                timeout_s=timeout_s or self.config.request_timeout_ms / 1000 + 5)
         try:
@@ -472,7 +472,7 @@ class GroupService:
 
     async def call_with_retry(self, group_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """`call`, retried while the coordinator moves or loads, up to request.timeout.ms."""
-        from ingest_api.replication.peers import PeerUnavailableError
+        from lakelog.ingest_api.replication.peers import PeerUnavailableError
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         delay = 0.05
         while True:

@@ -6,7 +6,7 @@ hosts it in a node: it feeds `Tick`s and received messages to `RaftCore.step`, c
 effects in order (persist, then send / apply) and restarts from `RaftStorage.load()` after a crash.
 """
 
-from ingest_api.raft.core import (
+from lakelog.ingest_api.raft.core import (
     NO_NODE,
     AppendEntries,
     AppendEntriesResponse,

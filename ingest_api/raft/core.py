@@ -46,8 +46,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Union
 
-from infra.config import ConfigError
-from infra.errors import ErrorKind, LakelogError, invariant
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import ErrorKind, LakelogError, invariant
 
 NO_NODE = -1  # voted_for / leader_id when there is none (kept an int so it fits every wire and file)
 MAX_WIRE_INT = 2**63 - 1  # terms, indexes and ids fit a signed 64-bit integer (and the log's u64 fields)

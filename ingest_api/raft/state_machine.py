@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
-from infra.errors import ErrorKind
-from ingest_api.raft.core import Entry, EntryKind, RaftError
+from lakelog.infra.errors import ErrorKind
+from lakelog.ingest_api.raft.core import Entry, EntryKind, RaftError
 
 KV_SNAPSHOT_VERSION = 1
 

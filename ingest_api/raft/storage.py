@@ -72,9 +72,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.config import ConfigError
-from infra.errors import ErrorKind, invariant
-from ingest_api.raft.core import (
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import ErrorKind, invariant
+from lakelog.ingest_api.raft.core import (
     NO_NODE,
     DurableState,
     Effect,
@@ -86,8 +86,8 @@ from ingest_api.raft.core import (
     RaftError,
     Snapshot,
 )
-from logstore.fileutil import atomic_write, fsync_dir
-from logstore.record_batch import crc32c
+from lakelog.logstore.fileutil import atomic_write, fsync_dir
+from lakelog.logstore.record_batch import crc32c
 
 STATE_FILE = "quorum-state"
 LOG_FILE = "raft.log"

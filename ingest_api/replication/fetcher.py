@@ -21,12 +21,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ingest_api.partition import Partition, PartitionKey, Role
-from ingest_api.replication import wire
-from ingest_api.replication.truncation import AskAgain, Truncate, first_request, follower_truncation_offset
+from lakelog.ingest_api.partition import Partition, PartitionKey, Role
+from lakelog.ingest_api.replication import wire
+from lakelog.ingest_api.replication.truncation import AskAgain, Truncate, first_request, follower_truncation_offset
 
 if TYPE_CHECKING:
-    from ingest_api.node import Node
+    from lakelog.ingest_api.node import Node
 
 log = logging.getLogger("lakelog.replication")
 

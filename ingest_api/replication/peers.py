@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 from urllib.parse import urlsplit
 
-from ingest_api.cluster.auth import sign
-from ingest_api.errors import LeaderNotAvailableError, NodeError
-from ingest_api.replication.http1 import Http1Error, Http1Pool, Http1Response
+from lakelog.ingest_api.cluster.auth import sign
+from lakelog.ingest_api.errors import LeaderNotAvailableError, NodeError
+from lakelog.ingest_api.replication.http1 import Http1Error, Http1Pool, Http1Response
 
 
 class PeerUnavailableError(NodeError):
@@ -55,7 +55,7 @@ class PeerClient:
         h = dict(headers or {})
         h.update(self.signed_headers(method, path_and_query, body))
         if principal is not None:
-            from ingest_api.security.middleware import PRINCIPAL_HEADER, PRINCIPAL_SIGNATURE_HEADER, principal_signature
+            from lakelog.ingest_api.security.middleware import PRINCIPAL_HEADER, PRINCIPAL_SIGNATURE_HEADER, principal_signature
 
             h[PRINCIPAL_HEADER] = principal
             h[PRINCIPAL_SIGNATURE_HEADER] = principal_signature(self.secret, h["X-Lakelog-Signature"], principal)

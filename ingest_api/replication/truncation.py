@@ -48,8 +48,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
-from infra.errors import invariant
-from logstore.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
+from lakelog.infra.errors import invariant
+from lakelog.logstore.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
 
 __all__ = [
     "UNDEFINED_EPOCH",

@@ -26,7 +26,7 @@ import json
 import struct
 from dataclasses import dataclass
 
-from infra.errors import ErrorKind, LakelogError
+from lakelog.infra.errors import ErrorKind, LakelogError
 
 MAGIC = b"LKRF"
 VERSION = 1

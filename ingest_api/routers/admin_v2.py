@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ingest_api.formats import V2
-from ingest_api.routers.deps import get_node
+from lakelog.ingest_api.formats import V2
+from lakelog.ingest_api.routers.deps import get_node
 
 router = APIRouter(tags=["admin v2"])
 

@@ -8,11 +8,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from infra.config import LOG_CONFIG
-from ingest_api.errors import NodeError
-from ingest_api.routers.deps import get_node
-from ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
-from ingest_api.security.middleware import allowed, authorize
+from lakelog.infra.config import LOG_CONFIG
+from lakelog.ingest_api.errors import NodeError
+from lakelog.ingest_api.routers.deps import get_node
+from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
+from lakelog.ingest_api.security.middleware import allowed, authorize
 
 router = APIRouter(prefix="/v3", tags=["admin v3"])
 

@@ -19,28 +19,28 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from ingest_api.errors import InvalidRequestError, UnsupportedMediaTypeError
-from ingest_api.formats import BINARY_V2, JSON, JSON_V2, V2, media_type
-from ingest_api.groups.assignors import TopicPartition
-from ingest_api.groups.consumer import (
+from lakelog.ingest_api.errors import InvalidRequestError, UnsupportedMediaTypeError
+from lakelog.ingest_api.formats import BINARY_V2, JSON, JSON_V2, V2, media_type
+from lakelog.ingest_api.groups.assignors import TopicPartition
+from lakelog.ingest_api.groups.consumer import (
     FORMATS,
     ConsumerInstance,
     ConsumerManager,
     partition_bounds,
     validate_name,
 )
-from ingest_api.groups.errors import (
+from lakelog.ingest_api.groups.errors import (
     ConsumerAlreadyExistsError,
     ConsumerFormatMismatchError,
     ConsumerInstanceNotFoundError,
     GroupNotFoundError,
 )
-from ingest_api.groups.service import GroupService
-from ingest_api.node import FORWARDED_HEADER
-from ingest_api.security.acl import Operation, ResourceType
-from ingest_api.security.middleware import authorize, request_principal
-from ingest_api.routers.deps import get_node, read_body
-from ingest_api.routers.internal import VerifiedRequest, get_authenticator, verified_request
+from lakelog.ingest_api.groups.service import GroupService
+from lakelog.ingest_api.node import FORWARDED_HEADER
+from lakelog.ingest_api.security.acl import Operation, ResourceType
+from lakelog.ingest_api.security.middleware import authorize, request_principal
+from lakelog.ingest_api.routers.deps import get_node, read_body
+from lakelog.ingest_api.routers.internal import VerifiedRequest, get_authenticator, verified_request
 
 router = APIRouter(tags=["consumers"])
 internal_router = APIRouter(prefix="/internal", tags=["internal"], include_in_schema=False)
@@ -438,7 +438,7 @@ async def commit_group_offsets(group: str, request: Request):
     for o in offsets:
         t = node.image.topics.get(o["topic"])
         if t is None or o["partition"] >= len(t.partitions):
-            from ingest_api.errors import PartitionNotFoundError, TopicNotFoundError
+            from lakelog.ingest_api.errors import PartitionNotFoundError, TopicNotFoundError
             if t is None:
                 raise TopicNotFoundError(f"Topic {o['topic']} not found.")
             raise PartitionNotFoundError(f"Partition {o['partition']} of topic {o['topic']} not found.")

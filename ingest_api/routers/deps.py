@@ -6,9 +6,9 @@ from fastapi import Request
 
 from fastapi import Response
 
-from ingest_api.errors import LeaderNotAvailableError, RequestTooLargeError
-from ingest_api.node import FORWARDED_HEADER, Node
-from ingest_api.security.middleware import request_principal
+from lakelog.ingest_api.errors import LeaderNotAvailableError, RequestTooLargeError
+from lakelog.ingest_api.node import FORWARDED_HEADER, Node
+from lakelog.ingest_api.security.middleware import request_principal
 
 #: Request headers passed on when a request is forwarded to the partition's leader.
 _FORWARD_REQUEST_HEADERS = ("content-type", "accept")

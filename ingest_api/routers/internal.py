@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from ingest_api.cluster.auth import AuthenticationError, InternalAuthenticator
-from ingest_api.cluster.quorum import QuorumHost, QuorumUnavailableError
-from ingest_api.errors import RequestTooLargeError
+from lakelog.ingest_api.cluster.auth import AuthenticationError, InternalAuthenticator
+from lakelog.ingest_api.cluster.quorum import QuorumHost, QuorumUnavailableError
+from lakelog.ingest_api.errors import RequestTooLargeError
 
 log = logging.getLogger("lakelog.internal")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from ingest_api.errors import InvalidRequestError, NotAcceptableError, UnsupportedMediaTypeError
-from ingest_api.formats import (
+from lakelog.ingest_api.errors import InvalidRequestError, NotAcceptableError, UnsupportedMediaTypeError
+from lakelog.ingest_api.formats import (
     BINARY_V2,
     EMBEDDED_FORMATS,
     JSON,
@@ -18,9 +18,9 @@ from ingest_api.formats import (
     parse_produce_request,
     render_record,
 )
-from ingest_api.partition import PartitionKey
-from ingest_api.routers.deps import forward_to_leader, get_node, read_body
-from logstore.record_batch import TimestampType, iter_batches
+from lakelog.ingest_api.partition import PartitionKey
+from lakelog.ingest_api.routers.deps import forward_to_leader, get_node, read_body
+from lakelog.logstore.record_batch import TimestampType, iter_batches
 
 router = APIRouter(tags=["records"])
 

@@ -12,11 +12,11 @@ import time
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from ingest_api.cluster.auth import request_target, verify
-from ingest_api.errors import InvalidRequestError, NotReadyError, http_error
-from ingest_api.node import Node
-from ingest_api.replication import wire
-from ingest_api.routers.deps import read_body
+from lakelog.ingest_api.cluster.auth import request_target, verify
+from lakelog.ingest_api.errors import InvalidRequestError, NotReadyError, http_error
+from lakelog.ingest_api.node import Node
+from lakelog.ingest_api.replication import wire
+from lakelog.ingest_api.routers.deps import read_body
 
 router = APIRouter(prefix="/internal", include_in_schema=False)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
+from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = (Operation.READ, Operation.WRITE, Operation.CREATE,
                                                 Operation.DELETE, Operation.ALTER, Operation.DESCRIBE)

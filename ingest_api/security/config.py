@@ -5,9 +5,9 @@ Everything is off by default: a node without these keys serves plain HTTP to any
 
 from __future__ import annotations
 
-from infra.config import INT_MAX, ConfigDef, ConfigError
-from ingest_api.security.credentials import MAX_ITERATIONS, MIN_ITERATIONS
-from ingest_api.security.quotas import parse_overrides
+from lakelog.infra.config import INT_MAX, ConfigDef, ConfigError
+from lakelog.ingest_api.security.credentials import MAX_ITERATIONS, MIN_ITERATIONS
+from lakelog.ingest_api.security.quotas import parse_overrides
 
 
 def _check_overrides(text: str) -> None:

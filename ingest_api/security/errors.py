@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra.errors import ErrorKind
-from ingest_api.errors import NodeError
+from lakelog.infra.errors import ErrorKind
+from lakelog.ingest_api.errors import NodeError
 
 
 class SecurityError(NodeError):

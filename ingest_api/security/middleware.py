@@ -37,11 +37,11 @@ import math
 import time
 from typing import Any
 
-from ingest_api.security import access
-from ingest_api.security.acl import Authorizer, Operation, ResourceType
-from ingest_api.security.credentials import CredentialCache, parse_api_key, verify_password
-from ingest_api.security.errors import AuthorizationFailedError
-from ingest_api.security.quotas import FETCH, PRODUCE, REQUEST, QuotaLimits, QuotaManager, parse_overrides
+from lakelog.ingest_api.security import access
+from lakelog.ingest_api.security.acl import Authorizer, Operation, ResourceType
+from lakelog.ingest_api.security.credentials import CredentialCache, parse_api_key, verify_password
+from lakelog.ingest_api.security.errors import AuthorizationFailedError
+from lakelog.ingest_api.security.quotas import FETCH, PRODUCE, REQUEST, QuotaLimits, QuotaManager, parse_overrides
 
 audit_log = logging.getLogger("lakelog.audit")
 
@@ -300,7 +300,7 @@ class SecurityMiddleware:
 
     async def _cluster_principal(self, scope, receive):
         """Verify a cluster-signed request over its whole body; (principal or None, a receive replaying it)."""
-        from ingest_api.cluster.auth import AuthenticationError, InternalAuthenticator
+        from lakelog.ingest_api.cluster.auth import AuthenticationError, InternalAuthenticator
 
         chunks, size = [], 0
         while True:
@@ -365,7 +365,7 @@ def _deadline_receive(receive, timeout_s: float):
             async with asyncio.timeout_at(deadline):  # no task per receive, unlike wait_for
                 message = await receive()
         except TimeoutError:
-            from ingest_api.security.errors import RequestBodyTimeout
+            from lakelog.ingest_api.security.errors import RequestBodyTimeout
             raise RequestBodyTimeout(f"the request body did not arrive within {timeout_s:g}s") from None
         if message["type"] != "http.request" or not message.get("more_body"):
             done = True

@@ -29,10 +29,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ingest_api.security.acl import MAX_ACLS, AclBinding, AclFilter, check_principal
-from ingest_api.security.credentials import ApiKey, ScramCredential
-from ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
-from ingest_api.security.quotas import QUOTA_KEYS
+from lakelog.ingest_api.security.acl import MAX_ACLS, AclBinding, AclFilter, check_principal
+from lakelog.ingest_api.security.credentials import ApiKey, ScramCredential
+from lakelog.ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
+from lakelog.ingest_api.security.quotas import QUOTA_KEYS
 
 USER_NAME = re.compile(r"^[a-zA-Z0-9._@-]{1,128}$")
 MAX_USERS = 100_000

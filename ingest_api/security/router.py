@@ -28,14 +28,14 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from ingest_api.errors import InvalidRequestError
-from ingest_api.routers.admin_v3 import _cluster
-from ingest_api.routers.deps import read_body
-from ingest_api.security.acl import AclBinding, AclFilter, check_principal
-from ingest_api.security.credentials import make_credential, new_api_key
-from ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
-from ingest_api.security.middleware import AuditLog
-from ingest_api.security.records import check_user_name
+from lakelog.ingest_api.errors import InvalidRequestError
+from lakelog.ingest_api.routers.admin_v3 import _cluster
+from lakelog.ingest_api.routers.deps import read_body
+from lakelog.ingest_api.security.acl import AclBinding, AclFilter, check_principal
+from lakelog.ingest_api.security.credentials import make_credential, new_api_key
+from lakelog.ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
+from lakelog.ingest_api.security.middleware import AuditLog
+from lakelog.ingest_api.security.records import check_user_name
 
 router = APIRouter(prefix="/v3", tags=["security"])
 MAX_BODY_BYTES = 1 << 20

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from infra.config import ConfigError
+from lakelog.infra.config import ConfigError
 
 _CERT_REQS = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 

@@ -18,9 +18,9 @@ import hashlib
 import random
 import sys
 
-from infra.config import LogConfig
-from logstore.log import PartitionLog
-from logstore.record_batch import Record, build_batch
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import Record, build_batch
 
 #: Small segments and a dense index so that a kill often lands in a roll or an index append.
 CONFIG = {"segment.bytes": 48 * 1024, "index.interval.bytes": 700, "max.message.bytes": 200_000}

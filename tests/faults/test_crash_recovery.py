@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from index import offset_index, time_index
-from infra.config import LogConfig
-from logstore.errors import CorruptRecordError, OffsetOutOfRangeError
-from logstore.log import PartitionLog
-from logstore.record_batch import Record, RecordBatch, build_batch, iter_batches
+from lakelog.index import offset_index, time_index
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.errors import CorruptRecordError, OffsetOutOfRangeError
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import Record, RecordBatch, build_batch, iter_batches
 from tests.faults.appender import CONFIG as APPENDER_CONFIG
 from tests.faults.appender import digest
 

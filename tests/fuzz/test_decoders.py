@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infra.errors import LakelogError
-from logstore.record_batch import (HEADER_SIZE, Compression, Record, RecordBatch, build_batch, crc32c,
+from lakelog.infra.errors import LakelogError
+from lakelog.logstore.record_batch import (HEADER_SIZE, Compression, Record, RecordBatch, build_batch, crc32c,
                                    iter_batches, validate_batch)
 
 EXAMPLES = int(os.environ.get("LAKELOG_FUZZ_EXAMPLES", "300"))
@@ -111,7 +111,7 @@ def test_decompression_is_bounded():
 @FUZZ
 @given(st.binary(max_size=2048))
 def test_index_readers(data):
-    from index import offset_index, time_index
+    from lakelog.index import offset_index, time_index
 
     _typed(offset_index.decode, data, file="fuzz.index")
     _typed(time_index.decode, data, file="fuzz.timeindex")
@@ -120,7 +120,7 @@ def test_index_readers(data):
 # ------------------------------------------------------------------------------------ manifests
 
 def _manifest_seed() -> bytes:
-    from tiering import manifest as mf
+    from lakelog.tiering import manifest as mf
 
     m = mf.PartitionManifest.empty("orders", 3, "tid")
     seg = mf.RemoteSegment("0123456789abcdef" * 2, 0, 99, 1_700_000_000_000, 4096, ((0, 0),), mf.SegmentState.COPY_STARTED, 0)
@@ -131,7 +131,7 @@ def _manifest_seed() -> bytes:
 @FUZZ
 @given(st.one_of(st.binary(max_size=2048), mutated([_manifest_seed()])))
 def test_manifest_reader(data):
-    from tiering import manifest as mf
+    from lakelog.tiering import manifest as mf
 
     m = _typed(mf.decode, data, key="fuzz/manifest")
     if m is not None:
@@ -143,8 +143,8 @@ def test_manifest_reader(data):
 @FUZZ
 @given(st.binary(max_size=2048))
 def test_replica_wire_and_offsets_codec(data):
-    from ingest_api.groups import offsets_codec
-    from ingest_api.replication import wire
+    from lakelog.ingest_api.groups import offsets_codec
+    from lakelog.ingest_api.replication import wire
 
     _typed(wire.decode_fetch_response, data)
     _typed(offsets_codec.decode_key, data)
@@ -169,7 +169,7 @@ _body = st.fixed_dictionaries({"records": st.lists(_record, max_size=5) | _json_
                  mutated([b'{"records": [{"key": "k", "value": {"a": [1, 2]}, "headers": [{"key": "h", "value": "dg=="}]}]}'])),
        st.sampled_from(["application/vnd.kafka.json.v2+json", "application/vnd.kafka.binary.v2+json"]))
 def test_json_produce_path(body, fmt):
-    from ingest_api.formats import parse_produce_request
+    from lakelog.ingest_api.formats import parse_produce_request
 
     result = _typed(parse_produce_request, body, fmt, 100)
     if result is not None:
@@ -177,7 +177,7 @@ def test_json_produce_path(body, fmt):
 
 
 def test_deeply_nested_json_is_a_typed_error():
-    from ingest_api.formats import parse_produce_request
+    from lakelog.ingest_api.formats import parse_produce_request
 
     for body in (b"[" * 100_000, b'{"records": ' + b"[" * 100_000, b'{"records": [{"value": ' + b"{\"a\":" * 50_000):
         with pytest.raises(LakelogError):
@@ -191,9 +191,9 @@ def test_deeply_nested_json_is_a_typed_error():
 def test_index_and_checkpoint_files_on_disk(tmp_path_factory, index_bytes, checkpoint_bytes):
     """A corrupt index file opens as 'corrupt' (rebuilt by recovery); a corrupt leader epoch
     checkpoint is a typed error: neither crashes the node."""
-    from index.offset_index import OffsetIndex
-    from index.time_index import TimeIndex
-    from logstore.leader_epoch import LeaderEpochCache
+    from lakelog.index.offset_index import OffsetIndex
+    from lakelog.index.time_index import TimeIndex
+    from lakelog.logstore.leader_epoch import LeaderEpochCache
 
     d = tmp_path_factory.mktemp("files")
     (d / "0.index").write_bytes(index_bytes)
@@ -212,8 +212,8 @@ def test_index_and_checkpoint_files_on_disk(tmp_path_factory, index_bytes, check
 
 
 def _snapshot_seed() -> bytes:
-    from ingest_api.cluster.image import ClusterImage
-    from ingest_api.security.credentials import make_credential
+    from lakelog.ingest_api.cluster.image import ClusterImage
+    from lakelog.ingest_api.security.credentials import make_credential
 
     img = ClusterImage()
     img.apply_record({"type": "user_credential", "name": "alice", "credential": make_credential("pw").to_dict()})
@@ -240,8 +240,8 @@ def _fix_snapshot_crc(buf: bytearray) -> bytearray:
 def test_metadata_snapshot_and_records(data):
     """The metadata image: a corrupt snapshot is refused with a typed error; a corrupt record in the
     log is skipped, never raised (a voter that raised would stall the quorum)."""
-    from ingest_api.cluster.image import ClusterImage
-    from ingest_api.raft.core import Entry, EntryKind
+    from lakelog.ingest_api.cluster.image import ClusterImage
+    from lakelog.ingest_api.raft.core import Entry, EntryKind
 
     _typed(ClusterImage().restore, data)
     img = ClusterImage()

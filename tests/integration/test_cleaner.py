@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from compaction import cleaner as cleaner_mod
-from compaction.cleaner import (
+from lakelog.compaction import cleaner as cleaner_mod
+from lakelog.compaction.cleaner import (
     CLEANER_CHECKPOINT_FILE,
     CleanerCheckpoint,
     LogCleaner,
@@ -20,14 +20,14 @@ from compaction.cleaner import (
     read_cleaner_checkpoint,
     write_cleaner_checkpoint,
 )
-from compaction.compactor import CleaningTrigger
-from compaction.errors import CleaningAbortedError, CorruptCleanerCheckpointError
-from compaction.retention import apply_retention
-from infra.config import LogConfig
-from logstore.errors import OffsetOutOfRangeError, UnsupportedFormatVersionError
-from logstore.log import PartitionLog
-from logstore.record_batch import Record, RecordBatch, build_batch
-from logstore.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
+from lakelog.compaction.compactor import CleaningTrigger
+from lakelog.compaction.errors import CleaningAbortedError, CorruptCleanerCheckpointError
+from lakelog.logstore.retention import apply_retention
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.errors import OffsetOutOfRangeError, UnsupportedFormatVersionError
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import Record, RecordBatch, build_batch
+from lakelog.logstore.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
 
 T0 = 1_700_000_000_000  # ms
 DAY = 86_400_000
@@ -302,7 +302,7 @@ def test_a_full_offset_map_cleans_a_prefix_and_later_rounds_finish(make_log, clo
 def test_keyless_records_are_dropped_and_compressed_batches_survive(make_log, clock):
     log = make_log(cleanup_policy="delete")  # keys are only required once the topic is compacted
     produce(log, [(None, b"x"), (b"a", b"1")], T0)
-    from logstore.compression import Compression
+    from lakelog.logstore.compression import Compression
     recs = [Record(0, T0, b"a", b"2"), Record(1, T0, b"b", b"1"), Record(2, T0, b"b", b"2")]
     log.append_as_leader(build_batch(recs, compression=Compression.ZSTD), leader_epoch=3)
     log.roll()

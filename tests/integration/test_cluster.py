@@ -7,7 +7,7 @@ import base64
 import httpx
 import pytest
 
-from logstore.record_batch import build_batch, Record, iter_batches
+from lakelog.logstore.record_batch import build_batch, Record, iter_batches
 from tests.support.nodes import Cluster
 from tests.support.faults import wait_for
 

@@ -299,8 +299,8 @@ def test_more_partitions_rebalance_the_group(node):
 
 
 def test_offsets_compacted_and_read_back_after_a_restart_and_idle_instances_expire(tmp_path):
-    from logstore.record_batch import iter_batches
-    from ingest_api.groups.offsets_codec import decode_key, decode_value
+    from lakelog.logstore.record_batch import iter_batches
+    from lakelog.ingest_api.groups.offsets_codec import decode_key, decode_value
 
     n = start_node(tmp_path, **{**FAST_GROUPS, "offsets.topic.num.partitions": "1",
                                 "offsets.topic.segment.bytes": "1024", "log.cleaner.backoff.ms": "100",

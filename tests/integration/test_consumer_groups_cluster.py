@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ingest_api.groups.hashing import coordinator_partition
+from lakelog.ingest_api.groups.hashing import coordinator_partition
 from tests.integration.test_consumer_groups import FAST_GROUPS, JSON_V2, V2, assignment, new_consumer
 from tests.support.faults import cluster_id, wait_for
 from tests.support.nodes import Cluster

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.cli import main
-from logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from lakelog.cli.main import main
+from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog
 from tests.support.nodes import LAKELOG, free_port
 
 READY_TIMEOUT_S = 30

@@ -25,8 +25,8 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 from kafka.record.memory_records import MemoryRecords
 from prometheus_client.parser import text_string_to_metric_families
 
-from logstore.compression import Compression
-from logstore.record_batch import Record, build_batch, crc32c
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.record_batch import Record, build_batch, crc32c
 from tests.support.nodes import NodeProcess, start_node
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 from kafka.record.memory_records import MemoryRecords
 
-from logstore.compression import Compression
-from logstore.record_batch import Record, build_batch
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.nodes import NodeProcess
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 
-from logstore.record_batch import Record, build_batch
+from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.nodes import NodeProcess, start_node
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
@@ -54,7 +54,7 @@ def fuzz_node(tmp_path_factory) -> NodeProcess:
                       "authentication.enabled": "true", "authorizer.enabled": "true",
                       "super.users": f"User:{FUZZ_USER}", "cluster.secret": CLUSTER_SECRET})
     try:
-        from ingest_api.cluster.auth import ClusterAuth
+        from lakelog.ingest_api.cluster.auth import ClusterAuth
 
         with httpx.Client(base_url=n.url, timeout=HTTP_TIMEOUT_S, auth=ClusterAuth(CLUSTER_SECRET.encode(), 0)) as c:
             cid = c.get("/v3/clusters").json()["data"][0]["cluster_id"]

@@ -21,10 +21,10 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from infra.config import ConfigError
-from infra.errors import LakelogError
-from ingest_api.cluster.auth import ClusterAuth, InternalAuthenticator, now_ms, sign
-from ingest_api.cluster.quorum import (
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import LakelogError
+from lakelog.ingest_api.cluster.auth import ClusterAuth, InternalAuthenticator, now_ms, sign
+from lakelog.ingest_api.cluster.quorum import (
     METADATA_DIR_NAME,
     METADATA_PATH,
     RAFT_MESSAGES_PATH,
@@ -37,10 +37,10 @@ from ingest_api.cluster.quorum import (
     format_voters,
     parse_voters,
 )
-from ingest_api.errors import http_error
-from ingest_api.raft.core import NO_NODE, RequestVote, Role, message_to_dict
-from ingest_api.raft.state_machine import KeyValueStateMachine
-from ingest_api.routers import internal
+from lakelog.ingest_api.errors import http_error
+from lakelog.ingest_api.raft.core import NO_NODE, RequestVote, Role, message_to_dict
+from lakelog.ingest_api.raft.state_machine import KeyValueStateMachine
+from lakelog.ingest_api.routers import internal
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -8,15 +8,15 @@ import random
 
 import pytest
 
-from compaction.remote import COMPACTION_ORIGIN, compact_partition, expire_partition
-from infra.config import LogConfig
-from logstore.log import PartitionLog
-from logstore.record_batch import Record, build_batch
-from spark_log.lease import acquire
-from spark_log.remote import iter_segment_records, load_manifest
-from tiering import RemoteTier, TieringConfig
-from tiering.fs_store import FileSystemStore
-from tiering.manifest import SegmentState
+from lakelog.compaction.remote import COMPACTION_ORIGIN, compact_partition, expire_partition
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import Record, build_batch
+from lakelog.tiering.lease import acquire
+from lakelog.tiering.remote_scan import iter_segment_records, load_manifest
+from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.fs_store import FileSystemStore
+from lakelog.tiering.manifest import SegmentState
 
 TOPIC = "accounts"
 DAY = 86_400_000
@@ -140,7 +140,7 @@ def test_compaction_yields_to_the_leaders_retention(tmp_path, monkeypatch):
     """The leader expires the first segments while the job writes: the groups holding them are
     abandoned (their staged objects deleted), never swapped in over a moved log start."""
     store, tier, log, _ = build_remote(tmp_path)
-    import compaction.remote as cr
+    import lakelog.compaction.remote as cr
 
     real_upload = cr._upload
     rp = tier.partition(TOPIC, 0)
@@ -190,8 +190,8 @@ def test_retention_expires_exactly_the_old_segments(tmp_path):
 
 
 def test_a_lease_lost_mid_run_commits_nothing(tmp_path, monkeypatch):
-    from spark_log.errors import LeaseHeldError
-    from spark_log.lease import Lease
+    from lakelog.tiering.errors import LeaseHeldError
+    from lakelog.tiering.lease import Lease
 
     store, _, _, _ = build_remote(tmp_path, batches=400)
     m0 = load_manifest(store, TOPIC, 0)

@@ -18,8 +18,8 @@ import time
 import httpx
 import pytest
 
-from ingest_api.cluster.auth import ClusterAuth, sign
-from logstore.record_batch import Record, build_batch
+from lakelog.ingest_api.cluster.auth import ClusterAuth, sign
+from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.nodes import LAKELOG, Cluster, NodeProcess, start_node
 from tests.support.tls import make_pki
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_remote_compaction import TOPIC, build_remote, remote_records
-from tiering.topics import TopicDescriptor, write_topic_descriptor
+from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
 
 pytestmark = pytest.mark.spark
 LAKELOG = [str(Path(sys.executable).parent / "lakelog")]

@@ -12,17 +12,17 @@ import uuid
 import httpx
 import pytest
 
-from infra.s3server import S3Server
-from spark_log.jobs import run_job
-from spark_log.remote import load_manifest
-from spark_log.session import remote_session
-from spark_log.tables import register_topics
+from tests.support.s3server import S3Server
+from lakelog.spark_log.jobs import run_job
+from lakelog.tiering.remote_scan import load_manifest
+from lakelog.spark_log.session import remote_session
+from lakelog.spark_log.tables import register_topics
 from tests.integration.test_remote_compaction import TOPIC, build_remote, reference, remote_records
 from tests.support.faults import wait_for
 from tests.support.nodes import start_node
-from tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
-from tiering.s3_store import S3Store
-from tiering.topics import TopicDescriptor, write_topic_descriptor
+from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.tiering.s3_store import S3Store
+from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
 
 pytestmark = pytest.mark.spark
 BINARY = "application/vnd.kafka.binary.v2+json"
@@ -130,7 +130,7 @@ def test_sync_tables_over_s3a_is_idempotent_and_sql_sees_the_topic(tmp_path, spa
     remote = f"s3://{bucket}/tier"
     _, _, log, written = build_remote(tmp_path)  # local log; now tier it into S3
     store = S3Store(bucket, "tier")
-    from tiering import RemoteTier, TieringConfig
+    from lakelog.tiering import RemoteTier, TieringConfig
 
     RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000})) \
         .partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
@@ -247,7 +247,7 @@ def test_jobs_while_producing_and_the_compacted_log_over_http(tmp_path, spark):
 
 
 def load_manifest_of(tmp_path, topic):
-    from tiering.fs_store import FileSystemStore
+    from lakelog.tiering.fs_store import FileSystemStore
 
     return load_manifest(FileSystemStore(tmp_path / "remote"), topic, 0)
 
@@ -258,8 +258,8 @@ def load_manifest_end(tmp_path, topic) -> int:
 
 
 def test_streaming_reader_reads_each_tiered_record_once(tmp_path, spark):
-    from logstore.record_batch import Record, build_batch
-    from tiering import RemoteTier, TieringConfig
+    from lakelog.logstore.record_batch import Record, build_batch
+    from lakelog.tiering import RemoteTier, TieringConfig
 
     store, tier, log, written = build_remote(tmp_path, batches=80)
     remote = fs_url(tmp_path)
@@ -289,11 +289,11 @@ def test_streaming_reader_reads_each_tiered_record_once(tmp_path, spark):
 def test_value_schema_turns_json_values_into_typed_columns(tmp_path, spark):
     import json as _json
 
-    from infra.config import LogConfig
-    from logstore.log import PartitionLog
-    from logstore.record_batch import Record, build_batch
-    from tiering import RemoteTier, TieringConfig
-    from tiering.fs_store import FileSystemStore
+    from lakelog.infra.config import LogConfig
+    from lakelog.logstore.log import PartitionLog
+    from lakelog.logstore.record_batch import Record, build_batch
+    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.fs_store import FileSystemStore
 
     log = PartitionLog(tmp_path / "log" / "payments-0", LogConfig({"segment.bytes": 1000, "retention.ms": -1}))
     sent = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from delta.tables import DeltaTable
 
-from spark_log.session import build_session
+from lakelog.spark_log.session import build_session
 
 pytestmark = pytest.mark.spark
 

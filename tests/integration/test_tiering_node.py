@@ -13,7 +13,7 @@ import uuid
 import httpx
 import pytest
 
-from infra.s3server import S3Server
+from tests.support.s3server import S3Server
 from tests.support.nodes import Cluster, start_node
 from tests.support.faults import wait_for
 

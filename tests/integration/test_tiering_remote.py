@@ -1,5 +1,5 @@
 """The remote tier end to end, against the filesystem store and against moto's S3 server over HTTP
-(a real subprocess, `infra/s3server.py`): offload and consume from offset 0, a crash mid-upload
+(a real subprocess, `tests/support/s3server.py`): offload and consume from offset 0, a crash mid-upload
 finished by a new leader, a store outage, a flipped byte, timestamp lookups, racing writers."""
 
 from __future__ import annotations
@@ -8,18 +8,18 @@ import uuid
 
 import pytest
 
-from infra.config import LogConfig
-from infra.s3server import S3Server
-from logstore.compression import Compression
-from logstore.log import PartitionLog
-from logstore.record_batch import RecordBatch, iter_batches
-from tiering import RemoteTier, TieringConfig, open_store
-from tiering import manifest as mf
-from tiering.errors import FencedLeaderEpochError, RemoteCorruptionError, TransientStoreError
-from tiering.layout import LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key, segment_keys
-from tiering.manifest import SegmentState
-from tiering.metadata import ManifestStore
-from tiering.testing import InstrumentedStore, fill_log
+from lakelog.infra.config import LogConfig
+from tests.support.s3server import S3Server
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import RecordBatch, iter_batches
+from lakelog.tiering import RemoteTier, TieringConfig, open_store
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.errors import FencedLeaderEpochError, RemoteCorruptionError, TransientStoreError
+from lakelog.tiering.layout import LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key, segment_keys
+from lakelog.tiering.manifest import SegmentState
+from lakelog.tiering.metadata import ManifestStore
+from tests.support.tiering import InstrumentedStore, fill_log
 
 TOPIC = "orders"
 STORE_CONFIG = {"remote.storage.max.attempts": 2, "remote.storage.connect.timeout.ms": 1000,

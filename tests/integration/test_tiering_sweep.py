@@ -10,11 +10,11 @@ import uuid
 import httpx
 import pytest
 
-from infra.s3server import DEFAULT_REGION, S3Server
+from tests.support.s3server import DEFAULT_REGION, S3Server
 from tests.support.faults import wait_for
 from tests.support.nodes import start_node
-from tiering.layout import parse_segment_file
-from tiering.s3_store import S3Store
+from lakelog.tiering.layout import parse_segment_file
+from lakelog.tiering.s3_store import S3Store
 
 BINARY = "application/vnd.kafka.binary.v2+json"
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "2048", "index.interval.bytes": "256",

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ingest_api.raft.core import (
+from lakelog.ingest_api.raft.core import (
     Apply,
     CompactLog,
     DurableState,
@@ -64,8 +64,8 @@ from ingest_api.raft.core import (
     message_from_dict,
     message_to_dict,
 )
-from ingest_api.raft.state_machine import KeyValueStateMachine
-from ingest_api.raft.storage import RaftStorage
+from lakelog.ingest_api.raft.state_machine import KeyValueStateMachine
+from lakelog.ingest_api.raft.storage import RaftStorage
 
 
 PERSIST_EFFECTS = (PersistState, PersistEntries, PersistSnapshot)

@@ -70,8 +70,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
-from infra.config import LogConfig
-from ingest_api.replication.truncation import (
+from lakelog.infra.config import LogConfig
+from lakelog.ingest_api.replication.truncation import (
     AskAgain,
     Truncate,
     first_request,
@@ -79,9 +79,9 @@ from ingest_api.replication.truncation import (
     leader_epoch_end_offset,
     resolve_truncation,
 )
-from logstore.errors import InvalidRecordError
-from logstore.log import PartitionLog
-from logstore.record_batch import Record, RecordBatch, build_batch, iter_batches
+from lakelog.logstore.errors import InvalidRecordError
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import Record, RecordBatch, build_batch, iter_batches
 
 #: Small segments and a dense index: rolls, index lookups and truncation across segments happen.
 LOG_CONFIG = {"segment.bytes": 400, "segment.index.bytes": 4096, "index.interval.bytes": 128}

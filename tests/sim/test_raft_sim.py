@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest_api.raft.core import (
+from lakelog.ingest_api.raft.core import (
     NO_NODE,
     AppendEntries,
     AppendEntriesResponse,
@@ -45,7 +45,7 @@ from ingest_api.raft.core import (
     message_from_dict,
     message_to_dict,
 )
-from ingest_api.raft.state_machine import KeyValueStateMachine, SnapshotFormatError
+from lakelog.ingest_api.raft.state_machine import KeyValueStateMachine, SnapshotFormatError
 from tests.sim.raft_sim import Cluster, Faults, SafetyViolation, run_seed
 
 SEEDS = int(os.environ.get("LAKELOG_RAFT_SEEDS", "2000"))

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra.errors import InvariantViolation
-from ingest_api.replication.truncation import (
+from lakelog.infra.errors import InvariantViolation
+from lakelog.ingest_api.replication.truncation import (
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
     AskAgain,
@@ -31,7 +31,7 @@ from ingest_api.replication.truncation import (
     leader_epoch_end_offset,
     resolve_truncation,
 )
-from logstore.leader_epoch import LeaderEpochCache
+from lakelog.logstore.leader_epoch import LeaderEpochCache
 from tests.sim.replication_sim import (
     SCENARIOS,
     TruncationPolicy,

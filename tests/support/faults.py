@@ -39,7 +39,7 @@ from typing import Callable, Iterable
 
 import httpx
 
-from logstore.record_batch import iter_batches
+from lakelog.logstore.record_batch import iter_batches
 from tests.support.history import History, OffsetObserver
 from tests.support.nodes import Cluster, NodeProcess, free_port
 

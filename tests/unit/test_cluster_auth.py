@@ -9,8 +9,8 @@ import hmac
 import httpx
 import pytest
 
-from infra.config import ConfigError
-from ingest_api.cluster.auth import (
+from lakelog.infra.config import ConfigError
+from lakelog.ingest_api.cluster.auth import (
     HEADER_NODE,
     HEADER_SIGNATURE,
     HEADER_TIMESTAMP,
@@ -22,7 +22,7 @@ from ingest_api.cluster.auth import (
     sign,
     verify,
 )
-from ingest_api.errors import http_error
+from lakelog.ingest_api.errors import http_error
 
 SECRET = b"0123456789abcdef-cluster-secret"
 OTHER = b"fedcba9876543210-other-secret!!"

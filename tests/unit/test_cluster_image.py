@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest_api.cluster.image import (
+from lakelog.ingest_api.cluster.image import (
     NO_LEADER,
     SNAPSHOT_VERSION,
     BrokerRegistration,
@@ -17,9 +17,9 @@ from ingest_api.cluster.image import (
     check_partition_state,
     encode_record,
 )
-from ingest_api.raft.core import Entry, EntryKind
-from ingest_api.raft.state_machine import SnapshotFormatError
-from logstore.record_batch import crc32c
+from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
+from lakelog.logstore.record_batch import crc32c
 
 
 def command(image: ClusterImage, record: dict | bytes, term: int = 1) -> int:

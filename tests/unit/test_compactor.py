@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.compactor import (
+from lakelog.compaction.compactor import (
     CleaningParams,
     CleaningTrigger,
     CompactionStats,
@@ -25,10 +25,10 @@ from compaction.compactor import (
     group_segments,
     next_first_dirty_offset,
 )
-from compaction.errors import OffsetMapTooSmallError
-from infra.errors import InvariantViolation
-from logstore.compression import Compression
-from logstore.record_batch import (
+from lakelog.compaction.errors import OffsetMapTooSmallError
+from lakelog.infra.errors import InvariantViolation
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.record_batch import (
     Record,
     RecordBatch,
     TimestampType,

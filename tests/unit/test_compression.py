@@ -14,9 +14,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstore.compression import XERIAL_BLOCK_BYTES, Compression, compress, decompress
-from logstore.errors import InvalidRecordError, RecordTooLargeError, UnsupportedCompressionError
-from logstore.record_batch import Record, RecordBatch, build_batch, crc32c, validate_batch
+from lakelog.logstore.compression import XERIAL_BLOCK_BYTES, Compression, compress, decompress
+from lakelog.logstore.errors import InvalidRecordError, RecordTooLargeError, UnsupportedCompressionError
+from lakelog.logstore.record_batch import Record, RecordBatch, build_batch, crc32c, validate_batch
 
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 BIG = 1 << 30
@@ -260,7 +260,7 @@ def test_raw_snappy_is_bounded_by_its_declared_length():
 def test_zstd_completeness_check_runs_only_after_the_bounded_read(monkeypatch):
     # The check that every frame ends inflates without a limit of its own, so it may only run
     # once the bounded read has shown the output fits.
-    import logstore.compression as compression
+    import lakelog.logstore.compression as compression
 
     seen = []
     real = compression._check_zstd_frames_end

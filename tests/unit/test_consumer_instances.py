@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from ingest_api.config import NodeConfig
-from ingest_api.errors import InvalidRequestError
-from ingest_api.groups.consumer import ConsumerManager, validate_name
-from ingest_api.groups.errors import ConsumerAlreadyExistsError, ConsumerInstanceNotFoundError, TooManyInstancesError
+from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.errors import InvalidRequestError
+from lakelog.ingest_api.groups.consumer import ConsumerManager, validate_name
+from lakelog.ingest_api.groups.errors import ConsumerAlreadyExistsError, ConsumerInstanceNotFoundError, TooManyInstancesError
 
 
 def manager(**config: str) -> ConsumerManager:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra.config import ConfigError
-from ingest_api.cluster.controller import Controller, ControllerConfig, HeartbeatReply
-from ingest_api.cluster.errors import (
+from lakelog.infra.config import ConfigError
+from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig, HeartbeatReply
+from lakelog.ingest_api.cluster.errors import (
     BrokerNotRegisteredError,
     FencedBrokerError,
     FencedLeaderEpochError,
@@ -24,9 +24,9 @@ from ingest_api.cluster.errors import (
     NotControllerError,
     NotPartitionLeaderError,
 )
-from ingest_api.cluster.image import NO_LEADER, ClusterImage, PartitionState, check_partition_state, encode_record
-from ingest_api.cluster.placement import assign_replicas, rack_alternated
-from ingest_api.errors import (
+from lakelog.ingest_api.cluster.image import NO_LEADER, ClusterImage, PartitionState, check_partition_state, encode_record
+from lakelog.ingest_api.cluster.placement import assign_replicas, rack_alternated
+from lakelog.ingest_api.errors import (
     InvalidRequestError,
     InvalidTopicError,
     RequestTooLargeError,
@@ -34,7 +34,7 @@ from ingest_api.errors import (
     TopicNotFoundError,
     http_error,
 )
-from ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.core import Entry, EntryKind
 
 SESSION_MS = 9_000
 

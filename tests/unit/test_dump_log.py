@@ -18,11 +18,11 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
-from infra.config import LogConfig
-from logstore.compression import Compression
-from logstore.dump import dump_files
-from logstore.log import PartitionLog
-from logstore.record_batch import Record, build_batch, simple_batch
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.dump import dump_files
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import Record, build_batch, simple_batch
 
 LAKELOG = Path(sys.executable).with_name("lakelog")
 T0 = 1_700_000_000_000

@@ -18,8 +18,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.record.memory_records import MemoryRecords
 
-from logstore.compression import Compression
-from logstore.record_batch import Record, RecordBatch, build_batch, iter_batches, validate_batch
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.record_batch import Record, RecordBatch, build_batch, iter_batches, validate_batch
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text("utf-8"))

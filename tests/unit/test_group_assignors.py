@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ingest_api.groups.assignors import (
+from lakelog.ingest_api.groups.assignors import (
     ASSIGNORS,
     Subscription,
     TopicPartition as TP,
@@ -17,7 +17,7 @@ from ingest_api.groups.assignors import (
     round_robin_assign,
     sticky_assign,
 )
-from ingest_api.groups.hashing import coordinator_partition, java_string_hashcode, kafka_abs
+from lakelog.ingest_api.groups.hashing import coordinator_partition, java_string_hashcode, kafka_abs
 
 
 def tps(*ps: int, topic: str = "test") -> list[TP]:

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from ingest_api.groups.assignors import TopicPartition as TP
-from ingest_api.groups.coordinator import CoordinatorConfig, GroupCoordinator, GroupState, JoinResult, SyncResult
-from ingest_api.groups.errors import (
+from lakelog.ingest_api.groups.assignors import TopicPartition as TP
+from lakelog.ingest_api.groups.coordinator import CoordinatorConfig, GroupCoordinator, GroupState, JoinResult, SyncResult
+from lakelog.ingest_api.groups.errors import (
     GroupMaxSizeReachedError,
     IllegalGenerationError,
     InconsistentProtocolError,
@@ -16,7 +16,7 @@ from ingest_api.groups.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from ingest_api.groups.offsets_codec import CommittedOffset
+from lakelog.ingest_api.groups.offsets_codec import CommittedOffset
 
 SESSION = 10_000
 
@@ -176,7 +176,7 @@ def test_commit_rules_and_offsets_expiry():
 
 
 def test_remove_groups_fails_pending_answers():
-    from ingest_api.groups.errors import NotCoordinatorError
+    from lakelog.ingest_api.groups.errors import NotCoordinatorError
     c = coordinator()
     m1, _ = join(c, client="a")
     c.sync("g", m1, 1, {m1: 1}, 0)

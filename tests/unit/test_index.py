@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from index import offset_index, time_index
-from index.offset_index import OffsetIndex
-from index.time_index import TimeIndex
-from infra.errors import InvariantViolation
-from logstore.errors import CorruptIndexError
+from lakelog.index import offset_index, time_index
+from lakelog.index.offset_index import OffsetIndex
+from lakelog.index.time_index import TimeIndex
+from lakelog.infra.errors import InvariantViolation
+from lakelog.logstore.errors import CorruptIndexError
 
 BASE = 1000
 

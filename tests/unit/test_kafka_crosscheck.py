@@ -23,10 +23,10 @@ with warnings.catch_warnings():
     from kafka.record.memory_records import MemoryRecords
     from kafka.record.util import encode_varint as kafka_encode_varint
 
-from infra.config import LogConfig
-from logstore.compression import Compression
-from logstore.log import PartitionLog
-from logstore.record_batch import (
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import (
     Record,
     RecordBatch,
     TimestampType,

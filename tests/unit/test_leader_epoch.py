@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.errors import InvariantViolation
-from logstore.errors import CorruptRecordError, UnsupportedFormatVersionError
-from logstore.leader_epoch import FILE_NAME, UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
+from lakelog.infra.errors import InvariantViolation
+from lakelog.logstore.errors import CorruptRecordError, UnsupportedFormatVersionError
+from lakelog.logstore.leader_epoch import FILE_NAME, UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
 
 
 def _cache(tmp_path, entries=()):

@@ -9,9 +9,9 @@ import struct
 
 import pytest
 
-from infra.config import LogConfig
-from infra.errors import InvariantViolation
-from logstore.errors import (
+from lakelog.infra.config import LogConfig
+from lakelog.infra.errors import InvariantViolation
+from lakelog.logstore.errors import (
     CorruptBatchError,
     InvalidRecordError,
     LogClosedError,
@@ -19,8 +19,8 @@ from logstore.errors import (
     RecordTooLargeError,
     UnsupportedFormatVersionError,
 )
-from logstore.log import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, PartitionLog
-from logstore.record_batch import (
+from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, PartitionLog
+from lakelog.logstore.record_batch import (
     NO_TIMESTAMP,
     Record,
     RecordBatch,

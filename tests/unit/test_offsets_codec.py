@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from ingest_api.groups.offsets_codec import (
+from lakelog.ingest_api.groups.offsets_codec import (
     CommittedOffset,
     OffsetKey,
     OffsetsRecordError,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra.config import LogConfig
-from logstore.errors import (
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
@@ -19,8 +19,8 @@ from logstore.errors import (
     OutOfOrderSequenceError,
     UnsupportedFormatVersionError,
 )
-from logstore.log import PartitionLog
-from logstore.producer_state import (
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.producer_state import (
     INT32_MAX,
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
@@ -32,7 +32,7 @@ from logstore.producer_state import (
     increment_sequence,
     snapshot_name,
 )
-from logstore.record_batch import Record, RecordBatch, TimestampType, build_batch, crc32c, iter_batches
+from lakelog.logstore.record_batch import Record, RecordBatch, TimestampType, build_batch, crc32c, iter_batches
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -598,7 +598,7 @@ def test_stored_batches_carry_the_producer_fields(opened):
 
 
 def test_compaction_swap_leaves_the_state_alone(opened):
-    from compaction.cleaner import clean_log
+    from lakelog.compaction.cleaner import clean_log
 
     config = cfg(cleanup_policy="compact", segment_bytes=600, min_cleanable_dirty_ratio=0.01)
     log = opened(config)

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infra.config import ConfigError
-from infra.errors import InvariantViolation
-from ingest_api.raft.core import NO_NODE, Entry, EntryKind, PersistEntries, PersistSnapshot, PersistState, Snapshot
-from ingest_api.raft.storage import (
+from lakelog.infra.config import ConfigError
+from lakelog.infra.errors import InvariantViolation
+from lakelog.ingest_api.raft.core import NO_NODE, Entry, EntryKind, PersistEntries, PersistSnapshot, PersistState, Snapshot
+from lakelog.ingest_api.raft.storage import (
     HEADER,
     LOG_FILE,
     LOG_MAGIC,
@@ -25,7 +25,7 @@ from ingest_api.raft.storage import (
     encode_snapshot,
     snapshot_file_name,
 )
-from logstore.fileutil import atomic_write
+from lakelog.logstore.fileutil import atomic_write
 
 
 def _entries(first: int, last: int, term: int = 1) -> list[Entry]:

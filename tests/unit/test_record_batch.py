@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infra.config import LogConfig
-from logstore import record_batch as rb
-from logstore.compression import Compression
-from logstore.errors import (
+from lakelog.infra.config import LogConfig
+from lakelog.logstore import record_batch as rb
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.errors import (
     CorruptBatchError,
     CorruptRecordError,
     InvalidRecordError,
@@ -30,8 +30,8 @@ from logstore.errors import (
     UnsupportedCompressionError,
     UnsupportedMagicError,
 )
-from logstore.log import PartitionLog
-from logstore.record_batch import (
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import (
     Record,
     RecordBatch,
     TimestampType,

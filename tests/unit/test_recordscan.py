@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstore import record_batch as rb
-from logstore.errors import InvalidRecordError, RecordKeyRequiredError
+from lakelog.logstore import record_batch as rb
+from lakelog.logstore.errors import InvalidRecordError, RecordKeyRequiredError
 
 
 def python_verdict(data: bytes, count: int, lod: int, consecutive: bool, require_keys: bool):

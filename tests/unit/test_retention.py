@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.retention import RetentionReason, SegmentInfo, plan_retention
-from infra.errors import InvariantViolation
+from lakelog.logstore.retention import RetentionReason, SegmentInfo, plan_retention
+from lakelog.infra.errors import InvariantViolation
 
 NOW = 1_000_000
 

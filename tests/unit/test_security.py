@@ -8,14 +8,14 @@ import hmac
 
 import pytest
 
-from ingest_api.cluster.image import ClusterImage
-from ingest_api.security import access
-from ingest_api.security.acl import CLUSTER_NAME, AclBinding, AclFilter, Authorizer, Operation, ResourceType
-from ingest_api.security.credentials import (MIN_ITERATIONS, CredentialCache, make_credential, new_api_key,
+from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.security import access
+from lakelog.ingest_api.security.acl import CLUSTER_NAME, AclBinding, AclFilter, Authorizer, Operation, ResourceType
+from lakelog.ingest_api.security.credentials import (MIN_ITERATIONS, CredentialCache, make_credential, new_api_key,
                                              parse_api_key, verify_password)
-from ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
-from ingest_api.security.quotas import FETCH, PRODUCE, REQUEST, QuotaLimits, QuotaManager, TokenBucket, parse_overrides
-from ingest_api.security.records import SecurityState, controller_records
+from lakelog.ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
+from lakelog.ingest_api.security.quotas import FETCH, PRODUCE, REQUEST, QuotaLimits, QuotaManager, TokenBucket, parse_overrides
+from lakelog.ingest_api.security.records import SecurityState, controller_records
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 R, W, D, A = Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.ALTER
@@ -197,9 +197,9 @@ def test_access_rules_cover_paths_and_fail_closed():
 
 
 def test_every_documented_operation_has_an_access_rule():
-    from ingest_api.app import create_app
-    from ingest_api.config import NodeConfig
-    from ingest_api.node import Node
+    from lakelog.ingest_api.app import create_app
+    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.node import Node
 
     doc = create_app(Node(NodeConfig({}))).openapi()
     missing = [(m.upper(), p) for p, ops in doc["paths"].items() for m in ops
@@ -277,9 +277,9 @@ def test_bad_security_requests_and_records():
 # ------------------------------------------------------------------------------------------ TLS
 
 def test_tls_settings_are_checked_before_a_node_starts(tmp_path):
-    from infra.config import ConfigError
-    from ingest_api.config import NodeConfig
-    from ingest_api.security import tls
+    from lakelog.infra.config import ConfigError
+    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.security import tls
 
     assert tls.uvicorn_kwargs(NodeConfig({})) == {} and tls.client_context(NodeConfig({})) is None
     for bad in ({"listeners": "https://127.0.0.1:1"},

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_log.errors import SparkJarsMissing, SparkSetupError
-from spark_log.session import local_jars, s3a_conf, session_conf
+from lakelog.spark_log.errors import SparkJarsMissing, SparkSetupError
+from lakelog.spark_log.session import local_jars, s3a_conf, session_conf
 
 
 def test_missing_jars_folder_names_folder_and_make_jars(tmp_path):

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiering import manifest as mf
-from tiering.errors import (
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.errors import (
     InvalidStateTransitionError,
     ManifestFormatError,
     ManifestInvariantError,
     UnsupportedManifestVersionError,
 )
-from tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
 
 S = SegmentState
 
@@ -144,7 +144,7 @@ def test_garbage_is_refused(raw):
 
 
 def _recrc(doc):
-    from logstore.record_batch import crc32c
+    from lakelog.logstore.record_batch import crc32c
     doc["crc32c"] = crc32c(json.dumps(doc["manifest"], sort_keys=True, separators=(",", ":")).encode())
 
 

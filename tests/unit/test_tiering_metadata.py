@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from tiering import manifest as mf
-from tiering.errors import (
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     ManifestConflictError,
     ManifestInvariantError,
@@ -15,10 +15,10 @@ from tiering.errors import (
     RemotePartitionDeletedError,
     TopicIdMismatchError,
 )
-from tiering.fs_store import FileSystemStore
-from tiering.manifest import RemoteSegment, SegmentState
-from tiering.metadata import ManifestStore
-from tiering.testing import InstrumentedStore
+from lakelog.tiering.fs_store import FileSystemStore
+from lakelog.tiering.manifest import RemoteSegment, SegmentState
+from lakelog.tiering.metadata import ManifestStore
+from tests.support.tiering import InstrumentedStore
 
 S = SegmentState
 
@@ -163,6 +163,6 @@ def test_corrupt_manifest_is_refused_not_overwritten(store):
     raw = bytearray(path.read_bytes())
     raw[raw.index(b'"end_offset":9') + 13] = ord("8")
     path.write_bytes(bytes(raw))
-    from tiering.errors import ManifestFormatError
+    from lakelog.tiering.errors import ManifestFormatError
     with pytest.raises(ManifestFormatError, match="CRC"):
         writer(store).load()

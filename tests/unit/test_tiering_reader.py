@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import LogConfig
-from logstore.compression import Compression
-from logstore.log import PartitionLog
-from logstore.record_batch import Record, RecordBatch, TimestampType, build_batch, iter_batches
-from tiering import RemoteTier, TieringConfig
-from tiering.errors import RemoteCorruptionError, RemoteOffsetOutOfRangeError
-from tiering.fs_store import FileSystemStore
-from tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key
-from tiering.testing import InstrumentedStore, fill_log
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.compression import Compression
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import Record, RecordBatch, TimestampType, build_batch, iter_batches
+from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.errors import RemoteCorruptionError, RemoteOffsetOutOfRangeError
+from lakelog.tiering.fs_store import FileSystemStore
+from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from tests.support.tiering import InstrumentedStore, fill_log
 
 TOPIC = "orders"
 

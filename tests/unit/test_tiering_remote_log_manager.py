@@ -8,14 +8,14 @@ import threading
 
 import pytest
 
-from infra.config import LogConfig
-from ingest_api.remote_log_manager import RemoteLogManagerPool
-from logstore.log import PartitionLog
-from tiering import RemoteTier, TieringConfig
-from tiering.fs_store import FileSystemStore
-from tiering.layout import segment_keys
-from tiering.manager import parse_partition_dir
-from tiering.testing import InstrumentedStore, fill_log
+from lakelog.infra.config import LogConfig
+from lakelog.ingest_api.remote_log_manager import RemoteLogManagerPool
+from lakelog.logstore.log import PartitionLog
+from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.fs_store import FileSystemStore
+from lakelog.tiering.layout import segment_keys
+from lakelog.tiering.manager import parse_partition_dir
+from tests.support.tiering import InstrumentedStore, fill_log
 
 #: Bound of every wait in these tests (never reached when the code is right).
 WAIT_S = 10

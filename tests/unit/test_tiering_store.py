@@ -12,17 +12,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tiering.cache import ByteLRUCache
-from tiering.errors import (
+from lakelog.tiering.cache import ByteLRUCache
+from lakelog.tiering.errors import (
     InvalidObjectKeyError,
     ObjectNotFoundError,
     PreconditionFailed,
     PreconditionFailedError,
     StoreConfigurationError,
 )
-from tiering.fs_store import LOCK_DIR, TMP_DIR, FileSystemStore
-from tiering.s3_store import check_bucket_name
-from tiering.store import FileSlice, check_key, open_store
+from lakelog.tiering.fs_store import LOCK_DIR, TMP_DIR, FileSystemStore
+from lakelog.tiering.s3_store import check_bucket_name
+from lakelog.tiering.store import FileSlice, check_key
+from lakelog.tiering.stores import open_store
 
 
 @pytest.fixture

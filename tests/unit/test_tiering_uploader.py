@@ -8,21 +8,21 @@ import time
 
 import pytest
 
-from infra.config import LogConfig
-from logstore.log import PartitionLog
-from logstore.record_batch import iter_batches
-from tiering import RemoteTier, TieringConfig
-from tiering import epochs as epochs_format
-from tiering.errors import (
+from lakelog.infra.config import LogConfig
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import iter_batches
+from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering import epochs as epochs_format
+from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     LocalSegmentCorruptError,
     RemotePartitionDeletedError,
     TransientStoreError,
 )
-from tiering.fs_store import FileSystemStore
-from tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_keys
-from tiering.manifest import SegmentState
-from tiering.testing import InstrumentedStore, fill_log
+from lakelog.tiering.fs_store import FileSystemStore
+from lakelog.tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_keys
+from lakelog.tiering.manifest import SegmentState
+from tests.support.tiering import InstrumentedStore, fill_log
 
 S = SegmentState
 TOPIC = "orders"
@@ -303,7 +303,7 @@ def test_remote_retention_by_bytes_and_time_with_delete_delay(tmp_path, store):
         report = rp.enforce_retention(1, retention_ms=1, retention_bytes=-1, now_ms=cutoff + 1)
         assert report.segments_expired == [third.segment_id]
         # reads below the new remote log start are out of range
-        from tiering.errors import RemoteOffsetOutOfRangeError
+        from lakelog.tiering.errors import RemoteOffsetOutOfRangeError
         with pytest.raises(RemoteOffsetOutOfRangeError):
             rp.read(0, 100)
 
@@ -515,7 +515,7 @@ def test_upload_reads_a_snapshot_of_a_segment_deleted_meanwhile(tmp_path, store,
 
 
 def test_open_segment_reader_refuses_a_segment_that_is_gone(tmp_path):
-    from logstore.errors import SegmentsChangedError
+    from lakelog.logstore.errors import SegmentsChangedError
 
     log = make_log(tmp_path)
     fill_log(log, 30, leader_epoch=1)
@@ -537,7 +537,7 @@ def test_open_segment_reader_refuses_a_segment_that_is_gone(tmp_path):
 def test_the_next_segment_is_scanned_ahead_once(tmp_path, store, tier, monkeypatch):
     import threading
 
-    import tiering.uploader as uploader_module
+    import lakelog.tiering.uploader as uploader_module
 
     log = make_log(tmp_path)
     fill_log(log, 60, leader_epoch=1)

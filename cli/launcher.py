@@ -40,7 +40,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-from infra.config import ConfigError
+from lakelog.infra.config import ConfigError
 
 DEFAULT_HTTP_PORT = 8082
 DEFAULT_DATA_DIR = "./data"
@@ -122,7 +122,7 @@ class ClusterSpec:
 
     def scheduler_args(self) -> list[str]:
         """The `lakelog jobs schedule` command line (same remote tier as the nodes)."""
-        args = [sys.executable, "-m", "infra.cli", "jobs", "schedule", "--remote", self.remote.url]
+        args = [sys.executable, "-m", "lakelog.cli.main", "jobs", "schedule", "--remote", self.remote.url]
         for job, seconds in self.jobs_every.items():
             args += ["--every", f"{job}={seconds:g}"]
         return args
@@ -146,7 +146,7 @@ class ClusterSpec:
 
     def node_args(self, node_id: int, cluster_id: str = "", secret: str = "") -> list[str]:
         """The `lakelog node` command line of node `node_id`."""
-        args = [sys.executable, "-m", "infra.cli", "node",
+        args = [sys.executable, "-m", "lakelog.cli.main", "node",
                 "--set", f"node.id={node_id}",
                 "--set", f"log.dirs={self.node_dir(node_id)}",
                 "--set", f"listeners={self.node_url(node_id)}",
@@ -167,7 +167,7 @@ def load_or_create_cluster_properties(data_dir: Path) -> tuple[str, str]:
     import secrets
     import uuid
 
-    from logstore.fileutil import atomic_write
+    from lakelog.logstore.fileutil import atomic_write
 
     path = data_dir / CLUSTER_PROPERTIES
     if path.exists():
@@ -199,7 +199,7 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
             raise LauncherConfigError(f"--jobs-every {job}={seconds}: a job is compaction, retention, rebuild-index "
                                       "or sync-tables, every 0 (off) to 604800 seconds")
     spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs)
-    from ingest_api.config import NodeConfig
+    from lakelog.ingest_api.config import NodeConfig
 
     for i in range(1, nodes + 1):
         try:  # refuse a bad --set here, not as a node that dies at start

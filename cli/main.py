@@ -12,21 +12,21 @@
     lakelog sql "SELECT ..." [--remote URL] [--format table|json|csv]            Spark SQL over the topics' tables
 
 The console tools talk HTTP to a node (`--bootstrap-server`, default `$LAKELOG_URL` or
-http://127.0.0.1:8082) through `infra.client`. Errors print `lakelog <command>: <message>` on
+http://127.0.0.1:8082) through `lakelog.cli.client`. Errors print `lakelog <command>: <message>` on
 stderr and exit 1; usage errors exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import select
 import sys
 import time
 from typing import Iterator
 
-from infra.errors import ErrorKind, LakelogError
+from lakelog.cli.client import client_from_args
+from lakelog.infra.errors import ErrorKind, LakelogError
 
 #: Most records the producer puts in one request (the node's max.records.per.request default).
 MAX_BATCH_RECORDS = 10000
@@ -44,19 +44,19 @@ READ_CHUNK_BYTES = 64 * 1024
 
 
 def _cmd_dump_log(args: argparse.Namespace) -> int:
-    from logstore.dump import dump_files
+    from lakelog.logstore.dump import dump_files
 
     return dump_files(args.paths, print_data_log=args.print_data_log, out=sys.stdout,
                       verify_index_only=False)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from infra.launcher import LauncherConfigError, LocalCluster, build_spec
+    from lakelog.cli.launcher import LauncherConfigError, LocalCluster, build_spec
 
     try:
         jobs = {}
         if args.jobs or args.jobs_every:
-            from spark_log.cli import DEFAULT_INTERVALS_S
+            from lakelog.spark_log.cli import DEFAULT_INTERVALS_S
 
             jobs = dict(DEFAULT_INTERVALS_S)
             for job, seconds in args.jobs_every or []:
@@ -71,8 +71,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
-    from ingest_api.config import NodeConfig
-    from ingest_api.server import run_node
+    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.server import run_node
 
     overrides = dict(args.set or [])
     config = NodeConfig.from_toml(args.config, overrides) if args.config else NodeConfig(overrides)
@@ -82,40 +82,15 @@ def _cmd_node(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------- topics
 
 
-def _client(args: argparse.Namespace):
-    from infra.client import LakelogClient
-
-    from infra.client import ClientSecurity
-
-    security = ClientSecurity.from_env(user=getattr(args, "user", None), password=getattr(args, "password", None),
-                                       api_key=getattr(args, "api_key", None), ca_cert=getattr(args, "ca_cert", None),
-                                       client_cert=getattr(args, "client_cert", None),
-                                       client_key=getattr(args, "client_key", None))
-    if getattr(args, "cluster_secret_file", None):
-        try:
-            with open(args.cluster_secret_file, encoding="utf-8") as f:
-                secret = f.read().strip()
-            # `lakelog up` keeps it as a properties file (DATA_DIR/cluster.properties): take that line.
-            for line in secret.splitlines():
-                if line.strip().startswith("cluster.secret="):
-                    secret = line.split("=", 1)[1].strip()
-        except OSError as e:
-            from infra.client import ClientError
-
-            raise ClientError(f"cannot read {args.cluster_secret_file}: {e.strerror}") from None
-        security = dataclasses.replace(security, cluster_secret=secret)
-    return LakelogClient(args.bootstrap_server, security=security)
-
-
 def _cmd_topics_create(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client.create_topic(args.topic, args.partitions, args.replication_factor, dict(args.config or []))
     print(f"Created topic {args.topic}.")
     return 0
 
 
 def _cmd_topics_list(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_from_args(args) as client:
         names = sorted(t["topic_name"] for t in client.list_topics())
     for name in names:
         print(name)
@@ -123,7 +98,7 @@ def _cmd_topics_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_topics_describe(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_from_args(args) as client:
         names = [args.topic] if args.topic else sorted(t["topic_name"] for t in client.list_topics())
         for name in names:
             topic = client.get_topic(name)
@@ -139,7 +114,7 @@ def _cmd_topics_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_topics_delete(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client.delete_topic(args.topic)
     print(f"Deleted topic {args.topic}.")
     return 0
@@ -148,7 +123,7 @@ def _cmd_topics_delete(args: argparse.Namespace) -> int:
 def _cmd_topics_alter(args: argparse.Namespace) -> int:
     if not args.config and not args.delete_config:
         args.parser.error("give at least one --config KEY=VALUE or --delete-config KEY")
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client.alter_topic_configs(args.topic, dict(args.config or []), args.delete_config or [])
     print(f"Completed updating config for topic {args.topic}.")
     return 0
@@ -188,7 +163,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     batch: list[tuple[bytes | None, bytes]] = []
     batch_bytes = 0
     started = time.monotonic()
-    with _client(args) as client:
+    with client_from_args(args) as client:
         # Fail fast on an unknown topic or partition, before waiting for input.
         client.offsets(args.topic, args.partition if args.partition is not None else 0)
 
@@ -241,14 +216,14 @@ def _start_offset(client, args: argparse.Namespace) -> int:
 
 
 def _cmd_consume(args: argparse.Namespace) -> int:
-    from infra.client import RequestFailedError
+    from lakelog.cli.client import RequestFailedError
 
     if args.group is not None:
         if args.partition is not None or args.offset is not None:
             args.parser.error("--group takes the partitions and offsets from the group: no --partition or --offset")
-        from infra.groups_cli import consume_group
+        from lakelog.cli.groups import consume_group
 
-        with _client(args) as client:
+        with client_from_args(args) as client:
             return consume_group(args, client, _render)
     if args.partition is None:
         args.parser.error("the following arguments are required: --partition (or --group)")
@@ -258,7 +233,7 @@ def _cmd_consume(args: argparse.Namespace) -> int:
     separator = args.key_separator.encode("utf-8")
     count = 0
     try:
-        with _client(args) as client:
+        with client_from_args(args) as client:
             offset = _start_offset(client, args)
             idle_since = time.monotonic()
             while args.max_messages is None or count < args.max_messages:
@@ -348,7 +323,7 @@ def _non_negative_int(text: str) -> int:
 
 
 def _node_count(text: str) -> int:
-    from infra.launcher import LauncherConfigError, validate_node_count
+    from lakelog.cli.launcher import LauncherConfigError, validate_node_count
 
     try:
         return validate_node_count(_positive_int(text))
@@ -377,7 +352,7 @@ def _start_offset_arg(text: str) -> str:
 
 
 def _client_options() -> argparse.ArgumentParser:
-    from infra.client import DEFAULT_URL, URL_ENV, default_url
+    from lakelog.cli.client import DEFAULT_URL, URL_ENV, default_url
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-server", default=default_url(), metavar="URL",
@@ -483,15 +458,15 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE")
     consume.add_argument("--key-separator", default="\t", metavar="SEP", help="between key and value (default tab)")
 
-    from spark_log.cli import add_commands as add_spark_commands  # no pyspark import until a command runs
+    from lakelog.spark_log.cli import add_commands as add_spark_commands  # no pyspark import until a command runs
 
     add_spark_commands(sub, _add)
 
-    from infra.groups_cli import add_commands as add_group_commands
+    from lakelog.cli.groups import add_commands as add_group_commands
 
     add_group_commands(sub, _add, client_opts)
 
-    from infra.security_cli import add_commands as add_security_commands
+    from lakelog.cli.security import add_commands as add_security_commands
 
     add_security_commands(sub, _add, client_opts)
 
@@ -505,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("jobs", "sql"):
-        from spark_log.cli import resolve_remote
+        from lakelog.spark_log.cli import resolve_remote
 
         resolve_remote(args)
     try:

@@ -36,7 +36,7 @@ def _q(s: str) -> str:
 
 def consume_group(args: argparse.Namespace, client: Any, render) -> int:
     """`lakelog consume TOPIC --group G`; `render` turns a key / value into printable bytes."""
-    from infra.client import _unb64
+    from lakelog.cli.client import _unb64
 
     out = sys.stdout.buffer
     separator = args.key_separator.encode("utf-8")
@@ -92,9 +92,9 @@ def consume_group(args: argparse.Namespace, client: Any, render) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         for g in client._json("GET", "/groups")["groups"]:
             print(g["group_id"])
     return 0
@@ -111,9 +111,9 @@ def _s(v: Any) -> str:
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         d = client._json("GET", f"/groups/{_q(args.group)}")
     if not d["members"]:
         print(f"\nConsumer group '{args.group}' has no active members.")
@@ -139,10 +139,10 @@ def _parse_topic(spec: str) -> tuple[str, list[int] | None]:
 
 
 def _cmd_reset(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
     topic, partitions = args.topic
-    with _client(args) as client:
+    with client_from_args(args) as client:
         if partitions is None:
             partitions = list(range(int(client.get_topic(topic)["partitions_count"])))
         committed = {(o["topic"], o["partition"]): o["offset"]

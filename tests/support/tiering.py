@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from tiering.errors import TransientStoreError
-from tiering.store import ObjectInfo, ObjectStore
+from lakelog.tiering.errors import TransientStoreError
+from lakelog.tiering.store import ObjectInfo, ObjectStore
 
 
 @dataclass
@@ -144,8 +144,8 @@ def fill_log(log, batches: int, *, records_per_batch: int = 3, leader_epoch: int
     """Append `batches` producer batches as leader; record r of batch i has timestamp
     first_timestamp + i * timestamp_step + r and a value naming its batch and record.
     Returns the base offsets assigned."""
-    from logstore.compression import Compression
-    from logstore.record_batch import Record, build_batch
+    from lakelog.logstore.compression import Compression
+    from lakelog.logstore.record_batch import Record, build_batch
 
     bases = []
     start = log.log_end_offset

@@ -29,7 +29,7 @@ import enum
 from dataclasses import dataclass
 from typing import Sequence
 
-from infra.errors import invariant
+from lakelog.infra.errors import invariant
 
 
 class RetentionReason(enum.Enum):

@@ -18,9 +18,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from spark_log.errors import LeaseHeldError
-from tiering.errors import ObjectNotFoundError, PreconditionFailedError
-from tiering.store import ObjectStore
+from lakelog.tiering.errors import LeaseHeldError
+from lakelog.tiering.errors import ObjectNotFoundError, PreconditionFailedError
+from lakelog.tiering.store import ObjectStore
 
 LEASE_VERSION = 1
 DEFAULT_TTL_MS = 10 * 60 * 1000

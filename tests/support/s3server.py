@@ -74,9 +74,9 @@ class S3Server:
 
     def _start_controlled(self) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "infra.s3server", "--serve", "--host", self.host],
+            [sys.executable, "-m", "tests.support.s3server", "--serve", "--host", self.host],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         threading.Thread(target=self._pump, args=(self._proc.stdout,), daemon=True).start()
         line = self._expect("listening", self.start_timeout_s)
         self.port = int(line.split()[1])
@@ -172,7 +172,7 @@ class S3Server:
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket (through the S3 store: only the object-store seam imports boto3)."""
-        from tiering.s3_store import S3Store
+        from lakelog.tiering.s3_store import S3Store
 
         env = self.env()
         store = S3Store(name, endpoint_url=self.endpoint_url, region=DEFAULT_REGION,
@@ -240,7 +240,7 @@ def _serve(host: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="moto's S3 server for tests (see infra/s3server.py)")
+    parser = argparse.ArgumentParser(description="moto's S3 server for tests (see tests/support/s3server.py)")
     parser.add_argument("--serve", action="store_true", help="run as the controlled child process")
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@ What lives where, under a remote root URL (`file:///path` or `s3://bucket/prefix
 
     <topic>-<partition>/manifest.json, segment objects     the tiering layout (tiering/layout.py)
     _topics/<topic>.json                                    topic descriptor written by the nodes
-    _jobs/<topic>-<partition>.lease                         job leases (spark_log/lease.py)
+    _jobs/<topic>-<partition>.lease                         job leases (tiering/lease.py)
     tables/<topic>, tables/<topic>_latest, tables/_remote_index    Delta tables (sync-tables, rebuild-index)
 
 Reading a segment (`iter_segment_batches`): the offset index (size and CRC-32C checked against the
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Iterator
 from urllib.parse import urlparse
 
-from index import offset_index
-from logstore.errors import CorruptIndexError, CorruptRecordError
-from logstore.record_batch import (
+from lakelog.index import offset_index
+from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError
+from lakelog.logstore.record_batch import (
     LOG_OVERHEAD,
     RecordBatch,
     TimestampType,
@@ -33,12 +33,13 @@ from logstore.record_batch import (
     crc32c,
     iter_batches,
 )
-from tiering import manifest as mf
-from tiering.errors import ObjectNotFoundError, RemoteCorruptionError
-from tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
-from tiering.manifest import PartitionManifest, RemoteSegment
-from tiering.store import ObjectStore, open_store
-from tiering.topics import TopicDescriptor, read_topic_descriptor, write_topic_descriptor  # noqa: F401
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
+from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
+from lakelog.tiering.manifest import PartitionManifest, RemoteSegment
+from lakelog.tiering.store import ObjectStore
+from lakelog.tiering.stores import open_store
+from lakelog.tiering.topics import TopicDescriptor, read_topic_descriptor, write_topic_descriptor  # noqa: F401
 
 TABLES_DIR = "tables"
 REMOTE_INDEX_TABLE = "_remote_index"
@@ -89,7 +90,7 @@ def remote_partitions(store: ObjectStore, topic: str | None = None) -> dict[str,
 
 
 def load_manifest(store: ObjectStore, topic: str, partition: int) -> PartitionManifest:
-    from tiering.metadata import ManifestStore
+    from lakelog.tiering.metadata import ManifestStore
 
     return ManifestStore(store, topic, partition).load()
 

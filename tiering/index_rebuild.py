@@ -26,15 +26,15 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 
-from logstore.record_batch import crc32c
-from spark_log.remote import iter_segment_batches
-from tiering import manifest as mf
-from tiering.errors import ObjectNotFoundError, RemoteCorruptionError
-from tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
-from tiering.manifest import NO_TIMESTAMP, RemoteSegment
-from tiering.metadata import ManifestStore
-from tiering.store import ObjectStore
-from tiering.uploader import scan_segment
+from lakelog.logstore.record_batch import crc32c
+from lakelog.tiering.remote_scan import iter_segment_batches
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
+from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.tiering.manifest import NO_TIMESTAMP, RemoteSegment
+from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.store import ObjectStore
+from lakelog.tiering.uploader import scan_segment
 
 
 @dataclass

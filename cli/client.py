@@ -14,7 +14,9 @@ Concurrency: one client per thread (it wraps one `httpx.Client`).
 
 from __future__ import annotations
 
+import argparse
 import base64
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -22,7 +24,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from infra.errors import ErrorKind, LakelogError
+from lakelog.infra.errors import ErrorKind, LakelogError
 
 DEFAULT_URL = "http://127.0.0.1:8082"
 URL_ENV = "LAKELOG_URL"
@@ -163,7 +165,7 @@ class ClientSecurity:
     def httpx_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {}
         if self.cluster_secret:
-            from ingest_api.cluster.auth import ClusterAuth
+            from lakelog.ingest_api.cluster.auth import ClusterAuth
 
             kw["auth"] = ClusterAuth(self.cluster_secret.encode(), 0)
         elif self.api_key:
@@ -386,3 +388,23 @@ def _error_from(response: httpx.Response) -> ClientError:
     snippet = response.text.strip().replace("\n", " ")[:200]
     where = f"{response.request.method} {response.request.url.path}"
     return RequestFailedError(f"HTTP {status} from {where}" + (f": {snippet}" if snippet else ""), status, status)
+
+
+def client_from_args(args: argparse.Namespace) -> "LakelogClient":
+    """The client the CLI's global options describe (bootstrap server, credentials, TLS)."""
+    security = ClientSecurity.from_env(user=getattr(args, "user", None), password=getattr(args, "password", None),
+                                       api_key=getattr(args, "api_key", None), ca_cert=getattr(args, "ca_cert", None),
+                                       client_cert=getattr(args, "client_cert", None),
+                                       client_key=getattr(args, "client_key", None))
+    if getattr(args, "cluster_secret_file", None):
+        try:
+            with open(args.cluster_secret_file, encoding="utf-8") as f:
+                secret = f.read().strip()
+            # `lakelog up` keeps it as a properties file (DATA_DIR/cluster.properties): take that line.
+            for line in secret.splitlines():
+                if line.strip().startswith("cluster.secret="):
+                    secret = line.split("=", 1)[1].strip()
+        except OSError as e:
+            raise ClientError(f"cannot read {args.cluster_secret_file}: {e.strerror}") from None
+        security = dataclasses.replace(security, cluster_secret=secret)
+    return LakelogClient(args.bootstrap_server, security=security)

@@ -36,12 +36,12 @@ def _base(client) -> str:
 
 
 def _cmd_users_add(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
     password = args.new_password or os.environ.get("LAKELOG_NEW_PASSWORD")
     if not password:
         password = getpass.getpass(f"password for {args.name}: ")
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client._request("POST", f"{_base(client)}/users", json={"name": args.name, "password": password},
                         expect=(201,))
     print(f"user {args.name} saved (SCRAM-SHA-256)")
@@ -49,45 +49,45 @@ def _cmd_users_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_users_list(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         for u in client._json("GET", f"{_base(client)}/users").get("data", []):
             print(f"{u['name']}\t{u['mechanism']}\titerations={u['iterations']}")
     return 0
 
 
 def _cmd_users_remove(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client._request("DELETE", f"{_base(client)}/users/{quote(args.name, safe='')}", expect=(204,))
     print(f"user {args.name} removed")
     return 0
 
 
 def _cmd_keys_create(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         doc = client._json("POST", f"{_base(client)}/api-keys", json={"principal": args.principal}, expect=(201,))
     print(doc["api_key"])
     return 0
 
 
 def _cmd_keys_list(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         for k in client._json("GET", f"{_base(client)}/api-keys").get("data", []):
             print(f"{k['key_id']}\t{k['principal']}")
     return 0
 
 
 def _cmd_keys_remove(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client._request("DELETE", f"{_base(client)}/api-keys/{quote(args.key_id, safe='')}", expect=(204,))
     print(f"API key {args.key_id} removed")
     return 0
@@ -104,14 +104,14 @@ def _resource(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _cmd_acls_add(args: argparse.Namespace) -> int:
-    from infra.cli import _client
-    from infra.client import ClientError
+    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client import ClientError
 
     resource = _resource(args)
     if not resource:
         raise ClientError("name the resource: --topic T, --group G or --cluster")
     principal, permission = (args.allow_principal, "ALLOW") if args.allow_principal else (args.deny_principal, "DENY")
-    with _client(args) as client:
+    with client_from_args(args) as client:
         for op in args.operation:
             acl = {**resource, "pattern_type": args.resource_pattern_type.upper(), "principal": principal,
                    "host": "*", "operation": op.upper(), "permission": permission}
@@ -135,22 +135,22 @@ def _render(acl: dict[str, Any]) -> str:
 
 
 def _cmd_acls_list(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         for acl in client._json("GET", f"{_base(client)}/acls", params=_filter(args)).get("data", []):
             print(_render(acl))
     return 0
 
 
 def _cmd_acls_remove(args: argparse.Namespace) -> int:
-    from infra.cli import _client
-    from infra.client import ClientError
+    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client import ClientError
 
     params = _filter(args)
     if not params:
         raise ClientError("give at least one filter (--principal, --topic, --group, --cluster, --resource-pattern-type)")
-    with _client(args) as client:
+    with client_from_args(args) as client:
         deleted = client._json("DELETE", f"{_base(client)}/acls", params=params).get("data", [])
     for acl in deleted:
         print(f"removed {_render(acl)}")
@@ -158,33 +158,33 @@ def _cmd_acls_remove(args: argparse.Namespace) -> int:
 
 
 def _cmd_quotas_set(args: argparse.Namespace) -> int:
-    from infra.cli import _client
-    from infra.client import ClientError
+    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client import ClientError
 
     quotas = {k: v for k, v in (("producer.byte.rate", args.producer_byte_rate),
                                 ("consumer.byte.rate", args.consumer_byte_rate),
                                 ("request.rate", args.request_rate)) if v is not None}
     if not quotas:
         raise ClientError("give at least one of --producer-byte-rate, --consumer-byte-rate, --request-rate")
-    with _client(args) as client:
+    with client_from_args(args) as client:
         doc = client._json("PUT", f"{_base(client)}/quotas/{quote(args.principal, safe=':')}", json=quotas)
     print(f"{doc['principal']}\t{json.dumps(doc['quotas'], sort_keys=True)}")
     return 0
 
 
 def _cmd_quotas_list(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         for q in client._json("GET", f"{_base(client)}/quotas").get("data", []):
             print(f"{q['principal']}\t{json.dumps(q['quotas'], sort_keys=True)}")
     return 0
 
 
 def _cmd_quotas_remove(args: argparse.Namespace) -> int:
-    from infra.cli import _client
+    from lakelog.cli.client import client_from_args
 
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client._request("DELETE", f"{_base(client)}/quotas/{quote(args.principal, safe=':')}", expect=(204,))
     print(f"quotas of {args.principal} removed")
     return 0

@@ -1,0 +1,3 @@
+from lakelog.cli.main import main
+
+raise SystemExit(main())
