@@ -1,18 +1,29 @@
-"""`lakelog up`: a local cluster in the foreground, on the embedded defaults.
+"""`lakelog up`: a local cluster in the foreground, on the embedded defaults, supervised.
 
 Node i (1..N) is a child process `lakelog node` with `node.id=i`, serving HTTP on `127.0.0.1:BASE+i-1`
 with its partition logs under `DATA_DIR/node-i/`. The launcher prints where each node listens,
-waits until every node answers `/readyz`, then waits for:
+waits until every node answers `/readyz`, prints the ready line, then supervises:
 
-  * Ctrl-C or SIGTERM: every node gets SIGTERM (a node closes its logs cleanly, leaving the
-    clean-shutdown marker), is waited for up to `stop_timeout_s`, then SIGKILLed (at once on a
-    second Ctrl-C); exit 0 when every node stopped by itself with status 0, else 1;
-  * a node exiting on its own: its exit is printed, the others are stopped as above, exit 1.
+  * a node that dies (after the cluster was ready) is reported in one line and started again
+    with the same data directory after a backoff (1 s, doubling to 30 s; back to 1 s after a
+    minute of running); the others keep serving. `--exit-on-node-death` (for scripts) keeps the
+    older rule instead: the first death stops the others and `lakelog up` exits 1;
+  * a node that dies before the cluster is ready stops everything (exit 1): that is a
+    configuration or environment problem, not a crash to retry;
+  * Ctrl-C or SIGTERM: every node gets SIGTERM (a node whose leaderships can move elsewhere
+    does a controlled shutdown first; it closes its logs cleanly, leaving the clean-shutdown
+    marker), is waited for up to `stop_timeout_s`, then SIGKILLed (at once on a second Ctrl-C);
+    exit 0 when every node stopped by itself with status 0, else 1.
+
+Output: every line a node prints (JSON, one object per line) goes to `DATA_DIR/node-i/node.log`
+(moved to `node.log.1` at 64 MiB). The console gets the launcher's own lines and, from the nodes,
+only what a person should see: notices (started, registered, active controller, stopped) and
+warnings or errors, one human line each, repeats rate-limited (infra/logs.py). `--verbose`
+forwards every node line to stderr instead, as before.
 
 Nodes run in their own sessions, so a terminal's Ctrl-C reaches the launcher only and the shutdown
 is the launcher's one SIGTERM per node. On Linux a node also gets SIGKILL if the launcher dies
 without stopping it (PR_SET_PDEATHSIG), so a killed launcher leaves no orphan holding a port.
-Node output is forwarded to the launcher's stderr, each line prefixed with the node's name.
 
 Every node is a controller voter (`controller.quorum.voters` lists them all, up to
 MAX_VOTERS; more nodes than that is refused for now), and the nodes share a cluster id and a cluster
@@ -27,6 +38,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,6 +53,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from lakelog.infra.config import ConfigError
+from lakelog.infra.logs import RepeatLimiter, human_line, is_notice, parse_json_line, suppressed_note, template_key
 
 DEFAULT_HTTP_PORT = 8082
 DEFAULT_DATA_DIR = "./data"
@@ -56,7 +69,19 @@ READY_TIMEOUT_S = 60.0
 #: A node's own clean stop is bounded by shutdown.timeout.ms (10 s) plus uvicorn's 5 s grace.
 STOP_TIMEOUT_S = 20.0
 POLL_INTERVAL_S = 0.1
+READY_PROBE_TIMEOUT_S = 0.5
 LOG_TAIL_LINES = 20
+NODE_LOG_FILE = "node.log"
+NODE_LOG_MAX_BYTES = 64 * 1024 * 1024
+#: Restart backoff of a supervised child: first delay, cap, and the run after which it starts over.
+RESTART_BACKOFF_INITIAL_S = 1.0
+RESTART_BACKOFF_MAX_S = 30.0
+RESTART_STABLE_S = 60.0
+#: The console shows at most CONSOLE_BURST node lines of one kind (numbers blanked) per window.
+CONSOLE_BURST = 3
+#: ... and at most CONSOLE_NODE_BURST warnings or errors of one node per window.
+CONSOLE_NODE_BURST = 6
+CONSOLE_WINDOW_S = 10.0
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -251,49 +276,180 @@ def describe_exit(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-class NodeChild:
-    """One `lakelog node` child: its process and a thread forwarding its output."""
+def command_hint(cwd: Path | None = None) -> str:
+    """How to type `lakelog` here: the bare name when the PATH finds this very command, else its path."""
+    mine = Path(sys.executable).with_name("lakelog")
+    found = shutil.which("lakelog")
+    if found is not None and (not mine.exists() or Path(found).resolve() == mine.resolve()):
+        return "lakelog"
+    if not mine.exists():
+        return f"{Path(sys.executable)} -m lakelog.cli.main"
+    try:
+        return str(mine.relative_to((cwd or Path.cwd()).resolve()))
+    except ValueError:
+        return str(mine)
 
-    def __init__(self, spec: ClusterSpec, node_id: int, log_out: IO[bytes] | None) -> None:
+
+class Backoff:
+    """Restart delays: initial_s, doubling to max_s; back to initial_s after a run of stable_s or more."""
+
+    def __init__(self, initial_s: float = RESTART_BACKOFF_INITIAL_S, max_s: float = RESTART_BACKOFF_MAX_S,
+                 stable_s: float = RESTART_STABLE_S) -> None:
+        self.initial_s, self.max_s, self.stable_s = initial_s, max_s, stable_s
+        self._next = initial_s
+
+    def after_run(self, ran_s: float) -> float:
+        """The delay before restarting a child that ran `ran_s` seconds."""
+        if ran_s >= self.stable_s:
+            self._next = self.initial_s
+        delay = self._next
+        self._next = min(self.max_s, self._next * 2)
+        return delay
+
+
+class NodeLogFile:
+    """A child's own log: every line it prints, appended to `path`; at `max_bytes` it moves to `path.1`."""
+
+    def __init__(self, path: Path, max_bytes: int = NODE_LOG_MAX_BYTES) -> None:
+        self.path, self.max_bytes = path, max_bytes
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f: IO[bytes] | None = open(path, "ab")
+
+    def write(self, line: bytes) -> None:
+        if self._f is None:
+            return
+        try:
+            if self._f.tell() + len(line) > self.max_bytes:
+                self._f.close()
+                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+                self._f = open(self.path, "ab")
+            self._f.write(line)
+            self._f.flush()
+        except OSError:  # a full disk must not stop the forwarding (the pipe would fill and block the node)
+            pass
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+class Console:
+    """The launcher's terminal: its own lines, and the node lines worth a person's attention, one lock.
+
+    Node lines are rate-limited twice: per kind (numbers blanked, CONSOLE_BURST per window) and, for
+    warnings and errors, per node (CONSOLE_NODE_BURST per window), so that a recovery that warns
+    about every partition shows a few lines and a count, not a screenful. `flush_suppressed` prints
+    those counts once their window is over.
+    """
+
+    def __init__(self, out: IO[str], *, verbose_out: IO[bytes] | None = None) -> None:
+        self.out = out
+        #: --verbose: every node line, as the node printed it (JSON), prefixed with the node's name.
+        self.verbose_out = verbose_out
+        self._lock = threading.Lock()
+        self._kinds = RepeatLimiter(burst=CONSOLE_BURST, window_s=CONSOLE_WINDOW_S, key=template_key)
+        self._per_node = RepeatLimiter(burst=CONSOLE_NODE_BURST, window_s=CONSOLE_WINDOW_S,
+                                       key=lambda source, level, _msg: (source,))
+
+    def say(self, text: str) -> None:
+        with self._lock:
+            self._print(text)
+
+    def _print(self, text: str) -> None:
+        try:
+            print(text, file=self.out, flush=True)
+        except (OSError, ValueError):  # the terminal went away; the nodes' own logs still have it all
+            pass
+
+    def node_line(self, source: str, line: bytes) -> None:
+        if self.verbose_out is not None:
+            with self._lock:
+                try:
+                    self.verbose_out.write(f"{source} | ".encode() + line)
+                    self.verbose_out.flush()
+                except (OSError, ValueError):
+                    self.verbose_out = None
+            return
+        doc = parse_json_line(line.decode("utf-8", "replace"))
+        if doc is None or not is_notice(doc):
+            return
+        level, msg = str(doc.get("level")), str(doc.get("msg"))
+        with self._lock:
+            ok, _ = self._kinds.admit(source, level, msg)
+            if ok and not doc.get("notice"):
+                ok, _ = self._per_node.admit(source, level, msg)
+            if ok:
+                self._print(human_line(source, doc))
+
+    def flush_suppressed(self) -> None:
+        """One line per node whose lines were held back in a window that has ended."""
+        with self._lock:
+            counts: collections.Counter[str] = collections.Counter()
+            for limiter in (self._kinds, self._per_node):
+                for key, n in limiter.drain_suppressed():
+                    counts[key[0]] += n
+            for source, n in sorted(counts.items()):
+                self._print(f"{time.strftime('%H:%M:%S')} {source:<7} ... and {n} more line(s) like these "
+                            f"(see its log file)")
+
+
+class NodeChild:
+    """One `lakelog node` child: its process, and a thread copying its output to its log file and the console."""
+
+    def __init__(self, spec: ClusterSpec, node_id: int, console: Console) -> None:
         self.node_id = node_id
         self.name = f"node-{node_id}"
         self.url = spec.node_url(node_id)
         self.args = spec.node_args(node_id, *load_or_create_cluster_properties(spec.data_dir))
         self.data_dir = spec.node_dir(node_id)
+        self.log_path = self.data_dir / NODE_LOG_FILE
+        self._init_runtime(console)
+
+    def _init_runtime(self, console: Console) -> None:
         self.tail: collections.deque[bytes] = collections.deque(maxlen=LOG_TAIL_LINES)
-        self._log_out = log_out
+        self._console = console
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
         self.killed = False
+        self.started_at = 0.0
+        self.restarts = 0
+        self.backoff = Backoff()
+        #: While the child is down: the monotonic time of its restart.
+        self.restart_at: float | None = None
+        #: After a restart: not yet answering /readyz.
+        self.coming_back = False
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.killed = False
+        self.tail.clear()
         self.proc = subprocess.Popen(
             self.args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
             start_new_session=True, preexec_fn=_pdeathsig_hook())
+        self.started_at = time.monotonic()
         self._reader = threading.Thread(target=self._forward, args=(self.proc.stdout,), name=f"{self.name}-output",
                                         daemon=True)
         self._reader.start()
 
     def _forward(self, pipe: IO[bytes]) -> None:
-        prefix = f"{self.name} | ".encode()
-        for line in iter(pipe.readline, b""):
-            self.tail.append(line)
-            if self._log_out is not None:
-                try:
-                    self._log_out.write(prefix + line)
-                    self._log_out.flush()
-                except (OSError, ValueError):  # our stderr went away; keep draining the pipe
-                    self._log_out = None
-        pipe.close()
+        log_file = NodeLogFile(self.log_path)
+        try:
+            for line in iter(pipe.readline, b""):
+                self.tail.append(line)
+                log_file.write(line)
+                self._console.node_line(self.name, line)
+        finally:
+            log_file.close()
+            pipe.close()
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
     def is_ready(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200
+            return httpx.get(f"{self.url}/readyz", timeout=READY_PROBE_TIMEOUT_S).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -319,50 +475,66 @@ class NodeChild:
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.proc.wait()
+        self.join_output()
+        return code
+
+    def join_output(self) -> None:
         if self._reader is not None:
             self._reader.join(2.0)
-        return code
 
     def tail_text(self) -> str:
         return b"".join(self.tail).decode("utf-8", "replace")
+
+    def last_words(self) -> str:
+        """The child's last message: its last log line's text, or its last raw line (a traceback's end)."""
+        for raw in reversed(self.tail):
+            text = raw.decode("utf-8", "replace").strip()
+            if not text:
+                continue
+            doc = parse_json_line(text)
+            return str(doc.get("msg")) if doc is not None else text
+        return ""
 
 
 class SchedulerChild(NodeChild):
     """The `lakelog jobs schedule` child of `lakelog up --jobs` (Spark jobs over the remote tier)."""
 
-    def __init__(self, spec: ClusterSpec, log_out: IO[bytes] | None) -> None:  # noqa: D107
+    def __init__(self, spec: ClusterSpec, console: Console) -> None:  # noqa: D107
         self.node_id = 0
         self.name = "jobs"
         self.url = ""
         self.args = spec.scheduler_args()
         self.data_dir = spec.data_dir
-        self.tail = collections.deque(maxlen=LOG_TAIL_LINES)
-        self._log_out = log_out
-        self.proc = None
-        self._reader = None
-        self.killed = False
+        self.log_path = spec.data_dir / "jobs.log"
+        self._init_runtime(console)
 
     def is_ready(self) -> bool:
         return True
 
 
 class LocalCluster:
-    """Runs a ClusterSpec in the foreground: `run()` returns the exit status of `lakelog up`."""
+    """Runs a ClusterSpec in the foreground: `run()` returns the exit status of `lakelog up`.
 
-    def __init__(self, spec: ClusterSpec, *, out: IO[str] | None = None, node_log: IO[bytes] | None = None,
-                 ready_timeout_s: float = READY_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+    By default it supervises: a child that dies after the cluster was ready is reported in one line
+    and restarted (same data directory) after a backoff. `exit_on_death` keeps the older behaviour:
+    the first death stops the others and `run()` returns 1.
+    """
+
+    def __init__(self, spec: ClusterSpec, *, out: IO[str] | None = None, verbose_out: IO[bytes] | None = None,
+                 ready_timeout_s: float = READY_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S,
+                 exit_on_death: bool = False) -> None:
         self.spec = spec
-        self.out = out if out is not None else sys.stdout
-        self.node_log = node_log if node_log is not None else sys.stderr.buffer
+        self.console = Console(out if out is not None else sys.stdout, verbose_out=verbose_out)
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        self.exit_on_death = exit_on_death
         self.children: list[NodeChild] = []
         self._stop = threading.Event()
         self._stop_signal: str | None = None
         self._stopping = False
 
     def _say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        self.console.say(text)
 
     def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
         """Signal handler: the first signal stops the nodes cleanly, a second one during that kills them."""
@@ -394,10 +566,11 @@ class LocalCluster:
         self._say(f"lakelog up: {spec.nodes} {noun}, data in {spec.data_dir}")
         self._say(f"  remote tier {spec.remote.url} (shared by every node; topics opt in with remote.storage.enable)")
         for i in range(1, spec.nodes + 1):
-            child = NodeChild(spec, i, self.node_log)
+            child = NodeChild(spec, i, self.console)
             self.children.append(child)
             child.start()
-            self._say(f"  node {i}: {child.url}  (pid {child.proc.pid}, data {child.data_dir})")
+            self._say(f"  node {i}: {child.url}  (pid {child.proc.pid}, data {child.data_dir}, "
+                      f"log {child.log_path.name})")
 
         pending = list(self.children)
         deadline = time.monotonic() + self.ready_timeout_s
@@ -405,7 +578,7 @@ class LocalCluster:
             if self._stop.is_set():
                 return self._finish(0)
             if (failed := self._exited_child()) is not None:
-                return self._report_exit(failed)
+                return self._report_exit(failed)  # dying before the cluster is up is not a crash to retry
             pending = [c for c in pending if not c.is_ready()]
             if not pending:
                 break
@@ -413,43 +586,82 @@ class LocalCluster:
                 names = ", ".join(c.name for c in pending)
                 self._say(f"lakelog up: {names} not ready after {self.ready_timeout_s:g} s; stopping")
                 return self._finish(1)
+            self.console.flush_suppressed()
             self._stop.wait(POLL_INTERVAL_S)
         if spec.jobs_every:
-            scheduler = SchedulerChild(spec, self.node_log)
+            scheduler = SchedulerChild(spec, self.console)
             self.children.append(scheduler)
             scheduler.start()
             self._say(f"  jobs: {', '.join(f'{j} every {s:g}s' for j, s in spec.jobs_every.items() if s)} "
                       f"(pid {scheduler.proc.pid}; Spark in local mode)")
-        self._say(f"lakelog up: ready. Try: lakelog topics create demo --bootstrap-server {spec.node_url(1)}")
-        self._say("Press Ctrl-C to stop.")
+        self._say("")
+        self._say(f"lakelog up: ready. Try: {command_hint()} topics create demo --bootstrap-server {spec.node_url(1)}")
+        self._say("Press Ctrl-C to stop." + ("" if self.exit_on_death else
+                                              " A node that dies is restarted; its data stays."))
 
         while not self._stop.wait(POLL_INTERVAL_S):
-            if (failed := self._exited_child()) is not None:
-                return self._report_exit(failed)
+            self.console.flush_suppressed()
+            for child in self.children:
+                if self._stop.is_set():
+                    break
+                if self._supervise(child) is not None:
+                    return 1
         return self._finish(0)
 
+    def _supervise(self, child: NodeChild) -> int | None:
+        """One look at a child: report and schedule a death, restart when due, announce a comeback.
+
+        Returns 1 when `exit_on_death` ends the run.
+        """
+        now = time.monotonic()
+        if child.restart_at is None and child.poll() is not None:
+            if self.exit_on_death:
+                return self._report_exit(child)
+            child.join_output()
+            delay = child.backoff.after_run(now - child.started_at)
+            child.restart_at = now + delay
+            words = child.last_words() if child.proc.returncode > 0 else ""
+            self._say(f"lakelog up: {child.name} (pid {child.proc.pid}) {describe_exit(child.proc.returncode)}"
+                      + (f" ({words[:200]})" if words else "")
+                      + f"; restarting it in {delay:g} s, with its data")
+        elif child.restart_at is not None and now >= child.restart_at:
+            child.restart_at = None
+            child.restarts += 1
+            child.start()
+            child.coming_back = True
+        elif child.coming_back and child.poll() is None and child.is_ready():
+            child.coming_back = False
+            self._say(f"lakelog up: {child.name} is back (pid {child.proc.pid}, restart {child.restarts})")
+        return None
+
     def _exited_child(self) -> NodeChild | None:
-        return next((c for c in self.children if c.poll() is not None), None)
+        return next((c for c in self.children if c.restart_at is None and c.poll() is not None), None)
 
     def _report_exit(self, child: NodeChild) -> int:
         self._say(f"lakelog up: {child.name} (pid {child.proc.pid}) {describe_exit(child.proc.returncode)} "
                   "unexpectedly; stopping the others")
+        child.join_output()
         tail = child.tail_text().rstrip()
         if tail:
-            self._say(f"  last output of {child.name}:\n" + "\n".join(f"    {ln}" for ln in tail.splitlines()))
+            self._say(f"  last output of {child.name} (all of it in {child.log_path}):\n"
+                      + "\n".join(f"    {ln}" for ln in tail.splitlines()))
         self._finish(1)
         return 1
 
     def _finish(self, status: int) -> int:
         if self._stop_signal:
-            self._say(f"lakelog up: {self._stop_signal} received; stopping {len(self.children)} node(s)")
+            running = sum(1 for c in self.children if c.poll() is None)
+            self._say(f"lakelog up: {self._stop_signal} received; stopping {running} process(es)")
+        started = time.monotonic()
         clean = self.stop()
         if status == 0 and clean:
-            self._say("lakelog up: stopped cleanly")
+            self._say(f"lakelog up: stopped cleanly in {time.monotonic() - started:.1f} s")
         return status if clean else 1
 
     def stop(self) -> bool:
-        """SIGTERM every running node, wait up to stop_timeout_s, SIGKILL the rest. True if all exited 0."""
+        """SIGTERM every running child, wait up to stop_timeout_s, SIGKILL the rest. True if all exited 0."""
+        for c in self.children:
+            c.restart_at = None  # no restart during the stop
         running = [c for c in self.children if c.poll() is None]
         self._stopping = bool(running)
         for c in running:

@@ -67,7 +67,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []), jobs)
     except LauncherConfigError as e:
         args.parser.error(str(e))  # exits 2, as argparse's own usage errors do
-    return LocalCluster(spec).run()
+    return LocalCluster(spec, exit_on_death=args.exit_on_node_death,
+                        verbose_out=sys.stderr.buffer if args.verbose else None).run()
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
@@ -384,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = _add(sub, "up", "up", _cmd_up, help="run a local cluster in the foreground (Ctrl-C stops it)",
               description="Run a local cluster in the foreground: node i serves HTTP on 127.0.0.1:BASE+i-1 "
-                          "with its data under DIR/node-i. Ctrl-C or SIGTERM stops the nodes cleanly.")
+                          "with its data under DIR/node-i. A node that dies is restarted with its data (after a backoff); "
+                          "Ctrl-C or SIGTERM stops the nodes cleanly.")
     up.add_argument("--nodes", type=_node_count, default=3, metavar="N",
                     help="number of nodes, each a controller voter (default 3, at most 5)")
     up.add_argument("--data-dir", default="./data", metavar="DIR", help="where node-i/ data lives (default ./data)")
@@ -395,6 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "shared by every node; topics opt in with remote.storage.enable=true")
     up.add_argument("--set", action="append", type=_key_value, metavar="KEY=VALUE",
                     help="a node config key for every node (not node.id, log.dirs, listeners)")
+    up.add_argument("--exit-on-node-death", action="store_true",
+                    help="for scripts: when a node dies, stop the others and exit 1 (default: restart it)")
+    up.add_argument("--verbose", action="store_true",
+                    help="forward every node log line (JSON) to stderr; by default the console shows notices "
+                         "and warnings, and each node's full log is DIR/node-i/node.log")
     up.add_argument("--jobs", action="store_true",
                     help="also run the Spark job scheduler (`lakelog jobs schedule`) over the remote tier")
     up.add_argument("--jobs-every", action="append", type=_key_value, metavar="JOB=SECONDS",
@@ -487,6 +494,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): stop quietly, as Unix tools do. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except LakelogError as e:
         print(f"lakelog {args.command_name}: {e}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api.errors import http_error
@@ -56,6 +57,8 @@ class ObserveMiddleware:
 
         try:
             await self.app(scope, receive, observed_send)
+        except ClientDisconnect:  # the client went away mid-request (a peer that stopped, a timeout): no answer
+            status = 499
         except Exception:
             log.exception("%s %s failed", scope.get("method"), scope.get("path"))
             if started:

@@ -41,6 +41,8 @@ from typing import Any, Iterable
 
 from lakelog.compaction.cleaner import LogCleaner
 from lakelog.infra.config import LOG_CONFIG, ConfigError
+from lakelog.infra.logs import NOTICE
+from lakelog.ingest_api.cluster.backoff import RetryBackoff
 from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
 from lakelog.ingest_api.cluster.errors import NotControllerError
@@ -147,6 +149,7 @@ class Node:
         self._shutting_down = False
         self._shutdown_done: asyncio.Event | None = None
         self._isr_in_flight: set[PartitionKey] = set()
+        self._isr_backoff = RetryBackoff()  # a refused ISR change is not re-sent on every follower fetch
         self._strays_removed = False
         self._metadata_waiters: list[tuple[int, asyncio.Future]] = []
         self._pid_next = self._pid_end = 0
@@ -232,7 +235,8 @@ class Node:
         await self.quorum.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._broker_loop(), name="broker-lifecycle"))
         self._tasks.append(asyncio.get_running_loop().create_task(self._isr_loop(), name="isr-checker"))
-        log.info("node %s started: cluster %s, voters %s", self.node_id, self.cluster_id, sorted(self.voters))
+        log.info("node %s started: cluster %s, voters %s", self.node_id, self.cluster_id, sorted(self.voters),
+                 extra=NOTICE)
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move this node's leaderships away; returns when it says done or on timeout."""
@@ -241,9 +245,15 @@ class Node:
         self._shutting_down = True
         deadline = time.monotonic() + self.config.controlled_shutdown_timeout_ms / 1000
         while time.monotonic() < deadline:
+            if not [b for b in self.image.serving_brokers() if b != self.node_id]:
+                # The whole cluster is stopping (or the rest is down): no one can take the leaderships.
+                log.info("node %s: no other broker can take its leaderships; stopping", self.node_id)
+                return
             try:
-                res = await self.controller_call("heartbeat", self._heartbeat_args(want_shutdown=True),
-                                                 attempt_timeout_s=self._heartbeat_timeout_s)
+                res = await asyncio.wait_for(
+                    self.controller_call("heartbeat", self._heartbeat_args(want_shutdown=True),
+                                         attempt_timeout_s=self._heartbeat_timeout_s),
+                    max(0.05, min(deadline - time.monotonic(), 2 * self._heartbeat_timeout_s)))
                 if res.get("should_shut_down"):
                     log.info("node %s: controlled shutdown done", self.node_id)
                     return
@@ -293,7 +303,7 @@ class Node:
                 log.exception("closing the remote tier failed")
         for p in partitions:
             p.log.close()
-        log.info("node %s stopped cleanly", self.node_id)
+        log.info("node %s stopped cleanly", self.node_id, extra=NOTICE)
 
     def _start_background(self, target, name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -462,7 +472,8 @@ class Node:
             self.controller = None
             self._controller_task.cancel()
             self._controller_task = None
-            log.info("node %s is no longer the controller (epoch %d, leader %s)", self.node_id, term, leader_id)
+            log.info("node %s is no longer the controller (epoch %d, leader %s)", self.node_id, term, leader_id,
+                     extra=NOTICE)
 
     async def _controller_loop(self, term: int) -> None:
         interval = self.config.controller_tick_ms / 1000
@@ -473,7 +484,7 @@ class Node:
         async with self._controller_lock:  # type: ignore[union-attr]
             self.controller = Controller(self.image, self.controller_config)
             self.controller.activate(now_ms())
-        log.info("node %s is the active controller (epoch %d)", self.node_id, term)
+        log.info("node %s is the active controller (epoch %d)", self.node_id, term, extra=NOTICE)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -606,7 +617,8 @@ class Node:
                         "node_id": self.node_id, "incarnation_id": self.incarnation_id, "host": host,
                         "port": port, "rack": cfg.broker_rack or None})
                     self.broker_epoch = int(res["broker_epoch"])
-                    log.info("node %s registered with broker epoch %d", self.node_id, self.broker_epoch)
+                    log.info("node %s registered with broker epoch %d", self.node_id, self.broker_epoch,
+                             extra=NOTICE)
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:
@@ -788,15 +800,17 @@ class Node:
                 out = p.out_of_sync_replicas(lag)
                 if out:
                     new_isr = [r for r in p.isr if r not in out]
-                    log.info("%s: shrinking ISR %s -> %s (lagging: %s)", p.key, p.isr, new_isr, out)
-                    self._alter_isr(p, new_isr)
+                    if self._alter_isr(p, new_isr):
+                        log.info("%s: shrinking ISR %s -> %s (lagging: %s)", p.key, p.isr, new_isr, out)
 
-    def _alter_isr(self, p: Partition, new_isr: list[int]) -> None:
-        if p.key in self._isr_in_flight:
-            return
+    def _alter_isr(self, p: Partition, new_isr: list[int]) -> bool:
+        """Send an ISR change unless one is in flight or a refused one is backing off; True if sent."""
+        if p.key in self._isr_in_flight or not self._isr_backoff.may_send(p.key, time.monotonic()):
+            return False
         self._isr_in_flight.add(p.key)
         p.pending_isr = list(new_isr)
         asyncio.get_running_loop().create_task(self._send_alter_isr(p, new_isr, p.leader_epoch, p.partition_epoch))
+        return True
 
     async def _send_alter_isr(self, p: Partition, new_isr: list[int], leader_epoch: int, partition_epoch: int) -> None:
         try:
@@ -806,10 +820,12 @@ class Node:
                 "new_isr": new_isr})
         except Exception as e:
             log.info("%s: ISR change to %s refused: %s", p.key, new_isr, e)
+            self._isr_backoff.refused(p.key, time.monotonic())
             if p.partition_epoch == partition_epoch:
                 p.pending_isr = None
             self._isr_in_flight.discard(p.key)
             return
+        self._isr_backoff.accepted(p.key)
         # The committed change reaches this node through the metadata log (reconcile clears the flag).
         if p.partition_epoch != partition_epoch:
             self._isr_in_flight.discard(p.key)
@@ -1140,9 +1156,8 @@ class Node:
                                                   p.high_watermark, p.log.log_start_offset, leo, b""))
                     continue
                 new_isr = p.on_follower_fetch(replica_id, offset)
-                if new_isr is not None:
+                if new_isr is not None and self._alter_isr(p, new_isr):
                     log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, new_isr)
-                    self._alter_isr(p, new_isr)
                 records: bytes | memoryview = b""
                 if offset < leo and remaining > 0:
                     res = p.log.read(offset, min(remaining, int(e.get("max_bytes", remaining))))

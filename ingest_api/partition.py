@@ -197,7 +197,8 @@ class Partition:
     def make_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: list[int],
                       isr: list[int]) -> bool:
         """Follow `leader_id` (-1: no leader, the partition is offline); True when the epoch is new."""
-        new_term = self.role != Role.FOLLOWER or leader_epoch != self.leader_epoch or leader_id != self.leader_id
+        role = Role.FOLLOWER if leader_id >= 0 else Role.NONE  # an offline partition stays NONE: not new each time
+        new_term = self.role != role or leader_epoch != self.leader_epoch or leader_id != self.leader_id
         if new_term:
             invariant(leader_epoch >= self.leader_epoch, f"{self.key}: leader epoch {leader_epoch} "
                                                          f"below {self.leader_epoch}")
@@ -205,7 +206,7 @@ class Partition:
             self.remote = {}
             self.pending_isr = None
         was_leader = self.role == Role.LEADER
-        self.role = Role.FOLLOWER if leader_id >= 0 else Role.NONE
+        self.role = role
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch

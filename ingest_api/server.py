@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import resource
 import signal
 import sys
-import time
 
 import uvicorn
 
+from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
 from lakelog.ingest_api.app import create_app
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.node import Node
@@ -19,20 +18,11 @@ from lakelog.ingest_api.security import tls as tls_settings
 from lakelog.ingest_api.security.connections import guarded_http_protocol
 
 
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg (+ exc)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-               "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc)
-
-
 def configure_logging(level: str = "INFO") -> None:
+    """JSON lines on stderr; one message repeated past a burst is rate-limited (infra/logs.py)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLogFormatter())
+    handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -97,6 +87,9 @@ class NodeServer(uvicorn.Server):
         try:
             await asyncio.wait_for(self.node.controlled_shutdown(),
                                    self.node.config.controlled_shutdown_timeout_ms / 1000 + 1)
+        except asyncio.TimeoutError:
+            logging.getLogger("lakelog.node").warning("controlled shutdown did not finish in %d ms; stopping anyway",
+                                                      self.node.config.controlled_shutdown_timeout_ms)
         except Exception:
             logging.getLogger("lakelog.node").exception("controlled shutdown failed")
         finally:

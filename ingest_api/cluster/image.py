@@ -320,6 +320,10 @@ class ClusterImage:
         """Registered, unfenced brokers, by node id."""
         return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
 
+    def serving_brokers(self) -> list[int]:
+        """Registered, unfenced and not in controlled shutdown: the nodes that may take leaderships."""
+        return [n for n, b in sorted(self.brokers.items()) if not b.fenced and not b.in_controlled_shutdown]
+
     def iter_partitions(self) -> Iterator[tuple[TopicImage, int, PartitionState]]:
         """Every partition, topics by name, in a deterministic order."""
         for name in sorted(self.topics):

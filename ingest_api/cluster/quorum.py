@@ -570,6 +570,8 @@ class QuorumHost:
         finally:
             if not future.done():
                 future.cancel()  # the driver skips it, or drops its completion
+            elif not future.cancelled():
+                future.exception()  # resolved as the proposer gave up: retrieved, so asyncio does not log it
 
     def receive(self, sender: int, body: bytes) -> None:
         """Queue a Raft message (JSON of `message_to_dict`) sent by the authenticated node `sender`.

@@ -12,25 +12,45 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lakelog.cli.launcher import command_hint
 from lakelog.cli.main import main
 from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog
-from tests.support.nodes import LAKELOG, free_port
+from tests.support.faults import wait_for
+from tests.support.nodes import LAKELOG, free_port_block
 
 READY_TIMEOUT_S = 30
 STOP_BOUND_S = 20  # the launcher's own bound on a node's stop, plus slack
 
 
 class Launcher:
-    """`lakelog up` in the background, its output in files; always stopped by `close()`."""
+    """`lakelog up` in the background, its output in files; always stopped by `close()`.
 
-    def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.port = free_port()
-        self.data_dir = tmp_path / "data"
-        self.out_path, self.err_path = tmp_path / "up.out", tmp_path / "up.err"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([LAKELOG, "up", "--data-dir", str(self.data_dir),
-                                          "--http-port", str(self.port), *args],
-                                         stdout=out, stderr=err, start_new_session=True)
+    Its ports are BASE..BASE+N-1, all free when picked; should another process take one before
+    the launcher binds it (the launcher then refuses to start), it starts again on another block.
+    """
+
+    def __init__(self, tmp_path: Path, *args: str, nodes: int = 3, data_dir: Path | None = None,
+                 out_name: str = "up") -> None:
+        self.data_dir = data_dir or tmp_path / "data"
+        self.out_path, self.err_path = tmp_path / f"{out_name}.out", tmp_path / f"{out_name}.err"
+        for _ in range(5):
+            self.port = free_port_block(nodes)
+            with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+                self.proc = subprocess.Popen([LAKELOG, "up", "--data-dir", str(self.data_dir), "--nodes", str(nodes),
+                                              "--http-port", str(self.port), *args],
+                                             stdout=out, stderr=err, start_new_session=True)
+            try:
+                code = self.proc.wait(1.0)
+            except subprocess.TimeoutExpired:
+                return
+            if code != 2 or "is already in use" not in self.output():
+                return
+
+    def node_url(self, node_id: int) -> str:
+        return f"http://127.0.0.1:{self.port + node_id - 1}"
+
+    def pid_of(self, node_id: int) -> int:
+        return int(re.findall(rf"node {node_id}: \S+  \(pid (\d+)", self.output())[-1])
 
     @property
     def url(self) -> str:
@@ -101,16 +121,92 @@ def test_up_serves_then_stops_cleanly_on_sigterm(tmp_path):
         log.close()
 
 
-def test_up_exits_1_when_its_node_dies(tmp_path):
-    up = Launcher(tmp_path)
+def test_up_exits_1_when_its_node_dies_with_exit_on_node_death(tmp_path):
+    up = Launcher(tmp_path, "--exit-on-node-death")
     try:
         up.wait_ready()
-        pid = int(re.search(rf"node 1: {re.escape(up.url)}  \(pid (\d+)", up.output()).group(1))
+        pid = up.pid_of(1)
         os.kill(pid, signal.SIGKILL)
         assert up.proc.wait(STOP_BOUND_S) == 1
     finally:
         up.close()
-    assert "node-1 (pid %d) was killed by SIGKILL unexpectedly" % pid in up.output()
+    assert "node-1 (pid %d) was killed by SIGKILL unexpectedly; stopping the others" % pid in up.output()
+
+
+def test_up_restarts_a_node_that_dies_and_the_others_keep_serving(tmp_path):
+    up = Launcher(tmp_path)
+    try:
+        up.wait_ready()
+        cli(up.url, "topics", "create", "events", "--partitions", "3")
+        lines = [f"event {i}" for i in range(30)]
+        cli(up.url, "produce", "events", "--partition", "0", stdin="\n".join(lines[:15]).encode())
+        pid = up.pid_of(2)
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: f"node-2 (pid {pid}) was killed by SIGKILL; restarting it in" in up.output(), 10,
+                 "the death report")
+        # Node 1 answers while node 2 is down or coming back (records go to whichever node leads).
+        assert httpx.get(f"{up.url}/readyz", timeout=5.0).status_code == 200
+        cli(up.url, "produce", "events", "--partition", "0", stdin="\n".join(lines[15:]).encode())
+        wait_for(lambda: "node-2 is back" in up.output(), 60, "node 2's restart")
+        assert up.proc.poll() is None
+        assert int(re.search(r"node-2 is back \(pid (\d+)", up.output()).group(1)) != pid
+        got = cli(up.node_url(2), "consume", "events", "--partition", "0", "--from-beginning", "--max-messages", "30")
+        assert got.stdout.decode().splitlines() == lines
+        # Node 2 kept its data and catches up with what came meanwhile: back in the ISR of events-0.
+        wait_for(lambda: _isr(up.url, "events", 0) == [1, 2, 3], 60, "node 2 back in the ISR")
+        up.proc.send_signal(signal.SIGTERM)
+        assert up.proc.wait(STOP_BOUND_S) == 0, up.output()
+    finally:
+        up.close()
+    out = up.output()
+    assert out.count("was killed by SIGKILL") == 1 and "stopped cleanly" in out
+    log = PartitionLog(up.data_dir / "node-2" / "events-0")
+    try:
+        assert log.log_end_offset == 30
+    finally:
+        log.close()
+    assert (up.data_dir / "node-2" / "node.log").stat().st_size > 0
+
+
+def _isr(url: str, topic: str, partition: int) -> list[int]:
+    out = cli(url, "topics", "describe", topic).stdout.decode()
+    row = re.search(rf"Partition: {partition}\t.*Isr: ([\d,]+)", out)
+    return sorted(int(x) for x in row.group(1).split(",")) if row else []
+
+
+def test_up_console_is_short_and_a_clean_restart_and_stop_log_no_error(tmp_path):
+    """A restart of a cluster with data prints under 50 lines before "ready"; a clean stop logs no ERROR."""
+    data_dir = tmp_path / "data"
+    first = Launcher(tmp_path, data_dir=data_dir, out_name="first")
+    try:
+        first.wait_ready()
+        for topic in ("a", "b", "c", "d"):
+            cli(first.url, "topics", "create", topic, "--partitions", "6")
+        cli(first.url, "produce", "a", stdin="\n".join(f"r{i}" for i in range(100)).encode())
+        first.proc.send_signal(signal.SIGTERM)
+        assert first.proc.wait(STOP_BOUND_S) == 0, first.output()
+    finally:
+        first.close()
+    second = Launcher(tmp_path, data_dir=data_dir, out_name="second")
+    try:
+        second.wait_ready()
+        before_ready = second.output().split("lakelog up: ready.")[0]
+        second.proc.send_signal(signal.SIGINT)
+        assert second.proc.wait(STOP_BOUND_S) == 0, second.output()
+    finally:
+        second.close()
+    assert len(before_ready.splitlines()) < 50, before_ready
+    for up in (first, second):
+        out = up.output()
+        assert "Traceback" not in out and "ERROR" not in out, out
+        assert re.search(r"lakelog up: stopped cleanly in [\d.]+ s", out), out
+        # The ready line names the command as this shell can run it.
+        assert "Try: " in out
+    assert f"Try: {command_hint()} topics create demo" in second.output()
+    for node in (1, 2, 3):
+        node_log = (data_dir / f"node-{node}" / "node.log").read_text()
+        assert '"level": "ERROR"' not in node_log and "Traceback" not in node_log, node_log[-3000:]
+        assert node_log.count(f"node {node} stopped cleanly") == 2
 
 
 def test_up_refuses_too_many_nodes_and_bad_remote_urls(tmp_path, capsys):
@@ -131,8 +227,8 @@ def test_up_refuses_too_many_nodes_and_bad_remote_urls(tmp_path, capsys):
 def test_up_with_jobs_runs_the_scheduler_beside_the_nodes(tmp_path):
     from tests.support.faults import wait_for
 
-    up = Launcher(tmp_path, "--nodes", "1", "--jobs-every", "sync-tables=1", "--jobs-every", "compaction=0",
-                  "--jobs-every", "retention=0", "--set", "remote.log.manager.task.interval.ms=200")
+    up = Launcher(tmp_path, "--jobs-every", "sync-tables=1", "--jobs-every", "compaction=0",
+                  "--jobs-every", "retention=0", "--set", "remote.log.manager.task.interval.ms=200", nodes=1)
     try:
         up.wait_ready()
         cli(up.url, "topics", "create", "clicks", "--partitions", "1", "--config", "remote.storage.enable=true",

@@ -22,6 +22,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_block(count: int, attempts: int = 50) -> int:
+    """The first of `count` consecutive loopback ports that were all free just now (`lakelog up`
+    takes BASE..BASE+count-1): each is bound, as the launcher's own check binds them."""
+    for _ in range(attempts):
+        base = free_port()
+        if base + count - 1 > 65535:
+            continue
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free loopback ports in {attempts} attempts")
+
+
 @dataclass
 class NodeProcess:
     """One node process. `stop()` is SIGTERM (clean), `kill()` is SIGKILL (crash)."""
