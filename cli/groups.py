@@ -10,7 +10,9 @@ kafka-console-consumer.sh --group):
 `consume --group` creates a consumer instance in G (REST Proxy v2 API), subscribes it to TOPIC, prints
 record values and commits the offsets of what it printed after each batch; the instance is deleted
 when the tool stops. Without `--from-beginning` a group without committed offsets starts at the end.
-`reset-offsets` prints the plan and changes nothing unless `--execute` is given; the group must have
+With `--timeout-ms`, the time before the group first assigns partitions to the tool (at most
+ASSIGNMENT_WAIT_S; the first join of an empty group waits `group.initial.rebalance.delay.ms`) does
+not count as idle. `reset-offsets` prints the plan and changes nothing unless `--execute` is given; the group must have
 no active members.
 """
 
@@ -28,6 +30,8 @@ V2 = "application/vnd.kafka.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 #: Long-poll wait of one records request when the consumer runs until Ctrl-C.
 POLL_MS = 5000
+#: With --timeout-ms: how long the consumer waits for its first assignment before the timeout counts.
+ASSIGNMENT_WAIT_S = 30.0
 
 
 def _q(s: str) -> str:
@@ -50,7 +54,8 @@ def consume_group(args: argparse.Namespace, client: Any, render) -> int:
     try:
         client._request("POST", f"{base}/subscription", expect=(204,), headers={"Content-Type": V2},
                         json={"topics": [args.topic]})
-        idle_since = time.monotonic()
+        idle_since = started = time.monotonic()
+        assigned = False
         while args.max_messages is None or count < args.max_messages:
             if args.timeout_ms is None:
                 wait_ms = POLL_MS
@@ -76,6 +81,15 @@ def consume_group(args: argparse.Namespace, client: Any, render) -> int:
                     {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(printed.items())]})
                 idle_since = time.monotonic()
                 continue
+            if args.timeout_ms is not None and not assigned:
+                # --timeout-ms counts from the assignment, as a Kafka consumer's poll loop does after
+                # its first rebalance (the first join of an empty group waits out
+                # group.initial.rebalance.delay.ms): until then it is not idle, up to ASSIGNMENT_WAIT_S.
+                assigned = bool(client._json("GET", f"{base}/assignments").get("partitions"))
+                if not assigned and time.monotonic() - started < ASSIGNMENT_WAIT_S:
+                    idle_since = time.monotonic()
+                    continue
+                assigned = True
             if args.timeout_ms is not None and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
                 break
     except KeyboardInterrupt:

@@ -88,7 +88,7 @@ def create_app(node: Node) -> FastAPI:
             await app.state.groups.stop()
             await node.stop_cluster()
 
-    app = FastAPI(title="Lakelog ingest node", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="Lakelog ingest node", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,  # routers/docs.py: no CDN
                   description="Produce, fetch and administer topics over HTTP (Confluent REST Proxy conventions).")
     app.state.node = node
     app.state.metrics = NodeMetrics(node)
@@ -117,10 +117,11 @@ def create_app(node: Node) -> FastAPI:
     app.add_middleware(SecurityMiddleware, context=app.state.security, error_response=error_response)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
-    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
+    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, docs, internal, ops, records, replication
     from lakelog.ingest_api.security import router as security_router
 
     app.include_router(ops.router)
+    app.include_router(docs.router)  # Swagger UI from the node's own files
     app.include_router(records.router)
     app.include_router(admin_v2.router)
     app.include_router(admin_v3.router)

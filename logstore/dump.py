@@ -1,8 +1,10 @@
 """`lakelog dump-log`: print segment files the way Kafka's DumpLogSegments tool does.
 
 Reads any `.log`, `.index` or `.timeindex` file in Kafka's formats (ours or a Kafka broker's),
-named by its base offset in 20 digits (`00000000000000005376.log`). Lakelog's transient suffixes
-(`.cleaned`, `.swap`, `.deleted`, see segment.py) may follow the segment suffix.
+named by its base offset in 20 digits (`00000000000000005376.log`), or a remote tier object's name
+(`00000000000000005376-<segment id>.log`, 32 hex digits of segment id: a segment downloaded from
+the remote tier as it is stored; its indexes are found beside it under the same stem). Lakelog's
+transient suffixes (`.cleaned`, `.swap`, `.deleted`, see segment.py) may follow the segment suffix.
 
 `.log` output: a heading, then one line per batch and one line per record:
 
@@ -72,6 +74,7 @@ dumped up to its size when opened).
 from __future__ import annotations
 
 import os
+import re
 import struct
 import sys
 import zlib
@@ -152,6 +155,10 @@ class DumpPathError(Exception):
         self.exit_code = exit_code
 
 
+#: A remote tier object's stem (tiering/layout.py): the base offset, '-', a 32-hex-digit segment id.
+_REMOTE_STEM = re.compile(r"^\d{20}-[0-9a-f]{32}$")
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentFile:
     """A path recognised as a segment file."""
@@ -160,9 +167,11 @@ class SegmentFile:
     suffix: str  # LOG_SUFFIX, INDEX_SUFFIX or TIME_INDEX_SUFFIX
     transient_suffix: str  # "" or one of .cleaned / .swap / .deleted
     base_offset: int
+    #: The name before the suffix: the 20-digit base offset, or `<base offset>-<segment id>` (remote).
+    stem: str = ""
 
     def sibling(self, suffix: str) -> Path:
-        return self.path.with_name(self.path.name[:20] + suffix + self.transient_suffix)
+        return self.path.with_name((self.stem or self.path.name[:20]) + suffix + self.transient_suffix)
 
 
 def classify(path: str | os.PathLike) -> SegmentFile:
@@ -181,11 +190,13 @@ def classify(path: str | os.PathLike) -> SegmentFile:
         shown = core[dot:] if dot >= 0 else "(none)"
         raise DumpPathError(f"{path}: unknown file suffix {shown}; dump-log reads .log, .index and "
                             f".timeindex segment files", EXIT_UNKNOWN_SUFFIX)
-    base_offset = parse_base_offset(core) if core == core[:20] + suffix else None
+    stem = core[:len(core) - len(suffix)]
+    base_offset = parse_base_offset(stem[:20]) if len(stem) == 20 or _REMOTE_STEM.match(stem) else None
     if base_offset is None:
         raise DumpPathError(f"{path}: not a segment file: the name must be the base offset in 20 digits, "
-                            f"e.g. 00000000000000000000{suffix}", EXIT_NOT_A_SEGMENT)
-    return SegmentFile(p, suffix, transient, base_offset)
+                            f"e.g. 00000000000000000000{suffix}, or a remote segment object's "
+                            f"<base offset>-<segment id>{suffix}", EXIT_NOT_A_SEGMENT)
+    return SegmentFile(p, suffix, transient, base_offset, stem)
 
 
 def dump_files(paths: Iterable[str | os.PathLike], *, print_data_log: bool, out: TextIO,

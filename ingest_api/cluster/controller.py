@@ -122,6 +122,10 @@ class ControllerConfig:
     unclean_leader_election_enable: bool = False  # unclean.leader.election.enable
     auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
+    #: When an ISR expansion brings back a partition's preferred leader while another replica leads,
+    #: the leader rebalance runs this long after (not at the next periodic check): a restarted node
+    #: gets its leaderships back once it has caught up, not minutes later.
+    preferred_leader_return_delay_ms: int = 1_000
     producer_id_block_size: int = 1_000
     max_record_bytes: int = 1_000_000  # below the Raft max_entry_bytes (1 MiB)
     max_records_per_tick: int = 10_000  # a tick proposes at most this many; the rest next tick
@@ -133,6 +137,7 @@ class ControllerConfig:
             "num_partitions": (1, MAX_PARTITIONS_PER_TOPIC),
             "max_partitions_per_topic": (1, MAX_PARTITIONS_PER_TOPIC),
             "default_min_insync_replicas": (1, 64), "leader_imbalance_check_interval_ms": (0, MAX_LONG),
+            "preferred_leader_return_delay_ms": (0, MAX_LONG),
             "producer_id_block_size": (1, MAX_PRODUCER_ID_BLOCK), "max_record_bytes": (1_024, 1 << 30),
             "max_records_per_tick": (1, 1_000_000), "proposal_timeout_ms": (1, MAX_LONG),
         }
@@ -199,6 +204,7 @@ class Controller:
         self._in_flight: dict[tuple[Any, ...], tuple[int, int]] = {}
         self._now_ms = 0  # the latest time any call brought
         self._last_rebalance_ms = 0
+        self._rebalance_due_ms: int | None = None  # an earlier rebalance, see preferred_leader_return_delay_ms
 
     # --- leadership ----------------------------------------------------------------------------
 
@@ -213,6 +219,7 @@ class Controller:
         self._scanned_index = -1
         self._scanned_ms = now_ms
         self._last_rebalance_ms = now_ms
+        self._rebalance_due_ms = None
         self._in_flight.clear()
 
     def deactivate(self) -> None:
@@ -338,12 +345,14 @@ class Controller:
         for node_id in [n for n in self._last_contact_ms if n not in self.image.brokers]:
             del self._last_contact_ms[node_id]  # unregistered: forget the session
         rebalance = (self.config.auto_leader_rebalance_enable
-                     and now_ms - self._last_rebalance_ms >= self.config.leader_imbalance_check_interval_ms)
+                     and (now_ms - self._last_rebalance_ms >= self.config.leader_imbalance_check_interval_ms
+                          or (self._rebalance_due_ms is not None and now_ms >= self._rebalance_due_ms)))
         # A full scan costs O(partitions); skip it while nothing changed.
         if (fenced_now or rebalance or self.image.last_applied_index != self._scanned_index
                 or now_ms - self._scanned_ms >= self.config.proposal_timeout_ms):
             if rebalance:
                 self._last_rebalance_ms = now_ms
+                self._rebalance_due_ms = None
             room = max(0, self.config.max_records_per_tick - len(records))
             changes = [c for c in self._reconcile_changes(view, rebalance=rebalance) if not self._is_in_flight(c)]
             records += [_change_record(t, p, old, new) for t, p, old, new in changes[:room]]
@@ -472,6 +481,10 @@ class Controller:
         if set(isr) == set(state.isr):
             return [], state
         new = dataclasses.replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
+        preferred = state.replicas[0] if state.replicas else -1
+        if preferred != state.leader and preferred in isr and preferred not in state.isr:
+            due = self._now_ms + self.config.preferred_leader_return_delay_ms
+            self._rebalance_due_ms = due if self._rebalance_due_ms is None else min(self._rebalance_due_ms, due)
         return self._proposed([_change_record(t, partition, state, new)]), new
 
     # --- producer ids --------------------------------------------------------------------------

@@ -226,7 +226,7 @@ class ConsumerInstance:
         session = self.cfg.session_timeout_ms
         args = {"member_id": self.member_id, "client_id": self.name, "client_host": self.node.config.advertised_url,
                 "session_timeout_ms": session, "rebalance_timeout_ms": session, "protocol_type": "consumer",
-                "protocols": [[s, meta] for s in self.cfg.strategies]}
+                "protocols": [[s, meta] for s in self.cfg.strategies], "require_known_member_id": True}
         wait_s = (session + self.node.config.group_initial_rebalance_delay_ms) / 1000 + 10
         try:
             res = await self.groups.call(self.group, "join", args, timeout_s=wait_s)

@@ -292,6 +292,12 @@ class GroupService:
             client_host=str(a.get("client_host", "")), session_timeout_ms=int(a["session_timeout_ms"]),
             rebalance_timeout_ms=rebalance_ms, protocol_type=str(a.get("protocol_type", "consumer")),
             protocols=protocols, now_ms=now_ms())
+        if not a.get("member_id") and a.get("require_known_member_id"):
+            # Kafka's two-step join (KIP-394): the new member learns its id before it waits, so a
+            # client that stops during the rebalance can leave instead of holding the group up.
+            self._deliver(effects)
+            return {"error": RebalanceInProgressError.kafka_name, "message": "rejoin with the member id",
+                    "member_id": mid}
         wait = (max(rebalance_ms, int(a["session_timeout_ms"])) + self.config.group_initial_rebalance_delay_ms) / 1000
         res = await self._await_answer((group, mid, "join"), effects, wait + ANSWER_SLACK_S)
         if res is None:  # still rebalancing: the member rejoins with its id
@@ -390,7 +396,9 @@ class GroupService:
             out.update({"state": g.state.value, "protocol_type": g.protocol_type, "protocol": g.protocol,
                         "generation": g.generation, "leader_id": g.leader_id,
                         "members": [{"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
-                                     "assignment": m.assignment} for m in g.members.values()]})
+                                     "assignment": m.assignment} for m in g.members.values()],
+                        "topics": sorted({str(t) for m in g.members.values() for _, meta in m.protocols[:1]
+                                          if isinstance(meta, dict) for t in (meta.get("topics") or [])})})
             out["offsets"] = (await self._op_offset_fetch({"group_id": group_id}))["offsets"]
         return out
 

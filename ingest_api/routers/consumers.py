@@ -389,7 +389,12 @@ async def describe_group(group: str, request: Request):
         for t, p in (m.get("assignment") or []):
             owner[TopicPartition(t, p)] = m
     committed = {TopicPartition(o["topic"], o["partition"]): o for o in doc["offsets"]}
-    tps = sorted(set(owner) | set(committed))
+    # Every partition of the topics the members subscribe to or the group has committed offsets of,
+    # as kafka-consumer-groups --describe lists them (a partition never committed shows no lag).
+    topics = set(doc.get("topics") or ()) | {tp.topic for tp in committed} | {tp.topic for tp in owner}
+    every = {TopicPartition(t, p) for t in topics if (img := node.image.topics.get(t)) is not None
+             for p in range(len(img.partitions))}
+    tps = sorted(set(owner) | set(committed) | every)
 
     async def end_offset(tp: TopicPartition) -> int | None:
         try:

@@ -32,6 +32,7 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/metrics", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/openapi.json", None, None, None, ""),  # authenticated only
     ("GET", "/docs", None, None, None, ""),
+    ("GET", "/docs/assets/{name}", None, None, None, ""),
     ("GET", "/redoc", None, None, None, ""),
     ("GET", "/topics", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/topics/{topic}", TOPIC, "topic", DESCRIBE, ""),

@@ -154,3 +154,14 @@ def test_produce_then_consume_round_trip_keyed_partitions_and_offsets(node: Node
     # From the end nothing arrives: --timeout-ms ends the consumer, exit 0.
     assert ok(latest) == "" and b"Processed a total of 0 messages" in latest.stderr
     assert failed(past) == "lakelog consume: offset 102 is out of range [0, 101]"
+
+
+def test_a_closed_stdout_ends_the_command_quietly(node: NodeProcess):
+    """`lakelog topics describe T | head -1`: the reader goes away; no BrokenPipeError traceback."""
+    ok(lakelog(node.url, "topics", "create", "piped", "--partitions", "3"))
+    proc = subprocess.Popen([LAKELOG, "topics", "describe", "piped", "--bootstrap-server", node.url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the command writes anything: its first write fails with EPIPE
+    _, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err
+    assert proc.returncode == 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by it

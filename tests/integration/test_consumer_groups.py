@@ -277,6 +277,37 @@ def test_cli_consume_with_a_group_describe_and_reset(node):
     assert "does not exist" in lakelog(url, "groups", "describe", "nobody").stderr.decode()
 
 
+def test_short_group_consume_waits_out_the_initial_rebalance_delay_and_leaves_the_group_empty(tmp_path):
+    """With Kafka's default group.initial.rebalance.delay.ms (3 s), `--timeout-ms 3000` still gets the
+    records: the wait for the first assignment does not count as idle. The tool leaves, so the group
+    is Empty at once, and describe lists every partition of the topic, committed or not."""
+    n = start_node(tmp_path, **{**FAST_GROUPS, "group.initial.rebalance.delay.ms": "3000"})
+    try:
+        url = n.url
+        create_topic(url, "clicks", 3)
+        produce(url, "clicks", 0, [f"c{i}" for i in range(60)])
+        out = ok(lakelog(url, "consume", "clicks", "--group", "short", "--from-beginning", "--timeout-ms", "3000"))
+        assert len(out.split()) == 60
+        doc = httpx.get(f"{url}/groups/short", timeout=10).json()
+        assert doc["state"] == "Empty" and doc["members"] == []
+        rows = {(r["topic"], r["partition"]): (r["current_offset"], r["log_end_offset"], r["lag"])
+                for r in doc["partitions"]}
+        assert rows == {("clicks", 0): (60, 60, 0), ("clicks", 1): (None, 0, None), ("clicks", 2): (None, 0, None)}
+        described = ok(lakelog(url, "groups", "describe", "short"))
+        assert [line.split()[2] for line in described.splitlines() if line.startswith("short")] == ["0", "1", "2"]
+        # A member stopped while its join is still waiting out the delay leaves too (it knew its member id).
+        base = new_consumer(url, "stopped", "s1")
+        httpx.post(f"{base}/subscription", json={"topics": ["clicks"]}, headers=V2, timeout=10)
+        wait_for(lambda: httpx.get(f"{url}/groups/stopped", timeout=10).json()["state"] == "PreparingRebalance", 10,
+                 "the join in progress")
+        assert httpx.delete(base, timeout=30).status_code == 204
+        assert httpx.get(f"{url}/groups/stopped", timeout=10).json()["members"] == []  # gone now, not at a timeout
+        wait_for(lambda: httpx.get(f"{url}/groups/stopped", timeout=10).json()["state"] == "Empty", 20,
+                 "Empty once the delay is over")
+    finally:
+        n.stop()
+
+
 def test_more_partitions_rebalance_the_group(node):
     url = node.url
     create_topic(url, "growing", 2)

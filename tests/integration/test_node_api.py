@@ -1039,6 +1039,21 @@ def test_metrics_health_readiness(client, new_topic, cluster_id):
     assert r.json()["status"] == "ready" and r.json()["cluster_id"] == cluster_id
 
 
+def test_docs_page_and_its_assets_come_from_the_node_itself(client):
+    page = client.get("/docs")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert "/docs/assets/swagger-ui-bundle.js" in assets and "/docs/assets/swagger-ui.css" in assets
+    assert not [a for a in assets if a.startswith(("http:", "https:", "//"))], assets  # nothing from a CDN
+    for a in assets:
+        r = client.get(a)
+        assert r.status_code == 200 and len(r.content) > 500, a
+    assert "SwaggerUIBundle" in client.get("/docs/assets/swagger-ui-bundle.js").text
+    assert "'/openapi.json'" in page.text or '"/openapi.json"' in page.text
+    r = client.get("/docs/assets/index.html")
+    assert r.status_code == 404 and r.json()["error_code"] == 404
+
+
 def test_openapi_lists_every_route(client):
     spec = client.get("/openapi.json").json()
     listed = {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}

@@ -519,6 +519,22 @@ def test_preferred_leader_rebalance_moves_leadership_back() -> None:
     assert len(records) == 1  # only the one partition whose preferred leader is 0 moved
 
 
+def test_a_preferred_leader_back_in_the_isr_gets_its_leadership_back_soon() -> None:
+    """Not at the next periodic check (5 minutes by default): preferred_leader_return_delay_ms after
+    the ISR expansion that brought it back."""
+    c = Cluster(brokers=3, leader_imbalance_check_interval_ms=300_000, preferred_leader_return_delay_ms=1_000)
+    c.create("t", 3, 3)
+    preferred = [s.replicas[0] for s in c.image.topic("t").partitions]
+    c.advance(SESSION_MS + 1_000, alive=(1, 2))  # broker 0 dies
+    c.heartbeat(0)
+    c.advance(5_000, alive=(0, 1, 2))
+    assert all(s.leader != 0 for s in c.image.topic("t").partitions)  # not in any ISR yet: no move
+    for p, s in enumerate(c.image.topic("t").partitions):
+        c.alter_isr("t", p, list(s.isr) + [0])
+    c.advance(2_000, alive=(0, 1, 2))
+    assert [s.leader for s in c.image.topic("t").partitions] == preferred
+
+
 def test_no_rebalance_when_disabled_but_operators_can_elect() -> None:
     c = Cluster(brokers=2, auto_leader_rebalance_enable=False, leader_imbalance_check_interval_ms=0)
     c.create("t", 2, 2)

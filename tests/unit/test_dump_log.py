@@ -488,6 +488,24 @@ def test_transient_suffixes_are_segment_files(our_log, tmp_path):
     assert len(batch_lines(res.stdout)) == 5
 
 
+def test_remote_segment_object_names_are_segment_files(our_log, tmp_path):
+    """A segment as the remote tier stores it: `<base offset>-<segment id>.log`, its indexes beside it."""
+    stem = f"{SEG0}-{'0123456789abcdef' * 2}"
+    remote_log = tmp_path / f"{stem}.log"
+    remote_log.write_bytes(our_log.read_bytes())
+    (tmp_path / f"{stem}.index").write_bytes(our_log.with_suffix(".index").read_bytes())
+    local = dump(our_log)
+    res = dump(remote_log)
+    assert res.returncode == 0, res.stderr
+    assert batch_lines(res.stdout) == batch_lines(local.stdout)
+    res = dump(tmp_path / f"{stem}.index")
+    assert res.returncode == 0 and "Mismatches" not in res.stdout and "no log" not in res.stdout, res.stdout
+    bad = tmp_path / f"{SEG0}-not-an-id.log"
+    bad.write_bytes(b"")
+    got_code, _, err = run_in_process([bad])
+    assert got_code == 1 and "<base offset>-<segment id>.log" in err
+
+
 # ---------------------------------------------------------------------------------------------
 # Bounds and formats, in-process
 
