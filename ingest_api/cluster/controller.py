@@ -123,9 +123,11 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
     #: When an ISR expansion brings back a partition's preferred leader while another replica leads,
-    #: the leader rebalance runs this long after (not at the next periodic check): a restarted node
-    #: gets its leaderships back once it has caught up, not minutes later.
-    preferred_leader_return_delay_ms: int = 1_000
+    #: the leader rebalance runs this long after the last such expansion (not at the next periodic
+    #: check): a restarted node gets its leaderships back once it has caught up, not minutes later.
+    preferred_leader_return_delay_ms: int = 5_000
+    #: Leader moves a rebalance proposes per tick (see Controller._pace_rebalance).
+    rebalance_moves_per_tick: int = 8
     producer_id_block_size: int = 1_000
     max_record_bytes: int = 1_000_000  # below the Raft max_entry_bytes (1 MiB)
     max_records_per_tick: int = 10_000  # a tick proposes at most this many; the rest next tick
@@ -137,7 +139,7 @@ class ControllerConfig:
             "num_partitions": (1, MAX_PARTITIONS_PER_TOPIC),
             "max_partitions_per_topic": (1, MAX_PARTITIONS_PER_TOPIC),
             "default_min_insync_replicas": (1, 64), "leader_imbalance_check_interval_ms": (0, MAX_LONG),
-            "preferred_leader_return_delay_ms": (0, MAX_LONG),
+            "preferred_leader_return_delay_ms": (0, MAX_LONG), "rebalance_moves_per_tick": (1, 1_000_000),
             "producer_id_block_size": (1, MAX_PRODUCER_ID_BLOCK), "max_record_bytes": (1_024, 1 << 30),
             "max_records_per_tick": (1, 1_000_000), "proposal_timeout_ms": (1, MAX_LONG),
         }
@@ -355,10 +357,26 @@ class Controller:
                 self._rebalance_due_ms = None
             room = max(0, self.config.max_records_per_tick - len(records))
             changes = [c for c in self._reconcile_changes(view, rebalance=rebalance) if not self._is_in_flight(c)]
+            if rebalance:
+                changes = self._pace_rebalance(changes, view, now_ms)
             records += [_change_record(t, p, old, new) for t, p, old, new in changes[:room]]
             self._scanned_index = self.image.last_applied_index if len(changes) <= room else -1
             self._scanned_ms = now_ms
         return self._proposed(records, now_ms)
+
+    def _pace_rebalance(self, changes: list, view: _View, now_ms: int) -> list:
+        """At most `rebalance_moves_per_tick` moves made only to restore preferred leaders; the rest
+        on the next ticks. Every leader move is a Raft entry the controller waits for while holding
+        its lock, and heartbeats wait on that lock: a few hundred moves at once would make brokers'
+        sessions lapse. Changes that are needed anyway (elections, ISR) are never held back."""
+        needed, moves = [], []
+        for c in changes:
+            t, p, old, new = c
+            (moves if _target_state(old, view, unclean=self._unclean(t), rebalance=False) == old else needed).append(c)
+        if len(moves) > self.config.rebalance_moves_per_tick:
+            moves = moves[:self.config.rebalance_moves_per_tick]
+            self._rebalance_due_ms = now_ms  # the next tick moves the next ones
+        return needed + moves
 
     def elect_preferred_leaders(self, topic: str | None = None) -> list[dict[str, Any]]:
         """Move leadership back to each partition's first replica where it is eligible and in the ISR."""
@@ -483,8 +501,9 @@ class Controller:
         new = dataclasses.replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
         preferred = state.replicas[0] if state.replicas else -1
         if preferred != state.leader and preferred in isr and preferred not in state.isr:
-            due = self._now_ms + self.config.preferred_leader_return_delay_ms
-            self._rebalance_due_ms = due if self._rebalance_due_ms is None else min(self._rebalance_due_ms, due)
+            # Each such expansion pushes the rebalance back: after a restart they come in a burst,
+            # and the leaderships move once, when it is over, in one tick.
+            self._rebalance_due_ms = self._now_ms + self.config.preferred_leader_return_delay_ms
         return self._proposed([_change_record(t, partition, state, new)]), new
 
     # --- producer ids --------------------------------------------------------------------------

@@ -533,6 +533,34 @@ def test_a_preferred_leader_back_in_the_isr_gets_its_leadership_back_soon() -> N
         c.alter_isr("t", p, list(s.isr) + [0])
     c.advance(2_000, alive=(0, 1, 2))
     assert [s.leader for s in c.image.topic("t").partitions] == preferred
+    # A burst of expansions pushes the rebalance back until it is over.
+    c.advance(SESSION_MS + 1_000, alive=(1, 2))  # broker 0 dies again
+    c.heartbeat(0)
+    for p, s in enumerate(c.image.topic("t").partitions):
+        c.alter_isr("t", p, list(s.isr) + [0])
+        c.advance(600, alive=(0, 1, 2))
+        assert all(s.leader != 0 for s in c.image.topic("t").partitions)
+    c.advance(1_000, alive=(0, 1, 2))
+    assert [s.leader for s in c.image.topic("t").partitions] == preferred
+
+
+def test_a_rebalance_moves_a_few_leaders_per_tick() -> None:
+    """Heartbeats wait while the controller commits its moves: a big rebalance is spread over ticks."""
+    c = Cluster(brokers=3, leader_imbalance_check_interval_ms=300_000, preferred_leader_return_delay_ms=1_000,
+                rebalance_moves_per_tick=4)
+    c.create("t", 30, 3)
+    preferred = [s.replicas[0] for s in c.image.topic("t").partitions]
+    c.advance(SESSION_MS + 1_000, alive=(1, 2))
+    c.heartbeat(0)
+    for p, s in enumerate(c.image.topic("t").partitions):
+        c.alter_isr("t", p, list(s.isr) + [0])
+    c.now += 1_000
+    for h in (0, 1, 2):
+        c.heartbeat(h)
+    assert len(c.commit(c.controller.tick(c.now))) == 4
+    assert len(c.commit(c.controller.tick(c.now + 100))) == 4
+    c.advance(5_000, alive=(0, 1, 2))
+    assert [s.leader for s in c.image.topic("t").partitions] == preferred
 
 
 def test_no_rebalance_when_disabled_but_operators_can_elect() -> None:
