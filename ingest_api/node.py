@@ -43,6 +43,7 @@ from lakelog.compaction.cleaner import LogCleaner
 from lakelog.infra.config import LOG_CONFIG, ConfigError
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.cluster.backoff import RetryBackoff
+from lakelog.ingest_api.raft.lease import ClockGap
 from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
 from lakelog.ingest_api.cluster.errors import NotControllerError
@@ -160,6 +161,8 @@ class Node:
         #: After a lapsed session: the metadata index (the controller's, at the heartbeat that renewed
         #: it) to apply before serving again, so a deposed leader never answers as a leader.
         self._catch_up_index = 0
+        #: A pause (a jump of the monotonic clock) voids the session: see _observe_pause.
+        self._pause = ClockGap(config.broker_session_timeout_ms / 2, time.monotonic() * 1000)
         self.voters = parse_voters(config.controller_quorum_voters) if config.controller_quorum_voters else {
             self.node_id: (config.host, config.port)}
         self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None
@@ -185,6 +188,7 @@ class Node:
 
     @property
     def ready(self) -> bool:
+        self._observe_pause()
         if self.broker_epoch < 0 or self._shutting_down:
             return False
         if time.monotonic() >= self._session_valid_until or self.image.last_applied_index < self._catch_up_index:
@@ -235,8 +239,22 @@ class Node:
         await self.quorum.start()
         self._tasks.append(asyncio.get_running_loop().create_task(self._broker_loop(), name="broker-lifecycle"))
         self._tasks.append(asyncio.get_running_loop().create_task(self._isr_loop(), name="isr-checker"))
+        self._tasks.append(asyncio.get_running_loop().create_task(self._watch_clock(), name="clock-watch"))
         log.info("node %s started: cluster %s, voters %s", self.node_id, self.cluster_id, sorted(self.voters),
                  extra=NOTICE)
+
+    def _observe_pause(self) -> None:
+        """After a pause of half a session or more, serve nothing until a heartbeat renewed the session
+        and the metadata the controller had then is applied: leaderships may have moved meanwhile."""
+        if self._pause.observe(time.monotonic() * 1000) and self._session_valid_until > 0:
+            self._session_valid_until = 0.0
+            log.warning("node %s: its clock jumped (a pause); not serving until its session is renewed",
+                        self.node_id)
+
+    async def _watch_clock(self) -> None:
+        while True:  # frequent observations, so that only a real pause looks like a gap
+            self._observe_pause()
+            await asyncio.sleep(0.1)
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move this node's leaderships away; returns when it says done or on timeout."""
@@ -503,10 +521,9 @@ class Node:
 
     async def _propose_all(self, records: list[dict]) -> int:
         assert self.quorum is not None
-        index = self.image.last_applied_index
-        for r in records:
-            index = await self.quorum.propose(encode_record(r), self.config.request_timeout_ms / 1000)
-        return index
+        index = await self.quorum.propose_many([encode_record(r) for r in records],
+                                               self.config.request_timeout_ms / 1000)
+        return max(index, self.image.last_applied_index)
 
     async def controller_call(self, op: str, args: dict[str, Any], *,
                               attempt_timeout_s: float | None = None) -> dict[str, Any]:
@@ -550,7 +567,8 @@ class Node:
         assert self._controller_lock is not None
         async with self._controller_lock:
             ctrl = self.controller
-            if ctrl is None or self.quorum is None or not self.quorum.is_leader:
+            # has_lease: a quorum confirmed this leadership lately and no pause came since (raft/lease.py).
+            if ctrl is None or self.quorum is None or not self.quorum.has_lease:
                 raise NotControllerError(f"node {self.node_id} is not the active controller",
                                          self.quorum.leader_id if self.quorum else None)
             now = now_ms()

@@ -62,6 +62,7 @@ import logging
 import math
 import random
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,10 +99,13 @@ from lakelog.ingest_api.raft.core import (
     RoleChanged,
     Send,
     Snapshot,
+    StepDown,
     Tick,
     message_from_dict,
     message_to_dict,
 )
+from lakelog.ingest_api.raft.core import AppendEntriesResponse, InstallSnapshotResponse
+from lakelog.ingest_api.raft.lease import LeaderLease
 from lakelog.ingest_api.raft.state_machine import StateMachine
 from lakelog.ingest_api.raft.storage import RaftStorage
 
@@ -381,6 +385,7 @@ class QuorumHost:
         self._inflight: dict[int, int] = {p: 0 for p in config.peers}
         self._pending: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
         self._reported = (Role.FOLLOWER, 0, NO_NODE)  # (role, durable term, leader id)
+        self.lease: LeaderLease | None = None  # made at start
         self._applied_index = 0
         self._snapshot_index = 0  # of the last snapshot made durable
         self._changed: asyncio.Event | None = None
@@ -403,6 +408,27 @@ class QuorumHost:
     @property
     def is_leader(self) -> bool:
         return self._reported[0] == Role.LEADER
+
+    @property
+    def has_lease(self) -> bool:
+        """Leader, and confirmed by a quorum within the lease with no pause since (raft/lease.py).
+
+        What the active controller checks before it answers anything, a broker heartbeat above all.
+        """
+        if self.lease is None:
+            return False
+        valid = self.is_leader and self.lease.valid(_now_ms())
+        self._step_down_if_paused()
+        return valid
+
+    def _step_down_if_paused(self) -> None:
+        if self.lease is not None and self.lease.take_step_down():
+            log.warning("raft voter %d: its clock jumped (a pause); giving up the leadership of term %d",
+                        self.node_id, self.term)
+            try:
+                self._inbox.put_nowait(StepDown())
+            except asyncio.QueueFull:
+                self.counters.inbox_full += 1  # check quorum steps it down an election timeout later
 
     @property
     def term(self) -> int:
@@ -452,6 +478,10 @@ class QuorumHost:
         log.info("raft voter %d starting in term %d: snapshot at %d, log to %d, voters %s", cfg.node_id,
                  durable.term, self._snapshot_index, self._core.last_index, format_voters(cfg.voters))
         self._reported = (Role.FOLLOWER, durable.term, NO_NODE)
+        # The controller's lease: half an election timeout from a quorum's acknowledgements (as sent);
+        # a pause of an election timeout ends the leadership (raft/lease.py).
+        self.lease = LeaderLease(cfg.node_id, set(cfg.voters), cfg.election_timeout_ms / 2,
+                                 cfg.election_timeout_ms, _now_ms())
         self._changed = asyncio.Event()
         self._inbox = asyncio.Queue(cfg.max_pending_events)
         self._client = httpx.AsyncClient(
@@ -573,7 +603,25 @@ class QuorumHost:
             elif not future.cancelled():
                 future.exception()  # resolved as the proposer gave up: retrieved, so asyncio does not log it
 
-    def receive(self, sender: int, body: bytes) -> None:
+    async def propose_many(self, payloads: list[bytes], timeout_s: float = 5.0, window: int = 256) -> int:
+        """Append commands in order; the index of the last once all are applied here (the applied index if none).
+
+        Up to `window` proposals are in flight at once (each is queued before the next, so the log
+        keeps their order): one round of replication commits a window, not one record. The first
+        failure is raised after its window settles; records before it may have committed, as with
+        one `propose` after another.
+        """
+        last = self._applied_index
+        for start in range(0, len(payloads), max(1, window)):
+            chunk = payloads[start:start + max(1, window)]
+            results = await asyncio.gather(*(self.propose(p, timeout_s) for p in chunk), return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+            last = max(last, *results)
+        return last
+
+    def receive(self, sender: int, body: bytes, sent_at_ms: int | None = None) -> None:
         """Queue a Raft message (JSON of `message_to_dict`) sent by the authenticated node `sender`.
 
         Raises RequestTooLargeError, NotAVoterError, MessageFormatError, QuorumUnavailableError (full or
@@ -592,6 +640,12 @@ class QuorumHost:
         message = message_from_dict(doc)
         if message.sender != sender:
             raise NotAVoterError(f"message names sender {message.sender} but was signed by node {sender}")
+        if isinstance(message, (AppendEntriesResponse, InstallSnapshotResponse)) and self.lease is not None:
+            # Stamped when it was sent (the sender's signed wall clock; never later than now): an
+            # answer that waited in a socket through a pause is old, not fresh.
+            age_ms = max(0.0, time.time() * 1000 - sent_at_ms) if sent_at_ms is not None else 0.0
+            self.lease.acknowledged(sender, message.term, _now_ms() - age_ms)
+            self._step_down_if_paused()
         self._enqueue(Receive(message))
         self.counters.messages_received += 1
 
@@ -655,6 +709,9 @@ class QuorumHost:
         tick = Tick()
         while self._state == _RUNNING:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if self.lease is not None:
+                self.lease.observe(_now_ms())
+                self._step_down_if_paused()
             try:
                 self._inbox.put_nowait(tick)
             except asyncio.QueueFull:
@@ -800,6 +857,11 @@ class QuorumHost:
         if state == self._reported:
             return
         self._reported = state
+        if self.lease is not None:
+            if state[0] == Role.LEADER:
+                self.lease.became_leader(state[1], _now_ms())
+            else:
+                self.lease.stepped_down()
         log.info("raft voter %d: %s in term %d, leader %d", self.node_id, state[0].name, state[1], state[2])
         self._callback(self.on_role_change, *state)
         self._notify()
@@ -868,6 +930,10 @@ class QuorumHost:
             log.debug("raft voter %d: voter %d answered %d: %s", self.node_id, to, r.status_code, r.text[:200])
         else:
             self.counters.messages_sent += 1
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
 
 
 def _resolve(future: asyncio.Future, *, result: Any = None, error: BaseException | None = None) -> None:

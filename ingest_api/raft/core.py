@@ -308,7 +308,16 @@ class CompactLog:
     snapshot: Snapshot
 
 
-Event = Union[Tick, Receive, Propose, CompactLog]
+@dataclass(frozen=True, slots=True)
+class StepDown:
+    """The host no longer trusts this voter's leadership (its clock jumped: a pause, see lease.py).
+
+    A leader becomes a follower of no known leader in the same term, as check quorum would make it
+    an election timeout later; it can lead again only by winning a new term. Anything else: no-op.
+    """
+
+
+Event = Union[Tick, Receive, Propose, CompactLog, StepDown]
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,6 +482,9 @@ class RaftCore:
             self._on_propose(event.payload)
         elif isinstance(event, CompactLog):
             self._on_compact(event.snapshot)
+        elif isinstance(event, StepDown):
+            if self.role == Role.LEADER:
+                self._become_follower(self.term, NO_NODE)
         else:
             raise TypeError(f"not a Raft event: {event!r}")
         self._apply_committed()

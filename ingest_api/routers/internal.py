@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from lakelog.ingest_api.cluster.auth import AuthenticationError, InternalAuthenticator
+from lakelog.ingest_api.cluster.auth import HEADER_TIMESTAMP, AuthenticationError, InternalAuthenticator
 from lakelog.ingest_api.cluster.quorum import QuorumHost, QuorumUnavailableError
 from lakelog.ingest_api.errors import RequestTooLargeError
 
@@ -106,9 +106,10 @@ async def verified_raft_request(request: Request, host: QuorumHost = Depends(get
 
 
 @router.post("/raft/messages", status_code=202, summary="Deliver one Raft message to this voter")
-async def raft_message(verified: VerifiedRequest = Depends(verified_raft_request),
+async def raft_message(request: Request, verified: VerifiedRequest = Depends(verified_raft_request),
                        host: QuorumHost = Depends(get_quorum)) -> Response:
-    host.receive(verified.sender, verified.body)
+    # The signed send time: an answer that waited in a socket (a pause) vouches only for then.
+    host.receive(verified.sender, verified.body, sent_at_ms=int(request.headers[HEADER_TIMESTAMP]))
     return Response(status_code=202)
 
 
