@@ -6,8 +6,13 @@ the new leader had served, an in-order idempotent retry refused with 40908. Now 
 ends its leadership and voids its session (ingest_api/raft/lease.py, Node._observe_pause): it
 answers 503 until it has heard from the new controller and caught up with its metadata.
 
-Checked: requests queued in the paused node's socket are answered 503 or with an end offset no
-lower than the new leaders' before the resume; the high watermark each leader reports never goes
+This scenario did not reproduce the measured race here with the lease disabled (3 runs: the woken
+node heard of its successor before it answered anything); it guards the property, and the
+lease's proof is the simulation (tests/sim/test_lease_sim.py), which fails without it.
+
+Checked: requests queued in the paused node's socket, and a prober's requests from the moment it
+wakes, are answered 503 or with an end offset no lower than what the new leaders had served before
+the request was sent; the high watermark each leader reports never goes
 back; the idempotent producer is never refused an in-order sequence (IdempotentLoad fails on
 40908 / 40909); nothing acknowledged is lost or duplicated.
 """
@@ -79,10 +84,36 @@ def test_paused_active_controller_resumes_without_stale_answers(tmp_path):
             for t in threads:
                 t.start()  # they wait in the stopped node's socket
             time.sleep(0.5)
+            # And a prober asking the old node again and again from the moment it wakes: each answer
+            # is checked against what the leaders had served before the question was asked.
+            stop_probe = threading.Event()
+            probes: list[tuple[float, int, int]] = []  # (asked at, partition, end offset answered)
+
+            def probe() -> None:
+                with httpx.Client(timeout=5) as client:
+                    while not stop_probe.is_set():
+                        for p in partitions:
+                            asked = time.monotonic()
+                            try:
+                                r = client.get(f"{old.url}/topics/{topic}/partitions/{p}/offsets",
+                                               headers={FORWARDED: "0"})
+                            except httpx.HTTPError:
+                                continue
+                            if r.status_code == 200:
+                                probes.append((asked, p, int(r.json()["end_offset"])))
+                        time.sleep(0.005)
+
+            prober = threading.Thread(target=probe, daemon=True)
             resumed_at = time.monotonic()
             old.resume()
+            prober.start()
             for t in threads:
                 t.join(20)
+            wait_for(lambda: httpx.get(f"{old.url}/readyz", timeout=2).status_code == 200, 30,
+                     "the woken node ready again")
+            time.sleep(2)
+            stop_probe.set()
+            prober.join(10)
             up.mark_up(old_id)
             print("late answers of the old controller: " + ", ".join(
                 f"{p}: {r.status_code if isinstance(r, httpx.Response) else type(r).__name__}"
@@ -95,6 +126,13 @@ def test_paused_active_controller_resumes_without_stale_answers(tmp_path):
                 w.stop()
         for w in watchers:
             assert_hw_monotonic(w)
+        stale = []
+        for asked, p, end in probes:
+            served = [hw for at, leader, hw in watchers[p].observations if at < asked and leader != old_id]
+            if served and end < max(served):
+                stale.append((round(asked - resumed_at, 3), p, end, max(served)))
+        print(f"{len(probes)} answers of the woken node checked; stale: {stale[:5]}")
+        assert not stale, stale[:10]
         for p, r in late.items():
             if isinstance(r, httpx.Response) and r.status_code == 200:
                 before = [hw for at, _, hw in watchers[p].observations if at < resumed_at]
