@@ -164,15 +164,7 @@ class Node:
         #: skipped until the metadata gives this node a new epoch.
         self._tier_fenced: dict[PartitionKey, int] = {}
         self.started_at = time.time()
-        self.controller_config = ControllerConfig(
-            broker_session_timeout_ms=config.broker_session_timeout_ms,
-            default_replication_factor=config.default_replication_factor,
-            num_partitions=config.num_partitions,
-            max_partitions_per_topic=config.max_partitions_per_topic,
-            default_min_insync_replicas=config.min_insync_replicas,
-            unclean_leader_election_enable=config.unclean_leader_election_enable,
-            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
-            leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds * 1000)
+        self.controller_config = ControllerConfig.from_keys(config)
 
     # ------------------------------------------------------------------ lifecycle
 

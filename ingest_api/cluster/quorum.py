@@ -69,7 +69,8 @@ from typing import Any, Callable, Mapping
 
 import httpx
 
-from lakelog.infra.config import ConfigError
+from lakelog.infra.config import ConfigError, keyed
+from lakelog.ingest_api.config import NODE_CONFIG
 from lakelog.infra.errors import ErrorKind, invariant
 from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS, ClusterAuth, check_secret
 from lakelog.ingest_api.cluster.errors import (
@@ -167,17 +168,21 @@ def _base_url(address: tuple[str, int], tls: bool = False) -> str:
 
 @dataclass(frozen=True)
 class QuorumConfig:
-    """One voter's settings. Kafka's key names where they exist are noted on each field."""
+    """One voter's settings. Kafka's key names where they exist are noted on each field.
+
+    A `keyed` field takes its default from its declared key (ingest_api/config.py); its bounds here
+    are the host's own (>= 1), wider than the key's so tests can run a fast, small quorum.
+    """
 
     node_id: int  # node.id
     voters: Mapping[int, tuple[str, int]]  # controller.quorum.voters, see parse_voters; host:port of /internal
     secret: bytes  # cluster.secret: HMAC key of internal requests, >= 16 bytes
     data_dir: Path  # the node's data directory (log.dirs); the metadata log goes under it by default
     metadata_log_dir: Path | None = None  # metadata.log.dir: parent of __cluster_metadata-0/ instead of data_dir
-    tick_ms: int = 50  # the Raft clock; every timeout below becomes a number of ticks
-    election_timeout_ms: int = 1000  # controller.quorum.election.timeout.ms: campaign after [T, 2T) ms
+    tick_ms: int = keyed(NODE_CONFIG.keys["controller.quorum.tick.ms"])  # the Raft clock; timeouts become ticks
+    election_timeout_ms: int = keyed(NODE_CONFIG.keys["controller.quorum.election.timeout.ms"])  # [T, 2T) ms
     heartbeat_interval_ms: int = 100  # a leader's AppendEntries to each peer at least this often
-    snapshot_interval_entries: int = 1000  # snapshot the state machine every N applied entries
+    snapshot_interval_entries: int = keyed(NODE_CONFIG.keys["metadata.snapshot.interval.entries"])
     request_timeout_ms: int = 500  # controller.quorum.request.timeout.ms: one message POST, then dropped
     max_message_bytes: int = 16 << 20  # largest Raft message body, sent or received (a snapshot travels whole)
     max_entries_per_append: int = 64

@@ -106,13 +106,7 @@ class GroupService:
         self.node = node
         cfg = node.config
         self.config = cfg
-        self.coordinator = GroupCoordinator(CoordinatorConfig(
-            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
-            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
-            max_size=cfg.group_max_size,
-            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
-            offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
-            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes), self._new_member_id)
+        self.coordinator = GroupCoordinator(CoordinatorConfig.from_keys(cfg), self._new_member_id)
         #: __consumer_offsets partition -> the leader epoch its groups were loaded in.
         self._loaded: dict[int, int] = {}
         self._loading: dict[int, asyncio.Task] = {}
