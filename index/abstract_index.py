@@ -1,8 +1,9 @@
 """What the offset index and the time index share (Kafka's `AbstractIndex`): a file of fixed-size
 entries with no header, kept in memory as two columns for lookups and appended to as it grows.
 
-A subclass names its entry layout (`ENTRY`, a `struct.Struct`), its name for messages (`KIND`)
-and its decoder (bytes -> two columns); the file handling lives here once: opening (a file whose
+A subclass names its entry layout (`ENTRY`, a `struct.Struct`), its name for messages (`KIND`),
+its decoder (`DECODE`: bytes -> two columns) and the attribute names of the two columns
+(`COLUMNS`); the file handling lives here once: opening (a file whose
 size is not a multiple of the entry size is remembered as torn and loaded empty, so the owner's
 `sanity_check` raises and the index is rebuilt from the `.log`), appending one packed entry,
 truncating to a number of entries, fsync, close and rename.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import ClassVar, MutableSequence
+from typing import Callable, ClassVar, MutableSequence
 
 from lakelog.index.errors import CorruptIndexError
 
@@ -34,6 +35,8 @@ class AbstractIndex:
 
     ENTRY: ClassVar[struct.Struct]
     KIND: ClassVar[str]
+    DECODE: ClassVar[Callable[..., tuple[MutableSequence[int], MutableSequence[int]]]]
+    COLUMNS: ClassVar[tuple[str, str]]
 
     def __init__(self, path: str | os.PathLike, base_offset: int, max_index_bytes: int) -> None:
         self.path = Path(path)
@@ -41,16 +44,15 @@ class AbstractIndex:
         self.max_entries = max(1, max_index_bytes // self.ENTRY.size)
         buf = self.path.read_bytes() if self.path.exists() else b""
         try:
-            columns = self._decode(buf, str(self.path))
+            columns = type(self).DECODE(buf, file=str(self.path))
             self._corrupt_on_open = False
         except CorruptIndexError:
-            columns = self._decode(b"", str(self.path))
+            columns = type(self).DECODE(b"", file=str(self.path))
             self._corrupt_on_open = True
         self._columns: tuple[MutableSequence[int], MutableSequence[int]] = columns
+        for name, column in zip(self.COLUMNS, columns):  # the subclass reads them by name
+            setattr(self, name, column)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def _decode(self, buf: bytes, file: str) -> tuple[MutableSequence[int], MutableSequence[int]]:
-        raise NotImplementedError
 
     # -- queries
     def __len__(self) -> int:

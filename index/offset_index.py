@@ -58,13 +58,10 @@ class OffsetIndex(AbstractIndex):
 
     ENTRY = ENTRY
     KIND = "offset index"
-
-    def __init__(self, path, base_offset: int, max_index_bytes: int) -> None:
-        super().__init__(path, base_offset, max_index_bytes)
-        self._rel, self._pos = self._columns
-
-    def _decode(self, buf: bytes, file: str) -> tuple[array, array]:
-        return decode(buf, file=file)
+    DECODE = staticmethod(decode)
+    COLUMNS = ("_rel", "_pos")  # relative offsets, positions
+    _rel: array
+    _pos: array
 
     # -- queries
     @property

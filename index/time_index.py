@@ -54,13 +54,10 @@ class TimeIndex(AbstractIndex):
 
     ENTRY = ENTRY
     KIND = "time index"
-
-    def __init__(self, path, base_offset: int, max_index_bytes: int) -> None:
-        super().__init__(path, base_offset, max_index_bytes)
-        self._ts, self._rel = self._columns
-
-    def _decode(self, buf: bytes, file: str) -> tuple[list[int], list[int]]:
-        return decode(buf, file=file)
+    DECODE = staticmethod(decode)
+    COLUMNS = ("_ts", "_rel")  # timestamps, relative offsets
+    _ts: list[int]
+    _rel: list[int]
 
     @property
     def last_entry(self) -> tuple[int, int] | None:
