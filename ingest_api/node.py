@@ -158,7 +158,7 @@ class Node:
         #: it) to apply before serving again, so a deposed leader never answers as a leader.
         self._catch_up_index = 0
         #: A pause (a jump of the monotonic clock) voids the session: see _observe_pause.
-        self._pause = ClockGap(config.broker_session_timeout_ms / 2, time.monotonic() * 1000)
+        self._pause = ClockGap(max(1000, config.broker_session_timeout_ms / 2), time.monotonic() * 1000)
         self.voters = parse_voters(config.controller_quorum_voters) if config.controller_quorum_voters else {
             self.node_id: (config.host, config.port)}
         self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None

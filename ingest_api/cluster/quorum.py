@@ -123,6 +123,10 @@ RAFT_MESSAGES_PATH = "/internal/raft/messages"
 METADATA_PATH = "/internal/metadata"
 METADATA_BATCH_VERSION = 1
 _PERSIST = (PersistState, PersistEntries, PersistSnapshot)
+#: The shortest clock jump taken for a pause that ends a leadership. The lease alone keeps a woken
+#: leader from acting (its acknowledgements count from when they were sent); stepping down is for
+#: liveness, and a busy machine stalls an event loop for a few hundred ms without any pause.
+PAUSE_MIN_MS = 2000
 _ENTRY_JSON_OVERHEAD = 128  # bytes of JSON around one entry's base64 payload (generous)
 _MESSAGE_JSON_OVERHEAD = 1024
 
@@ -448,9 +452,9 @@ class QuorumHost:
                  durable.term, self._snapshot_index, self._core.last_index, format_voters(cfg.voters))
         self._reported = (Role.FOLLOWER, durable.term, NO_NODE)
         # The controller's lease: half an election timeout from a quorum's acknowledgements (as sent);
-        # a pause of an election timeout ends the leadership (raft/lease.py).
+        # a pause of an election timeout (at least PAUSE_MIN_MS) ends the leadership (raft/lease.py).
         self.lease = LeaderLease(cfg.node_id, set(cfg.voters), cfg.election_timeout_ms / 2,
-                                 cfg.election_timeout_ms, _now_ms())
+                                 max(cfg.election_timeout_ms, PAUSE_MIN_MS), _now_ms())
         self._changed = asyncio.Event()
         self._inbox = asyncio.Queue(cfg.max_pending_events)
         self._client = httpx.AsyncClient(

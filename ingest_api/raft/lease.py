@@ -27,7 +27,7 @@ quorum behind the lease; that voter's acknowledgement left it when it last heard
 at least T before the successor could win, and the lease counts from that send. With `lease_ms`
 <= T/2 it has lapsed by then as long as clocks run at about the same rate and the send times the
 host reads (signed wall-clock stamps) are off by less than T/2; a pause longer than `max_gap_ms`
-(the host uses T) ends the leadership as well. tests/sim/test_lease_sim.py checks, with pauses,
+(the host uses T, at least 2 s) ends the leadership as well; the lease does not depend on it. tests/sim/test_lease_sim.py checks, with pauses,
 crashes, partitions, drops and delays, that no two voters ever hold a lease at once.
 
 Invariants: `valid` is False for a non-leader; after `observe` reports a gap, `valid` stays False

@@ -4,7 +4,7 @@ Each voter of tests/sim/raft_sim.py's cluster gets a `LeaderLease` driven as Quo
 observed at every step, renewed by AppendEntries / InstallSnapshot responses of its term, and a
 pause (the voter neither ticks nor receives; messages to it wait, as in its sockets) steps the core
 down through `StepDown` when the voter resumes. The clock is the simulation's tick (1 tick = 1 ms);
-the election timeout is 10 ticks, the lease 5 and the pause threshold 10, as the host sets them;
+the election timeout is 10 ticks, the lease 5 and the pause threshold 10 (the host: T, at least 2 s);
 acknowledgements count from their send time, as the host reads it from the signed timestamp.
 
 Checked at every tick: at most one running voter holds a valid lease (the property the controller
