@@ -250,22 +250,33 @@ class Node:
             return
         self._shutting_down = True
         deadline = time.monotonic() + self.config.controlled_shutdown_timeout_ms / 1000
-        while time.monotonic() < deadline:
-            if not [b for b in self.image.serving_brokers() if b != self.node_id]:
-                # The whole cluster is stopping (or the rest is down): no one can take the leaderships.
-                log.info("node %s: no other broker can take its leaderships; stopping", self.node_id)
-                return
-            try:
-                res = await asyncio.wait_for(
-                    self.controller_call("heartbeat", self._heartbeat_args(want_shutdown=True),
-                                         attempt_timeout_s=self._heartbeat_timeout_s),
-                    max(0.05, min(deadline - time.monotonic(), 2 * self._heartbeat_timeout_s)))
-                if res.get("should_shut_down"):
-                    log.info("node %s: controlled shutdown done", self.node_id)
+        attempt: asyncio.Future | None = None
+        try:
+            while time.monotonic() < deadline:
+                if not [b for b in self.image.serving_brokers() if b != self.node_id]:
+                    # The whole cluster is stopping (or the rest is down): no one can take the leaderships.
+                    log.info("node %s: no other broker can take its leaderships; stopping", self.node_id)
                     return
-            except Exception as e:
-                log.info("controlled shutdown request failed: %s", e)
-            await asyncio.sleep(0.1)
+                if attempt is None:
+                    attempt = asyncio.ensure_future(self.controller_call(
+                        "heartbeat", self._heartbeat_args(want_shutdown=True),
+                        attempt_timeout_s=self._heartbeat_timeout_s))
+                # Not cancelled for being slow (a controller moving many leaderships takes a while);
+                # the image is looked at meanwhile.
+                await asyncio.wait({attempt}, timeout=0.1)
+                if not attempt.done():
+                    continue
+                done, attempt = attempt, None
+                try:
+                    if done.result().get("should_shut_down"):
+                        log.info("node %s: controlled shutdown done", self.node_id)
+                        return
+                except Exception as e:
+                    log.info("controlled shutdown request failed: %s", e)
+                await asyncio.sleep(0.1)
+        finally:
+            if attempt is not None:
+                attempt.cancel()
         log.warning("node %s: controlled shutdown timed out; stopping anyway", self.node_id)
 
     async def stop_cluster(self) -> None:
@@ -554,9 +565,10 @@ class Node:
         """Execute a controller request; only on the active controller."""
         assert self._controller_lock is not None
         async with self._controller_lock:
+            # The lease: a quorum confirmed this leadership lately and no pause came since (raft/lease.py).
+            confirmed = self.quorum is not None and await self.quorum.confirm_lease()
             ctrl = self.controller
-            # has_lease: a quorum confirmed this leadership lately and no pause came since (raft/lease.py).
-            if ctrl is None or self.quorum is None or not self.quorum.has_lease:
+            if ctrl is None or not confirmed:
                 raise NotControllerError(f"node {self.node_id} is not the active controller",
                                          self.quorum.leader_id if self.quorum else None)
             now = now_ms()

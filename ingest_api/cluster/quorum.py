@@ -394,6 +394,21 @@ class QuorumHost:
         self._step_down_if_paused()
         return valid
 
+    async def confirm_lease(self, timeout_s: float | None = None) -> bool:
+        """`has_lease`, waiting up to an election timeout for the next quorum answers if it is stale.
+
+        A busy machine delays answers past the lease now and then; the leader's next heartbeat
+        round renews it, so a caller waits a little instead of being refused. False when this voter
+        is not the leader or no quorum answered in time.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.config.election_timeout_ms / 1000 if timeout_s is None else timeout_s)
+        while not self.has_lease:
+            if not self.is_leader or loop.time() >= deadline:
+                return False
+            await asyncio.sleep(self.config.tick_ms / 1000)
+        return True
+
     def _step_down_if_paused(self) -> None:
         if self.lease is not None and self.lease.take_step_down():
             log.warning("raft voter %d: its clock jumped (a pause); giving up the leadership of term %d",
