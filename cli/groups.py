@@ -66,12 +66,13 @@ def consume_group(args: argparse.Namespace, client: Any, render) -> int:
                     line = render(_unb64(r.get("key"), "key")) + separator + line
                 out.write(line + b"\n")
                 count += 1
-                printed[(r["topic"], int(r["partition"]))] = int(r["offset"]) + 1
+                printed[(r["topic"], int(r["partition"]))] = int(r["offset"])
                 if count == args.max_messages:
                     break
             if printed:
                 out.flush()
-                # Commit exactly what was printed (the instance may hold more it fetched).
+                # Commit exactly what was printed (the instance may hold more it fetched); each entry
+                # names the last record printed and the group stores the next offset (Confluent v2).
                 client._json("POST", f"{base}/offsets", headers={"Content-Type": V2}, json={"offsets": [
                     {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(printed.items())]})
                 idle_since = time.monotonic()

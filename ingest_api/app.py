@@ -13,17 +13,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api.errors import http_error
-from lakelog.ingest_api.formats import V2
+from lakelog.ingest_api import v3_errors
 from lakelog.ingest_api.metrics import NodeMetrics
 from lakelog.ingest_api.node import Node
 
 log = logging.getLogger("lakelog.http")
 
 
-def error_response(status: int, error_code: int, message: str) -> JSONResponse:
+def error_response(status: int, error_code: int, message: str, path: str = "") -> JSONResponse:
     headers = {"Retry-After": "1"} if status in (503, 429) else None
+    status, error_code, media = v3_errors.shape(path, status, error_code)  # /v3: Confluent v3's shape
     return JSONResponse({"error_code": error_code, "message": message}, status_code=status,
-                        media_type=V2, headers=headers)
+                        media_type=media, headers=headers)
 
 
 class ObserveMiddleware:
@@ -97,16 +98,19 @@ def create_app(node: Node) -> FastAPI:
         status, code, message = http_error(exc)
         if status >= 500:
             log.warning("%s %s failed: %s", request.method, request.url.path, exc)
-        return error_response(status, code, message)
+        return error_response(status, code, message, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
         details = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+        if v3_errors.is_v3(request.url.path):
+            status = v3_errors.validation_status(exc.errors())
+            return error_response(status, status, f"invalid request: {details}", request.url.path)
         return error_response(422, 42201, f"invalid request: {details}")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(exc.status_code, exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, exc.status_code, str(exc.detail), request.url.path)
 
     from lakelog.ingest_api.security.middleware import SecurityContext, SecurityMiddleware
 

@@ -40,10 +40,10 @@ class PartitionNotFoundError(NodeError):
 
 
 class TopicExistsError(NodeError):
-    """A topic of that name already exists."""
+    """A topic of that name already exists (Confluent v3: 400, 40002)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 409, 40902
+    status, error_code = 400, 40002
 
 
 class InvalidTopicError(NodeError):

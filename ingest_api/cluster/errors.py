@@ -92,10 +92,11 @@ class InvalidIsrError(ClusterError, InvalidRequestError):
 
 
 class InvalidReplicationFactorError(ClusterError, InvalidRequestError):
-    """The replication factor is below 1 or above the live brokers (Kafka INVALID_REPLICATION_FACTOR)."""
+    """The replication factor is below 1 or above the live brokers (Kafka INVALID_REPLICATION_FACTOR;
+    Confluent v3 answers it 400 / 40002)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 422, 42205
+    status, error_code = 400, 40002
 
 
 class InvalidPartitionsError(ClusterError, InvalidRequestError):

@@ -45,6 +45,7 @@ class CreateTopicRequest(BaseModel):
     partitions_count: int | None = Field(default=None, ge=1)
     replication_factor: int | None = Field(default=None, ge=1)
     configs: list[ConfigEntry] = Field(default_factory=list, max_length=200)
+    validate_only: bool = False
 
 
 class UpdatePartitionCountRequest(BaseModel):
@@ -161,8 +162,10 @@ async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Reque
     configs = {c.name: c.value for c in body.configs if c.value is not None}
     if not allowed(request, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka: cluster or topic
         authorize(request, Operation.CREATE, ResourceType.TOPIC, body.topic_name)
-    t = await node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs)
-    return JSONResponse(_topic_body(request, node, t), status_code=201)
+    t = await node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs,
+                                validate_only=body.validate_only)
+    # Confluent: 200 for a dry run (validate_only), 201 when the topic was created.
+    return JSONResponse(_topic_body(request, node, t), status_code=200 if body.validate_only else 201)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}", summary="Describe a topic")
