@@ -121,10 +121,18 @@ def create_app(node: Node) -> FastAPI:
     from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
     from lakelog.ingest_api.security import router as security_router
 
+    from lakelog.ingest_api.routers import acls_v3, configs_v3, consumer_groups_v3, records_v3, replicas_v3, root
+
     app.include_router(ops.router)
+    app.include_router(root.router)
     app.include_router(records.router)
     app.include_router(admin_v2.router)
+    app.include_router(configs_v3.router)  # before admin_v3: `topics/-/configs` is not a topic named "-"
     app.include_router(admin_v3.router)
+    app.include_router(records_v3.router)
+    app.include_router(consumer_groups_v3.router)
+    app.include_router(replicas_v3.router)
+    app.include_router(acls_v3.router)
     app.include_router(internal.router)
     app.include_router(replication.router)
     app.include_router(consumers.router)
