@@ -116,6 +116,9 @@ def create_app(node: Node) -> FastAPI:
 
     app.state.security = SecurityContext(node)  # authentication, ACLs, quotas (off by default)
     app.add_middleware(SecurityMiddleware, context=app.state.security, error_response=error_response)
+    from lakelog.ingest_api.body_limit import BodyLimitMiddleware
+
+    app.add_middleware(BodyLimitMiddleware, limit_bytes=node.config.max_request_bytes, error_response=error_response)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
     from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication

@@ -35,7 +35,11 @@ def shape(path: str, status: int, error_code: int) -> tuple[int, int, str]:
 
 
 def validation_status(errors: Iterable[dict[str, Any]]) -> int:
-    """400 when the body is not JSON or a field has the wrong type; else 422 (a broken constraint)."""
+    """404 when a path or query parameter does not convert (JAX-RS answers no such resource); 400
+    when the body is not JSON or a field has the wrong type; else 422 (a broken constraint)."""
+    errors = list(errors)
+    if any(tuple(e.get("loc", ()))[:1] in (("path",), ("query",)) for e in errors):
+        return 404
     for e in errors:
         kind = str(e.get("type", ""))
         if kind == "json_invalid" or any(kind.endswith(t) for t in _TYPE_ERRORS if t.startswith("_")) \

@@ -219,39 +219,42 @@ class _StreamingProduce(Response):
 
     def _parse_available(self) -> tuple[list[Any], BaseException | None]:
         """Whole JSON values at the front of the buffer (removed from it), and the error that stops
-        the stream, if any. An incomplete tail stays in the buffer."""
+        the stream, if any. An incomplete tail stays in the buffer. The buffer is decoded once."""
+        raw = bytes(self.buf)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if self.done or e.start < len(raw) - 3:  # not just a character cut by the chunking
+                text = raw[:e.start].decode("utf-8")
+                bad: BaseException | None = BadRecordError("the request body is not UTF-8")
+            else:
+                text, bad = raw[:e.start].decode("utf-8"), None
+        else:
+            bad = None
         docs: list[Any] = []
-        text = bytes(self.buf)
         pos = 0
+        stop: BaseException | None = None
         while True:
-            while pos < len(text) and text[pos] in _WS:
+            while pos < len(text) and text[pos] in " \t\r\n":
                 pos += 1
             if pos >= len(text):
+                stop = bad
                 break
             try:
-                s = text[pos:].decode("utf-8")
-            except UnicodeDecodeError as e:
-                if not self.done and e.start >= len(text[pos:]) - 4:  # a multi-byte char cut by the chunking
-                    s = text[pos:pos + e.start].decode("utf-8")
-                else:
-                    del self.buf[:pos]
-                    return docs, BadRecordError("the request body is not UTF-8")
-            try:
-                doc, end = _DECODER.raw_decode(s)
+                doc, end = _DECODER.raw_decode(text, pos)
             except (ValueError, RecursionError):
-                if self.done or len(text) - pos > self.limit:
-                    del self.buf[:pos]
-                    if len(text) - pos > self.limit:
-                        return docs, RequestTooLargeError(
-                            f"a record is larger than max.request.bytes={self.limit}")
-                    return docs, BadRecordError("the request body is not valid concatenated JSON")
-                break  # wait for more bytes
+                if len(text) - pos > self.limit:
+                    stop = RequestTooLargeError(f"a record is larger than max.request.bytes={self.limit}")
+                elif self.done or bad is not None:
+                    stop = bad or BadRecordError("the request body is not valid concatenated JSON")
+                break  # else: wait for more bytes
+            if end - pos > self.limit:
+                stop = RequestTooLargeError(f"a record is larger than max.request.bytes={self.limit}")
+                break
             docs.append(doc)
-            pos += len(s[:end].encode("utf-8"))
-        del self.buf[:pos]
-        if len(self.buf) > self.limit:
-            return docs, RequestTooLargeError(f"a record is larger than max.request.bytes={self.limit}")
-        return docs, None
+            pos = end
+        del self.buf[:len(text[:pos].encode("utf-8"))]
+        return docs, stop
 
     async def __call__(self, scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": 200,
