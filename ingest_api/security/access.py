@@ -32,7 +32,7 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     # First: "-" (every topic / broker) must not be read as a topic or broker named "-".
     ("GET", "/v3/clusters/{cluster_id}/brokers/-/configs", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/v3/clusters/{cluster_id}/topics/-/configs", CLUSTER, None, DESCRIBE, ""),
-    ("POST", "/v3/clusters/{cluster_id}/topics/-/configs:alter", None, None, None, "body"),  # ALTER per topic
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/configs:alter", CLUSTER, None, ALTER, ""),  # and ALTER per topic
     ("GET", "/metrics", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/openapi.json", None, None, None, ""),  # authenticated only
     ("GET", "/docs", None, None, None, ""),
@@ -77,8 +77,8 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("PUT", "/v3/clusters/{cluster_id}/quotas/{principal}", CLUSTER, None, ALTER, ""),
     ("DELETE", "/v3/clusters/{cluster_id}/quotas/{principal}", CLUSTER, None, ALTER, ""),
     # Confluent v3 produce, consumer groups, configs, replicas, ACL batch; the root.
-    ("GET", "/", None, None, None, ""),  # authenticated only
-    ("POST", "/", None, None, None, ""),
+    ("GET", "/", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/", CLUSTER, None, DESCRIBE, ""),
     ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/records", TOPIC, "topic", WRITE, "produce"),
     ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/records:batch", TOPIC, "topic", WRITE, "produce"),
     ("GET", "/v3/clusters/{cluster_id}/consumer-groups", CLUSTER, None, DESCRIBE, ""),
