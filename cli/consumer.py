@@ -24,6 +24,8 @@ from urllib.parse import quote
 
 import httpx
 
+from lakelog.infra.errors import ErrorKind, LakelogError
+
 V2 = "application/vnd.kafka.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 
@@ -58,8 +60,10 @@ class Message(NamedTuple):
     timestamp: int
 
 
-class ConsumeError(Exception):
+class ConsumeError(LakelogError):
     """A consumer request failed: the node's status, Confluent error code and message."""
+
+    kind = ErrorKind.TRANSIENT
 
     def __init__(self, message: str, status: int = 0, error_code: int = 0) -> None:
         super().__init__(message)
@@ -71,7 +75,9 @@ def _b64(v: str | None) -> bytes | None:
 
 
 class Consumer:
-    def __init__(self, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, config: dict[str, Any] | None = None, *, http_options: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        """`config`: Kafka's consumer config names; `http_options`: passed to httpx.Client."""
         cfg = dict(DEFAULTS)
         for k, v in {**(config or {}), **{k.replace("_", "."): v for k, v in kwargs.items()}}.items():
             if k not in DEFAULTS:
@@ -83,7 +89,7 @@ class Consumer:
         self.server = str(cfg["bootstrap.servers"]).split(",")[0].strip().rstrip("/")
         self.fetch_max_bytes = int(cfg["fetch.max.bytes"])
         timeout_s = int(cfg["request.timeout.ms"]) / 1000
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s + 35, connect=5))
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s + 35, connect=5), **(http_options or {}))
         name = (str(cfg["client.id"]) or "lakelog-consumer") + "-" + uuid.uuid4().hex[:12]
         body = {"name": name, "format": "binary"}
         for k, inst_key in _INSTANCE_KEYS.items():
@@ -176,8 +182,11 @@ class Consumer:
     def _call(self, method: str, path: str, *, instance: bool = False, json: Any = None,
               params: dict[str, Any] | None = None, accept: str = V2) -> Any:
         url = (self.base + path) if instance else (self.server + path)
-        r = self._http.request(method, url, json=json, params=params,
-                               headers={"Content-Type": V2, "Accept": accept})
+        try:
+            r = self._http.request(method, url, json=json, params=params,
+                                   headers={"Content-Type": V2, "Accept": accept})
+        except httpx.HTTPError as e:
+            raise ConsumeError(f"cannot reach {url}: {e}") from None
         if r.status_code == 204:
             return {}
         try:

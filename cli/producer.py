@@ -48,6 +48,7 @@ from urllib.parse import quote
 
 import httpx
 
+from lakelog.infra.errors import ErrorKind, LakelogError
 from lakelog.cli.batching import CODECS, build_producer_batch, record_size_estimate
 from lakelog.ingest_api.partitioner import partition_for_key
 
@@ -83,8 +84,10 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
-class ProduceError(Exception):
+class ProduceError(LakelogError):
     """A produce failed: the node's status, Confluent error code and message (or a transport error)."""
+
+    kind = ErrorKind.TRANSIENT
 
     def __init__(self, message: str, status: int = 0, error_code: int = 0, retriable: bool = False) -> None:
         super().__init__(message)
@@ -109,7 +112,10 @@ class _Batch:
 
 
 class Producer:
-    def __init__(self, config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, config: dict[str, Any] | None = None, *, http_options: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        """`config`: Kafka's producer config names (or keyword arguments with `_` for `.`);
+        `http_options`: passed to httpx.Client (auth, verify, headers) for secured clusters."""
         cfg = dict(DEFAULTS)
         for k, v in {**(config or {}), **{k.replace("_", "."): v for k, v in kwargs.items()}}.items():
             if k not in DEFAULTS:
@@ -140,7 +146,9 @@ class Producer:
         self.client_id = str(cfg["client.id"])
         self._http = httpx.Client(timeout=httpx.Timeout(self.request_timeout_s + 5, connect=5),
                                   limits=httpx.Limits(max_connections=self.max_in_flight + 1,
-                                                      max_keepalive_connections=self.max_in_flight + 1))
+                                                      max_keepalive_connections=self.max_in_flight + 1),
+                                  **(http_options or {}))
+        self.requests = 0  # produce requests sent (retries included)
         self._node = 0  # index into servers: where requests go; moves on a retriable failure
         self._cond = threading.Condition()
         self._open: dict[tuple[str, int], _Batch] = {}
@@ -363,6 +371,7 @@ class Producer:
 
     def _send(self, topic: str, partition: int, payload: bytes) -> int:
         url = f"{self.servers[self._node]}/topics/{quote(topic, safe='')}/partitions/{partition}"
+        self.requests += 1
         r = self._http.post(url, params={"acks": self.acks}, content=payload,
                             headers={"Content-Type": RECORDBATCH, "Accept": "application/vnd.kafka.v2+json"})
         if r.status_code != 200:
