@@ -210,11 +210,13 @@ class Producer:
                 self._cond.wait(left)
             tp = (topic, partition)
             b = self._open.get(tp)
+            wake = False  # the sender sleeps until linger.ms of the oldest batch: wake it only when needed
             if b is not None and b.size + size > self.batch_size and b.records:
                 self._seal(tp)
-                b = None
+                b, wake = None, True
             if b is None:
                 b = self._open[tp] = _Batch(topic, partition, time.monotonic())
+                wake = True
             b.records.append((ts, key, value, hdrs))
             b.futures.append((fut, on_delivery))
             b.size += size
@@ -222,7 +224,9 @@ class Producer:
             self._pending += 1
             if b.size >= self.batch_size:
                 self._seal(tp)
-            self._cond.notify_all()
+                wake = True
+            if wake:
+                self._cond.notify_all()
         return fut
 
     send = produce
