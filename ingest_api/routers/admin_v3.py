@@ -64,6 +64,18 @@ class AlterConfigEntry(BaseModel):
 
 class AlterConfigsRequest(BaseModel):
     data: list[AlterConfigEntry] = Field(max_length=200)
+    validate_only: bool = False
+
+
+def validate_topic_configs(node: Any, topic: str, set_configs: dict[str, str], delete: list[str]) -> None:
+    """Every check an alter would make, changing nothing (validate_only)."""
+    t = node.topic(topic)
+    for name in [*set_configs, *delete]:
+        if name not in LOG_CONFIG.keys:
+            raise ConfigNotFoundError(f"Config {name} cannot be found.")
+    merged = {k: v for k, v in t.configs.items() if k not in delete}
+    merged.update(set_configs)
+    node.config.log_config(merged)  # raises on a bad value
 
 
 def _base(request: Request) -> str:
@@ -229,6 +241,9 @@ async def alter_topic_configs(cluster_id: str, topic: str, body: AlterConfigsReq
     node = _cluster(request, cluster_id)
     set_configs = {e.name: e.value for e in body.data if (e.operation or "SET").upper() == "SET" and e.value is not None}
     delete = [e.name for e in body.data if (e.operation or "").upper() == "DELETE"]
+    if body.validate_only:  # Confluent: a dry run, every check and no change
+        validate_topic_configs(node, topic, set_configs, delete)
+        return Response(status_code=204)
     await node.alter_topic_configs(topic, set_configs, delete=delete)
     return Response(status_code=204)
 

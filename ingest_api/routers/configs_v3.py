@@ -18,7 +18,6 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from lakelog.infra.config import LOG_CONFIG
 from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api import v3_errors
 from lakelog.ingest_api.config import NODE_CONFIG
@@ -33,6 +32,7 @@ from lakelog.ingest_api.routers.admin_v3 import (
     _config_body,
     _list,
     _meta,
+    validate_topic_configs,
 )
 from lakelog.ingest_api.security.middleware import authorize, request_principal
 from lakelog.ingest_api.security.acl import Operation, ResourceType
@@ -261,17 +261,6 @@ def _split(entries: list[AlterConfigEntry]) -> tuple[dict[str, str], list[str]]:
                    if (e.operation or "SET").upper() == "SET" and e.value is not None}
     delete = [e.name for e in entries if (e.operation or "").upper() == "DELETE"]
     return set_configs, delete  # type: ignore[return-value]
-
-
-def validate_topic_configs(node: Any, topic: str, set_configs: dict[str, str], delete: list[str]) -> None:
-    """Every check an alter would make, changing nothing (validate_only)."""
-    t = node.topic(topic)
-    for name in [*set_configs, *delete]:
-        if name not in LOG_CONFIG.keys:
-            raise ConfigNotFoundError(f"Config {name} cannot be found.")
-    merged = {k: v for k, v in t.configs.items() if k not in delete}
-    merged.update(set_configs)
-    node.config.log_config(merged)  # raises on a bad value
 
 
 @router.post("/clusters/{cluster_id}/topics/-/configs:alter", status_code=204,

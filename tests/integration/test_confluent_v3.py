@@ -383,6 +383,12 @@ def test_bad_input_on_the_new_endpoints(node, group_member):
         {"topic_name": "walk", "configs": [{"name": "retention.ms", "value": "1234"}]}]})
     assert r.status_code == 204
     assert httpx.get(f"{base}/topics/walk/configs/retention.ms", timeout=30).json()["value"] != "1234"
+    r = httpx.post(f"{base}/topics/walk/configs:alter", timeout=30, json={"validate_only": True, "data": [
+        {"name": "retention.ms", "value": "4321"}]})
+    assert r.status_code == 204
+    assert httpx.get(f"{base}/topics/walk/configs/retention.ms", timeout=30).json()["value"] != "4321"
+    _error(httpx.post(f"{base}/topics/walk/configs:alter", timeout=30, json={"validate_only": True, "data": [
+        {"name": "retention.ms", "value": "soon"}]}), 400, 40002)
     _error(httpx.post(f"{base}/topics/-/configs:alter", json={"data": [{"topic_name": 5, "configs": []}]},
                       timeout=30), 400)
     # replicas, partition offsets, partition replicas
