@@ -281,6 +281,10 @@ def main() -> int:
               "Lakelog: `lakelog.cli.Producer` (binary path, idempotent, batch.size 1 MiB, linger.ms 5) and "
               "`lakelog.cli.Consumer` (group member, JSON/base64 through a REST instance); the raw fetch is "
               "`Accept: application/vnd.kafka.recordbatch` in 8 MiB reads."]
+    if os.getloadavg()[0] > (os.cpu_count() or 1):
+        lines += ["", f"**Not representative**: the machine's load average ({os.getloadavg()[0]:.1f}) was above its "
+                  f"{os.cpu_count()} cores during the run (other processes competed for the CPU, the JVM's JIT most "
+                  "of all); re-run `make bench-peer` on a quiet machine."]
     text = "\n".join(lines)
     print(text)
     if not args.no_write:

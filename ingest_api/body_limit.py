@@ -30,8 +30,9 @@ class BodyLimitMiddleware:
             return
         length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if length is not None and length.isdigit() and int(length) > self.limit:
-            await self.error_response(413, 41301, f"request body of {int(length)} bytes exceeds "
-                                      f"max.request.bytes={self.limit}", scope["path"])(scope, receive, send)
+            await self.error_response(RequestTooLargeError(f"request body of {int(length)} bytes exceeds "
+                                                           f"max.request.bytes={self.limit}"),
+                                      scope["path"])(scope, receive, send)
             return
         seen = 0
 

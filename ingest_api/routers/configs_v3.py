@@ -21,12 +21,12 @@ from pydantic import BaseModel, Field
 from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api import v3_errors
 from lakelog.ingest_api.config import NODE_CONFIG
-from lakelog.ingest_api.errors import InvalidTopicError, NodeError, http_error
+from lakelog.ingest_api.error_table import http_error
+from lakelog.ingest_api.errors import BrokerNotFoundError, ConfigNotFoundError, InvalidTopicError
+from lakelog.ingest_api.v3_errors import V3StaticConfigError
 from lakelog.ingest_api.node import FORWARDED_HEADER
 from lakelog.ingest_api.routers.admin_v3 import (
     AlterConfigEntry,
-    BrokerNotFoundError,
-    ConfigNotFoundError,
     _base,
     _cluster,
     _config_body,
@@ -43,10 +43,8 @@ router = APIRouter(prefix="/v3", tags=["configs v3"])
 MAX_ALTER_TOPICS = 1000
 
 
-class ReadOnlyConfigError(NodeError):
+class ReadOnlyConfigError(V3StaticConfigError):
     """A broker config cannot be changed at runtime (it is static: node.toml)."""
-
-    status, error_code = 400, 40002
 
 
 class UpdateConfigRequest(BaseModel):
@@ -281,7 +279,7 @@ async def alter_all_topic_configs(cluster_id: str, body: AlterTopicsConfigsReque
                 await node.alter_topic_configs(e.topic_name, set_configs, delete=delete)
         except LakelogError as exc:
             status, code, message = http_error(exc)
-            _, code, _ = v3_errors.shape(path, status, code)
+            _, code, _ = v3_errors.shape(path, exc, status, code)
             failures.append({"topic_name": e.topic_name, "error_code": code, "message": message})
     if failures:
         return JSONResponse({"failures": failures}, status_code=207)

@@ -14,22 +14,18 @@ from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api.groups.consumer import validate_name
 from lakelog.ingest_api.groups.errors import ConsumerInstanceNotFoundError
 from lakelog.ingest_api.groups.lag import STATES, GroupLagView, PartitionLag, describe
-from lakelog.ingest_api.errors import NodeError
+from lakelog.ingest_api.errors import NotFoundError
 from lakelog.ingest_api.routers.admin_v3 import _base, _cluster, _list, _meta
 
 router = APIRouter(prefix="/v3", tags=["consumer groups v3"])
 
 
-class AssignmentNotFoundError(NodeError):
+class AssignmentNotFoundError(NotFoundError):
     """The consumer is not assigned that partition."""
 
-    status, error_code = 404, 404
 
-
-class LagNotFoundError(NodeError):
+class LagNotFoundError(NotFoundError):
     """The group has no committed offset for that partition."""
-
-    status, error_code = 404, 404
 
 
 def _group_url(request: Request, cluster_id: str, group: str) -> str:

@@ -38,12 +38,13 @@ from fastapi.responses import JSONResponse, Response
 
 from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api import v3_errors
+from lakelog.ingest_api.v3_errors import V3BadRequestError
+from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     PartitionNotFoundError,
     RequestTooLargeError,
     UnsupportedMediaTypeError,
-    http_error,
 )
 from lakelog.ingest_api.formats import JSON, media_type
 from lakelog.ingest_api.node import ProduceRecord
@@ -60,16 +61,12 @@ _DECODER = json.JSONDecoder()
 _WS = b" \t\r\n"
 
 
-class BadRecordError(InvalidRequestError):
+class BadRecordError(V3BadRequestError):
     """A v3 produce record is malformed: not JSON, or a field of the wrong type (Confluent: 400)."""
-
-    status, error_code = 400, 400
 
 
 class EmptyPayloadError(InvalidRequestError):
     """A v3 produce request without a record (Confluent: 422, 'Payload error')."""
-
-    status, error_code = 422, 422
 
 
 @dataclass(frozen=True)
@@ -179,7 +176,7 @@ def _report(node: Any, topic: str, rec: V3Record, partition: int, offset: int, t
 
 def _error_report(path: str, exc: BaseException) -> dict[str, Any]:
     status, code, message = http_error(exc)
-    _, code, _ = v3_errors.shape(path, status, code)
+    _, code, _ = v3_errors.shape(path, exc, status, code)
     return {"error_code": code, "message": message}
 
 

@@ -8,18 +8,16 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from lakelog.ingest_api.errors import InvalidRequestError, NodeError
+from lakelog.ingest_api.errors import BrokerNotFoundError, InvalidRequestError, NotFoundError
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.consumer import partition_bounds
-from lakelog.ingest_api.routers.admin_v3 import BrokerNotFoundError, _base, _cluster, _list, _meta
+from lakelog.ingest_api.routers.admin_v3 import _base, _cluster, _list, _meta
 
 router = APIRouter(prefix="/v3", tags=["replicas v3"])
 
 
-class ReplicaNotFoundError(NodeError):
+class ReplicaNotFoundError(NotFoundError):
     """The broker holds no replica of that partition."""
-
-    status, error_code = 404, 404
 
 
 def replica_body(request: Request, cluster_id: str, topic: str, partition: int, broker: int, leader: int,

@@ -378,7 +378,7 @@ def test_bad_input_on_the_new_endpoints(node, group_member):
         {"topic_name": "walk-created", "configs": [{"name": "no.such", "value": "1"}]}]})
     assert r.status_code == 207, r.text
     assert [(f["topic_name"], f["error_code"]) for f in r.json()["failures"]] == [
-        ("walk", 40002), ("nope", 404), ("walk-created", 404)]
+        ("walk", 40001), ("nope", 404), ("walk-created", 404)]
     r = httpx.post(f"{base}/topics/-/configs:alter", timeout=30, json={"validate_only": True, "data": [
         {"topic_name": "walk", "configs": [{"name": "retention.ms", "value": "1234"}]}]})
     assert r.status_code == 204
@@ -388,7 +388,7 @@ def test_bad_input_on_the_new_endpoints(node, group_member):
     assert r.status_code == 204
     assert httpx.get(f"{base}/topics/walk/configs/retention.ms", timeout=30).json()["value"] != "4321"
     _error(httpx.post(f"{base}/topics/walk/configs:alter", timeout=30, json={"validate_only": True, "data": [
-        {"name": "retention.ms", "value": "soon"}]}), 400, 40002)
+        {"name": "retention.ms", "value": "soon"}]}), 400, 40001)
     _error(httpx.post(f"{base}/topics/-/configs:alter", json={"data": [{"topic_name": 5, "configs": []}]},
                       timeout=30), 400)
     # replicas, partition offsets, partition replicas
