@@ -11,7 +11,8 @@ translates it for the v3 paths, as Confluent v3 (api/v3/openapi.yaml, `Error`) a
    parses but breaks a constraint `422` / `422`; a too-large body `413` / `413`; a wrong
    Content-Type `415` / `415`; an unacceptable Accept `406` / `406`.
 3. `V3_ANSWERS_AS`: what Confluent answers differently from our v2 row — a topic that exists, a
-   replication factor above the live brokers and a refused broker config change are `400` / `40002`.
+   replication factor above the live brokers, a partition count that does not grow and a refused
+   broker config change are `400` / `40002`.
 4. Every other code is kept (40101, 40301, 42901, 5xxxx, ...).
 
 The v2 paths keep the v2 convention (5-digit codes, `application/vnd.kafka.v2+json`).
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from lakelog.ingest_api.cluster.errors import InvalidReplicationFactorError
+from lakelog.ingest_api.cluster.errors import InvalidPartitionsError, InvalidReplicationFactorError
 from lakelog.ingest_api.error_table import row_of
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
@@ -48,6 +49,7 @@ class V3StaticConfigError(InvalidRequestError):
 V3_ANSWERS_AS: dict[type[BaseException], type[BaseException]] = {
     TopicExistsError: InvalidTopicError,
     InvalidReplicationFactorError: InvalidTopicError,
+    InvalidPartitionsError: InvalidTopicError,  # Confluent: "Topic already has N partitions." 40002
     V3StaticConfigError: InvalidTopicError,
 }
 #: Rule 2: classes answered with the plain status.
