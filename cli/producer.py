@@ -73,6 +73,7 @@ DEFAULTS: dict[str, Any] = {
     "buffer.memory": 32 * 1024 * 1024,
     "max.block.ms": 60000,
     "max.request.size": 1024 * 1024,
+    "metadata.max.age.ms": 300000,
 }
 _RETRIABLE_STATUS = (408, 429, 500, 502, 503, 504)
 
@@ -117,10 +118,14 @@ class Producer:
         """`config`: Kafka's producer config names (or keyword arguments with `_` for `.`);
         `http_options`: passed to httpx.Client (auth, verify, headers) for secured clusters."""
         cfg = dict(DEFAULTS)
-        for k, v in {**(config or {}), **{k.replace("_", "."): v for k, v in kwargs.items()}}.items():
+        given = {**(config or {}), **{k.replace("_", "."): v for k, v in kwargs.items()}}
+        for k, v in given.items():
             if k not in DEFAULTS:
                 raise ValueError(f"unknown producer config {k!r}")
             cfg[k] = v
+        # Idempotence by default, as Kafka: if the cluster's ACLs refuse a producer id to this
+        # principal (403 on POST /producers) and the user did not ask for idempotence, go on without.
+        self._idempotence_explicit = "enable.idempotence" in given
         self.servers = [s.strip().rstrip("/") for s in str(cfg["bootstrap.servers"]).split(",") if s.strip()]
         if not self.servers:
             raise ValueError("bootstrap.servers is empty")
@@ -144,6 +149,7 @@ class Producer:
         self.max_block_s = int(cfg["max.block.ms"]) / 1000
         self.max_request_size = int(cfg["max.request.size"])
         self.client_id = str(cfg["client.id"])
+        self.metadata_max_age_s = int(cfg["metadata.max.age.ms"]) / 1000
         self._http = httpx.Client(timeout=httpx.Timeout(self.request_timeout_s + 5, connect=5),
                                   limits=httpx.Limits(max_connections=self.max_in_flight + 1,
                                                       max_keepalive_connections=self.max_in_flight + 1),
@@ -157,6 +163,7 @@ class Producer:
         self._buffered = 0
         self._pending = 0  # records not yet completed
         self._partitions: dict[str, int] = {}
+        self._partitions_at: dict[str, float] = {}
         self._sticky: dict[str, int] = {}
         self._producer_id: tuple[int, int] | None = None
         self._sequences: dict[tuple[str, int], int] = {}
@@ -170,12 +177,13 @@ class Producer:
     # ------------------------------------------------------------------ public API
 
     def partitions_for(self, topic: str) -> int:
-        """The topic's partition count (cached; asked of the cluster once)."""
+        """The topic's partition count (cached; asked of the cluster again after metadata.max.age.ms)."""
         n = self._partitions.get(topic)
-        if n is None:
+        if n is None or time.monotonic() - self._partitions_at.get(topic, 0.0) > self.metadata_max_age_s:
             doc = self._get_json(f"/topics/{quote(topic, safe='')}")
             n = len(doc["partitions"])
             self._partitions[topic] = n
+            self._partitions_at[topic] = time.monotonic()
         return n
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
@@ -313,8 +321,16 @@ class Producer:
             pid, epoch, seq = -1, -1, -1
             if self.idempotent:
                 if self._producer_id is None:
-                    doc = self._post_json("/producers")
-                    self._producer_id = (int(doc["producer_id"]), int(doc["producer_epoch"]))
+                    try:
+                        doc = self._post_json("/producers")
+                    except ProduceError as e:
+                        if e.status != 403 or self._idempotence_explicit:
+                            raise
+                        self.idempotent = False  # not allowed a producer id: plain batches from now on
+                        doc = None
+                    if doc is not None:
+                        self._producer_id = (int(doc["producer_id"]), int(doc["producer_epoch"]))
+            if self.idempotent and self._producer_id is not None:
                 pid, epoch = self._producer_id
                 tp = (b.topic, b.partition)
                 seq = self._sequences.get(tp, 0)

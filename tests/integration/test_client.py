@@ -90,7 +90,8 @@ def test_retries_go_to_another_node_with_the_same_sequence_and_write_once(node):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with Producer({"bootstrap.servers": f"{dead},{node.url}", "linger.ms": 0, "retry.backoff.ms": 10}) as p:
         p._node = 0
-        p._partitions["retried"] = 1  # metadata known: the first request is the produce itself
+        assert p.partitions_for("retried") == 1  # asked past the dead node; requests still start at it
+        assert p._node == 0
         f = p.produce("retried", value=b"once", partition=0)
         assert f.result(30).offset == 0
         # A retry of a batch that was in fact written (its answer lost) is answered with the
