@@ -2,7 +2,7 @@
 
     from lakelog.cli import Producer
     p = Producer({"bootstrap.servers": "http://127.0.0.1:8082", "linger.ms": 5, "acks": "all"})
-    fut = p.produce("clicks", value=b"...", key=b"user-1")      # a concurrent.futures.Future
+    fut = p.produce("clicks", value=b"...", key=b"user-1")      # a RecordFuture
     p.flush(); fut.result()                                      # RecordMetadata(topic, partition, offset, timestamp)
 
 Records are appended to a batch per partition; a batch is sealed when it reaches `batch.size`
@@ -41,7 +41,7 @@ import random
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 from urllib.parse import quote
@@ -99,13 +99,67 @@ def _bool(v: Any) -> bool:
     return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1", "yes")
 
 
+class _BatchOutcome:
+    """What every record of one batch waits for: one event, the base offset or the error."""
+
+    __slots__ = ("event", "base", "error", "waiters")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.base = -1
+        self.error: Exception | None = None
+        self.waiters: list[tuple["RecordFuture", Callable]] | None = None
+
+
+class RecordFuture:
+    """The delivery of one record: `result(timeout)` -> RecordMetadata (or raises the error),
+    `exception(timeout)`, `done()`, `add_done_callback(fn)` (fn(future), on the sender's thread or
+    at once when already done). Lighter than concurrent.futures.Future: the records of a batch
+    share one event."""
+
+    __slots__ = ("_outcome", "_index", "_topic", "_partition", "_timestamp")
+
+    def __init__(self, outcome: _BatchOutcome, index: int, topic: str, partition: int, timestamp: int) -> None:
+        self._outcome, self._index = outcome, index
+        self._topic, self._partition, self._timestamp = topic, partition, timestamp
+
+    def done(self) -> bool:
+        return self._outcome.event.is_set()
+
+    def exception(self, timeout: float | None = None) -> Exception | None:
+        if not self._outcome.event.wait(timeout):
+            raise TimeoutError("the record is not delivered yet")
+        return self._outcome.error
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        base = self._outcome.base
+        return RecordMetadata(self._topic, self._partition, base + self._index if base >= 0 else -1, self._timestamp)
+
+    def add_done_callback(self, fn: Callable[["RecordFuture"], Any]) -> None:
+        o = self._outcome
+        with _CALLBACK_LOCK:
+            if not o.event.is_set():
+                if o.waiters is None:
+                    o.waiters = []
+                o.waiters.append((self, fn))
+                return
+        fn(self)
+
+
+_CALLBACK_LOCK = threading.Lock()
+
+
 @dataclass
 class _Batch:
     topic: str
     partition: int
     created: float
     records: list[tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]] = field(default_factory=list)
-    futures: list[tuple[Future, Callable | None]] = field(default_factory=list)
+    outcome: _BatchOutcome = field(default_factory=_BatchOutcome)
+    callbacks: list[tuple[int, Callable]] = field(default_factory=list)
     size: int = 0
     attempts: int = 0
     payload: bytes | None = None  # built once: a retry resends the same bytes and sequence
@@ -189,8 +243,8 @@ class Producer:
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
                 partition: int | None = None, headers: Sequence[tuple[str, bytes | None]] | None = None,
                 timestamp: int | None = None, on_delivery: Callable[[Exception | None, RecordMetadata | None], Any]
-                | None = None) -> Future:
-        """Queue one record; returns a Future of its RecordMetadata. Raises ProduceError at once for an
+                | None = None) -> RecordFuture:
+        """Queue one record; returns a RecordFuture of its RecordMetadata. Raises ProduceError at once for an
         unknown topic or partition or a record over max.request.size, BufferError when the buffer
         stays full for max.block.ms."""
         if self._closed:
@@ -208,7 +262,6 @@ class Producer:
         elif not 0 <= partition < n:
             raise ProduceError(f"Partition {partition} of topic {topic} not found.", 404, 40402)
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        fut: Future = Future()
         deadline = time.monotonic() + self.max_block_s
         with self._cond:
             while self._buffered + size > self.buffer_memory and self._buffered > 0:
@@ -225,8 +278,10 @@ class Producer:
             if b is None:
                 b = self._open[tp] = _Batch(topic, partition, time.monotonic())
                 wake = True
+            fut = RecordFuture(b.outcome, len(b.records), topic, partition, ts)
+            if on_delivery is not None:
+                b.callbacks.append((len(b.records), on_delivery))
             b.records.append((ts, key, value, hdrs))
-            b.futures.append((fut, on_delivery))
             b.size += size
             self._buffered += size
             self._pending += 1
@@ -360,6 +415,25 @@ class Producer:
             self._node = (self._node + 1) % len(self.servers)  # retry through another node
             time.sleep(min(self.backoff_max_s, self.backoff_s * 2 ** min(b.attempts - 1, 10)))
             error = None
+        # Futures and callbacks complete before the records stop counting as pending: when flush()
+        # returns, every future is done and every callback has run (as Kafka's flush).
+        o = b.outcome
+        o.base, o.error = base, error
+        with _CALLBACK_LOCK:
+            o.event.set()
+            waiters, o.waiters = o.waiters or [], None
+        for i, cb in b.callbacks:
+            md = None if error is not None else RecordMetadata(b.topic, b.partition, base + i if base >= 0 else -1,
+                                                               b.records[i][0])
+            try:
+                cb(error, md)
+            except Exception:  # a failing callback must not stop the sender
+                pass
+        for fut, fn in waiters:
+            try:
+                fn(fut)
+            except Exception:
+                pass
         with self._cond:
             q = self._queued.get(tp)
             if q and q[0] is b:
@@ -371,23 +445,11 @@ class Producer:
                 # The sequence of this partition has a hole now: start over with a new producer id.
                 self._producer_id = None
                 self._sequences.clear()
-                for queued in self._queued.values():
-                    for other in queued:
-                        if other is not b and other.attempts == 0:
+                for other_tp, queued in self._queued.items():
+                    for other in queued:  # not yet sent (an in-flight batch keeps its bytes for its retries)
+                        if other_tp not in self._in_flight and other.attempts == 0:
                             other.payload = None
             self._cond.notify_all()
-        for i, (fut, cb) in enumerate(b.futures):
-            md = None if error is not None else RecordMetadata(b.topic, b.partition, base + i if base >= 0 else -1,
-                                                               b.records[i][0])
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(md)
-            if cb is not None:
-                try:
-                    cb(error, md)
-                except Exception:  # a failing callback must not stop the sender
-                    pass
 
     def _send(self, topic: str, partition: int, payload: bytes) -> int:
         url = f"{self.servers[self._node]}/topics/{quote(topic, safe='')}/partitions/{partition}"

@@ -57,6 +57,10 @@ def test_producer_batches_per_partition_with_kafka_partitioning_and_futures(node
         assert p.flush(30) == 0
         mds = [f.result(5) for f in futures]
     assert all(isinstance(md, RecordMetadata) for md in mds) and len(delivered) == 300
+    assert all(f.done() and f.exception() is None for f in futures)
+    later: list = []
+    futures[0].add_done_callback(later.append)  # already done: runs at once
+    assert later == [futures[0]]
     assert all(e is None for e, _ in delivered)
     for i, md in enumerate(mds):
         assert md.partition == (murmur2(f"user-{i % 13}".encode()) & 0x7FFFFFFF) % 4
