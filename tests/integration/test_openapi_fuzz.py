@@ -56,7 +56,7 @@ def fuzz_node(tmp_path_factory) -> NodeProcess:
     try:
         from lakelog.ingest_api.cluster.auth import ClusterAuth
 
-        with httpx.Client(base_url=n.url, timeout=HTTP_TIMEOUT_S, auth=ClusterAuth(CLUSTER_SECRET.encode(), 0)) as c:
+        with httpx.Client(base_url=n.url, timeout=HTTP_TIMEOUT_S, auth=ClusterAuth(CLUSTER_SECRET.encode(), 0, principal="User:__cluster")) as c:
             cid = c.get("/v3/clusters").json()["data"][0]["cluster_id"]
             r = c.post(f"/v3/clusters/{cid}/users", json={"name": FUZZ_USER, "password": FUZZ_PASSWORD})
             assert r.status_code == 201, r.text
