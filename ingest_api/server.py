@@ -16,6 +16,7 @@ from lakelog.ingest_api.app import create_app
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.security import tls as tls_settings
+from lakelog.ingest_api.security.cluster_secret import resolve_cluster_secret
 from lakelog.ingest_api.security.connections import guarded_http_protocol
 
 
@@ -111,6 +112,7 @@ def run_node(config: NodeConfig) -> int:
     guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000)  # slow headers close the connection
     if guarded is not None:
         tls["http"] = guarded
+    config = resolve_cluster_secret(config)  # refuses a missing or published secret before anything starts
     node = Node(config)
     node.start()
     app = create_app(node)

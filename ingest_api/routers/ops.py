@@ -9,11 +9,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 router = APIRouter(tags=["operations"])
 
 
+@router.head("/healthz", include_in_schema=False)
 @router.get("/healthz", summary="Liveness: the process answers")
 async def healthz():
     return {"status": "ok"}
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get("/readyz", summary="Readiness: the node serves client requests")
 async def readyz(request: Request):
     node = request.app.state.node

@@ -77,6 +77,13 @@ def test_up_serves_then_stops_cleanly_on_sigterm(tmp_path):
         cli(up.url, "produce", "events", "--partition", "1", stdin="\n".join(lines).encode())
         got = cli(up.url, "consume", "events", "--partition", "1", "--from-beginning", "--max-messages", "20")
         assert got.stdout.decode().splitlines() == lines
+        # The nodes get the cluster secret by file: no command line (readable by anyone with ps) holds it.
+        props = dict(line.split("=", 1) for line in (up.data_dir / "cluster.properties").read_text().splitlines())
+        children = Path(f"/proc/{up.proc.pid}/task/{up.proc.pid}/children").read_text().split()
+        cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children]
+        assert cmdlines and all(b"cluster.secret.file=" in c for c in cmdlines), cmdlines
+        assert not any(props["cluster.secret"].encode() in c for c in cmdlines)
+        assert (up.data_dir / "cluster.properties").stat().st_mode & 0o777 == 0o600
 
         started = time.monotonic()
         up.proc.send_signal(signal.SIGTERM)
