@@ -95,8 +95,11 @@ class InstanceConfig:
 
 
 class ConsumerInstance:
-    def __init__(self, manager: "ConsumerManager", group: str, name: str, cfg: InstanceConfig) -> None:
+    def __init__(self, manager: "ConsumerManager", group: str, name: str, cfg: InstanceConfig,
+                 owner: str | None = None) -> None:
         self.manager = manager
+        #: The principal that created the instance (None when security is off): see groups/instances.py.
+        self.owner = owner
         self.node = manager.node
         self.groups: GroupService = manager.groups
         self.group, self.name, self.cfg = group, name, cfg
@@ -590,7 +593,7 @@ class ConsumerManager:
         self._counter += 1
         return f"rest-consumer-{self.node.node_id}-{int(time.time() * 1000):x}-{self._counter}"
 
-    def create(self, group: str, name: str, cfg: InstanceConfig) -> ConsumerInstance:
+    def create(self, group: str, name: str, cfg: InstanceConfig, owner: str | None = None) -> ConsumerInstance:
         key = (group, name)
         if key in self.instances:
             raise ConsumerAlreadyExistsError(
@@ -598,7 +601,7 @@ class ConsumerManager:
         if len(self.instances) >= self.config.consumer_max_instances:
             raise TooManyInstancesError(f"this node holds consumer.max.instances={self.config.consumer_max_instances} "
                                         f"consumer instances; delete some or use another node")
-        inst = self.instances[key] = ConsumerInstance(self, group, name, cfg)
+        inst = self.instances[key] = ConsumerInstance(self, group, name, cfg, owner)
         return inst
 
     def get(self, group: str, name: str) -> ConsumerInstance:
