@@ -409,7 +409,8 @@ class ConsumerInstance:
                            version: int) -> list[dict[str, Any]]:
         fetch_bytes = min(max_bytes, self.node.config.fetch_max_bytes)
         starts = {tp: self.positions[tp] for tp in tps}
-        results = await asyncio.gather(*(fetch_partition(self.node, tp, starts[tp], fetch_bytes, wait_ms)
+        results = await asyncio.gather(*(fetch_partition(self.node, tp, starts[tp], fetch_bytes, wait_ms,
+                                                         self.owner or "User:ANONYMOUS")
                                          for tp in tps), return_exceptions=True)
         if version != self.assignment_version:
             return []  # the assignment changed while fetching: positions of kept partitions stay as they were
@@ -455,8 +456,10 @@ class ConsumerInstance:
         return out
 
 
-async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes: int, wait_ms: int) -> bytes:
-    """RecordBatch bytes from `offset` (below the HW), through the leader: local, or one signed hop."""
+async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes: int, wait_ms: int,
+                          principal: str | None = None) -> bytes:
+    """RecordBatch bytes from `offset` (below the HW), through the leader: local, or one signed hop
+    acting for `principal` (the instance's owner: the leader checks its READ too)."""
     leader = node.leader_of(tp.topic, tp.partition)
     if leader == node.node_id:
         res = await node.fetch_wait(tp.topic, tp.partition, offset, max_bytes, wait_ms)
@@ -467,7 +470,8 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
     path = f"/topics/{tp.topic}/partitions/{tp.partition}/records?offset={offset}&max_bytes={max_bytes}&timeout={wait_ms}"
     resp = await node.peers.request(leader, "GET", path, headers={"Accept": RECORDBATCH,
                                                                   FORWARDED_HEADER: str(node.node_id)},
-                                    timeout_s=(wait_ms + node.config.request_timeout_ms) / 1000 + 5)
+                                    timeout_s=(wait_ms + node.config.request_timeout_ms) / 1000 + 5,
+                                    principal=principal)
     if resp.status_code == 416:
         raise OffsetOutOfRangeError(f"offset {offset} of {tp} is out of range")
     if resp.status_code != 200:
@@ -476,15 +480,18 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
 
 
 async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
-    """(beginning offset, end offset = HW) of a partition, from its leader."""
+    """(beginning offset, end offset = HW) of a partition, from its leader (asked as the node itself:
+    offsets for positions and lag, no records)."""
     leader = node.leader_of(tp.topic, tp.partition)
     if leader == node.node_id:
         return await node.offsets(tp.topic, tp.partition)
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
     from lakelog.ingest_api.node import FORWARDED_HEADER, RemoteError
+    from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
     resp = await node.peers.request(leader, "GET", f"/topics/{tp.topic}/partitions/{tp.partition}/offsets",
-                                    headers={FORWARDED_HEADER: str(node.node_id)}, timeout_s=10)
+                                    headers={FORWARDED_HEADER: str(node.node_id)}, timeout_s=10,
+                                    principal=CLUSTER_PRINCIPAL)
     if resp.status_code != 200:
         raise RemoteError(resp.status_code, resp.status_code * 100, resp.text[:200])
     doc = resp.json()
