@@ -14,7 +14,7 @@ import pytest
 
 from lakelog.cli.main import main
 from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog
-from tests.support.nodes import LAKELOG, free_port
+from tests.support.nodes import LAKELOG, free_ports
 
 READY_TIMEOUT_S = 30
 STOP_BOUND_S = 20  # the launcher's own bound on a node's stop, plus slack
@@ -24,7 +24,7 @@ class Launcher:
     """`lakelog up` in the background, its output in files; always stopped by `close()`."""
 
     def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.port = free_port()
+        self.port = free_ports(5)[0]  # `lakelog up` takes port .. port + nodes - 1 (at most 5 nodes)
         self.data_dir = tmp_path / "data"
         self.out_path, self.err_path = tmp_path / "up.out", tmp_path / "up.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
