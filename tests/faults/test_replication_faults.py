@@ -21,6 +21,7 @@ import os
 import random
 import threading
 import time
+import zlib
 
 import httpx
 import pytest
@@ -609,7 +610,13 @@ def test_controller_failover_while_leaderships_move_leaves_no_partition_leaderle
             up.mark_down(leaving)
             stopper = threading.Thread(target=cluster.node(leaving).stop, daemon=True)
             stopper.start()
-            time.sleep(0.1)
+            # Wait for state: the node has begun its controlled shutdown (it stops answering ready).
+            def shutting_down(url=cluster.node(leaving).url) -> bool:
+                try:
+                    return httpx.get(f"{url}/readyz", timeout=2).status_code == 503
+                except httpx.HTTPError:
+                    return True  # already gone: its controlled shutdown is over
+            wait_for(shutting_down, 15, f"node {leaving} to begin its controlled shutdown")
             up.mark_down(ctrl)
             cluster.node(ctrl).kill()
             cluster.node(ctrl).start(wait=False)

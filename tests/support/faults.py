@@ -41,7 +41,7 @@ import httpx
 
 from lakelog.logstore.record_batch import iter_batches
 from tests.support.history import History, OffsetObserver
-from tests.support.nodes import Cluster, NodeProcess, free_port
+from tests.support.nodes import Cluster, NodeProcess
 
 BINARY = "application/vnd.kafka.binary.v2+json"
 FORWARDED = "X-Lakelog-Forwarded-By"  # marks a request "do not forward": a non-leader answers 503
