@@ -30,11 +30,16 @@ _TERMINATOR = b"\r\n\r\n"
 
 
 def header_overflow_response(max_header_bytes: int) -> bytes:
-    """The whole 431 answer (Confluent-style body) written before the connection is closed."""
-    body = json.dumps({"error_code": 43101,
-                       "message": f"request headers exceed max.header.bytes={max_header_bytes}"}).encode()
-    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    """The whole answer (status and `error_code` from the error table) written before the connection is closed."""
+    from http import HTTPStatus
+
+    from lakelog.ingest_api.error_table import error_body
+    from lakelog.ingest_api.security.errors import HeadersTooLargeError
+
+    status, doc = error_body(HeadersTooLargeError(f"request headers exceed max.header.bytes={max_header_bytes}"))
+    body = json.dumps(doc).encode()
+    return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+            f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
 
 
 def guarded_http_protocol(timeout_s: float, max_header_bytes: int | None = None) -> type | None:
