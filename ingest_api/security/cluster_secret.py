@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lakelog.infra.config import ConfigError
+from lakelog.ingest_api.cluster.auth import MIN_SECRET_BYTES
 
 log = logging.getLogger("lakelog.security")
 
 ENV_VAR = "LAKELOG_CLUSTER_SECRET"
 #: The file a lone node keeps its own secret in, under log.dirs.
 GENERATED_FILE = "cluster.secret"
-MIN_SECRET_BYTES = 16
 #: Secrets that were published (built-in defaults of earlier releases): never accepted.
 PUBLISHED_SECRETS = frozenset({"lakelog-local-cluster-secret"})
 MAX_SECRET_FILE_BYTES = 64 * 1024
