@@ -112,9 +112,12 @@ def create_app(node: Node) -> FastAPI:
 
     app.state.security = SecurityContext(node)  # authentication, ACLs, quotas (off by default)
     app.add_middleware(SecurityMiddleware, context=app.state.security, error_response=error_response)
+    from lakelog.ingest_api.webconsole import ConsoleMiddleware
+
+    app.add_middleware(ConsoleMiddleware, security=app.state.security)  # the console's files: public, in front of the security checks
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
-    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
+    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication, stats
     from lakelog.ingest_api.security import router as security_router
 
     app.include_router(ops.router)
@@ -126,4 +129,5 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(consumers.router)
     app.include_router(consumers.internal_router)
     app.include_router(security_router.router)
+    app.include_router(stats.router)
     return app
