@@ -39,7 +39,8 @@ export const onUnauthenticated = (fn) => { listeners.add(fn); return () => liste
 // a refusal throws ApiError carrying the node's own error_code and message.
 export async function api(method, path, body, { accept = 'application/json', contentType = 'application/json',
                                                 raw = false, signal } = {}) {
-  const headers = { Accept: accept };
+  // X-Requested-With: a refused login is answered without the challenge that opens the browser's own dialog.
+  const headers = { Accept: accept, 'X-Requested-With': 'lakelog-console' };
   if (session.authorization) headers.Authorization = session.authorization;
   const init = { method, headers, signal };
   if (body !== undefined) {

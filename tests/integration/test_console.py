@@ -292,3 +292,93 @@ def test_thousands_of_topics_are_paged(page, cluster):
     expect(p.locator("#topics tbody tr")).to_have_count(20)
     expect(p.locator("#topics tbody tr").first).to_have_attribute("data-topic", "bulk-0100")
     assert page.problems == []
+
+
+# ------------------------------------------------------------------------------ with security on
+
+PASSWORDS = {"admin": "admin-pw-Console1", "reader": "reader-pw-Console2"}
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """One node with authentication and the authorizer; User:reader may describe and read, nothing more."""
+    from lakelog.ingest_api.cluster.auth import ClusterAuth
+    from tests.support.nodes import start_node
+
+    secret = "console-test-cluster-secret-0123"
+    node = start_node(tmp_path_factory.mktemp("secure"), **{
+        "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin",
+        "cluster.secret": secret, "offsets.topic.num.partitions": "1"})
+    try:
+        with httpx.Client(base_url=node.url, auth=ClusterAuth(secret.encode(), 0), timeout=30) as root:
+            cid = root.get("/v3/clusters").json()["data"][0]["cluster_id"]
+            for name, pw in PASSWORDS.items():
+                assert root.post(f"/v3/clusters/{cid}/users", json={"name": name, "password": pw}).status_code == 201
+            assert root.post(f"/v3/clusters/{cid}/topics", json={"topic_name": "ledger", "partitions_count": 1}
+                             ).status_code == 201
+            for rtype, name, op in (("CLUSTER", "kafka-cluster", "DESCRIBE"), ("TOPIC", "*", "DESCRIBE"),
+                                    ("TOPIC", "*", "READ"), ("GROUP", "*", "DESCRIBE")):
+                r = root.post(f"/v3/clusters/{cid}/acls", json={
+                    "principal": "User:reader", "resource_type": rtype, "resource_name": name,
+                    "pattern_type": "LITERAL", "operation": op, "permission": "ALLOW"})
+                assert r.status_code == 201, r.text
+            key = root.post(f"/v3/clusters/{cid}/api-keys", json={"principal": "User:reader"}).json()["api_key"]
+        node.cluster_id, node.reader_key = cid, key
+        yield node
+    finally:
+        try:
+            node.stop()
+        finally:
+            node.kill()
+
+
+def _login(p, user: str, password: str) -> None:
+    form = p.locator("#login")
+    form.locator("input[name=user]").fill(user)
+    form.locator("input[name=password]").fill(password)
+    form.locator("button[type=submit]").click()
+
+
+def test_with_security_a_wrong_password_is_refused_and_a_reader_cannot_delete(browser, secure, tmp_path):
+    w = watch(browser, secure.url)
+    p = w.page
+    try:
+        p.goto("/")
+        expect(p.locator("#login")).to_be_visible(timeout=WAIT_MS)
+        assert w.problems == []  # the page knew to ask first: no request was refused
+        screenshot(p, tmp_path, "login")
+        w.expected_statuses.add(401)
+        _login(p, "reader", "not-the-password")
+        expect(p.locator("#login .error")).to_contain_text("authentication failed", timeout=WAIT_MS)
+        _login(p, "reader", PASSWORDS["reader"])
+        expect(p.locator("#nodes-up")).to_have_text("1 / 1", timeout=WAIT_MS)
+        expect(p.locator("header .who")).to_contain_text("reader")
+        p.goto("/#/topics/ledger")
+        expect(p.locator("#partitions tbody tr")).to_have_count(1, timeout=WAIT_MS)
+        w.expected_statuses.add(403)
+        p.click("#delete")
+        p.locator("#delete-topic input[name=confirm]").fill("ledger")
+        p.locator("#delete-topic button[type=submit]").click()
+        expect(p.locator("#delete-topic .error")).to_contain_text("User:reader is not authorized to DELETE",
+                                                                  timeout=WAIT_MS)
+        admin = {"Authorization": "Basic " + __import__("base64").b64encode(
+            f"admin:{PASSWORDS['admin']}".encode()).decode()}
+        assert httpx.get(f"{secure.url}/topics/ledger", headers=admin).status_code == 200  # still there
+        # Log out; an API key logs in too, as its principal.
+        p.click("header button:text('Log out')")
+        p.locator("#login input[name=apikey]").fill(secure.reader_key)
+        p.locator("#login button[type=submit]").click()
+        expect(p.locator("header .who")).to_contain_text("API key", timeout=WAIT_MS)  # back on the same page
+        expect(p.locator("#partitions tbody tr")).to_have_count(1, timeout=WAIT_MS)
+        # The admin may delete.
+        p.click("header button:text('Log out')")
+        _login(p, "admin", PASSWORDS["admin"])
+        expect(p.locator("header .who")).to_contain_text("admin", timeout=WAIT_MS)
+        p.click("#delete")
+        p.locator("#delete-topic input[name=confirm]").fill("ledger")
+        p.locator("#delete-topic button[type=submit]").click()
+        expect(p.locator("h1")).to_have_text("Topics", timeout=WAIT_MS)
+        assert httpx.get(f"{secure.url}/topics/ledger", headers=admin).status_code == 404
+        assert [x for x in w.problems if "401" not in x and "403" not in x] == []
+    finally:
+        p.close()
