@@ -72,12 +72,12 @@ def _remote_figures(node, p) -> dict[str, Any] | None:
             "tiered_end_offset": tiered_end, "local_only_bytes": local_only}
 
 
-def node_stats(node, metrics, topic: str | None = None) -> dict[str, Any]:
-    """This node's counters, its led partitions per topic, and (with `topic`) each of that topic's
-    partitions it leads. Blocking (remote manifests may be read): run it in a thread."""
+def node_stats(node, metrics, topic: str | None = None, *, counters_only: bool = False) -> dict[str, Any]:
+    """This node's counters, its led partitions per topic (unless `counters_only`), and (with `topic`)
+    each of that topic's partitions it leads. Blocking (remote manifests may be read): run it in a thread."""
     topics: dict[str, dict[str, int]] = {}
     partitions = []
-    for p in node.partitions():
+    for p in ([] if counters_only else node.partitions()):
         if not p.is_leader or p.key.topic.startswith("__"):
             continue
         try:
@@ -105,16 +105,18 @@ def node_stats(node, metrics, topic: str | None = None) -> dict[str, Any]:
             "topics": topics, "partitions": partitions}
 
 
-async def gather(node, metrics, topic: str | None = None) -> dict[int, dict[str, Any] | None]:
+async def gather(node, metrics, topic: str | None = None, *,
+                 counters_only: bool = False) -> dict[int, dict[str, Any] | None]:
     """`node_stats` of every registered node (None for one that did not answer in time)."""
     from urllib.parse import quote
 
-    path = "/stats/node" + (f"?topic={quote(topic, safe='')}" if topic is not None else "")
+    path = "/stats/node" + (f"?topic={quote(topic, safe='')}" if topic is not None
+                            else "?counters_only=true" if counters_only else "")
 
     async def one(node_id: int) -> dict[str, Any] | None:
         try:
             if node_id == node.node_id:
-                return await asyncio.to_thread(node_stats, node, metrics, topic)
+                return await asyncio.to_thread(node_stats, node, metrics, topic, counters_only=counters_only)
             resp = await node.peers.request(node_id, "GET", path, timeout_s=GATHER_TIMEOUT_S)
             if resp.status_code != 200:
                 return None
@@ -164,7 +166,7 @@ def partition_health(node) -> dict[str, Any]:
 
 
 async def cluster_overview(node, metrics) -> dict[str, Any]:
-    stats = await gather(node, metrics)
+    stats = await gather(node, metrics, counters_only=True)
     controller = node.controller_id
     nodes = []
     for i in sorted(node.image.brokers):

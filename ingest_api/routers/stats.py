@@ -20,9 +20,11 @@ router = APIRouter(prefix="/stats", tags=["console"])
 
 
 @router.get("/node", summary="This node's counters and the partitions it leads (with `topic`, each of them)")
-async def node_stats(request: Request, topic: str | None = Query(None, max_length=249)):
+async def node_stats(request: Request, topic: str | None = Query(None, max_length=249),
+                     counters_only: bool = Query(False, description="leave out the partitions")):
     node = get_node(request)
-    return JSONResponse(await asyncio.to_thread(stats.node_stats, node, request.app.state.metrics, topic))
+    return JSONResponse(await asyncio.to_thread(stats.node_stats, node, request.app.state.metrics, topic,
+                                                counters_only=counters_only))
 
 
 @router.get("/cluster", summary="Nodes (fenced, controller, reachable, counters) and partition health")

@@ -32,8 +32,11 @@ def cli(url: str, *args: str, stdin: bytes | None = None, env: dict | None = Non
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("console"), size=3,
-                overrides={"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"})
+    root = tmp_path_factory.mktemp("console")
+    c = Cluster(root, size=3, overrides={
+        "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
+        "remote.storage.url": (root / "remote").as_uri(), "remote.log.manager.task.interval.ms": "200",
+        "remote.log.metadata.max.age.ms": "0"})
     try:
         c.start()
         yield c
@@ -259,10 +262,32 @@ def test_a_consumer_groups_lag_shows_and_a_reset_shows_its_dry_run_first(page, c
     assert page.problems == []
 
 
+def test_the_remote_tier_of_a_topic_shows_what_is_tiered_and_what_waits(page, cluster, tmp_path):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "history", "--partitions", "1", "--config", "remote.storage.enable=true",
+        "--config", "segment.bytes=2048")
+    cli(url, "topics", "create", "plain", "--partitions", "1")
+    cli(url, "produce", "history", "--partition", "0", "--batch-size", "10", stdin="\n".join(f"row-{i:05d}-" + "z" * 80
+                                                                       for i in range(200)).encode())
+    p = page.page
+    p.goto("/#/topics/history")
+    row = p.locator("#partitions tr[data-partition='0']")
+    expect(row).to_contain_text("segment(s), offsets 0–", timeout=WAIT_MS)  # sealed segments uploaded
+    expect(p.locator("#partitions thead")).to_contain_text("Waiting to tier")
+    screenshot(p, tmp_path, "remote")
+    p.goto("/#/topics")
+    expect(p.locator("#topics tr[data-topic=history] td").nth(7)).not_to_have_text("0 B", timeout=WAIT_MS)
+    expect(p.locator("#topics tr[data-topic=plain] td").nth(7)).to_have_text("not tiered")
+    assert page.problems == []
+
+
 def test_a_killed_node_shows_as_down_then_up_again(page, cluster, tmp_path):
     p = page.page
     p.goto("/")
     expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+    # While the cluster moves leaderships (and the controller, when node 3 held it) a node may answer
+    # 503 "not ready" for a moment: the page keeps its last figures and polls again.
+    page.expected_statuses.add(503)
     cluster.node(3).kill()
     expect(p.locator("#nodes tr[data-node='3'] .badge")).to_have_text("down", timeout=WAIT_MS)
     expect(p.locator("#nodes-up")).to_have_text("2 / 3")
@@ -278,8 +303,12 @@ def test_thousands_of_topics_are_paged(page, cluster):
     cid = "testcluster0000000000"
     with httpx.Client(base_url=url, timeout=60) as c:
         for i in range(120):
-            r = c.post(f"/v3/clusters/{cid}/topics", json={"topic_name": f"bulk-{i:04d}", "partitions_count": 1,
-                                                          "replication_factor": 1})
+            for _ in range(100):  # a node answers 503 (Retry-After) while it re-confirms its session
+                r = c.post(f"/v3/clusters/{cid}/topics", json={"topic_name": f"bulk-{i:04d}", "partitions_count": 1,
+                                                              "replication_factor": 1})
+                if r.status_code != 503:
+                    break
+                time.sleep(0.2)
             assert r.status_code == 201, r.text
     p = page.page
     p.goto("/#/topics")
