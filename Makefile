@@ -35,7 +35,7 @@ $(VENDOR)/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	mkdir -p $(VENDOR)
 	cp $(VENDOR_FILES) $(VENDOR)/
-	# The source-map comments point at files we do not ship (a browser with devtools open asks for them).
+	@# The source-map comments point at files we do not ship (a browser with devtools open asks for them).
 	sed -i '/^\/\/# sourceMappingURL=/d' $(VENDOR)/*.mjs
 	touch $@
 
