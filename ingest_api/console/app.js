@@ -7,6 +7,7 @@ import { Overview } from './overview.js';
 import { TopicList, TopicPage } from './topics.js';
 import { MessageBrowser } from './messages.js';
 import { GroupList, GroupPage } from './groups.js';
+import { Security } from './security.js';
 
 const ROUTES = [
   [/^\/$/, () => html`<${Overview} />`],
@@ -15,9 +16,10 @@ const ROUTES = [
   [/^\/topics\/([^/]+)\/messages$/, (m) => html`<${MessageBrowser} name=${decodeURIComponent(m[1])} />`],
   [/^\/groups$/, () => html`<${GroupList} />`],
   [/^\/groups\/([^/]+)$/, (m) => html`<${GroupPage} name=${decodeURIComponent(m[1])} />`],
+  [/^\/security$/, () => html`<${Security} />`],
 ];
 
-const NAV = [['/', 'Overview'], ['/topics', 'Topics'], ['/groups', 'Consumer groups']];
+const NAV = [['/', 'Overview'], ['/topics', 'Topics'], ['/groups', 'Consumer groups'], ['/security', 'Security']];
 
 function useHashPath() {
   const read = () => (location.hash.replace(/^#/, '').split('?')[0] || '/');

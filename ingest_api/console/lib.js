@@ -64,7 +64,8 @@ export async function api(method, path, body, { accept = 'application/json', con
     if (resp.status === 401) listeners.forEach((fn) => fn(message));
     throw new ApiError(resp.status, code, message);
   }
-  const doc = resp.status === 204 ? null : await resp.json();
+  const text = await resp.text(); // a 201 or 204 may have no body
+  const doc = text ? JSON.parse(text) : null;
   return raw ? { body: doc, headers: resp.headers } : doc;
 }
 

@@ -390,6 +390,13 @@ def test_with_security_a_wrong_password_is_refused_and_a_reader_cannot_delete(br
         p.locator("#delete-topic button[type=submit]").click()
         expect(p.locator("#delete-topic .error")).to_contain_text("User:reader is not authorized to DELETE",
                                                                   timeout=WAIT_MS)
+        p.goto("/#/security")
+        expect(p.locator("#users")).to_contain_text("reader", timeout=WAIT_MS)  # DESCRIBE on the cluster: may look
+        form = p.locator("#create-user")
+        form.locator("input[name=name]").fill("carol")
+        form.locator("input[name=password]").fill("carol-pw-1234")
+        form.locator("button[type=submit]").click()
+        expect(form.locator(".error")).to_contain_text("User:reader is not authorized", timeout=WAIT_MS)  # not change
         admin = {"Authorization": "Basic " + __import__("base64").b64encode(
             f"admin:{PASSWORDS['admin']}".encode()).decode()}
         assert httpx.get(f"{secure.url}/topics/ledger", headers=admin).status_code == 200  # still there
@@ -398,16 +405,37 @@ def test_with_security_a_wrong_password_is_refused_and_a_reader_cannot_delete(br
         p.locator("#login input[name=apikey]").fill(secure.reader_key)
         p.locator("#login button[type=submit]").click()
         expect(p.locator("header .who")).to_contain_text("API key", timeout=WAIT_MS)  # back on the same page
-        expect(p.locator("#partitions tbody tr")).to_have_count(1, timeout=WAIT_MS)
+        expect(p.locator("#users")).to_contain_text("reader", timeout=WAIT_MS)
         # The admin may delete.
         p.click("header button:text('Log out')")
         _login(p, "admin", PASSWORDS["admin"])
         expect(p.locator("header .who")).to_contain_text("admin", timeout=WAIT_MS)
+        p.goto("/#/topics/ledger")
+        expect(p.locator("#partitions tbody tr")).to_have_count(1, timeout=WAIT_MS)
         p.click("#delete")
         p.locator("#delete-topic input[name=confirm]").fill("ledger")
         p.locator("#delete-topic button[type=submit]").click()
         expect(p.locator("h1")).to_have_text("Topics", timeout=WAIT_MS)
         assert httpx.get(f"{secure.url}/topics/ledger", headers=admin).status_code == 404
+        # The admin manages users and ACLs on the security page.
+        p.goto("/#/security")
+        form = p.locator("#create-user")
+        form.locator("input[name=name]").fill("carol")
+        form.locator("input[name=password]").fill("carol-pw-1234")
+        form.locator("button[type=submit]").click()
+        expect(p.locator("#users")).to_contain_text("carol", timeout=WAIT_MS)
+        acl = p.locator("#create-acl")
+        acl.locator("input[name=principal]").fill("carol")
+        acl.locator("input[name=resource_name]").fill("ledger")
+        acl.locator("button[type=submit]").click()
+        expect(acl.locator(".error")).to_contain_text("a principal is User:<name>")
+        acl.locator("input[name=principal]").fill("User:carol")
+        acl.locator("select[name=operation]").select_option("DELETE")
+        acl.locator("button[type=submit]").click()
+        expect(p.locator("#acls")).to_contain_text("User:carol", timeout=WAIT_MS)
+        screenshot(p, tmp_path, "security")
+        acls = httpx.get(f"{secure.url}/v3/clusters/{secure.cluster_id}/acls?principal=User:carol", headers=admin)
+        assert [(a["operation"], a["resource_name"]) for a in acls.json()["data"]] == [("DELETE", "ledger")]
         assert [x for x in w.problems if "401" not in x and "403" not in x] == []
     finally:
         p.close()
