@@ -44,7 +44,8 @@ export function TopicList() {
       onInput=${(e) => { setSearch(e.target.value); setOffset(0); }} />
       ${data && html`<${Pager} offset=${offset} limit=${PAGE} total=${data.total} onPage=${setOffset} />`}</div>
     <${ErrorBox} error=${error} />
-    ${data && html`<table id="topics"><thead><tr><th>Topic</th><th>Partitions</th><th>Replication</th>
+    ${data && data.total === 0 && html`<p class="muted" id="no-topics">${search ? 'No topic matches.' : 'No topics yet: create one above.'}</p>`}
+    ${data && data.total > 0 && html`<table id="topics"><thead><tr><th>Topic</th><th>Partitions</th><th>Replication</th>
       <th>Under-replicated</th><th>Cleanup</th><th>Retention</th><th>Local size</th><th>Remote size</th></tr></thead>
       <tbody>${data.topics.map((t) => html`<tr data-topic=${t.topic}>
         <td><${Link} to=${`/topics/${enc(t.topic)}`}>${t.topic}<//></td><td>${t.partitions}</td><td>${t.replication_factor}</td>

@@ -20,7 +20,7 @@ from playwright.sync_api import expect, sync_playwright
 from tests.support.browser import launch, screenshot, watch
 from tests.support.nodes import LAKELOG, Cluster
 
-WAIT_MS = 20_000
+WAIT_MS = 45_000  # generous: the machine may be busy; a pass never waits this long
 
 
 def cli(url: str, *args: str, stdin: bytes | None = None, env: dict | None = None) -> str:
@@ -321,6 +321,28 @@ def test_thousands_of_topics_are_paged(page, cluster):
     expect(p.locator("#topics tbody tr")).to_have_count(20)
     expect(p.locator("#topics tbody tr").first).to_have_attribute("data-topic", "bulk-0100")
     assert page.problems == []
+
+
+def test_a_fresh_lakelog_up_shows_its_three_nodes(browser, tmp_path):
+    from tests.integration.test_launcher import Launcher
+
+    up = Launcher(tmp_path)
+    try:
+        up.wait_ready()
+        assert f"Web console: {up.url}/" in up.output()
+        w = watch(browser, up.url)
+        try:
+            w.page.goto("/")
+            expect(w.page.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+            w.page.goto("/#/topics")
+            expect(w.page.locator("#no-topics")).to_have_text("No topics yet: create one above.", timeout=WAIT_MS)
+            w.page.goto("/#/groups")
+            expect(w.page.locator("main")).to_contain_text("No consumer groups yet", timeout=WAIT_MS)
+            assert w.problems == []
+        finally:
+            w.page.close()
+    finally:
+        up.close()
 
 
 # ------------------------------------------------------------------------------ with security on
