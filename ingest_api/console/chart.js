@@ -24,6 +24,8 @@ export function Chart({ title, series, data, unit = '', height = 180 }) {
     return () => { window.removeEventListener('resize', resize); plot.current.destroy(); plot.current = null; };
   }, [key]);
   useEffect(() => { if (plot.current) plot.current.setData(data); }, [data]);
-  return html`<figure class="chart" data-chart=${title}><figcaption>${title}${unit ? ` (${unit})` : ''}</figcaption>
+  const ys = data[1] || [];
+  // data-points / data-last: how many samples the chart holds and its first series' newest value.
+  return html`<figure class="chart" data-chart=${title} data-points=${ys.length} data-last=${ys.length ? ys[ys.length - 1] : ''}><figcaption>${title}${unit ? ` (${unit})` : ''}</figcaption>
     <div ref=${box}></div></figure>`;
 }

@@ -86,8 +86,8 @@ export function GroupPage({ name }) {
   if (!group) return html`<h1>Group ${name}</h1><${ErrorBox} error=${error} />`;
   const total = group.partitions.reduce((sum, p) => sum + (p.lag ?? 0), 0);
   return html`<h1>Group ${name}</h1><${ErrorBox} error=${error} />
-    <p>State <b id="group-state">${group.state}</b> · generation ${group.generation} · coordinator node ${group.coordinator}
-      · assignor ${group.partition_assignor || '–'} · total lag <b id="total-lag">${fmtNum(total)}</b></p>
+    <p>State <b id="group-state">${group.state}</b> · generation ${group.generation} · coordinator node ${group.coordinator} ·
+      assignor ${group.partition_assignor || '–'} · total lag <b id="total-lag">${fmtNum(total)}</b></p>
     <${Chart} title="Lag" unit="records" series=${['total lag']} data=${[lag.current.xs, lag.current.total]} />
     <h2>Members</h2>
     ${group.members.length === 0 ? html`<p class="muted">No active members.</p>` : html`

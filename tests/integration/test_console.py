@@ -246,6 +246,8 @@ def test_a_consumer_groups_lag_shows_and_a_reset_shows_its_dry_run_first(page, c
     expect(p.locator("#total-lag")).to_have_text("0", timeout=WAIT_MS)
     cli(url, "produce", "orders", stdin="\n".join(f"late{i}" for i in range(12)).encode())
     expect(p.locator("#total-lag")).to_have_text("12", timeout=WAIT_MS)  # the lag rises as records arrive
+    chart = p.locator("figure[data-chart=Lag]")
+    expect(chart).to_have_attribute("data-last", "12", timeout=WAIT_MS)
     p.click("summary:text('Reset offsets')")
     plan = p.locator("#reset-plan")
     plan.locator("select[name=strategy]").select_option("offset")
@@ -254,10 +256,16 @@ def test_a_consumer_groups_lag_shows_and_a_reset_shows_its_dry_run_first(page, c
     expect(plan.locator(".error")).to_contain_text("offset must be a whole number")
     plan.locator("input[name=arg]").fill("5")
     plan.locator("button[type=submit]").click()
-    expect(p.locator("#reset-preview tbody tr")).to_contain_text("orders-0305", timeout=WAIT_MS)  # committed 30 -> 5
+    cells = p.locator("#reset-preview tbody tr td")
+    expect(cells).to_have_text(["orders-0", "30", "5"], timeout=WAIT_MS)  # committed 30, would become 5
     assert json.loads(httpx.get(f"{url}/groups/billing").text)["partitions"][0]["current_offset"] == 30  # dry run
     p.click("#reset-execute button[type=submit]")
     expect(p.locator("#total-lag")).to_have_text("37", timeout=WAIT_MS)
+    expect(chart).to_have_attribute("data-last", "37", timeout=WAIT_MS)
+    cli(url, "consume", "orders", "--group", "billing", "--max-messages", "20")  # from offset 5: commits 25
+    expect(p.locator("#total-lag")).to_have_text("17", timeout=WAIT_MS)  # and falls as the group consumes
+    expect(chart).to_have_attribute("data-last", "17", timeout=WAIT_MS)
+    assert int(chart.get_attribute("data-points")) >= 4
     assert "billing" in cli(url, "groups", "list")
     assert page.problems == []
 
