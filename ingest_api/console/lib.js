@@ -1,6 +1,6 @@
 // Shared by every page: the HTTP API client (with the user's credentials), formatting, small components.
 import { h } from 'preact';
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import htm from 'htm';
 
 export const html = htm.bind(h);
@@ -168,10 +168,4 @@ export function ActionForm({ onSubmit, submit, children, class: cls = '', ...res
     <${ErrorBox} error=${error} />
     ${done && html`<div class="done" role="status">${done}</div>`}
   </form>`;
-}
-
-export function useMounted() {
-  const ref = useRef(true);
-  useEffect(() => () => { ref.current = false; }, []);
-  return ref;
 }

@@ -1,6 +1,6 @@
 // The message browser: one partition from an offset or a timestamp, paged forward and back, a live
 // tail (long-poll fetches), keys and values as JSON, text or hex, headers, and produce a test record.
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { ActionForm, ErrorBox, Link, api, enc, fmtBytes, fmtNum, fmtTime, html, parseIntField, usePoll } from './lib.js';
 
 const BINARY = 'application/vnd.kafka.binary.v2+json';
@@ -56,18 +56,21 @@ function LiveTail({ name, partition, format }) {
   useEffect(() => {
     const abort = new AbortController();
     (async () => {
-      try {
-        let next = (await api('GET', `/topics/${enc(name)}/partitions/${partition}/offsets`)).end_offset;
-        while (!abort.signal.aborted) {
+      let next = null;
+      while (!abort.signal.aborted) {
+        try {
+          if (next == null) next = (await api('GET', `/topics/${enc(name)}/partitions/${partition}/offsets`)).end_offset;
           const { body } = await fetchRecords(name, partition, next, 1000, abort.signal);
           if (body.length) {
             next = body[body.length - 1].offset + 1;
             setRecords((old) => body.slice().reverse().concat(old).slice(0, TAIL_KEEP));
           }
           setError(null);
+        } catch (e) {
+          if (e.name === 'AbortError') return;
+          setError(e); // a leader moving, a node restarting: say so, and try again in a second
+          await new Promise((done) => setTimeout(done, 1000));
         }
-      } catch (e) {
-        if (e.name !== 'AbortError') setError(e);
       }
     })();
     return () => abort.abort();
@@ -115,7 +118,6 @@ export function MessageBrowser({ name }) {
   const [tail, setTail] = useState(false);
   const [view, setView] = useState(null);   // {offset, records, start, end}
   const [error, setError] = useState(null);
-  const from = useRef(null);
 
   const load = async (offset) => {
     setError(null);
@@ -163,7 +165,7 @@ export function MessageBrowser({ name }) {
       <${ActionForm} onSubmit=${go} submit="Go" id="seek" class="inline">
         <label>From <select name="mode"><option value="offset">offset</option><option value="timestamp">timestamp (UTC)</option>
           <option value="beginning">the beginning</option><option value="latest">the latest</option></select></label>
-        <input name="at" ref=${from} placeholder="offset or 2026-01-31 12:00:00" />
+        <input name="at" placeholder="offset or 2026-01-31 12:00:00" />
       <//>
       <${ErrorBox} error=${error} />
       ${view && html`<div class="pager">
