@@ -70,7 +70,10 @@ def main() -> int:
                                      "search": get("/stats/topics?limit=50&search=t-0199"),
                                      "overview": get("/stats/cluster")}, rounds=args.rounds)
         finally:
-            node.stop()
+            try:
+                node.stop(timeout_s=120)  # a clean shutdown of thousands of partitions takes a while
+            except Exception:
+                pass
             node.kill()
     base = timings["v3 list"]
     rows = [[name, f"{t.median * 1000:.1f}", f"{paired_ratio(t, base):.2f}x"] for name, t in timings.items()]
