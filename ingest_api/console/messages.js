@@ -108,6 +108,28 @@ function Produce({ name, partitions }) {
     <//></details>`;
 }
 
+// The records on screen as JSON lines: key and value as text when they are UTF-8, else base64.
+function download(name, partition, records) {
+  const field = (s) => {
+    const bytes = decodeB64(s);
+    if (bytes == null) return { text: null };
+    try { return { text: utf8.decode(bytes) }; } catch { return { base64: s }; }
+  };
+  const lines = records.map((r) => {
+    const k = field(r.key), v = field(r.value);
+    return JSON.stringify({ topic: name, partition, offset: r.offset, timestamp: r.timestamp,
+      key: k.text ?? null, ...(k.base64 && { key_base64: k.base64 }),
+      value: v.text ?? null, ...(v.base64 && { value_base64: v.base64 }),
+      headers: (r.headers || []).map((hd) => ({ key: hd.key, value_base64: hd.value })) });
+  });
+  const url = URL.createObjectURL(new Blob([lines.join('\n') + '\n'], { type: 'application/x-ndjson' }));
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = `${name}-${partition}-${records[0].offset}-${records[records.length - 1].offset}.jsonl`;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
 const b64 = (text) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
 
 export function MessageBrowser({ name }) {
@@ -172,6 +194,7 @@ export function MessageBrowser({ name }) {
           <button id="prev" disabled=${view.offset <= view.start} onClick=${() => load(Math.max(view.start, view.offset - pageSize))}>◀ Previous</button>
           <span id="range">offsets ${fmtNum(view.start)}–${fmtNum(view.end - 1)} on the partition; showing from ${fmtNum(view.offset)}</span>
           <button id="next" disabled=${last == null || last + 1 >= view.end} onClick=${() => load(last + 1)}>Next ▶</button>
+          <button id="download" disabled=${!view.records.length} onClick=${() => download(name, partition, view.records)}>Download these records</button>
         </div>
         <${Records} records=${view.records} format=${format} />`}`}
     <${Produce} name=${name} partitions=${topic.partitions.length} />`;

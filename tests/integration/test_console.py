@@ -199,6 +199,14 @@ def test_records_from_the_cli_show_in_the_browser_and_its_live_tail(page, cluste
     expect(p.locator("#records tr[data-offset='45']")).to_contain_text("all 4.9 KiB", timeout=WAIT_MS)  # truncated
     p.click("#prev")
     expect(p.locator("#records tbody tr").first).to_have_attribute("data-offset", "20", timeout=WAIT_MS)
+    with p.expect_download() as got:
+        p.click("#download")
+    saved = tmp_path / "page.jsonl"
+    got.value.save_as(saved)
+    assert got.value.suggested_filename == "events-1-20-39.jsonl"
+    rows = [json.loads(line) for line in saved.read_text().splitlines()]
+    assert [r["offset"] for r in rows] == list(range(20, 40))
+    assert rows[0]["value"] == '{"event": 20}' and rows[0]["key"] is None
     p.select_option("#format", "hex")
     expect(p.locator("#records tr[data-offset='20']")).to_contain_text("7b 22 65 76 65 6e 74 22")  # {"event"
     p.select_option("#format", "auto")
