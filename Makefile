@@ -7,7 +7,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark clean
+.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-console clean
 
 setup: venv jars console
 
@@ -63,6 +63,10 @@ bench-tiering: setup
 
 bench-spark: setup
 	$(BIN)/python bench/spark.py
+
+# The web console's JSON with 2,000 topics (creating them takes a few minutes).
+bench-console: setup
+	$(BIN)/python bench/console.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info node_modules $(VENDOR)
