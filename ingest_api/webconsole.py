@@ -22,6 +22,9 @@ import mimetypes
 import re
 from pathlib import Path
 
+from lakelog.ingest_api.error_table import http_error
+from lakelog.ingest_api.errors import NotFoundError
+
 log = logging.getLogger("lakelog.console")
 
 STATIC_DIR = Path(__file__).with_name("console")
@@ -94,8 +97,9 @@ class ConsoleMiddleware:
         elif path.startswith(PREFIX):
             found = self.files.get(path[len(PREFIX):])
             if found is None:
-                await self._send(scope, send, 404, json.dumps({"error_code": 40401, "message": f"{path} not found"})
-                                 .encode(), "application/json")
+                status, code, message = http_error(NotFoundError(f"{path} not found"))
+                await self._send(scope, send, status, json.dumps({"error_code": code, "message": message}).encode(),
+                                 "application/json")
             else:
                 await self._send(scope, send, 200, *found)
         else:

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from lakelog.ingest_api.error_table import code_of
+from lakelog.ingest_api.errors import NotFoundError
 from lakelog.ingest_api.webconsole import MAX_FILES, ConsoleMiddleware, load_files
 
 INDEX = b'<html><script type="importmap">{"imports": {}}</script><script type="module" src="/console/app.js"></script></html>'
@@ -71,7 +73,7 @@ def test_files_under_console_and_nothing_else(tmp_path):
     assert _call(mw, "GET", "/console/")[2] == INDEX
     for path in ("/console/nope.js", "/console/../index.html", "/console/vendor/.installed", "/console/vendor"):
         status, _, body, inner = _call(mw, "GET", path)
-        assert status == 404 and not inner and json.loads(body)["error_code"] == 40401, path
+        assert status == 404 and not inner and json.loads(body)["error_code"] == code_of(NotFoundError), path
 
 
 def test_session_says_whether_to_ask_for_credentials(tmp_path):
