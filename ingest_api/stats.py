@@ -130,11 +130,16 @@ async def gather(node, metrics, topic: str | None = None, *,
     return dict(zip(ids, answers))
 
 
-def _min_isr(node, topic: str) -> int:
-    try:
-        return int(node.topic_config(topic).get("min.insync.replicas", 1))
-    except Exception:
-        return 1
+def _min_isr_reader(node):
+    """topic image -> its effective min.insync.replicas, without building each topic's whole config."""
+    default = int(node.config.log_config().to_dict().get("min.insync.replicas", 1))
+
+    def read(t) -> int:
+        try:
+            return int(t.configs.get("min.insync.replicas", default))
+        except (TypeError, ValueError):
+            return default
+    return read
 
 
 def partition_health(node) -> dict[str, Any]:
@@ -142,9 +147,10 @@ def partition_health(node) -> dict[str, Any]:
     brokers = node.image.brokers
     total = offline = under = at_min = 0
     listed: list[dict[str, Any]] = []
+    min_isr_of = _min_isr_reader(node)
     for name in sorted(node.image.topics):
         t = node.image.topics[name]
-        min_isr = _min_isr(node, name)
+        min_isr = min_isr_of(t)
         for i, st in enumerate(t.partitions):
             total += 1
             b = brokers.get(st.leader)

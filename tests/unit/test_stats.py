@@ -13,7 +13,9 @@ def _node(topics: dict[str, list[PartitionState]], fenced: set[int] = frozenset(
     brokers = {i: BrokerRegistration(i, 1, "x", "127.0.0.1", 9000 + i, fenced=i in fenced) for i in (1, 2, 3)}
     image = SimpleNamespace(brokers=brokers,
                             topics={n: TopicImage(n, f"id-{n}", {}, tuple(ps)) for n, ps in topics.items()})
-    return SimpleNamespace(image=image, node_id=1, cluster_id="c", controller_id=2, ready=True,
+    config = SimpleNamespace(log_config=lambda overrides=None: SimpleNamespace(
+        to_dict=lambda: {"min.insync.replicas": min_isr}))
+    return SimpleNamespace(image=image, node_id=1, cluster_id="c", controller_id=2, ready=True, config=config,
                            topic_config=lambda name: {"min.insync.replicas": min_isr, "cleanup.policy": "delete",
                                                       "retention.ms": 1000, "remote.storage.enable": False},
                            partitions=lambda: [])
@@ -30,6 +32,14 @@ def test_partition_health_counts_offline_under_replicated_and_at_min_isr():
     assert [(x["topic"], x["partition"], x["problems"]) for x in h["listed"]] == [
         ("a", 1, ["under-replicated", "at-min-isr"]), ("a", 2, ["offline", "under-replicated"]),
         ("b", 0, ["offline"])]
+
+
+def test_a_topic_override_of_min_insync_replicas_counts():
+    node = _node({"a": [PartitionState((1, 2, 3), (1, 2, 3), leader=1)]}, min_isr=2)
+    assert stats.partition_health(node)["at_min_isr"] == 0
+    node.image.topics["a"] = TopicImage("a", "id-a", {"min.insync.replicas": "3"},
+                                        (PartitionState((1, 2, 3), (1, 2, 3), leader=1),))
+    assert stats.partition_health(node)["at_min_isr"] == 1
 
 
 def test_the_listed_partitions_are_capped():
