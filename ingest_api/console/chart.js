@@ -13,7 +13,7 @@ export function Chart({ title, series, data, unit = '', height = 180 }) {
   useEffect(() => {
     const opts = {
       width: Math.max(300, box.current.clientWidth), height,
-      series: [{}, ...series.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 2,
+      series: [{}, ...series.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true,
                                                     value: (u, v) => (v == null ? '–' : `${+v.toFixed(2)} ${unit}`) }))],
       axes: [{}, { size: 60, values: (u, vals) => vals.map((v) => `${+v.toFixed(2)}`) }],
       scales: { x: { time: true } },

@@ -93,7 +93,10 @@ def test_every_page_loads_without_errors(page, cluster, tmp_path):
     expect(p.locator("#nodes tbody tr")).to_have_count(3, timeout=WAIT_MS)
     expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
     expect(p.locator("#nodes")).to_contain_text("active controller")
-    p.wait_for_timeout(4500)  # two more samples: the charts have points
+    for _ in range(2):  # traffic between samples: the charts have something to show
+        cli(url, "produce", "clicks", stdin="\n".join(f"more-{i}" for i in range(3000)).encode())
+        cli(url, "consume", "clicks", "--partition", "0", "--from-beginning", "--max-messages", "500")
+        p.wait_for_timeout(2200)
     screenshot(p, tmp_path, "overview")
     p.goto("/#/topics")
     expect(p.locator("#topics tr[data-topic=clicks]")).to_contain_text("3", timeout=WAIT_MS)
@@ -110,7 +113,7 @@ def test_every_page_loads_without_errors(page, cluster, tmp_path):
     p.click("#groups a:text('dashboards')")
     lag = sum(row["lag"] or 0 for row in httpx.get(f"{url}/groups/dashboards").json()["partitions"])
     assert lag > 0
-    expect(p.locator("#total-lag")).to_have_text(str(lag), timeout=WAIT_MS)
+    expect(p.locator("#total-lag")).to_have_text(f"{lag:,}", timeout=WAIT_MS)
     p.wait_for_timeout(2500)
     screenshot(p, tmp_path, "group")
     p.goto("/#/nowhere")
