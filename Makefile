@@ -7,7 +7,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-console clean
+.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-console bench-peer clean
 
 setup: venv jars console
 
@@ -67,6 +67,10 @@ bench-spark: setup
 # The web console's JSON with 2,000 topics (creating them takes a few minutes).
 bench-console: setup
 	$(BIN)/python bench/console.py
+
+# Apache Kafka 4.1 (jars from Maven Central via bench/pom.xml into .jars/kafka) against Lakelog's client.
+bench-peer: setup
+	$(BIN)/python bench/peer_kafka.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info node_modules $(VENDOR)

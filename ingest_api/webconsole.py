@@ -2,8 +2,9 @@
 
 A plain ASGI middleware in front of the security middleware: the console's files are public
 (they hold no data; the page asks the HTTP API for everything, with the user's credentials, so
-the same authentication and ACLs apply to every action). `GET /` without `text/html` in its
-Accept header (an API client) passes through to the application untouched.
+the same authentication and ACLs apply to every action). `GET /` from a client that does not
+prefer HTML to JSON (`routers/root.wants_html`: an API client) passes through to the application,
+whose root router answers it.
 
 The files are read once at start-up from `ingest_api/console/` (the console's own code) and
 `ingest_api/console/vendor/` (Preact, htm and uPlot, copied there from npm by `make console`),
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.errors import NotFoundError
+from lakelog.ingest_api.routers.root import wants_html
 
 log = logging.getLogger("lakelog.console")
 
@@ -86,7 +88,7 @@ class ConsoleMiddleware:
         path = scope["path"]
         if path == "/":
             accept = next((v for k, v in scope["headers"] if k == b"accept"), b"")
-            if b"text/html" not in accept:
+            if not wants_html(accept.decode("latin-1")):  # an API client: routers/root.py answers
                 await self.app(scope, receive, send)
                 return
             await self._index(scope, send)

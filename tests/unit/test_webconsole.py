@@ -57,7 +57,8 @@ def test_root_answers_browsers_and_leaves_api_clients_to_the_application(tmp_pat
     assert headers[b"content-type"] == b"text/html; charset=utf-8"
     digest = base64.b64encode(hashlib.sha256(b'{"imports": {}}').digest()).decode()
     assert f"script-src 'self' 'sha256-{digest}'".encode() in headers[b"content-security-policy"]
-    for accept in ("application/json", "application/vnd.kafka.v2+json", None, "*/*"):
+    for accept in ("application/json", "application/vnd.kafka.v2+json", None, "*/*",
+                   "text/html;q=0.5, application/json"):
         assert _call(mw, "GET", "/", accept)[3] is True, accept
     assert _call(mw, "POST", "/", "text/html")[3] is True
     assert _call(mw, "GET", "/topics", "text/html")[3] is True  # only / and /console/ are the console's
