@@ -64,7 +64,7 @@ DEFAULT_NODES = 3
 CLUSTER_PROPERTIES = "cluster.properties"
 #: Keys the launcher sets per node; `--set` may not override them.
 RESERVED_NODE_KEYS = ("node.id", "log.dirs", "listeners", "controller.quorum.voters", "cluster.id",
-                      "cluster.secret")
+                      "cluster.secret", "cluster.secret.file")
 READY_TIMEOUT_S = 60.0
 #: A node's own clean stop is bounded by shutdown.timeout.ms (10 s) plus uvicorn's 5 s grace.
 STOP_TIMEOUT_S = 20.0
@@ -178,8 +178,8 @@ class ClusterSpec:
                 "--set", f"controller.quorum.voters={self.voters}"]
         if cluster_id:
             args += ["--set", f"cluster.id={cluster_id}"]
-        if secret:
-            args += ["--set", f"cluster.secret={secret}"]
+        if secret:  # by file, never on the command line (any local user can read that with ps)
+            args += ["--set", f"cluster.secret.file={self.data_dir / CLUSTER_PROPERTIES}"]
         # Every node shares the one remote tier.
         args += ["--set", f"remote.storage.url={self.remote.url}"]
         for k, v in {**self.default_overrides(), **self.node_overrides}.items():
@@ -596,6 +596,7 @@ class LocalCluster:
                       f"(pid {scheduler.proc.pid}; Spark in local mode)")
         self._say("")
         self._say(f"lakelog up: ready. Try: {command_hint()} topics create demo --bootstrap-server {spec.node_url(1)}")
+        self._say(f"Web console: {spec.node_url(1)}/ (in a browser; any node serves it)")
         self._say("Press Ctrl-C to stop." + ("" if self.exit_on_death else
                                               " A node that dies is restarted; its data stays."))
 

@@ -79,6 +79,8 @@ class ObserveMiddleware:
 
 def create_app(node: Node) -> FastAPI:
     from lakelog.ingest_api.groups.consumer import ConsumerManager
+    from lakelog.ingest_api.groups.instances import ConsumerInstanceService
+    from lakelog.ingest_api.node import FORWARDED_HEADER
     from lakelog.ingest_api.groups.service import GroupService
 
     @asynccontextmanager
@@ -99,6 +101,8 @@ def create_app(node: Node) -> FastAPI:
     app.state.metrics = NodeMetrics(node)
     app.state.groups = GroupService(node)  # the group coordinator of the __consumer_offsets partitions led here
     app.state.consumers = ConsumerManager(node, app.state.groups)  # REST Proxy consumer instances held here
+    app.state.consumer_instances = ConsumerInstanceService(node, app.state.consumers, app.state.groups,
+                                                           FORWARDED_HEADER)  # routing, ownership, topic ACLs
 
     @app.exception_handler(LakelogError)
     async def _lakelog_error(request: Request, exc: LakelogError):
@@ -126,9 +130,12 @@ def create_app(node: Node) -> FastAPI:
     from lakelog.ingest_api.body_limit import BodyLimitMiddleware
 
     app.add_middleware(BodyLimitMiddleware, limit_bytes=node.config.max_request_bytes, error_response=error_response)
+    from lakelog.ingest_api.webconsole import ConsoleMiddleware
+
+    app.add_middleware(ConsoleMiddleware, security=app.state.security)  # the console's files: public, in front of the security checks
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
-    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, docs, internal, ops, records, replication
+    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, docs, internal, ops, records, replication, stats
     from lakelog.ingest_api.security import router as security_router
 
     from lakelog.ingest_api.routers import acls_v3, configs_v3, consumer_groups_v3, records_v3, replicas_v3, root
@@ -149,4 +156,5 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(consumers.router)
     app.include_router(consumers.internal_router)
     app.include_router(security_router.router)
+    app.include_router(stats.router)
     return app

@@ -97,6 +97,13 @@ def test_up_serves_then_stops_cleanly_on_sigterm(tmp_path):
         cli(up.url, "produce", "events", "--partition", "1", stdin="\n".join(lines).encode())
         got = cli(up.url, "consume", "events", "--partition", "1", "--from-beginning", "--max-messages", "20")
         assert got.stdout.decode().splitlines() == lines
+        # The nodes get the cluster secret by file: no command line (readable by anyone with ps) holds it.
+        props = dict(line.split("=", 1) for line in (up.data_dir / "cluster.properties").read_text().splitlines())
+        children = Path(f"/proc/{up.proc.pid}/task/{up.proc.pid}/children").read_text().split()
+        cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children]
+        assert cmdlines and all(b"cluster.secret.file=" in c for c in cmdlines), cmdlines
+        assert not any(props["cluster.secret"].encode() in c for c in cmdlines)
+        assert (up.data_dir / "cluster.properties").stat().st_mode & 0o777 == 0o600
 
         started = time.monotonic()
         up.proc.send_signal(signal.SIGTERM)
@@ -107,6 +114,7 @@ def test_up_serves_then_stops_cleanly_on_sigterm(tmp_path):
 
     out = up.output()
     assert f"node 1: {up.url}" in out
+    assert f"Web console: {up.url}/" in out
     assert f"remote tier {(up.data_dir.resolve() / 'remote').as_uri()}" in out
     assert "SIGTERM received" in out and "stopped cleanly" in out
     for p in range(2):
