@@ -5,7 +5,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars up test bench bench-tiering bench-spark clean
+.PHONY: setup venv jars up test bench bench-tiering bench-spark bench-sql clean
 
 setup: venv jars
 
@@ -40,6 +40,10 @@ bench-tiering: setup
 
 bench-spark: setup
 	$(BIN)/python bench/spark.py
+
+# SQL answers through `lakelog sql-server` against a one-shot run, a few minutes.
+bench-sql: setup
+	$(BIN)/python bench/sql.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info
