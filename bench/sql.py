@@ -26,7 +26,6 @@ import threading
 import time
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/sql.py` puts bench/ on the path, not the root
     sys.path.insert(0, str(ROOT))
