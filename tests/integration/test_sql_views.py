@@ -103,7 +103,7 @@ def test_the_cli_counts_every_acknowledged_record_at_once(node, tmp_path):
 
 def test_counts_never_go_down_nor_double_while_producing_tiering_and_syncing(node, spark):
     url, topic = node.url, "stream"
-    create_topic(url, topic, 1, TIERED)
+    create_topic(url, topic, 1, {**TIERED, "segment.bytes": "16384"})
     names = register_topics(spark, node.remote, nodes=url)
     assert topic in names
     view = spark.table(f"lakelog.{topic}")
@@ -112,7 +112,7 @@ def test_counts_never_go_down_nor_double_while_producing_tiering_and_syncing(nod
 
     def producer():  # paced, so that the queries below run while it produces; bounded in count
         i = 0
-        while not stop.wait(0.05) and i < 2000:
+        while not stop.wait(0.1) and i < 150:
             produce(url, topic, 0, [f"v-{i}-{j}-" + "y" * 60 for j in range(20)])
             acked[0] += 20
             i += 1
@@ -121,7 +121,7 @@ def test_counts_never_go_down_nor_double_while_producing_tiering_and_syncing(nod
     t.start()
     seen = []
     try:
-        for round_ in range(8):
+        for round_ in range(6):
             before = acked[0]
             row = view.selectExpr("count(*) AS n", "count(DISTINCT offset) AS d", "min(offset) AS lo",
                                   "max(offset) AS hi").collect()[0]
