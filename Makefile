@@ -5,7 +5,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars up test bench bench-tiering bench-spark bench-sql clean
+.PHONY: setup venv jars up test bench bench-tiering bench-spark bench-sql bench-peer clean
 
 setup: venv jars
 
@@ -44,6 +44,10 @@ bench-spark: setup
 # SQL answers through `lakelog sql-server` against a one-shot run, a few minutes.
 bench-sql: setup
 	$(BIN)/python bench/sql.py
+
+# Apache Kafka 4.1 (jars from Maven Central via bench/pom.xml into .jars/kafka) against Lakelog's client.
+bench-peer: setup
+	$(BIN)/python bench/peer_kafka.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info
