@@ -6,7 +6,8 @@ Columns (as Spark's Kafka source, in snake case): topic STRING, partition INT, o
 timestamp TIMESTAMP, timestamp_type INT (0 CreateTime, 1 LogAppendTime), key BINARY, value BINARY,
 headers ARRAY<STRUCT<key STRING, value BINARY>>, leader_epoch INT, producer_id BIGINT.
 
-Options: `remote` (required unless `LAKELOG_REMOTE` is set), `topic` (required), `partitions`
+Options: `remote` (required unless `LAKELOG_REMOTE` is set), `topic` (required), `nodes` (a node
+URL: also read what the remote tier does not hold yet, see below), `partitions`
 (comma-separated), `startingOffset` / `endingOffset` (inclusive, applied to every partition),
 `startingTimestamp` / `endingTimestamp` (inclusive, ms since the epoch), `chunkBytes` (ranged GET
 size, default 8 MiB). All optional but the first two.
@@ -22,9 +23,13 @@ keeps the planned reader of a DataFrame and reuses it for later queries over the
 so filters pushed by one query silently prune the next one (seen: `df.where(...).count()` then
 `df.count()` returned the filtered count). Options are part of the DataFrame, so they cannot leak.
 
-Only the COPY_FINISHED segments at or above the remote log start offset are read: what the nodes
-still hold locally and have not tiered yet is not visible here (`lakelog sql` reads the Delta
-tables that `sync-tables` keeps).
+Without `nodes`, only the COPY_FINISHED segments at or above the remote log start offset are
+read: what the nodes hold and have not tiered yet is not visible. With `nodes`, the read is the
+whole topic as a consumer from offset 0 sees it: planning lists the partitions from the nodes and
+the remote segments, and adds one input partition per topic partition for the rest: from one past
+the remote tier's last planned offset up to the high watermark that partition's task reads when it
+starts, over the nodes' binary fetch path (spark_log/hot_tail.py). A topic without a remote tier is
+read from the nodes alone. This is what `lakelog.<topic>` is in SQL.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from lakelog.tiering.remote_scan import DEFAULT_CHUNK_BYTES, iter_segment_records, load_manifest, open_remote, readable_segments
+from lakelog.spark_log.hot_tail import NodeAccess, iter_hot_records, partition_ids
 from lakelog.tiering.manifest import RemoteSegment
 
 REMOTE_ENV = "LAKELOG_REMOTE"
@@ -93,6 +99,21 @@ class SegmentPartition(InputPartition):
     chunk_bytes: int
 
 
+@dataclass(frozen=True)
+class HotPartition(InputPartition):
+    """One Spark partition: a topic partition's offsets from `from_offset` up to `to_offset`
+    (inclusive, None: unbounded) below the high watermark its task reads, read from the nodes."""
+
+    nodes: NodeAccess
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int | None
+    min_timestamp: int | None
+    max_timestamp: int | None
+    offsets: frozenset[int] | None
+
+
 class LakelogDataSource(DataSource):
     """`spark.read.format("lakelog")` (register with `spark.dataSource.register(LakelogDataSource)`)."""
 
@@ -122,6 +143,7 @@ class LakelogReader(DataSourceReader):
         self.chunk_bytes = int(options.get("chunkbytes", DEFAULT_CHUNK_BYTES))
         if not 64 * 1024 <= self.chunk_bytes <= 256 * 1024 * 1024:
             raise ValueError("chunkBytes must lie between 64 KiB and 256 MiB")
+        self.nodes = NodeAccess.from_options(options["nodes"], options) if options.get("nodes") else None
         self.partitions_ = Bounds()
         self.offsets = Bounds()
         self.timestamps = Bounds()
@@ -137,31 +159,44 @@ class LakelogReader(DataSourceReader):
             self.timestamps.restrict(high=int(options["endingtimestamp"]))
 
     def partitions(self):
+        live = set(partition_ids(self.nodes, self.topic)) if self.nodes is not None else None
         store = open_remote(self.remote)
         try:
             from lakelog.tiering.remote_scan import remote_partitions
 
             found = remote_partitions(store, self.topic).get(self.topic, [])
-            out: list[SegmentPartition] = []
+            out: list = []
             lo = self.offsets.effective_low
             hi = self.offsets.effective_high
-            for p in found:
-                if not self.partitions_.admits(p):
+            for p in sorted(set(found) | (live or set())):
+                if not self.partitions_.admits(p) or (live is not None and p not in live):
                     continue
-                m = load_manifest(store, self.topic, p)
-                for seg in readable_segments(m, from_offset=lo, to_offset=hi, min_timestamp=self.timestamps.low):
-                    start = max(seg.base_offset, m.log_start_offset, lo if lo is not None else 0)
-                    end = min(seg.end_offset, hi if hi is not None else _LONG_MAX)
-                    if start > end:
-                        continue
-                    out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
-                                                self.timestamps.high, self.offsets.values, self.chunk_bytes))
+                top = hi if hi is not None else _LONG_MAX
+                next_remote = None
+                if p in found:
+                    m = load_manifest(store, self.topic, p)
+                    for seg in readable_segments(m, from_offset=lo, to_offset=hi, min_timestamp=self.timestamps.low):
+                        start = max(seg.base_offset, m.log_start_offset, lo if lo is not None else 0)
+                        end = min(seg.end_offset, top)
+                        if start > end:
+                            continue
+                        out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
+                                                    self.timestamps.high, self.offsets.values, self.chunk_bytes))
+                    if m.end_offset is not None:
+                        next_remote = m.end_offset + 1
+                if live is not None:
+                    start = max(next_remote or 0, lo if lo is not None else 0)
+                    if start <= top:
+                        out.append(HotPartition(self.nodes, self.topic, p, start, hi, self.timestamps.low,
+                                                self.timestamps.high, self.offsets.values))
             return out or [SegmentPartition(self.remote, self.topic, -1, None, 0, -1, None, None, None,  # type: ignore[arg-type]
                                             self.chunk_bytes)]
         finally:
             store.close()
 
-    def read(self, partition: SegmentPartition):
+    def read(self, partition):
+        if isinstance(partition, HotPartition):
+            return _read_hot_rows(partition)
         if partition.segment is None:
             return iter(())
         return _read_rows(partition)
@@ -242,17 +277,34 @@ def _arrow_schema():
 
 
 def _read_rows(p: SegmentPartition):
-    """The rows of one Spark partition as Arrow record batches of up to ARROW_BATCH_ROWS rows
-    (columnar hand-over to the JVM: far cheaper than one Python tuple per row)."""
+    """The rows of one remote segment's Spark partition as Arrow record batches."""
+    store = open_remote(p.remote)
+    try:
+        yield from _to_arrow(p.topic, p.partition, p.offsets, iter_segment_records(
+            store, p.topic, p.partition, p.segment, from_offset=p.from_offset, to_offset=p.to_offset,
+            min_timestamp=p.min_timestamp, max_timestamp=p.max_timestamp, chunk_bytes=p.chunk_bytes))
+    finally:
+        store.close()
+
+
+def _read_hot_rows(p: HotPartition):
+    """The rows the nodes serve for one topic partition, as Arrow record batches."""
+    yield from _to_arrow(p.topic, p.partition, p.offsets, iter_hot_records(
+        p.nodes, p.topic, p.partition, p.from_offset, to_offset=p.to_offset, min_timestamp=p.min_timestamp,
+        max_timestamp=p.max_timestamp))
+
+
+def _to_arrow(topic: str, partition: int, offsets: frozenset[int] | None, records):
+    """Records as Arrow record batches of up to ARROW_BATCH_ROWS rows (columnar hand-over to the
+    JVM: far cheaper than one Python tuple per row)."""
     import pyarrow as pa
 
     schema = _arrow_schema()
-    store = open_remote(p.remote)
     cols: dict[str, list] = {name: [] for name in schema.names}
 
     def flush():
         n = len(cols["offset"])
-        arrays = [pa.array([p.topic] * n, pa.string()), pa.array([p.partition] * n, pa.int32()),
+        arrays = [pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
                   pa.array(cols["offset"], pa.int64()),
                   pa.array([t * 1000 for t in cols["timestamp"]], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                   pa.array(cols["timestamp_type"], pa.int32()), pa.array(cols["key"], pa.binary()),
@@ -262,26 +314,21 @@ def _read_rows(p: SegmentPartition):
             v.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
-    try:
-        for r in iter_segment_records(store, p.topic, p.partition, p.segment, from_offset=p.from_offset,
-                                      to_offset=p.to_offset, min_timestamp=p.min_timestamp,
-                                      max_timestamp=p.max_timestamp, chunk_bytes=p.chunk_bytes):
-            if p.offsets is not None and r.offset not in p.offsets:
-                continue
-            cols["offset"].append(r.offset)
-            cols["timestamp"].append(r.timestamp)
-            cols["timestamp_type"].append(r.timestamp_type)
-            cols["key"].append(r.key)
-            cols["value"].append(r.value)
-            cols["headers"].append([{"key": k, "value": v} for k, v in r.headers])
-            cols["leader_epoch"].append(r.leader_epoch)
-            cols["producer_id"].append(r.producer_id)
-            if len(cols["offset"]) >= ARROW_BATCH_ROWS:
-                yield flush()
-        if cols["offset"]:
+    for r in records:
+        if offsets is not None and r.offset not in offsets:
+            continue
+        cols["offset"].append(r.offset)
+        cols["timestamp"].append(r.timestamp)
+        cols["timestamp_type"].append(r.timestamp_type)
+        cols["key"].append(r.key)
+        cols["value"].append(r.value)
+        cols["headers"].append([{"key": k, "value": v} for k, v in r.headers])
+        cols["leader_epoch"].append(r.leader_epoch)
+        cols["producer_id"].append(r.producer_id)
+        if len(cols["offset"]) >= ARROW_BATCH_ROWS:
             yield flush()
-    finally:
-        store.close()
+    if cols["offset"]:
+        yield flush()
 
 
 def register(spark) -> None:

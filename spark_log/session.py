@@ -37,6 +37,10 @@ DELTA_CONF: dict[str, str] = {
 #: executors of a cluster master (see `ship_packages`).
 SHIPPED_PACKAGES = ("infra", "index", "logstore", "tiering", "compaction", "spark_log")
 
+#: For SQL sessions: `lakelog.<name>` resolves to Spark's global temporary views (static: set when
+#: the session starts), which every session of the application sees, Spark Connect's included.
+SQL_CONF: dict[str, str] = {"spark.sql.globalTempDatabase": "lakelog"}
+
 # Defaults for a local master on one small machine; a cluster keeps Spark's own defaults, since
 # a loopback-only driver could not be reached by remote executors.
 LOCAL_DEFAULTS: dict[str, str] = {
@@ -204,7 +208,7 @@ def remote_session(remote_url: str | None = None, app_name: str = "lakelog", mas
                    conf: Mapping[str, str] | None = None, register_source: bool = True) -> SparkSession:
     """A session for jobs and analysts over a remote tier: S3A from the AWS environment when the
     remote is S3, the `lakelog` data source registered, Lakelog's packages shipped to a cluster."""
-    settings: dict[str, str] = {}
+    settings: dict[str, str] = dict(SQL_CONF)
     if remote_url and remote_url.startswith(("s3://", "s3a://")):
         settings.update(s3a_conf())
     settings.update(conf or {})

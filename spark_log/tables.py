@@ -18,6 +18,7 @@ log by what the nodes have not tiered yet.
 
 from __future__ import annotations
 
+import re
 import time
 
 from lakelog.tiering.remote_scan import TABLES_DIR, open_remote, tables_path
@@ -109,13 +110,77 @@ def table_names(remote: str) -> list[str]:
         store.close()
 
 
-def register_topics(spark, remote: str, database: str = SQL_DATABASE) -> list[str]:
-    """Make every Delta table under `<remote>/tables/` queryable as `<database>.<name>`
-    (`lakelog.orders`, `lakelog.orders_latest`, `lakelog._remote_index`); returns the names.
-    This is the one call an analyst's own SparkSession needs (with Lakelog's jars)."""
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-    names = table_names(remote)
-    for name in names:
-        location = tables_path(remote, name).replace("'", "\\'")
-        spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{name}` USING delta LOCATION '{location}'")
-    return names
+#: The database name under which `lakelog.<name>` resolves: Spark's global temporary views, with
+#: `spark.sql.globalTempDatabase` set to it (a static setting, made when the session starts; see
+#: `session.SQL_CONF`). Global temporary views are seen by every session of the application, the
+#: sessions of Spark Connect clients included.
+TABLE_SUFFIX = "_table"
+_SIMPLE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def view_names(remote: str, topics: list[str]) -> dict[str, str]:
+    """view name -> what it shows, for `register_topics` and the listing of `lakelog sql`."""
+    out = {t: f"topic {t}" for t in topics}
+    for name in table_names(remote):
+        if name.startswith("_") or name.endswith(LATEST_SUFFIX):
+            out[name] = f"Delta table {name}"
+        else:
+            out[name + TABLE_SUFFIX] = f"Delta table {name} (synced history)"
+    return out
+
+
+def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str | None = None,
+                    node_options: dict[str, str] | None = None) -> list[str]:
+    """Make the topics and their Delta tables queryable as `<database>.<name>`; returns the names.
+
+    - `lakelog.<topic>`: the whole topic (the data source with `nodes`: the remote tier and the
+      nodes' hot tail up to each partition's high watermark when the query runs). Without `nodes`
+      (or when the nodes cannot be reached), only the remote tier.
+    - `lakelog.<topic>_table`: the Delta table `sync-tables` keeps (read at its latest version at
+      each query; time travel with `SELECT ... FROM delta.`<path>` VERSION AS OF n` on its path).
+    - `lakelog.<topic>_latest` and `lakelog._remote_index`: the other Delta tables.
+
+    The session must have been started with `spark.sql.globalTempDatabase` = `database`
+    (`remote_session` does it); this is the one call an analyst's session needs.
+    Topics come from the nodes when given, else from the remote tier's topic descriptors."""
+    from lakelog.spark_log.datasource import register as register_source
+
+    configured = spark.conf.get("spark.sql.globalTempDatabase", "global_temp")
+    if configured != database:
+        raise ValueError(f"the session's spark.sql.globalTempDatabase is {configured!r}, not {database!r}: start it "
+                         f"with remote_session() or that setting")
+    register_source(spark)
+    if nodes:
+        from lakelog.spark_log.hot_tail import NodeAccess, list_topics
+
+        topics = list_topics(NodeAccess.from_options(nodes, {k.lower(): v for k, v in (node_options or {}).items()}))
+    else:
+        topics = remote_topics(remote)
+    registered = []
+    for topic in topics:
+        if not _SIMPLE_NAME.match(topic):
+            continue  # a view name is an unquoted identifier; read such a topic with the data source
+        reader = spark.read.format("lakelog").option("remote", remote).option("topic", topic)
+        if nodes:
+            reader = reader.option("nodes", nodes).options(**(node_options or {}))
+        reader.load().createOrReplaceGlobalTempView(topic)
+        registered.append(topic)
+    for name in table_names(remote):
+        view = name if name.startswith("_") or name.endswith(LATEST_SUFFIX) else name + TABLE_SUFFIX
+        if not _SIMPLE_NAME.match(view):
+            continue
+        location = tables_path(remote, name).replace("`", "``")
+        spark.sql(f"CREATE OR REPLACE GLOBAL TEMPORARY VIEW `{view}` AS SELECT * FROM delta.`{location}`")
+        registered.append(view)
+    return sorted(registered)
+
+
+def remote_topics(remote: str) -> list[str]:
+    """Topics with data or a descriptor in the remote tier."""
+    from lakelog.tiering.remote_scan import remote_partitions
+
+    store = open_remote(remote)
+    try:
+        return sorted(t for t in remote_partitions(store) if not t.startswith("__"))
+    finally:
+        store.close()

@@ -147,7 +147,9 @@ def test_sync_tables_over_s3a_is_idempotent_and_sql_sees_the_topic(tmp_path, spa
         [(o, k, v) for o, _, k, v in tiered]
     assert {r["partition"] for r in rows} == {0} and all(r["date"] is not None for r in rows)
 
-    assert set(register_topics(spark, remote)) >= {TOPIC, TOPIC + "_latest"}
+    assert set(register_topics(spark, remote)) >= {TOPIC, TOPIC + "_table", TOPIC + "_latest"}
+    assert spark.sql(f"SELECT count(*) AS n FROM lakelog.{TOPIC}_table").collect()[0]["n"] == len(tiered)
+    # Without nodes, lakelog.<topic> is the remote tier: here the same records.
     assert spark.sql(f"SELECT count(*) AS n FROM lakelog.{TOPIC}").collect()[0]["n"] == len(tiered)
     latest = {bytes(r["key"]): bytes(r["value"]) for r in spark.sql(f"SELECT key, value FROM lakelog.{TOPIC}_latest").collect()}
     expected = {}
@@ -277,7 +279,7 @@ def test_jobs_while_producing_and_the_compacted_log_over_http(tmp_path, spark):
 
         # The table holds exactly what was produced (up to what was tiered when sync read it).
         register_topics(spark, remote)
-        rows = spark.sql(f"SELECT offset, CAST(key AS STRING) k, CAST(value AS STRING) v FROM lakelog.{topic} "
+        rows = spark.sql(f"SELECT offset, CAST(key AS STRING) k, CAST(value AS STRING) v FROM lakelog.{topic}_table "
                          f"ORDER BY offset").collect()
         synced = [(r["offset"], r["k"], r["v"]) for r in rows]
         by_offset = {o: (o, k, v) for o, k, v in sent}
