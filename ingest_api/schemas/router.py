@@ -57,7 +57,8 @@ class _RegistryRoute(APIRoute):
 router = APIRouter(route_class=_RegistryRoute, tags=["schema registry"])
 
 
-def _registry(request: Request) -> SchemaRegistry:
+def registry_of(request: Request) -> SchemaRegistry:
+    """The app's SchemaRegistry (made on first use)."""
     reg = getattr(request.app.state, "schema_registry", None)
     if reg is None:
         reg = request.app.state.schema_registry = SchemaRegistry(request.app.state.node)
@@ -114,7 +115,7 @@ async def schema_types(request: Request):
 
 @router.get("/schemas")
 async def list_schemas(request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     prefix = request.query_params.get("subjectPrefix", "")
     deleted, latest_only = _flag(request, "deleted"), _flag(request, "latestOnly")
     out = []
@@ -131,7 +132,7 @@ async def list_schemas(request: Request):
 
 @router.get("/schemas/ids/{schema_id}")
 async def schema_by_id(schema_id: str, request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     stored = st.schema(_id(schema_id))
     subject = request.query_params.get("subject")
     if subject and not any(v.schema_id == int(schema_id) for v in st.versions(subject, deleted=True)):
@@ -141,7 +142,7 @@ async def schema_by_id(schema_id: str, request: Request):
 
 @router.get("/schemas/ids/{schema_id}/schema")
 async def schema_text_by_id(schema_id: str, request: Request):
-    stored = _registry(request).state.schema(_id(schema_id))
+    stored = registry_of(request).state.schema(_id(schema_id))
     return Response(stored.schema.encode(), media_type=CONTENT_TYPE)
 
 
@@ -153,13 +154,13 @@ def _usages(st: S.SchemaRegistryState, schema_id: int, deleted: bool) -> list[tu
 
 @router.get("/schemas/ids/{schema_id}/subjects")
 async def schema_subjects(schema_id: str, request: Request):
-    usages = _usages(_registry(request).state, _id(schema_id), _flag(request, "deleted"))
+    usages = _usages(registry_of(request).state, _id(schema_id), _flag(request, "deleted"))
     return _answer(sorted({s for s, _ in usages}))
 
 
 @router.get("/schemas/ids/{schema_id}/versions")
 async def schema_versions(schema_id: str, request: Request):
-    usages = _usages(_registry(request).state, _id(schema_id), _flag(request, "deleted"))
+    usages = _usages(registry_of(request).state, _id(schema_id), _flag(request, "deleted"))
     return _answer([{"subject": s, "version": v} for s, v in usages])
 
 
@@ -167,7 +168,7 @@ async def schema_versions(schema_id: str, request: Request):
 
 @router.get("/subjects")
 async def list_subjects(request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     prefix = request.query_params.get("subjectPrefix", "")
     deleted = _flag(request, "deleted") or _flag(request, "deletedOnly")
     only_deleted = _flag(request, "deletedOnly")
@@ -178,7 +179,7 @@ async def list_subjects(request: Request):
 
 @router.get("/subjects/{subject}/versions")
 async def list_versions(subject: str, request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     versions = st.versions(subject, deleted=_flag(request, "deleted"))
     if not versions:
         raise E.SubjectNotFoundError(f"Subject '{subject}' not found.")
@@ -187,7 +188,7 @@ async def list_versions(subject: str, request: Request):
 
 @router.get("/subjects/{subject}/versions/{version}")
 async def get_version(subject: str, version: str, request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     S.parse_version(version)
     v = st.version(subject, version, deleted=_flag(request, "deleted"))
     return _answer(_schema_doc(st.schemas[v.schema_id], subject=subject, version=v.version, id=v.schema_id))
@@ -195,7 +196,7 @@ async def get_version(subject: str, version: str, request: Request):
 
 @router.get("/subjects/{subject}/versions/{version}/schema")
 async def get_version_schema(subject: str, version: str, request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     S.parse_version(version)
     v = st.version(subject, version, deleted=_flag(request, "deleted"))
     return Response(st.schemas[v.schema_id].schema.encode(), media_type=CONTENT_TYPE)
@@ -203,7 +204,7 @@ async def get_version_schema(subject: str, version: str, request: Request):
 
 @router.get("/subjects/{subject}/versions/{version}/referencedby")
 async def referenced_by(subject: str, version: str, request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     S.parse_version(version)
     v = st.version(subject, version, deleted=True)
     return _answer(st.referenced_by(subject, v.version))
@@ -219,7 +220,7 @@ async def register(subject: str, request: Request):
         args["id"] = body["id"]
     if body.get("version") is not None:
         args["version"] = body["version"]
-    reg = _registry(request)
+    reg = registry_of(request)
     S.prepare(reg.state, subject, args, normalize=args["normalize"])  # refuse bad input here, before forwarding
     result = await reg.write("schema_register", args)
     st = reg.state
@@ -233,7 +234,7 @@ async def register(subject: str, request: Request):
 @router.post("/subjects/{subject}")
 async def lookup(subject: str, request: Request):
     body = await _body(request)
-    st = _registry(request).state
+    st = registry_of(request).state
     deleted = _flag(request, "deleted")
     if not st.versions(subject, deleted=deleted):
         raise E.SubjectNotFoundError(f"Subject '{subject}' not found.")
@@ -248,7 +249,7 @@ async def lookup(subject: str, request: Request):
 @router.delete("/subjects/{subject}")
 async def delete_subject(subject: str, request: Request):
     S.check_subject_name(subject)
-    result = await _registry(request).write("schema_delete_subject",
+    result = await registry_of(request).write("schema_delete_subject",
                                             {"subject": subject, "permanent": _flag(request, "permanent")})
     return _answer(result["versions"])
 
@@ -257,7 +258,7 @@ async def delete_subject(subject: str, request: Request):
 async def delete_version(subject: str, version: str, request: Request):
     S.check_subject_name(subject)
     S.parse_version(version)
-    result = await _registry(request).write("schema_delete_version", {
+    result = await registry_of(request).write("schema_delete_version", {
         "subject": subject, "version": version, "permanent": _flag(request, "permanent")})
     return _answer(result["version"])
 
@@ -266,7 +267,7 @@ async def delete_version(subject: str, version: str, request: Request):
 
 async def _compatibility(subject: str, version: str | None, request: Request) -> Response:
     body = await _body(request)
-    st = _registry(request).state
+    st = registry_of(request).state
     _, parsed, _ = S.prepare(st, subject, body, normalize=_opt_flag(request, "normalize"))
     level = st.compatibility_level(subject)
     if version is None:
@@ -296,7 +297,7 @@ async def compatibility_all(subject: str, request: Request):
 
 @router.get("/config")
 async def get_global_config(request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     doc = {"compatibilityLevel": st.compatibility_level("")}
     if st.configs.get("", {}).get("normalize") is not None:
         doc["normalize"] = st.configs[""]["normalize"]
@@ -306,19 +307,19 @@ async def get_global_config(request: Request):
 @router.put("/config")
 async def put_global_config(request: Request):
     body = await _body(request)
-    result = await _registry(request).write("schema_config", {"subject": "", "compatibility": body.get("compatibility"),
+    result = await registry_of(request).write("schema_config", {"subject": "", "compatibility": body.get("compatibility"),
                                                               "normalize": body.get("normalize")})
     return _answer(result)
 
 
 @router.delete("/config")
 async def delete_global_config(request: Request):
-    return _answer(await _registry(request).write("schema_config", {"subject": "", "delete": True}))
+    return _answer(await registry_of(request).write("schema_config", {"subject": "", "delete": True}))
 
 
 @router.get("/config/{subject}")
 async def get_subject_config(subject: str, request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     S.check_subject_name(subject)
     own = st.configs.get(subject)
     if own is None or "compatibilityLevel" not in own:
@@ -335,36 +336,36 @@ async def get_subject_config(subject: str, request: Request):
 async def put_subject_config(subject: str, request: Request):
     body = await _body(request)
     S.check_subject_name(subject)
-    return _answer(await _registry(request).write("schema_config", {
+    return _answer(await registry_of(request).write("schema_config", {
         "subject": subject, "compatibility": body.get("compatibility"), "normalize": body.get("normalize")}))
 
 
 @router.delete("/config/{subject}")
 async def delete_subject_config(subject: str, request: Request):
     S.check_subject_name(subject)
-    return _answer(await _registry(request).write("schema_config", {"subject": subject, "delete": True}))
+    return _answer(await registry_of(request).write("schema_config", {"subject": subject, "delete": True}))
 
 
 @router.get("/mode")
 async def get_global_mode(request: Request):
-    return _answer({"mode": _registry(request).state.mode("")})
+    return _answer({"mode": registry_of(request).state.mode("")})
 
 
 @router.put("/mode")
 async def put_global_mode(request: Request):
     body = await _body(request)
-    return _answer(await _registry(request).write("schema_mode", {"subject": "", "mode": body.get("mode"),
+    return _answer(await registry_of(request).write("schema_mode", {"subject": "", "mode": body.get("mode"),
                                                                   "force": _flag(request, "force")}))
 
 
 @router.delete("/mode")
 async def delete_global_mode(request: Request):
-    return _answer(await _registry(request).write("schema_mode", {"subject": "", "delete": True}))
+    return _answer(await registry_of(request).write("schema_mode", {"subject": "", "delete": True}))
 
 
 @router.get("/mode/{subject}")
 async def get_subject_mode(subject: str, request: Request):
-    st = _registry(request).state
+    st = registry_of(request).state
     S.check_subject_name(subject)
     if subject not in st.modes and not _flag(request, "defaultToGlobal"):
         raise E.SubjectModeNotConfiguredError(f"Subject '{subject}' does not have subject-level mode configured")
@@ -375,11 +376,11 @@ async def get_subject_mode(subject: str, request: Request):
 async def put_subject_mode(subject: str, request: Request):
     body = await _body(request)
     S.check_subject_name(subject)
-    return _answer(await _registry(request).write("schema_mode", {"subject": subject, "mode": body.get("mode"),
+    return _answer(await registry_of(request).write("schema_mode", {"subject": subject, "mode": body.get("mode"),
                                                                   "force": _flag(request, "force")}))
 
 
 @router.delete("/mode/{subject}")
 async def delete_subject_mode(subject: str, request: Request):
     S.check_subject_name(subject)
-    return _answer(await _registry(request).write("schema_mode", {"subject": subject, "delete": True}))
+    return _answer(await registry_of(request).write("schema_mode", {"subject": subject, "delete": True}))

@@ -115,7 +115,10 @@ def test_json_schema_and_protobuf_serializers(node):
     pctx = SerializationContext("clicks", MessageField.VALUE)
     pser = ProtobufSerializer(msg_class, sr, {"use.deprecated.format": False})
     pdata = pser(msg_class(user="ada", count=3), pctx)
-    assert pdata[0] == 0
+    from lakelog.ingest_api.schemas import wire
+    framed = wire.decode(pdata, protobuf=True)  # our decoder reads the serializer's framing
+    assert framed.message_indexes == (0,) and framed.schema_id == sr.get_latest_version("clicks-value").schema_id
+    assert msg_class.FromString(framed.payload).user == "ada"
     back = ProtobufDeserializer(msg_class, {"use.deprecated.format": False})(pdata, pctx)
     assert (back.user, back.count) == ("ada", 3)
     assert sr.get_latest_version("clicks-value").schema.schema_type == "PROTOBUF"
@@ -222,3 +225,81 @@ def test_cluster_ids_survive_controller_failover_and_restarts(tmp_path):
         assert client(c.node(controller).url).register_schema("c-value", Schema(json.dumps(USER_V1), "AVRO")) == first
     finally:
         c.stop()
+
+
+AVRO_V2 = "application/vnd.kafka.avro.v2+json"
+JSONSCHEMA_V2 = "application/vnd.kafka.jsonschema.v2+json"
+
+
+def test_rest_produce_and_fetch_avro_and_json_schema(node):
+    from lakelog.ingest_api.schemas import wire
+
+    r = httpx.post(f"{node.url}/v3/clusters/{_cluster_id(node.url)}/topics",
+                   json={"topic_name": "people", "partitions_count": 1}, timeout=10)
+    assert r.status_code == 201, r.text
+    body = {"value_schema": json.dumps(USER_V2), "key_schema": '"string"',
+            "records": [{"key": "k1", "value": {"name": "ada", "age": 36, "email": {"string": "a@b"}}},
+                        {"key": "k2", "value": {"name": "bob", "age": 7, "email": None}}]}
+    r = httpx.post(f"{node.url}/topics/people", content=json.dumps(body), headers={"Content-Type": AVRO_V2},
+                   timeout=10)
+    assert r.status_code == 200, r.text
+    value_id, key_id = r.json()["value_schema_id"], r.json()["key_schema_id"]
+    sr = client(node.url)
+    assert sr.get_latest_version("people-value").schema_id == value_id  # registered under TopicNameStrategy
+    assert sr.get_latest_version("people-key").schema_id == key_id
+
+    # the stored bytes are Confluent's wire format: confluent-kafka's deserializer reads them
+    raw = httpx.get(f"{node.url}/topics/people/partitions/0/records", params={"offset": 0},
+                    headers={"Accept": "application/vnd.kafka.binary.v2+json"}, timeout=10).json()
+    import base64
+    value0 = base64.b64decode(raw[0]["value"])
+    assert wire.decode(value0).schema_id == value_id
+    ctx = SerializationContext("people", MessageField.VALUE)
+    assert AvroDeserializer(sr)(value0, ctx) == {"name": "ada", "age": 36, "email": "a@b"}
+
+    got = httpx.get(f"{node.url}/topics/people/partitions/0/records", params={"offset": 0},
+                    headers={"Accept": AVRO_V2}, timeout=10)
+    assert got.status_code == 200, got.text
+    assert [(x["key"], x["value"]) for x in got.json()] == [
+        ("k1", {"name": "ada", "age": 36, "email": {"string": "a@b"}}),
+        ("k2", {"name": "bob", "age": 7, "email": None})]
+
+    # a value that does not match: 422 and nothing appended (the whole request is refused)
+    bad = {"value_schema_id": value_id, "records": [{"value": {"name": "eve", "age": 1, "email": None}},
+                                                    {"value": {"name": "eve", "age": "old"}}]}
+    r = httpx.post(f"{node.url}/topics/people", content=json.dumps(bad), headers={"Content-Type": AVRO_V2},
+                   timeout=10)
+    assert (r.status_code, r.json()["error_code"]) == (422, 42203), r.text
+    for body, code in [({"value_schema_id": 999, "records": [{"value": {}}]}, 40403),
+                       ({"value_schema": "{nope", "records": [{"value": {}}]}, 42201),
+                       ({"records": [{"value": {"a": 1}}]}, 42201)]:  # a value but no schema
+        r = httpx.post(f"{node.url}/topics/people", content=json.dumps(body), headers={"Content-Type": AVRO_V2},
+                       timeout=10)
+        assert r.json()["error_code"] == code, r.text
+    ends = httpx.get(f"{node.url}/topics/people/partitions/0/offsets", timeout=10).json()
+    assert ends["end_offset"] == 2
+
+    # JSON Schema
+    doc = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    r = httpx.post(f"{node.url}/topics/people", headers={"Content-Type": JSONSCHEMA_V2}, timeout=10,
+                   content=json.dumps({"value_schema": json.dumps(doc), "records": [{"value": {"n": 1}}]}))
+    assert r.status_code == 409, r.text  # people-value holds an Avro schema: another type is incompatible
+    r = httpx.post(f"{node.url}/v3/clusters/{_cluster_id(node.url)}/topics",
+                   json={"topic_name": "counts", "partitions_count": 1}, timeout=10)
+    r = httpx.post(f"{node.url}/topics/counts", headers={"Content-Type": JSONSCHEMA_V2}, timeout=10,
+                   content=json.dumps({"value_schema": json.dumps(doc), "records": [{"value": {"n": 1}}]}))
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{node.url}/topics/counts", headers={"Content-Type": JSONSCHEMA_V2}, timeout=10,
+                   content=json.dumps({"value_schema": json.dumps(doc), "records": [{"value": {"m": 1}}]}))
+    assert (r.status_code, r.json()["error_code"]) == (422, 42203)
+    got = httpx.get(f"{node.url}/topics/counts/partitions/0/records", params={"offset": 0},
+                    headers={"Accept": JSONSCHEMA_V2}, timeout=10).json()
+    assert [x["value"] for x in got] == [{"n": 1}]
+    assert JSONDeserializer(json.dumps(doc))(
+        base64.b64decode(httpx.get(f"{node.url}/topics/counts/partitions/0/records", params={"offset": 0},
+                                   headers={"Accept": "application/vnd.kafka.binary.v2+json"}, timeout=10)
+                         .json()[0]["value"]), SerializationContext("counts", MessageField.VALUE)) == {"n": 1}
+
+
+def _cluster_id(url: str) -> str:
+    return httpx.get(f"{url}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
