@@ -177,7 +177,7 @@ async def _find_owner(node: Any, consumers: ConsumerManager, group: str, instanc
 
 @router.post("/consumers/{group}", summary="Create a consumer instance in a group",
              openapi_extra=_body({"type": "object", "properties": {
-                 "name": {"type": "string"}, "format": {"type": "string", "enum": ["binary", "json"]},
+                 "name": {"type": "string"}, "format": {"type": "string", "enum": ["binary", "json", "avro", "jsonschema"]},
                  "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest", "none"]},
                  "auto.commit.enable": {"type": ["string", "boolean"]},
                  "auto.commit.interval.ms": {"type": "integer"}, "session.timeout.ms": {"type": "integer"},

@@ -179,7 +179,7 @@ async def fetch_records(topic: str, partition: int, request: Request,
         for rec in batch.records():
             if rec.offset >= offset:
                 if fmt in SCHEMA_FORMATS:
-                    out.append(render_schema_record(schema_registry(request), topic, partition, rec, fmt,
+                    out.append(render_schema_record(schema_registry(request).state, topic, partition, rec, fmt,
                                                     timestamp=log_append_time))
                 else:
                     out.append(render_record(topic, partition, rec, fmt, timestamp=log_append_time))

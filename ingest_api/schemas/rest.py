@@ -12,7 +12,8 @@ key and value is converted (`codec.encode_value`) before anything is appended: o
 match its schema refuses the whole request (422 42203) and nothing is written. A record with a
 key (or value) needs a key (or value) schema (422 42201); null stays null (a tombstone).
 
-Fetch (`Accept: application/vnd.kafka.avro.v2+json` / `jsonschema.v2+json`): each key and value
+Fetch (`Accept: application/vnd.kafka.avro.v2+json` / `jsonschema.v2+json`, and v2 consumers created
+with `"format": "avro"` / `"jsonschema"`): each key and value
 is split (`wire.decode`), its schema looked up by id in the registry, and the payload rendered as
 JSON; bytes that are not in the wire format, or whose schema is unknown, answer 406 40602.
 """
@@ -97,10 +98,9 @@ async def parse_schema_produce(registry: SchemaRegistry, topic: str, body: bytes
             value_schema[0] if value_schema else None)
 
 
-def render_schema_record(registry: SchemaRegistry, topic: str, partition: int, rec: Any, fmt: str,
+def render_schema_record(st: S.SchemaRegistryState, topic: str, partition: int, rec: Any, fmt: str,
                          *, timestamp: int | None = None) -> dict[str, Any]:
-    """One fetched record with its key and value decoded by their schemas."""
-    st = registry.state
+    """One fetched record with its key and value decoded by their schemas (`st`: the node's registry state)."""
 
     def decode(data: bytes | None, what: str) -> Any:
         if data is None:

@@ -264,6 +264,24 @@ def test_rest_produce_and_fetch_avro_and_json_schema(node):
         ("k1", {"name": "ada", "age": 36, "email": {"string": "a@b"}}),
         ("k2", {"name": "bob", "age": 7, "email": None})]
 
+    # a v2 consumer created with format avro gets the decoded records too
+    V2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+    r = httpx.post(f"{node.url}/consumers/readers", headers=V2, timeout=30, json={
+        "name": "c1", "format": "avro", "auto.offset.reset": "earliest"})
+    assert r.status_code == 200, r.text
+    base = r.json()["base_uri"]
+    assert httpx.post(f"{base}/subscription", json={"topics": ["people"]}, headers=V2, timeout=30).status_code == 204
+    polled: list = []
+
+    def more():
+        r = httpx.get(f"{base}/records", params={"timeout": 200}, headers={"Accept": AVRO_V2}, timeout=30)
+        assert r.status_code == 200, r.text
+        polled.extend(r.json())
+        return len(polled) >= 2
+
+    wait_for(more, 20, "avro records", interval_s=0)
+    assert [x["value"]["name"] for x in polled] == ["ada", "bob"]
+
     # a value that does not match: 422 and nothing appended (the whole request is refused)
     bad = {"value_schema_id": value_id, "records": [{"value": {"name": "eve", "age": 1, "email": None}},
                                                     {"value": {"name": "eve", "age": "old"}}]}
