@@ -113,8 +113,9 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
     fmt = media_type(request.headers.get("content-type"))
     if fmt == JSON:
         fmt = JSON_V2
-    if fmt not in EMBEDDED_FORMATS + (RECORDBATCH,):
-        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2}, {BINARY_V2} or {RECORDBATCH}")
+    if fmt not in EMBEDDED_FORMATS + (RECORDBATCH,) + tuple(SCHEMA_FORMATS):
+        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2}, {BINARY_V2}, {RECORDBATCH} or "
+                                        f"{', '.join(SCHEMA_FORMATS)}")
     body = await read_body(request, node.config.max_request_bytes)
     forwarded = await forward_to_leader(request, node, topic, partition, body)
     if forwarded is not None:
@@ -123,10 +124,15 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
         info = await node.produce_batches(topic, partition, body, acks)
         _count(request, topic, info.size_in_bytes, info.record_count)
         return _produce_response([(partition, b) for b in info.base_offsets], acks)
-    records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
+    schema_ids: tuple = (None, None)
+    if fmt in SCHEMA_FORMATS:
+        records, producer, *schema_ids = await parse_schema_produce(schema_registry(request), topic, body, fmt,
+                                                                    node.config.max_records_per_request)
+    else:
+        records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
     results = await node.produce_records(topic, records, partition=partition, acks=acks, producer=producer)
     _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
-    return _produce_response([(r.partition, r.offset) for r in results], acks)
+    return _produce_response([(r.partition, r.offset) for r in results], acks, tuple(schema_ids))
 
 
 @router.post("/producers", summary="Get a producer id for idempotent produce (Kafka's InitProducerId)",

@@ -296,6 +296,11 @@ def test_rest_produce_and_fetch_avro_and_json_schema(node):
         assert r.json()["error_code"] == code, r.text
     ends = httpx.get(f"{node.url}/topics/people/partitions/0/offsets", timeout=10).json()
     assert ends["end_offset"] == 2
+    # to one partition, by schema id
+    r = httpx.post(f"{node.url}/topics/people/partitions/0", headers={"Content-Type": AVRO_V2}, timeout=10,
+                   content=json.dumps({"value_schema_id": value_id, "records": [
+                       {"value": {"name": "cy", "age": 3, "email": None}}]}))
+    assert (r.status_code, r.json()["offsets"][0]["offset"], r.json()["value_schema_id"]) == (200, 2, value_id)
 
     # JSON Schema
     doc = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
