@@ -25,6 +25,8 @@ from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import state as S
 from lakelog.ingest_api.schemas.languages import AVRO, SCHEMA_TYPES
 from lakelog.ingest_api.schemas.service import SchemaRegistry
+from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
+from lakelog.ingest_api.security.middleware import allowed, authorize
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 ACCEPTED_BODY_TYPES = ("application/vnd.schemaregistry.v1+json", "application/vnd.schemaregistry+json",
@@ -102,8 +104,16 @@ def _id(value: str) -> int:
     try:
         n = int(value)
     except ValueError:
-        raise E.SchemaNotFoundError(f"Schema {value} not found") from None
+        n = 0
     return n
+
+
+def _authorize_id(request: Request, st: S.SchemaRegistryState, schema_id: int) -> None:
+    """READ on some subject that uses the id, or DESCRIBE on the cluster (403 otherwise; when security is on)."""
+    users = {s for s, versions in st.subjects.items() for v in versions if v.schema_id == schema_id}
+    if any(allowed(request, Operation.READ, ResourceType.SUBJECT, s) for s in sorted(users)):
+        return
+    authorize(request, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 # ------------------------------------------------------------------------------- schemas
@@ -133,6 +143,7 @@ async def list_schemas(request: Request):
 @router.get("/schemas/ids/{schema_id}")
 async def schema_by_id(schema_id: str, request: Request):
     st = registry_of(request).state
+    _authorize_id(request, st, _id(schema_id))
     stored = st.schema(_id(schema_id))
     subject = request.query_params.get("subject")
     if subject and not any(v.schema_id == int(schema_id) for v in st.versions(subject, deleted=True)):
@@ -142,11 +153,13 @@ async def schema_by_id(schema_id: str, request: Request):
 
 @router.get("/schemas/ids/{schema_id}/schema")
 async def schema_text_by_id(schema_id: str, request: Request):
-    stored = registry_of(request).state.schema(_id(schema_id))
-    return Response(stored.schema.encode(), media_type=CONTENT_TYPE)
+    st = registry_of(request).state
+    _authorize_id(request, st, _id(schema_id))
+    return Response(st.schema(_id(schema_id)).schema.encode(), media_type=CONTENT_TYPE)
 
 
-def _usages(st: S.SchemaRegistryState, schema_id: int, deleted: bool) -> list[tuple[str, int]]:
+def _usages(request: Request, st: S.SchemaRegistryState, schema_id: int, deleted: bool) -> list[tuple[str, int]]:
+    _authorize_id(request, st, schema_id)
     st.schema(schema_id)
     return [(s, v.version) for s in sorted(st.subjects) for v in st.versions(s, deleted=deleted)
             if v.schema_id == schema_id]
@@ -154,13 +167,13 @@ def _usages(st: S.SchemaRegistryState, schema_id: int, deleted: bool) -> list[tu
 
 @router.get("/schemas/ids/{schema_id}/subjects")
 async def schema_subjects(schema_id: str, request: Request):
-    usages = _usages(registry_of(request).state, _id(schema_id), _flag(request, "deleted"))
+    usages = _usages(request, registry_of(request).state, _id(schema_id), _flag(request, "deleted"))
     return _answer(sorted({s for s, _ in usages}))
 
 
 @router.get("/schemas/ids/{schema_id}/versions")
 async def schema_versions(schema_id: str, request: Request):
-    usages = _usages(registry_of(request).state, _id(schema_id), _flag(request, "deleted"))
+    usages = _usages(request, registry_of(request).state, _id(schema_id), _flag(request, "deleted"))
     return _answer([{"subject": s, "version": v} for s, v in usages])
 
 

@@ -90,14 +90,15 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/groups/{group}", GROUP, "group", DESCRIBE, ""),
     ("GET", "/groups/{group}/offsets", GROUP, "group", DESCRIBE, ""),
     ("POST", "/groups/{group}/offsets", GROUP, "group", READ, "body"),
-    # The Schema Registry (ingest_api/schemas/router.py). Reads by schema id need authentication
-    # only: serializers and deserializers resolve ids without knowing a subject.
-    ("GET", "/schemas/types", None, None, None, ""),
+    # The Schema Registry (ingest_api/schemas/router.py). A read by schema id ("body": the router
+    # checks) needs READ on a subject that uses the id (deserializers know no subject), or DESCRIBE
+    # on the cluster.
+    ("GET", "/schemas/types", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/schemas", CLUSTER, None, DESCRIBE, ""),
-    ("GET", "/schemas/ids/{schema_id}", None, None, None, ""),
-    ("GET", "/schemas/ids/{schema_id}/schema", None, None, None, ""),
-    ("GET", "/schemas/ids/{schema_id}/subjects", None, None, None, ""),
-    ("GET", "/schemas/ids/{schema_id}/versions", None, None, None, ""),
+    ("GET", "/schemas/ids/{schema_id}", None, None, None, "body"),
+    ("GET", "/schemas/ids/{schema_id}/schema", None, None, None, "body"),
+    ("GET", "/schemas/ids/{schema_id}/subjects", None, None, None, "body"),
+    ("GET", "/schemas/ids/{schema_id}/versions", None, None, None, "body"),
     ("GET", "/subjects", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/subjects/{subject}/versions", SUBJECT, "subject", READ, ""),
     ("POST", "/subjects/{subject}/versions", SUBJECT, "subject", WRITE, ""),
