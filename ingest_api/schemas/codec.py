@@ -73,6 +73,29 @@ def encode_value(parsed: ParsedSchema, schema_id: int, value: Any, what: str = "
                                   f"framed by a serializer with application/vnd.kafka.binary.v2+json")
 
 
+def encode_values(parsed: ParsedSchema, schema_id: int, values: list[Any], labels: list[str]) -> list[bytes]:
+    """`encode_value` of many values; Avro ones through one JSON decoder pass (half the cost per value).
+
+    On any failure the values are converted one by one, so the error names (`labels[i]`) the first bad one.
+    """
+    if parsed.schema_type != AVRO or len(values) < 2:
+        return [encode_value(parsed, schema_id, v, label) for v, label in zip(values, labels)]
+    import fastavro
+    schema = _avro_schema(parsed)
+    try:
+        text = "\n".join(json.dumps(v) for v in values)
+        out = []
+        for datum in fastavro.json_reader(io.StringIO(text), schema):
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, schema, datum)
+            out.append(wire.encode(schema_id, buf.getvalue()))
+        if len(out) == len(values):
+            return out
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError):
+        pass
+    return [encode_value(parsed, schema_id, v, label) for v, label in zip(values, labels)]
+
+
 def decode_value(parsed: ParsedSchema, payload: bytes, what: str = "value") -> Any:
     """The JSON value of a wire-format payload (the header already split off by `wire.decode`)."""
     if parsed.schema_type == AVRO:

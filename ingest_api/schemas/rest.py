@@ -29,7 +29,7 @@ from lakelog.ingest_api.node import ProduceRecord
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import state as S
 from lakelog.ingest_api.schemas import wire
-from lakelog.ingest_api.schemas.codec import decode_value, encode_value
+from lakelog.ingest_api.schemas.codec import decode_value, encode_values
 from lakelog.ingest_api.schemas.parsed import AVRO, JSON, ParsedSchema
 from lakelog.ingest_api.schemas.service import SchemaRegistry
 
@@ -78,22 +78,26 @@ async def parse_schema_produce(registry: SchemaRegistry, topic: str, body: bytes
         raise InvalidRequestError("every record must be an object")
     key_schema = await _schema_for(registry, topic, "key", doc, schema_type)
     value_schema = await _schema_for(registry, topic, "value", doc, schema_type)
+    encoded: dict[str, list[bytes | None]] = {}
+    for part, schema in (("key", key_schema), ("value", value_schema)):
+        present = [i for i, r in enumerate(raw) if r.get(part) is not None]
+        if present and schema is None:
+            raise E.InvalidSchemaError(f"records[{present[0]}] has a {part} but the request has no {part}_schema "
+                                       f"or {part}_schema_id")
+        column: list[bytes | None] = [None] * len(raw)
+        if present:
+            assert schema is not None
+            done = encode_values(schema[1], schema[0], [raw[i][part] for i in present],
+                                 [f"{part} of records[{i}]" for i in present])
+            for i, data in zip(present, done):
+                column[i] = data
+        encoded[part] = column
     out = []
     for i, r in enumerate(raw):
-        encoded = []
-        for part, schema in (("key", key_schema), ("value", value_schema)):
-            v = r.get(part)
-            if v is None:
-                encoded.append(None)
-            elif schema is None:
-                raise E.InvalidSchemaError(f"records[{i}] has a {part} but the request has no {part}_schema or "
-                                           f"{part}_schema_id")
-            else:
-                encoded.append(encode_value(schema[1], schema[0], v, f"{part} of records[{i}]"))
         partition = r.get("partition")
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidRequestError(f"records[{i}].partition must be a non-negative integer")
-        out.append(ProduceRecord(encoded[0], encoded[1], partition, ()))
+        out.append(ProduceRecord(encoded["key"][i], encoded["value"][i], partition, ()))
     return (out, parse_producer_fields(doc), key_schema[0] if key_schema else None,
             value_schema[0] if value_schema else None)
 
