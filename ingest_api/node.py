@@ -43,9 +43,10 @@ from lakelog.compaction.cleaner import LogCleaner
 from lakelog.infra.config import LOG_CONFIG, ConfigError
 from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
-from lakelog.ingest_api.cluster.errors import NotControllerError
+from lakelog.ingest_api.cluster.errors import BrokerNotRegisteredError, FencedBrokerError, NotControllerError
 from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
 from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.error_table import code_of, http_error
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -53,6 +54,7 @@ from lakelog.ingest_api.errors import (
     NotLeaderOrFollowerError,
     NotReadyError,
     PartitionNotFoundError,
+    RemoteError,
     RequestTooLargeError,
     TopicExistsError,
     TopicNotFoundError,
@@ -78,6 +80,8 @@ from lakelog.tiering.errors import FencedLeaderEpochError as RemoteFencedError
 from lakelog.tiering.errors import TieringError
 
 log = logging.getLogger("lakelog.node")
+
+_REREGISTER_CODES = (code_of(FencedBrokerError), code_of(BrokerNotRegisteredError))
 
 #: Open files a partition's log holds (the active segment's .log, .index, .timeindex).
 FILES_PER_PARTITION = 3
@@ -113,14 +117,6 @@ class PartitionStateView:
     leader_epoch: int
     replicas: list[int]
     isr: list[int]
-
-
-class RemoteError(NodeError):
-    """An error answered by another node (forwarded request, controller call), passed on as is."""
-
-    def __init__(self, status: int, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.error_code = status, error_code
 
 
 class Node:
@@ -170,15 +166,7 @@ class Node:
         #: skipped until the metadata gives this node a new epoch.
         self._tier_fenced: dict[PartitionKey, int] = {}
         self.started_at = time.time()
-        self.controller_config = ControllerConfig(
-            broker_session_timeout_ms=config.broker_session_timeout_ms,
-            default_replication_factor=config.default_replication_factor,
-            num_partitions=config.num_partitions,
-            max_partitions_per_topic=config.max_partitions_per_topic,
-            default_min_insync_replicas=config.min_insync_replicas,
-            unclean_leader_election_enable=config.unclean_leader_election_enable,
-            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
-            leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds * 1000)
+        self.controller_config = ControllerConfig.from_keys(config)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -528,10 +516,10 @@ class Node:
                         doc = resp.json() if resp.content else {}
                         if resp.status_code == 200:
                             return doc
-                        if doc.get("error_code") != NotControllerError.error_code:  # anything else is final
+                        if doc.get("error_code") != code_of(NotControllerError):  # anything else is final
                             raise RemoteError(resp.status_code, int(doc.get("error_code", resp.status_code * 100)),
                                               str(doc.get("message", resp.text[:200])))
-                        last = RemoteError(resp.status_code, NotControllerError.error_code, str(doc.get("message")))
+                        last = RemoteError(resp.status_code, code_of(NotControllerError), str(doc.get("message")))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
         raise LeaderNotAvailableError(f"no active controller answered {op}: {last}")
@@ -632,7 +620,7 @@ class Node:
             except asyncio.CancelledError:
                 raise
             except NodeError as e:
-                if getattr(e, "error_code", None) in (40903, 40904):  # fenced / unknown broker epoch: register again
+                if http_error(e)[1] in _REREGISTER_CODES:  # fenced / unknown broker epoch: register again
                     self.broker_epoch = -1
                 log.info("heartbeat failed: %s", e)
             except Exception as e:
