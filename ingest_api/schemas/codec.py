@@ -20,26 +20,19 @@ import io
 import json
 from typing import Any
 
-from lakelog.infra.errors import ErrorKind
+from lakelog.ingest_api.errors import InvalidRequestError, UnsupportedMediaTypeError
 from lakelog.ingest_api.schemas import wire
-from lakelog.ingest_api.schemas.errors import SchemaRegistryError
 from lakelog.ingest_api.schemas.parsed import AVRO, JSON, ParsedSchema
 
 MAX_JSON_DEPTH = 200
 
 
-class SchemaValueError(SchemaRegistryError):
+class SchemaValueError(InvalidRequestError):
     """A record's key or value does not match its schema (nothing is appended)."""
 
-    kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 422, 42203
 
-
-class UnsupportedSchemaFormat(SchemaRegistryError):
+class UnsupportedSchemaFormat(UnsupportedMediaTypeError):
     """Values of this schema type are not converted over REST (Protobuf, for now)."""
-
-    kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 415, 41501
 
 
 def _avro_schema(parsed: ParsedSchema):

@@ -115,7 +115,7 @@ def render_schema_record(st: S.SchemaRegistryState, topic: str, partition: int, 
             if stored.schema_type != SCHEMA_FORMATS[fmt]:
                 raise E.SchemaRegistryError(f"schema {framed.schema_id} is {stored.schema_type}")
             return decode_value(st.parsed(stored), framed.payload, what)
-        except E.SchemaRegistryError as e:
+        except (E.SchemaRegistryError, InvalidRequestError) as e:  # also WireFormatError, SchemaValueError
             raise RecordDeserializationError(f"the {what} of the record at offset {rec.offset} cannot be read as "
                                              f"{fmt}: {e}") from None
 

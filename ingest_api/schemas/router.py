@@ -19,7 +19,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.routing import APIRoute
 
 from lakelog.infra.errors import LakelogError
-from lakelog.ingest_api.errors import UnsupportedMediaTypeError, http_error
+from lakelog.ingest_api.error_table import http_error
+from lakelog.ingest_api.errors import UnsupportedMediaTypeError
 from lakelog.ingest_api.routers.deps import read_body
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import state as S

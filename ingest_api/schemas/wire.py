@@ -22,8 +22,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lakelog.infra.errors import ErrorKind
-from lakelog.ingest_api.schemas.errors import SchemaRegistryError
+from lakelog.ingest_api.errors import InvalidRequestError
 
 MAGIC = 0
 HEADER = struct.Struct(">bi")  # magic, schema id
@@ -33,11 +32,8 @@ MAX_VARINT_BYTES = 10
 MAX_ID = (1 << 31) - 1
 
 
-class WireFormatError(SchemaRegistryError):
+class WireFormatError(InvalidRequestError):
     """The bytes are not in Confluent's wire format (magic byte, schema id, message indexes)."""
-
-    kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 422, 42201
 
 
 @dataclass(frozen=True)
