@@ -43,7 +43,12 @@ from lakelog.compaction.cleaner import LogCleaner
 from lakelog.infra.config import LOG_CONFIG, ConfigError
 from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
-from lakelog.ingest_api.cluster.errors import BrokerNotRegisteredError, FencedBrokerError, NotControllerError
+from lakelog.ingest_api.cluster.errors import (
+    BrokerNotRegisteredError,
+    FencedBrokerError,
+    InvalidReplicationFactorError,
+    NotControllerError,
+)
 from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.error_table import code_of, http_error
@@ -847,7 +852,9 @@ class Node:
         return res
 
     async def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                           configs: dict[str, str] | None = None) -> TopicMetadata:
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False) -> TopicMetadata:
+        """Create a topic; with `validate_only`, run every check and create nothing (Kafka's
+        CreateTopics validateOnly): the answer describes the topic as it would be."""
         self.check_ready()
         validate_topic_name(name)
         partitions = self.config.num_partitions if partitions is None else partitions
@@ -859,6 +866,13 @@ class Node:
         # (placement spreads replicas evenly, so every node gets about the same share).
         live = max(1, sum(1 for b in self.image.brokers.values() if not b.fenced))
         self._check_file_budget(-(-partitions * min(rf, live) // live))
+        if validate_only:
+            if name in self.image.topics:
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            if rf > live:  # what the controller's placement would refuse
+                raise InvalidReplicationFactorError(
+                    f"replication factor {rf} is larger than the {live} available broker(s)")
+            return TopicMetadata(name, "", partitions, rf, configs, [])
         await self._admin("create_topic", {"name": name, "partitions": partitions, "replication_factor": rf,
                                            "configs": configs})
         log.info("created topic %s with %d partition(s), replication factor %d", name, partitions, rf)
