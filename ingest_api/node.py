@@ -69,6 +69,8 @@ from lakelog.ingest_api.names import validate_topic_name
 from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTROLLER_OPS
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.ingest_api.security.records import controller_records as security_controller_records
+from lakelog.ingest_api.schemas.state import CONTROLLER_OPS as SCHEMA_CONTROLLER_OPS
+from lakelog.ingest_api.schemas.state import controller_records as schema_controller_records
 from lakelog.ingest_api.partition import Partition, PartitionKey, Role, now_ms
 from lakelog.ingest_api.partitioner import StickyPartitioner
 from lakelog.ingest_api.remote_log_manager import RemoteLogManagerPool
@@ -568,6 +570,10 @@ class Node:
             elif op in SECURITY_CONTROLLER_OPS:  # users, API keys, ACLs (ingest_api/security/records.py)
                 ctrl._require_active()
                 records, extra = security_controller_records(op, args, self.image.security)
+                result.update(extra)
+            elif op in SCHEMA_CONTROLLER_OPS:  # the Schema Registry (ingest_api/schemas/state.py)
+                ctrl._require_active()
+                records, extra = schema_controller_records(op, args, self.image.schemas)
                 result.update(extra)
             else:
                 raise InvalidRequestError(f"unknown controller request {op!r}")
