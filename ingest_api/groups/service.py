@@ -433,11 +433,11 @@ class GroupService:
             # whenever there are two replicas (more if the broker's default asks for more).
             min_isr = min(rf, max(2, self.config.min_insync_replicas))
             try:
-                await node.create_topic(OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions,
-                                        replication_factor=rf, configs={
-                                            "cleanup.policy": "compact",
-                                            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-                                            "min.insync.replicas": str(min_isr)})
+                await node.admin.create_topic(OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions,
+                                              replication_factor=rf, configs={
+                                                  "cleanup.policy": "compact",
+                                                  "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+                                                  "min.insync.replicas": str(min_isr)})
                 log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
                          self.config.offsets_topic_num_partitions, rf)
             except TopicExistsError:
@@ -453,7 +453,7 @@ class GroupService:
         body = {**args, "group_id": group_id}
         if leader == self.node.node_id:
             return raise_group_error(await self.handle(op, body))
-        from lakelog.ingest_api.node import RemoteError
+        from lakelog.ingest_api.replication.peers import RemoteError
         resp = await self.node.peers.post_json(leader, f"/internal/groups/{op}", body,
                                                timeout_s=timeout_s or self.config.request_timeout_ms / 1000 + 5)
         try:

@@ -25,6 +25,27 @@ class PeerUnavailableError(NodeError):
     status, error_code = 503, 50308
 
 
+class RemoteError(NodeError):
+    """An error answered by another node (forwarded request, controller call), passed on as is."""
+
+    def __init__(self, status: int, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.error_code = status, error_code
+
+
+#: Marks a request forwarded by another node (forwarded at most once).
+FORWARDED_HEADER = "X-Lakelog-Forwarded-By"
+
+
+def json_or_empty(resp: Http1Response) -> dict:
+    """A peer's JSON object answer, or {} when the body is not one."""
+    try:
+        doc = resp.json()
+        return doc if isinstance(doc, dict) else {}
+    except ValueError:
+        return {}
+
+
 class PeerClient:
     def __init__(self, node_id: int, secret: bytes, resolve: Callable[[int], str | None], *,
                  timeout_s: float = 30.0, max_connections: int = 100, ssl_context: Any = None) -> None:
