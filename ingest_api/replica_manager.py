@@ -30,7 +30,7 @@ from lakelog.compaction.cleaner import LogCleaner
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
-from lakelog.ingest_api.partition import Partition, PartitionKey, Role
+from lakelog.ingest_api.partition import Partition, PartitionKey, ProposeIsr, Role
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.logstore.fileutil import atomic_write
@@ -66,7 +66,6 @@ class ReplicaManager:
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._lock = threading.RLock()
         self._reconcile_scheduled = False
-        self._isr_in_flight: set[PartitionKey] = set()
         self._strays_removed = False
 
     # ------------------------------------------------------------------ views
@@ -119,7 +118,6 @@ class ReplicaManager:
         if st.leader == self.node_id:
             if part.make_leader(st.leader_epoch, st.partition_epoch, st.replicas, st.isr):
                 log.info("%s: leader in epoch %d, ISR %s", key, st.leader_epoch, st.isr)
-            self._isr_in_flight.discard(key)
             self._unfollow(key)
         else:
             if part.make_follower(st.leader, st.leader_epoch, st.partition_epoch, st.replicas, st.isr):
@@ -209,36 +207,30 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval)
             for p in self.partitions():
-                if p.role != Role.LEADER or p.key in self._isr_in_flight:
+                if p.role != Role.LEADER:
                     continue
-                out = p.out_of_sync_replicas(lag)
-                if out:
-                    new_isr = [r for r in p.isr if r not in out]
-                    log.info("%s: shrinking ISR %s -> %s (lagging: %s)", p.key, p.isr, new_isr, out)
-                    self._alter_isr(p, new_isr)
+                proposal = p.tick(lag)
+                if proposal is not None:
+                    log.info("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
+                    self._send_isr_change(p, proposal)
 
-    def _alter_isr(self, p: Partition, new_isr: list[int]) -> None:
-        if p.key in self._isr_in_flight:
-            return
-        self._isr_in_flight.add(p.key)
-        p.pending_isr = list(new_isr)
-        asyncio.get_running_loop().create_task(self._send_alter_isr(p, new_isr, p.leader_epoch, p.partition_epoch))
+    def _send_isr_change(self, p: Partition, proposal: ProposeIsr) -> None:
+        asyncio.get_running_loop().create_task(self._alter_partition(p, proposal))
 
-    async def _send_alter_isr(self, p: Partition, new_isr: list[int], leader_epoch: int, partition_epoch: int) -> None:
+    async def _alter_partition(self, p: Partition, proposal: ProposeIsr) -> None:
+        """AlterPartition through the controller; the answer goes back to the replica's state machine (the
+        committed ISR itself reaches this node through the metadata log)."""
+        new_isr = list(proposal.new_isr)
         try:
             await self._controller_call("alter_partition", {
                 "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic": p.key.topic,
-                "partition": p.key.partition, "leader_epoch": leader_epoch, "partition_epoch": partition_epoch,
-                "new_isr": new_isr})
+                "partition": p.key.partition, "leader_epoch": proposal.leader_epoch,
+                "partition_epoch": proposal.partition_epoch, "new_isr": new_isr})
         except Exception as e:
             log.info("%s: ISR change to %s refused: %s", p.key, new_isr, e)
-            if p.partition_epoch == partition_epoch:
-                p.pending_isr = None
-            self._isr_in_flight.discard(p.key)
+            p.isr_change_answered(proposal.partition_epoch, accepted=False)
             return
-        # The committed change reaches this node through the metadata log (reconcile clears the flag).
-        if p.partition_epoch != partition_epoch:
-            self._isr_in_flight.discard(p.key)
+        p.isr_change_answered(proposal.partition_epoch, accepted=True)
 
     # ------------------------------------------------------------------ leader side of replication
 
@@ -306,10 +298,10 @@ class ReplicaManager:
                                               f"fetch offset {offset} outside [{p.log.log_start_offset}, {leo}]",
                                               p.high_watermark, p.log.log_start_offset, leo, b""))
                 continue
-            new_isr = p.on_follower_fetch(replica_id, offset)
-            if new_isr is not None:
-                log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, new_isr)
-                self._alter_isr(p, new_isr)
+            proposal = p.on_follower_fetch(replica_id, offset)
+            if proposal is not None:
+                log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
+                self._send_isr_change(p, proposal)
             records: bytes | memoryview = b""
             if offset < leo and remaining > 0:
                 res = p.log.read(offset, min(remaining, int(e.get("max_bytes", remaining))))
