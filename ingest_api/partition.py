@@ -137,23 +137,29 @@ class Partition:
         wake: set[asyncio.Future] = set()
         resolve: list[tuple[asyncio.Future, BaseException | None]] = []
         proposals: list[ProposeIsr] = []
+        on_log: list[rc.Effect] = []
         with self._lock:
             effects = self.core.step(event)
+            if not effects:  # the common case (an append that moves no HW): nothing to carry out
+                return proposals
             for e in effects:
-                if isinstance(e, rc.HighWatermarkAdvanced):
+                kind = type(e)
+                if kind is rc.HighWatermarkAdvanced:
                     wake |= self._waiters
                     self._waiters = set()
-                elif isinstance(e, rc.WakeAll):
+                elif kind is rc.WakeAll:
                     wake |= self._waiters | self._leo_waiters
                     self._waiters, self._leo_waiters = set(), set()
-                elif isinstance(e, rc.CompleteProduce):
-                    fut = self._produce_waiters.pop(e.request_id, None)
+                elif kind is rc.CompleteProduce:
+                    fut = self._produce_waiters.pop(e.request_id, None)  # type: ignore[union-attr]
                     if fut is not None:
-                        resolve.append((fut, self._produce_error(e)))
-                elif isinstance(e, ProposeIsr):
-                    proposals.append(e)
+                        resolve.append((fut, self._produce_error(e)))  # type: ignore[arg-type]
+                elif kind is ProposeIsr:
+                    proposals.append(e)  # type: ignore[arg-type]
+                elif kind is rc.StampLeaderEpoch or kind is rc.IncrementLogStart:
+                    on_log.append(e)
         # The log's own effects outside `_lock` (the log calls `_on_append` under its lock).
-        for e in effects:
+        for e in on_log:
             if isinstance(e, rc.StampLeaderEpoch):
                 self.log.epochs.assign(e.leader_epoch, e.start_offset)
             elif isinstance(e, rc.IncrementLogStart):
