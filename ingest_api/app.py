@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lakelog.infra.errors import LakelogError
-from lakelog.ingest_api.errors import http_error
+from lakelog.ingest_api.error_table import http_error
+from lakelog.ingest_api.errors import InternalServerError, InvalidRequestError, RouteError
 from lakelog.ingest_api.formats import V2
 from lakelog.ingest_api.metrics import NodeMetrics
 from lakelog.ingest_api.node import Node
@@ -20,7 +21,9 @@ from lakelog.ingest_api.node import Node
 log = logging.getLogger("lakelog.http")
 
 
-def error_response(status: int, error_code: int, message: str) -> JSONResponse:
+def error_response(exc: BaseException) -> JSONResponse:
+    """The Confluent-style answer to an error, by `ingest_api.error_table`."""
+    status, error_code, message = http_error(exc)
     headers = {"Retry-After": "1"} if status in (503, 429) else None
     return JSONResponse({"error_code": error_code, "message": message}, status_code=status,
                         media_type=V2, headers=headers)
@@ -61,7 +64,7 @@ class ObserveMiddleware:
             if started:
                 raise
             status = 500
-            await error_response(500, 50001, "internal error")(scope, receive, send)
+            await error_response(InternalServerError("internal error"))(scope, receive, send)
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
             method = scope.get("method", "")
@@ -94,19 +97,19 @@ def create_app(node: Node) -> FastAPI:
 
     @app.exception_handler(LakelogError)
     async def _lakelog_error(request: Request, exc: LakelogError):
-        status, code, message = http_error(exc)
-        if status >= 500:
+        response = error_response(exc)
+        if response.status_code >= 500:
             log.warning("%s %s failed: %s", request.method, request.url.path, exc)
-        return error_response(status, code, message)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
         details = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
-        return error_response(422, 42201, f"invalid request: {details}")
+        return error_response(InvalidRequestError(f"invalid request: {details}"))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(exc.status_code, exc.status_code, str(exc.detail))
+        return error_response(RouteError(exc.status_code, str(exc.detail)))
 
     from lakelog.ingest_api.security.middleware import SecurityContext, SecurityMiddleware
 

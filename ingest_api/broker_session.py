@@ -29,8 +29,10 @@ import time
 from typing import Any, Awaitable, Callable
 
 from lakelog.infra.errors import invariant
+from lakelog.ingest_api.cluster.errors import BrokerNotRegisteredError, FencedBrokerError
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.error_table import code_of, http_error
 from lakelog.ingest_api.errors import NodeError
 
 log = logging.getLogger("lakelog.node")
@@ -53,7 +55,7 @@ _TRANSITIONS: dict[BrokerState, frozenset[BrokerState]] = {
 }
 
 #: Controller error codes that mean "register again": fenced broker, unknown broker epoch.
-_REREGISTER_CODES = (40903, 40904)
+_REREGISTER_CODES = (code_of(FencedBrokerError), code_of(BrokerNotRegisteredError))
 
 
 class BrokerSession:
@@ -149,7 +151,7 @@ class BrokerSession:
         except asyncio.CancelledError:
             raise
         except NodeError as e:
-            if getattr(e, "error_code", None) in _REREGISTER_CODES and self.state == BrokerState.REGISTERED:
+            if http_error(e)[1] in _REREGISTER_CODES and self.state == BrokerState.REGISTERED:
                 self.transition(BrokerState.UNREGISTERED)
             log.info("heartbeat failed: %s", e)
         except Exception as e:

@@ -27,9 +27,16 @@ from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.errors import NotControllerError
 from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
 from lakelog.ingest_api.cluster.quorum import QuorumHost
-from lakelog.ingest_api.errors import InvalidRequestError, LeaderNotAvailableError, NodeError, TopicExistsError
+from lakelog.ingest_api.error_table import code_of
+from lakelog.ingest_api.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    NodeError,
+    RemoteError,
+    TopicExistsError,
+)
 from lakelog.ingest_api.partition import now_ms
-from lakelog.ingest_api.replication.peers import PeerClient, RemoteError
+from lakelog.ingest_api.replication.peers import PeerClient
 from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTROLLER_OPS
 from lakelog.ingest_api.security.records import controller_records as security_controller_records
 
@@ -240,7 +247,7 @@ class ControllerHost:
                     try:
                         return await self._forward(leader, op, args, attempt_timeout_s)
                     except (NodeError, RemoteError) as e:
-                        if isinstance(e, RemoteError) and e.error_code != NotControllerError.error_code:
+                        if isinstance(e, RemoteError) and e.error_code != code_of(NotControllerError):
                             raise  # anything else is final
                         last = e
             await asyncio.sleep(delay)
@@ -253,7 +260,7 @@ class ControllerHost:
         doc = resp.json() if resp.content else {}
         if resp.status_code == 200:
             return doc
-        if doc.get("error_code") != NotControllerError.error_code:
+        if doc.get("error_code") != code_of(NotControllerError):
             raise RemoteError(resp.status_code, int(doc.get("error_code", resp.status_code * 100)),
                               str(doc.get("message", resp.text[:200])))
-        raise RemoteError(resp.status_code, NotControllerError.error_code, str(doc.get("message")))
+        raise RemoteError(resp.status_code, code_of(NotControllerError), str(doc.get("message")))

@@ -62,6 +62,7 @@ from lakelog.ingest_api.errors import (
     NotLeaderOrFollowerError,
     NotReadyError,
     PartitionNotFoundError,
+    RemoteError,
     RequestTooLargeError,
 )
 from lakelog.ingest_api.metadata import load_or_create_meta_properties
@@ -70,7 +71,7 @@ from lakelog.ingest_api.partitioner import StickyPartitioner
 from lakelog.ingest_api.remote_log_manager import RemoteLogManager
 from lakelog.ingest_api.replica_manager import ReplicaManager
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
-from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, PeerClient, RemoteError, json_or_empty
+from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, PeerClient, json_or_empty
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.logstore.errors import OffsetOutOfRangeError
 from lakelog.logstore.log import AppendInfo, FetchResult
@@ -114,15 +115,7 @@ class Node:
         self._threads: list[threading.Thread] = []
         self._tasks: list[asyncio.Task] = []
         self._pid_next = self._pid_end = 0
-        self.controller_config = ControllerConfig(
-            broker_session_timeout_ms=config.broker_session_timeout_ms,
-            default_replication_factor=config.default_replication_factor,
-            num_partitions=config.num_partitions,
-            max_partitions_per_topic=config.max_partitions_per_topic,
-            default_min_insync_replicas=config.min_insync_replicas,
-            unclean_leader_election_enable=config.unclean_leader_election_enable,
-            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
-            leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds * 1000)
+        self.controller_config = ControllerConfig.from_keys(config)
         self.controller_host = ControllerHost(self.node_id, self.image, self.controller_config,
                                               tick_ms=config.controller_tick_ms,
                                               request_timeout_ms=config.request_timeout_ms)

@@ -9,30 +9,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from lakelog.infra.config import LOG_CONFIG
-from lakelog.ingest_api.errors import NodeError
+from lakelog.ingest_api.errors import BrokerNotFoundError, ClusterNotFoundError, ConfigNotFoundError
 from lakelog.ingest_api.routers.deps import get_node
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 from lakelog.ingest_api.security.middleware import allowed, authorize
 
 router = APIRouter(prefix="/v3", tags=["admin v3"])
-
-
-class ClusterNotFoundError(NodeError):
-    """The cluster id in the path is not this cluster's."""
-
-    status, error_code = 404, 40403
-
-
-class BrokerNotFoundError(NodeError):
-    """No broker with that id."""
-
-    status, error_code = 404, 40403
-
-
-class ConfigNotFoundError(NodeError):
-    """No topic config of that name."""
-
-    status, error_code = 404, 40404
 
 
 class ConfigEntry(BaseModel):

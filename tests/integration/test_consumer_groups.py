@@ -233,7 +233,7 @@ def test_bad_requests_get_confluent_errors(node):
                      headers=V2, timeout=30), 413, 41310)
     error(httpx.post(f"{url}/groups/errs/offsets", json={"offsets": [{"topic": "misc", "partition": 9, "offset": 1}]},
                      headers=V2, timeout=30), 404, 40402)
-    error(httpx.get(f"{url}/groups/never-used", timeout=30), 404, 40404)
+    error(httpx.get(f"{url}/groups/never-used", timeout=30), 404, 40405)
     # The internal group calls, and instance requests claiming to be forwarded, need the cluster signature.
     error(httpx.post(f"{url}/internal/groups/list", json={}, timeout=10), 401, 40101)
     error(httpx.get(f"{base}/assignments", headers={"X-Lakelog-Forwarded-By": "2"}, timeout=10), 401, 40101)

@@ -610,7 +610,7 @@ def test_unknown_topic_and_partition(client, new_topic, cluster_id):
 def test_topic_exists_and_invalid_names(client, cluster_id, new_topic, api_node):
     topic = new_topic(2)
     url = f"/v3/clusters/{cluster_id}/topics"
-    assert_error(client.post(url, json={"topic_name": topic, "partitions_count": 5}), 409, 40902)
+    assert_error(client.post(url, json={"topic_name": topic, "partitions_count": 5}), 409, 40916)
     assert client.get(f"{url}/{topic}").json()["partitions_count"] == 2
 
     before = sorted(client.get("/topics").json())
@@ -738,8 +738,8 @@ def test_batch_over_max_message_bytes_is_413_and_appends_nothing(client, new_top
     small = build_batch([Record(0, now_ms(), b"k", b"v" * 500)])
     big = build_batch([Record(0, now_ms(), b"k", b"v" * 1500)])
     assert len(small) <= 1024 < len(big)
-    assert_error(produce_batches(client, topic, 0, big), 413, 41301)
-    assert_error(produce_batches(client, topic, 0, small + big), 413, 41301)
+    assert_error(produce_batches(client, topic, 0, big), 413, 41302)
+    assert_error(produce_batches(client, topic, 0, small + big), 413, 41302)
     assert_error(produce(client, topic, [{"value": b64(b"x" * 1500)}], partition=0, fmt=BINARY_V2), 413)
     assert offsets(client, topic, 0)["end_offset"] == 0
     assert produce_batches(client, topic, 0, small).status_code == 200
