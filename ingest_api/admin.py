@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable
 
 from lakelog.infra.config import LOG_CONFIG, ConfigError
+from lakelog.ingest_api.cluster.errors import InvalidReplicationFactorError
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.config import NodeConfig
-from lakelog.ingest_api.errors import InvalidRequestError, PartitionNotFoundError, TopicNotFoundError
+from lakelog.ingest_api.errors import InvalidRequestError, PartitionNotFoundError, TopicExistsError, TopicNotFoundError
 from lakelog.ingest_api.metadata import TopicMetadata
 from lakelog.ingest_api.names import validate_topic_name
 
@@ -133,7 +134,9 @@ class AdminService:
         return max(1, sum(1 for b in self.image.brokers.values() if not b.fenced))
 
     async def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                           configs: dict[str, str] | None = None) -> TopicMetadata:
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False) -> TopicMetadata:
+        """Create a topic; with `validate_only`, run every check and create nothing (Kafka's
+        CreateTopics validateOnly): the answer describes the topic as it would be."""
         self.check_ready()
         validate_topic_name(name)
         partitions = self.config.num_partitions if partitions is None else partitions
@@ -145,6 +148,13 @@ class AdminService:
         # (placement spreads replicas evenly, so every node gets about the same share).
         live = self._live_brokers()
         self._check_file_budget(-(-partitions * min(rf, live) // live))
+        if validate_only:
+            if name in self.image.topics:
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            if rf > live:  # what the controller's placement would refuse
+                raise InvalidReplicationFactorError(
+                    f"replication factor {rf} is larger than the {live} available broker(s)")
+            return TopicMetadata(name, "", partitions, rf, configs, [])
         await self.submit("create_topic", {"name": name, "partitions": partitions, "replication_factor": rf,
                                            "configs": configs})
         log.info("created topic %s with %d partition(s), replication factor %d", name, partitions, rf)

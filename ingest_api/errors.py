@@ -26,7 +26,7 @@ class PartitionNotFoundError(NodeError):
 
 
 class TopicExistsError(NodeError):
-    """A topic of that name already exists."""
+    """A topic of that name already exists (under /v3 answered as Confluent: 400, 40002)."""
 
     kind = ErrorKind.INVALID_REQUEST
 

@@ -100,7 +100,8 @@ class InvalidIsrError(ClusterError, InvalidRequestError):
 
 
 class InvalidReplicationFactorError(ClusterError, InvalidRequestError):
-    """The replication factor is below 1 or above the live brokers (Kafka INVALID_REPLICATION_FACTOR)."""
+    """The replication factor is below 1 or above the live brokers (Kafka INVALID_REPLICATION_FACTOR;
+    under /v3 answered as Confluent: 400 / 40002)."""
 
     kind = ErrorKind.INVALID_REQUEST
 

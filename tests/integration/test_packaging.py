@@ -76,6 +76,8 @@ def test_the_wheel_holds_every_package_folder_and_the_c_extension(wheel: Path) -
     assert not [m for m in modules if m not in names]
     assert [n for n in names if re.fullmatch(r"lakelog/logstore/_recordscan\.[^/]*\.so", n)], \
         "the C extension lakelog.logstore._recordscan is not in the wheel"
+    assert [n for n in names if re.fullmatch(r"lakelog/logstore/_batchbuild\.[^/]*\.so", n)], \
+        "the producer's C extension lakelog.logstore._batchbuild is not in the wheel"
     assert "lakelog/infra/pom.xml" in names
 
 
