@@ -1,13 +1,15 @@
 # Lakelog build: a virtualenv in .venv/ with the project installed, and the JVM jars Spark needs
-# resolved once by Maven into .jars/ (git-ignored). Nothing downloads when Spark starts.
+# resolved once by Maven into .jars/ (git-ignored). Nothing downloads when Spark starts. The web
+# console's few front-end files come from npm (package-lock.json) into ingest_api/console/vendor/
+# (git-ignored): nodes serve them, nothing is fetched from a CDN at run time.
 PYTHON ?= python3
 VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars up test bench bench-tiering bench-spark bench-peer clean
+.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-console bench-peer clean
 
-setup: venv jars
+setup: venv jars console
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -23,12 +25,33 @@ $(JARS)/.resolved: infra/pom.xml
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DincludeScope=runtime
 	touch $@
 
+# The console's libraries: Preact + htm (components without a build step) and uPlot (charts), as
+# ES modules. Only these files are served; node_modules/ is not needed at run time.
+VENDOR := ingest_api/console/vendor
+VENDOR_FILES := node_modules/preact/dist/preact.mjs node_modules/preact/hooks/dist/hooks.mjs \
+	node_modules/htm/dist/htm.mjs node_modules/uplot/dist/uPlot.esm.js node_modules/uplot/dist/uPlot.min.css
+console: $(VENDOR)/.installed
+$(VENDOR)/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p $(VENDOR)
+	cp $(VENDOR_FILES) $(VENDOR)/
+	@# The source-map comments point at files we do not ship (a browser with devtools open asks for them).
+	sed -i '/^\/\/# sourceMappingURL=/d' $(VENDOR)/*.mjs
+	touch $@
+
+# The browser the console tests drive (Playwright on the system Chromium; Playwright's own browser
+# download is not used). Installed from Debian when missing and we are root (CI).
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	    if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
+	    else echo "the console tests need /usr/bin/chromium (apt-get install chromium)" >&2; fi; fi
+
 # The main job: a local cluster on the embedded defaults.
 up: setup
 	$(BIN)/lakelog up
 
 # The whole test suite.
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest
 
 bench: setup
@@ -41,9 +64,13 @@ bench-tiering: setup
 bench-spark: setup
 	$(BIN)/python bench/spark.py
 
+# The web console's JSON with 2,000 topics (creating them takes a few minutes).
+bench-console: setup
+	$(BIN)/python bench/console.py
+
 # Apache Kafka 4.1 (jars from Maven Central via bench/pom.xml into .jars/kafka) against Lakelog's client.
 bench-peer: setup
 	$(BIN)/python bench/peer_kafka.py
 
 clean:
-	rm -rf $(VENV) $(JARS) build *.egg-info
+	rm -rf $(VENV) $(JARS) build *.egg-info node_modules $(VENDOR)

@@ -421,6 +421,7 @@ class LocalCluster:
             self._say(f"  jobs: {', '.join(f'{j} every {s:g}s' for j, s in spec.jobs_every.items() if s)} "
                       f"(pid {scheduler.proc.pid}; Spark in local mode)")
         self._say(f"lakelog up: ready. Try: lakelog topics create demo --bootstrap-server {spec.node_url(1)}")
+        self._say(f"Web console: {spec.node_url(1)}/ (in a browser; any node serves it)")
         self._say("Press Ctrl-C to stop.")
 
         while not self._stop.wait(POLL_INTERVAL_S):

@@ -123,9 +123,12 @@ def create_app(node: Node) -> FastAPI:
     from lakelog.ingest_api.body_limit import BodyLimitMiddleware
 
     app.add_middleware(BodyLimitMiddleware, limit_bytes=node.config.max_request_bytes, error_response=error_response)
+    from lakelog.ingest_api.webconsole import ConsoleMiddleware
+
+    app.add_middleware(ConsoleMiddleware, security=app.state.security)  # the console's files: public, in front of the security checks
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
-    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
+    from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication, stats
     from lakelog.ingest_api.security import router as security_router
 
     from lakelog.ingest_api.routers import acls_v3, configs_v3, consumer_groups_v3, records_v3, replicas_v3, root
@@ -145,4 +148,5 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(consumers.router)
     app.include_router(consumers.internal_router)
     app.include_router(security_router.router)
+    app.include_router(stats.router)
     return app

@@ -125,6 +125,10 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/groups/{group}", GROUP, "group", DESCRIBE, ""),
     ("GET", "/groups/{group}/offsets", GROUP, "group", DESCRIBE, ""),
     ("POST", "/groups/{group}/offsets", GROUP, "group", READ, "body"),
+    ("GET", "/stats/node", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/stats/cluster", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/stats/topics", CLUSTER, None, DESCRIBE, ""),  # and lists only the topics one may describe
+    ("GET", "/stats/topics/{topic}", TOPIC, "topic", DESCRIBE, ""),
 ]
 
 

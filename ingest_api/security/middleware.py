@@ -243,9 +243,12 @@ class SecurityMiddleware:
             if principal is None:
                 ctx.audit.refusal("authentication_failed", reason="missing" if authz is None else "invalid",
                                   method=method, path=path, client=_client(scope))
+                # A script (the web console) says so with X-Requested-With; the challenge would make the
+                # browser open its own login dialog over the page's, so it is left out for it.
+                scripted = any(k == b"x-requested-with" for k, _ in headers)
                 await self._refuse(scope, receive, send, AuthenticationFailedError(
                     "authentication required" if authz is None else "authentication failed"),
-                    {"WWW-Authenticate": CHALLENGE})
+                    None if scripted else {"WWW-Authenticate": CHALLENGE})
                 return
         else:
             principal = ANONYMOUS

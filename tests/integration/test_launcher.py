@@ -87,6 +87,7 @@ def test_up_serves_then_stops_cleanly_on_sigterm(tmp_path):
 
     out = up.output()
     assert f"node 1: {up.url}" in out
+    assert f"Web console: {up.url}/" in out
     assert f"remote tier {(up.data_dir.resolve() / 'remote').as_uri()}" in out
     assert "SIGTERM received" in out and "stopped cleanly" in out
     for p in range(2):

@@ -151,6 +151,7 @@ OPERATIONS = [
     ("POST", "/consumers/{group}/instances/{instance}/positions/end"),
     ("GET", "/groups"), ("GET", "/groups/{group}"), ("GET", "/groups/{group}/offsets"),
     ("POST", "/groups/{group}/offsets"),
+    ("GET", "/stats/node"), ("GET", "/stats/cluster"), ("GET", "/stats/topics"), ("GET", "/stats/topics/{topic}"),
     ("GET", "/v3/clusters/{cluster_id}/acls"), ("POST", "/v3/clusters/{cluster_id}/acls"),
     ("DELETE", "/v3/clusters/{cluster_id}/acls"),
     ("GET", "/v3/clusters/{cluster_id}/users"), ("POST", "/v3/clusters/{cluster_id}/users"),

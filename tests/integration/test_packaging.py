@@ -79,6 +79,9 @@ def test_the_wheel_holds_every_package_folder_and_the_c_extension(wheel: Path) -
     assert [n for n in names if re.fullmatch(r"lakelog/logstore/_batchbuild\.[^/]*\.so", n)], \
         "the producer's C extension lakelog.logstore._batchbuild is not in the wheel"
     assert "lakelog/infra/pom.xml" in names
+    # The web console: its own files, and the libraries `make console` copied from npm.
+    for name in ("index.html", "app.js", "style.css", "vendor/preact.mjs", "vendor/uPlot.esm.js"):
+        assert f"lakelog/ingest_api/console/{name}" in names, name
 
 
 def test_the_installed_wheel_runs_the_cli(wheel: Path, tmp_path: Path) -> None:

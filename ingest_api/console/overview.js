@@ -1,0 +1,95 @@
+// Overview: the nodes, partition health, and produce/fetch rates and latency charted from the
+// nodes' own counters (two samples of a total make a rate; latency sums over counts a mean).
+import { Chart } from './chart.js';
+import { ErrorBox, Link, api, fmtNum, html, usePoll } from './lib.js';
+
+const POLL_MS = 2000;
+const KEEP_SAMPLES = 150; // five minutes at one sample every two seconds
+
+// Kept across page changes, so going back to the overview does not restart the charts.
+const history = { last: null, xs: [], records: [], produceMB: [], fetchMB: [], produceMs: [], fetchMs: [] };
+
+function totals(overview) {
+  const t = { records: 0, produceBytes: 0, fetchBytes: 0, pSum: 0, pCount: 0, fSum: 0, fCount: 0, nodes: {} };
+  for (const n of overview.nodes) {
+    const s = n.stats;
+    if (!s) continue;
+    t.records += s.produce_records;
+    t.produceBytes += s.produce_bytes;
+    t.fetchBytes += s.fetch_bytes;
+    t.pSum += s.produce_latency.seconds_sum;
+    t.pCount += s.produce_latency.count;
+    t.fSum += s.fetch_latency.seconds_sum;
+    t.fCount += s.fetch_latency.count;
+    t.nodes[n.node_id] = true;
+  }
+  return t;
+}
+
+function record(overview) {
+  const now = Date.now() / 1000;
+  const t = totals(overview);
+  const prev = history.last;
+  history.last = { at: now, t };
+  // A rate needs the same nodes in both samples (a node restarting resets its counters).
+  if (!prev || Object.keys(prev.t.nodes).join() !== Object.keys(t.nodes).join()) return;
+  const dt = now - prev.at;
+  const rate = (a, b) => Math.max(0, (a - b) / dt);
+  const mean = (sum, psum, count, pcount) => (count > pcount ? ((sum - psum) / (count - pcount)) * 1000 : null);
+  history.xs.push(now);
+  history.records.push(rate(t.records, prev.t.records));
+  history.produceMB.push(rate(t.produceBytes, prev.t.produceBytes) / 1e6);
+  history.fetchMB.push(rate(t.fetchBytes, prev.t.fetchBytes) / 1e6);
+  history.produceMs.push(mean(t.pSum, prev.t.pSum, t.pCount, prev.t.pCount));
+  history.fetchMs.push(mean(t.fSum, prev.t.fSum, t.fCount, prev.t.fCount));
+  for (const k of Object.keys(history)) {
+    if (Array.isArray(history[k]) && history[k].length > KEEP_SAMPLES) history[k].shift();
+  }
+}
+
+function nodeStatus(n) {
+  if (!n.reachable) return ['down', 'down'];
+  if (n.fenced) return ['fenced', 'warn'];
+  if (n.in_controlled_shutdown) return ['shutting down', 'warn'];
+  return ['up', 'ok'];
+}
+
+export function Overview() {
+  const [data, error] = usePoll(async () => {
+    const o = await api('GET', '/stats/cluster');
+    record(o);
+    return o;
+  }, POLL_MS);
+  if (!data) return html`<h1>Overview</h1><${ErrorBox} error=${error} />${!error && html`<p class="muted">Loading…</p>`}`;
+  const p = data.partitions;
+  const up = data.nodes.filter((n) => nodeStatus(n)[0] === 'up').length;
+  const h = history;
+  return html`<h1>Overview</h1>
+    <${ErrorBox} error=${error} />
+    <section class="cards">
+      <div class="card"><b id="nodes-up">${up} / ${data.nodes.length}</b><span>nodes up</span></div>
+      <div class="card"><b>${fmtNum(data.topics)}</b><span>topics</span></div>
+      <div class="card"><b>${fmtNum(p.total)}</b><span>partitions</span></div>
+      <div class=${'card ' + (p.offline ? 'bad' : '')}><b id="offline">${fmtNum(p.offline)}</b><span>offline</span></div>
+      <div class=${'card ' + (p.under_replicated ? 'warn' : '')}><b id="under-replicated">${fmtNum(p.under_replicated)}</b><span>under-replicated</span></div>
+      <div class=${'card ' + (p.at_min_isr ? 'warn' : '')}><b id="at-min-isr">${fmtNum(p.at_min_isr)}</b><span>at min ISR</span></div>
+    </section>
+    <h2>Nodes</h2>
+    <table id="nodes"><thead><tr><th>Node</th><th>Status</th><th>Address</th><th>Rack</th><th>Role</th></tr></thead>
+    <tbody>${data.nodes.map((n) => {
+      const [status, cls] = nodeStatus(n);
+      return html`<tr data-node=${n.node_id}><td>${n.node_id}</td><td><span class=${'badge ' + cls}>${status}</span></td>
+        <td>${n.host}:${n.port}</td><td>${n.rack ?? '–'}</td>
+        <td>${n.controller ? 'active controller' : ''}${n.node_id === data.served_by ? ' (serving this page)' : ''}</td></tr>`;
+    })}</tbody></table>
+    <section class="charts">
+      <${Chart} title="Produce" unit="records/s" series=${['records/s']} data=${[h.xs, h.records]} />
+      <${Chart} title="Throughput" unit="MB/s" series=${['produced', 'fetched']} data=${[h.xs, h.produceMB, h.fetchMB]} />
+      <${Chart} title="Request latency" unit="ms" series=${['produce', 'fetch']} data=${[h.xs, h.produceMs, h.fetchMs]} />
+    </section>
+    ${p.listed.length > 0 && html`<h2>Partitions needing attention</h2>
+      <table id="unhealthy"><thead><tr><th>Partition</th><th>Leader</th><th>Replicas</th><th>ISR</th><th>Problem</th></tr></thead>
+      <tbody>${p.listed.map((x) => html`<tr><td><${Link} to=${`/topics/${encodeURIComponent(x.topic)}`}>${x.topic}</${Link}>-${x.partition}</td>
+        <td>${x.leader < 0 ? 'none' : x.leader}</td><td>${x.replicas.join(', ')}</td><td>${x.isr.join(', ')}</td>
+        <td>${x.problems.join(', ')}</td></tr>`)}</tbody></table>`}`;
+}

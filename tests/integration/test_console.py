@@ -1,0 +1,482 @@
+"""The web console in a real browser (Debian's Chromium driven by Playwright) on three real node
+processes: every page loads with no console error and no failed request; what the CLI does shows
+in the browser and what the browser does shows in the CLI; bad input is refused before it is sent
+or with the node's own message; a killed node shows as down, then up again.
+
+Screenshots land in the test's tmp folder, or in $LAKELOG_CONSOLE_SCREENSHOTS (docs/console.md
+uses the ones taken with it set to docs/images/console).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import httpx
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from tests.support.browser import launch, screenshot, watch
+from tests.support.nodes import LAKELOG, Cluster
+
+WAIT_MS = 45_000  # generous: the machine may be busy; a pass never waits this long
+
+
+def cli(url: str, *args: str, stdin: bytes | None = None, env: dict | None = None) -> str:
+    r = subprocess.run([LAKELOG, *args, "--bootstrap-server", url], input=stdin, capture_output=True, timeout=60,
+                       env=env)
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout.decode()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("console")
+    c = Cluster(root, size=3, overrides={
+        "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
+        "remote.storage.url": (root / "remote").as_uri(), "remote.log.manager.task.interval.ms": "200",
+        "remote.log.metadata.max.age.ms": "0"})
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = launch(p)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser, cluster):
+    w = watch(browser, cluster.node(1).url)
+    try:
+        yield w
+    finally:
+        w.page.close()
+
+
+def test_root_is_the_console_for_browsers_and_left_to_the_api_otherwise(cluster):
+    url = cluster.node(2).url
+    r = httpx.get(url + "/", headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert '<script type="module" src="/console/app.js">' in r.text
+    csp = r.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "'sha256-" in csp  # the import map, by its hash; nothing else inline
+    api = httpx.get(url + "/", headers={"Accept": "application/json"})
+    assert not api.headers.get("content-type", "").startswith("text/html")
+    for path, ctype in (("/console/app.js", "text/javascript"), ("/console/vendor/preact.mjs", "text/javascript"),
+                        ("/console/vendor/uPlot.esm.js", "text/javascript"), ("/console/style.css", "text/css")):
+        r = httpx.get(url + path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith(ctype), path
+    for path in ("/console/nope.js", "/console/../pyproject.toml", "/console/vendor/.installed"):
+        assert httpx.get(url + path).status_code == 404, path
+    session = httpx.get(url + "/console/session.json").json()
+    assert session["authentication"] is False and session["cluster_id"] == "testcluster0000000000"
+
+
+def test_every_page_loads_without_errors(page, cluster, tmp_path):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "clicks", "--partitions", "3")
+    lines = "\n".join(f"user-{i}:{{\"n\": {i}, \"page\": \"/p/{i % 7}\"}}" for i in range(60)).encode()
+    cli(url, "produce", "clicks", "--key-separator", ":", stdin=lines)
+    cli(url, "consume", "clicks", "--group", "dashboards", "--from-beginning", "--max-messages", "10")
+    p = page.page
+    p.goto("/")
+    expect(p.locator("#nodes tbody tr")).to_have_count(3, timeout=WAIT_MS)
+    expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+    expect(p.locator("#nodes")).to_contain_text("active controller")
+    for _ in range(2):  # traffic between samples: the charts have something to show
+        cli(url, "produce", "clicks", stdin="\n".join(f"more-{i}" for i in range(3000)).encode())
+        cli(url, "consume", "clicks", "--partition", "0", "--from-beginning", "--max-messages", "500")
+        p.wait_for_timeout(2200)
+    screenshot(p, tmp_path, "overview")
+    p.goto("/#/topics")
+    expect(p.locator("#topics tr[data-topic=clicks]")).to_contain_text("3", timeout=WAIT_MS)
+    screenshot(p, tmp_path, "topics")
+    p.click("#topics a:text('clicks')")
+    expect(p.locator("#partitions tbody tr")).to_have_count(3, timeout=WAIT_MS)
+    expect(p.locator("#configs")).to_contain_text("min.insync.replicas", timeout=WAIT_MS)
+    screenshot(p, tmp_path, "topic")
+    p.click("#browse")
+    expect(p.locator("#records tbody tr").first).to_be_visible(timeout=WAIT_MS)
+    screenshot(p, tmp_path, "messages")
+    p.goto("/#/groups")
+    expect(p.locator("#groups tr[data-group=dashboards]")).to_be_visible(timeout=WAIT_MS)
+    p.click("#groups a:text('dashboards')")
+    lag = sum(row["lag"] or 0 for row in httpx.get(f"{url}/groups/dashboards").json()["partitions"])
+    assert lag > 0
+    expect(p.locator("#total-lag")).to_have_text(f"{lag:,}", timeout=WAIT_MS)
+    p.wait_for_timeout(2500)
+    screenshot(p, tmp_path, "group")
+    p.goto("/#/nowhere")
+    expect(p.locator("main h1")).to_have_text("Not found")
+    assert page.problems == []
+
+
+def test_a_topic_created_in_the_browser_is_listed_by_the_cli(page, cluster):
+    p = page.page
+    p.goto("/#/topics")
+    p.click("summary:text('Create a topic')")
+    form = p.locator("#create-topic")
+    # Refused before anything is sent: a bad name, a bad partition count.
+    form.locator("input[name=name]").fill("no spaces allowed")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("a topic name is 1 to 249 letters")
+    form.locator("input[name=name]").fill("from-browser")
+    form.locator("input[name=partitions]").fill("zero")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("partitions must be a whole number")
+    form.locator("input[name=partitions]").fill("4")
+    form.locator("select[name=cleanup]").select_option("compact")
+    form.locator("button[type=submit]").click()
+    expect(p.locator("h1")).to_have_text("Topic from-browser", timeout=WAIT_MS)
+    expect(p.locator("#partitions tbody tr")).to_have_count(4, timeout=WAIT_MS)
+    assert "from-browser" in cli(cluster.node(2).url, "topics", "list").split()
+    assert page.problems == []
+    # The node refuses a duplicate: its own message is shown.
+    page.expected_statuses.add(400)
+    page.expected_statuses.add(409)
+    p.goto("/#/topics")
+    p.click("summary:text('Create a topic')")
+    form = p.locator("#create-topic")
+    form.locator("input[name=name]").fill("from-browser")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("already exists", timeout=WAIT_MS)
+
+
+def test_alter_configs_add_partitions_and_delete_with_confirmation(page, cluster):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "doomed", "--partitions", "1")
+    p = page.page
+    p.goto("/#/topics/doomed")
+    expect(p.locator("#partitions tbody tr")).to_have_count(1, timeout=WAIT_MS)
+    alter = p.locator("#alter-config")
+    alter.locator("select[name=name]").select_option("retention.ms")
+    alter.locator("input[name=value]").fill("3600000")
+    alter.locator("button[type=submit]").click()
+    expect(alter.locator(".done")).to_contain_text("retention.ms = 3600000", timeout=WAIT_MS)
+    assert "retention.ms=3600000" in cli(url, "topics", "describe", "doomed").replace(" ", "")
+    add = p.locator("#add-partitions")
+    add.locator("input[name=count]").fill("1")
+    add.locator("button[type=submit]").click()
+    expect(add.locator(".error")).to_contain_text("between 2 and")  # checked before sending
+    add.locator("input[name=count]").fill("3")
+    add.locator("button[type=submit]").click()
+    expect(p.locator("#partitions tbody tr")).to_have_count(3, timeout=WAIT_MS)
+    p.click("#delete")
+    confirm = p.locator("#delete-topic")
+    confirm.locator("input[name=confirm]").fill("wrong-name")
+    confirm.locator("button[type=submit]").click()
+    expect(confirm.locator(".error")).to_contain_text("type doomed to confirm")
+    assert "doomed" in cli(url, "topics", "list").split()
+    confirm.locator("input[name=confirm]").fill("doomed")
+    confirm.locator("button[type=submit]").click()
+    expect(p.locator("h1")).to_have_text("Topics", timeout=WAIT_MS)
+    assert "doomed" not in cli(url, "topics", "list").split()
+    assert page.problems == []
+
+
+def test_records_from_the_cli_show_in_the_browser_and_its_live_tail(page, cluster, tmp_path):
+    url = cluster.node(3).url
+    cli(url, "topics", "create", "events", "--partitions", "2")
+    cli(url, "produce", "events", "--partition", "1",
+        stdin="\n".join(f'{{"event": {i}}}' for i in range(45)).encode())
+    big = "x" * 5000
+    cli(url, "produce", "events", "--partition", "1", stdin=big.encode())
+    p = page.page
+    p.goto("/#/topics/events/messages")
+    p.select_option("#partition", "1")
+    expect(p.locator("#records tr[data-offset='0']")).to_contain_text('{"event":0}', timeout=WAIT_MS)
+    expect(p.locator("#records tbody tr")).to_have_count(20)
+    p.click("#next")
+    expect(p.locator("#records tbody tr").first).to_have_attribute("data-offset", "20", timeout=WAIT_MS)
+    p.click("#next")
+    expect(p.locator("#records tr[data-offset='45']")).to_contain_text("all 4.9 KiB", timeout=WAIT_MS)  # truncated
+    p.click("#prev")
+    expect(p.locator("#records tbody tr").first).to_have_attribute("data-offset", "20", timeout=WAIT_MS)
+    with p.expect_download() as got:
+        p.click("#download")
+    saved = tmp_path / "page.jsonl"
+    got.value.save_as(saved)
+    assert got.value.suggested_filename == "events-1-20-39.jsonl"
+    rows = [json.loads(line) for line in saved.read_text().splitlines()]
+    assert [r["offset"] for r in rows] == list(range(20, 40))
+    assert rows[0]["value"] == '{"event": 20}' and rows[0]["key"] is None
+    p.select_option("#format", "hex")
+    expect(p.locator("#records tr[data-offset='20']")).to_contain_text("7b 22 65 76 65 6e 74 22")  # {"event"
+    p.select_option("#format", "auto")
+    seek = p.locator("#seek")
+    seek.locator("input[name=at]").fill("-3")
+    seek.locator("button[type=submit]").click()
+    expect(seek.locator(".error")).to_contain_text("offset must be between 0")
+    seek.locator("input[name=at]").fill("40")
+    seek.locator("button[type=submit]").click()
+    expect(p.locator("#records tbody tr").first).to_have_attribute("data-offset", "40", timeout=WAIT_MS)
+
+    p.check("#live")
+    expect(p.locator("#tail")).to_be_visible()
+    p.wait_for_timeout(1500)  # the tail's first long-poll is waiting at the end of the partition
+    cli(url, "produce", "events", "--partition", "1", stdin=b"tailed-1\ntailed-2")
+    expect(p.locator("#tail #records")).to_contain_text("tailed-2", timeout=WAIT_MS)
+    expect(p.locator("#tail #records tbody tr")).to_have_count(2)
+    screenshot(p, tmp_path, "tail")
+    p.uncheck("#live")
+
+    # Produce a test record from the browser: it reads back with the CLI.
+    p.click("summary:text('Produce a test record')")
+    form = p.locator("#produce")
+    form.locator("select[name=partition]").select_option("0")
+    form.locator("input[name=key]").fill("k1")
+    form.locator("textarea[name=value]").fill("from the browser")
+    form.locator("textarea[name=headers]").fill("no equals sign")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("a header is name=value")
+    form.locator("textarea[name=headers]").fill("source=console")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".done")).to_contain_text("partition 0, offset 0", timeout=WAIT_MS)
+    out = cli(url, "consume", "events", "--partition", "0", "--from-beginning", "--max-messages", "1", "--print-key")
+    assert out.split() == ["k1", "from", "the", "browser"] or out.strip().endswith("from the browser"), out
+    assert page.problems == []
+
+
+def test_a_consumer_groups_lag_shows_and_a_reset_shows_its_dry_run_first(page, cluster):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "orders", "--partitions", "1")
+    cli(url, "produce", "orders", stdin="\n".join(f"o{i}" for i in range(30)).encode())
+    cli(url, "consume", "orders", "--group", "billing", "--from-beginning", "--max-messages", "30")
+    p = page.page
+    p.goto("/#/groups/billing")
+    expect(p.locator("#total-lag")).to_have_text("0", timeout=WAIT_MS)
+    cli(url, "produce", "orders", stdin="\n".join(f"late{i}" for i in range(12)).encode())
+    expect(p.locator("#total-lag")).to_have_text("12", timeout=WAIT_MS)  # the lag rises as records arrive
+    chart = p.locator("figure[data-chart=Lag]")
+    expect(chart).to_have_attribute("data-last", "12", timeout=WAIT_MS)
+    p.click("summary:text('Reset offsets')")
+    plan = p.locator("#reset-plan")
+    plan.locator("select[name=strategy]").select_option("offset")
+    plan.locator("input[name=arg]").fill("ten")
+    plan.locator("button[type=submit]").click()
+    expect(plan.locator(".error")).to_contain_text("offset must be a whole number")
+    plan.locator("input[name=arg]").fill("5")
+    plan.locator("button[type=submit]").click()
+    cells = p.locator("#reset-preview tbody tr td")
+    expect(cells).to_have_text(["orders-0", "30", "5"], timeout=WAIT_MS)  # committed 30, would become 5
+    assert json.loads(httpx.get(f"{url}/groups/billing").text)["partitions"][0]["current_offset"] == 30  # dry run
+    p.click("#reset-execute button[type=submit]")
+    expect(p.locator("#total-lag")).to_have_text("37", timeout=WAIT_MS)
+    expect(chart).to_have_attribute("data-last", "37", timeout=WAIT_MS)
+    cli(url, "consume", "orders", "--group", "billing", "--max-messages", "20")  # from offset 5: commits 25
+    expect(p.locator("#total-lag")).to_have_text("17", timeout=WAIT_MS)  # and falls as the group consumes
+    expect(chart).to_have_attribute("data-last", "17", timeout=WAIT_MS)
+    assert int(chart.get_attribute("data-points")) >= 4
+    assert "billing" in cli(url, "groups", "list")
+    assert page.problems == []
+
+
+def test_the_remote_tier_of_a_topic_shows_what_is_tiered_and_what_waits(page, cluster, tmp_path):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "history", "--partitions", "1", "--config", "remote.storage.enable=true",
+        "--config", "segment.bytes=2048")
+    cli(url, "topics", "create", "plain", "--partitions", "1")
+    cli(url, "produce", "history", "--partition", "0", "--batch-size", "10", stdin="\n".join(f"row-{i:05d}-" + "z" * 80
+                                                                       for i in range(200)).encode())
+    p = page.page
+    p.goto("/#/topics/history")
+    row = p.locator("#partitions tr[data-partition='0']")
+    expect(row).to_contain_text("segment(s), offsets 0–", timeout=WAIT_MS)  # sealed segments uploaded
+    expect(p.locator("#partitions thead")).to_contain_text("Waiting to tier")
+    screenshot(p, tmp_path, "remote")
+    p.goto("/#/topics")
+    expect(p.locator("#topics tr[data-topic=history] td").nth(7)).not_to_have_text("0 B", timeout=WAIT_MS)
+    expect(p.locator("#topics tr[data-topic=plain] td").nth(7)).to_have_text("not tiered")
+    assert page.problems == []
+
+
+def test_a_killed_node_shows_as_down_then_up_again(page, cluster, tmp_path):
+    p = page.page
+    p.goto("/")
+    expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+    # While the cluster moves leaderships (and the controller, when node 3 held it) a node may answer
+    # 503 "not ready" for a moment: the page keeps its last figures and polls again.
+    page.expected_statuses.add(503)
+    cluster.node(3).kill()
+    expect(p.locator("#nodes tr[data-node='3'] .badge")).to_have_text("down", timeout=WAIT_MS)
+    expect(p.locator("#nodes-up")).to_have_text("2 / 3")
+    screenshot(p, tmp_path, "node-down")
+    cluster.node(3).start(timeout_s=60)
+    expect(p.locator("#nodes tr[data-node='3'] .badge")).to_have_text("up", timeout=WAIT_MS)
+    expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+    assert page.problems == []
+
+
+def test_thousands_of_topics_are_paged(page, cluster):
+    url = cluster.node(1).url
+    cid = "testcluster0000000000"
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for i in range(120):
+            for _ in range(100):  # a node answers 503 (Retry-After) while it re-confirms its session
+                r = c.post(f"/v3/clusters/{cid}/topics", json={"topic_name": f"bulk-{i:04d}", "partitions_count": 1,
+                                                              "replication_factor": 1})
+                if r.status_code != 503:
+                    break
+                time.sleep(0.2)
+            assert r.status_code == 201, r.text
+    p = page.page
+    p.goto("/#/topics")
+    expect(p.locator("#topics tbody tr")).to_have_count(50, timeout=WAIT_MS)
+    p.fill("input[type=search]", "bulk-")
+    expect(p.locator(".pager span")).to_have_text("1–50 of 120", timeout=WAIT_MS)
+    p.click(".pager button:text('Next ▶')")
+    p.click(".pager button:text('Next ▶')")
+    expect(p.locator(".pager span")).to_have_text("101–120 of 120", timeout=WAIT_MS)
+    expect(p.locator("#topics tbody tr")).to_have_count(20)
+    expect(p.locator("#topics tbody tr").first).to_have_attribute("data-topic", "bulk-0100")
+    assert page.problems == []
+
+
+def test_a_fresh_lakelog_up_shows_its_three_nodes(browser, tmp_path):
+    from tests.integration.test_launcher import Launcher
+
+    up = Launcher(tmp_path)
+    try:
+        up.wait_ready()
+        assert f"Web console: {up.url}/" in up.output()
+        w = watch(browser, up.url)
+        try:
+            w.page.goto("/")
+            expect(w.page.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+            w.page.goto("/#/topics")
+            expect(w.page.locator("#no-topics")).to_have_text("No topics yet: create one above.", timeout=WAIT_MS)
+            w.page.goto("/#/groups")
+            expect(w.page.locator("main")).to_contain_text("No consumer groups yet", timeout=WAIT_MS)
+            assert w.problems == []
+        finally:
+            w.page.close()
+    finally:
+        up.close()
+
+
+# ------------------------------------------------------------------------------ with security on
+
+PASSWORDS = {"admin": "admin-pw-Console1", "reader": "reader-pw-Console2"}
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """One node with authentication and the authorizer; User:reader may describe and read, nothing more."""
+    from lakelog.ingest_api.cluster.auth import ClusterAuth
+    from tests.support.nodes import start_node
+
+    secret = "console-test-cluster-secret-0123"
+    node = start_node(tmp_path_factory.mktemp("secure"), **{
+        "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin",
+        "cluster.secret": secret, "offsets.topic.num.partitions": "1"})
+    try:
+        with httpx.Client(base_url=node.url, auth=ClusterAuth(secret.encode(), 0), timeout=30) as root:
+            cid = root.get("/v3/clusters").json()["data"][0]["cluster_id"]
+            for name, pw in PASSWORDS.items():
+                assert root.post(f"/v3/clusters/{cid}/users", json={"name": name, "password": pw}).status_code == 201
+            assert root.post(f"/v3/clusters/{cid}/topics", json={"topic_name": "ledger", "partitions_count": 1}
+                             ).status_code == 201
+            for rtype, name, op in (("CLUSTER", "kafka-cluster", "DESCRIBE"), ("TOPIC", "*", "DESCRIBE"),
+                                    ("TOPIC", "*", "READ"), ("GROUP", "*", "DESCRIBE")):
+                r = root.post(f"/v3/clusters/{cid}/acls", json={
+                    "principal": "User:reader", "resource_type": rtype, "resource_name": name,
+                    "pattern_type": "LITERAL", "operation": op, "permission": "ALLOW"})
+                assert r.status_code == 201, r.text
+            key = root.post(f"/v3/clusters/{cid}/api-keys", json={"principal": "User:reader"}).json()["api_key"]
+        node.cluster_id, node.reader_key = cid, key
+        yield node
+    finally:
+        try:
+            node.stop()
+        finally:
+            node.kill()
+
+
+def _login(p, user: str, password: str) -> None:
+    form = p.locator("#login")
+    form.locator("input[name=user]").fill(user)
+    form.locator("input[name=password]").fill(password)
+    form.locator("button[type=submit]").click()
+
+
+def test_with_security_a_wrong_password_is_refused_and_a_reader_cannot_delete(browser, secure, tmp_path):
+    w = watch(browser, secure.url)
+    p = w.page
+    try:
+        p.goto("/")
+        expect(p.locator("#login")).to_be_visible(timeout=WAIT_MS)
+        assert w.problems == []  # the page knew to ask first: no request was refused
+        screenshot(p, tmp_path, "login")
+        w.expected_statuses.add(401)
+        _login(p, "reader", "not-the-password")
+        expect(p.locator("#login .error")).to_contain_text("authentication failed", timeout=WAIT_MS)
+        _login(p, "reader", PASSWORDS["reader"])
+        expect(p.locator("#nodes-up")).to_have_text("1 / 1", timeout=WAIT_MS)
+        expect(p.locator("header .who")).to_contain_text("reader")
+        p.goto("/#/topics/ledger")
+        expect(p.locator("#partitions tbody tr")).to_have_count(1, timeout=WAIT_MS)
+        w.expected_statuses.add(403)
+        p.click("#delete")
+        p.locator("#delete-topic input[name=confirm]").fill("ledger")
+        p.locator("#delete-topic button[type=submit]").click()
+        expect(p.locator("#delete-topic .error")).to_contain_text("User:reader is not authorized to DELETE",
+                                                                  timeout=WAIT_MS)
+        p.goto("/#/security")
+        expect(p.locator("#users")).to_contain_text("reader", timeout=WAIT_MS)  # DESCRIBE on the cluster: may look
+        form = p.locator("#create-user")
+        form.locator("input[name=name]").fill("carol")
+        form.locator("input[name=password]").fill("carol-pw-1234")
+        form.locator("button[type=submit]").click()
+        expect(form.locator(".error")).to_contain_text("User:reader is not authorized", timeout=WAIT_MS)  # not change
+        admin = {"Authorization": "Basic " + __import__("base64").b64encode(
+            f"admin:{PASSWORDS['admin']}".encode()).decode()}
+        assert httpx.get(f"{secure.url}/topics/ledger", headers=admin).status_code == 200  # still there
+        # Log out; an API key logs in too, as its principal.
+        p.click("header button:text('Log out')")
+        p.locator("#login input[name=apikey]").fill(secure.reader_key)
+        p.locator("#login button[type=submit]").click()
+        expect(p.locator("header .who")).to_contain_text("API key", timeout=WAIT_MS)  # back on the same page
+        expect(p.locator("#users")).to_contain_text("reader", timeout=WAIT_MS)
+        # The admin may delete.
+        p.click("header button:text('Log out')")
+        _login(p, "admin", PASSWORDS["admin"])
+        expect(p.locator("header .who")).to_contain_text("admin", timeout=WAIT_MS)
+        p.goto("/#/topics/ledger")
+        expect(p.locator("#partitions tbody tr")).to_have_count(1, timeout=WAIT_MS)
+        p.click("#delete")
+        p.locator("#delete-topic input[name=confirm]").fill("ledger")
+        p.locator("#delete-topic button[type=submit]").click()
+        expect(p.locator("h1")).to_have_text("Topics", timeout=WAIT_MS)
+        assert httpx.get(f"{secure.url}/topics/ledger", headers=admin).status_code == 404
+        # The admin manages users and ACLs on the security page.
+        p.goto("/#/security")
+        form = p.locator("#create-user")
+        form.locator("input[name=name]").fill("carol")
+        form.locator("input[name=password]").fill("carol-pw-1234")
+        form.locator("button[type=submit]").click()
+        expect(p.locator("#users")).to_contain_text("carol", timeout=WAIT_MS)
+        acl = p.locator("#create-acl")
+        acl.locator("input[name=principal]").fill("carol")
+        acl.locator("input[name=resource_name]").fill("ledger")
+        acl.locator("button[type=submit]").click()
+        expect(acl.locator(".error")).to_contain_text("a principal is User:<name>")
+        acl.locator("input[name=principal]").fill("User:carol")
+        acl.locator("select[name=operation]").select_option("DELETE")
+        acl.locator("button[type=submit]").click()
+        expect(p.locator("#acls")).to_contain_text("User:carol", timeout=WAIT_MS)
+        screenshot(p, tmp_path, "security")
+        acls = httpx.get(f"{secure.url}/v3/clusters/{secure.cluster_id}/acls?principal=User:carol", headers=admin)
+        assert [(a["operation"], a["resource_name"]) for a in acls.json()["data"]] == [("DELETE", "ledger")]
+        assert [x for x in w.problems if "401" not in x and "403" not in x] == []
+    finally:
+        p.close()
