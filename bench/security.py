@@ -37,7 +37,7 @@ PASSWORD = "bench-password-1"
 
 
 def _setup(node, secured: bool) -> dict[str, str]:
-    auth = ClusterAuth(SECRET.encode(), 0) if secured else None
+    auth = ClusterAuth(SECRET.encode(), 0, principal="User:__cluster") if secured else None
     with httpx.Client(base_url=node.url, auth=auth, timeout=30) as c:
         cid = c.get("/v3/clusters").json()["data"][0]["cluster_id"]
         if secured:

@@ -166,8 +166,9 @@ class ClientSecurity:
         kw: dict[str, Any] = {}
         if self.cluster_secret:
             from lakelog.ingest_api.cluster.auth import ClusterAuth
+            from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
 
-            kw["auth"] = ClusterAuth(self.cluster_secret.encode(), 0)
+            kw["auth"] = ClusterAuth(self.cluster_secret.encode(), 0, principal=CLUSTER_PRINCIPAL)
         elif self.api_key:
             kw["headers"] = {"Authorization": f"Bearer {self.api_key}"}
         elif self.user is not None:

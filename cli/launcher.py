@@ -51,7 +51,7 @@ DEFAULT_NODES = 3
 CLUSTER_PROPERTIES = "cluster.properties"
 #: Keys the launcher sets per node; `--set` may not override them.
 RESERVED_NODE_KEYS = ("node.id", "log.dirs", "listeners", "controller.quorum.voters", "cluster.id",
-                      "cluster.secret")
+                      "cluster.secret", "cluster.secret.file")
 READY_TIMEOUT_S = 60.0
 #: A node's own clean stop is bounded by shutdown.timeout.ms (10 s) plus uvicorn's 5 s grace.
 STOP_TIMEOUT_S = 20.0
@@ -153,8 +153,8 @@ class ClusterSpec:
                 "--set", f"controller.quorum.voters={self.voters}"]
         if cluster_id:
             args += ["--set", f"cluster.id={cluster_id}"]
-        if secret:
-            args += ["--set", f"cluster.secret={secret}"]
+        if secret:  # by file, never on the command line (any local user can read that with ps)
+            args += ["--set", f"cluster.secret.file={self.data_dir / CLUSTER_PROPERTIES}"]
         # Every node shares the one remote tier.
         args += ["--set", f"remote.storage.url={self.remote.url}"]
         for k, v in {**self.default_overrides(), **self.node_overrides}.items():

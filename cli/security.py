@@ -1,7 +1,7 @@
 """Console tools for users, API keys and ACLs, over the node's v3 HTTP API (like kafka-configs.sh
 --alter --add-config SCRAM-SHA-256 and kafka-acls.sh):
 
-    lakelog users add NAME [--password P]        (else $LAKELOG_NEW_PASSWORD, else a prompt)
+    lakelog users add NAME [--new-password P]    (else $LAKELOG_NEW_PASSWORD, else a prompt)
     lakelog users list
     lakelog users remove NAME
     lakelog api-keys create --principal User:NAME   prints the key once
@@ -200,7 +200,9 @@ def _resource_args(p: argparse.ArgumentParser) -> None:
 def add_commands(sub: Any, add: Any, client_opts: argparse.ArgumentParser) -> None:
     users = sub.add_parser("users", help="add, list and remove users (SCRAM-SHA-256 credentials)")
     usub = users.add_subparsers(dest="users_command", required=True)
-    p = add(usub, "add", "users add", _cmd_users_add, parents=[client_opts], help="create a user or change its password")
+    p = add(usub, "add", "users add", _cmd_users_add, parents=[client_opts], help="create a user or change its password",
+            description="Create a user or change its password. The user's password is --new-password P, else "
+                        "$LAKELOG_NEW_PASSWORD, else a prompt; --user/--password are the caller's own credentials.")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--new-password", metavar="P", help="the new password (else $LAKELOG_NEW_PASSWORD, else a prompt)")
     add(usub, "list", "users list", _cmd_users_list, parents=[client_opts], help="list users")

@@ -76,6 +76,8 @@ class ObserveMiddleware:
 
 def create_app(node: Node) -> FastAPI:
     from lakelog.ingest_api.groups.consumer import ConsumerManager
+    from lakelog.ingest_api.groups.instances import ConsumerInstanceService
+    from lakelog.ingest_api.node import FORWARDED_HEADER
     from lakelog.ingest_api.groups.service import GroupService
 
     @asynccontextmanager
@@ -96,6 +98,8 @@ def create_app(node: Node) -> FastAPI:
     app.state.metrics = NodeMetrics(node)
     app.state.groups = GroupService(node)  # the group coordinator of the __consumer_offsets partitions led here
     app.state.consumers = ConsumerManager(node, app.state.groups)  # REST Proxy consumer instances held here
+    app.state.consumer_instances = ConsumerInstanceService(node, app.state.consumers, app.state.groups,
+                                                           FORWARDED_HEADER)  # routing, ownership, topic ACLs
 
     @app.exception_handler(LakelogError)
     async def _lakelog_error(request: Request, exc: LakelogError):

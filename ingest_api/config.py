@@ -62,8 +62,10 @@ NODE_CONFIG = (
             max=10 * 60 * 1000, unit="ms")
     # Cluster membership and the controller quorum.
     .define("cluster.id", str, "", "The cluster's id; empty = derived from controller.quorum.voters.")
-    .define("cluster.secret", str, "lakelog-local-cluster-secret",
-            "Shared secret that signs internal traffic (Raft, replica fetch, forwarding); set your own.")
+    .define("cluster.secret", str, "",
+            "Shared secret (at least 16 bytes) that signs internal traffic (Raft, replica fetch, forwarding); "
+            "prefer cluster.secret.file. Required with authentication or the authorizer on, and on "
+            "multi-node clusters; a lone node without security makes and keeps its own.")
     .define("controller.quorum.voters", str, "",
             "Controller voters as id@host:port,...; empty = this node alone.")
     .define("controller.quorum.election.timeout.ms", int, 1000, "Raft election timeout (randomised up to 2x).",

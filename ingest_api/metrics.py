@@ -41,6 +41,8 @@ class _PartitionCollector:
         lso = GaugeMetricFamily("lakelog_partition_log_start_offset", "Log start offset", labels=labels)
         segs = GaugeMetricFamily("lakelog_partition_segments", "Local segments", labels=labels)
         size = GaugeMetricFamily("lakelog_partition_size_bytes", "Local log size", labels=labels)
+        waiting = GaugeMetricFamily("lakelog_partition_fetch_waiters", "Fetches long-polling on the partition",
+                                    labels=labels)
         for p in self.node.partitions():
             lv = [p.key.topic, str(p.key.partition)]
             try:
@@ -50,9 +52,10 @@ class _PartitionCollector:
                 lso.add_metric(lv, p.log_start_offset)
                 segs.add_metric(lv, len(segments))
                 size.add_metric(lv, sum(s.size for s in segments))
+                waiting.add_metric(lv, p.fetch_waiters)
             except Exception:  # a partition being deleted while scraped
                 continue
-        yield from (leo, hw, lso, segs, size)
+        yield from (leo, hw, lso, segs, size, waiting)
 
 
 class _TieringCollector:

@@ -331,9 +331,9 @@ class Node:
 
     async def produce_records(self, topic: str, records: list[ProduceRecord], *, partition: int | None = None,
                               timestamp_ms: int | None = None, acks: str = "all",
-                              producer: Any = None) -> list[ProduceResult]:
+                              producer: Any = None, principal: str | None = None) -> list[ProduceResult]:
         """Append JSON / binary records: one batch per target partition (forwarded to its leader when
-        that is another node); results in request order."""
+        that is another node, acting for `principal`); results in request order."""
         self.check_ready()
         meta = self.admin.topic_metadata(topic)
         if len(records) > self.config.max_records_per_request:
@@ -368,7 +368,7 @@ class Node:
                 return idxs, info.first_offset
             if leader < 0:
                 raise LeaderNotAvailableError(f"partition {topic}-{p} has no leader")
-            return idxs, await self.forward_batch(leader, topic, p, batch, acks)
+            return idxs, await self.forward_batch(leader, topic, p, batch, acks, principal)
 
         offsets = [0] * len(records)
         for idxs, first in await asyncio.gather(*(one(p, idxs) for p, idxs in by_partition.items())):
@@ -376,13 +376,14 @@ class Node:
                 offsets[i] = first + j
         return [ProduceResult(p, o) for p, o in zip(targets, offsets)]
 
-    async def forward_batch(self, leader: int, topic: str, partition: int, batch: bytes, acks: str) -> int:
-        """Produce a batch through its leader (one hop); returns its base offset."""
+    async def forward_batch(self, leader: int, topic: str, partition: int, batch: bytes, acks: str,
+                            principal: str | None = None) -> int:
+        """Produce a batch through its leader (one hop, acting for `principal`); returns its base offset."""
         assert self.peers is not None
         path = f"/topics/{topic}/partitions/{partition}?acks={acks}"
         resp = await self.peers.request(leader, "POST", path, batch, headers={
             "Content-Type": "application/vnd.kafka.recordbatch", FORWARDED_HEADER: str(self.node_id)},
-            timeout_s=self.config.request_timeout_ms / 1000 + 5)
+            timeout_s=self.config.request_timeout_ms / 1000 + 5, principal=principal)
         doc = json_or_empty(resp)
         if resp.status_code != 200:
             raise RemoteError(resp.status_code, int(doc.get("error_code", resp.status_code * 100)),

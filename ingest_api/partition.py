@@ -308,6 +308,11 @@ class Partition:
         """Whole batches from `offset`, below the HW (a consumer's view)."""
         return self.log.read(offset, max_bytes, max_offset=self.core.high_watermark)
 
+    @property
+    def fetch_waiters(self) -> int:
+        """Fetches long-polling on this partition now (a gauge)."""
+        return len(self._waiters)
+
     async def wait_for_data(self, offset: int, timeout_s: float) -> None:
         """Return when the HW passes `offset`, or after `timeout_s`."""
         if timeout_s <= 0:

@@ -16,6 +16,7 @@ from lakelog.ingest_api.app import create_app
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.security import tls as tls_settings
+from lakelog.ingest_api.security.cluster_secret import resolve_cluster_secret
 from lakelog.ingest_api.security.connections import guarded_http_protocol
 
 
@@ -108,9 +109,11 @@ def run_node(config: NodeConfig) -> int:
     raise_open_file_limit()
     exit_zero_on_sigterm()
     tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
-    guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000)  # slow headers close the connection
+    # Slow headers close the connection; too many header bytes are answered 431 as they arrive.
+    guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000, config.max_header_bytes)
     if guarded is not None:
         tls["http"] = guarded
+    config = resolve_cluster_secret(config)  # refuses a missing or published secret before anything starts
     node = Node(config)
     node.start()
     app = create_app(node)

@@ -95,8 +95,11 @@ class InstanceConfig:
 
 
 class ConsumerInstance:
-    def __init__(self, manager: "ConsumerManager", group: str, name: str, cfg: InstanceConfig) -> None:
+    def __init__(self, manager: "ConsumerManager", group: str, name: str, cfg: InstanceConfig,
+                 owner: str | None = None) -> None:
         self.manager = manager
+        #: The principal that created the instance (None when security is off): see groups/instances.py.
+        self.owner = owner
         self.node = manager.node
         self.groups: GroupService = manager.groups
         self.group, self.name, self.cfg = group, name, cfg
@@ -406,7 +409,8 @@ class ConsumerInstance:
                            version: int) -> list[dict[str, Any]]:
         fetch_bytes = min(max_bytes, self.node.config.fetch_max_bytes)
         starts = {tp: self.positions[tp] for tp in tps}
-        results = await asyncio.gather(*(fetch_partition(self.node, tp, starts[tp], fetch_bytes, wait_ms)
+        results = await asyncio.gather(*(fetch_partition(self.node, tp, starts[tp], fetch_bytes, wait_ms,
+                                                         self.owner or "User:ANONYMOUS")
                                          for tp in tps), return_exceptions=True)
         if version != self.assignment_version:
             return []  # the assignment changed while fetching: positions of kept partitions stay as they were
@@ -452,8 +456,10 @@ class ConsumerInstance:
         return out
 
 
-async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes: int, wait_ms: int) -> bytes:
-    """RecordBatch bytes from `offset` (below the HW), through the leader: local, or one signed hop."""
+async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes: int, wait_ms: int,
+                          principal: str | None = None) -> bytes:
+    """RecordBatch bytes from `offset` (below the HW), through the leader: local, or one signed hop
+    acting for `principal` (the instance's owner: the leader checks its READ too)."""
     leader = node.leader_of(tp.topic, tp.partition)
     if leader == node.node_id:
         res = await node.fetch_wait(tp.topic, tp.partition, offset, max_bytes, wait_ms)
@@ -465,7 +471,8 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
     path = f"/topics/{tp.topic}/partitions/{tp.partition}/records?offset={offset}&max_bytes={max_bytes}&timeout={wait_ms}"
     resp = await node.peers.request(leader, "GET", path, headers={"Accept": RECORDBATCH,
                                                                   FORWARDED_HEADER: str(node.node_id)},
-                                    timeout_s=(wait_ms + node.config.request_timeout_ms) / 1000 + 5)
+                                    timeout_s=(wait_ms + node.config.request_timeout_ms) / 1000 + 5,
+                                    principal=principal)
     if resp.status_code == 416:
         raise OffsetOutOfRangeError(f"offset {offset} of {tp} is out of range")
     if resp.status_code != 200:
@@ -474,7 +481,8 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
 
 
 async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
-    """(beginning offset, end offset = HW) of a partition, from its leader."""
+    """(beginning offset, end offset = HW) of a partition, from its leader (asked as the node itself:
+    offsets for positions and lag, no records)."""
     leader = node.leader_of(tp.topic, tp.partition)
     if leader == node.node_id:
         return await node.offsets(tp.topic, tp.partition)
@@ -482,8 +490,10 @@ async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
     from lakelog.ingest_api.errors import RemoteError
     from lakelog.ingest_api.node import FORWARDED_HEADER
+    from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
     resp = await node.peers.request(leader, "GET", f"/topics/{tp.topic}/partitions/{tp.partition}/offsets",
-                                    headers={FORWARDED_HEADER: str(node.node_id)}, timeout_s=10)
+                                    headers={FORWARDED_HEADER: str(node.node_id)}, timeout_s=10,
+                                    principal=CLUSTER_PRINCIPAL)
     if resp.status_code != 200:
         raise RemoteError(resp.status_code, resp.status_code * 100, resp.text[:200])
     doc = resp.json()
@@ -592,7 +602,7 @@ class ConsumerManager:
         self._counter += 1
         return f"rest-consumer-{self.node.node_id}-{int(time.time() * 1000):x}-{self._counter}"
 
-    def create(self, group: str, name: str, cfg: InstanceConfig) -> ConsumerInstance:
+    def create(self, group: str, name: str, cfg: InstanceConfig, owner: str | None = None) -> ConsumerInstance:
         key = (group, name)
         if key in self.instances:
             raise ConsumerAlreadyExistsError(
@@ -600,7 +610,7 @@ class ConsumerManager:
         if len(self.instances) >= self.config.consumer_max_instances:
             raise TooManyInstancesError(f"this node holds consumer.max.instances={self.config.consumer_max_instances} "
                                         f"consumer instances; delete some or use another node")
-        inst = self.instances[key] = ConsumerInstance(self, group, name, cfg)
+        inst = self.instances[key] = ConsumerInstance(self, group, name, cfg, owner)
         return inst
 
     def get(self, group: str, name: str) -> ConsumerInstance:

@@ -50,22 +50,18 @@ class PeerClient:
             raise LeaderNotAvailableError(f"the address of node {peer} is not known yet")
         return url.rstrip("/")
 
-    def signed_headers(self, method: str, path_and_query: str, body: bytes) -> dict[str, str]:
-        return sign(self.secret, method, path_and_query, body, self.node_id, int(time.time() * 1000))
+    def signed_headers(self, method: str, path_and_query: str, body: bytes,
+                       principal: str | None = None) -> dict[str, str]:
+        return sign(self.secret, method, path_and_query, body, self.node_id, int(time.time() * 1000), principal)
 
     async def request(self, peer: int, method: str, path_and_query: str, body: bytes = b"", *,
                       headers: dict[str, str] | None = None, timeout_s: float | None = None,
                       principal: str | None = None) -> Http1Response:
-        """A signed request; `principal` names the client a forwarded request acts for (bound to the signature)."""
+        """A signed request; `principal` names the client a forwarded request acts for (inside the signature)."""
         url = self.base_url(peer)
         parts = urlsplit(url)
         h = dict(headers or {})
-        h.update(self.signed_headers(method, path_and_query, body))
-        if principal is not None:
-            from lakelog.ingest_api.security.middleware import PRINCIPAL_HEADER, PRINCIPAL_SIGNATURE_HEADER, principal_signature
-
-            h[PRINCIPAL_HEADER] = principal
-            h[PRINCIPAL_SIGNATURE_HEADER] = principal_signature(self.secret, h["X-Lakelog-Signature"], principal)
+        h.update(self.signed_headers(method, path_and_query, body, principal))
         try:
             return await self.pool.request(parts.hostname or "127.0.0.1", parts.port or 80, method, path_and_query,
                                            body, h, timeout_s=self.timeout_s if timeout_s is None else timeout_s)

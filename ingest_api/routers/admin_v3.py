@@ -152,10 +152,11 @@ async def list_topics(cluster_id: str, request: Request):
 
 @router.post("/clusters/{cluster_id}/topics", status_code=201, summary="Create a topic")
 async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Request):
-    node = _cluster(request, cluster_id)
-    configs = {c.name: c.value for c in body.configs if c.value is not None}
+    # Authorization before existence: a made-up cluster id must not answer differently from the real one.
     if not allowed(request, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka: cluster or topic
         authorize(request, Operation.CREATE, ResourceType.TOPIC, body.topic_name)
+    node = _cluster(request, cluster_id)
+    configs = {c.name: c.value for c in body.configs if c.value is not None}
     t = await node.admin.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs,
                                       validate_only=body.validate_only)
     # Confluent: 200 for a dry run (validate_only), 201 when the topic was created.

@@ -2,17 +2,13 @@
 group API (`/groups/...`), and the node-to-node group calls (`/internal/groups/...`).
 
 Thin: the logic is in ingest_api/groups/ (`ConsumerManager` on `app.state.consumers`, `GroupService`
-on `app.state.groups`).
-
-A consumer instance lives on the node that created it. A request for an instance this node does not
-hold is forwarded (one signed hop, like produce and fetch) to the node that holds it, found by asking
-the other live nodes (`GET /internal/consumers/{group}/{instance}`) and remembered; a forwarded
-request must carry a valid cluster signature and is never forwarded again.
+on `app.state.groups`, and `ConsumerInstanceService` on `app.state.consumer_instances`: where an
+instance is held, who may use it and which topic ACLs each operation needs, and a group's lag).
+A forwarded request (`X-Lakelog-Forwarded`) must carry a valid cluster signature here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -22,19 +18,9 @@ from fastapi.responses import JSONResponse
 from lakelog.ingest_api.errors import InvalidRequestError, UnsupportedMediaTypeError
 from lakelog.ingest_api.formats import BINARY_V2, JSON, JSON_V2, V2, media_type, records_format
 from lakelog.ingest_api.groups.assignors import TopicPartition
-from lakelog.ingest_api.groups.consumer import (
-    FORMATS,
-    ConsumerInstance,
-    ConsumerManager,
-    partition_bounds,
-    validate_name,
-)
-from lakelog.ingest_api.groups.errors import (
-    ConsumerAlreadyExistsError,
-    ConsumerFormatMismatchError,
-    ConsumerInstanceNotFoundError,
-    GroupNotFoundError,
-)
+from lakelog.ingest_api.groups.consumer import FORMATS, ConsumerInstance, ConsumerManager, validate_name
+from lakelog.ingest_api.groups.errors import ConsumerFormatMismatchError, ConsumerInstanceNotFoundError
+from lakelog.ingest_api.groups.instances import Caller, ConsumerInstanceService, Forwarded
 from lakelog.ingest_api.groups.service import GroupService
 from lakelog.ingest_api.node import FORWARDED_HEADER
 from lakelog.ingest_api.security.acl import Operation, ResourceType
@@ -119,57 +105,35 @@ def _no_content() -> Response:
     return Response(status_code=204)
 
 
-# ---------------------------------------------------------------------------- routing to the holder
+# ---------------------------------------------------------------------------- the instance of a request
+
+
+def _service(request: Request) -> ConsumerInstanceService:
+    return request.app.state.consumer_instances
+
+
+def _caller(request: Request) -> Caller:
+    principal = request_principal(request)
+    ctx = getattr(request.app.state, "security", None)
+    return Caller(principal, ctx is not None and principal in ctx.super_users,
+                  lambda op, topic: authorize(request, op, ResourceType.TOPIC, topic))
 
 
 async def _route(request: Request, group: str, instance: str, body: bytes = b"") -> ConsumerInstance | Response:
-    """The local instance, or the holder's answer to the forwarded request."""
-    node, _, consumers = _state(request)
+    """The local instance, if the caller may use it, or the holder's answer to the forwarded request."""
     validate_name(group, "group")
     validate_name(instance, "instance")
+    service, caller = _service(request), _caller(request)
     if request.headers.get(FORWARDED_HEADER):
         get_authenticator(request).verify_scope(request.scope, request.headers, body)
-        return consumers.get(group, instance)
-    local = consumers.instances.get((group, instance))
-    if local is not None:
-        local.touch()
-        return local
-    owner = await _find_owner(node, consumers, group, instance)
-    if owner is None:
-        raise ConsumerInstanceNotFoundError("Consumer instance not found.")
-    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return service.local(group, instance, caller)
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     headers = {h: request.headers[h] for h in ("content-type", "accept") if h in request.headers}
-    headers[FORWARDED_HEADER] = str(node.node_id)
-    # A records request long-polls up to fetch.max.wait.ms on the holder; commits may wait request.timeout.ms.
-    wait_s = (node.config.fetch_max_wait_ms + node.config.request_timeout_ms) / 1000 + 10
-    resp = await node.peers.request(owner, request.method, path, body, headers=headers, timeout_s=wait_s,
-                                    principal=request_principal(request))
-    if resp.status_code == 404:
-        consumers.owners.pop((group, instance), None)
-    return Response(resp.content, status_code=resp.status_code, media_type=resp.headers.get("content-type"))
-
-
-async def _find_owner(node: Any, consumers: ConsumerManager, group: str, instance: str) -> int | None:
-    key = (group, instance)
-    cached = consumers.owners.get(key)
-
-    async def holds(b: int) -> bool:
-        try:
-            resp = await node.peers.request(b, "GET", f"/internal/consumers/{group}/{instance}", timeout_s=5)
-            return resp.status_code == 200
-        except Exception:
-            return False
-
-    if cached is not None and await holds(cached):
-        return cached
-    others = [b for b in sorted(node.image.brokers)
-              if b not in (node.node_id, cached) and not node.image.brokers[b].fenced]
-    for b, found in zip(others, await asyncio.gather(*(holds(b) for b in others))):
-        if found:
-            consumers.owners[key] = b
-            return b
-    consumers.owners.pop(key, None)
-    return None
+    found = await service.route(group, instance, caller, method=request.method, target=target, body=body,
+                                headers=headers)
+    if isinstance(found, Forwarded):
+        return Response(found.content, status_code=found.status_code, media_type=found.content_type)
+    return found
 
 
 # ---------------------------------------------------------------------------- REST Proxy v2 consumers
@@ -187,7 +151,7 @@ async def _find_owner(node: Any, consumers: ConsumerManager, group: str, instanc
              responses={200: {"description": "the instance", "content": {V2: {"schema": {"type": "object", "properties": {
                  "instance_id": {"type": "string"}, "base_uri": {"type": "string"}}}}}}})
 async def create_instance(group: str, request: Request):
-    node, groups, consumers = _state(request)
+    node, _, consumers = _state(request)
     validate_name(group, "group")
     doc = await _json_body(request)
     # Confluent: an explicit `id` names the instance and overrides `name` (KafkaConsumerManager).
@@ -195,11 +159,7 @@ async def create_instance(group: str, request: Request):
     if not isinstance(name, str):
         raise InvalidRequestError("id and name must be strings")
     validate_name(name, "instance name")
-    cfg = consumers.parse_config(doc)
-    if (group, name) in consumers.instances or await _find_owner(node, consumers, group, name) is not None:
-        raise ConsumerAlreadyExistsError(
-            "Consumer with specified consumer ID already exists in the specified consumer group.")
-    consumers.create(group, name, cfg)
+    await _service(request).create(group, name, consumers.parse_config(doc), _caller(request))
     return JSONResponse({"instance_id": name, "base_uri": f"{node.config.advertised_url}/consumers/{group}/instances/{name}"},
                         media_type=V2)
 
@@ -231,11 +191,7 @@ async def subscribe(group: str, instance: str, request: Request):
         raise InvalidRequestError("topic_pattern must be a string")
     if topics is not None and not isinstance(topics, list):
         raise InvalidRequestError("topics must be a list of strings")
-    # The topics consumed must be readable too (a pattern: every topic, i.e. READ on the wildcard).
-    for t in topics if topics is not None else ["*"]:
-        if isinstance(t, str):
-            authorize(request, Operation.READ, ResourceType.TOPIC, t)
-    inst.subscribe(topics, pattern)
+    _service(request).subscribe(inst, _caller(request), topics, pattern)
     return _no_content()
 
 
@@ -264,10 +220,7 @@ async def assign(group: str, instance: str, request: Request):
     inst = await _route(request, group, instance, body)
     if isinstance(inst, Response):
         return inst
-    partitions = _partitions(await _json_body(request, body))
-    for t in {tp.topic for tp in partitions}:
-        authorize(request, Operation.READ, ResourceType.TOPIC, t)
-    inst.assign(partitions)
+    _service(request).assign(inst, _caller(request), _partitions(await _json_body(request, body)))
     return _no_content()
 
 
@@ -300,7 +253,7 @@ async def records(group: str, instance: str, request: Request,
     cfg = node.config
     wait = min(cfg.consumer_request_timeout_ms if timeout is None else timeout, cfg.fetch_max_wait_ms)
     limit = min(max_bytes or cfg.consumer_request_max_bytes, cfg.consumer_request_max_bytes)
-    out = await inst.records(wait, limit)
+    out = await _service(request).records(inst, _caller(request), wait, limit)
     return JSONResponse(out, media_type=want)
 
 
@@ -322,7 +275,7 @@ async def commit_offsets(group: str, instance: str, request: Request):
         if any(o["offset"] >= 2**63 - 1 for o in offsets):
             raise InvalidRequestError("offset must be below 2^63 - 1")
         offsets = [{**o, "offset": o["offset"] + 1} for o in offsets]
-    committed = await inst.commit(offsets)
+    committed = await _service(request).commit(inst, _caller(request), offsets)
     return JSONResponse({"offsets": committed}, media_type=V2)
 
 
@@ -335,7 +288,8 @@ async def committed_offsets(group: str, instance: str, request: Request):
         return inst
     doc = await _json_body(request, body)
     partitions = _partitions(doc) if doc.get("partitions") is not None else None
-    return JSONResponse({"offsets": await inst.committed(partitions)}, media_type=V2)
+    return JSONResponse({"offsets": await _service(request).committed(inst, _caller(request), partitions)},
+                        media_type=V2)
 
 
 @router.post("/consumers/{group}/instances/{instance}/positions", status_code=204,
@@ -346,11 +300,7 @@ async def seek(group: str, instance: str, request: Request):
     inst = await _route(request, group, instance, body)
     if isinstance(inst, Response):
         return inst
-    offsets = _offsets(await _json_body(request, body))
-    for o in offsets:
-        inst._check_assigned(TopicPartition(o["topic"], o["partition"]))
-    for o in offsets:
-        inst.seek(TopicPartition(o["topic"], o["partition"]), o["offset"])
+    _service(request).seek(inst, _caller(request), _offsets(await _json_body(request, body)))
     return _no_content()
 
 
@@ -359,7 +309,7 @@ async def _seek_to(group: str, instance: str, request: Request, end: bool) -> Re
     inst = await _route(request, group, instance, body)
     if isinstance(inst, Response):
         return inst
-    await inst.seek_to(_partitions(await _json_body(request, body)), end)
+    await _service(request).seek_to(inst, _caller(request), _partitions(await _json_body(request, body)), end)
     return _no_content()
 
 
@@ -388,42 +338,8 @@ async def list_groups(request: Request):
 
 @router.get("/groups/{group}", summary="Describe a group: members, assignment, committed offsets and lag")
 async def describe_group(group: str, request: Request):
-    node, groups, _ = _state(request)
     validate_name(group, "group")
-    doc = await groups.call_with_retry(group, "describe", {})
-    if doc["state"] == "Dead" and not doc["offsets"]:
-        raise GroupNotFoundError(f"Consumer group '{group}' does not exist.")
-    owner: dict[TopicPartition, dict[str, Any]] = {}
-    for m in doc["members"]:
-        for t, p in (m.get("assignment") or []):
-            owner[TopicPartition(t, p)] = m
-    committed = {TopicPartition(o["topic"], o["partition"]): o for o in doc["offsets"]}
-    tps = sorted(set(owner) | set(committed))
-
-    async def end_offset(tp: TopicPartition) -> int | None:
-        try:
-            return (await partition_bounds(node, tp))[1]
-        except Exception:
-            return None
-
-    ends = await asyncio.gather(*(end_offset(tp) for tp in tps))
-    rows = []
-    for tp, end in zip(tps, ends):
-        c = committed.get(tp)
-        current = c["offset"] if c is not None and c["offset"] >= 0 else None
-        m = owner.get(tp)
-        rows.append({"topic": tp.topic, "partition": tp.partition, "current_offset": current,
-                     "log_end_offset": end, "lag": (end - current) if end is not None and current is not None else None,
-                     "metadata": c["metadata"] if c else None,
-                     "consumer_id": m["member_id"] if m else None, "client_id": m["client_id"] if m else None,
-                     "host": m["client_host"] if m else None})
-    members = [{"member_id": m["member_id"], "client_id": m["client_id"], "host": m["client_host"],
-                "assignment": [{"topic": t, "partition": p} for t, p in (m.get("assignment") or [])]}
-               for m in doc["members"]]
-    return JSONResponse({"group_id": group, "state": doc["state"], "protocol_type": doc["protocol_type"],
-                         "partition_assignor": doc["protocol"], "generation": doc["generation"],
-                         "coordinator": doc["coordinator"], "leader_id": doc["leader_id"], "members": members,
-                         "partitions": rows}, media_type=V2)
+    return JSONResponse(await _service(request).describe_group(group), media_type=V2)
 
 
 @router.get("/groups/{group}/offsets", summary="The group's committed offsets")

@@ -12,11 +12,13 @@ from lakelog.ingest_api.errors import NotReadyError
 router = APIRouter(tags=["operations"])
 
 
+@router.head("/healthz", include_in_schema=False)
 @router.get("/healthz", summary="Liveness: the process answers")
 async def healthz():
     return {"status": "ok"}
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get("/readyz", summary="Readiness: the node serves client requests")
 async def readyz(request: Request):
     node = request.app.state.node

@@ -20,6 +20,7 @@ from lakelog.ingest_api.formats import (
 )
 from lakelog.ingest_api.partition import PartitionKey
 from lakelog.ingest_api.routers.deps import forward_to_leader, get_node, read_body
+from lakelog.ingest_api.security.middleware import request_principal
 from lakelog.logstore.record_batch import TimestampType, iter_batches
 
 router = APIRouter(tags=["records"])
@@ -87,7 +88,8 @@ async def produce_to_topic(topic: str, request: Request, acks: str = Query("all"
         raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2} or {BINARY_V2}")
     body = await read_body(request, node.config.max_request_bytes)
     records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
-    results = await node.produce_records(topic, records, acks=acks, producer=producer)
+    results = await node.produce_records(topic, records, acks=acks, producer=producer,
+                                         principal=request_principal(request))
     _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
     return _produce_response([(r.partition, r.offset) for r in results], acks)
 
@@ -116,7 +118,8 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
         _count(request, topic, info.size_in_bytes, info.record_count)
         return _produce_response([(partition, b) for b in info.base_offsets], acks)
     records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
-    results = await node.produce_records(topic, records, partition=partition, acks=acks, producer=producer)
+    results = await node.produce_records(topic, records, partition=partition, acks=acks, producer=producer,
+                                         principal=request_principal(request))
     _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
     return _produce_response([(r.partition, r.offset) for r in results], acks)
 

@@ -30,6 +30,10 @@ def _check_mechanisms(text: str) -> None:
 
 SECURITY_CONFIG = (
     ConfigDef()
+    .define("cluster.secret.file", str, "",
+            "File holding cluster.secret (the secret alone, or a cluster.properties file with a "
+            "cluster.secret= line); keeps the secret off the command line. Used when cluster.secret is "
+            "empty; then $LAKELOG_CLUSTER_SECRET. See docs/security.md for the rules.")
     .define("authentication.enabled", bool, False,
             "Require every client request (all but /healthz and /readyz) to authenticate: HTTP Basic "
             "with a user's password, or a Bearer API key. Requests signed with cluster.secret act as the "

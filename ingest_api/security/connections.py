@@ -1,4 +1,4 @@
-"""Slow-client protection at the connection level: a deadline on the request line and headers.
+"""Connection-level protection: a deadline on the request line and headers, and a cap on their size.
 
 uvicorn closes a keep-alive connection that stays idle between requests, but any byte received
 cancels that timer, and a fresh connection that sends nothing has none: a client trickling a
@@ -8,6 +8,14 @@ protocol with one more timer: armed when a connection opens and when a request's
 arrives, cancelled once its headers are complete; when it fires the connection is closed.
 (Bodies have their own deadline, `request.body.timeout.ms`, in the middleware.)
 
+`max.header.bytes` is counted as the bytes arrive, before they reach the parser: once a request's
+line and headers pass it without their closing blank line, the connection is answered 431
+(`error_code` 43101) and closed — a client streaming an endless header costs the node at most
+that many bytes, not whatever it sends. (httptools has no such limit of its own, and the
+middleware's check sees only headers that are complete.) The count starts when a request begins
+on the connection; bytes of a pipelined request that arrive in the same read as the previous
+request's end are not counted there (the middleware still checks that request's headers).
+
 It relies on uvicorn's `HttpToolsProtocol` callbacks (`connection_made`, `on_message_begin`,
 `on_headers_complete`, `connection_lost`); when httptools is not installed, None is returned and
 uvicorn's own protocol is used without this protection.
@@ -15,10 +23,26 @@ uvicorn's own protocol is used without this protection.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+_TERMINATOR = b"\r\n\r\n"
 
-def guarded_http_protocol(timeout_s: float) -> type | None:
+
+def header_overflow_response(max_header_bytes: int) -> bytes:
+    """The whole answer (status and `error_code` from the error table) written before the connection is closed."""
+    from http import HTTPStatus
+
+    from lakelog.ingest_api.error_table import error_body
+    from lakelog.ingest_api.security.errors import HeadersTooLargeError
+
+    status, doc = error_body(HeadersTooLargeError(f"request headers exceed max.header.bytes={max_header_bytes}"))
+    body = json.dumps(doc).encode()
+    return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+            f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
+
+
+def guarded_http_protocol(timeout_s: float, max_header_bytes: int | None = None) -> type | None:
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # pragma: no cover - httptools is a dependency (uvicorn[standard])
@@ -26,6 +50,35 @@ def guarded_http_protocol(timeout_s: float) -> type | None:
 
     class HeaderDeadlineProtocol(HttpToolsProtocol):
         _header_timer: Any = None
+        #: Whether the bytes arriving belong to a request line and headers, and how many have so far.
+        _in_head = True
+        _head_bytes = 0
+        _tail = b""  # the last bytes of the previous read, to find a terminator split across reads
+        _refused = False
+
+        def data_received(self, data: bytes) -> None:  # type: ignore[override]
+            if self._refused:
+                return
+            if max_header_bytes is not None and self._in_head:
+                joined = self._tail + data
+                end = joined.find(_TERMINATOR)
+                head = len(data) if end < 0 else max(0, end + len(_TERMINATOR) - len(self._tail))
+                self._head_bytes += head
+                self._tail = joined[-(len(_TERMINATOR) - 1):]
+                if self._head_bytes > max_header_bytes:
+                    self._refuse_headers()
+                    return
+            super().data_received(data)
+
+        def _refuse_headers(self) -> None:
+            self._refused = True
+            self._disarm()
+            if not self.transport.is_closing():
+                self.transport.write(header_overflow_response(max_header_bytes or 0))
+                self.transport.close()
+
+        def _start_head(self) -> None:
+            self._in_head, self._head_bytes, self._tail = True, 0, b""
 
         def _arm(self) -> None:
             if self._header_timer is None:
@@ -51,7 +104,12 @@ def guarded_http_protocol(timeout_s: float) -> type | None:
 
         def on_headers_complete(self) -> None:
             self._disarm()
+            self._in_head = False
             super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._start_head()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

@@ -9,8 +9,9 @@ Per request, when on:
      `/readyz` pass (`access.PUBLIC`).
   2. Principal. A request carrying the cluster signature headers (a node forwarding a client's
      request, or an operator holding `cluster.secret`) is verified over its buffered body; it acts
-     as the principal the forwarding node names in `X-Lakelog-Principal` — bound to that request's
-     signature by `X-Lakelog-Principal-Signature` — or else as the super user `User:__cluster`.
+     as the principal named in `X-Lakelog-Principal`, which the signature covers (an operator names
+     the super user `User:__cluster`). A signed request that names no principal is refused (401):
+     stripping the principal from a captured forwarded request gains nothing.
      Otherwise, with authentication on: `Authorization: Basic` (user and password, checked against
      the SCRAM-SHA-256 credential in the cluster metadata) or `Authorization: Bearer <API key>`;
      none or a bad one → 401 with `WWW-Authenticate`. Successful checks are cached per header value
@@ -29,17 +30,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import hashlib
 import hmac
 import json
 import logging
 import math
+import secrets
 import time
 from typing import Any
 
 from lakelog.ingest_api.security import access
 from lakelog.ingest_api.security.acl import Authorizer, Operation, ResourceType
-from lakelog.ingest_api.security.credentials import CredentialCache, parse_api_key, verify_password
+from lakelog.ingest_api.security.credentials import (CredentialCache, make_credential, parse_api_key,
+                                                    verify_password)
 from lakelog.ingest_api.security.errors import (
     AuthenticationFailedError,
     AuthorizationFailedError,
@@ -53,16 +55,9 @@ audit_log = logging.getLogger("lakelog.audit")
 CLUSTER_PRINCIPAL = "User:__cluster"
 ANONYMOUS = "User:ANONYMOUS"
 PRINCIPAL_HEADER = "x-lakelog-principal"
-PRINCIPAL_SIGNATURE_HEADER = "x-lakelog-principal-signature"
 _SIGNATURE_HEADER = b"x-lakelog-signature"
 CHALLENGE = 'Basic realm="lakelog", charset="UTF-8", Bearer realm="lakelog"'
 MAX_AUTHORIZATION_CHARS = 4096
-
-
-def principal_signature(secret: bytes, request_signature: str, principal: str) -> str:
-    """Binds a forwarded request's principal to that request's cluster signature."""
-    return hmac.new(secret, f"principal\n{request_signature}\n{principal}".encode("utf-8"),
-                    hashlib.sha256).hexdigest()
 
 
 class AuditLog:
@@ -114,6 +109,9 @@ class SecurityContext:
         self.max_header_bytes = cfg.max_header_bytes
         self.audit = AuditLog(cfg.audit_log_max_per_second)
         self.cache = CredentialCache()
+        #: Checked against when a Basic user does not exist, so that a wrong password costs the same
+        #: PBKDF2 work for an unknown user as for a known one (no user-name oracle by timing).
+        self._decoy = make_credential(secrets.token_urlsafe(24), self.scram_iterations)
         self._authorizer: Authorizer | None = None
         self._authorizer_generation = -1
         self._quota_generation = -1
@@ -155,7 +153,7 @@ class SecurityContext:
             except (binascii.Error, ValueError):
                 return None
             cred = state.users.get(user) if sep else None
-            if cred is not None and verify_password(cred, password):
+            if verify_password(self._decoy if cred is None else cred, password) and cred is not None:
                 principal = f"User:{user}"
         elif scheme == "bearer" and self.apikey:
             parsed = parse_api_key(value)
@@ -191,12 +189,13 @@ def allowed(request: Any, operation: Operation, rtype: ResourceType, name: str) 
     return ctx.authorizer().authorize(getattr(request.state, "principal", ANONYMOUS), operation, rtype, name)
 
 
-def request_principal(request: Any) -> str | None:
-    """The principal to pass along when this request is forwarded (None when security is off)."""
-    ctx: SecurityContext | None = getattr(request.app.state, "security", None)
-    if ctx is None or not ctx.enabled:
-        return None
-    return getattr(request.state, "principal", None)
+def request_principal(request: Any) -> str:
+    """The request's principal, passed along (inside the signature) when it is forwarded.
+
+    `User:ANONYMOUS` when security is off: a forwarded request always names one, so a node whose
+    security is switched on later (a dynamic quota) never meets a signed client request without it.
+    """
+    return getattr(request.state, "principal", ANONYMOUS)
 
 
 class SecurityMiddleware:
@@ -230,12 +229,13 @@ class SecurityMiddleware:
         headers = scope["headers"]
         principal: str | None = None
         if any(k == _SIGNATURE_HEADER for k, _ in headers):
-            principal, receive = await self._cluster_principal(scope, receive)
+            principal, receive, why = await self._cluster_principal(scope, receive)
             if principal is None:
-                ctx.audit.refusal("authentication_failed", reason="bad cluster signature", method=method,
+                ctx.audit.refusal("authentication_failed", reason=why, method=method,
                                   path=path, client=_client(scope))
-                await self._refuse(scope, receive, send,
-                                   AuthenticationFailedError("the request's cluster signature does not verify"))
+                await self._refuse(scope, receive, send, AuthenticationFailedError(
+                    "the request's cluster signature does not verify" if why == "bad cluster signature"
+                    else "a cluster-signed request must name its principal (X-Lakelog-Principal)"))
                 return
         elif ctx.authentication:
             authz = next((v for k, v in headers if k == b"authorization"), None)
@@ -306,8 +306,9 @@ class SecurityMiddleware:
             quotas.record(principal, FETCH, sent, time.monotonic())
 
     async def _cluster_principal(self, scope, receive):
-        """Verify a cluster-signed request over its whole body; (principal or None, a receive replaying it)."""
-        from lakelog.ingest_api.cluster.auth import AuthenticationError, InternalAuthenticator
+        """Verify a cluster-signed request over its whole body: (principal or None, a receive replaying it,
+        why it was refused)."""
+        from lakelog.ingest_api.cluster.auth import AuthenticationError, InternalAuthenticator, signed_principal
 
         chunks, size = [], 0
         while True:
@@ -317,7 +318,7 @@ class SecurityMiddleware:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.ctx.max_body_bytes + 1024:
-                return None, receive
+                return None, receive, "bad cluster signature"
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
@@ -334,14 +335,12 @@ class SecurityMiddleware:
         try:
             InternalAuthenticator(self.ctx.secret).verify_scope(scope, headers, body)
         except AuthenticationError:
-            return None, replay
-        named = headers.get(PRINCIPAL_HEADER)
+            return None, replay, "bad cluster signature"
+        # The signature covers the principal header: it is what the signer named, or there was none.
+        named = signed_principal(headers)
         if named is None:
-            return CLUSTER_PRINCIPAL, replay
-        expected = principal_signature(self.ctx.secret, headers.get("x-lakelog-signature", ""), named)
-        if not hmac.compare_digest(expected, headers.get(PRINCIPAL_SIGNATURE_HEADER, "")):
-            return None, replay
-        return named, replay
+            return None, replay, "no principal"
+        return named, replay, ""
 
 
 def _charging_receive(receive, quotas: QuotaManager, principal: str):

@@ -44,6 +44,7 @@ def poll_exactly(base: str, want: int, timeout_s: float = 30) -> list[str]:
     wait_for(more, timeout_s, f"{want} records from {base}", interval_s=0)
     # Nothing more than expected is pending.
     r = httpx.get(f"{base}/records", params={"timeout": 300}, headers={"Accept": JSON_V2}, timeout=30)
+    assert r.status_code == 200, r.text
     got.extend(rec["value"] for rec in r.json())
     assert len(got) == want, got
     return got

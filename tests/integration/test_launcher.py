@@ -14,7 +14,7 @@ import pytest
 
 from lakelog.cli.main import main
 from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog
-from tests.support.nodes import LAKELOG, free_port
+from tests.support.nodes import LAKELOG, free_ports
 
 READY_TIMEOUT_S = 30
 STOP_BOUND_S = 20  # the launcher's own bound on a node's stop, plus slack
@@ -24,7 +24,7 @@ class Launcher:
     """`lakelog up` in the background, its output in files; always stopped by `close()`."""
 
     def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.port = free_port()
+        self.port = free_ports(5)[0]  # `lakelog up` takes port .. port + nodes - 1 (at most 5 nodes)
         self.data_dir = tmp_path / "data"
         self.out_path, self.err_path = tmp_path / "up.out", tmp_path / "up.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
@@ -77,6 +77,13 @@ def test_up_serves_then_stops_cleanly_on_sigterm(tmp_path):
         cli(up.url, "produce", "events", "--partition", "1", stdin="\n".join(lines).encode())
         got = cli(up.url, "consume", "events", "--partition", "1", "--from-beginning", "--max-messages", "20")
         assert got.stdout.decode().splitlines() == lines
+        # The nodes get the cluster secret by file: no command line (readable by anyone with ps) holds it.
+        props = dict(line.split("=", 1) for line in (up.data_dir / "cluster.properties").read_text().splitlines())
+        children = Path(f"/proc/{up.proc.pid}/task/{up.proc.pid}/children").read_text().split()
+        cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children]
+        assert cmdlines and all(b"cluster.secret.file=" in c for c in cmdlines), cmdlines
+        assert not any(props["cluster.secret"].encode() in c for c in cmdlines)
+        assert (up.data_dir / "cluster.properties").stat().st_mode & 0o777 == 0o600
 
         started = time.monotonic()
         up.proc.send_signal(signal.SIGTERM)

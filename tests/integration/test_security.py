@@ -20,7 +20,7 @@ import pytest
 
 from lakelog.ingest_api.cluster.auth import ClusterAuth, sign
 from lakelog.logstore.record_batch import Record, build_batch
-from tests.support.nodes import LAKELOG, Cluster, NodeProcess, start_node
+from tests.support.nodes import LAKELOG, Cluster, NodeProcess, free_port, start_node
 from tests.support.tls import make_pki
 
 SECRET = "security-test-cluster-secret-4f1c"
@@ -41,7 +41,7 @@ def secure(tmp_path_factory):
         "request.header.timeout.ms": "1000",
         "quota.overrides": json.dumps({"User:greedy": {"producer.byte.rate": GREEDY_RATE}})})
     try:
-        with httpx.Client(base_url=node.url, auth=ClusterAuth(SECRET.encode(), 0), timeout=30) as root:
+        with httpx.Client(base_url=node.url, auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster"), timeout=30) as root:
             cid = root.get("/v3/clusters").json()["data"][0]["cluster_id"]
             for name, pw in PASSWORDS.items():
                 r = root.post(f"/v3/clusters/{cid}/users", json={"name": name, "password": pw})
@@ -163,6 +163,21 @@ def test_acls_decide_what_an_authenticated_principal_may_do(secure):
     assert r.status_code == 204, r.text
     r = httpx.post(f"{secure.url}/consumers/g-other", json={}, headers=alice, timeout=30)
     assert r.status_code == 403
+    # Deny wins: alice's prefixed ALLOW ALL on orders* covers orders-secret, her DENY READ on it wins.
+    r = httpx.post(f"{secure.url}/v3/clusters/{cid}/topics", json={"topic_name": "orders-secret"}, headers=alice,
+                   timeout=30)
+    assert r.status_code == 201, r.text  # CREATE is still allowed: the DENY names READ only
+    r = httpx.post(f"{secure.url}/topics/orders-secret", json={"records": [{"value": "s"}]},
+                   headers={**alice, "Content-Type": JSON_V2}, timeout=30)
+    assert r.status_code == 200, r.text  # and WRITE
+    r = httpx.get(f"{secure.url}/topics/orders-secret/partitions/0/records?offset=0&timeout=0", headers=alice,
+                  timeout=30)
+    assert r.status_code == 403 and r.json()["error_code"] == 40301, r.text
+    r = httpx.post(f"{base}/subscription", json={"topics": ["orders-secret"]}, headers=alice, timeout=30)
+    assert r.status_code == 403, r.text
+    r = httpx.post(f"{base}/assignments", json={"partitions": [{"topic": "orders-secret", "partition": 0}]},
+                   headers=alice, timeout=30)
+    assert r.status_code == 403, r.text
     assert httpx.delete(base, headers=alice, timeout=30).status_code == 204
     # ACL changes and refusals are audited.
     log = secure.read_log()
@@ -368,11 +383,13 @@ def test_tls_end_to_end_with_the_cli_and_a_node_without_the_secret_cannot_join(t
         r = cli("topics", "describe", "secured", *cli_tls)
         assert r.returncode == 0 and "Isr: 1,2" in r.stdout.replace("Isr: 2,1", "Isr: 1,2"), r.stdout
         # Without the CA, with another CA, or without a client certificate: refused.
-        for bad in (["--bootstrap-server", url],
-                    ["--bootstrap-server", url, "--ca-cert", pki.other_ca_cert],
-                    ["--bootstrap-server", url, "--ca-cert", pki.ca_cert]):
+        for bad, reason in ((["--bootstrap-server", url], "CERTIFICATE_VERIFY_FAILED"),  # the node is not trusted
+                            (["--bootstrap-server", url, "--ca-cert", pki.other_ca_cert], "CERTIFICATE_VERIFY_FAILED"),
+                            # trusted, but no client certificate: TLS 1.3 lets the node refuse it
+                            # after the handshake, by closing the connection unanswered
+                            (["--bootstrap-server", url, "--ca-cert", pki.ca_cert], "Server disconnected")):
             r = cli("topics", "list", *bad)
-            assert r.returncode == 1, (bad, r.stdout)
+            assert r.returncode == 1 and reason in r.stderr, (bad, r.stdout, r.stderr)
         with pytest.raises(httpx.HTTPError):
             httpx.get(url.replace("https://", "http://") + "/readyz", timeout=5)
         # The node without the cluster secret: not registered, not serving, its calls refused.
@@ -389,3 +406,223 @@ def test_tls_end_to_end_with_the_cli_and_a_node_without_the_secret_cannot_join(t
         assert r.status_code == 401 and r.json()["error_code"] == 40101
     finally:
         c.stop()
+
+
+# ------------------------------------------------------------------ the findings of the outside sweep
+
+
+def test_a_signed_request_acts_only_as_the_principal_inside_its_signature(secure):
+    now = int(time.time() * 1000)
+    named = sign(SECRET.encode(), "GET", "/topics", b"", 1, now, principal="User:mallory")
+    r = httpx.get(f"{secure.url}/topics", headers=named, timeout=30)
+    assert r.status_code == 403 and r.json()["error_code"] == 40301, r.text
+    # The same request stripped of its principal is not the cluster itself: it is refused.
+    stripped = {k: v for k, v in named.items() if k != "X-Lakelog-Principal"}
+    r = httpx.get(f"{secure.url}/topics", headers=stripped, timeout=30)
+    assert r.status_code == 401 and r.json()["error_code"] == 40101, r.text
+    r = httpx.get(f"{secure.url}/topics", headers=sign(SECRET.encode(), "GET", "/topics", b"", 1, now), timeout=30)
+    assert r.status_code == 401 and "principal" in r.json()["message"], r.text
+    r = httpx.get(f"{secure.url}/topics", headers={**named, "X-Lakelog-Principal": "User:__cluster"}, timeout=30)
+    assert r.status_code == 401, r.text
+    r = httpx.get(f"{secure.url}/topics", headers=sign(SECRET.encode(), "GET", "/topics", b"", 1, now,
+                                                       principal="User:__cluster"), timeout=30)
+    assert r.status_code == 200, r.text  # an operator holding the secret names the cluster's super user
+
+
+def test_authorization_is_answered_before_existence(secure):
+    mallory = {**_auth("mallory"), "Content-Type": "application/json"}
+    for cid in (secure.cluster_id, "made-up-cluster-id"):
+        r = httpx.post(f"{secure.url}/v3/clusters/{cid}/topics", json={"topic_name": "payroll-9"}, headers=mallory,
+                       timeout=30)
+        assert r.status_code == 403 and r.json()["error_code"] == 40301, (cid, r.text)
+    for path in ("/healthz", "/readyz"):  # public, for load balancers that probe with HEAD
+        assert httpx.head(secure.url + path, timeout=30).status_code == 200, path
+    r = subprocess.run([LAKELOG, "users", "add", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--new-password" in r.stdout
+    import lakelog.cli.security as cli_security
+
+    assert "users add NAME [--new-password P]" in cli_security.__doc__
+
+
+def test_max_header_bytes_is_enforced_while_the_headers_arrive(secure):
+    """A header that never ends is answered 431 once max.header.bytes have arrived, not buffered on."""
+    limit = 16384  # max.header.bytes (the default)
+    with socket.create_connection(("127.0.0.1", secure.port), timeout=30) as s:
+        s.sendall(b"GET /topics HTTP/1.1\r\nHost: x\r\nX-Padding: ")
+        sent = 0
+        try:
+            while sent < 64 * limit:  # never the blank line that ends the headers
+                s.sendall(b"p" * 4096)
+                sent += 4096
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the node answered and closed while we were still sending: what we want
+        answer = b""
+        try:
+            while b"\r\n\r\n" not in answer:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    assert answer.startswith(b"HTTP/1.1 431"), (sent, answer[:200])
+    assert b"43101" in answer
+    with httpx.Client(base_url=secure.url, headers=_auth("alice"), timeout=30) as c:
+        assert c.get("/topics/orders").status_code == 200  # and the node still serves
+
+
+def test_without_its_own_cluster_secret_a_secured_node_does_not_start(tmp_path):
+    secured = {"authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin"}
+    for name, overrides in (("unset", secured), ("authorizer-only", {"authorizer.enabled": "true"}),
+                            ("public-default", {**secured, "cluster.secret": "lakelog-local-cluster-secret"})):
+        node = NodeProcess(tmp_path / name, free_port(), overrides=overrides)
+        with pytest.raises(RuntimeError, match="node exited"):
+            node.start(30)
+        assert "cluster.secret" in node.read_log(), node.read_log()
+        node.kill()
+    # The secret from a file (as `lakelog up` passes it) or from the environment; never on the command line.
+    secret_file = tmp_path / "cluster.properties"
+    secret_file.write_text(f"cluster.id=x\ncluster.secret={SECRET}\n")
+    node = NodeProcess(tmp_path / "from-file", free_port(), overrides={**secured, "cluster.secret.file": str(secret_file)})
+    try:
+        node.start(30)
+        assert SECRET not in " ".join(node.proc.args)
+        r = httpx.get(f"{node.url}/topics", auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster"),
+                      timeout=30)
+        assert r.status_code == 200, r.text
+        # A request signed with the old built-in default is refused, on the client API and internally.
+        cid = httpx.get(f"{node.url}/readyz", timeout=30).json()["cluster_id"]
+        body = json.dumps({"name": "eve", "password": "eve-password"}).encode()
+        for principal in ("User:__cluster", None):
+            signed = sign(b"lakelog-local-cluster-secret", "POST", f"/v3/clusters/{cid}/users", body, 7,
+                          int(time.time() * 1000), principal=principal)
+            r = httpx.post(f"{node.url}/v3/clusters/{cid}/users", content=body, timeout=30,
+                           headers={**signed, "Content-Type": "application/json"})
+            assert r.status_code == 401, r.text
+    finally:
+        node.stop()
+        node.kill()
+
+
+def test_a_lone_node_without_security_makes_its_own_secret_and_keeps_it(tmp_path):
+    node = NodeProcess(tmp_path / "data", free_port())
+    try:
+        node.start(30)
+        path = tmp_path / "data" / "cluster.secret"
+        secret = path.read_text().strip()
+        assert len(secret) >= 32 and (path.stat().st_mode & 0o777) == 0o600
+        body = json.dumps({"replica_id": 2, "partitions": []}).encode()
+        for key, status in ((b"lakelog-local-cluster-secret", 401), (secret.encode(), None)):
+            signed = sign(key, "POST", "/internal/replication/fetch", body, 2, int(time.time() * 1000))
+            r = httpx.post(f"{node.url}/internal/replication/fetch", content=body, headers=signed, timeout=30)
+            if status is not None:
+                assert r.status_code == status, r.text
+            else:
+                assert r.status_code != 401, r.text
+        node.restart(30)
+        assert path.read_text().strip() == secret
+    finally:
+        node.stop()
+        node.kill()
+
+
+@pytest.fixture(scope="module")
+def secure_pair(tmp_path_factory):
+    """Two secured nodes: alice may read orders-*, bob only group grp-shared; consumer instances on node 1."""
+    c = Cluster(tmp_path_factory.mktemp("pair"), 2, {
+        "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin",
+        "cluster.secret": SECRET, "fetch.max.wait.ms": "200", "offsets.topic.num.partitions": "2",
+        "group.initial.rebalance.delay.ms": "0"})
+    try:
+        c.start()
+        with httpx.Client(base_url=c.node(1).url, timeout=30,
+                          auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster")) as root:
+            cid = root.get("/v3/clusters").json()["data"][0]["cluster_id"]
+            for name in ("admin", "alice", "bob"):
+                r = root.post(f"/v3/clusters/{cid}/users", json={"name": name, "password": PASSWORDS.get(name, "bob-pw-Kd40")})
+                assert r.status_code == 201, r.text
+            r = root.post(f"/v3/clusters/{cid}/topics", json={"topic_name": "orders-t1", "partitions_count": 2})
+            assert r.status_code == 201, r.text
+            for acl in ({"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders",
+                         "pattern_type": "PREFIXED", "operation": "ALL", "permission": "ALLOW"},
+                        {"principal": "User:alice", "resource_type": "GROUP", "resource_name": "grp-shared",
+                         "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"},
+                        {"principal": "User:bob", "resource_type": "GROUP", "resource_name": "grp-shared",
+                         "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"}):
+                r = root.post(f"/v3/clusters/{cid}/acls", json=acl)
+                assert r.status_code == 201, r.text
+        c.cluster_id = cid
+        yield c
+    finally:
+        c.stop()
+
+
+def test_a_consumer_instance_belongs_to_its_creator_and_reads_only_what_the_caller_may(secure_pair):
+    n1, n2 = secure_pair.nodes
+    alice = {**_auth("alice"), "Content-Type": "application/vnd.kafka.v2+json"}
+    bob = {"Authorization": "Basic " + base64.b64encode(b"bob:bob-pw-Kd40").decode(),
+           "Content-Type": "application/vnd.kafka.v2+json"}
+    leaders = {p["partition"]: p["leader"] for p in httpx.get(f"{n1.url}/topics/orders-t1/partitions",
+                                                               headers=alice, timeout=30).json()}
+    assert sorted(leaders.values()) == [1, 2], leaders  # one partition led by each node
+    for p in (0, 1):  # through node 1: one of the two is forwarded to node 2, acting for alice
+        r = httpx.post(f"{n1.url}/topics/orders-t1/partitions/{p}", timeout=30,
+                       json={"records": [{"value": f"p{p}-v{i}"} for i in range(3)]},
+                       headers={**alice, "Content-Type": JSON_V2})
+        assert r.status_code == 200, r.text
+    r = httpx.post(f"{n1.url}/consumers/grp-shared", json={"name": "inst-alice", "format": "json",
+                                                          "auto.offset.reset": "earliest"}, headers=alice, timeout=30)
+    assert r.status_code == 200, r.text
+    path = "/consumers/grp-shared/instances/inst-alice"
+    r = httpx.post(f"{n1.url}{path}/assignments", json={"partitions": [{"topic": "orders-t1", "partition": 0},
+                                                                        {"topic": "orders-t1", "partition": 1}]},
+                   headers=alice, timeout=30)
+    assert r.status_code == 204, r.text
+    # Bob, with READ on the group only: his own fetch of the topic is refused, and so is every use of
+    # alice's instance, on the node that holds it and through the other node's forwarding.
+    r = httpx.get(f"{n1.url}/topics/orders-t1/partitions/0/records?offset=0", headers=bob, timeout=30)
+    assert r.status_code == 403
+    for url in (n1.url, n2.url):
+        for method, suffix, body in (("GET", "/records?timeout=0", None), ("GET", "/assignments", None),
+                                     ("GET", "/subscription", None), ("POST", "/offsets", {}),
+                                     ("POST", "/positions/beginning", {"partitions": [{"topic": "orders-t1",
+                                                                                       "partition": 0}]}),
+                                     ("DELETE", "/subscription", None), ("DELETE", "", None)):
+            r = httpx.request(method, f"{url}{path}{suffix}", json=body, timeout=30,
+                              headers={**bob, "Accept": JSON_V2})
+            assert r.status_code == 403 and r.json()["error_code"] == 40301, (url, method, suffix, r.text)
+    # Bob's own instance in the group cannot be given alice's topic either.
+    r = httpx.post(f"{n2.url}/consumers/grp-shared", json={"name": "inst-bob"}, headers=bob, timeout=30)
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{n2.url}/consumers/grp-shared/instances/inst-bob/assignments", headers=bob, timeout=30,
+                   json={"partitions": [{"topic": "orders-t1", "partition": 0}]})
+    assert r.status_code == 403, r.text
+    assert httpx.delete(f"{n1.url}/consumers/grp-shared/instances/inst-bob", headers=bob, timeout=30).status_code == 204
+    # Alice reads her records through either node (the forwarded request acts for her).
+    got = []
+    for _ in range(20):
+        r = httpx.get(f"{n2.url}{path}/records?timeout=200", headers={**alice, "Accept": JSON_V2}, timeout=30)
+        assert r.status_code == 200, r.text
+        got += [rec["value"] for rec in r.json()]
+        if len(got) >= 6:
+            break
+    # Both partitions, the one led by the other node too (the instance fetches there as alice).
+    assert sorted(got) == [f"p{p}-v{i}" for p in (0, 1) for i in range(3)]
+    # The topic ACLs are checked on every use, not only when the instance was assigned: a DENY added
+    # afterwards stops alice's reads and commits of that topic.
+    deny = {"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders-t1",
+            "pattern_type": "LITERAL", "operation": "READ", "permission": "DENY"}
+    admin = _auth("admin")
+    r = httpx.post(f"{n1.url}/v3/clusters/{secure_pair.cluster_id}/acls", json=deny, headers=admin, timeout=30)
+    assert r.status_code == 201, r.text
+    for url in (n1.url, n2.url):
+        r = httpx.get(f"{url}{path}/records?timeout=0", headers={**alice, "Accept": JSON_V2}, timeout=30)
+        assert r.status_code == 403, (url, r.text)
+        r = httpx.post(f"{url}{path}/offsets", json={}, headers=alice, timeout=30)
+        assert r.status_code == 403, (url, r.text)
+    r = httpx.request("DELETE", f"{n1.url}/v3/clusters/{secure_pair.cluster_id}/acls", params=deny, headers=admin,
+                      timeout=30)
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{n2.url}{path}/offsets", json={}, headers=alice, timeout=30)
+    assert r.status_code == 200, r.text
+    assert httpx.delete(f"{n2.url}{path}", headers=alice, timeout=30).status_code == 204

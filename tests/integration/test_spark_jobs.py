@@ -156,6 +156,47 @@ def test_sync_tables_over_s3a_is_idempotent_and_sql_sees_the_topic(tmp_path, spa
     assert latest == {k: v for k, v in expected.items() if v is not None}
 
 
+def test_compaction_rebuild_index_and_retention_on_the_s3_api(tmp_path, spark, s3):
+    """The three maintenance jobs against moto's S3 server (S3A, conditional PUTs on the manifest),
+    not only the filesystem store."""
+    bucket = f"lakelog-{uuid.uuid4().hex[:10]}"
+    s3.create_bucket(bucket)
+    remote = f"s3://{bucket}/tier"
+    _, _, log, _ = build_remote(tmp_path)
+    store = S3Store(bucket, "tier")
+    from lakelog.tiering import RemoteTier, TieringConfig
+
+    RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000})) \
+        .partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    before = remote_records(store)
+    end = load_manifest(store, TOPIC, 0).end_offset
+
+    summary = run_job(spark, "compaction", remote, delete_delay_ms=0)
+    assert summary.totals["compacted"] == 1, summary
+    compacted = remote_records(store)
+    assert compacted == reference(before, end + 1, drop_tombstones=False)
+    assert read_source(spark, remote) == compacted
+
+    segs = load_manifest(store, TOPIC, 0).copy_finished
+    assert len(segs) >= 2, segs
+    lost = segment_key(TOPIC, 0, segs[0].base_offset, segs[0].segment_id, INDEX_SUFFIX)
+    original = store.get(lost)[0]
+    store.delete(lost)
+    rebuilt = run_job(spark, "rebuild-index", remote)
+    assert rebuilt.totals == {"segments": len(segs), "ok": len(segs) - 1, "rebuilt": 1}, rebuilt.totals
+    assert store.get(lost)[0] == original
+
+    # Retention applies to a topic whose cleanup.policy deletes: the topic's config is changed to that.
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, {**COMPACT, "cleanup.policy": "delete"}))
+    keep = segs[-1].size_in_bytes
+    ret = run_job(spark, "retention", remote, overrides={"retention.bytes": str(keep), "retention.ms": "-1"},
+                  delete_delay_ms=0)
+    assert ret.totals["segments_expired"] == len(segs) - 1, ret.totals
+    assert load_manifest(store, TOPIC, 0).log_start_offset == segs[-1].base_offset
+    assert read_source(spark, remote) == [r for r in compacted if r[0] >= segs[-1].base_offset]
+
+
 # ---------------------------------------------------------------------------------------------
 # with a node: compaction seen over HTTP, jobs racing producers and tiering
 
@@ -297,15 +338,19 @@ def test_value_schema_turns_json_values_into_typed_columns(tmp_path, spark):
 
     log = PartitionLog(tmp_path / "log" / "payments-0", LogConfig({"segment.bytes": 1000, "retention.ms": -1}))
     sent = []
-    for i in range(60):
-        doc = {"id": i, "amount": i * 1.5, "currency": "EUR" if i % 2 else "USD"}
-        sent.append(doc)
-        log.append_as_leader(build_batch([Record(0, 1_700_000_000_000 + i, f"p{i}".encode(),
-                                                 _json.dumps(doc).encode())]), 1)
-    log.roll()
+
+    def append(ids):
+        for i in ids:
+            doc = {"id": i, "amount": i * 1.5, "currency": "EUR" if i % 2 else "USD"}
+            sent.append(doc)
+            log.append_as_leader(build_batch([Record(0, 1_700_000_000_000 + i, f"p{i}".encode(),
+                                                     _json.dumps(doc).encode())]), 1)
+        log.roll()
+
+    append(range(60))
     store = FileSystemStore(tmp_path / "remote")
-    RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 10_000})) \
-        .partition("payments", 0).copy_segments(log, 1, log.log_end_offset)
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 10_000}))
+    tier.partition("payments", 0).copy_segments(log, 1, log.log_end_offset)
     write_topic_descriptor(store, TopicDescriptor("payments", None, 1,
                                                   {"value.schema": "id BIGINT, amount DOUBLE, currency STRING"}))
     remote = fs_url(tmp_path)
@@ -315,5 +360,13 @@ def test_value_schema_turns_json_values_into_typed_columns(tmp_path, spark):
     assert (types["id"], types["amount"], types["currency"]) == ("bigint", "double", "string")
     got = [(r["id"], r["amount"], r["currency"]) for r in table.orderBy("offset").collect()]
     assert got == [(d["id"], d["amount"], d["currency"]) for d in sent]
-    # A second sync with new records appends typed rows too; nothing twice.
+    # Nothing new: a second sync adds nothing.
     assert run_job(spark, "sync-tables", remote).totals["rows_added"] == 0
+    # N more records tiered: the next sync adds exactly those N, typed, and every record is there once.
+    n = 25
+    append(range(60, 60 + n))
+    tier.partition("payments", 0).copy_segments(log, 1, log.log_end_offset)
+    assert run_job(spark, "sync-tables", remote).totals["rows_added"] == n
+    table = spark.read.format("delta").load(f"{remote}/tables/payments")
+    rows = [(r["offset"], r["id"], r["amount"], r["currency"]) for r in table.orderBy("offset").collect()]
+    assert rows == [(i, d["id"], d["amount"], d["currency"]) for i, d in enumerate(sent)]

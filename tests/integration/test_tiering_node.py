@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import re
-import time
 import uuid
 
 import httpx
@@ -157,13 +156,15 @@ def test_s3_outage_produce_keeps_working_and_uploads_resume(tmp_path, s3, s3_env
         wait_for(lambda: metric(url, "lakelog_remote_segments_uploaded") > 0, what="a first upload")
         s3.pause()
         start_before = local_log_start(url, topic)
+        failures_before = metric(url, "lakelog_remote_upload_failures")
         sent = values("a", 60) + values("b", 200)
         for i in range(60, len(sent), 20):
             produce(url, topic, sent[i:i + 20])
-        time.sleep(1.5)
+        # Wait for state: an upload round has tried (and failed) during the outage.
+        wait_for(lambda: metric(url, "lakelog_remote_upload_failures") > failures_before,
+                 what="an upload failing during the outage")
         # Nothing new could be tiered: the local segments holding "b" stay.
         assert local_log_start(url, topic) <= max(start_before, 60)
-        assert metric(url, "lakelog_remote_upload_failures") > 0
         s3.resume()
         wait_for(lambda: local_log_start(url, topic) > 200, what="uploads resumed and local retention ran")
         assert [(o, v) for o, v, _ in consume_all(url, topic)] == list(enumerate(sent))

@@ -41,7 +41,7 @@ import httpx
 
 from lakelog.logstore.record_batch import iter_batches
 from tests.support.history import History, OffsetObserver
-from tests.support.nodes import Cluster, NodeProcess, free_port
+from tests.support.nodes import Cluster, NodeProcess
 
 BINARY = "application/vnd.kafka.binary.v2+json"
 FORWARDED = "X-Lakelog-Forwarded-By"  # marks a request "do not forward": a non-leader answers 503
@@ -614,8 +614,9 @@ class FaultNet:
     # -- control (any thread)
 
     def add_node(self, node_id: int, target_port: int) -> int:
-        port = free_port()
-        self._call(self._listen, node_id, port, target_port)
+        # Bound to port 0 and kept: the port is never released between choosing and listening.
+        self._call(self._listen, node_id, 0, target_port)
+        port = self._servers[node_id].sockets[0].getsockname()[1]
         self.ports[node_id] = port
         return port
 

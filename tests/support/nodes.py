@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +18,71 @@ import httpx
 LAKELOG = str(Path(sys.executable).with_name("lakelog"))
 
 
-def free_port() -> int:
+def _port_range() -> tuple[int, int]:
+    """Ports just below the kernel's ephemeral range: bind(0) and outgoing connections never take them."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(1024, low - 12000), low
+
+
+#: port -> the fd of its lock file: held while this test process lives, released by the kernel at exit.
+_HELD_PORTS: dict[int, int] = {}
+
+
+def _claim(port: int, lock_dir: Path) -> bool:
+    """Lock `port`'s file and check the port is free; the lock is then held until this process exits."""
+    if port in _HELD_PORTS:
+        return False
+    fd = os.open(lock_dir / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:  # in use by something outside this scheme
+            os.close(fd)
+            return False
+    _HELD_PORTS[port] = fd
+    return True
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` consecutive loopback ports for nodes to listen on, held for this process's life.
+
+    Binding port 0 and closing the socket would release the port before the node binds it, and any
+    process (another test run on the machine, an outgoing connection) could take it meanwhile. So
+    ports come from below the ephemeral range, which the kernel never hands out by itself, and each
+    is claimed by an exclusive lock on a file named after it (shared by every test process on the
+    machine) and checked free by a bind; the locks stay held until this process exits.
+    """
+    lo, hi = _port_range()
+    lock_dir = Path(tempfile.gettempdir()) / "lakelog-test-ports"
+    lock_dir.mkdir(exist_ok=True)
+    span = hi - lo - count
+    start = (os.getpid() * 7919 + len(_HELD_PORTS) * 104729) % span  # spreads processes apart; not random
+    for i in range(span):
+        first = lo + (start + i) % span
+        claimed = []
+        for port in range(first, first + count):
+            if not _claim(port, lock_dir):
+                break
+            claimed.append(port)
+        if len(claimed) == count:
+            return claimed
+        for port in claimed:  # a partial run: give those back
+            os.close(_HELD_PORTS.pop(port))
+    raise RuntimeError(f"no {count} consecutive free ports in {lo}..{hi - 1}")
+
+
+def free_port() -> int:
+    """One loopback port held for this process's life (see `free_ports`)."""
+    return free_ports(1)[0]
 
 
 @dataclass

@@ -12,6 +12,7 @@ import pytest
 from lakelog.infra.config import ConfigError
 from lakelog.ingest_api.cluster.auth import (
     HEADER_NODE,
+    HEADER_PRINCIPAL,
     HEADER_SIGNATURE,
     HEADER_TIMESTAMP,
     SCHEME,
@@ -20,6 +21,7 @@ from lakelog.ingest_api.cluster.auth import (
     InternalAuthenticator,
     request_target,
     sign,
+    signed_principal,
     verify,
 )
 from lakelog.ingest_api.error_table import http_error
@@ -55,8 +57,27 @@ def test_good_signature_is_accepted_and_names_the_sender():
 
 
 def test_signature_is_the_documented_hmac():
-    text = "\n".join([SCHEME, "POST", PATH, str(NOW), "2", hashlib.sha256(BODY).hexdigest()]).encode()
+    text = "\n".join([SCHEME, "POST", PATH, str(NOW), "2", "", hashlib.sha256(BODY).hexdigest()]).encode()
     assert _signed()[HEADER_SIGNATURE] == hmac.new(SECRET, text, hashlib.sha256).hexdigest()
+    text = "\n".join([SCHEME, "POST", PATH, str(NOW), "2", "User:alice", hashlib.sha256(BODY).hexdigest()]).encode()
+    assert _signed(principal="User:alice")[HEADER_SIGNATURE] == hmac.new(SECRET, text, hashlib.sha256).hexdigest()
+
+
+def test_the_principal_is_inside_the_signature():
+    """Removing, changing or adding the principal of a signed request breaks its signature."""
+    headers = _signed(principal="User:alice")
+    assert headers[HEADER_PRINCIPAL] == "User:alice" and _verify(headers) == 2
+    assert signed_principal(headers) == "User:alice" and signed_principal(_signed()) is None
+    stripped = {k: v for k, v in headers.items() if k != HEADER_PRINCIPAL}
+    with pytest.raises(AuthenticationError, match="does not match"):
+        _verify(stripped)
+    with pytest.raises(AuthenticationError, match="does not match"):
+        _verify({**headers, HEADER_PRINCIPAL: "User:__cluster"})
+    with pytest.raises(AuthenticationError, match="does not match"):
+        _verify({**_signed(), HEADER_PRINCIPAL: "User:alice"})
+    for bad in ("", "User:a\nb", "x" * 513):
+        with pytest.raises(ValueError):
+            _signed(principal=bad)
 
 
 def test_wrong_secret_is_refused():

@@ -15,6 +15,8 @@ class Server:
     def __init__(self) -> None:
         self.mode = "ok"
         self.connections = 0
+        #: Drop the connection of the next N requests without answering (then answer again).
+        self.close_next = 0
         self.server: asyncio.base_events.Server | None = None
 
     async def start(self) -> int:
@@ -35,6 +37,10 @@ class Server:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
                 body = await reader.readexactly(length)
+                if self.close_next > 0:
+                    self.close_next -= 1
+                    writer.close()
+                    return
                 if self.mode == "close-idle":
                     writer.close()
                     return
@@ -84,11 +90,24 @@ def test_a_stale_idle_connection_is_retried_once_on_a_fresh_one():
         pool = Http1Pool()
         try:
             assert (await pool.request("127.0.0.1", port, "POST", "/", b"a")).status_code == 201
-            srv.mode = "close-idle"  # the server drops the kept-alive connection on the next request
+            assert srv.connections == 1
+            srv.close_next = 1  # the kept-alive connection is dropped under the next request
+            r = await pool.request("127.0.0.1", port, "POST", "/", b"b")
+            assert (r.status_code, r.content) == (201, b"b")  # answered, on a fresh connection
+            assert srv.connections == 2
+            srv.close_next = 2  # the retry fails too: only one retry, then the error
+            with pytest.raises(Http1Error, match="closed the connection"):
+                await pool.request("127.0.0.1", port, "POST", "/", b"c")
+            assert srv.connections == 3
+            srv.close_next = 1  # a fresh connection that fails is not retried (nothing was stale)
+            with pytest.raises(Http1Error, match="closed the connection"):
+                await pool.request("127.0.0.1", port, "POST", "/", b"d")
+            assert srv.connections == 4
+            srv.mode = "close-idle"  # a server that drops every connection: one retry, then the error
             with pytest.raises(Http1Error):
-                await pool.request("127.0.0.1", port, "POST", "/", b"b")  # the retry hits the same behaviour
+                await pool.request("127.0.0.1", port, "POST", "/", b"e")
             srv.mode = "ok"
-            assert (await pool.request("127.0.0.1", port, "POST", "/", b"c")).content == b"c"
+            assert (await pool.request("127.0.0.1", port, "POST", "/", b"f")).content == b"f"
         finally:
             await pool.close()
             await srv.stop()

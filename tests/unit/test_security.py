@@ -3,6 +3,7 @@ the metadata records of users, keys and ACLs (applied, snapshotted, restored).""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 
@@ -295,3 +296,32 @@ def test_tls_settings_are_checked_before_a_node_starts(tmp_path):
     import ssl
 
     assert kw["ssl_cert_reqs"] == ssl.CERT_OPTIONAL and kw["ssl_ca_certs"] == "ca.pem"
+
+
+def test_a_wrong_password_costs_the_same_work_for_unknown_and_known_users(monkeypatch):
+    """No user-name oracle: a Basic check derives one PBKDF2 key whether or not the user exists."""
+    from types import SimpleNamespace
+
+    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.security import credentials
+    from lakelog.ingest_api.security.middleware import SecurityContext
+    from lakelog.ingest_api.security.records import SecurityState
+
+    state = SecurityState()
+    state.users["alice"] = make_credential("alice-right-pw")
+    node = SimpleNamespace(config=NodeConfig({"authentication.enabled": "true"}),
+                           image=SimpleNamespace(security=state))
+    ctx = SecurityContext(node)
+    derived: list[int] = []
+    real_keys = credentials._keys
+    monkeypatch.setattr(credentials, "_keys", lambda pw, salt, it: derived.append(it) or real_keys(pw, salt, it))
+
+    def basic(user: str, password: str) -> str:
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    for user in ("alice", "nobody", "bob"):
+        derived.clear()
+        assert ctx.authenticate(basic(user, "a-wrong-password")) is None
+        assert derived == [credentials.MIN_ITERATIONS], (user, derived)
+    derived.clear()
+    assert ctx.authenticate(basic("alice", "alice-right-pw")) == "User:alice" and len(derived) == 1
