@@ -32,7 +32,7 @@ class SchemaRegistry:
         result = await self.node.controller_call(op, args)
         offset = int(result.pop("metadata_offset", 0))
         timeout_s = self.node.config.request_timeout_ms / 1000
-        if not await self.node.wait_for_metadata(offset, timeout_s):
+        if not await self.node.metadata_waiters.wait(offset, timeout_s):
             raise LeaderNotAvailableError(f"the registry change at metadata offset {offset} is committed but not "
                                           f"applied on this node yet; retry the read")
         return result
