@@ -36,12 +36,14 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from lakelog.tiering.remote_scan import DEFAULT_CHUNK_BYTES, iter_segment_records, load_manifest, open_remote, readable_segments
+from lakelog.tiering.remote_scan import ARROW_BATCH_ROWS, DEFAULT_CHUNK_BYTES, iter_segment_arrow, load_manifest, open_remote, readable_segments
 from lakelog.tiering.manifest import RemoteSegment
 
 REMOTE_ENV = "LAKELOG_REMOTE"
 SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestamp_type INT, key BINARY, "
           "value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, leader_epoch INT, producer_id BIGINT")
+FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch",
+          "producer_id")
 _LONG_MAX = (1 << 63) - 1
 
 
@@ -91,6 +93,7 @@ class SegmentPartition(InputPartition):
     max_timestamp: int | None
     offsets: frozenset[int] | None
     chunk_bytes: int
+    arrow_rows: int = ARROW_BATCH_ROWS
 
 
 class LakelogDataSource(DataSource):
@@ -104,14 +107,27 @@ class LakelogDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> "LakelogReader":
-        return LakelogReader(dict(self.options))
+        return LakelogReader(dict(self.options), _fields(schema))
 
     def streamReader(self, schema: StructType) -> "LakelogStreamReader":
-        return LakelogStreamReader(dict(self.options))
+        return LakelogStreamReader(dict(self.options), _fields(schema))
+
+
+def _fields(schema: StructType | None) -> tuple[str, ...]:
+    """The columns to produce: a schema given with `.schema(...)` may name a subset of SCHEMA's,
+    in any order; the columns left out are never decoded."""
+    if schema is None:
+        return FIELDS
+    names = tuple(f.name for f in schema.fields)
+    unknown = [n for n in names if n not in FIELDS]
+    if unknown:
+        raise ValueError(f"the lakelog data source has no columns {unknown}; it has {', '.join(FIELDS)}")
+    return names
 
 
 class LakelogReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], fields: tuple[str, ...] = FIELDS) -> None:
+        self.fields = fields
         options = {k.lower(): v for k, v in options.items()}  # Spark's option keys are case-insensitive
         self.remote = options.get("remote") or os.environ.get(REMOTE_ENV)
         self.topic = options.get("topic")
@@ -122,6 +138,9 @@ class LakelogReader(DataSourceReader):
         self.chunk_bytes = int(options.get("chunkbytes", DEFAULT_CHUNK_BYTES))
         if not 64 * 1024 <= self.chunk_bytes <= 256 * 1024 * 1024:
             raise ValueError("chunkBytes must lie between 64 KiB and 256 MiB")
+        self.arrow_rows = int(options.get("arrowbatchrows", ARROW_BATCH_ROWS))
+        if not 1 <= self.arrow_rows <= 1 << 20:
+            raise ValueError("arrowBatchRows must lie between 1 and 1048576")
         self.partitions_ = Bounds()
         self.offsets = Bounds()
         self.timestamps = Bounds()
@@ -155,7 +174,8 @@ class LakelogReader(DataSourceReader):
                     if start > end:
                         continue
                     out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
-                                                self.timestamps.high, self.offsets.values, self.chunk_bytes))
+                                                self.timestamps.high, self.offsets.values, self.chunk_bytes,
+                                                self.arrow_rows))
             return out or [SegmentPartition(self.remote, self.topic, -1, None, 0, -1, None, None, None,  # type: ignore[arg-type]
                                             self.chunk_bytes)]
         finally:
@@ -164,7 +184,7 @@ class LakelogReader(DataSourceReader):
     def read(self, partition: SegmentPartition):
         if partition.segment is None:
             return iter(())
-        return _read_rows(partition)
+        return _read_rows(partition, self.fields)
 
 
 class LakelogStreamReader(DataSourceStreamReader):
@@ -178,8 +198,8 @@ class LakelogStreamReader(DataSourceStreamReader):
     failOnDataLoss=false). Options as the batch reader (`partitions`, `chunkBytes`).
     """
 
-    def __init__(self, options: dict[str, str]) -> None:
-        self.batch = LakelogReader(options)
+    def __init__(self, options: dict[str, str], fields: tuple[str, ...] = FIELDS) -> None:
+        self.batch = LakelogReader(options, fields)
 
     def _ends(self) -> dict[str, tuple[int, int]]:
         """partition -> (remote log start offset, next offset after the remote end)."""
@@ -215,71 +235,51 @@ class LakelogStreamReader(DataSourceStreamReader):
                 for seg in readable_segments(m, from_offset=first, to_offset=stop - 1):
                     out.append(SegmentPartition(self.batch.remote, self.batch.topic, int(p), seg,
                                                 max(first, seg.base_offset), min(stop - 1, seg.end_offset),
-                                                None, None, None, self.batch.chunk_bytes))
+                                                None, None, None, self.batch.chunk_bytes, self.batch.arrow_rows))
             return out
         finally:
             store.close()
 
     def read(self, partition: SegmentPartition):
-        return _read_rows(partition)
+        return _read_rows(partition, self.batch.fields)
 
     def commit(self, end: dict) -> None:
         pass  # nothing to release: the remote tier is read, never consumed
 
 
-ARROW_BATCH_ROWS = 8192
-
-
-def _arrow_schema():
+def _arrow_schema(fields: tuple[str, ...]):
     import pyarrow as pa
 
-    return pa.schema([
-        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestamp_type", pa.int32()), ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-        ("leader_epoch", pa.int32()), ("producer_id", pa.int64())])
+    from lakelog.logstore.record_arrow import TYPES
+
+    return pa.schema([(f, pa.string() if f == "topic" else pa.int32() if f == "partition" else TYPES[f])
+                      for f in fields])
 
 
-def _read_rows(p: SegmentPartition):
-    """The rows of one Spark partition as Arrow record batches of up to ARROW_BATCH_ROWS rows
-    (columnar hand-over to the JVM: far cheaper than one Python tuple per row)."""
+def _read_rows(p: SegmentPartition, fields: tuple[str, ...]):
+    """The rows of one Spark partition as Arrow record batches, decoded natively (remote_scan.
+    iter_segment_arrow): only the columns of the reader's schema are filled."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    schema = _arrow_schema()
+    schema = _arrow_schema(fields)
+    wanted = [f for f in fields if f not in ("topic", "partition")]
+    if p.offsets is not None and "offset" not in wanted:
+        wanted.append("offset")
     store = open_remote(p.remote)
-    cols: dict[str, list] = {name: [] for name in schema.names}
-
-    def flush():
-        n = len(cols["offset"])
-        arrays = [pa.array([p.topic] * n, pa.string()), pa.array([p.partition] * n, pa.int32()),
-                  pa.array(cols["offset"], pa.int64()),
-                  pa.array([t * 1000 for t in cols["timestamp"]], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                  pa.array(cols["timestamp_type"], pa.int32()), pa.array(cols["key"], pa.binary()),
-                  pa.array(cols["value"], pa.binary()), pa.array(cols["headers"], schema.field("headers").type),
-                  pa.array(cols["leader_epoch"], pa.int32()), pa.array(cols["producer_id"], pa.int64())]
-        for v in cols.values():
-            v.clear()
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
     try:
-        for r in iter_segment_records(store, p.topic, p.partition, p.segment, from_offset=p.from_offset,
-                                      to_offset=p.to_offset, min_timestamp=p.min_timestamp,
-                                      max_timestamp=p.max_timestamp, chunk_bytes=p.chunk_bytes):
-            if p.offsets is not None and r.offset not in p.offsets:
-                continue
-            cols["offset"].append(r.offset)
-            cols["timestamp"].append(r.timestamp)
-            cols["timestamp_type"].append(r.timestamp_type)
-            cols["key"].append(r.key)
-            cols["value"].append(r.value)
-            cols["headers"].append([{"key": k, "value": v} for k, v in r.headers])
-            cols["leader_epoch"].append(r.leader_epoch)
-            cols["producer_id"].append(r.producer_id)
-            if len(cols["offset"]) >= ARROW_BATCH_ROWS:
-                yield flush()
-        if cols["offset"]:
-            yield flush()
+        for n, cols in iter_segment_arrow(store, p.topic, p.partition, p.segment, columns=wanted,
+                                          from_offset=p.from_offset, to_offset=p.to_offset,
+                                          min_timestamp=p.min_timestamp, max_timestamp=p.max_timestamp,
+                                          chunk_bytes=p.chunk_bytes, max_rows=p.arrow_rows):
+            if p.offsets is not None:
+                keep = pc.is_in(cols["offset"], value_set=pa.array(sorted(p.offsets), pa.int64()))
+                cols = {k: v.filter(keep) for k, v in cols.items()}
+                n = len(cols["offset"])
+            arrays = [pa.repeat(pa.scalar(p.topic, pa.string()), n) if f == "topic"
+                      else pa.repeat(pa.scalar(p.partition, pa.int32()), n) if f == "partition" else cols[f]
+                      for f in fields]
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
     finally:
         store.close()
 
