@@ -36,6 +36,7 @@ DELTA_CONF: dict[str, str] = {
 #: Lakelog's own packages (folders of the repository, `lakelog.<name>` once imported), shipped to
 #: executors of a cluster master (see `ship_packages`).
 SHIPPED_PACKAGES = ("infra", "index", "logstore", "tiering", "compaction", "spark_log")
+PACKAGES_ZIP = "lakelog_packages.zip"
 
 # Defaults for a local master on one small machine; a cluster keeps Spark's own defaults, since
 # a loopback-only driver could not be reached by remote executors.
@@ -179,9 +180,14 @@ def ship_packages(spark: SparkSession, packages: tuple[str, ...] = SHIPPED_PACKA
     master = spark.sparkContext.master
     if master.startswith("local"):
         return None
+    # spark-submit --py-files lakelog_packages.zip (`lakelog jobs package`) already ships it: adding
+    # it again from another path fails ("already registered with a different path").
+    given = spark.sparkContext.getConf().get("spark.submit.pyFiles", "")
+    if any(Path(p).name == PACKAGES_ZIP for p in given.split(",") if p):
+        return None
     import tempfile
 
-    out = write_packages_zip(Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / "lakelog_packages.zip", packages)
+    out = write_packages_zip(Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / PACKAGES_ZIP, packages)
     spark.sparkContext.addPyFile(str(out))
     return out
 

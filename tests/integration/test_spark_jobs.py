@@ -203,6 +203,30 @@ def test_sync_tables_over_s3a_is_idempotent_and_sql_sees_the_topic(tmp_path, spa
         expected[k] = v
     assert latest == {k: v for k, v in expected.items() if v is not None}
 
+    # More records tiered (a newer value, a tombstone, a new key): the next sync appends them and
+    # MERGEs their latest per key into <topic>_latest instead of rewriting it.
+    from delta.tables import DeltaTable
+
+    from lakelog.logstore.record_batch import Record, build_batch
+
+    live = sorted(k for k, v in expected.items() if v is not None)
+    more = [(live[0], b"newer"), (live[1], None), (b"key-new", b"fresh"), (live[0], b"newest")]
+    log.append_as_leader(build_batch([Record(i, 9_000_000 + i, k, v) for i, (k, v) in enumerate(more)]), 1)
+    log.roll()
+    RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000})) \
+        .partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    now_tiered = remote_records(store)
+    third = run_job(spark, "sync-tables", remote)
+    assert third.totals["rows_added"] == len(now_tiered) - len(tiered) >= len(more)
+    latest_path = f"s3a://{bucket}/tier/tables/{TOPIC}_latest"
+    assert DeltaTable.forPath(spark, latest_path).history(1).collect()[0]["operation"] == "MERGE"
+    for _, _, k, v in now_tiered:
+        expected[k] = v
+    latest = {bytes(r["key"]): bytes(r["value"])
+              for r in spark.read.format("delta").load(latest_path).select("key", "value").collect()}
+    assert latest == {k: v for k, v in expected.items() if v is not None}
+    assert latest[live[0]] == b"newest" and live[1] not in latest and latest[b"key-new"] == b"fresh"
+
 
 # ---------------------------------------------------------------------------------------------
 # with a node: compaction seen over HTTP, jobs racing producers and tiering

@@ -84,3 +84,23 @@ def test_s3a_conf_from_env(monkeypatch):
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     virtual_host = s3a_conf(region="us-east-1", path_style=False)
     assert virtual_host["spark.hadoop.fs.s3a.path.style.access"] == "false"
+
+
+def test_ship_packages_leaves_a_zip_given_to_spark_submit_alone():
+    """`spark-submit --py-files .../lakelog_packages.zip` (the `lakelog jobs package` route): adding
+    the zip again from another path would fail the application; a cluster session without it gets it."""
+    from types import SimpleNamespace
+
+    from lakelog.spark_log.session import ship_packages
+
+    added = []
+
+    def fake(py_files: str):
+        conf = SimpleNamespace(get=lambda key, default="": py_files if key == "spark.submit.pyFiles" else default)
+        sc = SimpleNamespace(master="spark://host:7077", getConf=lambda: conf, addPyFile=added.append)
+        return SimpleNamespace(sparkContext=sc)
+
+    assert ship_packages(fake("file:///jobs/dist/lakelog_packages.zip")) is None
+    assert added == []
+    shipped = ship_packages(fake(""))
+    assert shipped is not None and added == [str(shipped)] and shipped.name == "lakelog_packages.zip"
