@@ -104,3 +104,20 @@ def test_ship_packages_leaves_a_zip_given_to_spark_submit_alone():
     assert added == []
     shipped = ship_packages(fake(""))
     assert shipped is not None and added == [str(shipped)] and shipped.name == "lakelog_packages.zip"
+
+
+def test_shuffle_partitions_follow_the_cluster_cores_unless_set():
+    from types import SimpleNamespace
+
+    from lakelog.spark_log.jobs import size_shuffle_partitions
+
+    def fake(current: str, cores: int):
+        conf: dict[str, str] = {"spark.sql.shuffle.partitions": current}
+        spark = SimpleNamespace(conf=SimpleNamespace(get=conf.get, set=conf.__setitem__),
+                                sparkContext=SimpleNamespace(defaultParallelism=cores))
+        return spark, conf
+
+    spark, conf = fake("200", 3)  # Spark's default: nobody chose it
+    assert size_shuffle_partitions(spark) == 6 and conf["spark.sql.shuffle.partitions"] == "6"
+    spark, conf = fake("4", 16)  # the local default, or a user's value: kept
+    assert size_shuffle_partitions(spark) == 4 and conf["spark.sql.shuffle.partitions"] == "4"
