@@ -193,7 +193,9 @@ def ship_packages(spark: SparkSession, packages: tuple[str, ...] = SHIPPED_PACKA
 
 
 def write_packages_zip(path: Path, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> Path:
-    """Lakelog's packages (their .py files) as a zip for `addPyFile` / `spark-submit --py-files`."""
+    """Lakelog's packages (their .py files) and delta-spark's Python package as a zip for
+    `addPyFile` / `spark-submit --py-files`."""
+    import importlib.util
     import zipfile
 
     root = Path(__file__).resolve().parents[1]
@@ -203,6 +205,13 @@ def write_packages_zip(path: Path, packages: tuple[str, ...] = SHIPPED_PACKAGES)
                 # `lakelog` is a namespace package: the zip holds lakelog/<package>/... and no
                 # lakelog/__init__.py, so it merges with an installed Lakelog instead of hiding it.
                 z.write(f, "lakelog/" + f.relative_to(root).as_posix())
+        # delta-spark's Python half (pure Python): the job's driver under spark-submit imports
+        # `delta.tables` for sync-tables, and a cluster's Python rarely has it.
+        spec = importlib.util.find_spec("delta")
+        if spec is not None and spec.submodule_search_locations:
+            delta_root = Path(list(spec.submodule_search_locations)[0])
+            for f in sorted(delta_root.rglob("*.py")):
+                z.write(f, "delta/" + f.relative_to(delta_root).as_posix())
     return path
 
 

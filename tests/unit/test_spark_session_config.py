@@ -121,3 +121,14 @@ def test_shuffle_partitions_follow_the_cluster_cores_unless_set():
     assert size_shuffle_partitions(spark) == 6 and conf["spark.sql.shuffle.partitions"] == "6"
     spark, conf = fake("4", 16)  # the local default, or a user's value: kept
     assert size_shuffle_partitions(spark) == 4 and conf["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_packages_zip_holds_lakelog_and_the_delta_python_package(tmp_path):
+    import zipfile
+
+    from lakelog.spark_log.session import write_packages_zip
+
+    names = set(zipfile.ZipFile(write_packages_zip(tmp_path / "p.zip")).namelist())
+    assert "lakelog/logstore/record_arrow.py" in names and "lakelog/spark_log/jobs.py" in names
+    assert "delta/tables.py" in names and "delta/__init__.py" in names
+    assert not any(n == "lakelog/__init__.py" for n in names)
