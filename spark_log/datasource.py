@@ -262,6 +262,9 @@ def _read_rows(p: SegmentPartition, fields: tuple[str, ...]):
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from lakelog.spark_log.session import load_shipped_extension
+
+    load_shipped_extension()
     schema = _arrow_schema(fields)
     wanted = [f for f in fields if f not in ("topic", "partition")]
     if p.offsets is not None and "offset" not in wanted:

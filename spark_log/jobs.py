@@ -75,6 +75,9 @@ def _policy(cfg: dict[str, str]) -> set[str]:
 def _compaction_task(args: tuple) -> dict:
     remote, topic, partition, cfg, owner, force, delete_delay_ms = args
     from lakelog.compaction.remote import compact_partition
+    from lakelog.spark_log.session import load_shipped_extension
+
+    load_shipped_extension()
 
     store = open_remote(remote)
     try:

@@ -93,17 +93,19 @@ def test_ship_packages_leaves_a_zip_given_to_spark_submit_alone():
 
     from lakelog.spark_log.session import ship_packages
 
-    added = []
+    added, files = [], []
 
     def fake(py_files: str):
         conf = SimpleNamespace(get=lambda key, default="": py_files if key == "spark.submit.pyFiles" else default)
-        sc = SimpleNamespace(master="spark://host:7077", getConf=lambda: conf, addPyFile=added.append)
+        sc = SimpleNamespace(master="spark://host:7077", getConf=lambda: conf, addPyFile=added.append,
+                             addFile=files.append)
         return SimpleNamespace(sparkContext=sc)
 
     assert ship_packages(fake("file:///jobs/dist/lakelog_packages.zip")) is None
     assert added == []
     shipped = ship_packages(fake(""))
     assert shipped is not None and added == [str(shipped)] and shipped.name == "lakelog_packages.zip"
+    assert len(files) == 1 and "_arrowscan" in files[0]  # the native decoder, for executors
 
 
 def test_shuffle_partitions_follow_the_cluster_cores_unless_set():
@@ -132,3 +134,26 @@ def test_packages_zip_holds_lakelog_and_the_delta_python_package(tmp_path):
     assert "lakelog/logstore/record_arrow.py" in names and "lakelog/spark_log/jobs.py" in names
     assert "delta/tables.py" in names and "delta/__init__.py" in names
     assert not any(n == "lakelog/__init__.py" for n in names)
+
+
+def test_an_executor_loads_the_shipped_native_decoder(tmp_path, monkeypatch):
+    """The zip cannot carry an extension: ship_packages adds the built decoder with addFile and an
+    executor loads it from its SparkFiles directory; without it the executor keeps the reference."""
+    import shutil
+
+    from pyspark import SparkFiles
+
+    from lakelog.logstore import record_arrow
+    from lakelog.spark_log.session import load_shipped_extension, native_extension_path
+
+    built = native_extension_path()
+    assert built is not None and built.name.startswith("_arrowscan")
+    monkeypatch.setattr(SparkFiles, "_is_running_on_worker", True)
+    monkeypatch.setattr(SparkFiles, "_root_directory", str(tmp_path))
+    monkeypatch.setattr(record_arrow, "_arrowscan", None)
+    monkeypatch.setitem(__import__("sys").modules, "lakelog.logstore._arrowscan", None)
+    assert load_shipped_extension() is False and not record_arrow.native_available()
+    shutil.copy(built, tmp_path / built.name)
+    assert load_shipped_extension() is True and record_arrow.native_available()
+    decoder = record_arrow.NativeDecoder(["offset"], max_rows=10, max_bytes=1 << 20)
+    assert decoder.rows == 0
