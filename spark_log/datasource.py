@@ -9,10 +9,11 @@ headers ARRAY<STRUCT<key STRING, value BINARY>>, leader_epoch INT, producer_id B
 Options: `remote` (required unless `LAKELOG_REMOTE` is set), `topic` (required), `partitions`
 (comma-separated), `startingOffset` / `endingOffset` (inclusive, applied to every partition),
 `startingTimestamp` / `endingTimestamp` (inclusive, ms since the epoch), `chunkBytes` (ranged GET
-size, default 8 MiB). All optional but the first two.
+size, default 8 MiB), `maxPartitionBytes` (segments read by one Spark task, default 128 MiB),
+`arrowBatchRows` (rows per Arrow batch, default 65,536). All optional but the first two.
 
 Planning reads each partition's manifest once (in the driver) and makes one Spark partition per
-remote segment that can hold a wanted row: the options prune partitions, segments (by offset range
+run of consecutive remote segments (up to `maxPartitionBytes`) that can hold a wanted row: the options prune partitions, segments (by offset range
 and max timestamp) and, inside a segment, start the read at the offset index's floor entry. Every
 batch is CRC-checked before its records are returned; a corrupt object fails the query with
 `RemoteCorruptionError` (never wrong rows).
@@ -45,6 +46,8 @@ SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, time
 FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch",
           "producer_id")
 _LONG_MAX = (1 << 63) - 1
+#: Segments read by one Spark task, at most (Spark's spark.sql.files.maxPartitionBytes default).
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 
 
 @dataclass
@@ -96,6 +99,31 @@ class SegmentPartition(InputPartition):
     arrow_rows: int = ARROW_BATCH_ROWS
 
 
+@dataclass(frozen=True)
+class SegmentGroup(InputPartition):
+    """Consecutive segments read by one Spark task: each task of a Python data source costs a
+    Python worker round trip (about half a second on a busy machine), so small segments are read
+    together up to `maxPartitionBytes`, as Spark packs small files."""
+
+    parts: tuple[SegmentPartition, ...]
+
+
+def group_segments(parts: list[SegmentPartition], max_bytes: int) -> list[SegmentGroup]:
+    """`parts` in order, cut into groups of at most `max_bytes` of `.log` (at least one each)."""
+    groups: list[SegmentGroup] = []
+    current: list[SegmentPartition] = []
+    size = 0
+    for part in parts:
+        if current and size + part.segment.size_in_bytes > max_bytes:
+            groups.append(SegmentGroup(tuple(current)))
+            current, size = [], 0
+        current.append(part)
+        size += part.segment.size_in_bytes
+    if current:
+        groups.append(SegmentGroup(tuple(current)))
+    return groups
+
+
 class LakelogDataSource(DataSource):
     """`spark.read.format("lakelog")` (register with `spark.dataSource.register(LakelogDataSource)`)."""
 
@@ -138,6 +166,9 @@ class LakelogReader(DataSourceReader):
         self.chunk_bytes = int(options.get("chunkbytes", DEFAULT_CHUNK_BYTES))
         if not 64 * 1024 <= self.chunk_bytes <= 256 * 1024 * 1024:
             raise ValueError("chunkBytes must lie between 64 KiB and 256 MiB")
+        self.max_partition_bytes = int(options.get("maxpartitionbytes", DEFAULT_MAX_PARTITION_BYTES))
+        if not 1 <= self.max_partition_bytes <= 1 << 40:
+            raise ValueError("maxPartitionBytes must lie between 1 and 1 TiB")
         self.arrow_rows = int(options.get("arrowbatchrows", ARROW_BATCH_ROWS))
         if not 1 <= self.arrow_rows <= 1 << 20:
             raise ValueError("arrowBatchRows must lie between 1 and 1048576")
@@ -176,12 +207,16 @@ class LakelogReader(DataSourceReader):
                     out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
                                                 self.timestamps.high, self.offsets.values, self.chunk_bytes,
                                                 self.arrow_rows))
-            return out or [SegmentPartition(self.remote, self.topic, -1, None, 0, -1, None, None, None,  # type: ignore[arg-type]
-                                            self.chunk_bytes)]
+            if not out:
+                return [SegmentPartition(self.remote, self.topic, -1, None, 0, -1, None, None, None,  # type: ignore[arg-type]
+                                         self.chunk_bytes)]
+            return group_segments(out, self.max_partition_bytes)
         finally:
             store.close()
 
-    def read(self, partition: SegmentPartition):
+    def read(self, partition):
+        if isinstance(partition, SegmentGroup):
+            return (b for part in partition.parts for b in _read_rows(part, self.fields))
         if partition.segment is None:
             return iter(())
         return _read_rows(partition, self.fields)
