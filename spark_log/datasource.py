@@ -297,7 +297,7 @@ def _read_rows(p: SegmentPartition, fields: tuple[str, ...]):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from lakelog.spark_log.session import load_shipped_extension
+    from lakelog.spark_log.native import load_shipped_extension
 
     load_shipped_extension()
     schema = _arrow_schema(fields)

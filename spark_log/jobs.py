@@ -75,7 +75,7 @@ def _policy(cfg: dict[str, str]) -> set[str]:
 def _compaction_task(args: tuple) -> dict:
     remote, topic, partition, cfg, owner, force, delete_delay_ms = args
     from lakelog.compaction.remote import compact_partition
-    from lakelog.spark_log.session import load_shipped_extension
+    from lakelog.spark_log.native import load_shipped_extension
 
     load_shipped_extension()
 

@@ -189,51 +189,12 @@ def ship_packages(spark: SparkSession, packages: tuple[str, ...] = SHIPPED_PACKA
 
     out = write_packages_zip(Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / PACKAGES_ZIP, packages)
     spark.sparkContext.addPyFile(str(out))
+    from lakelog.spark_log.native import native_extension_path
+
     native = native_extension_path()
     if native is not None:  # loaded by load_shipped_extension() where the executors' ABI matches
         spark.sparkContext.addFile(str(native))
     return out
-
-
-def native_extension_path() -> Path | None:
-    """The built native decoder (logstore/_arrowscan*.so) of this installation, if any."""
-    from lakelog.logstore import record_arrow
-
-    module = record_arrow._arrowscan
-    path = getattr(module, "__file__", None) if module is not None else None
-    return Path(path) if path else None
-
-
-def load_shipped_extension() -> bool:
-    """In an executor: make the native decoder importable from the file `ship_packages` added
-    (an extension cannot load from the packages zip). True when the decoder is available; an
-    executor whose Python ABI differs from the driver's keeps the pure-Python reader."""
-    from lakelog.logstore import record_arrow
-
-    if record_arrow._arrowscan is not None:
-        return True
-    name = "lakelog.logstore._arrowscan"
-    try:
-        from pyspark import SparkFiles
-
-        root = SparkFiles.getRootDirectory()
-    except Exception:  # noqa: BLE001 - not in a Spark worker
-        return False
-    import importlib.machinery
-    import importlib.util
-
-    for path in sorted(Path(root).glob("_arrowscan*.so")):
-        try:
-            loader = importlib.machinery.ExtensionFileLoader(name, str(path))
-            spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
-            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-            loader.exec_module(module)
-        except ImportError:
-            continue
-        sys.modules[name] = module
-        record_arrow._arrowscan = module
-        return True
-    return False
 
 
 def write_packages_zip(path: Path, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> Path:

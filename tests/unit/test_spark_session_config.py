@@ -144,7 +144,7 @@ def test_an_executor_loads_the_shipped_native_decoder(tmp_path, monkeypatch):
     from pyspark import SparkFiles
 
     from lakelog.logstore import record_arrow
-    from lakelog.spark_log.session import load_shipped_extension, native_extension_path
+    from lakelog.spark_log.native import load_shipped_extension, native_extension_path
 
     built = native_extension_path()
     assert built is not None and built.name.startswith("_arrowscan")
