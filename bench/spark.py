@@ -282,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         body = "\n".join([
             "## Spark jobs and the data source (`bench/spark.py`)", "",
             f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {m['nproc']} CPUs "
-            f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`; stores: {', '.join(stores)} "
-            f"(s3: moto's S3 server through S3A). "
+            f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`; stores: {', '.join(stores)}"
+            + (" (s3: moto's S3 server through S3A). " if "s3" in stores else ". ") +
             f"{args.records:,} records of {args.value_bytes} B values over {args.keys:,} keys in {PARTITIONS} "
             f"partitions ({log_bytes / MB:.0f} MB of remote `.log` objects). Load average {load_before} at the "
             f"start, {load_average()} at the end; " + conditions(m["nproc"], others.cpus(), args.note), "",
