@@ -5,7 +5,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars up test bench bench-tiering bench-spark clean
+.PHONY: setup venv jars up test bench bench-tiering bench-spark bench-peer clean
 
 setup: venv jars
 
@@ -40,6 +40,10 @@ bench-tiering: setup
 
 bench-spark: setup
 	$(BIN)/python bench/spark.py
+
+# Apache Kafka 4.1 (jars from Maven Central via bench/pom.xml into .jars/kafka) against Lakelog's client.
+bench-peer: setup
+	$(BIN)/python bench/peer_kafka.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info

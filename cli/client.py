@@ -392,6 +392,11 @@ def _error_from(response: httpx.Response) -> ClientError:
 
 def client_from_args(args: argparse.Namespace) -> "LakelogClient":
     """The client the CLI's global options describe (bootstrap server, credentials, TLS)."""
+    return LakelogClient(args.bootstrap_server, security=security_from_args(args))
+
+
+def security_from_args(args: argparse.Namespace) -> ClientSecurity:
+    """Credentials and TLS files from the CLI's global options and the environment."""
     security = ClientSecurity.from_env(user=getattr(args, "user", None), password=getattr(args, "password", None),
                                        api_key=getattr(args, "api_key", None), ca_cert=getattr(args, "ca_cert", None),
                                        client_cert=getattr(args, "client_cert", None),
@@ -407,4 +412,4 @@ def client_from_args(args: argparse.Namespace) -> "LakelogClient":
         except OSError as e:
             raise ClientError(f"cannot read {args.cluster_secret_file}: {e.strerror}") from None
         security = dataclasses.replace(security, cluster_secret=secret)
-    return LakelogClient(args.bootstrap_server, security=security)
+    return security

@@ -20,12 +20,10 @@ import argparse
 import os
 import sys
 import time
-import uuid
 from typing import Any
 from urllib.parse import quote
 
 V2 = "application/vnd.kafka.v2+json"
-BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 #: Long-poll wait of one records request when the consumer runs until Ctrl-C.
 POLL_MS = 5000
 
@@ -35,45 +33,40 @@ def _q(s: str) -> str:
 
 
 def consume_group(args: argparse.Namespace, client: Any, render) -> int:
-    """`lakelog consume TOPIC --group G`; `render` turns a key / value into printable bytes."""
-    from lakelog.cli.client import _unb64
+    """`lakelog consume TOPIC --group G` through the Python client (`lakelog.cli.Consumer`); `render`
+    turns a key / value into printable bytes."""
+    from lakelog.cli.client import security_from_args
+    from lakelog.cli.consumer import Consumer
 
     out = sys.stdout.buffer
     separator = args.key_separator.encode("utf-8")
-    name = f"console-consumer-{uuid.uuid4().hex[:12]}"
-    group = args.group
-    base = f"/consumers/{_q(group)}/instances/{name}"
     count = 0
-    client._json("POST", f"/consumers/{_q(group)}", headers={"Content-Type": V2}, json={
-        "name": name, "format": "binary", "auto.commit.enable": "false",
-        "auto.offset.reset": "earliest" if args.from_beginning else "latest"})
+    consumer = Consumer({"bootstrap.servers": client.url, "group.id": args.group, "client.id": "console-consumer",
+                         "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest" if args.from_beginning else "latest"},
+                        http_options=security_from_args(args).httpx_kwargs())
     try:
-        client._request("POST", f"{base}/subscription", expect=(204,), headers={"Content-Type": V2},
-                        json={"topics": [args.topic]})
+        consumer.subscribe([args.topic])
         idle_since = time.monotonic()
         while args.max_messages is None or count < args.max_messages:
             if args.timeout_ms is None:
                 wait_ms = POLL_MS
             else:
                 wait_ms = max(0, min(POLL_MS, int(args.timeout_ms - (time.monotonic() - idle_since) * 1000)))
-            import httpx
-            rows = client._json("GET", f"{base}/records", params={"timeout": wait_ms},
-                                headers={"Accept": BINARY_V2}, timeout=httpx.Timeout(wait_ms / 1000 + 30, connect=5))
-            printed: dict[tuple[str, int], int] = {}
-            for r in rows:
-                line = render(_unb64(r.get("value"), "value"))
+            printed = []
+            for m in consumer.poll(wait_ms / 1000):
+                line = render(m.value)
                 if args.print_key:
-                    line = render(_unb64(r.get("key"), "key")) + separator + line
+                    line = render(m.key) + separator + line
                 out.write(line + b"\n")
                 count += 1
-                printed[(r["topic"], int(r["partition"]))] = int(r["offset"]) + 1
+                printed.append(m)
                 if count == args.max_messages:
                     break
             if printed:
                 out.flush()
                 # Commit exactly what was printed (the instance may hold more it fetched).
-                client._json("POST", f"{base}/offsets", headers={"Content-Type": V2}, json={"offsets": [
-                    {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(printed.items())]})
+                consumer.commit(messages=printed)
                 idle_since = time.monotonic()
                 continue
             if args.timeout_ms is not None and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
@@ -83,10 +76,7 @@ def consume_group(args: argparse.Namespace, client: Any, render) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
-        try:
-            client._request("DELETE", base, expect=(204, 404))
-        except Exception:
-            pass  # the instance expires on the node (consumer.instance.timeout.ms)
+        consumer.close()
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
 

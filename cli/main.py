@@ -23,7 +23,7 @@ import os
 import select
 import sys
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 from lakelog.cli.client import client_from_args
 from lakelog.infra.errors import ErrorKind, LakelogError
@@ -158,49 +158,68 @@ class InputError(LakelogError):
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
+    """Lines of stdin -> records, through the Python client (`lakelog.cli.Producer`): batched per
+    partition on the binary path, Kafka's partitioner, idempotent. A pause in stdin of
+    PRODUCE_LINGER_S sends what was read; `--batch-size N` seals a batch every N records."""
+    from lakelog.cli.client import normalize_url, default_url, security_from_args
+    from lakelog.cli.producer import Producer
+
     separator = args.key_separator.encode("utf-8") if args.key_separator is not None else None
-    sent = requests = 0
-    batch: list[tuple[bytes | None, bytes]] = []
-    batch_bytes = 0
     started = time.monotonic()
-    with client_from_args(args) as client:
+    sent = 0
+    errors: list[Exception] = []
+
+    def delivered(err: Exception | None, _md: Any) -> None:
+        nonlocal sent
+        if err is None:
+            sent += 1
+        else:
+            errors.append(err)
+
+    producer = Producer({"bootstrap.servers": normalize_url(args.bootstrap_server or default_url()),
+                         "acks": args.acks, "linger.ms": int(PRODUCE_LINGER_S * 1000),
+                         "batch.size": MAX_BATCH_BYTES, "max.request.size": MAX_BATCH_BYTES,
+                         "client.id": "lakelog-console-producer"},
+                        http_options=security_from_args(args).httpx_kwargs())
+    try:
         # Fail fast on an unknown topic or partition, before waiting for input.
-        client.offsets(args.topic, args.partition if args.partition is not None else 0)
-
-        def flush() -> None:
-            nonlocal sent, requests, batch, batch_bytes
-            if batch:
-                client.produce(args.topic, batch, partition=args.partition, acks=args.acks)
-                sent += len(batch)
-                requests += 1
-                batch, batch_bytes = [], 0
-
-        try:
-            number = 0
-            for line in _stdin_lines(sys.stdin.fileno(), PRODUCE_LINGER_S):
-                if line is None:
-                    flush()
-                    continue
-                number += 1
-                key: bytes | None = None
-                value = line
-                if separator is not None:
-                    key, found, value = line.partition(separator)
-                    if not found:
-                        flush()
-                        raise InputError(f"line {number} has no key separator {args.key_separator!r}")
-                batch.append((key, value))
-                batch_bytes += len(value) + len(key or b"")
-                if len(batch) >= args.batch_size or batch_bytes >= MAX_BATCH_BYTES:
-                    flush()
-            flush()
-        except BaseException:
-            if sent:
-                print(f"lakelog produce: {sent} record(s) were sent before the error", file=sys.stderr)
-            raise
+        n = producer.partitions_for(args.topic)
+        if args.partition is not None and args.partition >= n:
+            raise InputError(f"Partition {args.partition} of topic {args.topic} not found.")
+        number = in_batch = 0
+        for line in _stdin_lines(sys.stdin.fileno(), PRODUCE_LINGER_S):
+            if errors:
+                break
+            if line is None:
+                producer.flush(0)  # seal and send what was read; do not wait
+                in_batch = 0
+                continue
+            number += 1
+            key: bytes | None = None
+            value = line
+            if separator is not None:
+                key, found, value = line.partition(separator)
+                if not found:
+                    producer.flush()
+                    raise InputError(f"line {number} has no key separator {args.key_separator!r}")
+            producer.produce(args.topic, value=value, key=key, partition=args.partition, on_delivery=delivered)
+            in_batch += 1
+            if in_batch >= args.batch_size:
+                producer.flush(0)
+                in_batch = 0
+        producer.flush()
+        if errors:
+            raise errors[0]
+    except BaseException:
+        producer.flush(5)
+        if sent:
+            print(f"lakelog produce: {sent} record(s) were sent before the error", file=sys.stderr)
+        raise
+    finally:
+        producer.close(5)
     elapsed = time.monotonic() - started
-    print(f"lakelog produce: {sent} record(s) sent to {args.topic} in {requests} request(s), {elapsed:.2f} s",
-          file=sys.stderr)
+    print(f"lakelog produce: {sent} record(s) sent to {args.topic} in {producer.requests} request(s), "
+          f"{elapsed:.2f} s", file=sys.stderr)
     return 0
 
 

@@ -60,7 +60,7 @@ from lakelog.compaction.compactor import (
 from lakelog.logstore.retention import SegmentInfo, plan_retention
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.record_batch import crc32c
-from lakelog.tiering.lease import LeaseHeldError, acquire
+from lakelog.tiering.lease import Lease, LeaseHeldError, acquire
 from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering import epochs as epochs_format
 from lakelog.tiering import manifest as mf
@@ -112,6 +112,52 @@ def _job_commit(meta: ManifestStore, change: Callable[[PartitionManifest], Parti
     """Jobs are not leaders: they commit at the manifest's own epoch (never raising it, which would
     fence the partition's leader) and skip the epoch check; the CAS still orders them."""
     return meta.commit(-1, lambda m: change(m), force=True)
+
+
+@dataclass
+class _PartitionJob:
+    """One round of a job over one partition, under its lease: what `_run_under_lease` hands a body."""
+
+    store: ObjectStore
+    topic: str
+    partition: int
+    now: int
+    lease: Lease
+    meta: ManifestStore
+    manifest: PartitionManifest  # as loaded when the round started
+    report: PartitionReport
+
+    def live_segments(self) -> list[RemoteSegment]:
+        """The COPY_FINISHED segments at or above the log start offset (recorded in the report)."""
+        m = self.manifest
+        segments = [s for s in m.copy_finished if s.end_offset >= m.log_start_offset]
+        self.report.segments_before = len(segments)
+        self.report.log_start_offset = m.log_start_offset
+        return segments
+
+
+def _run_under_lease(store: ObjectStore, topic: str, partition: int, job: str, body: Callable[[_PartitionJob], None],
+                     *, owner: str, now_ms: int | None, lease_ttl_ms: int) -> PartitionReport:
+    """Take the partition's `job` lease (or report "skipped"), load the manifest, run `body`, release.
+
+    The lease is released and the round timed whatever `body` does; a body returns early by
+    returning, having written its reason in the report.
+    """
+    started = time.monotonic()
+    report = PartitionReport(topic, partition)
+    try:
+        lease = acquire(store, topic, partition, owner=owner, job=job, ttl_ms=lease_ttl_ms)
+    except LeaseHeldError as e:
+        report.action, report.reason = "skipped", str(e)
+        return report
+    try:
+        meta = ManifestStore(store, topic, partition)
+        body(_PartitionJob(store, topic, partition, _now_ms() if now_ms is None else now_ms, lease, meta,
+                           meta.load(), report))
+        return report
+    finally:
+        lease.release()
+        report.seconds = time.monotonic() - started
 
 
 def delete_due_objects(store: ObjectStore, meta: ManifestStore, topic: str, partition: int, now_ms: int) -> int:
@@ -265,147 +311,140 @@ def compact_partition(store: ObjectStore, topic: str, partition: int, config: Lo
                       max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
                       lease_ttl_ms: int = 10 * 60 * 1000) -> PartitionReport:
     """One compaction round over the remote tier of `topic`-`partition` (see the module docstring)."""
-    started = time.monotonic()
-    now = _now_ms() if now_ms is None else now_ms
-    report = PartitionReport(topic, partition)
-    try:
-        lease = acquire(store, topic, partition, owner=owner, job="compaction", ttl_ms=lease_ttl_ms)
-    except LeaseHeldError as e:
-        report.action, report.reason = "skipped", str(e)
-        return report
-    meta = ManifestStore(store, topic, partition)
-    try:
-        m = meta.load()
-        if m.deleted:
-            report.reason = "the topic was deleted"
-            return report
-        if any(s.is_staged and s.origin == COMPACTION_ORIGIN for s in m.segments):
-            m = _job_commit(meta, lambda cur: mf.abandon_copies(cur, epoch=cur.leader_epoch, now_ms=now,
-                                                                origin=COMPACTION_ORIGIN))
-        segments = [s for s in m.copy_finished if s.end_offset >= m.log_start_offset]
-        report.segments_before = len(segments)
-        report.log_start_offset = m.log_start_offset
-        report.cleaner_checkpoint = m.cleaner_checkpoint
-        if not segments:
-            report.reason = "no remote segments"
-            return report
-        remote_end = segments[-1].end_offset + 1
-        first_dirty = min(remote_end, max(m.log_start_offset, m.cleaner_checkpoint or 0))
-        horizon = _read_state(store, topic, partition).get("earliest_delete_horizon_ms")
-        if first_dirty >= remote_end and not force and (horizon is None or now < horizon):
-            report.reason = "nothing dirty"
-            return report
-        params = CleaningParams.from_config(config, now)
-        cutoff = now - config.min_compaction_lag_ms
-        young, earliest_dirty = _first_young_offset(store, topic, partition, segments, first_dirty, cutoff) \
-            if config.min_compaction_lag_ms > 0 or config.max_compaction_lag_ms < (1 << 62) else (None, NO_TIMESTAMP)
-        uncleanable = min(remote_end, young) if young is not None else remote_end
-        clean_bytes = sum(s.size_in_bytes for s in segments if s.end_offset < first_dirty)
-        dirty_bytes = sum(s.size_in_bytes for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable)
-        trigger = cleaning_trigger(clean_bytes=clean_bytes, dirty_bytes=dirty_bytes,
-                                   min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
-                                   earliest_dirty_timestamp_ms=earliest_dirty,
-                                   max_compaction_lag_ms=config.max_compaction_lag_ms,
-                                   next_delete_horizon_ms=horizon, now_ms=now)
-        if uncleanable < first_dirty or (trigger is None and not force):
-            report.reason = (f"dirty ratio {dirty_bytes / max(1, clean_bytes + dirty_bytes):.2f} below "
-                             f"min.cleanable.dirty.ratio {config.min_cleanable_dirty_ratio}"
-                             if uncleanable > first_dirty else "every dirty record is younger than min.compaction.lag.ms")
-            return report
+    return _run_under_lease(
+        store, topic, partition, "compaction", owner=owner, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms,
+        body=lambda job: _compact(job, config, force=force, delete_delay_ms=delete_delay_ms,
+                                  max_map_entries=max_map_entries))
 
-        # An empty dirty section (a round for expired tombstones) maps nothing: map end = first dirty.
-        def dirty_batches():
-            return (b for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable
-                    for _, b in iter_segment_batches(store, topic, partition, s, from_offset=first_dirty))
 
-        # Over decoded columns when the native decoder is built and every key fits the map; the
-        # reference otherwise (it maps a prefix when the keys do not fit).
-        native = vectorized.build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
-                                             max_entries=max_map_entries,
-                                             max_uncompressed_bytes=config.max_uncompressed_batch_bytes) \
-            if vectorized.available() else None
-        if native is not None:
-            mapped, arrow_map = native
-        else:
-            arrow_map = None
-            mapped = build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
-                                      max_entries=max_map_entries,
-                                      max_uncompressed_bytes=config.max_uncompressed_batch_bytes)
-        map_end = mapped.map_end_offset
-        to_clean = [s for s in segments if s.base_offset < map_end]
-        spans = [SegmentSpan(s.base_offset, s.end_offset + 1, s.size_in_bytes, s.index_bytes, s.time_index_bytes)
-                 for s in to_clean]
-        by_base = {s.base_offset: s for s in to_clean}
-        groups = [[by_base[x.base_offset] for x in g]
-                  for g in group_segments(spans, max_segment_bytes=config.segment_bytes,
-                                          max_index_bytes=config.segment_index_bytes)]
-        stats = CompactionStats()
-        staged: list[_Staged] = []
-        with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:
-            try:
-                for g in groups:
-                    staged.append(_write_group(store, topic, partition, g, mapped.offset_map, map_end, params,
-                                               config, stats, now, workdir, arrow_map=arrow_map))
-                    if len(staged) % 8 == 0:
-                        try:
-                            lease.renew()
-                        except LeaseHeldError as e:  # expired while we worked: nothing was committed yet
-                            report.action, report.reason = "skipped", f"lease lost: {e}"
-                            return report
-                if stats.batches_rewritten == 0 and stats.batches_dropped == 0:
-                    # Nothing to drop and no horizon to stamp: the replacements would be the same
-                    # bytes. Write nothing; only the checkpoint moves.
-                    checkpoint = next_first_dirty_offset(map_end, stats.first_kept_for_lag_offset)
-                    after = _job_commit(meta, lambda cur: mf.set_cleaner_checkpoint(cur, checkpoint))
-                    report.reason = "nothing to drop"
-                    report.records_read, report.records_kept = stats.records_read, stats.records_kept
-                    report.bytes_read = stats.bytes_read
-                    report.cleaner_checkpoint = after.cleaner_checkpoint
-                    _write_state(store, topic, partition,
-                                 {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
-                    report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
-                    return report
-                staged = _merge_small(staged, config, now, workdir)
-                # Staged entries own their objects before the objects exist: no orphan sweep
-                # takes them for garbage, and a crash leaves entries the next run abandons.
-                _job_commit(meta, lambda cur: mf.stage_replacements(cur, [st.entry for st in staged]))
-                for st in staged:
-                    _upload(store, topic, partition, st)
-            finally:
-                for st in staged:
-                    with contextlib.suppress(OSError):
-                        os.close(st.fd)
-        checkpoint = next_first_dirty_offset(map_end, stats.first_kept_for_lag_offset)
-        replacements = [Replacement(tuple(s.segment_id for s in st.group), (st.entry.segment_id,)) for st in staged]
-        final = {st.entry.segment_id: st.entry for st in staged}
+def _compact(job: _PartitionJob, config: LogConfig, *, force: bool, delete_delay_ms: int,
+             max_map_entries: int) -> None:
+    store, topic, partition, now, report, meta = job.store, job.topic, job.partition, job.now, job.report, job.meta
+    m = job.manifest
+    if m.deleted:
+        report.reason = "the topic was deleted"
+        return
+    if any(s.is_staged and s.origin == COMPACTION_ORIGIN for s in m.segments):
+        m = _job_commit(meta, lambda cur: mf.abandon_copies(cur, epoch=cur.leader_epoch, now_ms=now,
+                                                            origin=COMPACTION_ORIGIN))
+    job.manifest = m
+    segments = job.live_segments()
+    report.cleaner_checkpoint = m.cleaner_checkpoint
+    if not segments:
+        report.reason = "no remote segments"
+        return
+    remote_end = segments[-1].end_offset + 1
+    first_dirty = min(remote_end, max(m.log_start_offset, m.cleaner_checkpoint or 0))
+    horizon = _read_state(store, topic, partition).get("earliest_delete_horizon_ms")
+    if first_dirty >= remote_end and not force and (horizon is None or now < horizon):
+        report.reason = "nothing dirty"
+        return
+    params = CleaningParams.from_config(config, now)
+    cutoff = now - config.min_compaction_lag_ms
+    young, earliest_dirty = _first_young_offset(store, topic, partition, segments, first_dirty, cutoff) \
+        if config.min_compaction_lag_ms > 0 or config.max_compaction_lag_ms < (1 << 62) else (None, NO_TIMESTAMP)
+    uncleanable = min(remote_end, young) if young is not None else remote_end
+    clean_bytes = sum(s.size_in_bytes for s in segments if s.end_offset < first_dirty)
+    dirty_bytes = sum(s.size_in_bytes for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable)
+    trigger = cleaning_trigger(clean_bytes=clean_bytes, dirty_bytes=dirty_bytes,
+                               min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
+                               earliest_dirty_timestamp_ms=earliest_dirty,
+                               max_compaction_lag_ms=config.max_compaction_lag_ms,
+                               next_delete_horizon_ms=horizon, now_ms=now)
+    if uncleanable < first_dirty or (trigger is None and not force):
+        report.reason = (f"dirty ratio {dirty_bytes / max(1, clean_bytes + dirty_bytes):.2f} below "
+                         f"min.cleanable.dirty.ratio {config.min_cleanable_dirty_ratio}"
+                         if uncleanable > first_dirty else "every dirty record is younger than min.compaction.lag.ms")
+        return
 
-        def swap(cur: PartitionManifest) -> PartitionManifest | None:
-            out = mf.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
-                                       delete_after_ms=now + delete_delay_ms, updates=final) or cur
-            swapped = all((x := out.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED for i in final)
-            if swapped:  # the checkpoint only holds if every group was cleaned
-                out = mf.set_cleaner_checkpoint(out, checkpoint) or out
-            return out if out is not cur else None
+    # An empty dirty section (a round for expired tombstones) maps nothing: map end = first dirty.
+    def dirty_batches():
+        return (b for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable
+                for _, b in iter_segment_batches(store, topic, partition, s, from_offset=first_dirty))
 
-        after = _job_commit(meta, swap)
-        done = {i for i in final if (x := after.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED}
-        report.action = "compacted"
-        report.reason = trigger.value if trigger else "forced"
-        report.segments_replaced = sum(len(st.group) for st in staged if st.entry.segment_id in done)
-        report.segments_written = len(done)
-        report.groups_abandoned = len(staged) - len(done)
-        report.records_read, report.records_kept = stats.records_read, stats.records_kept
-        report.bytes_read, report.bytes_written = stats.bytes_read, stats.bytes_written
-        report.cleaner_checkpoint = after.cleaner_checkpoint
-        report.log_start_offset = after.log_start_offset
-        if not report.groups_abandoned:
-            _write_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
-        report.extra["earliest_delete_horizon_ms"] = stats.earliest_delete_horizon_ms
-        report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
-        return report
-    finally:
-        lease.release()
-        report.seconds = time.monotonic() - started
+    # Over decoded columns when the native decoder is built and every key fits the map; the
+    # reference otherwise (it maps a prefix when the keys do not fit).
+    native = vectorized.build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
+                                         max_entries=max_map_entries,
+                                         max_uncompressed_bytes=config.max_uncompressed_batch_bytes) \
+        if vectorized.available() else None
+    if native is not None:
+        mapped, arrow_map = native
+    else:
+        arrow_map = None
+        mapped = build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
+                                  max_entries=max_map_entries,
+                                  max_uncompressed_bytes=config.max_uncompressed_batch_bytes)
+    map_end = mapped.map_end_offset
+    to_clean = [s for s in segments if s.base_offset < map_end]
+    spans = [SegmentSpan(s.base_offset, s.end_offset + 1, s.size_in_bytes, s.index_bytes, s.time_index_bytes)
+             for s in to_clean]
+    by_base = {s.base_offset: s for s in to_clean}
+    groups = [[by_base[x.base_offset] for x in g]
+              for g in group_segments(spans, max_segment_bytes=config.segment_bytes,
+                                      max_index_bytes=config.segment_index_bytes)]
+    stats = CompactionStats()
+    staged: list[_Staged] = []
+    with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:
+        try:
+            for g in groups:
+                staged.append(_write_group(store, topic, partition, g, mapped.offset_map, map_end, params,
+                                           config, stats, now, workdir, arrow_map=arrow_map))
+                if len(staged) % 8 == 0:
+                    try:
+                        job.lease.renew()
+                    except LeaseHeldError as e:  # expired while we worked: nothing was committed yet
+                        report.action, report.reason = "skipped", f"lease lost: {e}"
+                        return
+            if stats.batches_rewritten == 0 and stats.batches_dropped == 0:
+                # Nothing to drop and no horizon to stamp: the replacements would be the same
+                # bytes. Write nothing; only the checkpoint moves.
+                checkpoint = next_first_dirty_offset(map_end, stats.first_kept_for_lag_offset)
+                after = _job_commit(meta, lambda cur: mf.set_cleaner_checkpoint(cur, checkpoint))
+                report.reason = "nothing to drop"
+                report.records_read, report.records_kept = stats.records_read, stats.records_kept
+                report.bytes_read = stats.bytes_read
+                report.cleaner_checkpoint = after.cleaner_checkpoint
+                _write_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
+                report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
+                return
+            staged = _merge_small(staged, config, now, workdir)
+            # Staged entries own their objects before the objects exist: no orphan sweep
+            # takes them for garbage, and a crash leaves entries the next run abandons.
+            _job_commit(meta, lambda cur: mf.stage_replacements(cur, [st.entry for st in staged]))
+            for st in staged:
+                _upload(store, topic, partition, st)
+        finally:
+            for st in staged:
+                with contextlib.suppress(OSError):
+                    os.close(st.fd)
+    checkpoint = next_first_dirty_offset(map_end, stats.first_kept_for_lag_offset)
+    replacements = [Replacement(tuple(s.segment_id for s in st.group), (st.entry.segment_id,)) for st in staged]
+    final = {st.entry.segment_id: st.entry for st in staged}
+
+    def swap(cur: PartitionManifest) -> PartitionManifest | None:
+        out = mf.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
+                                   delete_after_ms=now + delete_delay_ms, updates=final) or cur
+        swapped = all((x := out.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED for i in final)
+        if swapped:  # the checkpoint only holds if every group was cleaned
+            out = mf.set_cleaner_checkpoint(out, checkpoint) or out
+        return out if out is not cur else None
+
+    after = _job_commit(meta, swap)
+    done = {i for i in final if (x := after.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED}
+    report.action = "compacted"
+    report.reason = trigger.value if trigger else "forced"
+    report.segments_replaced = sum(len(st.group) for st in staged if st.entry.segment_id in done)
+    report.segments_written = len(done)
+    report.groups_abandoned = len(staged) - len(done)
+    report.records_read, report.records_kept = stats.records_read, stats.records_kept
+    report.bytes_read, report.bytes_written = stats.bytes_read, stats.bytes_written
+    report.cleaner_checkpoint = after.cleaner_checkpoint
+    report.log_start_offset = after.log_start_offset
+    if not report.groups_abandoned:
+        _write_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
+    report.extra["earliest_delete_horizon_ms"] = stats.earliest_delete_horizon_ms
+    report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
 
 
 def _state_key(topic: str, partition: int) -> str:
@@ -435,51 +474,41 @@ def expire_partition(store: ObjectStore, topic: str, partition: int, config: Log
                      now_ms: int | None = None, delete_delay_ms: int = DEFAULT_DELETE_DELAY_MS,
                      lease_ttl_ms: int = 10 * 60 * 1000) -> PartitionReport:
     """`retention.ms` / `retention.bytes` over the remote tier by whole leading segments."""
-    started = time.monotonic()
-    now = _now_ms() if now_ms is None else now_ms
-    report = PartitionReport(topic, partition)
-    try:
-        lease = acquire(store, topic, partition, owner=owner, job="retention", ttl_ms=lease_ttl_ms)
-    except LeaseHeldError as e:
-        report.action, report.reason = "skipped", str(e)
-        return report
-    meta = ManifestStore(store, topic, partition)
-    try:
-        m = meta.load()
-        report.log_start_offset = m.log_start_offset
-        segments = [s for s in m.copy_finished if s.end_offset >= m.log_start_offset]
-        report.segments_before = len(segments)
-        if m.deleted or not segments:
-            report.reason = "no remote segments"
-            return report
-        infos = [SegmentInfo(s.base_offset, s.end_offset + 1, s.size_in_bytes,
-                             s.max_timestamp if s.max_timestamp > NO_TIMESTAMP else s.created_ms) for s in segments]
-        # As locally, where the active segment always stays, the newest remote segment stays: the
-        # tier keeps a defined end for the nodes' uploads to continue from.
-        plan = plan_retention(infos, now_ms=now, retention_ms=config.retention_ms,
-                              retention_bytes=config.retention_bytes)
-        if not plan.is_empty:
-            bases = set(plan.base_offsets)
-            doomed = [s.segment_id for s in segments if s.base_offset in bases]
+    return _run_under_lease(
+        store, topic, partition, "retention", owner=owner, now_ms=now_ms, lease_ttl_ms=lease_ttl_ms,
+        body=lambda job: _expire(job, config, delete_delay_ms=delete_delay_ms))
 
-            def change(cur: PartitionManifest) -> PartitionManifest | None:
-                still = [i for i in doomed if (x := cur.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED]
-                if not still:
-                    return None
-                last_end = max(cur.segment(i).end_offset for i in still)  # type: ignore[union-attr]
-                return mf.start_delete(cur, still, epoch=cur.leader_epoch, now_ms=now,
-                                       delete_after_ms=now + delete_delay_ms, new_log_start_offset=last_end + 1)
 
-            after = _job_commit(meta, change)
-            report.action = "expired"
-            report.segments_expired = len(doomed)
-            report.bytes_read = plan.bytes_deleted
-            report.reason = ", ".join(sorted({r.value for r in plan.reasons}))
-            report.log_start_offset = after.log_start_offset
-        else:
-            report.reason = "nothing expired"
-        report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
-        return report
-    finally:
-        lease.release()
-        report.seconds = time.monotonic() - started
+def _expire(job: _PartitionJob, config: LogConfig, *, delete_delay_ms: int) -> None:
+    store, topic, partition, now, report, meta = job.store, job.topic, job.partition, job.now, job.report, job.meta
+    segments = job.live_segments()
+    if job.manifest.deleted or not segments:
+        report.reason = "no remote segments"
+        return
+    infos = [SegmentInfo(s.base_offset, s.end_offset + 1, s.size_in_bytes,
+                         s.max_timestamp if s.max_timestamp > NO_TIMESTAMP else s.created_ms) for s in segments]
+    # As locally, where the active segment always stays, the newest remote segment stays: the
+    # tier keeps a defined end for the nodes' uploads to continue from.
+    plan = plan_retention(infos, now_ms=now, retention_ms=config.retention_ms,
+                          retention_bytes=config.retention_bytes)
+    if not plan.is_empty:
+        bases = set(plan.base_offsets)
+        doomed = [s.segment_id for s in segments if s.base_offset in bases]
+
+        def change(cur: PartitionManifest) -> PartitionManifest | None:
+            still = [i for i in doomed if (x := cur.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED]
+            if not still:
+                return None
+            last_end = max(cur.segment(i).end_offset for i in still)  # type: ignore[union-attr]
+            return mf.start_delete(cur, still, epoch=cur.leader_epoch, now_ms=now,
+                                   delete_after_ms=now + delete_delay_ms, new_log_start_offset=last_end + 1)
+
+        after = _job_commit(meta, change)
+        report.action = "expired"
+        report.segments_expired = len(doomed)
+        report.bytes_read = plan.bytes_deleted
+        report.reason = ", ".join(sorted({r.value for r in plan.reasons}))
+        report.log_start_offset = after.log_start_offset
+    else:
+        report.reason = "nothing expired"
+    report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)

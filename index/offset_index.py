@@ -17,20 +17,21 @@ lookup verifies that the batch at P really ends at O; any failure raises Corrupt
 the owner rebuilds the index from the `.log`. After a crash the tail of the file may be torn or
 lag behind the log; recovery of the active segment rebuilds it.
 
+The file handling (open, append, truncate, flush, rename) is `index.abstract_index.AbstractIndex`'s.
+
 Concurrency: not thread-safe; the owning segment serialises appends, truncation and lookups.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 from array import array
 from bisect import bisect_right
-from pathlib import Path
 
-from lakelog.infra.errors import invariant
+from lakelog.index.abstract_index import AbstractIndex, check_entry_size
 from lakelog.index.errors import CorruptIndexError
+from lakelog.infra.errors import invariant
 
 ENTRY = struct.Struct(">II")
 ENTRY_SIZE = ENTRY.size
@@ -39,8 +40,7 @@ assert ENTRY_SIZE == 8
 
 def decode(buf: bytes, *, file: str | None = None) -> tuple[array, array]:
     """Parse index bytes into (relative offsets, positions). Raises CorruptIndexError."""
-    if len(buf) % ENTRY_SIZE:
-        raise CorruptIndexError(f"offset index {file or ''} size {len(buf)} is not a multiple of {ENTRY_SIZE}")
+    check_entry_size(buf, ENTRY, "offset index", file)
     words = array("I")
     words.frombytes(buf)
     if sys.byteorder == "little":
@@ -53,38 +53,20 @@ def encode(entries: list[tuple[int, int]]) -> bytes:
     return b"".join(ENTRY.pack(r, p) for r, p in entries)
 
 
-class OffsetIndex:
+class OffsetIndex(AbstractIndex):
     """A segment's offset index: in memory for lookups, appended to its file as it grows."""
 
-    def __init__(self, path: str | os.PathLike, base_offset: int, max_index_bytes: int) -> None:
-        self.path = Path(path)
-        self.base_offset = base_offset
-        self.max_entries = max(1, max_index_bytes // ENTRY_SIZE)
-        buf = self.path.read_bytes() if self.path.exists() else b""
-        try:
-            self._rel, self._pos = decode(buf, file=str(self.path))
-        except CorruptIndexError:
-            self._rel, self._pos = array("I"), array("I")
-            self._corrupt_on_open = True
-        else:
-            self._corrupt_on_open = False
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    ENTRY = ENTRY
+    KIND = "offset index"
+    DECODE = staticmethod(decode)
+    COLUMNS = ("_rel", "_pos")  # relative offsets, positions
+    _rel: array
+    _pos: array
 
     # -- queries
-    def __len__(self) -> int:
-        return len(self._rel)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._rel) >= self.max_entries
-
     @property
     def last_offset(self) -> int:
         return self.base_offset + self._rel[-1] if self._rel else self.base_offset
-
-    @property
-    def size_in_bytes(self) -> int:
-        return len(self._rel) * ENTRY_SIZE
 
     def entries(self) -> list[tuple[int, int]]:
         """(absolute offset, position) pairs."""
@@ -103,8 +85,7 @@ class OffsetIndex:
 
     def sanity_check(self, log_size: int) -> None:
         """Raise CorruptIndexError unless entries increase and point inside the log."""
-        if self._corrupt_on_open:
-            raise CorruptIndexError(f"offset index {self.path} has a torn entry")
+        self._check_not_torn()
         prev_r = prev_p = -1
         for r, p in zip(self._rel, self._pos):
             if r <= prev_r and prev_r >= 0 or p <= prev_p or p >= max(log_size, 1):
@@ -121,9 +102,7 @@ class OffsetIndex:
                   f"index entries must increase: ({offset}, {position}) after "
                   f"({self.last_offset}, {self._pos[-1] if self._pos else -1})")
         invariant(not self.is_full, f"offset index {self.path} is full")
-        self._rel.append(rel)
-        self._pos.append(position)
-        os.write(self._fd, ENTRY.pack(rel, position))
+        self._append_entry(rel, position)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry whose offset is >= `offset`."""
@@ -133,24 +112,3 @@ class OffsetIndex:
     def truncate_to_position(self, position: int) -> None:
         """Drop every entry pointing at or past `position`."""
         self._truncate_entries(bisect_right(self._pos, position - 1) if position > 0 else 0)
-
-    def reset(self) -> None:
-        self._truncate_entries(0)
-        self._corrupt_on_open = False
-
-    def _truncate_entries(self, keep: int) -> None:
-        del self._rel[keep:]
-        del self._pos[keep:]
-        os.ftruncate(self._fd, keep * ENTRY_SIZE)
-
-    def flush(self) -> None:
-        os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def rename_to(self, path: Path) -> None:
-        os.replace(self.path, path)
-        self.path = path

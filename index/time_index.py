@@ -14,18 +14,19 @@ timestamp is >= t, start the scan after the last entry with T < t (or at the seg
 Integrity and crash behaviour are as for the offset index: structural checks on open, rebuilt
 from the `.log` when they fail or after an unclean shutdown of the active segment.
 
+The file handling (open, append, truncate, flush, rename) is `index.abstract_index.AbstractIndex`'s.
+
 Concurrency: not thread-safe; the owning segment serialises access.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 from bisect import bisect_left
-from pathlib import Path
 
-from lakelog.infra.errors import invariant
+from lakelog.index.abstract_index import AbstractIndex, check_entry_size
 from lakelog.index.errors import CorruptIndexError
+from lakelog.infra.errors import invariant
 
 ENTRY = struct.Struct(">qI")
 ENTRY_SIZE = ENTRY.size
@@ -34,8 +35,7 @@ assert ENTRY_SIZE == 12
 
 def decode(buf: bytes, *, file: str | None = None) -> tuple[list[int], list[int]]:
     """Parse time index bytes into (timestamps, relative offsets). Raises CorruptIndexError."""
-    if len(buf) % ENTRY_SIZE:
-        raise CorruptIndexError(f"time index {file or ''} size {len(buf)} is not a multiple of {ENTRY_SIZE}")
+    check_entry_size(buf, ENTRY, "time index", file)
     ts: list[int] = []
     rel: list[int] = []
     for t, r in ENTRY.iter_unpack(buf):
@@ -49,37 +49,20 @@ def encode(entries: list[tuple[int, int]]) -> bytes:
     return b"".join(ENTRY.pack(t, r) for t, r in entries)
 
 
-class TimeIndex:
+class TimeIndex(AbstractIndex):
     """A segment's time index: in memory for lookups, appended to its file as it grows."""
 
-    def __init__(self, path: str | os.PathLike, base_offset: int, max_index_bytes: int) -> None:
-        self.path = Path(path)
-        self.base_offset = base_offset
-        self.max_entries = max(1, max_index_bytes // ENTRY_SIZE)
-        buf = self.path.read_bytes() if self.path.exists() else b""
-        try:
-            self._ts, self._rel = decode(buf, file=str(self.path))
-            self._corrupt_on_open = False
-        except CorruptIndexError:
-            self._ts, self._rel = [], []
-            self._corrupt_on_open = True
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def __len__(self) -> int:
-        return len(self._ts)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._ts) >= self.max_entries
+    ENTRY = ENTRY
+    KIND = "time index"
+    DECODE = staticmethod(decode)
+    COLUMNS = ("_ts", "_rel")  # timestamps, relative offsets
+    _ts: list[int]
+    _rel: list[int]
 
     @property
     def last_entry(self) -> tuple[int, int] | None:
         """(timestamp, absolute offset) of the last entry."""
         return (self._ts[-1], self.base_offset + self._rel[-1]) if self._ts else None
-
-    @property
-    def size_in_bytes(self) -> int:
-        return len(self._ts) * ENTRY_SIZE
 
     def entries(self) -> list[tuple[int, int]]:
         """(timestamp, absolute offset) pairs."""
@@ -91,8 +74,7 @@ class TimeIndex:
         return (self._ts[i - 1], self.base_offset + self._rel[i - 1]) if i else None
 
     def sanity_check(self, last_offset: int) -> None:
-        if self._corrupt_on_open:
-            raise CorruptIndexError(f"time index {self.path} has a torn entry")
+        self._check_not_torn()
         prev_t, prev_r = None, -1
         for t, r in zip(self._ts, self._rel):
             if (prev_t is not None and t <= prev_t) or r < prev_r or self.base_offset + r > last_offset:
@@ -109,9 +91,7 @@ class TimeIndex:
         invariant(not self._rel or rel >= self._rel[-1], "time index offsets must not decrease")
         if self.is_full:
             return False
-        self._ts.append(timestamp)
-        self._rel.append(rel)
-        os.write(self._fd, ENTRY.pack(timestamp, rel))
+        self._append_entry(timestamp, rel)
         return True
 
     def truncate_to(self, offset: int) -> None:
@@ -120,24 +100,3 @@ class TimeIndex:
         while keep and self.base_offset + self._rel[keep - 1] >= offset:
             keep -= 1
         self._truncate_entries(keep)
-
-    def reset(self) -> None:
-        self._truncate_entries(0)
-        self._corrupt_on_open = False
-
-    def _truncate_entries(self, keep: int) -> None:
-        del self._ts[keep:]
-        del self._rel[keep:]
-        os.ftruncate(self._fd, keep * ENTRY_SIZE)
-
-    def flush(self) -> None:
-        os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def rename_to(self, path: Path) -> None:
-        os.replace(self.path, path)
-        self.path = path

@@ -12,18 +12,23 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lakelog.infra.errors import LakelogError
-from lakelog.ingest_api.errors import http_error
-from lakelog.ingest_api.formats import V2
+from lakelog.ingest_api import v3_errors
+from lakelog.ingest_api.error_table import http_error
+from lakelog.ingest_api.errors import InternalServerError, InvalidRequestError, RouteError
 from lakelog.ingest_api.metrics import NodeMetrics
 from lakelog.ingest_api.node import Node
 
 log = logging.getLogger("lakelog.http")
 
 
-def error_response(status: int, error_code: int, message: str) -> JSONResponse:
+def error_response(exc: BaseException, path: str = "") -> JSONResponse:
+    """The Confluent-style answer to an error, by `ingest_api.error_table`; under /v3 in Confluent
+    v3's shape (`ingest_api.v3_errors`)."""
+    status, error_code, message = http_error(exc)
     headers = {"Retry-After": "1"} if status in (503, 429) else None
+    status, error_code, media = v3_errors.shape(path, exc, status, error_code)
     return JSONResponse({"error_code": error_code, "message": message}, status_code=status,
-                        media_type=V2, headers=headers)
+                        media_type=media, headers=headers)
 
 
 class ObserveMiddleware:
@@ -61,7 +66,7 @@ class ObserveMiddleware:
             if started:
                 raise
             status = 500
-            await error_response(500, 50001, "internal error")(scope, receive, send)
+            await error_response(InternalServerError("internal error"))(scope, receive, send)
         finally:
             path = getattr(scope.get("route"), "path", "unmatched")
             method = scope.get("method", "")
@@ -94,33 +99,47 @@ def create_app(node: Node) -> FastAPI:
 
     @app.exception_handler(LakelogError)
     async def _lakelog_error(request: Request, exc: LakelogError):
-        status, code, message = http_error(exc)
-        if status >= 500:
+        response = error_response(exc, request.url.path)
+        if response.status_code >= 500:
             log.warning("%s %s failed: %s", request.method, request.url.path, exc)
-        return error_response(status, code, message)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
         details = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
-        return error_response(422, 42201, f"invalid request: {details}")
+        if v3_errors.is_v3(request.url.path):
+            return error_response(v3_errors.validation_error(exc.errors(), f"invalid request: {details}"),
+                                  request.url.path)
+        return error_response(InvalidRequestError(f"invalid request: {details}"))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        return error_response(exc.status_code, exc.status_code, str(exc.detail))
+        return error_response(RouteError(exc.status_code, str(exc.detail)), request.url.path)
 
     from lakelog.ingest_api.security.middleware import SecurityContext, SecurityMiddleware
 
     app.state.security = SecurityContext(node)  # authentication, ACLs, quotas (off by default)
     app.add_middleware(SecurityMiddleware, context=app.state.security, error_response=error_response)
+    from lakelog.ingest_api.body_limit import BodyLimitMiddleware
+
+    app.add_middleware(BodyLimitMiddleware, limit_bytes=node.config.max_request_bytes, error_response=error_response)
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
     from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, internal, ops, records, replication
     from lakelog.ingest_api.security import router as security_router
 
+    from lakelog.ingest_api.routers import acls_v3, configs_v3, consumer_groups_v3, records_v3, replicas_v3, root
+
     app.include_router(ops.router)
+    app.include_router(root.router)
     app.include_router(records.router)
     app.include_router(admin_v2.router)
+    app.include_router(configs_v3.router)  # before admin_v3: `topics/-/configs` is not a topic named "-"
     app.include_router(admin_v3.router)
+    app.include_router(records_v3.router)
+    app.include_router(consumer_groups_v3.router)
+    app.include_router(replicas_v3.router)
+    app.include_router(acls_v3.router)
     app.include_router(internal.router)
     app.include_router(replication.router)
     app.include_router(consumers.router)

@@ -6,7 +6,8 @@ A `node.toml` holds flat dotted keys or tables that flatten to them — these ar
     "node.id" = 1                    |   dirs = "./data"
 
 Broker-level `log.*` keys give the defaults of the topic keys (`log.segment.bytes` ->
-`segment.bytes`), as in Kafka; a topic's own configs override them.
+`segment.bytes`), as in Kafka; a topic's own configs override them. They are not declared here:
+each is derived from its topic key (`infra.config.broker_synonyms`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-from lakelog.infra.config import DAY_MS, INT_MAX, LONG_MAX, ConfigDef, ConfigError, LogConfig, TypedConfig
+from lakelog.infra.config import (
+    DAY_MS,
+    INT_MAX,
+    LOG_CONFIG,
+    ConfigDef,
+    ConfigError,
+    LogConfig,
+    TypedConfig,
+    broker_synonyms,
+    synonym_map,
+)
 from lakelog.ingest_api.groups.config import GROUP_CONFIG
 from lakelog.ingest_api.security.config import SECURITY_CONFIG
 from lakelog.tiering.config import TIERING_CONFIG
@@ -71,8 +82,6 @@ NODE_CONFIG = (
     .define("controlled.shutdown.enable", bool, True, "Move leaderships away before stopping.")
     .define("controlled.shutdown.timeout.ms", int, 10000, "Most time a controlled shutdown may take.",
             min=0, max=10 * 60 * 1000, unit="ms")
-    .define("unclean.leader.election.enable", bool, False,
-            "Default of the topic key: elect an out-of-sync replica when the ISR is empty (may lose data).")
     .define("auto.leader.rebalance.enable", bool, True, "Move leadership back to the preferred replica.")
     .define("leader.imbalance.check.interval.seconds", int, 300, "How often the controller rebalances leaders.",
             min=1, max=7 * 24 * 3600, unit="s")
@@ -87,21 +96,6 @@ NODE_CONFIG = (
             min=1024, max=INT_MAX, unit="bytes")
     .define("replica.fetch.backoff.ms", int, 1000, "Wait after a failed replica fetch.", min=0,
             max=60 * 1000, unit="ms")
-    # Broker-level defaults of topic configs (Kafka names): see BROKER_TO_TOPIC.
-    .define("log.segment.bytes", int, 1024 * 1024 * 1024, "Default segment.bytes.", min=75, max=INT_MAX, unit="bytes")
-    .define("log.roll.ms", int, 7 * DAY_MS, "Default segment.ms.", min=1, unit="ms")
-    .define("log.index.interval.bytes", int, 4096, "Default index.interval.bytes.", min=0, max=INT_MAX, unit="bytes")
-    .define("log.index.size.max.bytes", int, 10 * 1024 * 1024, "Default segment.index.bytes.", min=12,
-            max=INT_MAX, unit="bytes")
-    .define("message.max.bytes", int, 1024 * 1024 + 12, "Default max.message.bytes.", min=61, max=INT_MAX, unit="bytes")
-    .define("log.retention.ms", int, 7 * DAY_MS, "Default retention.ms.", min=-1, unit="ms")
-    .define("log.retention.bytes", int, -1, "Default retention.bytes.", min=-1, unit="bytes")
-    .define("log.cleanup.policy", str, "delete", "Default cleanup.policy.", choices=("delete", "compact"))
-    .define("log.flush.interval.messages", int, LONG_MAX, "Default flush.messages.", min=1)
-    .define("log.flush.interval.ms", int, LONG_MAX, "Default flush.ms.", min=0, unit="ms")
-    .define("log.message.timestamp.type", str, "CreateTime", "Default message.timestamp.type.",
-            choices=("CreateTime", "LogAppendTime"))
-    .define("min.insync.replicas", int, 1, "Default min.insync.replicas.", min=1)
     # The remote tier (topics with remote.storage.enable=true); the other remote.* keys are
     # tiering/config.py's, declared below.
     .define("remote.storage.url", str, "",
@@ -114,29 +108,15 @@ NODE_CONFIG = (
             "Threads of the remote log manager: how many partitions upload, apply retention and read "
             "manifests at once in each round.", min=1, max=64)
 )
-for _key in TIERING_CONFIG:
-    NODE_CONFIG.keys[_key.name] = _key
-for _key in GROUP_CONFIG:  # consumer groups and consumer instances (ingest_api/groups/config.py)
-    NODE_CONFIG.keys[_key.name] = _key
-for _key in SECURITY_CONFIG:  # authentication, ACLs, TLS, quotas (ingest_api/security/config.py)
-    NODE_CONFIG.keys[_key.name] = _key
+# Broker-level defaults of the topic keys (`log.segment.bytes` -> `segment.bytes`, and
+# `min.insync.replicas` itself), derived from the topic keys' declarations in infra/config.py.
+NODE_CONFIG.include(broker_synonyms(LOG_CONFIG))
+NODE_CONFIG.include(TIERING_CONFIG)  # the remote tier's library settings (tiering/config.py)
+NODE_CONFIG.include(GROUP_CONFIG)  # consumer groups and consumer instances (ingest_api/groups/config.py)
+NODE_CONFIG.include(SECURITY_CONFIG)  # authentication, ACLs, TLS, quotas (ingest_api/security/config.py)
 
 #: Broker key -> the topic key it gives the default of.
-BROKER_TO_TOPIC = {
-    "log.segment.bytes": "segment.bytes",
-    "log.roll.ms": "segment.ms",
-    "log.index.interval.bytes": "index.interval.bytes",
-    "log.index.size.max.bytes": "segment.index.bytes",
-    "message.max.bytes": "max.message.bytes",
-    "log.retention.ms": "retention.ms",
-    "log.retention.bytes": "retention.bytes",
-    "log.cleanup.policy": "cleanup.policy",
-    "log.flush.interval.messages": "flush.messages",
-    "log.flush.interval.ms": "flush.ms",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-}
+BROKER_TO_TOPIC = synonym_map(LOG_CONFIG)
 
 
 class NodeConfig(TypedConfig):

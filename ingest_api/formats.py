@@ -36,19 +36,56 @@ def media_type(header: str | None) -> str:
     return (header or "").split(";", 1)[0].strip().lower()
 
 
+def _accept_entries(accept_header: str) -> list[str]:
+    """The media types of an Accept header with q > 0, most preferred first (stable for equal q)."""
+    entries = []
+    for i, part in enumerate(accept_header.split(",")):
+        fields = part.split(";")
+        mt = fields[0].strip().lower()
+        q = 1.0
+        for param in fields[1:]:
+            name, _, value = param.strip().partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if mt and q > 0:
+            entries.append((-q, i, mt))
+    return [mt for _, _, mt in sorted(entries)]
+
+
 def accepted(accept_header: str | None, offered: tuple[str, ...], default: str) -> str | None:
-    """Pick the first offered type the Accept header allows; `default` for a missing or */* header."""
-    if not accept_header:
+    """Pick the offered type the Accept header prefers (q-values honoured); `default` for a missing
+    header or a wildcard; JSON v2 for a bare `application/json` (plain JSON, as on produce); None
+    when nothing offered is acceptable."""
+    if not accept_header or not accept_header.strip():
         return default
-    wanted = [media_type(part) for part in accept_header.split(",")]
-    for w in wanted:
+    for w in _accept_entries(accept_header):
         if w in offered:
             return w
-        if w in ("*/*", "application/*"):
-            return default
-        if w == JSON and default in (JSON_V2, BINARY_V2, V2):
+        if w == JSON and JSON_V2 in offered:
+            return JSON_V2
+        if w in ("*/*", "application/*", JSON):
             return default
     return None
+
+
+def records_format(accept_header: str | None) -> str | None:
+    """The embedded format a v2 consumer `records` request asks for, as Confluent's ConsumersResource
+    declares it: the binary reader produces `binary.v2+json` and `application/vnd.kafka.v2+json`, the
+    JSON reader `json.v2+json`. None when the header leaves the choice open (missing, a wildcard,
+    `application/json`): the instance's own format is served. "" when nothing servable is asked."""
+    if not accept_header or not accept_header.strip():
+        return None
+    for w in _accept_entries(accept_header):
+        if w in (BINARY_V2, V2):
+            return BINARY_V2
+        if w == JSON_V2:
+            return JSON_V2
+        if w in ("*/*", "application/*", JSON):
+            return None
+    return ""
 
 
 def _b64(value: Any, what: str) -> bytes | None:

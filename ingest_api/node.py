@@ -43,9 +43,15 @@ from lakelog.compaction.cleaner import LogCleaner
 from lakelog.infra.config import LOG_CONFIG, ConfigError
 from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
-from lakelog.ingest_api.cluster.errors import NotControllerError
+from lakelog.ingest_api.cluster.errors import (
+    BrokerNotRegisteredError,
+    FencedBrokerError,
+    InvalidReplicationFactorError,
+    NotControllerError,
+)
 from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
 from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.error_table import code_of, http_error
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -53,6 +59,7 @@ from lakelog.ingest_api.errors import (
     NotLeaderOrFollowerError,
     NotReadyError,
     PartitionNotFoundError,
+    RemoteError,
     RequestTooLargeError,
     TopicExistsError,
     TopicNotFoundError,
@@ -76,6 +83,8 @@ from lakelog.tiering.errors import FencedLeaderEpochError as RemoteFencedError
 from lakelog.tiering.errors import TieringError
 
 log = logging.getLogger("lakelog.node")
+
+_REREGISTER_CODES = (code_of(FencedBrokerError), code_of(BrokerNotRegisteredError))
 
 #: Open files a partition's log holds (the active segment's .log, .index, .timeindex).
 FILES_PER_PARTITION = 3
@@ -111,14 +120,6 @@ class PartitionStateView:
     leader_epoch: int
     replicas: list[int]
     isr: list[int]
-
-
-class RemoteError(NodeError):
-    """An error answered by another node (forwarded request, controller call), passed on as is."""
-
-    def __init__(self, status: int, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.error_code = status, error_code
 
 
 class Node:
@@ -168,15 +169,7 @@ class Node:
         #: skipped until the metadata gives this node a new epoch.
         self._tier_fenced: dict[PartitionKey, int] = {}
         self.started_at = time.time()
-        self.controller_config = ControllerConfig(
-            broker_session_timeout_ms=config.broker_session_timeout_ms,
-            default_replication_factor=config.default_replication_factor,
-            num_partitions=config.num_partitions,
-            max_partitions_per_topic=config.max_partitions_per_topic,
-            default_min_insync_replicas=config.min_insync_replicas,
-            unclean_leader_election_enable=config.unclean_leader_election_enable,
-            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
-            leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds * 1000)
+        self.controller_config = ControllerConfig.from_keys(config)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -526,10 +519,10 @@ class Node:
                         doc = resp.json() if resp.content else {}
                         if resp.status_code == 200:
                             return doc
-                        if doc.get("error_code") != NotControllerError.error_code:  # anything else is final
+                        if doc.get("error_code") != code_of(NotControllerError):  # anything else is final
                             raise RemoteError(resp.status_code, int(doc.get("error_code", resp.status_code * 100)),
                                               str(doc.get("message", resp.text[:200])))
-                        last = RemoteError(resp.status_code, NotControllerError.error_code, str(doc.get("message")))
+                        last = RemoteError(resp.status_code, code_of(NotControllerError), str(doc.get("message")))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
         raise LeaderNotAvailableError(f"no active controller answered {op}: {last}")
@@ -626,7 +619,7 @@ class Node:
             except asyncio.CancelledError:
                 raise
             except NodeError as e:
-                if getattr(e, "error_code", None) in (40903, 40904):  # fenced / unknown broker epoch: register again
+                if http_error(e)[1] in _REREGISTER_CODES:  # fenced / unknown broker epoch: register again
                     self.broker_epoch = -1
                 log.info("heartbeat failed: %s", e)
             except Exception as e:
@@ -853,7 +846,9 @@ class Node:
         return res
 
     async def create_topic(self, name: str, partitions: int | None = None, replication_factor: int | None = None,
-                           configs: dict[str, str] | None = None) -> TopicMetadata:
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False) -> TopicMetadata:
+        """Create a topic; with `validate_only`, run every check and create nothing (Kafka's
+        CreateTopics validateOnly): the answer describes the topic as it would be."""
         self.check_ready()
         validate_topic_name(name)
         partitions = self.config.num_partitions if partitions is None else partitions
@@ -865,6 +860,13 @@ class Node:
         # (placement spreads replicas evenly, so every node gets about the same share).
         live = max(1, sum(1 for b in self.image.brokers.values() if not b.fenced))
         self._check_file_budget(-(-partitions * min(rf, live) // live))
+        if validate_only:
+            if name in self.image.topics:
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            if rf > live:  # what the controller's placement would refuse
+                raise InvalidReplicationFactorError(
+                    f"replication factor {rf} is larger than the {live} available broker(s)")
+            return TopicMetadata(name, "", partitions, rf, configs, [])
         await self._admin("create_topic", {"name": name, "partitions": partitions, "replication_factor": rf,
                                            "configs": configs})
         log.info("created topic %s with %d partition(s), replication factor %d", name, partitions, rf)

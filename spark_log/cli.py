@@ -181,7 +181,7 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     zip_path = write_packages_zip(out_dir / "lakelog_packages.zip")
     script = out_dir / "lakelog_job.py"
-    script.write_text("import sys\nfrom spark_log.jobs import main\nsys.exit(main())\n")
+    script.write_text("import sys\nfrom lakelog.spark_log.jobs import main\nsys.exit(main())\n")
     conf = dict(DELTA_CONF)
     if args.remote.startswith(("s3://", "s3a://")):
         conf.update(s3a_conf())

@@ -17,7 +17,7 @@ produce requests — carries three headers:
 Verification recomputes the HMAC and compares in constant time (`hmac.compare_digest`), then
 checks that the timestamp is within `max_skew_ms` of the receiver's clock (either direction) and,
 when a set of known node ids is given, that the sender is one of them. Any failure raises
-`AuthenticationError` (HTTP 401, error_code 40101) with a reason, never a hint of the expected
+`AuthenticationError` (answered as `AuthenticationFailedError`: HTTP 401) with a reason, never a hint of the expected
 signature.
 
 What this does not do:
@@ -44,8 +44,7 @@ from typing import Callable, Generator, Iterable, Mapping
 import httpx
 
 from lakelog.infra.config import ConfigError
-from lakelog.infra.errors import ErrorKind
-from lakelog.ingest_api.errors import NodeError
+from lakelog.ingest_api.security.errors import AuthenticationFailedError
 
 SCHEME = "LAKELOG-HMAC-SHA256-V1"
 HEADER_NODE = "X-Lakelog-Node"
@@ -57,11 +56,8 @@ _MAX_HEADER_CHARS = 32  # node ids and timestamps are small integers; longer val
 _SIGNATURE_HEX_CHARS = 64
 
 
-class AuthenticationError(NodeError):
+class AuthenticationError(AuthenticationFailedError):
     """An internal request is not signed with the cluster secret, is stale, or comes from an unknown node."""
-
-    kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 401, 40101
 
 
 def check_secret(secret: bytes) -> bytes:

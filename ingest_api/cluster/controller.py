@@ -62,7 +62,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lakelog.infra.config import ConfigError
+from lakelog.infra.config import LOG_CONFIG, ConfigError, check_keyed, from_keys, keyed
 from lakelog.infra.errors import invariant
 from lakelog.ingest_api.cluster.errors import (
     BrokerNotRegisteredError,
@@ -103,6 +103,7 @@ from lakelog.ingest_api.errors import (
     TopicExistsError,
     TopicNotFoundError,
 )
+from lakelog.ingest_api.config import NODE_CONFIG
 from lakelog.ingest_api.names import validate_topic_name
 from lakelog.logstore.record_batch import crc32c
 
@@ -110,29 +111,34 @@ UNCLEAN_LEADER_ELECTION_KEY = "unclean.leader.election.enable"
 MIN_INSYNC_REPLICAS_KEY = "min.insync.replicas"
 
 
+_KEY = NODE_CONFIG.keys
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
-    """The controller's settings (Kafka's names in the comments); bounds checked on construction."""
+    """The controller's settings; keyed fields take their default and bounds from their declared key.
 
-    broker_session_timeout_ms: int = 9_000  # broker.session.timeout.ms
-    default_replication_factor: int = 1  # default.replication.factor
-    num_partitions: int = 1  # num.partitions
-    max_partitions_per_topic: int = 10_000  # also bounded by one record's size, see max_record_bytes
-    default_min_insync_replicas: int = 1  # min.insync.replicas
-    unclean_leader_election_enable: bool = False  # unclean.leader.election.enable
-    auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
-    leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
+    The others are the controller's own limits, not configuration keys.
+    """
+
+    broker_session_timeout_ms: int = keyed(_KEY["broker.session.timeout.ms"])
+    default_replication_factor: int = keyed(_KEY["default.replication.factor"])
+    num_partitions: int = keyed(_KEY["num.partitions"])
+    max_partitions_per_topic: int = keyed(_KEY["max.partitions.per.topic"])  # also bounded by max_record_bytes
+    default_min_insync_replicas: int = keyed(LOG_CONFIG.keys["min.insync.replicas"])
+    unclean_leader_election_enable: bool = keyed(LOG_CONFIG.keys["unclean.leader.election.enable"])
+    auto_leader_rebalance_enable: bool = keyed(_KEY["auto.leader.rebalance.enable"])
+    leader_imbalance_check_interval_ms: int = keyed(_KEY["leader.imbalance.check.interval.seconds"],
+                                                    lambda seconds: seconds * 1000)
     producer_id_block_size: int = 1_000
     max_record_bytes: int = 1_000_000  # below the Raft max_entry_bytes (1 MiB)
     max_records_per_tick: int = 10_000  # a tick proposes at most this many; the rest next tick
     proposal_timeout_ms: int = 10_000  # a proposed change not applied after this long is proposed again
 
     def __post_init__(self) -> None:
+        check_keyed(self)
         bounds = {
-            "broker_session_timeout_ms": (1, 3_600_000), "default_replication_factor": (1, 64),
-            "num_partitions": (1, MAX_PARTITIONS_PER_TOPIC),
-            "max_partitions_per_topic": (1, MAX_PARTITIONS_PER_TOPIC),
-            "default_min_insync_replicas": (1, 64), "leader_imbalance_check_interval_ms": (0, MAX_LONG),
+            "leader_imbalance_check_interval_ms": (0, MAX_LONG),
             "producer_id_block_size": (1, MAX_PRODUCER_ID_BLOCK), "max_record_bytes": (1_024, 1 << 30),
             "max_records_per_tick": (1, 1_000_000), "proposal_timeout_ms": (1, MAX_LONG),
         }
@@ -142,6 +148,13 @@ class ControllerConfig:
                 raise ConfigError(f"controller setting {key} = {value!r} is not an integer in [{lo}, {hi}]")
         if self.num_partitions > self.max_partitions_per_topic:
             raise ConfigError("num_partitions is above max_partitions_per_topic")
+        if self.max_partitions_per_topic > MAX_PARTITIONS_PER_TOPIC:
+            raise ConfigError(f"max_partitions_per_topic is above {MAX_PARTITIONS_PER_TOPIC}")
+
+    @classmethod
+    def from_keys(cls, config: Any, **overrides: Any) -> "ControllerConfig":
+        """From a node's parsed configuration (`NodeConfig`)."""
+        return from_keys(cls, config, **overrides)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ leader_id)` fires whenever any of the three changes (after the step's effects ra
 start or stop the active controller and fence anything older than `term`.
 
 Proposals. `propose(payload)` returns the entry's index once it is APPLIED here, so the caller can read
-its effect from the state machine. It raises NotControllerError(leader_id, term) when this voter is not
+its effect from the state machine. It raises NotControllerError (with leader_id, term) when this voter is not
 the leader, or stops leading (or the index is applied with another term) before the entry commits; in
 the latter case, and on QuorumTimeoutError, the outcome is unknown (the entry may still commit), so
 commands should be idempotent or compare-and-swap.
@@ -69,11 +69,18 @@ from typing import Any, Callable, Mapping
 
 import httpx
 
-from lakelog.infra.config import ConfigError
+from lakelog.infra.config import ConfigError, keyed
+from lakelog.ingest_api.config import NODE_CONFIG
 from lakelog.infra.errors import ErrorKind, invariant
 from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS, ClusterAuth, check_secret
-from lakelog.ingest_api.cluster import errors as cluster_errors
-from lakelog.ingest_api.cluster.errors import ClusterError
+from lakelog.ingest_api.cluster.errors import (
+    MetadataFollowerError,
+    NotAVoterError,
+    NotControllerError,
+    QuorumError,
+    QuorumTimeoutError,
+    QuorumUnavailableError,
+)
 from lakelog.ingest_api.errors import RequestTooLargeError
 from lakelog.ingest_api.raft.core import (
     MAX_WIRE_INT,
@@ -119,50 +126,8 @@ _MESSAGE_JSON_OVERHEAD = 1024
 # ---------------------------------------------------------------------------------------------
 # Errors
 
-class QuorumError(ClusterError):
-    """Root of the quorum host's errors (under the cluster package's root)."""
-
-
-class NotControllerError(QuorumError, cluster_errors.NotControllerError):
-    """This voter is not the Raft leader, or stopped leading before a proposal committed (Kafka NOT_CONTROLLER).
-
-    `leader_id` (also `controller_id`, None when unknown) is where to retry; `term` is the epoch known here.
-    """
-
-    def __init__(self, leader_id: int, term: int, message: str | None = None) -> None:
-        if message is None:
-            message = (f"not the controller; the controller is node {leader_id} in epoch {term}"
-                       if leader_id != NO_NODE else f"not the controller; none is known in epoch {term}")
-        super().__init__(message, controller_id=None if leader_id == NO_NODE else leader_id)
-        self.leader_id = leader_id
-        self.term = term
-
-
-class QuorumTimeoutError(QuorumError, TimeoutError):
-    """A proposal was not applied, or a wait not satisfied, in time (a proposal may still commit)."""
-
-    kind = ErrorKind.TRANSIENT
-    status, error_code = 504, 50410
-
-
-class QuorumUnavailableError(QuorumError):
-    """The quorum host is not running (starting, stopped, failed) or its inbox is full; retry."""
-
-    kind = ErrorKind.TRANSIENT
-    status, error_code = 503, 50311
-
-
-class NotAVoterError(QuorumError):
-    """A Raft message comes from a node that is not a voter, or names a sender other than its signer."""
-
-    kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 403, 40310
-
-
-class MetadataFollowerError(QuorumError):
-    """A metadata fetch answer is unusable (not JSON, a gap, an unknown version); the follower retries."""
-
-    kind = ErrorKind.TRANSIENT
+# QuorumError, NotControllerError, QuorumTimeoutError, QuorumUnavailableError, NotAVoterError and
+# MetadataFollowerError live in cluster/errors.py with the other controller errors.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,17 +168,21 @@ def _base_url(address: tuple[str, int], tls: bool = False) -> str:
 
 @dataclass(frozen=True)
 class QuorumConfig:
-    """One voter's settings. Kafka's key names where they exist are noted on each field."""
+    """One voter's settings. Kafka's key names where they exist are noted on each field.
+
+    A `keyed` field takes its default from its declared key (ingest_api/config.py); its bounds here
+    are the host's own (>= 1), wider than the key's so tests can run a fast, small quorum.
+    """
 
     node_id: int  # node.id
     voters: Mapping[int, tuple[str, int]]  # controller.quorum.voters, see parse_voters; host:port of /internal
     secret: bytes  # cluster.secret: HMAC key of internal requests, >= 16 bytes
     data_dir: Path  # the node's data directory (log.dirs); the metadata log goes under it by default
     metadata_log_dir: Path | None = None  # metadata.log.dir: parent of __cluster_metadata-0/ instead of data_dir
-    tick_ms: int = 50  # the Raft clock; every timeout below becomes a number of ticks
-    election_timeout_ms: int = 1000  # controller.quorum.election.timeout.ms: campaign after [T, 2T) ms
+    tick_ms: int = keyed(NODE_CONFIG.keys["controller.quorum.tick.ms"])  # the Raft clock; timeouts become ticks
+    election_timeout_ms: int = keyed(NODE_CONFIG.keys["controller.quorum.election.timeout.ms"])  # [T, 2T) ms
     heartbeat_interval_ms: int = 100  # a leader's AppendEntries to each peer at least this often
-    snapshot_interval_entries: int = 1000  # snapshot the state machine every N applied entries
+    snapshot_interval_entries: int = keyed(NODE_CONFIG.keys["metadata.snapshot.interval.entries"])
     request_timeout_ms: int = 500  # controller.quorum.request.timeout.ms: one message POST, then dropped
     max_message_bytes: int = 16 << 20  # largest Raft message body, sent or received (a snapshot travels whole)
     max_entries_per_append: int = 64
@@ -559,7 +528,7 @@ class QuorumHost:
             raise EntryTooLargeError(f"proposal of {len(payload)} bytes exceeds max_entry_bytes "
                                      f"{self.config.max_entry_bytes}")
         if not self.is_leader:
-            raise NotControllerError(self.leader_id, self.term)
+            raise NotControllerError.from_raft(self.leader_id, self.term)
         future = asyncio.get_running_loop().create_future()
         self._enqueue(_Proposal(bytes(payload), future))
         try:
@@ -730,12 +699,12 @@ class QuorumHost:
                 self._pending[e.index] = (e.term, proposal.future)
             elif isinstance(e, ProposalRefused):
                 if proposal is not None:
-                    _resolve(proposal.future, error=NotControllerError(e.leader_id, e.term))
+                    _resolve(proposal.future, error=NotControllerError.from_raft(e.leader_id, e.term))
             elif isinstance(e, RoleChanged):
                 pass  # published below from the core's state, with term changes the notice leaves out
         self._publish_state()
         if self._pending and not (core.role == Role.LEADER):
-            self._fail_pending(NotControllerError(core.leader_id, core.term))
+            self._fail_pending(NotControllerError.from_raft(core.leader_id, core.term))
         if applied:
             self._callback(self.on_applied, self._applied_index)
             self._notify()
@@ -762,7 +731,7 @@ class QuorumHost:
             if term == entry.term:
                 _resolve(future, result=entry.index)
             else:
-                _resolve(future, error=NotControllerError(self._core.leader_id, self._core.term,
+                _resolve(future, error=NotControllerError.from_raft(self._core.leader_id, self._core.term,
                                                           f"entry {entry.index} was replaced by epoch "
                                                           f"{entry.term}'s; the proposal was lost"))
 

@@ -460,7 +460,8 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
         return bytes(res.records)
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
-    from lakelog.ingest_api.node import FORWARDED_HEADER, RemoteError
+    from lakelog.ingest_api.errors import RemoteError
+    from lakelog.ingest_api.node import FORWARDED_HEADER
     path = f"/topics/{tp.topic}/partitions/{tp.partition}/records?offset={offset}&max_bytes={max_bytes}&timeout={wait_ms}"
     resp = await node.peers.request(leader, "GET", path, headers={"Accept": RECORDBATCH,
                                                                   FORWARDED_HEADER: str(node.node_id)},
@@ -479,7 +480,8 @@ async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
         return await node.offsets(tp.topic, tp.partition)
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
-    from lakelog.ingest_api.node import FORWARDED_HEADER, RemoteError
+    from lakelog.ingest_api.errors import RemoteError
+    from lakelog.ingest_api.node import FORWARDED_HEADER
     resp = await node.peers.request(leader, "GET", f"/topics/{tp.topic}/partitions/{tp.partition}/offsets",
                                     headers={FORWARDED_HEADER: str(node.node_id)}, timeout_s=10)
     if resp.status_code != 200:

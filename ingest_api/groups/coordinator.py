@@ -41,7 +41,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from lakelog.infra.config import check_keyed, from_keys, keyed
 from lakelog.infra.errors import invariant
+from lakelog.ingest_api.groups.config import GROUP_CONFIG
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.errors import (
     GroupMaxSizeReachedError,
@@ -72,14 +74,27 @@ _VALID_PREVIOUS: dict[GroupState, set[GroupState]] = {
 }
 
 
+_KEY = GROUP_CONFIG.keys
+
+
 @dataclass(frozen=True)
 class CoordinatorConfig:
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1_800_000
-    max_size: int = 1000
-    initial_rebalance_delay_ms: int = 0
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-    offset_metadata_max_bytes: int = 4096
+    """The coordinator's settings, each from its declared key (ingest_api/groups/config.py)."""
+
+    min_session_timeout_ms: int = keyed(_KEY["group.min.session.timeout.ms"])
+    max_session_timeout_ms: int = keyed(_KEY["group.max.session.timeout.ms"])
+    max_size: int = keyed(_KEY["group.max.size"])
+    initial_rebalance_delay_ms: int = keyed(_KEY["group.initial.rebalance.delay.ms"])
+    offsets_retention_ms: int = keyed(_KEY["offsets.retention.minutes"], lambda minutes: minutes * 60_000)
+    offset_metadata_max_bytes: int = keyed(_KEY["offset.metadata.max.bytes"])
+
+    def __post_init__(self) -> None:
+        check_keyed(self)
+
+    @classmethod
+    def from_keys(cls, config: Any, **overrides: Any) -> "CoordinatorConfig":
+        """From a node's parsed configuration (`NodeConfig`)."""
+        return from_keys(cls, config, **overrides)
 
 
 @dataclass

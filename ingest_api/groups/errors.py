@@ -1,15 +1,15 @@
 """Errors of consumer groups and consumer instances (one tree under `GroupError`).
 
-Codes follow the Confluent REST Proxy where it has one (40403 consumer instance not found, 40902
-consumer instance already exists, 40903 illegal state, 40601 format mismatch); the group protocol's
-own errors (Kafka's UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, ...) get codes of
-their own in the same scheme (first three digits = HTTP status).
+Their HTTP statuses and `error_code`s are in `ingest_api.error_table`: Confluent's codes where the
+REST Proxy has one (consumer instance not found, already exists, illegal state, format mismatch,
+group not found); the group protocol's own errors (Kafka's UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+REBALANCE_IN_PROGRESS, ...) get codes of their own in the same scheme.
 """
 
 from __future__ import annotations
 
 from lakelog.infra.errors import ErrorKind
-from lakelog.ingest_api.errors import NodeError
+from lakelog.ingest_api.errors import NodeError, NotAcceptableError
 
 
 class GroupError(NodeError):
@@ -23,14 +23,12 @@ class ConsumerInstanceNotFoundError(GroupError):
     """No consumer instance of that name in that group (it was deleted, or it expired)."""
 
     kind = ErrorKind.NOT_FOUND
-    status, error_code = 404, 40403
 
 
 class GroupNotFoundError(GroupError):
     """The group has no members and no committed offsets."""
 
     kind = ErrorKind.NOT_FOUND
-    status, error_code = 404, 40404
     kafka_name = "GROUP_ID_NOT_FOUND"
 
 
@@ -38,35 +36,30 @@ class ConsumerAlreadyExistsError(GroupError):
     """A consumer instance of that name already exists in the group."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 409, 40902
 
 
 class IllegalStateError(GroupError):
     """The request does not fit the instance's state (e.g. subscribe and assign mixed, unassigned partition)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 409, 40903
 
 
-class ConsumerFormatMismatchError(GroupError):
+class ConsumerFormatMismatchError(GroupError, NotAcceptableError):
     """The Accept header does not match the embedded format the instance was created with."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 406, 40601
 
 
 class TooManyInstancesError(GroupError):
     """This node holds consumer.max.instances instances already."""
 
     kind = ErrorKind.TRANSIENT
-    status, error_code = 429, 42901
 
 
 class GroupMaxSizeReachedError(GroupError):
     """The group has group.max.size members already (Kafka GROUP_MAX_SIZE_REACHED)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 409, 40910
     kafka_name = "GROUP_MAX_SIZE_REACHED"
 
 
@@ -74,7 +67,6 @@ class InvalidSessionTimeoutError(GroupError):
     """session.timeout.ms is outside [group.min.session.timeout.ms, group.max.session.timeout.ms]."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 422, 42210
     kafka_name = "INVALID_SESSION_TIMEOUT"
 
 
@@ -82,7 +74,6 @@ class InconsistentProtocolError(GroupError):
     """The member supports none of the group's assignment strategies (Kafka INCONSISTENT_GROUP_PROTOCOL)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 409, 40911
     kafka_name = "INCONSISTENT_GROUP_PROTOCOL"
 
 
@@ -90,7 +81,6 @@ class UnknownMemberIdError(GroupError):
     """The coordinator does not know this member (its session expired, or the coordinator moved)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 409, 40912
     kafka_name = "UNKNOWN_MEMBER_ID"
 
 
@@ -98,7 +88,6 @@ class IllegalGenerationError(GroupError):
     """The request carries a generation that is not the group's current one."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 409, 40913
     kafka_name = "ILLEGAL_GENERATION"
 
 
@@ -106,7 +95,6 @@ class RebalanceInProgressError(GroupError):
     """The group is rebalancing: rejoin."""
 
     kind = ErrorKind.TRANSIENT
-    status, error_code = 409, 40914
     kafka_name = "REBALANCE_IN_PROGRESS"
 
 
@@ -114,7 +102,6 @@ class NotCoordinatorError(GroupError):
     """This node is not (or no longer) the group's coordinator; retry, the coordinator moved."""
 
     kind = ErrorKind.NOT_LEADER
-    status, error_code = 503, 50330
     kafka_name = "NOT_COORDINATOR"
 
 
@@ -122,7 +109,6 @@ class CoordinatorLoadInProgressError(GroupError):
     """The coordinator is reading its `__consumer_offsets` partition back; retry."""
 
     kind = ErrorKind.TRANSIENT
-    status, error_code = 503, 50331
     kafka_name = "COORDINATOR_LOAD_IN_PROGRESS"
 
 
@@ -130,7 +116,6 @@ class OffsetMetadataTooLargeError(GroupError):
     """The commit's metadata string is longer than offset.metadata.max.bytes."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 413, 41310
     kafka_name = "OFFSET_METADATA_TOO_LARGE"
 
 
@@ -138,7 +123,6 @@ class NoOffsetForPartitionError(GroupError):
     """auto.offset.reset=none and the group has no committed offset for an assigned partition."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 409, 40915
 
 
 #: Errors a coordinator answers between nodes, by Kafka name (the client side re-raises them).
@@ -146,4 +130,3 @@ BY_KAFKA_NAME: dict[str, type[GroupError]] = {c.kafka_name: c for c in (
     GroupNotFoundError, GroupMaxSizeReachedError, InvalidSessionTimeoutError, InconsistentProtocolError,
     UnknownMemberIdError, IllegalGenerationError, RebalanceInProgressError, NotCoordinatorError,
     CoordinatorLoadInProgressError, OffsetMetadataTooLargeError)}
-BY_ERROR_CODE: dict[int, type[GroupError]] = {c.error_code: c for c in BY_KAFKA_NAME.values()}

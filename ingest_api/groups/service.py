@@ -45,7 +45,6 @@ from lakelog.ingest_api.errors import (
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.coordinator import CoordinatorConfig, Effect, GroupCoordinator, JoinResult
 from lakelog.ingest_api.groups.errors import (
-    BY_ERROR_CODE,
     BY_KAFKA_NAME,
     CoordinatorLoadInProgressError,
     GroupError,
@@ -63,7 +62,8 @@ from lakelog.ingest_api.groups.offsets_codec import (
     encode_key,
     encode_value,
 )
-from lakelog.ingest_api.errors import InvalidRequestError, NodeError
+from lakelog.ingest_api.errors import InvalidRequestError, NodeError, RemoteError
+from lakelog.ingest_api.error_table import code_of
 from lakelog.ingest_api.partition import PartitionKey, now_ms
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 
@@ -78,6 +78,8 @@ ANSWER_SLACK_S = 2.0
 #: Errors after which a call is worth retrying (the coordinator moves, loads, or is unreachable).
 RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
              NotLeaderOrFollowerError)
+#: Errors another node's coordinator answers that a caller re-raises as themselves, by `error_code`.
+_RELAYED_BY_CODE: dict[int, type[NodeError]] = {code_of(c): c for c in (*BY_KAFKA_NAME.values(), NotReadyError)}
 
 
 def _effect_doc(e: Effect) -> dict[str, Any]:
@@ -104,13 +106,7 @@ class GroupService:
         self.node = node
         cfg = node.config
         self.config = cfg
-        self.coordinator = GroupCoordinator(CoordinatorConfig(
-            min_session_timeout_ms=cfg.group_min_session_timeout_ms,
-            max_session_timeout_ms=cfg.group_max_session_timeout_ms,
-            max_size=cfg.group_max_size,
-            initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
-            offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
-            offset_metadata_max_bytes=cfg.offset_metadata_max_bytes), self._new_member_id)
+        self.coordinator = GroupCoordinator(CoordinatorConfig.from_keys(cfg), self._new_member_id)
         #: __consumer_offsets partition -> the leader epoch its groups were loaded in.
         self._loaded: dict[int, int] = {}
         self._loading: dict[int, asyncio.Task] = {}
@@ -453,7 +449,6 @@ class GroupService:
         body = {**args, "group_id": group_id}
         if leader == self.node.node_id:
             return raise_group_error(await self.handle(op, body))
-        from lakelog.ingest_api.node import RemoteError
         resp = await self.node.peers.post_json(leader, f"/internal/groups/{op}", body,
                                                timeout_s=timeout_s or self.config.request_timeout_ms / 1000 + 5)
         try:
@@ -462,11 +457,9 @@ class GroupService:
             doc = {}
         if resp.status_code != 200:
             code = int(doc.get("error_code", resp.status_code * 100)) if isinstance(doc, dict) else resp.status_code * 100
-            cls = BY_ERROR_CODE.get(code)
-            if cls is not None:
+            cls = _RELAYED_BY_CODE.get(code)
+            if cls is not None:  # re-raised as the coordinator's own error, so retries recognise it
                 raise cls(str(doc.get("message", "")))
-            if code == NotReadyError.error_code:
-                raise NotReadyError(str(doc.get("message", "")))
             raise RemoteError(resp.status_code, code, str(doc.get("message", resp.text[:200])))
         return raise_group_error(doc)
 

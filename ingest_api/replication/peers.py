@@ -15,14 +15,8 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from lakelog.ingest_api.cluster.auth import sign
-from lakelog.ingest_api.errors import LeaderNotAvailableError, NodeError
+from lakelog.ingest_api.errors import LeaderNotAvailableError, NodeError, PeerUnavailableError
 from lakelog.ingest_api.replication.http1 import Http1Error, Http1Pool, Http1Response
-
-
-class PeerUnavailableError(NodeError):
-    """A peer node could not be reached (or its address is unknown); retry."""
-
-    status, error_code = 503, 50308
 
 
 class PeerClient:

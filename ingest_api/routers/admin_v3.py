@@ -9,30 +9,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from lakelog.infra.config import LOG_CONFIG
-from lakelog.ingest_api.errors import NodeError
+from lakelog.ingest_api.errors import BrokerNotFoundError, ClusterNotFoundError, ConfigNotFoundError
 from lakelog.ingest_api.routers.deps import get_node
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 from lakelog.ingest_api.security.middleware import allowed, authorize
 
 router = APIRouter(prefix="/v3", tags=["admin v3"])
-
-
-class ClusterNotFoundError(NodeError):
-    """The cluster id in the path is not this cluster's."""
-
-    status, error_code = 404, 40403
-
-
-class BrokerNotFoundError(NodeError):
-    """No broker with that id."""
-
-    status, error_code = 404, 40403
-
-
-class ConfigNotFoundError(NodeError):
-    """No topic config of that name."""
-
-    status, error_code = 404, 40404
 
 
 class ConfigEntry(BaseModel):
@@ -45,6 +27,7 @@ class CreateTopicRequest(BaseModel):
     partitions_count: int | None = Field(default=None, ge=1)
     replication_factor: int | None = Field(default=None, ge=1)
     configs: list[ConfigEntry] = Field(default_factory=list, max_length=200)
+    validate_only: bool = False
 
 
 class UpdatePartitionCountRequest(BaseModel):
@@ -63,6 +46,18 @@ class AlterConfigEntry(BaseModel):
 
 class AlterConfigsRequest(BaseModel):
     data: list[AlterConfigEntry] = Field(max_length=200)
+    validate_only: bool = False
+
+
+def validate_topic_configs(node: Any, topic: str, set_configs: dict[str, str], delete: list[str]) -> None:
+    """Every check an alter would make, changing nothing (validate_only)."""
+    t = node.topic(topic)
+    for name in [*set_configs, *delete]:
+        if name not in LOG_CONFIG.keys:
+            raise ConfigNotFoundError(f"Config {name} cannot be found.")
+    merged = {k: v for k, v in t.configs.items() if k not in delete}
+    merged.update(set_configs)
+    node.config.log_config(merged)  # raises on a bad value
 
 
 def _base(request: Request) -> str:
@@ -161,8 +156,10 @@ async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Reque
     configs = {c.name: c.value for c in body.configs if c.value is not None}
     if not allowed(request, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka: cluster or topic
         authorize(request, Operation.CREATE, ResourceType.TOPIC, body.topic_name)
-    t = await node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs)
-    return JSONResponse(_topic_body(request, node, t), status_code=201)
+    t = await node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs,
+                                validate_only=body.validate_only)
+    # Confluent: 200 for a dry run (validate_only), 201 when the topic was created.
+    return JSONResponse(_topic_body(request, node, t), status_code=200 if body.validate_only else 201)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}", summary="Describe a topic")
@@ -226,6 +223,9 @@ async def alter_topic_configs(cluster_id: str, topic: str, body: AlterConfigsReq
     node = _cluster(request, cluster_id)
     set_configs = {e.name: e.value for e in body.data if (e.operation or "SET").upper() == "SET" and e.value is not None}
     delete = [e.name for e in body.data if (e.operation or "").upper() == "DELETE"]
+    if body.validate_only:  # Confluent: a dry run, every check and no change
+        validate_topic_configs(node, topic, set_configs, delete)
+        return Response(status_code=204)
     await node.alter_topic_configs(topic, set_configs, delete=delete)
     return Response(status_code=204)
 

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from lakelog.ingest_api.errors import InvalidRequestError, UnsupportedMediaTypeError
-from lakelog.ingest_api.formats import BINARY_V2, JSON, JSON_V2, V2, media_type
+from lakelog.ingest_api.formats import BINARY_V2, JSON, JSON_V2, V2, media_type, records_format
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.consumer import (
     FORMATS,
@@ -177,7 +177,8 @@ async def _find_owner(node: Any, consumers: ConsumerManager, group: str, instanc
 
 @router.post("/consumers/{group}", summary="Create a consumer instance in a group",
              openapi_extra=_body({"type": "object", "properties": {
-                 "name": {"type": "string"}, "format": {"type": "string", "enum": ["binary", "json"]},
+                 "name": {"type": "string"}, "id": {"type": "string", "description": "names the instance; overrides name"},
+                 "format": {"type": "string", "enum": ["binary", "json"]},
                  "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest", "none"]},
                  "auto.commit.enable": {"type": ["string", "boolean"]},
                  "auto.commit.interval.ms": {"type": "integer"}, "session.timeout.ms": {"type": "integer"},
@@ -189,9 +190,10 @@ async def create_instance(group: str, request: Request):
     node, groups, consumers = _state(request)
     validate_name(group, "group")
     doc = await _json_body(request)
-    name = doc.get("name") or consumers.new_name()
+    # Confluent: an explicit `id` names the instance and overrides `name` (KafkaConsumerManager).
+    name = doc.get("id") or doc.get("name") or consumers.new_name()
     if not isinstance(name, str):
-        raise InvalidRequestError("name must be a string")
+        raise InvalidRequestError("id and name must be strings")
     validate_name(name, "instance name")
     cfg = consumers.parse_config(doc)
     if (group, name) in consumers.instances or await _find_owner(node, consumers, group, name) is not None:
@@ -291,8 +293,8 @@ async def records(group: str, instance: str, request: Request,
         return inst
     node = get_node(request)
     want = FORMATS[inst.cfg.format]
-    accept = [media_type(a) for a in (request.headers.get("accept") or "").split(",") if a.strip()]
-    if accept and want not in accept and not any(a in ("*/*", "application/*", JSON) for a in accept):
+    asked = records_format(request.headers.get("accept"))
+    if asked is not None and asked != want:
         raise ConsumerFormatMismatchError("The requested embedded data format does not match the deserializer "
                                           f"for this consumer instance ({want})")
     cfg = node.config
@@ -303,7 +305,8 @@ async def records(group: str, instance: str, request: Request,
 
 
 @router.post("/consumers/{group}/instances/{instance}/offsets",
-             summary="Commit offsets (without a body: the positions, i.e. every record returned so far)",
+             summary="Commit offsets: each entry names the last record consumed and offset + 1 is stored "
+                     "(without a body: the positions, i.e. every record returned so far)",
              openapi_extra=_body({"type": "object", "properties": {"offsets": {"type": "array", "items": _OFFSET_SCHEMA}}},
                                  required=False))
 async def commit_offsets(group: str, instance: str, request: Request):
@@ -313,6 +316,12 @@ async def commit_offsets(group: str, instance: str, request: Request):
         return inst
     doc = await _json_body(request, body)
     offsets = _offsets(doc) if doc.get("offsets") is not None else None
+    if offsets is not None:
+        # Confluent's KafkaConsumerState.commitOffsets: each entry names the last record consumed,
+        # and the group stores the next offset to read (offset + 1), as Kafka's consumers do.
+        if any(o["offset"] >= 2**63 - 1 for o in offsets):
+            raise InvalidRequestError("offset must be below 2^63 - 1")
+        offsets = [{**o, "offset": o["offset"] + 1} for o in offsets]
     committed = await inst.commit(offsets)
     return JSONResponse({"offsets": committed}, media_type=V2)
 

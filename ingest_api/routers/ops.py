@@ -6,6 +6,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from lakelog.ingest_api.error_table import error_body
+from lakelog.ingest_api.errors import NotReadyError
+
 router = APIRouter(tags=["operations"])
 
 
@@ -18,8 +21,8 @@ async def healthz():
 async def readyz(request: Request):
     node = request.app.state.node
     if not node.ready:
-        return JSONResponse({"error_code": 50301, "message": "node is not ready"}, status_code=503,
-                            headers={"Retry-After": "1"})
+        status, body = error_body(NotReadyError("node is not ready"))
+        return JSONResponse(body, status_code=status, headers={"Retry-After": "1"})
     return {"status": "ready", "node_id": node.node_id, "cluster_id": node.cluster_id}
 
 

@@ -148,7 +148,9 @@ async def fetch_records(topic: str, partition: int, request: Request,
                         max_bytes: int | None = Query(None, ge=1, description="most bytes of batches to return"),
                         timeout: int = Query(1000, ge=0, description="ms to wait when no record is there yet")):
     node = get_node(request)
-    fmt = accepted(request.headers.get("accept"), (JSON_V2, BINARY_V2, RECORDBATCH), JSON_V2)
+    # A wildcard (curl's `*/*`) or no Accept gets base64 keys and values: every record can be
+    # rendered that way, and Confluent's resources weight the binary format above JSON.
+    fmt = accepted(request.headers.get("accept"), (JSON_V2, BINARY_V2, RECORDBATCH), BINARY_V2)
     if fmt is None:
         raise NotAcceptableError(f"Accept must allow {JSON_V2}, {BINARY_V2} or {RECORDBATCH}")
     limit = min(max_bytes or node.config.fetch_default_bytes, node.config.fetch_max_bytes)

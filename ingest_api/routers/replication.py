@@ -13,7 +13,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from lakelog.ingest_api.cluster.auth import request_target, verify
-from lakelog.ingest_api.errors import InvalidRequestError, NotReadyError, http_error
+from lakelog.ingest_api.error_table import error_body
+from lakelog.ingest_api.errors import InvalidRequestError, NotReadyError
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.routers.deps import read_body
@@ -63,5 +64,5 @@ async def controller_request(op: str, request: Request):
     try:
         return JSONResponse(await node.run_controller_op(op, doc))
     except Exception as e:
-        status, code, message = http_error(e)
-        return JSONResponse({"error_code": code, "message": message}, status_code=status)
+        status, body = error_body(e)
+        return JSONResponse(body, status_code=status)

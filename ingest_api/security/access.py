@@ -29,6 +29,10 @@ PUBLIC = frozenset({("GET", "/healthz"), ("GET", "/readyz"), ("HEAD", "/healthz"
 #: (method, path template, resource type, path parameter naming it (None = the cluster), operation, kind)
 #: kind: "produce", "fetch", "body" (the router checks more from the body), "" otherwise.
 RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, str]] = [
+    # First: "-" (every topic / broker) must not be read as a topic or broker named "-".
+    ("GET", "/v3/clusters/{cluster_id}/brokers/-/configs", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/-/configs", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/configs:alter", CLUSTER, None, ALTER, ""),  # and ALTER per topic
     ("GET", "/metrics", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/openapi.json", None, None, None, ""),  # authenticated only
     ("GET", "/docs", None, None, None, ""),
@@ -72,6 +76,38 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/v3/clusters/{cluster_id}/quotas", CLUSTER, None, DESCRIBE, ""),
     ("PUT", "/v3/clusters/{cluster_id}/quotas/{principal}", CLUSTER, None, ALTER, ""),
     ("DELETE", "/v3/clusters/{cluster_id}/quotas/{principal}", CLUSTER, None, ALTER, ""),
+    # Confluent v3 produce, consumer groups, configs, replicas, ACL batch; the root.
+    ("GET", "/", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/records", TOPIC, "topic", WRITE, "produce"),
+    ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/records:batch", TOPIC, "topic", WRITE, "produce"),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups/{group}", GROUP, "group", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups/{group}/consumers", GROUP, "group", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups/{group}/consumers/{consumer_id}", GROUP, "group", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups/{group}/consumers/{consumer_id}/assignments",
+     GROUP, "group", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups/{group}/consumers/{consumer_id}/assignments/{topic}"
+     "/partitions/{partition}", GROUP, "group", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups/{group}/lags", GROUP, "group", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups/{group}/lags/{topic}/partitions/{partition}",
+     GROUP, "group", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/consumer-groups/{group}/lag-summary", GROUP, "group", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs:alter", CLUSTER, None, ALTER, ""),
+    ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", CLUSTER, None, DESCRIBE, ""),
+    ("PUT", "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", CLUSTER, None, ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", CLUSTER, None, ALTER, ""),
+    ("GET", "/v3/clusters/{cluster_id}/broker-configs", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/broker-configs:alter", CLUSTER, None, ALTER, ""),
+    ("GET", "/v3/clusters/{cluster_id}/broker-configs/{name}", CLUSTER, None, DESCRIBE, ""),
+    ("PUT", "/v3/clusters/{cluster_id}/broker-configs/{name}", CLUSTER, None, ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/broker-configs/{name}", CLUSTER, None, ALTER, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas/{broker_id}",
+     TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/offset", TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}/partition-replicas", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/acls:batch", CLUSTER, None, ALTER, ""),
     ("POST", "/consumers/{group}", GROUP, "group", READ, ""),
     ("DELETE", "/consumers/{group}/instances/{instance}", GROUP, "group", READ, ""),
     ("POST", "/consumers/{group}/instances/{instance}/subscription", GROUP, "group", READ, "body"),

@@ -1,4 +1,4 @@
-"""Errors of client security; `ingest_api.errors.http_error` maps them through `status`/`error_code`."""
+"""Errors of client security; `ingest_api.error_table` says how each is answered over HTTP."""
 
 from __future__ import annotations
 
@@ -14,21 +14,18 @@ class AuthenticationFailedError(SecurityError):
     """No credentials, unknown user, wrong password, unknown or revoked API key (401 with WWW-Authenticate)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 401, 40101
 
 
 class AuthorizationFailedError(SecurityError):
     """The authenticated principal is not allowed the operation on the resource (an ACL refuses)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 403, 40301
 
 
 class ThrottledError(SecurityError):
     """The principal is over one of its quotas; retry after `retry_after_s`."""
 
     kind = ErrorKind.TRANSIENT
-    status, error_code = 429, 42901
 
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
@@ -39,18 +36,21 @@ class InvalidSecurityRequestError(SecurityError):
     """A malformed user, API key or ACL request."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 400, 40003
 
 
 class SecurityNotFoundError(SecurityError):
     """No such user or API key."""
 
     kind = ErrorKind.NOT_FOUND
-    status, error_code = 404, 40405
 
 
 class RequestBodyTimeout(SecurityError):
     """The client sent its request body too slowly (request.body.timeout.ms)."""
 
     kind = ErrorKind.INVALID_REQUEST
-    status, error_code = 408, 40801
+
+
+class HeadersTooLargeError(SecurityError):
+    """The request's headers are over max.header.bytes (HTTP 431)."""
+
+    kind = ErrorKind.INVALID_REQUEST

@@ -16,7 +16,7 @@ Per request, when on:
      none or a bad one → 401 with `WWW-Authenticate`. Successful checks are cached per header value
      until users or keys change. With authentication off: `User:ANONYMOUS`.
   3. Authorization (authorizer on): the route's requirement (`access.requirement`) against the ACLs
-     → 403 `40301` when refused. Decisions are memoised per (principal, operation, resource).
+     → 403 (`AuthorizationFailedError`) when refused. Decisions are memoised per (principal, operation, resource).
   4. Quotas: the request rate, and the byte rates of produce (the body's length, before it is read)
      and fetch (the response's length, charged once sent) → 429 with `Retry-After` while in debt.
   5. `scope["state"]["principal"]` carries the principal to the routers (`authorize` below).
@@ -40,7 +40,12 @@ from typing import Any
 from lakelog.ingest_api.security import access
 from lakelog.ingest_api.security.acl import Authorizer, Operation, ResourceType
 from lakelog.ingest_api.security.credentials import CredentialCache, parse_api_key, verify_password
-from lakelog.ingest_api.security.errors import AuthorizationFailedError
+from lakelog.ingest_api.security.errors import (
+    AuthenticationFailedError,
+    AuthorizationFailedError,
+    HeadersTooLargeError,
+    ThrottledError,
+)
 from lakelog.ingest_api.security.quotas import FETCH, PRODUCE, REQUEST, QuotaLimits, QuotaManager, parse_overrides
 
 audit_log = logging.getLogger("lakelog.audit")
@@ -200,9 +205,8 @@ class SecurityMiddleware:
         self.ctx = context
         self.error_response = error_response
 
-    async def _refuse(self, scope, receive, send, status: int, code: int, message: str,
-                      headers: dict[str, str] | None = None) -> None:
-        resp = self.error_response(status, code, message)
+    async def _refuse(self, scope, receive, send, exc: Exception, headers: dict[str, str] | None = None) -> None:
+        resp = self.error_response(exc)  # status and error_code from ingest_api.error_table
         for k, v in (headers or {}).items():
             resp.headers[k] = v
         await resp(scope, receive, send)
@@ -214,8 +218,8 @@ class SecurityMiddleware:
         ctx = self.ctx
         method, path = scope["method"], scope["path"]
         if sum(len(k) + len(v) for k, v in scope["headers"]) > ctx.max_header_bytes:
-            await self._refuse(scope, receive, send, 431, 43101,
-                               f"request headers exceed max.header.bytes={ctx.max_header_bytes}")
+            await self._refuse(scope, receive, send, HeadersTooLargeError(
+                f"request headers exceed max.header.bytes={ctx.max_header_bytes}"))
             return
         if method in ("POST", "PUT", "PATCH", "DELETE"):
             receive = _deadline_receive(receive, ctx.body_timeout_s)
@@ -230,8 +234,8 @@ class SecurityMiddleware:
             if principal is None:
                 ctx.audit.refusal("authentication_failed", reason="bad cluster signature", method=method,
                                   path=path, client=_client(scope))
-                await self._refuse(scope, receive, send, 401, 40101,
-                                   "the request's cluster signature does not verify")
+                await self._refuse(scope, receive, send,
+                                   AuthenticationFailedError("the request's cluster signature does not verify"))
                 return
         elif ctx.authentication:
             authz = next((v for k, v in headers if k == b"authorization"), None)
@@ -239,9 +243,9 @@ class SecurityMiddleware:
             if principal is None:
                 ctx.audit.refusal("authentication_failed", reason="missing" if authz is None else "invalid",
                                   method=method, path=path, client=_client(scope))
-                await self._refuse(scope, receive, send, 401, 40101,
-                                   "authentication required" if authz is None else "authentication failed",
-                                   {"WWW-Authenticate": CHALLENGE})
+                await self._refuse(scope, receive, send, AuthenticationFailedError(
+                    "authentication required" if authz is None else "authentication failed"),
+                    {"WWW-Authenticate": CHALLENGE})
                 return
         else:
             principal = ANONYMOUS
@@ -251,14 +255,14 @@ class SecurityMiddleware:
                 if principal not in ctx.super_users:
                     ctx.audit.refusal("authorization_failed", principal=principal, method=method, path=path,
                                       client=_client(scope), reason="no access rule for this path")
-                    await self._refuse(scope, receive, send, 403, 40301, f"{principal} is not authorized")
+                    await self._refuse(scope, receive, send, AuthorizationFailedError(f"{principal} is not authorized"))
                     return
             elif req.operation is not None and req.resource_type is not None:
                 try:
                     ctx.check(principal, req.operation, req.resource_type, req.resource_name, method, path,
                               _client(scope))
                 except AuthorizationFailedError as e:
-                    await self._refuse(scope, receive, send, 403, 40301, str(e))
+                    await self._refuse(scope, receive, send, e)
                     return
         scope.setdefault("state", {})["principal"] = principal
         quotas = ctx.quotas
@@ -272,8 +276,8 @@ class SecurityMiddleware:
         if delay > 0:
             ctx.audit.refusal("throttled", principal=principal, method=method, path=path,
                               client=_client(scope), retry_after_s=round(delay, 3))
-            await self._refuse(scope, receive, send, 429, 42901,
-                               f"{principal} is over its quota; retry in {delay:.3f}s",
+            await self._refuse(scope, receive, send,
+                               ThrottledError(f"{principal} is over its quota; retry in {delay:.3f}s", delay),
                                {"Retry-After": str(max(1, math.ceil(delay)))})
             return
         if kind == "produce":

@@ -111,7 +111,9 @@ async def delete_acls(cluster_id: str, request: Request):
     for d in deleted:
         AuditLog.change("acl_deleted", by=_who(request), acl=d)
     return JSONResponse({"kind": "KafkaAclList", "metadata": {"self": str(request.url), "next": None},
-                         "data": [{"kind": "KafkaAcl", "cluster_id": cluster_id, **d} for d in deleted]})
+                         "data": [{"kind": "KafkaAcl",
+                                   "metadata": {"self": f"{request.base_url}v3/clusters/{cluster_id}/acls"},
+                                   "cluster_id": cluster_id, **d} for d in deleted]})
 
 
 @router.get("/clusters/{cluster_id}/users", summary="List users (names and mechanisms only)")

@@ -154,3 +154,26 @@ def test_produce_then_consume_round_trip_keyed_partitions_and_offsets(node: Node
     # From the end nothing arrives: --timeout-ms ends the consumer, exit 0.
     assert ok(latest) == "" and b"Processed a total of 0 messages" in latest.stderr
     assert failed(past) == "lakelog consume: offset 102 is out of range [0, 101]"
+
+
+def test_readme_curl_fetch_of_cli_records_works_as_written(node: NodeProcess):
+    """README: `curl -s localhost:8082/topics/clicks/partitions/0/records?offset=0` after `lakelog produce`
+    with a key separator. The CLI writes raw text (not JSON), and curl sends `Accept: */*`: the answer is
+    the binary embedded format (base64), which every record can take; JSON only when asked for."""
+    import base64
+
+    import httpx
+
+    url = node.url
+    ok(lakelog(url, "topics", "create", "clicks", "--partitions", "1"))
+    ok(lakelog(url, "produce", "clicks", "--key-separator", ":", stdin=b"user-1:clicked\nuser-2:clicked\n"))
+    for accept in ("*/*", None):
+        r = httpx.get(f"{url}/topics/clicks/partitions/0/records?offset=0", timeout=10,
+                      headers={"Accept": accept} if accept else {})
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"].startswith("application/vnd.kafka.binary.v2+json")
+        assert [(base64.b64decode(x["key"]), base64.b64decode(x["value"])) for x in r.json()] == [
+            (b"user-1", b"clicked"), (b"user-2", b"clicked")]
+    r = httpx.get(f"{url}/topics/clicks/partitions/0/records?offset=0", timeout=10,
+                  headers={"Accept": "application/vnd.kafka.json.v2+json"})
+    assert r.status_code == 406 and r.json()["error_code"] == 40602

@@ -103,9 +103,10 @@ def test_subscribe_consume_commit_and_describe(node):
     committed = httpx.request("GET", f"{base}/offsets", timeout=10,
                               json={"partitions": [{"topic": "orders", "partition": 1}]}).json()["offsets"]
     assert committed == [{"topic": "orders", "partition": 1, "offset": 5, "metadata": ""}]
-    # Explicit commit with metadata, then describe shows it with the lag.
+    # Explicit commit with metadata (the entry names the last record consumed: offset 2 stores 3,
+    # as Confluent's KafkaConsumerState.commitOffsets), then describe shows it with the lag.
     r = httpx.post(f"{base}/offsets", headers=V2, timeout=30,
-                   json={"offsets": [{"topic": "orders", "partition": 0, "offset": 3, "metadata": "half"}]})
+                   json={"offsets": [{"topic": "orders", "partition": 0, "offset": 2, "metadata": "half"}]})
     assert r.status_code == 200, r.text
     d = httpx.get(f"{url}/groups/billing", timeout=30).json()
     assert d["state"] == "Stable" and d["partition_assignor"] == "range" and len(d["members"]) == 1
@@ -201,6 +202,66 @@ def test_stateless_commits_and_manual_assignment(node):
     httpx.delete(sub, timeout=30)
 
 
+def test_new_member_resumes_after_the_last_committed_record(node):
+    """Confluent v2: committing offset N (the last record consumed) stores N + 1, so whoever reads the
+    partition next starts after it: no record is delivered twice."""
+    url = node.url
+    create_topic(url, "resume", 1)
+    produce(url, "resume", 0, [f"r{i}" for i in range(10)])
+    first = new_consumer(url, "resumers", "first")
+    assert httpx.post(f"{first}/subscription", json={"topics": ["resume"]}, headers=V2, timeout=10).status_code == 204
+    got = poll(first, 10)
+    consumed = [r for r in got if r["offset"] <= 4]
+    assert [r["value"] for r in consumed] == [f"r{i}" for i in range(5)]
+    r = httpx.post(f"{first}/offsets", headers=V2, timeout=30,
+                   json={"offsets": [{"topic": "resume", "partition": 0, "offset": consumed[-1]["offset"]}]})
+    assert r.status_code == 200, r.text
+    committed = httpx.request("GET", f"{first}/offsets", timeout=10,
+                              json={"partitions": [{"topic": "resume", "partition": 0}]}).json()["offsets"]
+    assert committed[0]["offset"] == 5
+    assert httpx.delete(first, timeout=30).status_code == 204
+    # A new member of the group (created with Confluent's `id` field, which names the instance).
+    r = httpx.post(f"{url}/consumers/resumers", headers=V2, timeout=30,
+                   json={"id": "second", "name": "ignored", "format": "json", "auto.offset.reset": "earliest",
+                         "auto.commit.enable": "false", "session.timeout.ms": 2000, "heartbeat.interval.ms": 200})
+    assert r.status_code == 200, r.text
+    assert r.json()["instance_id"] == "second" and r.json()["base_uri"].endswith("/consumers/resumers/instances/second")
+    second = r.json()["base_uri"]
+    assert httpx.post(f"{second}/subscription", json={"topics": ["resume"]}, headers=V2, timeout=10).status_code == 204
+    again = poll(second, 5)
+    assert [r["offset"] for r in again] == [5, 6, 7, 8, 9]
+    assert httpx.delete(second, timeout=30).status_code == 204
+
+
+def test_records_accept_negotiation_follows_confluent(node):
+    """The binary reader answers `binary.v2+json` and `application/vnd.kafka.v2+json`; the JSON reader
+    `json.v2+json`; a wildcard leaves the instance's own format; a mismatch is 406 40601."""
+    url = node.url
+    create_topic(url, "negotiate", 1)
+    produce(url, "negotiate", 0, ["a", "b"])
+    binary = new_consumer(url, "negotiators", "bin", format="binary")
+    jsonc = new_consumer(url, "negotiators", "js", format="json")
+    for base in (binary, jsonc):
+        r = httpx.post(f"{base}/assignments", headers=V2, timeout=10,
+                       json={"partitions": [{"topic": "negotiate", "partition": 0}]})
+        assert r.status_code == 204, r.text
+    r = httpx.get(f"{binary}/records", params={"timeout": 1000}, headers={"Accept": "application/vnd.kafka.v2+json"},
+                  timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith(BINARY_V2) and len(r.json()) == 2
+    error(httpx.get(f"{jsonc}/records", params={"timeout": 0}, headers={"Accept": "application/vnd.kafka.v2+json"},
+                    timeout=10), 406, 40601)
+    error(httpx.get(f"{binary}/records", params={"timeout": 0}, headers={"Accept": JSON_V2}, timeout=10), 406, 40601)
+    error(httpx.get(f"{binary}/records", params={"timeout": 0}, headers={"Accept": "text/html"}, timeout=10), 406, 40601)
+    # q-values: JSON preferred over binary picks the JSON reader.
+    r = httpx.get(f"{jsonc}/records", params={"timeout": 1000}, timeout=10,
+                  headers={"Accept": f"{BINARY_V2};q=0.5, {JSON_V2}"})
+    assert r.status_code == 200, r.text
+    assert [x["value"] for x in r.json()] == ["a", "b"]
+    for base in (binary, jsonc):
+        assert httpx.delete(base, timeout=30).status_code == 204
+
+
 def test_bad_requests_get_confluent_errors(node):
     url = node.url
     create_topic(url, "misc", 1)
@@ -233,7 +294,7 @@ def test_bad_requests_get_confluent_errors(node):
                      headers=V2, timeout=30), 413, 41310)
     error(httpx.post(f"{url}/groups/errs/offsets", json={"offsets": [{"topic": "misc", "partition": 9, "offset": 1}]},
                      headers=V2, timeout=30), 404, 40402)
-    error(httpx.get(f"{url}/groups/never-used", timeout=30), 404, 40404)
+    error(httpx.get(f"{url}/groups/never-used", timeout=30), 404, 40405)
     # The internal group calls, and instance requests claiming to be forwarded, need the cluster signature.
     error(httpx.post(f"{url}/internal/groups/list", json={}, timeout=10), 401, 40101)
     error(httpx.get(f"{base}/assignments", headers={"X-Lakelog-Forwarded-By": "2"}, timeout=10), 401, 40101)
@@ -293,7 +354,7 @@ def test_more_partitions_rebalance_the_group(node):
     produce(url, "growing", 3, ["new"])
     assert [r["value"] for r in poll(b, 1)] == ["new"]
     error(httpx.patch(f"{url}/v3/clusters/{cluster_id(url)}/topics/growing", json={"partitions_count": 3},
-                      timeout=30), 422, 42206)
+                      timeout=30), 400, 40002)  # Confluent v3: "Topic already has N partitions."
     for base in (a, b):
         httpx.delete(base, timeout=30)
 

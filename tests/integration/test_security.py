@@ -82,7 +82,8 @@ def _operations(node: NodeProcess) -> list[tuple[str, str]]:
 def _fill(path: str, cid: str) -> str:
     values = {"cluster_id": cid, "topic": "orders", "partition": "0", "group": "g-alice", "instance": "i1",
               "name": "retention.ms", "broker_id": "1", "user": "alice", "key_id": "0123456789abcdef",
-              "principal": "User:alice"}
+              "principal": "User:alice", "topic_name": "orders", "partition_id": "0", "consumer_group_id": "g-alice",
+              "consumer_id": "m1"}
     return re.sub(r"\{([a-z_]+)\}", lambda m: values[m.group(1)], path)
 
 

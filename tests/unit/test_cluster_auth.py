@@ -22,7 +22,7 @@ from lakelog.ingest_api.cluster.auth import (
     sign,
     verify,
 )
-from lakelog.ingest_api.errors import http_error
+from lakelog.ingest_api.error_table import http_error
 
 SECRET = b"0123456789abcdef-cluster-secret"
 OTHER = b"fedcba9876543210-other-secret!!"

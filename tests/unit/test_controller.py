@@ -32,8 +32,8 @@ from lakelog.ingest_api.errors import (
     RequestTooLargeError,
     TopicExistsError,
     TopicNotFoundError,
-    http_error,
 )
+from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.raft.core import Entry, EntryKind
 
 SESSION_MS = 9_000
@@ -397,7 +397,7 @@ def test_heartbeats_with_a_stale_epoch_are_fenced() -> None:
     with pytest.raises(BrokerNotRegisteredError):
         c.controller.heartbeat(9, 1, c.now, caught_up_offset=0)
     assert isinstance(BrokerNotRegisteredError("x"), FencedBrokerError)
-    assert http_error(FencedBrokerError("x"))[:2] == (409, 40903)
+    assert http_error(FencedBrokerError("x"))[:2] == (409, 40907)
 
 
 def test_a_restarted_node_replaces_its_registration_and_loses_its_leaderships() -> None:

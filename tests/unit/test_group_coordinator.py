@@ -23,6 +23,8 @@ SESSION = 10_000
 
 def coordinator(**kw) -> GroupCoordinator:
     ids = itertools.count(1)
+    # No initial rebalance delay unless a test asks for one (the key's default is 3000 ms).
+    kw.setdefault("initial_rebalance_delay_ms", 0)
     c = GroupCoordinator(CoordinatorConfig(min_session_timeout_ms=1000, **kw), lambda client: f"{client}-{next(ids)}")
     return c
 

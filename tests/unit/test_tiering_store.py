@@ -178,7 +178,7 @@ def test_compare_and_swap_loses_no_update_across_threads(store):
 
 def test_compare_and_swap_loses_no_update_across_processes(store):
     store.put("counter", b"0")
-    code = ("import sys; from tiering.fs_store import FileSystemStore;"
+    code = ("import sys; from lakelog.tiering.fs_store import FileSystemStore;"
             "from tests.unit.test_tiering_store import _cas_increment;"
             "_cas_increment(FileSystemStore(sys.argv[1]), 'counter', 30)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(store.root)],

@@ -1,0 +1,505 @@
+"""Lakelog's producer: Kafka's client semantics over the binary path.
+
+    from lakelog.cli import Producer
+    p = Producer({"bootstrap.servers": "http://127.0.0.1:8082", "linger.ms": 5, "acks": "all"})
+    fut = p.produce("clicks", value=b"...", key=b"user-1")      # a RecordFuture
+    p.flush(); fut.result()                                      # RecordMetadata(topic, partition, offset, timestamp)
+
+Records are appended to a batch per partition; a batch is sealed when it reaches `batch.size`
+bytes or is `linger.ms` old (or on `flush()`), built as one RecordBatch v2 (records encoded natively
+by `_batchbuild`, compressed with `compression.type`) and POSTed as
+`application/vnd.kafka.recordbatch` to `/topics/{t}/partitions/{p}?acks=` over keep-alive HTTP/1.1
+connections. Any node accepts it (it forwards to the partition's leader).
+
+Partitioning as Kafka's default partitioner: an explicit partition; else a key's
+`(murmur2(key) & 0x7fffffff) % partitions`; else a sticky partition per topic that changes when its
+batch is sealed.
+
+Idempotence (`enable.idempotence`, on by default, as in Kafka 3+): the producer gets a producer id
+(`POST /producers`); each partition's batches carry consecutive sequences; a batch that failed with
+a retriable error (connection lost, timeout, 503 / 504 / 429) is sent again, to the next node of
+`bootstrap.servers`, with the same bytes and sequence, until `delivery.timeout.ms` — the node answers
+a duplicate with its original offsets, so a retry never writes twice. After a batch fails for
+good, the producer takes a new producer id (sequences restart), as Kafka's producer resets.
+
+Ordering and in-flight requests: HTTP does not order requests across connections the way Kafka's
+protocol orders them on one connection, so each partition has at most one batch in flight (its
+order is kept, retries included); `max.in.flight.requests.per.connection` bounds how many partitions
+are in flight at once (the size of the connection pool's worker set).
+
+Bounds: `buffer.memory` (produce blocks up to `max.block.ms` when the unsent bytes reach it, then
+raises BufferError), `max.request.size` (a bigger record is refused), `batch.size`,
+`delivery.timeout.ms`, `request.timeout.ms`, `retry.backoff.ms` / `retry.backoff.max.ms`.
+
+Threads: `produce()` may be called from any thread; one sender thread seals and ships batches on a
+small worker pool; futures complete and `on_delivery(err, metadata)` callbacks run on those threads.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Sequence
+from urllib.parse import quote
+
+import httpx
+
+from lakelog.infra.errors import ErrorKind, LakelogError
+from lakelog.cli.batching import CODECS, build_producer_batch, record_size_estimate
+from lakelog.ingest_api.partitioner import partition_for_key
+
+RECORDBATCH = "application/vnd.kafka.recordbatch"
+_SEQUENCE_MOD = 2**31
+
+#: Kafka's producer configs this client takes, with Kafka's defaults.
+DEFAULTS: dict[str, Any] = {
+    "bootstrap.servers": "http://127.0.0.1:8082",
+    "client.id": "",
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.size": 16384,
+    "compression.type": "none",
+    "enable.idempotence": True,
+    "max.in.flight.requests.per.connection": 5,
+    "retries": 2**31 - 1,
+    "retry.backoff.ms": 100,
+    "retry.backoff.max.ms": 1000,
+    "delivery.timeout.ms": 120000,
+    "request.timeout.ms": 30000,
+    "buffer.memory": 32 * 1024 * 1024,
+    "max.block.ms": 60000,
+    "max.request.size": 1024 * 1024,
+    "metadata.max.age.ms": 300000,
+}
+_RETRIABLE_STATUS = (408, 429, 500, 502, 503, 504)
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    offset: int  # -1 with acks=0
+    timestamp: int
+
+
+class ProduceError(LakelogError):
+    """A produce failed: the node's status, Confluent error code and message (or a transport error)."""
+
+    kind = ErrorKind.TRANSIENT
+
+    def __init__(self, message: str, status: int = 0, error_code: int = 0, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.error_code, self.retriable = status, error_code, retriable
+
+
+def _bool(v: Any) -> bool:
+    return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1", "yes")
+
+
+class _BatchOutcome:
+    """What every record of one batch waits for: one event, the base offset or the error."""
+
+    __slots__ = ("event", "base", "error", "waiters")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.base = -1
+        self.error: Exception | None = None
+        self.waiters: list[tuple["RecordFuture", Callable]] | None = None
+
+
+class RecordFuture:
+    """The delivery of one record: `result(timeout)` -> RecordMetadata (or raises the error),
+    `exception(timeout)`, `done()`, `add_done_callback(fn)` (fn(future), on the sender's thread or
+    at once when already done). Lighter than concurrent.futures.Future: the records of a batch
+    share one event."""
+
+    __slots__ = ("_outcome", "_index", "_topic", "_partition", "_timestamp")
+
+    def __init__(self, outcome: _BatchOutcome, index: int, topic: str, partition: int, timestamp: int) -> None:
+        self._outcome, self._index = outcome, index
+        self._topic, self._partition, self._timestamp = topic, partition, timestamp
+
+    def done(self) -> bool:
+        return self._outcome.event.is_set()
+
+    def exception(self, timeout: float | None = None) -> Exception | None:
+        if not self._outcome.event.wait(timeout):
+            raise TimeoutError("the record is not delivered yet")
+        return self._outcome.error
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        base = self._outcome.base
+        return RecordMetadata(self._topic, self._partition, base + self._index if base >= 0 else -1, self._timestamp)
+
+    def add_done_callback(self, fn: Callable[["RecordFuture"], Any]) -> None:
+        o = self._outcome
+        with _CALLBACK_LOCK:
+            if not o.event.is_set():
+                if o.waiters is None:
+                    o.waiters = []
+                o.waiters.append((self, fn))
+                return
+        fn(self)
+
+
+_CALLBACK_LOCK = threading.Lock()
+
+
+@dataclass
+class _Batch:
+    topic: str
+    partition: int
+    created: float
+    records: list[tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]] = field(default_factory=list)
+    outcome: _BatchOutcome = field(default_factory=_BatchOutcome)
+    callbacks: list[tuple[int, Callable]] = field(default_factory=list)
+    size: int = 0
+    attempts: int = 0
+    payload: bytes | None = None  # built once: a retry resends the same bytes and sequence
+    producer: tuple[int, int] | None = None
+
+
+class Producer:
+    def __init__(self, config: dict[str, Any] | None = None, *, http_options: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        """`config`: Kafka's producer config names (or keyword arguments with `_` for `.`);
+        `http_options`: passed to httpx.Client (auth, verify, headers) for secured clusters."""
+        cfg = dict(DEFAULTS)
+        given = {**(config or {}), **{k.replace("_", "."): v for k, v in kwargs.items()}}
+        for k, v in given.items():
+            if k not in DEFAULTS:
+                raise ValueError(f"unknown producer config {k!r}")
+            cfg[k] = v
+        # Idempotence by default, as Kafka: if the cluster's ACLs refuse a producer id to this
+        # principal (403 on POST /producers) and the user did not ask for idempotence, go on without.
+        self._idempotence_explicit = "enable.idempotence" in given
+        self.servers = [s.strip().rstrip("/") for s in str(cfg["bootstrap.servers"]).split(",") if s.strip()]
+        if not self.servers:
+            raise ValueError("bootstrap.servers is empty")
+        self.acks = {"-1": "all", "all": "all", "1": "1", "0": "0"}.get(str(cfg["acks"]).lower())
+        if self.acks is None:
+            raise ValueError("acks must be all, -1, 1 or 0")
+        codec = str(cfg["compression.type"]).lower()
+        if codec not in CODECS:
+            raise ValueError(f"compression.type must be one of {sorted(CODECS)}")
+        self.compression = CODECS[codec]
+        self.linger_s = max(0, int(cfg["linger.ms"])) / 1000
+        self.batch_size = max(1, int(cfg["batch.size"]))
+        self.idempotent = _bool(cfg["enable.idempotence"])
+        self.max_in_flight = max(1, int(cfg["max.in.flight.requests.per.connection"]))
+        self.retries = max(0, int(cfg["retries"]))
+        self.backoff_s = int(cfg["retry.backoff.ms"]) / 1000
+        self.backoff_max_s = int(cfg["retry.backoff.max.ms"]) / 1000
+        self.delivery_timeout_s = int(cfg["delivery.timeout.ms"]) / 1000
+        self.request_timeout_s = int(cfg["request.timeout.ms"]) / 1000
+        self.buffer_memory = int(cfg["buffer.memory"])
+        self.max_block_s = int(cfg["max.block.ms"]) / 1000
+        self.max_request_size = int(cfg["max.request.size"])
+        self.client_id = str(cfg["client.id"])
+        self.metadata_max_age_s = int(cfg["metadata.max.age.ms"]) / 1000
+        self._http = httpx.Client(timeout=httpx.Timeout(self.request_timeout_s + 5, connect=5),
+                                  limits=httpx.Limits(max_connections=self.max_in_flight + 1,
+                                                      max_keepalive_connections=self.max_in_flight + 1),
+                                  **(http_options or {}))
+        self.requests = 0  # produce requests sent (retries included)
+        self._node = 0  # index into servers: where requests go; moves on a retriable failure
+        self._cond = threading.Condition()
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._queued: dict[tuple[str, int], deque[_Batch]] = {}
+        self._in_flight: set[tuple[str, int]] = set()
+        self._buffered = 0
+        self._pending = 0  # records not yet completed
+        self._partitions: dict[str, int] = {}
+        self._partitions_at: dict[str, float] = {}
+        self._sticky: dict[str, int] = {}
+        self._producer_id: tuple[int, int] | None = None
+        self._sequences: dict[tuple[str, int], int] = {}
+        self._flushing = 0
+        self._id_lock = threading.Lock()  # one producer id and one sequence counter, across workers
+        self._closed = False
+        self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="lakelog-producer")
+        self._sender = threading.Thread(target=self._run, name="lakelog-producer-sender", daemon=True)
+        self._sender.start()
+
+    # ------------------------------------------------------------------ public API
+
+    def partitions_for(self, topic: str) -> int:
+        """The topic's partition count (cached; asked of the cluster again after metadata.max.age.ms)."""
+        n = self._partitions.get(topic)
+        if n is None or time.monotonic() - self._partitions_at.get(topic, 0.0) > self.metadata_max_age_s:
+            doc = self._get_json(f"/topics/{quote(topic, safe='')}")
+            n = len(doc["partitions"])
+            self._partitions[topic] = n
+            self._partitions_at[topic] = time.monotonic()
+        return n
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
+                partition: int | None = None, headers: Sequence[tuple[str, bytes | None]] | None = None,
+                timestamp: int | None = None, on_delivery: Callable[[Exception | None, RecordMetadata | None], Any]
+                | None = None) -> RecordFuture:
+        """Queue one record; returns a RecordFuture of its RecordMetadata. Raises ProduceError at once for an
+        unknown topic or partition or a record over max.request.size, BufferError when the buffer
+        stays full for max.block.ms."""
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        key = _as_bytes(key, "key")
+        value = _as_bytes(value, "value")
+        hdrs = tuple((str(n), _as_bytes(v, "header value")) for n, v in (headers or ()))
+        size = record_size_estimate(key, value, hdrs)
+        if size + 61 > self.max_request_size:
+            raise ProduceError(f"the record is {size} bytes, over max.request.size={self.max_request_size}",
+                               413, 41301)
+        n = self.partitions_for(topic)
+        if partition is None:
+            partition = partition_for_key(key, n) if key is not None else self._sticky_partition(topic, n)
+        elif not 0 <= partition < n:
+            raise ProduceError(f"Partition {partition} of topic {topic} not found.", 404, 40402)
+        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
+        deadline = time.monotonic() + self.max_block_s
+        with self._cond:
+            while self._buffered + size > self.buffer_memory and self._buffered > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BufferError(f"buffer.memory={self.buffer_memory} is full after max.block.ms")
+                self._cond.wait(left)
+            tp = (topic, partition)
+            b = self._open.get(tp)
+            wake = False  # the sender sleeps until linger.ms of the oldest batch: wake it only when needed
+            if b is not None and b.size + size > self.batch_size and b.records:
+                self._seal(tp)
+                b, wake = None, True
+            if b is None:
+                b = self._open[tp] = _Batch(topic, partition, time.monotonic())
+                wake = True
+            fut = RecordFuture(b.outcome, len(b.records), topic, partition, ts)
+            if on_delivery is not None:
+                b.callbacks.append((len(b.records), on_delivery))
+            b.records.append((ts, key, value, hdrs))
+            b.size += size
+            self._buffered += size
+            self._pending += 1
+            if b.size >= self.batch_size:
+                self._seal(tp)
+                wake = True
+            if wake:
+                self._cond.notify_all()
+        return fut
+
+    send = produce
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued and wait for it; returns how many records are still pending."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._flushing += 1
+            try:
+                for tp in list(self._open):
+                    self._seal(tp)
+                self._cond.notify_all()
+                while self._pending:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._cond.wait(left if left is not None else 0.5)
+                return self._pending
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._sender.join(5)
+        self._pool.shutdown(wait=True)
+        self._http.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ batching
+
+    def _sticky_partition(self, topic: str, n: int) -> int:
+        p = self._sticky.get(topic)
+        if p is None or p >= n:
+            p = self._sticky[topic] = random.randrange(n)
+        return p
+
+    def _seal(self, tp: tuple[str, int]) -> None:
+        """Move the open batch of `tp` to its queue (caller holds the lock)."""
+        b = self._open.pop(tp, None)
+        if b is None or not b.records:
+            return
+        self._queued.setdefault(tp, deque()).append(b)
+        topic = tp[0]
+        n = self._partitions.get(topic, 1)
+        if self._sticky.get(topic) == tp[1] and n > 1:  # Kafka's sticky partitioner: a new one per batch
+            self._sticky[topic] = random.choice([p for p in range(n) if p != tp[1]])
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._closed and not self._pending:
+                    return
+                now = time.monotonic()
+                next_wake = 0.05
+                for tp, b in list(self._open.items()):
+                    age = now - b.created
+                    if age >= self.linger_s:
+                        self._seal(tp)
+                    else:
+                        next_wake = min(next_wake, self.linger_s - age)
+                ready = [tp for tp, q in self._queued.items() if q and tp not in self._in_flight]
+                for tp in ready[: self.max_in_flight - len(self._in_flight)]:
+                    self._in_flight.add(tp)
+                    self._pool.submit(self._ship, self._queued[tp][0])
+                self._cond.wait(next_wake)
+
+    # ------------------------------------------------------------------ sending
+
+    def _payload(self, b: _Batch) -> bytes:
+        if b.payload is not None:
+            return b.payload
+        with self._id_lock:
+            pid, epoch, seq = -1, -1, -1
+            if self.idempotent:
+                if self._producer_id is None:
+                    try:
+                        doc = self._post_json("/producers")
+                    except ProduceError as e:
+                        if e.status != 403 or self._idempotence_explicit:
+                            raise
+                        self.idempotent = False  # not allowed a producer id: plain batches from now on
+                        doc = None
+                    if doc is not None:
+                        self._producer_id = (int(doc["producer_id"]), int(doc["producer_epoch"]))
+            if self.idempotent and self._producer_id is not None:
+                pid, epoch = self._producer_id
+                tp = (b.topic, b.partition)
+                seq = self._sequences.get(tp, 0)
+                self._sequences[tp] = (seq + len(b.records)) % _SEQUENCE_MOD
+                b.producer = self._producer_id
+        b.payload = build_producer_batch(b.records, compression=self.compression, producer_id=pid,
+                                         producer_epoch=epoch, base_sequence=seq)
+        return b.payload
+
+    def _ship(self, b: _Batch) -> None:
+        tp = (b.topic, b.partition)
+        error: Exception | None = None
+        base = -1
+        while True:
+            try:
+                payload = self._payload(b)
+                base = self._send(b.topic, b.partition, payload)
+                break
+            except ProduceError as e:
+                error = e
+            except httpx.HTTPError as e:
+                error = ProduceError(f"cannot reach {self.servers[self._node]}: {e}", retriable=True)
+            b.attempts += 1
+            expired = time.monotonic() - b.created >= self.delivery_timeout_s
+            if not getattr(error, "retriable", False) or b.attempts > self.retries or expired:
+                break
+            self._node = (self._node + 1) % len(self.servers)  # retry through another node
+            time.sleep(min(self.backoff_max_s, self.backoff_s * 2 ** min(b.attempts - 1, 10)))
+            error = None
+        # Futures and callbacks complete before the records stop counting as pending: when flush()
+        # returns, every future is done and every callback has run (as Kafka's flush).
+        o = b.outcome
+        o.base, o.error = base, error
+        with _CALLBACK_LOCK:
+            o.event.set()
+            waiters, o.waiters = o.waiters or [], None
+        for i, cb in b.callbacks:
+            md = None if error is not None else RecordMetadata(b.topic, b.partition, base + i if base >= 0 else -1,
+                                                               b.records[i][0])
+            try:
+                cb(error, md)
+            except Exception:  # a failing callback must not stop the sender
+                pass
+        for fut, fn in waiters:
+            try:
+                fn(fut)
+            except Exception:
+                pass
+        with self._cond:
+            q = self._queued.get(tp)
+            if q and q[0] is b:
+                q.popleft()
+            self._in_flight.discard(tp)
+            self._buffered -= b.size
+            self._pending -= len(b.records)
+            if error is not None and self.idempotent and b.producer is not None and b.producer == self._producer_id:
+                # The sequence of this partition has a hole now: start over with a new producer id.
+                self._producer_id = None
+                self._sequences.clear()
+                for other_tp, queued in self._queued.items():
+                    for other in queued:  # not yet sent (an in-flight batch keeps its bytes for its retries)
+                        if other_tp not in self._in_flight and other.attempts == 0:
+                            other.payload = None
+            self._cond.notify_all()
+
+    def _send(self, topic: str, partition: int, payload: bytes) -> int:
+        url = f"{self.servers[self._node]}/topics/{quote(topic, safe='')}/partitions/{partition}"
+        self.requests += 1
+        r = self._http.post(url, params={"acks": self.acks}, content=payload,
+                            headers={"Content-Type": RECORDBATCH, "Accept": "application/vnd.kafka.v2+json"})
+        if r.status_code != 200:
+            raise _error(r)
+        offsets = r.json().get("offsets") or []
+        return int(offsets[0]["offset"]) if offsets else -1
+
+    def _get_json(self, path: str) -> dict[str, Any]:
+        return self._request("GET", path)
+
+    def _post_json(self, path: str) -> dict[str, Any]:
+        return self._request("POST", path)
+
+    def _request(self, method: str, path: str) -> dict[str, Any]:
+        last: Exception | None = None
+        for i in range(len(self.servers)):
+            server = self.servers[(self._node + i) % len(self.servers)]
+            try:
+                r = self._http.request(method, server + path)
+            except httpx.HTTPError as e:
+                last = ProduceError(f"cannot reach {server}: {e}", retriable=True)
+                continue
+            if r.status_code == 200:
+                return r.json()
+            err = _error(r)
+            if not err.retriable:
+                raise err
+            last = err
+        assert last is not None
+        raise last
+
+
+def _as_bytes(v: Any, what: str) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    raise TypeError(f"{what} must be bytes, str or None")
+
+
+def _error(r: httpx.Response) -> ProduceError:
+    try:
+        doc = r.json()
+        code, message = int(doc.get("error_code", r.status_code)), str(doc.get("message", r.text[:200]))
+    except ValueError:
+        code, message = r.status_code, r.text[:200]
+    return ProduceError(message, r.status_code, code, retriable=r.status_code in _RETRIABLE_STATUS)
