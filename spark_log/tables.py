@@ -4,7 +4,9 @@
 and `date` (the UTC day of the record's timestamp), with the data source's columns. With the topic
 config `value.schema` (a Spark DDL string such as `id BIGINT, amount DOUBLE`), JSON values are
 also parsed into those typed columns. Compacted topics also get `<remote>/tables/<topic>_latest`:
-the latest record per (partition, key), tombstoned keys left out, rewritten at each sync.
+the latest record per (partition, key), tombstoned keys left out: written whole by the first sync,
+then kept by one Delta MERGE per sync of the new rows' latest record per key (a newer value
+updates or inserts, a newer tombstone deletes), so a sync reads only what it appends.
 
 With the topic config (or `--config`) `schema.registry.url` naming a Lakelog node (any node serves
 the Schema Registry), values in Confluent's wire format are decoded by the schema their id names,
@@ -83,8 +85,11 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
         if clash:
             raise ValueError(f"value.schema of {topic} names columns the table already has: {sorted(clash)}")
         new = new.withColumn("_parsed", parsed).select(*new.columns, *[F.col("_parsed." + n).alias(n) for n in names])
+    compacted = "compact" in {p.strip() for p in config.get("cleanup.policy", "delete").split(",")}
+    latest_exists = compacted and _table_exists(spark, tables_path(remote, topic + LATEST_SUFFIX))
     new = new.persist()
     errors_added = 0
+    latest_path = None
     try:
         added = new.count()
         version = sum(starts.values())
@@ -92,6 +97,8 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
             (new.write.format("delta").mode("append").partitionBy("partition", "date")
              .option("txnAppId", f"lakelog-sync-{topic}").option("txnVersion", version)
              .option("mergeSchema", "true").save(path))
+            if latest_exists:
+                latest_path = merge_latest_table(spark, remote, topic, new)
         if dead is not None:
             dead = dead.persist()
             errors_added = dead.count()
@@ -103,9 +110,7 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
         new.unpersist()
         if dead is not None:
             dead.unpersist()
-    latest_path = None
-    if "compact" in {p.strip() for p in config.get("cleanup.policy", "delete").split(",")} and \
-            _table_exists(spark, path) and (added or not _table_exists(spark, tables_path(remote, topic + LATEST_SUFFIX))):
+    if compacted and not latest_exists and _table_exists(spark, path):
         latest_path = write_latest_table(spark, remote, topic)
     return {"topic": topic, "table": path, "rows_added": added, "latest_table": latest_path,
             "errors_added": errors_added, "seconds": time.monotonic() - started}
@@ -183,6 +188,32 @@ def _decode_by_schema_ids(df, registry: str):
     dead = dead.select("partition", "offset", "timestamp", "key", "value", "_schema_id", "reason", "date") \
         .withColumnRenamed("_schema_id", "schema_id")
     return rows, dead
+
+
+def _latest_per_key(df):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
+    return df.where(F.col("key").isNotNull()).withColumn("_rank", F.row_number().over(w)) \
+        .where("_rank = 1").drop("_rank")
+
+
+def merge_latest_table(spark, remote: str, topic: str, new) -> str:
+    """Fold the rows just appended into `<topic>_latest` with one Delta MERGE of their latest record
+    per (partition, key): a newer value replaces or inserts, a newer tombstone deletes; a row not
+    newer than the table's (a retried sync) changes nothing. Reads only the new rows."""
+    from delta.tables import DeltaTable
+
+    path = tables_path(remote, topic + LATEST_SUFFIX)
+    source = _latest_per_key(new)
+    (DeltaTable.forPath(spark, path).alias("t")
+     .merge(source.alias("s"), "t.partition = s.partition AND t.key = s.key")
+     .whenMatchedDelete(condition="s.value IS NULL AND s.offset > t.offset")
+     .whenMatchedUpdateAll(condition="s.offset > t.offset")
+     .whenNotMatchedInsertAll(condition="s.value IS NOT NULL")
+     .execute())
+    return path
 
 
 def write_latest_table(spark, remote: str, topic: str) -> str:
