@@ -7,7 +7,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-console bench-peer clean
+.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer clean
 
 setup: venv jars console
 
@@ -63,6 +63,10 @@ bench-tiering: setup
 
 bench-spark: setup
 	$(BIN)/python bench/spark.py
+
+# SQL answers through `lakelog sql-server` against a one-shot run, a few minutes.
+bench-sql: setup
+	$(BIN)/python bench/sql.py
 
 # The web console's JSON with 2,000 topics (creating them takes a few minutes).
 bench-console: setup

@@ -1,19 +1,22 @@
-"""Benchmarks of the Spark side: jobs over the remote tier and the `lakelog` data source.
+"""Benchmarks of the Spark side: the `lakelog` data source and the jobs over the remote tier.
 
 Every figure is a ratio against a baseline measured in the same run, in the same Spark session,
-over the same bytes of the same filesystem store (local Spark, `local[*]`):
+over the same rows in the same store (the filesystem store, and moto's S3 server through S3A),
+Spark `local[*]`; each timing is the best of `--repeat` runs after a warm-up, lakelog and baseline
+alternating:
 
-  compaction       `lakelog jobs run compaction --force` over a compacted topic's remote tier
-                   vs a plain Spark job that reads every remote `.log` object and writes its bytes
-                   back as new objects, with no logic (one task per partition, as compaction)
-  rebuild-index    `rebuild-index --all` (CRC-checked read + index build + write) vs Spark tasks
-                   that only read the same `.log` objects (one task per segment, as the job)
-  sync-tables      rows/s of a first sync of the topic into a fresh Delta table (no baseline in
-                   the issue; the data-source scan below is its read half)
-  scan             `spark.read.format("lakelog")` with an aggregation that touches every column
-                   vs the same query over the same records stored as Parquet
+  scan value      `spark.read.format("lakelog")` with `sum(length(value))`       target >= 0.8x
+                  vs the same query over the same rows stored as Parquet in the same store
+  count()         `count()` of the data source (every column is decoded: Spark 4.2's Python data
+                  sources get no column pruning) vs `count()` of the Parquet copy   target >= 0.5x;
+                  also `count()` through `.schema("offset BIGINT")` (only offsets decoded)
+  sync-tables     a first `sync-tables` of the topic (Delta table + `<topic>_latest`) vs a plain
+                  Parquet -> Delta append of the same rows, partitioned the same way
+  compaction      `compaction --force` (MB of `.log` per second) vs a plain Spark latest value per
+                  key over the Parquet copy, written back as Parquet
+  rebuild-index   `rebuild-index --all` vs Spark tasks that only read the same `.log` objects
 
-    .venv/bin/python bench/spark.py [--records N] [--no-write] [--note "..."]
+    .venv/bin/python bench/spark.py [--records N] [--value-bytes B] [--stores fs,s3] [--no-write] [--note "..."]
 
 Writes the "spark" section of docs/benchmarks.md.
 """
@@ -32,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import MB, OtherCpu, conditions, git_revision, machine_info, markdown_table, rewrite_section, text_table  # noqa: E402
+from bench.harness import MB, OtherCpu, conditions, git_revision, load_average, machine_info, markdown_table, rewrite_section, text_table  # noqa: E402
 from lakelog.infra.config import LogConfig  # noqa: E402
 from lakelog.logstore.log import PartitionLog  # noqa: E402
 from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
@@ -73,21 +76,6 @@ def build_remote(root: Path, records: int, value_bytes: int, keys: int) -> tuple
     return (root / "remote").as_uri(), size
 
 
-def _copy_task(args):
-    """Baseline: read every .log of a partition and write the bytes back as new objects."""
-    remote, topic, partition = args
-    from lakelog.tiering.remote_scan import load_manifest, open_remote
-
-    store = open_remote(remote)
-    n = 0
-    for seg in load_manifest(store, topic, partition).copy_finished:
-        key = f"{topic}-{partition}/{seg.base_offset:020d}-{seg.segment_id}.log"
-        data = store.get_range(key, 0, seg.size_in_bytes)
-        store.put(f"copies/{topic}-{partition}/{seg.segment_id}.log", data)
-        n += len(data)
-    return n
-
-
 def _read_task(args):
     """Baseline: read one segment's .log object."""
     remote, topic, partition, base, sid, size = args
@@ -96,118 +84,211 @@ def _read_task(args):
     return len(open_remote(remote).get_range(f"{topic}-{partition}/{base:020d}-{sid}.log", 0, size))
 
 
+def copy_store(src_url: str, dst_url: str) -> None:
+    """Every object of one remote root into another (a fresh copy for a job that rewrites it)."""
+    from lakelog.tiering.remote_scan import open_remote
+
+    src, dst = open_remote(src_url), open_remote(dst_url)
+    try:
+        for info in src.list(""):
+            dst.put(info.key, src.get_range(info.key, 0, info.size) if info.size else b"")
+    finally:
+        src.close()
+        dst.close()
+
+
+def best(cases: dict, repeat: int) -> dict[str, float]:
+    """Best wall time of each case over `repeat` alternating rounds."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeat):
+        for name, fn in cases.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: min(v) for name, v in times.items()}
+
+
+def run_store(spark, label: str, remote_src: str, fresh, parquet_root: str, log_bytes: int, args,
+              rows: list[list[str]], where: list[str]) -> None:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from lakelog.spark_log.jobs import run_job
+    from lakelog.tiering.remote_scan import load_manifest, open_remote
+
+    df = spark.read.format("lakelog").option("remote", remote_src).option("topic", TOPIC).load()
+    narrow = spark.read.format("lakelog").schema("offset BIGINT").option("remote", remote_src) \
+        .option("topic", TOPIC).load()
+    parquet = parquet_root + "/rows"
+    df.write.mode("overwrite").parquet(parquet)
+    pq = spark.read.parquet(parquet)
+    n = pq.count()
+
+    # -- scan touching value, and count()
+    t = best({"lakelog": lambda: df.agg(F.sum(F.length("value"))).collect(),
+              "parquet": lambda: pq.agg(F.sum(F.length("value"))).collect()}, args.repeat)
+    rows.append([f"{label}: scan value (rows/s)", f"{n / t['lakelog']:,.0f}", f"{n / t['parquet']:,.0f}",
+                 f"{t['parquet'] / t['lakelog']:.2f}x", f"{n:,} rows, `sum(length(value))`; target 0.8x"])
+    t = best({"lakelog": lambda: df.count(), "narrow": lambda: narrow.count(), "parquet": lambda: pq.count()},
+             args.repeat)
+    rows.append([f"{label}: count() (rows/s)", f"{n / t['lakelog']:,.0f}", f"{n / t['parquet']:,.0f}",
+                 f"{t['parquet'] / t['lakelog']:.2f}x",
+                 f"target 0.5x; through `.schema(\"offset BIGINT\")`: {n / t['narrow']:,.0f} rows/s = "
+                 f"{t['parquet'] / t['narrow']:.2f}x"])
+
+    # -- sync-tables vs a plain Parquet -> Delta append
+    delta = parquet_root + "/delta-baseline"
+    t0 = time.perf_counter()
+    (pq.withColumn("date", F.date_from_unix_date(F.floor(F.unix_millis("timestamp") / 86_400_000).cast("int")))
+     .write.format("delta").mode("append").partitionBy("partition", "date").save(delta))
+    base_s = time.perf_counter() - t0
+    remote = fresh("sync")
+    t0 = time.perf_counter()
+    sync = run_job(spark, "sync-tables", remote)
+    sync_s = time.perf_counter() - t0
+    added = sync.totals["rows_added"]
+    rows.append([f"{label}: sync-tables (rows/s)", f"{added / sync_s:,.0f}", f"{n / base_s:,.0f}",
+                 f"{base_s / sync_s:.2f}x", f"{added:,} rows; includes rewriting `{TOPIC}_latest`"])
+
+    # -- compaction vs a plain latest-value-per-key rewrite
+    w = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
+    t0 = time.perf_counter()
+    (pq.withColumn("_r", F.row_number().over(w)).where("_r = 1").drop("_r")
+     .write.mode("overwrite").parquet(parquet_root + "/latest-baseline"))
+    base_s = time.perf_counter() - t0
+    remote = fresh("compaction")
+    t0 = time.perf_counter()
+    summary = run_job(spark, "compaction", remote, force=True, delete_delay_ms=0)
+    comp_s = time.perf_counter() - t0
+    rows.append([f"{label}: compaction (MB/s of log)", f"{log_bytes / MB / comp_s:.1f}", f"{log_bytes / MB / base_s:.1f}",
+                 f"{base_s / comp_s:.2f}x",
+                 f"records {summary.totals['records_read']:,} -> {summary.totals['records_kept']:,}"])
+
+    # -- rebuild-index vs raw read
+    remote = fresh("rebuild")
+    store = open_remote(remote)
+    tasks = [(remote, TOPIC, p, s.base_offset, s.segment_id, s.size_in_bytes)
+             for p in range(PARTITIONS) for s in load_manifest(store, TOPIC, p).copy_finished]
+    store.close()
+    t0 = time.perf_counter()
+    read = sum(spark.sparkContext.parallelize(tasks, len(tasks)).map(_read_task).collect())
+    raw_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rb = run_job(spark, "rebuild-index", remote, rebuild_all=True)
+    rebuild_s = time.perf_counter() - t0
+    assert read == log_bytes
+    rows.append([f"{label}: rebuild-index --all (MB/s)", f"{log_bytes / MB / rebuild_s:.1f}",
+                 f"{log_bytes / MB / raw_s:.1f}", f"{raw_s / rebuild_s:.2f}x",
+                 f"{rb.totals['segments']} segments; tasks {rb.phases['tasks_s']:.1f} s, the _remote_index "
+                 f"Delta table {rb.phases['table_s']:.1f} s"])
+
+
+def decode_profile(remote_src: str) -> str:
+    """Where the data source's time goes in one task: decoding one segment with every column."""
+    from lakelog.tiering.remote_scan import iter_segment_arrow, load_manifest, open_remote
+
+    store = open_remote(remote_src)
+    try:
+        seg = load_manifest(store, TOPIC, 0).copy_finished[0]
+        sum(k for k, _ in iter_segment_arrow(store, TOPIC, 0, seg))  # warm-up: imports, page cache
+        t = time.perf_counter()
+        store.get_range(f"{TOPIC}-0/{seg.base_offset:020d}-{seg.segment_id}.log", 0, seg.size_in_bytes)
+        get_s = time.perf_counter() - t
+        t = time.perf_counter()
+        n = sum(k for k, _ in iter_segment_arrow(store, TOPIC, 0, seg))
+        all_s = time.perf_counter() - t
+        t = time.perf_counter()
+        sum(k for k, _ in iter_segment_arrow(store, TOPIC, 0, seg, columns=["offset"]))
+        off_s = time.perf_counter() - t
+    finally:
+        store.close()
+    return (f"one segment ({seg.size_in_bytes / MB:.0f} MB, {n:,} rows) in one Python process: GET {get_s:.3f} s, "
+            f"GET + native decode of every column {all_s:.3f} s ({n / all_s:,.0f} rows/s), of the offsets only "
+            f"{off_s:.3f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=400_000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--keys", type=int, default=40_000)
+    ap.add_argument("--stores", default="fs,s3")
+    ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--note", default="")
     args = ap.parse_args(argv)
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
 
     from lakelog.spark_log.jobs import run_job
-    from lakelog.tiering.remote_scan import load_manifest, open_remote
     from lakelog.spark_log.session import remote_session
 
     started = dt.datetime.now(dt.timezone.utc)
     others = OtherCpu()
+    load_before = load_average()
     work = Path(tempfile.mkdtemp(prefix="lakelog-bench-spark-", dir=args.dir))
     rows: list[list[str]] = []
+    where: list[str] = []
+    s3 = None
     try:
         src = work / "pristine"
         print(f"building {args.records} records ...", flush=True)
         remote_src, log_bytes = build_remote(src, args.records, args.value_bytes, args.keys)
-        spark = remote_session(remote_src, app_name="lakelog-bench")
-        spark.sparkContext.setLogLevel("ERROR")
+        if "s3" in stores:
+            sys.path.insert(0, str(ROOT))
+            from tests.support.s3server import S3Server
+            import os
 
-        def fresh(name: str) -> str:
-            dst = work / name
+            s3 = S3Server().start()
+            os.environ.update(s3.env())
+            s3.create_bucket("bench")
+            copy_store(remote_src, "s3://bench/pristine")
+        spark = remote_session("s3://bench/x" if s3 else remote_src, app_name="lakelog-bench",
+                               conf={"spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        counter = iter(range(1_000_000))
+
+        def fresh_fs(name: str) -> str:
+            dst = work / f"{name}-{next(counter)}"
             shutil.copytree(src / "remote", dst / "remote")
             return (dst / "remote").as_uri()
 
+        def fresh_s3(name: str) -> str:
+            url = f"s3://bench/{name}-{next(counter)}"
+            copy_store("s3://bench/pristine", url)
+            return url
+
         # Warm-up: a JVM and Python workers that have run a job once.
-        run_job(spark, "retention", fresh("warm"), overrides={"cleanup.policy": "compact,delete", "retention.ms": "-1"})
-
-        # -- compaction vs plain rewrite
-        remote = fresh("base-copy")
-        t = time.perf_counter()
-        copied = sum(spark.sparkContext.parallelize([(remote, TOPIC, p) for p in range(PARTITIONS)], PARTITIONS)
-                     .map(_copy_task).collect())
-        base_s = time.perf_counter() - t
-        remote = fresh("compaction")
-        t = time.perf_counter()
-        summary = run_job(spark, "compaction", remote, force=True, delete_delay_ms=0)
-        comp_s = time.perf_counter() - t
-        assert copied == log_bytes
-        rows.append(["compaction (MB/s of input)", f"{log_bytes / MB / comp_s:.1f}", f"{log_bytes / MB / base_s:.1f}",
-                     f"{base_s / comp_s:.2f}x",
-                     f"records {summary.totals['records_read']} -> {summary.totals['records_kept']}"])
-
-        # -- rebuild-index vs raw read
-        remote = fresh("rebuild")
-        store = open_remote(remote)
-        tasks = [(remote, TOPIC, p, s.base_offset, s.segment_id, s.size_in_bytes)
-                 for p in range(PARTITIONS) for s in load_manifest(store, TOPIC, p).copy_finished]
-        t = time.perf_counter()
-        read = sum(spark.sparkContext.parallelize(tasks, len(tasks)).map(_read_task).collect())
-        raw_s = time.perf_counter() - t
-        t = time.perf_counter()
-        rb = run_job(spark, "rebuild-index", remote, rebuild_all=True)
-        rebuild_s = time.perf_counter() - t
-        assert read == log_bytes
-        rows.append(["rebuild-index --all (MB/s)", f"{log_bytes / MB / rebuild_s:.1f}", f"{log_bytes / MB / raw_s:.1f}",
-                     f"{raw_s / rebuild_s:.2f}x", f"{rb.totals['segments']} segments; of the {rebuild_s:.1f} s, "
-                     f"tasks {rb.phases['tasks_s']:.1f} s, the _remote_index Delta table {rb.phases['table_s']:.1f} s"])
-
-        # -- sync-tables rows/s
-        remote = fresh("sync")
-        t = time.perf_counter()
-        sync = run_job(spark, "sync-tables", remote)
-        sync_s = time.perf_counter() - t
-        added = sync.totals["rows_added"]
-        rows.append(["sync-tables (rows/s)", f"{added / sync_s:,.0f}", "-", "-", f"{added} rows into a fresh Delta table"])
-
-        # -- data source scan vs Parquet
-        query = ["count(*) AS n", "sum(length(value)) AS v", "sum(length(key)) AS k", "max(offset) AS o",
-                 "max(timestamp) AS t"]
-        df = spark.read.format("lakelog").option("remote", remote_src).option("topic", TOPIC).load()
-        parquet = str(work / "parquet")
-        df.write.parquet(parquet)
-        pq = spark.read.parquet(parquet)
-        results = {}
-        for name, frame in (("parquet", pq), ("lakelog", df), ("parquet", pq), ("lakelog", df)):
-            t = time.perf_counter()
-            r = frame.selectExpr(*query).collect()[0]
-            results.setdefault(name, []).append(time.perf_counter() - t)
-            n = r["n"]
-        ds_s, pq_s = min(results["lakelog"]), min(results["parquet"])
-        rows.append(["data-source scan (rows/s)", f"{n / ds_s:,.0f}", f"{n / pq_s:,.0f}", f"{pq_s / ds_s:.2f}x",
-                     f"{n} rows, every column read"])
+        run_job(spark, "retention", fresh_fs("warm"), overrides={"cleanup.policy": "compact,delete", "retention.ms": "-1"})
+        where.append(decode_profile(remote_src))
+        if "fs" in stores:
+            print("filesystem store ...", flush=True)
+            run_store(spark, "fs", remote_src, fresh_fs, (work / "fs-parquet").as_uri(), log_bytes, args, rows, where)
+        if s3 is not None:
+            print("S3 (moto) ...", flush=True)
+            run_store(spark, "s3", "s3://bench/pristine", fresh_s3, "s3a://bench/parquet", log_bytes, args, rows, where)
         spark.stop()
     finally:
+        if s3 is not None:
+            s3.stop()
         shutil.rmtree(work, ignore_errors=True)
 
     seconds = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
     headers = ["benchmark", "Lakelog", "baseline (same run)", "ratio", "notes"]
     print(text_table(headers, rows))
+    print("\n".join(where))
     if not args.no_write:
         m = machine_info(args.dir)
         body = "\n".join([
             "## Spark jobs and the data source (`bench/spark.py`)", "",
             f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {m['nproc']} CPUs "
-            f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`, filesystem store. "
+            f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`; stores: {', '.join(stores)}"
+            + (" (s3: moto's S3 server through S3A). " if "s3" in stores else ". ") +
             f"{args.records:,} records of {args.value_bytes} B values over {args.keys:,} keys in {PARTITIONS} "
-            f"partitions ({log_bytes / MB:.0f} MB of remote `.log` objects). "
-            + conditions(m["nproc"], others.cpus(), args.note), "",
+            f"partitions ({log_bytes / MB:.0f} MB of remote `.log` objects). Load average {load_before} at the "
+            f"start, {load_average()} at the end; " + conditions(m["nproc"], others.cpus(), args.note), "",
             markdown_table(headers, rows), "",
-            "No targets are set for these in the issue; the ratios say what the work costs over the bare I/O. "
-            "Where the time goes: compaction decodes and re-encodes every record in Python (compactor.py, "
-            "the same code as the local cleaner; the baseline only moves bytes); the data source decodes "
-            "every record in Python into Arrow columns, while Parquet is decoded natively in the JVM; "
-            "rebuild-index's own tasks run close to the raw read, and the run is dominated by writing the "
-            "small `_remote_index` Delta table (a Delta commit costs seconds on this machine); sync-tables "
-            "is the data-source scan plus a partitioned Delta write.",
+            "Where the time goes: " + "; ".join(where) + ".",
         ])
         rewrite_section(DOC_PATH, SECTION, body)
         print(f"wrote the '{SECTION}' section of docs/benchmarks.md")

@@ -505,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command in ("jobs", "sql"):
+    if args.command in ("jobs", "sql", "sql-server"):
         from lakelog.spark_log.cli import resolve_remote
 
         resolve_remote(args)

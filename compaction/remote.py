@@ -44,7 +44,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from lakelog.compaction import vectorized
 from lakelog.compaction.compactor import (
+    MAX_GROUP_OFFSET_SPAN,
     CleaningParams,
     CompactionStats,
     OffsetMap,
@@ -73,6 +75,8 @@ COMPACTION_ORIGIN = "job:compaction"
 DEFAULT_DELETE_DELAY_MS = 60_000
 DEFAULT_MAX_MAP_ENTRIES = 4_000_000
 KEEP_DELETE_FINISHED = 100
+#: Cleaned batches are gathered up to this many bytes per write to the replacement's temp file.
+WRITE_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -207,23 +211,37 @@ class _Staged:
 
 def _write_group(store: ObjectStore, topic: str, partition: int, group: list[RemoteSegment], offset_map: OffsetMap,
                  map_end: int, params: CleaningParams, config: LogConfig, stats: CompactionStats, now_ms: int,
-                 workdir: str) -> _Staged:
-    """Compact `group` into a temp file in `workdir`; the caller closes the returned fd."""
-    base, end = group[0].base_offset, group[-1].end_offset
+                 workdir: str, arrow_map=None) -> _Staged:
+    """Compact `group` into a temp file in `workdir`; the caller closes the returned fd. With
+    `arrow_map` (compaction/vectorized.py) the records are decided in bulk over decoded columns."""
     fd, path = tempfile.mkstemp(prefix="compacted-", suffix=".log", dir=workdir)
     size = 0
     try:
-        for seg in group:
-            batches = (b for _, b in iter_segment_batches(store, topic, partition, seg))
-            for outcome in compact_batches(batches, offset_map, map_end, params, stats=stats):
-                if outcome.data is not None:
-                    os.pwrite(fd, outcome.data, size)
-                    size += len(outcome.data)
-        scan = scan_segment(fd, size, base_offset=base, end_offset=end,
-                            index_interval_bytes=config.index_interval_bytes, path=path)
+        batches = (b for seg in group for _, b in iter_segment_batches(store, topic, partition, seg))
+        outcomes = compact_batches(batches, offset_map, map_end, params, stats=stats) if arrow_map is None \
+            else vectorized.compact_batches(batches, arrow_map, map_end, params, stats=stats)
+        pending: list[bytes] = []
+        pending_bytes = 0
+        for outcome in outcomes:
+            if outcome.data is not None:
+                pending.append(outcome.data)
+                pending_bytes += len(outcome.data)
+                if pending_bytes >= WRITE_BUFFER_BYTES:
+                    size += os.pwrite(fd, b"".join(pending), size)
+                    pending, pending_bytes = [], 0
+        if pending:
+            size += os.pwrite(fd, b"".join(pending), size)
+        return _stage_file(group, fd, path, size, config, now_ms)
     except BaseException:
         os.close(fd)
         raise
+
+
+def _stage_file(group: list[RemoteSegment], fd: int, path: str, size: int, config: LogConfig, now_ms: int) -> _Staged:
+    """The manifest entry and indexes of a replacement written to `fd` (covering `group`'s offsets)."""
+    base, end = group[0].base_offset, group[-1].end_offset
+    scan = scan_segment(fd, size, base_offset=base, end_offset=end,
+                        index_interval_bytes=config.index_interval_bytes, path=path)
     merged: list[tuple[int, int]] = []
     for seg in group:
         for epoch, start in seg.leader_epochs:
@@ -238,6 +256,44 @@ def _write_group(store: ObjectStore, topic: str, partition: int, group: list[Rem
         time_index_bytes=len(scan.time_index), time_index_crc32c=crc32c(scan.time_index),
         epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now_ms, updated_ms=now_ms)
     return _Staged(group, entry, fd, scan.index, scan.time_index, epochs_bytes)
+
+
+def _merge_small(staged: list[_Staged], config: LogConfig, now_ms: int, workdir: str) -> list[_Staged]:
+    """Adjacent replacements whose cleaned bytes fit one segment become one (Kafka's cleaner
+    groups by the input's sizes, so a round that drops most records would otherwise leave as many
+    nearly empty segments as it read): consecutive outputs are concatenated while the total stays
+    within `segment.bytes`, the indexes within `segment.index.bytes` and the offsets within an
+    int32 of the first base offset. Closes the fds of merged inputs."""
+    out: list[_Staged] = []
+    for st in staged:
+        prev = out[-1] if out else None
+        if prev is not None and \
+                prev.entry.size_in_bytes + st.entry.size_in_bytes <= config.segment_bytes and \
+                len(prev.index) + len(st.index) <= config.segment_index_bytes and \
+                len(prev.time_index) + len(st.time_index) <= config.segment_index_bytes and \
+                st.group[-1].end_offset - prev.group[0].base_offset <= MAX_GROUP_OFFSET_SPAN:
+            fd, path = tempfile.mkstemp(prefix="merged-", suffix=".log", dir=workdir)
+            try:
+                size = 0
+                for part in (prev, st):
+                    pos = 0
+                    while pos < part.entry.size_in_bytes:
+                        chunk = os.pread(part.fd, min(WRITE_BUFFER_BYTES, part.entry.size_in_bytes - pos), pos)
+                        if not chunk:
+                            raise OSError(f"{path}: a staged replacement is shorter than written")
+                        size += os.pwrite(fd, chunk, size)
+                        pos += len(chunk)
+                merged = _stage_file(prev.group + st.group, fd, path, size, config, now_ms)
+            except BaseException:
+                os.close(fd)
+                raise
+            for part in (prev, st):
+                with contextlib.suppress(OSError):
+                    os.close(part.fd)
+            out[-1] = merged
+        else:
+            out.append(st)
+    return out
 
 
 def _upload(store: ObjectStore, topic: str, partition: int, st: _Staged) -> None:
@@ -302,10 +358,23 @@ def _compact(job: _PartitionJob, config: LogConfig, *, force: bool, delete_delay
         return
 
     # An empty dirty section (a round for expired tombstones) maps nothing: map end = first dirty.
-    dirty_batches = (b for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable
-                     for _, b in iter_segment_batches(store, topic, partition, s, from_offset=first_dirty))
-    mapped = build_offset_map(dirty_batches, start_offset=first_dirty, end_offset=uncleanable,
-                              max_entries=max_map_entries, max_uncompressed_bytes=config.max_uncompressed_batch_bytes)
+    def dirty_batches():
+        return (b for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable
+                for _, b in iter_segment_batches(store, topic, partition, s, from_offset=first_dirty))
+
+    # Over decoded columns when the native decoder is built and every key fits the map; the
+    # reference otherwise (it maps a prefix when the keys do not fit).
+    native = vectorized.build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
+                                         max_entries=max_map_entries,
+                                         max_uncompressed_bytes=config.max_uncompressed_batch_bytes) \
+        if vectorized.available() else None
+    if native is not None:
+        mapped, arrow_map = native
+    else:
+        arrow_map = None
+        mapped = build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
+                                  max_entries=max_map_entries,
+                                  max_uncompressed_bytes=config.max_uncompressed_batch_bytes)
     map_end = mapped.map_end_offset
     to_clean = [s for s in segments if s.base_offset < map_end]
     spans = [SegmentSpan(s.base_offset, s.end_offset + 1, s.size_in_bytes, s.index_bytes, s.time_index_bytes)
@@ -320,13 +389,26 @@ def _compact(job: _PartitionJob, config: LogConfig, *, force: bool, delete_delay
         try:
             for g in groups:
                 staged.append(_write_group(store, topic, partition, g, mapped.offset_map, map_end, params,
-                                           config, stats, now, workdir))
+                                           config, stats, now, workdir, arrow_map=arrow_map))
                 if len(staged) % 8 == 0:
                     try:
                         job.lease.renew()
                     except LeaseHeldError as e:  # expired while we worked: nothing was committed yet
                         report.action, report.reason = "skipped", f"lease lost: {e}"
                         return
+            if stats.batches_rewritten == 0 and stats.batches_dropped == 0:
+                # Nothing to drop and no horizon to stamp: the replacements would be the same
+                # bytes. Write nothing; only the checkpoint moves.
+                checkpoint = next_first_dirty_offset(map_end, stats.first_kept_for_lag_offset)
+                after = _job_commit(meta, lambda cur: mf.set_cleaner_checkpoint(cur, checkpoint))
+                report.reason = "nothing to drop"
+                report.records_read, report.records_kept = stats.records_read, stats.records_kept
+                report.bytes_read = stats.bytes_read
+                report.cleaner_checkpoint = after.cleaner_checkpoint
+                _write_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
+                report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
+                return
+            staged = _merge_small(staged, config, now, workdir)
             # Staged entries own their objects before the objects exist: no orphan sweep
             # takes them for garbage, and a crash leaves entries the next run abandons.
             _job_commit(meta, lambda cur: mf.stage_replacements(cur, [st.entry for st in staged]))

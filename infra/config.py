@@ -238,6 +238,9 @@ LOG_CONFIG = (
     .define("unclean.leader.election.enable", bool, False, "Allow an out-of-sync replica to become leader.", synonym="unclean.leader.election.enable")
     .define("value.schema", str, "", "Spark DDL of JSON record values (e.g. 'id BIGINT, amount DOUBLE'): "
             "sync-tables adds them as typed columns to the topic's Delta table; empty: values stay binary.")
+    .define("schema.registry.url", str, "", "A node URL (any node serves the Schema Registry): sync-tables "
+            "decodes values in Confluent's wire format by their schema ids into typed columns (Avro); "
+            "takes precedence over value.schema; empty: off.")
 )
 
 

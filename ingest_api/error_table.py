@@ -91,6 +91,8 @@ from lakelog.ingest_api.groups.errors import (
     UnknownMemberIdError,
 )
 from lakelog.ingest_api.groups.offsets_codec import OffsetsRecordError
+from lakelog.ingest_api.schemas import errors as registry
+from lakelog.ingest_api.schemas.codec import SchemaValueError
 from lakelog.ingest_api.security.errors import (
     AuthenticationFailedError,
     AuthorizationFailedError,
@@ -184,6 +186,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     NotPartitionLeaderError: HttpError(421, 42104),
     # 422 Unprocessable Entity
     InvalidRequestError: HttpError(422, 42201),  # also FastAPI's request validation
+    SchemaValueError: HttpError(422, 42203),  # REST Proxy's "conversion of JSON to Avro failed"
     InvalidRecordError: HttpError(422, 42204),
     InvalidReplicationFactorError: HttpError(422, 42205),
     InvalidPartitionsError: HttpError(422, 42206),
@@ -224,6 +227,33 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     QuorumTimeoutError: HttpError(504, 50410),
 }
 
+#: Confluent Schema Registry's own codes, for the registry's errors wherever they are answered (its
+#: API at /subjects, /schemas, /config, /mode, /compatibility; schema-aware produce). The registry is
+#: a separate API with its own namespace, as in Confluent's: 40401 is a subject there, a topic in
+#: the REST Proxy's; 409 (incompatible) is Confluent's bare code. Codes unique within the table.
+SCHEMA_REGISTRY_TABLE: dict[type[BaseException], HttpError] = {
+    registry.SubjectNotFoundError: HttpError(404, 40401),
+    registry.VersionNotFoundError: HttpError(404, 40402),
+    registry.SchemaNotFoundError: HttpError(404, 40403),
+    registry.SubjectSoftDeletedError: HttpError(404, 40404),
+    registry.SubjectNotSoftDeletedError: HttpError(404, 40405),
+    registry.VersionSoftDeletedError: HttpError(404, 40406),
+    registry.VersionNotSoftDeletedError: HttpError(404, 40407),
+    registry.SubjectCompatibilityNotConfiguredError: HttpError(404, 40408),
+    registry.SubjectModeNotConfiguredError: HttpError(404, 40409),
+    registry.IncompatibleSchemaError: HttpError(409, 409),
+    registry.InvalidSchemaError: HttpError(422, 42201),
+    registry.InvalidVersionError: HttpError(422, 42202),
+    registry.InvalidCompatibilityLevelError: HttpError(422, 42203),
+    registry.InvalidModeError: HttpError(422, 42204),
+    registry.OperationNotPermittedError: HttpError(422, 42205),
+    registry.ReferenceExistsError: HttpError(422, 42206),
+    registry.IdDoesNotMatchError: HttpError(422, 42207),
+    registry.InvalidSubjectError: HttpError(422, 42208),
+    registry.SchemaTooLargeError: HttpError(422, 42209),
+    registry.SchemaRegistryError: HttpError(422, 42299),  # (a registry refusal without a code of its own)
+}
+
 #: A Lakelog error without a row of its own (or of a base) answers as the class standing for its kind.
 KIND_FALLBACK: dict[ErrorKind, type[BaseException]] = {
     ErrorKind.CONFIGURATION: ConfigError,
@@ -236,6 +266,9 @@ KIND_FALLBACK: dict[ErrorKind, type[BaseException]] = {
 
 def _check_table() -> None:
     """Every code unique, its first three digits its status; every kind has a fallback row."""
+    registry_codes = [row.error_code for row in SCHEMA_REGISTRY_TABLE.values()]
+    if len(set(registry_codes)) != len(registry_codes):
+        raise AssertionError("an error_code of the schema registry table is used twice")
     seen: dict[int, type[BaseException]] = {}
     for cls, row in ERROR_TABLE.items():
         if row.error_code in seen:
@@ -254,8 +287,9 @@ _check_table()
 
 def row_of(cls: type[BaseException]) -> HttpError | None:
     """The row a class answers with through its MRO (None if only its kind, or nothing, covers it)."""
+    table = SCHEMA_REGISTRY_TABLE if issubclass(cls, registry.SchemaRegistryError) else ERROR_TABLE
     for base in cls.__mro__:
-        row = ERROR_TABLE.get(base)
+        row = table.get(base)
         if row is not None:
             return row
     return None

@@ -1,43 +1,29 @@
-"""A partition replica hosted by a node: leader or follower state, HW, ISR tracking, purgatories.
+"""A partition replica hosted by a node: the log, and the host of the pure replication state machine.
 
-Invariants (checked with `invariant()`):
-  * log start offset <= high watermark (HW) <= log end offset (LEO);
-  * the HW never goes backwards while this replica leads in one leader epoch;
-  * a leader is always in its own ISR; leader epochs only grow.
-
-Leader: HW = min LEO over the *maximal* ISR — the committed ISR plus members a pending ISR
-expansion adds, and, while a shrink is pending, the members it would remove (Kafka's rule: an ISR
-change is applied to the HW only once the controller committed it, and an addition is counted at
-once, which can only hold the HW back). A follower's LEO is its fetch offset: a fetch from offset
-O proves it holds everything below O. A follower that has not fetched since this replica became
-leader has an unknown LEO and holds the HW where it is.
-
-Catching up (replica.lag.time.max.ms): a follower's `last_caught_up_ms` is the time of a fetch at
-or past the leader's LEO, or — when it reaches the LEO the leader had at its previous fetch — that
-previous fetch's time. ISR members lagging longer are shrunk out; a follower whose LEO reaches the
-HW (and the start of the current leader epoch) is added back.
-
-Follower: appends what the leader sends; HW = min(leader HW, own LEO).
-
-Consumers read only below the HW; an empty fetch waits (long-poll) until the HW moves. acks=all
-produce waits in the produce purgatory until the HW passes its last offset; it fails with
-NOT_LEADER_OR_FOLLOWER when the replica stops leading, and with NOT_ENOUGH_REPLICAS_AFTER_APPEND
-when the HW passes but the ISR is below min.insync.replicas.
+The rules (HW, ISR, follower LEOs, the produce purgatory's completions, the leader epoch's start)
+live in `ingest_api/replication/core.py` (`ReplicaCore`), a pure state machine. This module is its
+host on a node: it owns the `PartitionLog`, the clock (`now_ms`), the asyncio futures of the two
+purgatories — fetches waiting for the HW to move (long-poll), acks=all produces waiting for the HW
+to pass them — and a lock; it turns what happens into events (`_step`), and carries out the
+effects: stamp the leader epoch in the log's cache, advance the log start offset, wake fetches,
+resolve produce futures (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND), and hand ISR
+proposals (`ProposeIsr`) back to its caller, the replica manager, which sends them to the controller.
 
 Concurrency: the replica's state is changed on the node's event loop (produce, replica fetch,
-metadata changes); the log has its own lock; waiters are futures woken thread-safely on the loop
-that created them.
+metadata changes); `_step` runs under `_lock` so that a fetch registering as a waiter and the HW
+moving cannot interleave; the log has its own lock; waiters are futures woken thread-safely on the
+loop that created them. Reads of the views (`high_watermark`, `isr`, ...) from other threads (the
+cleaner, the remote log manager) see a consistent value of each field.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
+import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from lakelog.infra.errors import invariant
 from lakelog.ingest_api.errors import (
     LeaderNotAvailableError,
     NotEnoughReplicasAfterAppendError,
@@ -46,9 +32,11 @@ from lakelog.ingest_api.errors import (
     OffsetNotAvailableError,
     ProduceTimeoutError,
 )
+from lakelog.ingest_api.replication import core as rc
+from lakelog.ingest_api.replication.core import UNKNOWN_LEO, ProduceOutcome, ProposeIsr, RemoteReplica, Role
 from lakelog.logstore.log import AppendInfo, FetchResult, PartitionLog
 
-UNKNOWN_LEO = -1
+__all__ = ["Partition", "PartitionKey", "ProposeIsr", "RemoteReplica", "Role", "UNKNOWN_LEO", "now_ms"]
 
 
 @dataclass(frozen=True)
@@ -60,42 +48,6 @@ class PartitionKey:
         return f"{self.topic}-{self.partition}"
 
 
-class Role(enum.IntEnum):
-    NONE = 0  # not (yet) told its role, or the partition is offline
-    LEADER = 1
-    FOLLOWER = 2
-
-
-@dataclass
-class RemoteReplica:
-    """What a leader knows of one follower."""
-
-    leo: int = UNKNOWN_LEO
-    last_caught_up_ms: int = 0
-    last_fetch_leader_leo: int = UNKNOWN_LEO
-    last_fetch_ms: int = 0
-
-
-@dataclass
-class _Pending:
-    required_offset: int
-    future: asyncio.Future
-    min_isr: int
-
-
-@dataclass
-class LeaderView:
-    """A snapshot of the replica's leadership, for metrics and the admin API."""
-
-    leader: int
-    leader_epoch: int
-    partition_epoch: int
-    replicas: list[int]
-    isr: list[int]
-    pending_isr: list[int] | None
-    remote: dict[int, RemoteReplica] = field(default_factory=dict)
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -105,26 +57,63 @@ class Partition:
         self.key = key
         self.log = log
         self.node_id = node_id
-        self.role = Role.NONE
-        self.leader_id = -1
-        self.leader_epoch = -1
-        self.partition_epoch = -1
-        self.replicas: list[int] = []
-        self.isr: list[int] = []
-        #: The ISR an in-flight AlterPartition asks for (None when none is in flight).
-        self.pending_isr: list[int] | None = None
-        self.remote: dict[int, RemoteReplica] = {}
-        #: Set when this replica must ask its leader where to truncate before fetching.
-        self.needs_truncation = False
+        self.core = rc.ReplicaCore(node_id, high_watermark=log.log_start_offset, leo=log.log_end_offset,
+                                   log_start_offset=log.log_start_offset)
         self._lock = threading.Lock()
         self._waiters: set[asyncio.Future] = set()
-        self._produce_waiters: list[_Pending] = []
+        self._produce_waiters: dict[int, asyncio.Future] = {}
+        self._produce_ids = itertools.count()
         self._leo_waiters: set[asyncio.Future] = set()
+        #: What `close_waiters` fails the waiting produces with.
+        self._abort_error: BaseException | None = None
         log.add_append_listener(self._on_append)
-        self.high_watermark = log.log_start_offset
-        self.epoch_start_offset = 0
 
-    # ------------------------------------------------------------------ views
+    # ------------------------------------------------------------------ views (the core's state)
+
+    @property
+    def role(self) -> Role:
+        return self.core.role
+
+    @property
+    def leader_id(self) -> int:
+        return self.core.leader_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.core.leader_epoch
+
+    @property
+    def partition_epoch(self) -> int:
+        return self.core.partition_epoch
+
+    @property
+    def replicas(self) -> list[int]:
+        return list(self.core.replicas)
+
+    @property
+    def isr(self) -> list[int]:
+        return list(self.core.isr)
+
+    @property
+    def pending_isr(self) -> list[int] | None:
+        p = self.core.pending_isr
+        return None if p is None else list(p)
+
+    @property
+    def remote(self) -> dict[int, RemoteReplica]:
+        return self.core.remote
+
+    @property
+    def high_watermark(self) -> int:
+        return self.core.high_watermark
+
+    @property
+    def epoch_start_offset(self) -> int:
+        return self.core.epoch_start_offset
+
+    @property
+    def needs_truncation(self) -> bool:
+        return self.core.needs_truncation
 
     @property
     def log_start_offset(self) -> int:
@@ -136,17 +125,62 @@ class Partition:
 
     @property
     def is_leader(self) -> bool:
-        return self.role == Role.LEADER
-
-    def view(self) -> LeaderView:
-        return LeaderView(self.leader_id, self.leader_epoch, self.partition_epoch, list(self.replicas),
-                          list(self.isr), None if self.pending_isr is None else list(self.pending_isr),
-                          {r: RemoteReplica(**vars(s)) for r, s in self.remote.items()})
+        return self.core.role == Role.LEADER
 
     def maximal_isr(self) -> list[int]:
-        if self.pending_isr is None:
-            return self.isr
-        return self.isr + [r for r in self.pending_isr if r not in self.isr]
+        return list(self.core.maximal_isr())
+
+    # ------------------------------------------------------------------ driving the core
+
+    def _step(self, event: rc.Event) -> list[ProposeIsr]:
+        """Step the core and carry out its effects; returns the ISR changes to propose."""
+        wake: set[asyncio.Future] = set()
+        resolve: list[tuple[asyncio.Future, BaseException | None]] = []
+        proposals: list[ProposeIsr] = []
+        on_log: list[rc.Effect] = []
+        with self._lock:
+            effects = self.core.step(event)
+            if not effects:  # the common case (an append that moves no HW): nothing to carry out
+                return proposals
+            for e in effects:
+                kind = type(e)
+                if kind is rc.HighWatermarkAdvanced:
+                    wake |= self._waiters
+                    self._waiters = set()
+                elif kind is rc.WakeAll:
+                    wake |= self._waiters | self._leo_waiters
+                    self._waiters, self._leo_waiters = set(), set()
+                elif kind is rc.CompleteProduce:
+                    fut = self._produce_waiters.pop(e.request_id, None)  # type: ignore[union-attr]
+                    if fut is not None:
+                        resolve.append((fut, self._produce_error(e)))  # type: ignore[arg-type]
+                elif kind is ProposeIsr:
+                    proposals.append(e)  # type: ignore[arg-type]
+                elif kind is rc.StampLeaderEpoch or kind is rc.IncrementLogStart:
+                    on_log.append(e)
+        # The log's own effects outside `_lock` (the log calls `_on_append` under its lock).
+        for e in on_log:
+            if isinstance(e, rc.StampLeaderEpoch):
+                self.log.epochs.assign(e.leader_epoch, e.start_offset)
+            elif isinstance(e, rc.IncrementLogStart):
+                self.log.maybe_increment_log_start_offset(e.offset)
+        for fut in wake:
+            _wake(fut)
+        for fut, err in resolve:
+            _resolve(fut, err)
+        return proposals
+
+    def _produce_error(self, e: rc.CompleteProduce) -> BaseException | None:
+        if e.outcome is ProduceOutcome.COMMITTED:
+            return None
+        if e.outcome is ProduceOutcome.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            return NotEnoughReplicasAfterAppendError(
+                f"{self.key}: appended, but the ISR {list(e.isr)} shrank below min.insync.replicas={e.min_isr}")
+        if e.outcome is ProduceOutcome.ABORTED and self._abort_error is not None:
+            return self._abort_error
+        return NotLeaderOrFollowerError(
+            f"{self.key}: this node stopped leading (leader epoch {self.core.leader_epoch}); the records may or "
+            f"may not be committed")
 
     # ------------------------------------------------------------------ role changes
 
@@ -156,97 +190,47 @@ class Partition:
 
     def make_leader(self, leader_epoch: int, partition_epoch: int, replicas: list[int], isr: list[int]) -> bool:
         """Become (or stay) leader; returns True when this is a new leadership (a new epoch)."""
-        invariant(self.node_id in isr, f"{self.key}: leader {self.node_id} not in ISR {isr}")
-        new_term = self.role != Role.LEADER or leader_epoch != self.leader_epoch
-        if new_term:
-            invariant(leader_epoch >= self.leader_epoch, f"{self.key}: leader epoch {leader_epoch} "
-                                                         f"below {self.leader_epoch}")
-            leo = self.log.log_end_offset
-            # Stamp the epoch at the LEO now, so OffsetsForLeaderEpoch answers correctly before the
-            # first append of this term.
-            self.log.epochs.assign(leader_epoch, leo)
-            self.epoch_start_offset = leo
-            self.remote = {}
-            t = now_ms()
-            for r in replicas:
-                if r != self.node_id:
-                    # ISR members get a full lag window from now; their LEO is unknown until they fetch.
-                    self.remote[r] = RemoteReplica(last_caught_up_ms=t if r in isr else 0)
-            self.pending_isr = None
-            self.needs_truncation = False
-            # A new leader's HW starts at its own (it only moves up from here in this epoch).
-            self.high_watermark = max(self.log.log_start_offset, min(self.high_watermark, leo))
-        self.role = Role.LEADER
-        self.leader_id = self.node_id
-        self.leader_epoch = leader_epoch
-        if partition_epoch != self.partition_epoch:
-            self.pending_isr = None
-        self.partition_epoch = partition_epoch
-        self.replicas = list(replicas)
-        self.isr = list(isr)
-        for r in replicas:
-            if r != self.node_id and r not in self.remote:
-                self.remote[r] = RemoteReplica()
-        for r in list(self.remote):
-            if r not in replicas:
-                del self.remote[r]
-        self.maybe_advance_high_watermark()
-        self._check_produce_waiters()
-        return new_term
+        term = self.core.leader_epoch, self.core.role
+        self._step(rc.BecomeLeader(leader_epoch, partition_epoch, tuple(replicas), tuple(isr),
+                                   self.log.log_end_offset, self.log.log_start_offset, now_ms()))
+        return term != (leader_epoch, Role.LEADER)
 
     def make_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: list[int],
                       isr: list[int]) -> bool:
         """Follow `leader_id` (-1: no leader, the partition is offline); True when the epoch is new."""
+        before = self.core.role, self.core.leader_epoch, self.core.leader_id
+        self._step(rc.BecomeFollower(leader_id, leader_epoch, partition_epoch, tuple(replicas), tuple(isr),
+                                     self.log.log_end_offset, self.log.log_start_offset))
         role = Role.FOLLOWER if leader_id >= 0 else Role.NONE  # an offline partition stays NONE: not new each time
-        new_term = self.role != role or leader_epoch != self.leader_epoch or leader_id != self.leader_id
-        if new_term:
-            invariant(leader_epoch >= self.leader_epoch, f"{self.key}: leader epoch {leader_epoch} "
-                                                         f"below {self.leader_epoch}")
-            self.needs_truncation = leader_id >= 0
-            self.remote = {}
-            self.pending_isr = None
-        was_leader = self.role == Role.LEADER
-        self.role = role
-        self.leader_id = leader_id
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.replicas = list(replicas)
-        self.isr = list(isr)
-        self.high_watermark = max(self.log.log_start_offset, min(self.high_watermark, self.log.log_end_offset))
-        if was_leader or new_term:
-            self._fail_produce_waiters(NotLeaderOrFollowerError(
-                f"{self.key}: this node stopped leading (leader epoch {leader_epoch}); the records may or "
-                f"may not be committed"))
-            self.wake_all()
-        return new_term
+        return before[0] != role or before[1] != leader_epoch or before[2] != leader_id
 
     # ------------------------------------------------------------------ leader: produce
 
     def check_leader(self) -> None:
-        if self.role == Role.LEADER:
-            return
-        if self.leader_id < 0:
+        refusal = self.core.append_refusal("1", 1)
+        if refusal == "no_leader":
             raise LeaderNotAvailableError(f"partition {self.key} has no leader")
-        raise NotLeaderOrFollowerError(f"this node is not the leader of {self.key} (leader: node {self.leader_id})")
+        if refusal == "not_leader":
+            raise NotLeaderOrFollowerError(f"this node is not the leader of {self.key} "
+                                           f"(leader: node {self.core.leader_id})")
 
     def append_as_leader(self, data: bytes | memoryview, *, required_acks: str = "1",
                          min_isr: int = 1) -> AppendInfo:
         self.check_leader()
-        if required_acks == "all" and len(self.isr) < min_isr:
+        if self.core.append_refusal(required_acks, min_isr) == "not_enough_replicas":
             raise NotEnoughReplicasError(f"{self.key}: the ISR {self.isr} is smaller than "
                                          f"min.insync.replicas={min_isr}")
-        info = self.log.append_as_leader(data, self.leader_epoch)
-        self.maybe_advance_high_watermark()
+        info = self.log.append_as_leader(data, self.core.leader_epoch)
+        self._step(rc.Appended(self.log.log_end_offset))
         return info
 
     async def wait_for_commit(self, required_offset: int, timeout_s: float, min_isr: int) -> None:
         """acks=all: return once the HW reaches `required_offset` (the produced last offset + 1)."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        pending = _Pending(required_offset, fut, min_isr)
+        fut = asyncio.get_running_loop().create_future()
+        request_id = next(self._produce_ids)
         with self._lock:
-            self._produce_waiters.append(pending)
-        self._check_produce_waiters()
+            self._produce_waiters[request_id] = fut
+        self._step(rc.AwaitCommit(request_id, required_offset, min_isr))
         try:
             await asyncio.wait_for(fut, timeout_s)
         except asyncio.TimeoutError:
@@ -254,95 +238,29 @@ class Partition:
                                       f"within {timeout_s * 1000:.0f} ms; they may still commit") from None
         finally:
             with self._lock:
-                if pending in self._produce_waiters:
-                    self._produce_waiters.remove(pending)
+                pending = self._produce_waiters.pop(request_id, None) is not None
+            if pending:
+                self._step(rc.ForgetProduce(request_id))
 
-    def _check_produce_waiters(self) -> None:
-        if not self._produce_waiters:
-            return
-        done: list[tuple[_Pending, BaseException | None]] = []
-        with self._lock:
-            keep = []
-            for w in self._produce_waiters:
-                if self.role != Role.LEADER:
-                    done.append((w, NotLeaderOrFollowerError(f"{self.key}: this node stopped leading")))
-                elif self.high_watermark >= w.required_offset:
-                    err = None
-                    if len(self.isr) < w.min_isr:
-                        err = NotEnoughReplicasAfterAppendError(
-                            f"{self.key}: appended, but the ISR {self.isr} shrank below min.insync.replicas="
-                            f"{w.min_isr}")
-                    done.append((w, err))
-                else:
-                    keep.append(w)
-            self._produce_waiters = keep
-        for w, err in done:
-            _resolve(w.future, err)
+    # ------------------------------------------------------------------ leader: followers and the ISR
 
-    def _fail_produce_waiters(self, err: BaseException) -> None:
-        with self._lock:
-            waiters, self._produce_waiters = self._produce_waiters, []
-        for w in waiters:
-            _resolve(w.future, err)
-
-    # ------------------------------------------------------------------ leader: followers
-
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now: int | None = None) -> list[int] | None:
-        """Record a follower's fetch; returns a new ISR to propose when it should be expanded."""
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now: int | None = None) -> ProposeIsr | None:
+        """Record a follower's fetch; returns the ISR expansion to propose when it caught up."""
         t = now_ms() if now is None else now
-        state = self.remote.get(replica_id)
-        if state is None:
-            return None
-        leo = self.log.log_end_offset
-        if fetch_offset >= leo:
-            state.last_caught_up_ms = t
-        elif state.last_fetch_leader_leo != UNKNOWN_LEO and fetch_offset >= state.last_fetch_leader_leo:
-            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
-        state.leo = min(fetch_offset, leo)
-        state.last_fetch_leader_leo = leo
-        state.last_fetch_ms = t
-        self.maybe_advance_high_watermark()
-        current = self.pending_isr if self.pending_isr is not None else self.isr
-        if (replica_id not in current and state.leo >= self.high_watermark
-                and state.leo >= self.epoch_start_offset):
-            return [r for r in self.replicas if r in current or r == replica_id]
-        return None
+        proposals = self._step(rc.FollowerFetch(replica_id, fetch_offset, self.log.log_end_offset, t))
+        return proposals[0] if proposals else None
+
+    def tick(self, lag_max_ms: int, now: int | None = None) -> ProposeIsr | None:
+        """Time passed: returns the ISR shrink to propose when members lag more than `lag_max_ms`."""
+        proposals = self._step(rc.Tick(now_ms() if now is None else now, lag_max_ms))
+        return proposals[0] if proposals else None
+
+    def isr_change_answered(self, partition_epoch: int, accepted: bool) -> None:
+        self._step(rc.IsrChangeAnswered(partition_epoch, accepted))
 
     def out_of_sync_replicas(self, lag_max_ms: int, now: int | None = None) -> list[int]:
         """ISR members (not the leader) that have not caught up within `lag_max_ms`."""
-        t = now_ms() if now is None else now
-        out = []
-        for r in self.isr:
-            if r == self.node_id:
-                continue
-            state = self.remote.get(r)
-            if state is None or t - state.last_caught_up_ms > lag_max_ms:
-                out.append(r)
-        return out
-
-    def maybe_advance_high_watermark(self) -> bool:
-        """HW = min LEO over the maximal ISR; wakes waiting fetches and produces when it moves."""
-        if self.role != Role.LEADER:
-            return False
-        with self._lock:
-            leo = self.log.log_end_offset
-            new_hw = leo
-            for r in self.maximal_isr():
-                if r == self.node_id:
-                    continue
-                state = self.remote.get(r)
-                if state is None or state.leo == UNKNOWN_LEO:
-                    return False
-                new_hw = min(new_hw, state.leo)
-            if new_hw <= self.high_watermark:
-                return False
-            invariant(new_hw <= leo, f"{self.key}: HW {new_hw} above LEO {leo}")
-            self.high_watermark = new_hw
-            waiters, self._waiters = self._waiters, set()
-        for fut in waiters:
-            _wake(fut)
-        self._check_produce_waiters()
-        return True
+        return self.core.out_of_sync_replicas(lag_max_ms, now_ms() if now is None else now)
 
     # ------------------------------------------------------------------ follower
 
@@ -352,12 +270,21 @@ class Partition:
         return info
 
     def follower_update(self, leader_hw: int, leader_log_start: int) -> None:
-        leo = self.log.log_end_offset
-        if leader_log_start > self.log.log_start_offset and leader_log_start <= leo:
-            self.log.maybe_increment_log_start_offset(leader_log_start)
-        new_hw = max(self.log.log_start_offset, min(leader_hw, leo))
-        if new_hw != self.high_watermark:
-            self.high_watermark = new_hw
+        self._step(rc.FollowerAppended(self.log.log_end_offset, self.log.log_start_offset, leader_hw,
+                                       leader_log_start))
+
+    def truncated(self, *, final: bool = True) -> None:
+        """The fetcher truncated the log (OffsetsForLeaderEpoch); `final`: no more rounds."""
+        self._step(rc.Truncated(self.log.log_end_offset, self.log.log_start_offset, final))
+
+    def restart_at(self, offset: int) -> None:
+        """Empty the log and start it at the leader's log start offset (fetch offset below it)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self._step(rc.Truncated(self.log.log_end_offset, self.log.log_start_offset, final=False))
+
+    def must_truncate(self) -> None:
+        """The leader answered OFFSET_OUT_OF_RANGE above its LEO: truncate again before fetching."""
+        self._step(rc.MustTruncate())
 
     # ------------------------------------------------------------------ consumers
 
@@ -371,15 +298,16 @@ class Partition:
         the end offset consumers see never goes backwards across a clean leader change.
         """
         self.check_leader()
-        if self.high_watermark < self.epoch_start_offset:
+        hw, start = self.core.high_watermark, self.core.epoch_start_offset
+        if hw < start:
             raise OffsetNotAvailableError(
-                f"{self.key}: the new leader's high watermark {self.high_watermark} has not reached the start "
-                f"of leader epoch {self.leader_epoch} ({self.epoch_start_offset}) yet; retry")
-        return self.high_watermark
+                f"{self.key}: the new leader's high watermark {hw} has not reached the start "
+                f"of leader epoch {self.core.leader_epoch} ({start}) yet; retry")
+        return hw
 
     def read(self, offset: int, max_bytes: int) -> FetchResult:
         """Whole batches from `offset`, below the HW (a consumer's view)."""
-        return self.log.read(offset, max_bytes, max_offset=self.high_watermark)
+        return self.log.read(offset, max_bytes, max_offset=self.core.high_watermark)
 
     @property
     def fetch_waiters(self) -> int:
@@ -392,7 +320,7 @@ class Partition:
             return
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         with self._lock:
-            if self.high_watermark > offset:
+            if self.core.high_watermark > offset:
                 return
             self._waiters.add(fut)
         try:
@@ -436,8 +364,9 @@ class Partition:
             _wake(fut)
 
     def close_waiters(self, err: BaseException) -> None:
-        self.wake_all()
-        self._fail_produce_waiters(err)
+        """The replica is dropped (deleted, moved, the node stops): fetches return, produces fail with `err`."""
+        self._abort_error = err
+        self._step(rc.AbortProduces())
 
 
 def _wake(fut: asyncio.Future) -> None:

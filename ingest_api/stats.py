@@ -55,10 +55,10 @@ def _latency(metrics, routes: set[tuple[str, str]]) -> dict[str, float]:
 
 def _remote_figures(node, p) -> dict[str, Any] | None:
     """What the remote tier holds of a partition this node leads (None for a topic that is not tiered)."""
-    if not node._tiered(p):
+    if not node.remote_logs.tiered(p):
         return None
     try:
-        m = node._remote(p).manifest()
+        m = node.remote_logs.remote(p).manifest()
     except Exception as e:  # the store is unreachable: say so rather than fail the whole answer
         return {"error": str(e)[:200]}
     finished = [s for s in m.segments if s.state == SegmentState.COPY_FINISHED]
@@ -189,7 +189,7 @@ async def cluster_overview(node, metrics) -> dict[str, Any]:
 
 def _config_summary(node, name: str) -> dict[str, Any]:
     try:
-        c = node.topic_config(name)
+        c = node.admin.topic_config(name)
     except Exception:
         return {}
     keys = ("cleanup.policy", "retention.ms", "retention.bytes", "remote.storage.enable", "min.insync.replicas")

@@ -14,15 +14,45 @@ that would inflate beyond that raises instead of allocating (a "zip bomb" cannot
 from __future__ import annotations
 
 import enum
+import importlib
 import io
 import struct
+import sys
 import zlib
-
-import cramjam
-import lz4.frame
-import zstandard
+from types import SimpleNamespace
 
 from lakelog.logstore.errors import RecordTooLargeError, UnsupportedCompressionError
+
+
+class _Library:
+    """A codec library imported on first use: a Spark executor that only meets uncompressed or
+    gzip batches needs none of them (docs/spark.md, "What executors need")."""
+
+    def __init__(self, module: str, package: str) -> None:
+        self._module_name, self._package, self._module = module, package, None
+
+    def __getattr__(self, name: str):
+        if self._module is None:
+            try:
+                self._module = importlib.import_module(self._module_name)
+            except ImportError:
+                raise UnsupportedCompressionError(
+                    f"this codec needs the Python package {self._package!r}, which is not installed") from None
+        return getattr(self._module, name)
+
+
+cramjam = _Library("cramjam", "cramjam")
+lz4 = SimpleNamespace(frame=_Library("lz4.frame", "lz4"))
+zstandard = _Library("zstandard", "zstandard")
+
+
+def _codec_errors() -> tuple[type[BaseException], ...]:
+    """What the codec libraries raise on junk (only those already imported can have raised)."""
+    errors: list[type[BaseException]] = [zlib.error, RuntimeError, ValueError]
+    for module, name in (("zstandard", "ZstdError"), ("cramjam", "DecompressionError")):
+        if module in sys.modules:
+            errors.append(getattr(sys.modules[module], name))
+    return tuple(errors)
 
 
 class Compression(enum.IntEnum):
@@ -100,7 +130,7 @@ def decompress(codec: int, data: bytes | memoryview, max_bytes: int) -> bytes:
             _check_size(len(out), max_bytes)
             _check_zstd_frames_end(data)
             return out
-    except (zlib.error, RuntimeError, zstandard.ZstdError, cramjam.DecompressionError, ValueError) as e:
+    except _codec_errors() as e:
         raise UnsupportedCompressionError(f"cannot decompress {_name(codec)} payload: {e}") from e
     if codec == Compression.NONE:
         return bytes(data)

@@ -39,7 +39,10 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
-import crc32c as _crc32c
+try:
+    from crc32c import crc32c as _crc32c_of
+except ImportError:  # an executor with only pyspark + pyarrow: the native decoder's, else Python
+    from lakelog.logstore.crc import crc32c as _crc32c_of
 
 from lakelog.logstore.compression import Compression, compress, decompress
 from lakelog.logstore.errors import (
@@ -107,7 +110,7 @@ class TimestampType(enum.IntEnum):
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """CRC-32C (Castagnoli), as Kafka's batch checksum."""
-    return _crc32c.crc32c(data)
+    return _crc32c_of(data)
 
 
 # ---------------------------------------------------------------------------------------------

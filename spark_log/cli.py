@@ -11,6 +11,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -197,33 +198,248 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sql(args: argparse.Namespace) -> int:
-    from lakelog.spark_log.tables import register_topics
+#: Where `lakelog sql-server` listens by default, and where `lakelog sql` looks for it.
+SQL_SERVER_ENV = "LAKELOG_SQL_URL"
+DEFAULT_SQL_SERVER = "sc://127.0.0.1:15002"
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
+
+def _server_address(url: str) -> tuple[str, int]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "sc" or not parts.hostname:
+        raise CommandError(f"{url!r} is not a Spark Connect URL (sc://HOST:PORT)")
+    return parts.hostname, parts.port or 15002
+
+
+def _server_reachable(url: str) -> bool:
+    import socket
+
+    host, port = _server_address(url)
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """One query, or an interactive prompt when no query is given: through `lakelog sql-server`
+    when one is reachable, else in a Spark session of this process."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="lakelog-sql-") as warehouse:
-        from lakelog.spark_log.session import remote_session
+    server = args.server or os.environ.get(SQL_SERVER_ENV) or DEFAULT_SQL_SERVER
+    if not args.local and _server_reachable(server):
+        with _quiet_jvm(tempfile.gettempdir(), args.verbose):
+            from pyspark.sql import SparkSession
 
-        spark = remote_session(args.remote, app_name="lakelog-sql", master=args.master,
-                               conf={"spark.sql.warehouse.dir": warehouse, **QUIET_CONF}, register_source=False)
+            spark = SparkSession.builder.remote(server).getOrCreate()
+        try:
+            if args.query is None:
+                return _repl(spark, args, _server_names)
+            _run_query(spark, args.query, _server_names(spark, args), args)
+        finally:
+            spark.stop()
+        return 0
+    with tempfile.TemporaryDirectory(prefix="lakelog-sql-") as warehouse:
+        with _quiet_jvm(warehouse, args.verbose):
+            from lakelog.spark_log.session import remote_session
+
+            spark = remote_session(args.remote, app_name="lakelog-sql", master=args.master,
+                                   conf={"spark.sql.warehouse.dir": warehouse, **QUIET_CONF},
+                                   register_source=False)
         try:
             spark.sparkContext.setLogLevel("ERROR")
-            names = register_topics(spark, args.remote)
-            from pyspark.errors import PySparkException
+            if args.query is None:
+                return _repl(spark, args, _register)
+            names = _register(spark, args)
+            _run_query(spark, args.query, names, args)
+        finally:
+            spark.stop()
+    return 0
 
+
+_LAKELOG_NAME = re.compile(r"\blakelog\s*\.\s*`?([A-Za-z0-9_]+)`?", re.IGNORECASE)
+
+
+class _quiet_jvm:
+    """While Spark's JVM starts, send file descriptor 2 to a log file: the JVM keeps that file as
+    its stderr for its whole life, so its warnings and Java stack traces stay out of the terminal
+    (`--verbose` keeps them). Python's own stderr is back on the terminal on exit."""
+
+    def __init__(self, folder: str, verbose: bool) -> None:
+        self.path = os.path.join(folder, "spark-jvm.log")
+        self.verbose = verbose
+        self.saved = -1
+
+    def __enter__(self):
+        if not self.verbose:
+            # pyspark also logs every failed query to stderr (JSON, with the Java stack trace).
+            import logging
+
+            logging.getLogger("SQLQueryContextLogger").disabled = True
+            sys.stderr.flush()
+            self.saved = os.dup(2)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(fd, 2)
+            os.close(fd)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.saved >= 0:
+            sys.stderr.flush()
+            os.dup2(self.saved, 2)
+            os.close(self.saved)
+
+
+def _register(spark, args: argparse.Namespace) -> list[str]:
+    from lakelog.spark_log.hot_tail import HotTailError
+    from lakelog.spark_log.tables import register_topics
+
+    try:
+        return register_topics(spark, args.remote, nodes=args.nodes)
+    except HotTailError as e:
+        print(f"lakelog sql: the nodes at {args.nodes} cannot be reached ({e}); lakelog.<topic> shows the "
+              f"remote tier only", file=sys.stderr)
+        return register_topics(spark, args.remote)
+
+
+def _run_query(spark, query: str, names: list[str], args: argparse.Namespace) -> None:
+    from pyspark.errors import PySparkException
+
+    try:
+        df = spark.sql(query)
+        rows = df.limit(args.max_rows + 1).collect()
+    except PySparkException as e:
+        known = ", ".join(f"lakelog.{n}" for n in names) or "none yet: create a topic"
+        missing = sorted({m.lower() for m in _LAKELOG_NAME.findall(query)} - {n.lower() for n in names})
+        if missing:  # Spark words it as a table not found, or a "direct query on files" of format lakelog
+            raise CommandError(f"no table lakelog.{missing[0]} (tables: {known})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CommandError(f"{first} (tables: {known})") from None
+    truncated = len(rows) > args.max_rows
+    rows = rows[:args.max_rows]
+    _print_rows(df.columns, rows, args.format)
+    if truncated:
+        print(f"lakelog sql: output truncated at {args.max_rows} rows (--max-rows)", file=sys.stderr)
+
+
+def _server_names(spark, args: argparse.Namespace) -> list[str]:
+    """The views a SQL server has registered (it refreshes them itself)."""
+    from lakelog.spark_log.tables import SQL_DATABASE
+
+    return sorted(r["tableName"] for r in spark.sql(f"SHOW TABLES IN {SQL_DATABASE}").collect())
+
+
+def _repl(spark, args: argparse.Namespace, names_of) -> int:
+    """An interactive prompt: statements end with `;`; `\\d` lists the tables, `\\d NAME` a table's
+    columns, `\\q` quits. History is kept in ~/.lakelog_sql_history."""
+    try:
+        import readline
+    except ImportError:  # not on every platform
+        readline = None
+    history = os.path.expanduser("~/.lakelog_sql_history")
+    if readline is not None:
+        try:
+            readline.read_history_file(history)
+        except OSError:
+            pass
+        readline.set_history_length(1000)
+    print("lakelog sql: statements end with ';'. \\d lists tables, \\d NAME its columns, \\q quits.", file=sys.stderr)
+    buffer: list[str] = []
+    try:
+        while True:
             try:
-                df = spark.sql(args.query)
-                rows = df.limit(args.max_rows + 1).collect()
-            except PySparkException as e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                known = ", ".join(f"lakelog.{n}" for n in names) or "none yet; run `lakelog jobs run sync-tables`"
-                raise CommandError(f"{first} (tables: {known})") from None
-            truncated = len(rows) > args.max_rows
-            rows = rows[:args.max_rows]
-            _print_rows(df.columns, rows, args.format)
-            if truncated:
-                print(f"lakelog sql: output truncated at {args.max_rows} rows (--max-rows)", file=sys.stderr)
+                line = input("lakelog> " if not buffer else "      -> ")
+            except EOFError:
+                print(file=sys.stderr)
+                return 0
+            stripped = line.strip()
+            if not buffer and stripped.startswith("\\"):
+                if stripped in ("\\q", "\\quit"):
+                    return 0
+                _describe(spark, names_of(spark, args), stripped[2:].strip())
+                continue
+            buffer.append(line)
+            if not stripped.endswith(";"):
+                continue
+            query = "\n".join(buffer).strip().rstrip(";").strip()
+            buffer.clear()
+            if not query:
+                continue
+            try:
+                _run_query(spark, query, names_of(spark, args), args)
+            except LakelogError as e:
+                print(f"lakelog sql: {e}", file=sys.stderr)
+    finally:
+        if readline is not None:
+            try:
+                readline.write_history_file(history)
+            except OSError:
+                pass
+
+
+def _describe(spark, names: list[str], name: str) -> None:
+    """`\\d`: the tables; `\\d NAME`: its columns."""
+    from lakelog.spark_log.tables import SQL_DATABASE
+
+    if not name:
+        _print_rows(["name"], [[f"{SQL_DATABASE}.{n}"] for n in names], "table")
+        return
+    table = name if "." in name else f"{SQL_DATABASE}.{name}"
+    try:
+        fields = spark.table(table).schema.fields
+    except Exception:
+        print(f"lakelog sql: no table {table} (tables: {', '.join(f'{SQL_DATABASE}.{n}' for n in names)})",
+              file=sys.stderr)
+        return
+    _print_rows(["column", "type"], [[f.name, f.dataType.simpleString()] for f in fields], "table")
+
+
+def cmd_sql_server(args: argparse.Namespace) -> int:
+    """A long-lived Spark Connect server with `lakelog.<name>` registered and refreshed, until
+    SIGINT/SIGTERM. Analysts connect with `SparkSession.builder.remote("sc://HOST:PORT")`."""
+    import tempfile
+
+    from lakelog.spark_log.hot_tail import HotTailError
+    from lakelog.spark_log.session import remote_session
+    from lakelog.spark_log.tables import register_topics
+
+    host, port = _server_address(args.listen)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with tempfile.TemporaryDirectory(prefix="lakelog-sql-server-") as warehouse:
+        with _quiet_jvm(warehouse, args.verbose):
+            spark = remote_session(args.remote, app_name="lakelog-sql-server", master=args.master, conf={
+                "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, "spark.plugins": CONNECT_PLUGIN,
+                "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)})
+        try:
+            spark.sparkContext.setLogLevel("ERROR")
+            service = spark._jvm.java.lang.Class.forName(
+                "org.apache.spark.sql.connect.service.SparkConnectService$").getField("MODULE$").get(None)
+            port = int(service.localPort())  # the port bound (port 0 in --listen: one the system chose)
+            print(f"lakelog sql-server: Spark SQL on sc://{host}:{port} over {args.remote} (topics from "
+                  f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
+                  file=sys.stderr, flush=True)
+            known: list[str] | None = None
+            warned = False
+            while not stop.is_set():
+                try:
+                    names = register_topics(spark, args.remote, nodes=args.nodes)
+                    warned = False
+                except HotTailError as e:
+                    if not warned:
+                        print(f"lakelog sql-server: the nodes cannot be reached ({e}); retrying", file=sys.stderr,
+                              flush=True)
+                        warned = True
+                    names = known or []
+                if names != known:
+                    print(f"lakelog sql-server: tables {', '.join('lakelog.' + n for n in names) or '(none yet)'}",
+                          file=sys.stderr, flush=True)
+                    known = names
+                stop.wait(args.refresh_ms / 1000)
         finally:
             spark.stop()
     return 0
@@ -295,8 +511,29 @@ def add_commands(sub, add) -> None:
     package.add_argument("--output", default="dist", metavar="DIR", help="where to write the zip (default ./dist)")
 
     sql = add(sub, "sql", "sql", cmd_sql, parents=[remote],
-              help="run Spark SQL over the topics' Delta tables (lakelog.<topic>)")
-    sql.add_argument("query", metavar="QUERY")
+              help="run Spark SQL over the topics (lakelog.<topic>: every record up to the high watermark; "
+                   "lakelog.<topic>_table: the synced Delta table); no QUERY: an interactive prompt")
+    sql.add_argument("query", metavar="QUERY", nargs="?", default=None)
+    sql.add_argument("--nodes", metavar="URL", default=None,
+                     help="a node, for the records the remote tier does not hold yet (default $LAKELOG_URL, "
+                          "else http://127.0.0.1:8082)")
+    sql.add_argument("--verbose", action="store_true", help="show Spark's own warnings and Java stack traces")
+    sql.add_argument("--server", metavar="URL", default=None,
+                     help=f"a lakelog sql-server to use when reachable (default ${SQL_SERVER_ENV}, else "
+                          f"{DEFAULT_SQL_SERVER})")
+    sql.add_argument("--local", action="store_true", help="always start a Spark session in this process")
+
+    server = add(sub, "sql-server", "sql-server", cmd_sql_server, parents=[remote],
+                 help="serve Spark SQL over the topics (Spark Connect) until Ctrl-C; lakelog sql uses it")
+    server.add_argument("--listen", default=DEFAULT_SQL_SERVER, metavar="URL",
+                        help=f"where to listen (default {DEFAULT_SQL_SERVER}; loopback unless you name a host; "
+                             f"port 0: any free port, printed)")
+    server.add_argument("--nodes", metavar="URL", default=None,
+                        help="a node, to list topics and read what the remote tier does not hold yet "
+                             "(default $LAKELOG_URL, else http://127.0.0.1:8082)")
+    server.add_argument("--refresh-ms", type=int, default=5000, metavar="MS",
+                        help="how often new topics and tables are looked for (default 5000)")
+    server.add_argument("--verbose", action="store_true", help="show Spark's own warnings")
     sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
     sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help=f"most rows printed (at most {MAX_SQL_ROWS})")
 
@@ -304,5 +541,9 @@ def add_commands(sub, add) -> None:
 def resolve_remote(args: argparse.Namespace) -> None:
     if getattr(args, "remote", "unset") is None:
         args.remote = default_remote()
+    if not 100 <= getattr(args, "refresh_ms", 100) <= 3_600_000:
+        raise SystemExit("lakelog sql-server: --refresh-ms must lie between 100 and 3600000")
+    if getattr(args, "nodes", "unset") is None:
+        args.nodes = os.environ.get("LAKELOG_URL") or "http://127.0.0.1:8082"
     if getattr(args, "max_rows", 0) and not 1 <= args.max_rows <= MAX_SQL_ROWS:
         raise SystemExit(f"lakelog sql: --max-rows must lie between 1 and {MAX_SQL_ROWS}")

@@ -6,13 +6,15 @@ Columns (as Spark's Kafka source, in snake case): topic STRING, partition INT, o
 timestamp TIMESTAMP, timestamp_type INT (0 CreateTime, 1 LogAppendTime), key BINARY, value BINARY,
 headers ARRAY<STRUCT<key STRING, value BINARY>>, leader_epoch INT, producer_id BIGINT.
 
-Options: `remote` (required unless `LAKELOG_REMOTE` is set), `topic` (required), `partitions`
+Options: `remote` (required unless `LAKELOG_REMOTE` is set), `topic` (required), `nodes` (a node
+URL: also read what the remote tier does not hold yet, see below), `partitions`
 (comma-separated), `startingOffset` / `endingOffset` (inclusive, applied to every partition),
 `startingTimestamp` / `endingTimestamp` (inclusive, ms since the epoch), `chunkBytes` (ranged GET
-size, default 8 MiB). All optional but the first two.
+size, default 8 MiB), `maxPartitionBytes` (segments read by one Spark task, default 128 MiB),
+`arrowBatchRows` (rows per Arrow batch, default 65,536). All optional but the first two.
 
 Planning reads each partition's manifest once (in the driver) and makes one Spark partition per
-remote segment that can hold a wanted row: the options prune partitions, segments (by offset range
+run of consecutive remote segments (up to `maxPartitionBytes`) that can hold a wanted row: the options prune partitions, segments (by offset range
 and max timestamp) and, inside a segment, start the read at the offset index's floor entry. Every
 batch is CRC-checked before its records are returned; a corrupt object fails the query with
 `RemoteCorruptionError` (never wrong rows).
@@ -22,9 +24,13 @@ keeps the planned reader of a DataFrame and reuses it for later queries over the
 so filters pushed by one query silently prune the next one (seen: `df.where(...).count()` then
 `df.count()` returned the filtered count). Options are part of the DataFrame, so they cannot leak.
 
-Only the COPY_FINISHED segments at or above the remote log start offset are read: what the nodes
-still hold locally and have not tiered yet is not visible here (`lakelog sql` reads the Delta
-tables that `sync-tables` keeps).
+Without `nodes`, only the COPY_FINISHED segments at or above the remote log start offset are
+read: what the nodes hold and have not tiered yet is not visible. With `nodes`, the read is the
+whole topic as a consumer from offset 0 sees it: planning lists the partitions from the nodes and
+the remote segments, and adds one input partition per topic partition for the rest: from one past
+the remote tier's last planned offset up to the high watermark that partition's task reads when it
+starts, over the nodes' binary fetch path (spark_log/hot_tail.py). A topic without a remote tier is
+read from the nodes alone. This is what `lakelog.<topic>` is in SQL.
 """
 
 from __future__ import annotations
@@ -36,13 +42,18 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from lakelog.tiering.remote_scan import DEFAULT_CHUNK_BYTES, iter_segment_records, load_manifest, open_remote, readable_segments
+from lakelog.tiering.remote_scan import ARROW_BATCH_ROWS, DEFAULT_CHUNK_BYTES, iter_segment_arrow, load_manifest, open_remote, readable_segments
+from lakelog.spark_log.hot_tail import NodeAccess, iter_hot_records, partition_ids
 from lakelog.tiering.manifest import RemoteSegment
 
 REMOTE_ENV = "LAKELOG_REMOTE"
 SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestamp_type INT, key BINARY, "
           "value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, leader_epoch INT, producer_id BIGINT")
+FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch",
+          "producer_id")
 _LONG_MAX = (1 << 63) - 1
+#: Segments read by one Spark task, at most (Spark's spark.sql.files.maxPartitionBytes default).
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 
 
 @dataclass
@@ -91,6 +102,47 @@ class SegmentPartition(InputPartition):
     max_timestamp: int | None
     offsets: frozenset[int] | None
     chunk_bytes: int
+    arrow_rows: int = ARROW_BATCH_ROWS
+
+
+@dataclass(frozen=True)
+class SegmentGroup(InputPartition):
+    """Consecutive segments read by one Spark task: each task of a Python data source costs a
+    Python worker round trip (about half a second on a busy machine), so small segments are read
+    together up to `maxPartitionBytes`, as Spark packs small files."""
+
+    parts: tuple[SegmentPartition, ...]
+
+
+def group_segments(parts: list[SegmentPartition], max_bytes: int) -> list[SegmentGroup]:
+    """`parts` in order, cut into groups of at most `max_bytes` of `.log` (at least one each)."""
+    groups: list[SegmentGroup] = []
+    current: list[SegmentPartition] = []
+    size = 0
+    for part in parts:
+        if current and size + part.segment.size_in_bytes > max_bytes:
+            groups.append(SegmentGroup(tuple(current)))
+            current, size = [], 0
+        current.append(part)
+        size += part.segment.size_in_bytes
+    if current:
+        groups.append(SegmentGroup(tuple(current)))
+    return groups
+
+
+@dataclass(frozen=True)
+class HotPartition(InputPartition):
+    """One Spark partition: a topic partition's offsets from `from_offset` up to `to_offset`
+    (inclusive, None: unbounded) below the high watermark its task reads, read from the nodes."""
+
+    nodes: NodeAccess
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int | None
+    min_timestamp: int | None
+    max_timestamp: int | None
+    offsets: frozenset[int] | None
 
 
 class LakelogDataSource(DataSource):
@@ -104,14 +156,27 @@ class LakelogDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> "LakelogReader":
-        return LakelogReader(dict(self.options))
+        return LakelogReader(dict(self.options), _fields(schema))
 
     def streamReader(self, schema: StructType) -> "LakelogStreamReader":
-        return LakelogStreamReader(dict(self.options))
+        return LakelogStreamReader(dict(self.options), _fields(schema))
+
+
+def _fields(schema: StructType | None) -> tuple[str, ...]:
+    """The columns to produce: a schema given with `.schema(...)` may name a subset of SCHEMA's,
+    in any order; the columns left out are never decoded."""
+    if schema is None:
+        return FIELDS
+    names = tuple(f.name for f in schema.fields)
+    unknown = [n for n in names if n not in FIELDS]
+    if unknown:
+        raise ValueError(f"the lakelog data source has no columns {unknown}; it has {', '.join(FIELDS)}")
+    return names
 
 
 class LakelogReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], fields: tuple[str, ...] = FIELDS) -> None:
+        self.fields = fields
         options = {k.lower(): v for k, v in options.items()}  # Spark's option keys are case-insensitive
         self.remote = options.get("remote") or os.environ.get(REMOTE_ENV)
         self.topic = options.get("topic")
@@ -122,6 +187,13 @@ class LakelogReader(DataSourceReader):
         self.chunk_bytes = int(options.get("chunkbytes", DEFAULT_CHUNK_BYTES))
         if not 64 * 1024 <= self.chunk_bytes <= 256 * 1024 * 1024:
             raise ValueError("chunkBytes must lie between 64 KiB and 256 MiB")
+        self.nodes = NodeAccess.from_options(options["nodes"], options) if options.get("nodes") else None
+        self.max_partition_bytes = int(options.get("maxpartitionbytes", DEFAULT_MAX_PARTITION_BYTES))
+        if not 1 <= self.max_partition_bytes <= 1 << 40:
+            raise ValueError("maxPartitionBytes must lie between 1 and 1 TiB")
+        self.arrow_rows = int(options.get("arrowbatchrows", ARROW_BATCH_ROWS))
+        if not 1 <= self.arrow_rows <= 1 << 20:
+            raise ValueError("arrowBatchRows must lie between 1 and 1048576")
         self.partitions_ = Bounds()
         self.offsets = Bounds()
         self.timestamps = Bounds()
@@ -137,34 +209,53 @@ class LakelogReader(DataSourceReader):
             self.timestamps.restrict(high=int(options["endingtimestamp"]))
 
     def partitions(self):
+        live = set(partition_ids(self.nodes, self.topic)) if self.nodes is not None else None
         store = open_remote(self.remote)
         try:
             from lakelog.tiering.remote_scan import remote_partitions
 
             found = remote_partitions(store, self.topic).get(self.topic, [])
             out: list[SegmentPartition] = []
+            hot: list[HotPartition] = []
             lo = self.offsets.effective_low
             hi = self.offsets.effective_high
-            for p in found:
-                if not self.partitions_.admits(p):
+            for p in sorted(set(found) | (live or set())):
+                if not self.partitions_.admits(p) or (live is not None and p not in live):
                     continue
-                m = load_manifest(store, self.topic, p)
-                for seg in readable_segments(m, from_offset=lo, to_offset=hi, min_timestamp=self.timestamps.low):
-                    start = max(seg.base_offset, m.log_start_offset, lo if lo is not None else 0)
-                    end = min(seg.end_offset, hi if hi is not None else _LONG_MAX)
-                    if start > end:
-                        continue
-                    out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
-                                                self.timestamps.high, self.offsets.values, self.chunk_bytes))
-            return out or [SegmentPartition(self.remote, self.topic, -1, None, 0, -1, None, None, None,  # type: ignore[arg-type]
-                                            self.chunk_bytes)]
+                top = hi if hi is not None else _LONG_MAX
+                next_remote = None
+                if p in found:
+                    m = load_manifest(store, self.topic, p)
+                    for seg in readable_segments(m, from_offset=lo, to_offset=hi, min_timestamp=self.timestamps.low):
+                        start = max(seg.base_offset, m.log_start_offset, lo if lo is not None else 0)
+                        end = min(seg.end_offset, top)
+                        if start > end:
+                            continue
+                        out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
+                                                    self.timestamps.high, self.offsets.values, self.chunk_bytes,
+                                                    self.arrow_rows))
+                    if m.end_offset is not None:
+                        next_remote = m.end_offset + 1
+                if live is not None:
+                    start = max(next_remote or 0, lo if lo is not None else 0)
+                    if start <= top:
+                        hot.append(HotPartition(self.nodes, self.topic, p, start, hi, self.timestamps.low,
+                                                self.timestamps.high, self.offsets.values))
+            if not out and not hot:
+                return [SegmentPartition(self.remote, self.topic, -1, None, 0, -1, None, None, None,  # type: ignore[arg-type]
+                                         self.chunk_bytes)]
+            return group_segments(out, self.max_partition_bytes) + hot
         finally:
             store.close()
 
-    def read(self, partition: SegmentPartition):
+    def read(self, partition):
+        if isinstance(partition, HotPartition):
+            return _read_hot_rows(partition, self.fields)
+        if isinstance(partition, SegmentGroup):
+            return (b for part in partition.parts for b in _read_rows(part, self.fields))
         if partition.segment is None:
             return iter(())
-        return _read_rows(partition)
+        return _read_rows(partition, self.fields)
 
 
 class LakelogStreamReader(DataSourceStreamReader):
@@ -178,8 +269,8 @@ class LakelogStreamReader(DataSourceStreamReader):
     failOnDataLoss=false). Options as the batch reader (`partitions`, `chunkBytes`).
     """
 
-    def __init__(self, options: dict[str, str]) -> None:
-        self.batch = LakelogReader(options)
+    def __init__(self, options: dict[str, str], fields: tuple[str, ...] = FIELDS) -> None:
+        self.batch = LakelogReader(options, fields)
 
     def _ends(self) -> dict[str, tuple[int, int]]:
         """partition -> (remote log start offset, next offset after the remote end)."""
@@ -215,73 +306,94 @@ class LakelogStreamReader(DataSourceStreamReader):
                 for seg in readable_segments(m, from_offset=first, to_offset=stop - 1):
                     out.append(SegmentPartition(self.batch.remote, self.batch.topic, int(p), seg,
                                                 max(first, seg.base_offset), min(stop - 1, seg.end_offset),
-                                                None, None, None, self.batch.chunk_bytes))
+                                                None, None, None, self.batch.chunk_bytes, self.batch.arrow_rows))
             return out
         finally:
             store.close()
 
     def read(self, partition: SegmentPartition):
-        return _read_rows(partition)
+        return _read_rows(partition, self.batch.fields)
 
     def commit(self, end: dict) -> None:
         pass  # nothing to release: the remote tier is read, never consumed
 
 
-ARROW_BATCH_ROWS = 8192
-
-
-def _arrow_schema():
+def _arrow_schema(fields: tuple[str, ...]):
     import pyarrow as pa
 
-    return pa.schema([
-        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestamp_type", pa.int32()), ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-        ("leader_epoch", pa.int32()), ("producer_id", pa.int64())])
+    from lakelog.logstore.record_arrow import TYPES
+
+    return pa.schema([(f, pa.string() if f == "topic" else pa.int32() if f == "partition" else TYPES[f])
+                      for f in fields])
 
 
-def _read_rows(p: SegmentPartition):
-    """The rows of one Spark partition as Arrow record batches of up to ARROW_BATCH_ROWS rows
-    (columnar hand-over to the JVM: far cheaper than one Python tuple per row)."""
+def _read_rows(p: SegmentPartition, fields: tuple[str, ...]):
+    """The rows of one Spark partition as Arrow record batches, decoded natively (remote_scan.
+    iter_segment_arrow): only the columns of the reader's schema are filled."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    schema = _arrow_schema()
+    from lakelog.spark_log.native import load_shipped_extension
+
+    load_shipped_extension()
+    schema = _arrow_schema(fields)
+    wanted = [f for f in fields if f not in ("topic", "partition")]
+    if p.offsets is not None and "offset" not in wanted:
+        wanted.append("offset")
     store = open_remote(p.remote)
-    cols: dict[str, list] = {name: [] for name in schema.names}
-
-    def flush():
-        n = len(cols["offset"])
-        arrays = [pa.array([p.topic] * n, pa.string()), pa.array([p.partition] * n, pa.int32()),
-                  pa.array(cols["offset"], pa.int64()),
-                  pa.array([t * 1000 for t in cols["timestamp"]], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                  pa.array(cols["timestamp_type"], pa.int32()), pa.array(cols["key"], pa.binary()),
-                  pa.array(cols["value"], pa.binary()), pa.array(cols["headers"], schema.field("headers").type),
-                  pa.array(cols["leader_epoch"], pa.int32()), pa.array(cols["producer_id"], pa.int64())]
-        for v in cols.values():
-            v.clear()
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
     try:
-        for r in iter_segment_records(store, p.topic, p.partition, p.segment, from_offset=p.from_offset,
-                                      to_offset=p.to_offset, min_timestamp=p.min_timestamp,
-                                      max_timestamp=p.max_timestamp, chunk_bytes=p.chunk_bytes):
-            if p.offsets is not None and r.offset not in p.offsets:
-                continue
-            cols["offset"].append(r.offset)
-            cols["timestamp"].append(r.timestamp)
-            cols["timestamp_type"].append(r.timestamp_type)
-            cols["key"].append(r.key)
-            cols["value"].append(r.value)
-            cols["headers"].append([{"key": k, "value": v} for k, v in r.headers])
-            cols["leader_epoch"].append(r.leader_epoch)
-            cols["producer_id"].append(r.producer_id)
-            if len(cols["offset"]) >= ARROW_BATCH_ROWS:
-                yield flush()
-        if cols["offset"]:
-            yield flush()
+        for n, cols in iter_segment_arrow(store, p.topic, p.partition, p.segment, columns=wanted,
+                                          from_offset=p.from_offset, to_offset=p.to_offset,
+                                          min_timestamp=p.min_timestamp, max_timestamp=p.max_timestamp,
+                                          chunk_bytes=p.chunk_bytes, max_rows=p.arrow_rows):
+            if p.offsets is not None:
+                keep = pc.is_in(cols["offset"], value_set=pa.array(sorted(p.offsets), pa.int64()))
+                cols = {k: v.filter(keep) for k, v in cols.items()}
+                n = len(cols["offset"])
+            arrays = [pa.repeat(pa.scalar(p.topic, pa.string()), n) if f == "topic"
+                      else pa.repeat(pa.scalar(p.partition, pa.int32()), n) if f == "partition" else cols[f]
+                      for f in fields]
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
     finally:
         store.close()
+
+
+def _read_hot_rows(p: HotPartition, fields: tuple[str, ...]):
+    """The rows the nodes serve for one topic partition (spark_log/hot_tail.py), as Arrow record
+    batches of the reader's columns. The hot tail is short (what the nodes have not tiered yet), so
+    its records are decoded by the reference decoder."""
+    import pyarrow as pa
+
+    schema = _arrow_schema(fields)
+    records = iter_hot_records(p.nodes, p.topic, p.partition, p.from_offset, to_offset=p.to_offset,
+                               min_timestamp=p.min_timestamp, max_timestamp=p.max_timestamp)
+    batch: list = []
+
+    def flush():
+        columns = {"topic": lambda: pa.repeat(pa.scalar(p.topic, pa.string()), len(batch)),
+                   "partition": lambda: pa.repeat(pa.scalar(p.partition, pa.int32()), len(batch)),
+                   "offset": lambda: [r.offset for r in batch],
+                   "timestamp": lambda: pa.array([r.timestamp * 1000 for r in batch], pa.int64()).cast(schema.field("timestamp").type),
+                   "timestamp_type": lambda: [r.timestamp_type for r in batch],
+                   "key": lambda: [r.key for r in batch], "value": lambda: [r.value for r in batch],
+                   "headers": lambda: [[{"key": k, "value": v} for k, v in r.headers] for r in batch],
+                   "leader_epoch": lambda: [r.leader_epoch for r in batch],
+                   "producer_id": lambda: [r.producer_id for r in batch]}
+        arrays = []
+        for f in fields:
+            col = columns[f]()
+            arrays.append(col if isinstance(col, pa.Array) else pa.array(col, schema.field(f).type))
+        batch.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    for r in records:
+        if p.offsets is not None and r.offset not in p.offsets:
+            continue
+        batch.append(r)
+        if len(batch) >= ARROW_BATCH_ROWS:
+            yield flush()
+    if batch:
+        yield flush()
 
 
 def register(spark) -> None:

@@ -75,6 +75,9 @@ def _policy(cfg: dict[str, str]) -> set[str]:
 def _compaction_task(args: tuple) -> dict:
     remote, topic, partition, cfg, owner, force, delete_delay_ms = args
     from lakelog.compaction.remote import compact_partition
+    from lakelog.spark_log.native import load_shipped_extension
+
+    load_shipped_extension()
 
     store = open_remote(remote)
     try:
@@ -165,6 +168,22 @@ def plan(store, job: str, topics: list[str] | None, overrides: dict[str, str]) -
     return names, {t: found[t] for t in names}, configs
 
 
+#: Spark's own default for spark.sql.shuffle.partitions: a value nobody chose for this cluster.
+SPARK_DEFAULT_SHUFFLE_PARTITIONS = "200"
+
+
+def size_shuffle_partitions(spark) -> int:
+    """Shuffle partitions from the cluster's cores (2 per core, at least 2) when nobody set them:
+    Spark's 200 (or a session's 50) on a few executor cores is mostly task overhead for the
+    sync's and the latest table's shuffles. A value set in the session is kept; returns the value."""
+    current = spark.conf.get("spark.sql.shuffle.partitions")
+    if current != SPARK_DEFAULT_SHUFFLE_PARTITIONS:
+        return int(current)
+    wanted = max(2, 2 * int(spark.sparkContext.defaultParallelism))
+    spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
+    return wanted
+
+
 def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, overrides: dict[str, str] | None = None,
             force: bool = False, rebuild_all: bool = False, delete_delay_ms: int | None = None,
             progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None) -> JobSummary:
@@ -173,6 +192,7 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
         raise ValueError(f"unknown job {job!r}; jobs: {', '.join(JOB_NAMES)}")
     started = time.monotonic()
     summary = JobSummary(job, remote)
+    size_shuffle_partitions(spark)
     store = open_remote(remote)
     try:
         names, partitions, configs = plan(store, job, topics, overrides or {})

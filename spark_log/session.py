@@ -36,6 +36,11 @@ DELTA_CONF: dict[str, str] = {
 #: Lakelog's own packages (folders of the repository, `lakelog.<name>` once imported), shipped to
 #: executors of a cluster master (see `ship_packages`).
 SHIPPED_PACKAGES = ("infra", "index", "logstore", "tiering", "compaction", "spark_log")
+PACKAGES_ZIP = "lakelog_packages.zip"
+
+#: For SQL sessions: `lakelog.<name>` resolves to Spark's global temporary views (static: set when
+#: the session starts), which every session of the application sees, Spark Connect's included.
+SQL_CONF: dict[str, str] = {"spark.sql.globalTempDatabase": "lakelog"}
 
 # Defaults for a local master on one small machine; a cluster keeps Spark's own defaults, since
 # a loopback-only driver could not be reached by remote executors.
@@ -179,15 +184,27 @@ def ship_packages(spark: SparkSession, packages: tuple[str, ...] = SHIPPED_PACKA
     master = spark.sparkContext.master
     if master.startswith("local"):
         return None
+    # spark-submit --py-files lakelog_packages.zip (`lakelog jobs package`) already ships it: adding
+    # it again from another path fails ("already registered with a different path").
+    given = spark.sparkContext.getConf().get("spark.submit.pyFiles", "")
+    if any(Path(p).name == PACKAGES_ZIP for p in given.split(",") if p):
+        return None
     import tempfile
 
-    out = write_packages_zip(Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / "lakelog_packages.zip", packages)
+    out = write_packages_zip(Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / PACKAGES_ZIP, packages)
     spark.sparkContext.addPyFile(str(out))
+    from lakelog.spark_log.native import native_extension_path
+
+    native = native_extension_path()
+    if native is not None:  # loaded by load_shipped_extension() where the executors' ABI matches
+        spark.sparkContext.addFile(str(native))
     return out
 
 
 def write_packages_zip(path: Path, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> Path:
-    """Lakelog's packages (their .py files) as a zip for `addPyFile` / `spark-submit --py-files`."""
+    """Lakelog's packages (their .py files) and delta-spark's Python package as a zip for
+    `addPyFile` / `spark-submit --py-files`."""
+    import importlib.util
     import zipfile
 
     root = Path(__file__).resolve().parents[1]
@@ -197,6 +214,13 @@ def write_packages_zip(path: Path, packages: tuple[str, ...] = SHIPPED_PACKAGES)
                 # `lakelog` is a namespace package: the zip holds lakelog/<package>/... and no
                 # lakelog/__init__.py, so it merges with an installed Lakelog instead of hiding it.
                 z.write(f, "lakelog/" + f.relative_to(root).as_posix())
+        # delta-spark's Python half (pure Python): the job's driver under spark-submit imports
+        # `delta.tables` for sync-tables, and a cluster's Python rarely has it.
+        spec = importlib.util.find_spec("delta")
+        if spec is not None and spec.submodule_search_locations:
+            delta_root = Path(list(spec.submodule_search_locations)[0])
+            for f in sorted(delta_root.rglob("*.py")):
+                z.write(f, "delta/" + f.relative_to(delta_root).as_posix())
     return path
 
 
@@ -204,7 +228,7 @@ def remote_session(remote_url: str | None = None, app_name: str = "lakelog", mas
                    conf: Mapping[str, str] | None = None, register_source: bool = True) -> SparkSession:
     """A session for jobs and analysts over a remote tier: S3A from the AWS environment when the
     remote is S3, the `lakelog` data source registered, Lakelog's packages shipped to a cluster."""
-    settings: dict[str, str] = {}
+    settings: dict[str, str] = dict(SQL_CONF)
     if remote_url and remote_url.startswith(("s3://", "s3a://")):
         settings.update(s3a_conf())
     settings.update(conf or {})

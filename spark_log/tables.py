@@ -4,7 +4,18 @@
 and `date` (the UTC day of the record's timestamp), with the data source's columns. With the topic
 config `value.schema` (a Spark DDL string such as `id BIGINT, amount DOUBLE`), JSON values are
 also parsed into those typed columns. Compacted topics also get `<remote>/tables/<topic>_latest`:
-the latest record per (partition, key), tombstoned keys left out, rewritten at each sync.
+the latest record per (partition, key), tombstoned keys left out: written whole by the first sync,
+then kept by one Delta MERGE per sync of the new rows' latest record per key (a newer value
+updates or inserts, a newer tombstone deletes), so a sync reads only what it appends.
+
+With the topic config (or `--config`) `schema.registry.url` naming a Lakelog node (any node serves
+the Schema Registry), values in Confluent's wire format are decoded by the schema their id names,
+natively by Spark's `from_avro` (Avro schemas): a record schema's fields become typed columns
+(records as structs, arrays, maps, unions, enums as strings, decimals, dates and timestamps as
+Spark types); a new compatible version adds its columns to the table (Delta schema merge). A
+value that is not in the wire format, names a schema that is not Avro or unknown, or does not
+decode, goes to the dead-letter table `<remote>/tables/<topic>_errors` (partition, offset,
+timestamp, key, value, schema_id, reason) and the sync goes on.
 
 Incremental and idempotent: a sync reads the highest synced offset per partition from the table
 itself and appends only the records above it. The append carries a Delta transaction id
@@ -18,11 +29,16 @@ log by what the nodes have not tiered yet.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 
 from lakelog.tiering.remote_scan import TABLES_DIR, open_remote, tables_path
 
 LATEST_SUFFIX = "_latest"
+ERRORS_SUFFIX = "_errors"
+REGISTRY_URL_KEY = "schema.registry.url"
+MAX_SCHEMA_IDS_PER_SYNC = 1_000
 SQL_DATABASE = "lakelog"
 
 
@@ -40,9 +56,11 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
     started = time.monotonic()
     path = tables_path(remote, topic)
     synced: dict[int, int] = {}
-    if _table_exists(spark, path):
-        for r in spark.read.format("delta").load(path).groupBy("partition").agg(F.max("offset").alias("o")).collect():
-            synced[int(r["partition"])] = int(r["o"])
+    errors_path = tables_path(remote, topic + ERRORS_SUFFIX)
+    for done in (path, errors_path):  # a record is synced once it is in the table or in its dead letters
+        if _table_exists(spark, done):
+            for r in spark.read.format("delta").load(done).groupBy("partition").agg(F.max("offset").alias("o")).collect():
+                synced[int(r["partition"])] = max(synced.get(int(r["partition"]), -1), int(r["o"]))
     starts = {p: synced.get(p, -1) + 1 for p in partitions}
     lowest = min(starts.values()) if starts else 0
     df = (spark.read.format("lakelog").option("remote", remote).option("topic", topic)
@@ -55,30 +73,147 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
         return {"topic": topic, "table": path, "rows_added": 0, "seconds": time.monotonic() - started}
     new = df.where(condition).withColumn(
         "date", F.date_from_unix_date(F.floor(F.unix_millis(F.col("timestamp")) / 86_400_000).cast("int")))
+    dead = None
+    registry = (config.get(REGISTRY_URL_KEY) or "").strip()
+    if registry:
+        new, dead = _decode_by_schema_ids(new, registry)
     schema = (config.get("value.schema") or "").strip()
-    if schema:
+    if schema and not registry:
         parsed = F.from_json(F.col("value").cast("string"), schema)
         names = [f.name for f in spark.createDataFrame([], schema).schema.fields]
         clash = set(names) & set(new.columns)
         if clash:
             raise ValueError(f"value.schema of {topic} names columns the table already has: {sorted(clash)}")
         new = new.withColumn("_parsed", parsed).select(*new.columns, *[F.col("_parsed." + n).alias(n) for n in names])
+    compacted = "compact" in {p.strip() for p in config.get("cleanup.policy", "delete").split(",")}
+    latest_exists = compacted and _table_exists(spark, tables_path(remote, topic + LATEST_SUFFIX))
     new = new.persist()
+    errors_added = 0
+    latest_path = None
     try:
         added = new.count()
+        version = sum(starts.values())
         if added:
-            version = sum(starts.values())
             (new.write.format("delta").mode("append").partitionBy("partition", "date")
              .option("txnAppId", f"lakelog-sync-{topic}").option("txnVersion", version)
              .option("mergeSchema", "true").save(path))
+            if latest_exists:
+                latest_path = merge_latest_table(spark, remote, topic, new)
+        if dead is not None:
+            dead = dead.persist()
+            errors_added = dead.count()
+            if errors_added:
+                (dead.write.format("delta").mode("append").partitionBy("partition", "date")
+                 .option("txnAppId", f"lakelog-sync-{topic}{ERRORS_SUFFIX}").option("txnVersion", version)
+                 .save(errors_path))
     finally:
         new.unpersist()
-    latest_path = None
-    if "compact" in {p.strip() for p in config.get("cleanup.policy", "delete").split(",")} and \
-            _table_exists(spark, path) and (added or not _table_exists(spark, tables_path(remote, topic + LATEST_SUFFIX))):
+        if dead is not None:
+            dead.unpersist()
+    if compacted and not latest_exists and _table_exists(spark, path):
         latest_path = write_latest_table(spark, remote, topic)
     return {"topic": topic, "table": path, "rows_added": added, "latest_table": latest_path,
-            "seconds": time.monotonic() - started}
+            "errors_added": errors_added, "seconds": time.monotonic() - started}
+
+
+def _fetch_schemas(registry: str, ids: list[int]) -> dict[int, dict]:
+    """{id: {"schemaType", "schema"}} from the Schema Registry at `registry` (ids it does not know are left out)."""
+    import httpx
+
+    out = {}
+    with httpx.Client(base_url=registry.rstrip("/"), timeout=30) as c:
+        for i in ids:
+            r = c.get(f"/schemas/ids/{i}")
+            if r.status_code == 404:
+                continue
+            r.raise_for_status()
+            doc = r.json()
+            out[i] = {"schemaType": doc.get("schemaType", "AVRO"), "schema": doc["schema"]}
+    return out
+
+
+def _decode_by_schema_ids(df, registry: str):
+    """(rows with typed columns, dead-letter rows): values decoded by their wire-format schema ids."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    value = F.col("value")
+    framed = value.isNotNull() & (F.length(value) >= 5) & (F.hex(F.substring(value, 1, 1)) == "00")
+    df = df.withColumn("_schema_id", F.when(framed, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")))
+    ids = sorted(int(r[0]) for r in df.where(framed).select("_schema_id").distinct().limit(MAX_SCHEMA_IDS_PER_SYNC + 1)
+                 .collect())
+    if len(ids) > MAX_SCHEMA_IDS_PER_SYNC:
+        raise ValueError(f"more than {MAX_SCHEMA_IDS_PER_SYNC} schema ids in one sync")
+    schemas = _fetch_schemas(registry, ids)
+    base = [c for c in df.columns if c != "_schema_id"]
+    good = [df.where(value.isNull()).select(*base)]  # tombstones stay, with null typed columns
+    bad = [df.where(value.isNotNull() & ~framed)
+           .withColumn("reason", F.lit("not in Confluent's wire format (magic byte 0, 4-byte schema id)"))]
+    for i in ids:
+        part = df.where(F.col("_schema_id") == i)
+        info = schemas.get(i)
+        if info is None or info["schemaType"] != "AVRO":
+            why = "unknown to the registry" if info is None else f"a {info['schemaType']} schema (not decoded)"
+            bad.append(part.withColumn("reason", F.lit(f"schema id {i} is {why}")))
+            continue
+        decoded = part.withColumn("_decoded", from_avro(F.expr("substring(value, 6)"), info["schema"],
+                                                        {"mode": "PERMISSIVE"}))
+        try:
+            doc = json.loads(info["schema"])
+        except ValueError:
+            doc = None
+        corrupt = F.col("_decoded").isNull()
+        if isinstance(doc, dict) and doc.get("type") == "record":
+            # PERMISSIVE gives a record of nulls for bytes that do not decode: a null in a field whose
+            # type cannot be null marks them (a record whose fields are all nullable cannot be told apart)
+            for f in doc.get("fields", []):
+                t = f.get("type")
+                if not (t == "null" or (isinstance(t, list) and "null" in t)):
+                    corrupt = corrupt | F.col("_decoded." + f["name"]).isNull()
+        bad.append(decoded.where(corrupt).drop("_decoded")
+                   .withColumn("reason", F.lit(f"the value does not decode with Avro schema id {i}")))
+        ok = decoded.where(~corrupt)
+        if isinstance(doc, dict) and doc.get("type") == "record":  # its fields become columns
+            fields = [f.name for f in ok.schema["_decoded"].dataType.fields]
+            clash = set(fields) & set(base)
+            if clash:
+                raise ValueError(f"Avro schema {i} has fields named like the table's columns: {sorted(clash)}")
+            good.append(ok.select(*base, *[F.col("_decoded." + n).alias(n) for n in fields]))
+        else:
+            good.append(ok.select(*base, F.col("_decoded").alias("value_decoded")))
+    rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), good)
+    dead = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), bad)
+    dead = dead.select("partition", "offset", "timestamp", "key", "value", "_schema_id", "reason", "date") \
+        .withColumnRenamed("_schema_id", "schema_id")
+    return rows, dead
+
+
+def _latest_per_key(df):
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
+    return df.where(F.col("key").isNotNull()).withColumn("_rank", F.row_number().over(w)) \
+        .where("_rank = 1").drop("_rank")
+
+
+def merge_latest_table(spark, remote: str, topic: str, new) -> str:
+    """Fold the rows just appended into `<topic>_latest` with one Delta MERGE of their latest record
+    per (partition, key): a newer value replaces or inserts, a newer tombstone deletes; a row not
+    newer than the table's (a retried sync) changes nothing. Reads only the new rows."""
+    from delta.tables import DeltaTable
+
+    path = tables_path(remote, topic + LATEST_SUFFIX)
+    source = _latest_per_key(new)
+    (DeltaTable.forPath(spark, path).alias("t")
+     .merge(source.alias("s"), "t.partition = s.partition AND t.key = s.key")
+     .whenMatchedDelete(condition="s.value IS NULL AND s.offset > t.offset")
+     .whenMatchedUpdateAll(condition="s.offset > t.offset")
+     .whenNotMatchedInsertAll(condition="s.value IS NOT NULL")
+     .execute())
+    return path
 
 
 def write_latest_table(spark, remote: str, topic: str) -> str:
@@ -109,13 +244,77 @@ def table_names(remote: str) -> list[str]:
         store.close()
 
 
-def register_topics(spark, remote: str, database: str = SQL_DATABASE) -> list[str]:
-    """Make every Delta table under `<remote>/tables/` queryable as `<database>.<name>`
-    (`lakelog.orders`, `lakelog.orders_latest`, `lakelog._remote_index`); returns the names.
-    This is the one call an analyst's own SparkSession needs (with Lakelog's jars)."""
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-    names = table_names(remote)
-    for name in names:
-        location = tables_path(remote, name).replace("'", "\\'")
-        spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{name}` USING delta LOCATION '{location}'")
-    return names
+#: The database name under which `lakelog.<name>` resolves: Spark's global temporary views, with
+#: `spark.sql.globalTempDatabase` set to it (a static setting, made when the session starts; see
+#: `session.SQL_CONF`). Global temporary views are seen by every session of the application, the
+#: sessions of Spark Connect clients included.
+TABLE_SUFFIX = "_table"
+_SIMPLE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def view_names(remote: str, topics: list[str]) -> dict[str, str]:
+    """view name -> what it shows, for `register_topics` and the listing of `lakelog sql`."""
+    out = {t: f"topic {t}" for t in topics}
+    for name in table_names(remote):
+        if name.startswith("_") or name.endswith(LATEST_SUFFIX):
+            out[name] = f"Delta table {name}"
+        else:
+            out[name + TABLE_SUFFIX] = f"Delta table {name} (synced history)"
+    return out
+
+
+def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str | None = None,
+                    node_options: dict[str, str] | None = None) -> list[str]:
+    """Make the topics and their Delta tables queryable as `<database>.<name>`; returns the names.
+
+    - `lakelog.<topic>`: the whole topic (the data source with `nodes`: the remote tier and the
+      nodes' hot tail up to each partition's high watermark when the query runs). Without `nodes`
+      (or when the nodes cannot be reached), only the remote tier.
+    - `lakelog.<topic>_table`: the Delta table `sync-tables` keeps (read at its latest version at
+      each query; time travel with `SELECT ... FROM delta.`<path>` VERSION AS OF n` on its path).
+    - `lakelog.<topic>_latest` and `lakelog._remote_index`: the other Delta tables.
+
+    The session must have been started with `spark.sql.globalTempDatabase` = `database`
+    (`remote_session` does it); this is the one call an analyst's session needs.
+    Topics come from the nodes when given, else from the remote tier's topic descriptors."""
+    from lakelog.spark_log.datasource import register as register_source
+
+    configured = spark.conf.get("spark.sql.globalTempDatabase", "global_temp")
+    if configured != database:
+        raise ValueError(f"the session's spark.sql.globalTempDatabase is {configured!r}, not {database!r}: start it "
+                         f"with remote_session() or that setting")
+    register_source(spark)
+    if nodes:
+        from lakelog.spark_log.hot_tail import NodeAccess, list_topics
+
+        topics = list_topics(NodeAccess.from_options(nodes, {k.lower(): v for k, v in (node_options or {}).items()}))
+    else:
+        topics = remote_topics(remote)
+    registered = []
+    for topic in topics:
+        if not _SIMPLE_NAME.match(topic):
+            continue  # a view name is an unquoted identifier; read such a topic with the data source
+        reader = spark.read.format("lakelog").option("remote", remote).option("topic", topic)
+        if nodes:
+            reader = reader.option("nodes", nodes).options(**(node_options or {}))
+        reader.load().createOrReplaceGlobalTempView(topic)
+        registered.append(topic)
+    for name in table_names(remote):
+        view = name if name.startswith("_") or name.endswith(LATEST_SUFFIX) else name + TABLE_SUFFIX
+        if not _SIMPLE_NAME.match(view):
+            continue
+        location = tables_path(remote, name).replace("`", "``")
+        spark.sql(f"CREATE OR REPLACE GLOBAL TEMPORARY VIEW `{view}` AS SELECT * FROM delta.`{location}`")
+        registered.append(view)
+    return sorted(registered)
+
+
+def remote_topics(remote: str) -> list[str]:
+    """Topics with data or a descriptor in the remote tier."""
+    from lakelog.tiering.remote_scan import remote_partitions
+
+    store = open_remote(remote)
+    try:
+        return sorted(t for t in remote_partitions(store) if not t.startswith("__"))
+    finally:
+        store.close()

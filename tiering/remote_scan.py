@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 from urllib.parse import urlparse
 
 from lakelog.index import offset_index
-from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError
+from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError
 from lakelog.logstore.record_batch import (
     LOG_OVERHEAD,
     RecordBatch,
@@ -44,6 +44,8 @@ from lakelog.tiering.topics import TopicDescriptor, read_topic_descriptor, write
 TABLES_DIR = "tables"
 REMOTE_INDEX_TABLE = "_remote_index"
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+#: A record timestamp (ms) whose microseconds do not fit an int64 (Spark's TIMESTAMP) is corrupt.
+MAX_TIMESTAMP_MS = ((1 << 63) - 1) // 1000
 _MANIFEST_KEY = re.compile(r"^([A-Za-z0-9._-]{1,249})-(\d+)/" + re.escape(MANIFEST_NAME) + "$")
 
 
@@ -149,6 +151,7 @@ def iter_segment_batches(store: ObjectStore, topic: str, partition: int, seg: Re
     position = start_position(store, topic, partition, seg, from_offset) if from_offset is not None else 0
     target = seg.base_offset if from_offset is None else from_offset
     carry = b""
+    prev_last = seg.base_offset - 1
     while position < size:
         want = min(chunk_bytes, size - position)
         try:
@@ -165,6 +168,13 @@ def iter_segment_batches(store: ObjectStore, topic: str, partition: int, seg: Re
         try:
             for pos, batch in iter_batches(buf, base_position=base_pos, file=key):
                 at = pos - base_pos + batch.size_in_bytes
+                # The base offset lies outside the CRC: offsets that leave the segment or do not
+                # increase are damage (the uploader only stores increasing batches inside [base, end]).
+                if batch.base_offset <= prev_last or batch.last_offset > seg.end_offset or batch.last_offset_delta < 0:
+                    raise RemoteCorruptionError(f"{key}: batch [{batch.base_offset}, {batch.last_offset}] does not "
+                                                f"follow offset {prev_last} inside the segment (ends at "
+                                                f"{seg.end_offset})", key=key, position=pos)
+                prev_last = batch.last_offset
                 if batch.last_offset < target:
                     continue
                 if check_crc:
@@ -193,7 +203,8 @@ def iter_segment_records(store: ObjectStore, topic: str, partition: int, seg: Re
     max_timestamp (each bound optional); control batches (transaction markers) are skipped."""
     lo = seg.base_offset if from_offset is None else from_offset
     hi = seg.end_offset if to_offset is None else to_offset
-    for _, batch in iter_segment_batches(store, topic, partition, seg, from_offset=lo, chunk_bytes=chunk_bytes):
+    key = segment_key(topic, partition, seg.base_offset, seg.segment_id, LOG_SUFFIX)
+    for pos, batch in iter_segment_batches(store, topic, partition, seg, from_offset=lo, chunk_bytes=chunk_bytes):
         if batch.base_offset > hi:
             return
         if batch.is_control:
@@ -203,13 +214,124 @@ def iter_segment_records(store: ObjectStore, topic: str, partition: int, seg: Re
         log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
         ts_type = int(batch.timestamp_type)
         epoch, pid = batch.partition_leader_epoch, batch.producer_id
-        for r in batch.records():
+        try:
+            records = batch.records()
+        except (InvalidRecordError, CorruptRecordError) as e:  # a CRC-valid batch a buggy writer made
+            raise RemoteCorruptionError(f"{key}: {e}", key=key, position=pos) from None
+        for i, r in enumerate(records):
+            ts = batch.max_timestamp if log_append else r.timestamp
+            if not -MAX_TIMESTAMP_MS <= ts <= MAX_TIMESTAMP_MS:
+                raise RemoteCorruptionError(f"{key}: record {i} timestamp is out of range", key=key, position=pos)
+        for r in records:
             if r.offset < lo or r.offset > hi:
                 continue
             ts = batch.max_timestamp if log_append else r.timestamp
             if (min_timestamp is not None and ts < min_timestamp) or (max_timestamp is not None and ts > max_timestamp):
                 continue
             yield RemoteRecord(r.offset, ts, ts_type, r.key, r.value, r.headers, epoch, pid)
+
+
+#: Rows per Arrow record batch handed to Spark, and the most key/value/header bytes in one.
+ARROW_BATCH_ROWS = 65536
+ARROW_BATCH_BYTES = 64 * 1024 * 1024
+
+
+def iter_segment_arrow(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, *,
+                       columns: Sequence[str] | None = None, from_offset: int | None = None,
+                       to_offset: int | None = None, min_timestamp: int | None = None,
+                       max_timestamp: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                       max_rows: int = ARROW_BATCH_ROWS, max_bytes: int = ARROW_BATCH_BYTES,
+                       native: bool | None = None) -> Iterator[tuple[int, dict]]:
+    """The rows `iter_segment_records` returns, as (rows, column name -> pyarrow.Array) of at most
+    about `max_rows` rows, only the `columns` asked for (default: all of record_arrow.COLUMNS).
+
+    `native` (default: when the extension is built) decodes with _arrowscan.c, which frames,
+    CRC-checks and decodes in one pass with no Python object per record; otherwise the rows come
+    from `iter_segment_records` (the reference). Both raise `RemoteCorruptionError` naming the
+    object and the batch's position for the same bytes.
+    """
+    from lakelog.logstore import record_arrow
+
+    cols = record_arrow.check_columns(record_arrow.COLUMNS if columns is None else columns)
+    if native is None:
+        native = record_arrow.native_available()
+    if not native:
+        rows: list[RemoteRecord] = []
+        for r in iter_segment_records(store, topic, partition, seg, from_offset=from_offset, to_offset=to_offset,
+                                      min_timestamp=min_timestamp, max_timestamp=max_timestamp,
+                                      chunk_bytes=chunk_bytes):
+            rows.append(r)
+            if len(rows) >= max_rows:
+                yield len(rows), record_arrow.reference_arrays(rows, cols)
+                rows = []
+        if rows:
+            yield len(rows), record_arrow.reference_arrays(rows, cols)
+        return
+    yield from _native_arrow(store, topic, partition, seg, cols, from_offset, to_offset, min_timestamp,
+                             max_timestamp, chunk_bytes, max_rows, max_bytes)
+
+
+def _native_arrow(store, topic, partition, seg, cols, from_offset, to_offset, min_ts, max_ts, chunk_bytes,
+                  max_rows, max_bytes):
+    from lakelog.logstore import record_arrow as ra
+    from lakelog.logstore.compression import decompress
+    from lakelog.logstore.record_batch import ATTRIBUTES_OFFSET, COMPRESSION_MASK, DEFAULT_MAX_UNCOMPRESSED_BYTES, HEADER_SIZE
+
+    key = segment_key(topic, partition, seg.base_offset, seg.segment_id, LOG_SUFFIX)
+    lo = seg.base_offset if from_offset is None else from_offset
+    hi = seg.end_offset if to_offset is None else to_offset
+    size = seg.size_in_bytes
+    position = start_position(store, topic, partition, seg, lo)
+    decoder = ra.NativeDecoder(cols, max_rows=max_rows, max_bytes=max_bytes, segment_base=seg.base_offset,
+                               segment_end=seg.end_offset)
+    carry = b""
+    while position < size:
+        want = min(chunk_bytes, size - position)
+        try:
+            data = store.get_range(key, position, position + want)
+        except ObjectNotFoundError:
+            raise RemoteCorruptionError(f"{key} is missing", key=key) from None
+        if not data:
+            raise RemoteCorruptionError(f"{key} is shorter than the {size} bytes the manifest says", key=key,
+                                        position=position)
+        buf = carry + data if carry else data
+        base_pos = position - len(carry)
+        position += len(data)
+        at = 0
+        while True:
+            status, at, detail = decoder.feed(buf, at, lo, hi, min_ts, max_ts)
+            if status == ra.DONE:
+                break
+            if status == ra.FULL:
+                yield decoder.take()
+            elif status == ra.INFLATE:
+                batch = memoryview(buf)[at:at + detail]
+                codec = batch[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK
+                try:
+                    records = decompress(codec, batch[HEADER_SIZE:], DEFAULT_MAX_UNCOMPRESSED_BYTES)
+                except InvalidRecordError as e:
+                    raise RemoteCorruptionError(f"{key}: {e}", key=key, position=base_pos + at) from None
+                failure = decoder.add_inflated(batch, records, lo, hi, min_ts, max_ts)
+                if failure is not None:
+                    raise RemoteCorruptionError(f"{key}: {failure}", key=key, position=base_pos + at)
+                at += detail
+            elif status == ra.STOP:
+                if decoder.rows:
+                    yield decoder.take()
+                return
+            else:
+                raise RemoteCorruptionError(f"{key}: {detail}", key=key, position=base_pos + at)
+        if at < len(buf):  # a batch continues past this chunk (or the object is torn)
+            if position < size:
+                carry = bytes(memoryview(buf)[at:])
+                if len(carry) > max(chunk_bytes, 64 * 1024 * 1024) + LOG_OVERHEAD:
+                    raise RemoteCorruptionError(f"{key}: a batch larger than the read limit at {base_pos + at}",
+                                                key=key, position=base_pos + at)
+                continue
+            raise RemoteCorruptionError(f"{key}: torn batch at the end", key=key, position=base_pos + at)
+        carry = b""
+    if decoder.rows:
+        yield decoder.take()
 
 
 def readable_segments(m: PartitionManifest, *, from_offset: int | None = None, to_offset: int | None = None,

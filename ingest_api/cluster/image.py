@@ -31,6 +31,8 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
     user_credential, delete_user, create_api_key, delete_api_key, create_acls, delete_acls
                                users, API keys and ACLs: `image.security`
                                (ingest_api/security/records.py)
+    schema_register, schema_delete, schema_config, schema_mode
+                               the Schema Registry: `image.schemas` (ingest_api/schemas/state.py)
 
 Broker records name the registration they act on by `broker_epoch`; topic records name the topic by
 `topic_id` too, so a record meant for a deleted topic never lands on a re-created one of that name.
@@ -81,6 +83,8 @@ from lakelog.ingest_api.errors import InvalidTopicError
 from lakelog.ingest_api.names import validate_topic_name
 from lakelog.ingest_api.raft.core import Entry, EntryKind
 from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
+from lakelog.ingest_api.schemas.errors import SchemaRegistryError
+from lakelog.ingest_api.schemas.state import RECORD_TYPES as SCHEMA_RECORD_TYPES, SchemaRegistryState
 from lakelog.ingest_api.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES, SecurityState
 from lakelog.logstore.record_batch import crc32c
 
@@ -296,6 +300,7 @@ class ClusterImage:
         self.skipped_records = 0
         self.recent_skips: collections.deque[tuple[int, str]] = collections.deque(maxlen=RECENT_SKIPS_KEPT)
         self.security = SecurityState()  # users, API keys, ACLs (an immutable value)
+        self.schemas = SchemaRegistryState()  # the Schema Registry (an immutable value)
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -349,6 +354,7 @@ class ClusterImage:
         other.last_applied_term = self.last_applied_term
         other.skipped_records = self.skipped_records
         other.security = self.security
+        other.schemas = self.schemas
         other.recent_skips = collections.deque(self.recent_skips, maxlen=RECENT_SKIPS_KEPT)
         return other
 
@@ -361,6 +367,8 @@ class ClusterImage:
                 "topics": [self.topics[n].to_dict() for n in sorted(self.topics)]}
         if not self.security.empty:  # absent while unused: snapshots of clusters without security are unchanged
             state["security"] = self.security.to_dict()
+        if not self.schemas.empty:  # likewise
+            state["schemas"] = self.schemas.to_dict()
         return state
 
     def to_dict(self) -> dict[str, Any]:
@@ -555,6 +563,12 @@ class ClusterImage:
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise _Rejected(f"security record: {e}") from None
 
+    def _schema_record(self, rec: Mapping[str, Any], index: int) -> None:
+        try:
+            self.schemas = self.schemas.apply(rec)
+        except (ValueError, TypeError, KeyError, AttributeError, SchemaRegistryError) as e:
+            raise _Rejected(f"schema registry record: {e}") from None
+
 
 _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "register_broker": ClusterImage._register_broker,
@@ -569,6 +583,7 @@ _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "partition_change": ClusterImage._partition_change,
     "allocate_producer_ids": ClusterImage._allocate_producer_ids,
     **{t: ClusterImage._security_record for t in SECURITY_RECORD_TYPES},
+    **{t: ClusterImage._schema_record for t in SCHEMA_RECORD_TYPES},
 }
 
 #: The record types `apply` understands.
@@ -615,4 +630,9 @@ def _image_from_state(state: Mapping[str, Any]) -> ClusterImage:
             img.security = SecurityState.from_dict(state["security"])
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise _Rejected(f"security state: {e}") from None
+    if "schemas" in state:
+        try:
+            img.schemas = SchemaRegistryState.from_dict(state["schemas"])
+        except (ValueError, TypeError, KeyError, AttributeError, SchemaRegistryError) as e:
+            raise _Rejected(f"schema registry state: {e}") from None
     return img

@@ -44,6 +44,7 @@ from lakelog.ingest_api.errors import (
     TopicNotFoundError,
 )
 from lakelog.ingest_api.formats import BINARY_V2, JSON_V2, RECORDBATCH, render_record
+from lakelog.ingest_api.schemas.rest import AVRO_V2, JSONSCHEMA_V2, SCHEMA_FORMATS, render_schema_record
 from lakelog.ingest_api.groups.assignors import ASSIGNORS, Subscription, TopicPartition
 from lakelog.ingest_api.groups.errors import (
     ConsumerAlreadyExistsError,
@@ -64,7 +65,7 @@ from lakelog.logstore.record_batch import iter_batches
 
 log = logging.getLogger("lakelog.consumers")
 
-FORMATS = {"json": JSON_V2, "binary": BINARY_V2}
+FORMATS = {"json": JSON_V2, "binary": BINARY_V2, "avro": AVRO_V2, "jsonschema": JSONSCHEMA_V2}
 #: Longest wait of one fetch round of `records` (then the round is repeated until the timeout).
 FETCH_ROUND_MS = 200
 #: Most topics of one subscription / partitions of one assignment.
@@ -443,7 +444,10 @@ class ConsumerInstance:
                     if out and (budget_records <= 0 or size > budget_bytes):
                         full = True
                         break
-                    out.append(render_record(tp.topic, tp.partition, rec, fmt))
+                    if fmt in SCHEMA_FORMATS:  # decoded by the schema its wire-format id names
+                        out.append(render_schema_record(self.node.image.schemas, tp.topic, tp.partition, rec, fmt))
+                    else:
+                        out.append(render_record(tp.topic, tp.partition, rec, fmt))
                     budget_records -= 1
                     budget_bytes -= size
                     pos = rec.offset + 1
@@ -554,7 +558,7 @@ class ConsumerManager:
 
         fmt = str(opt("format", "binary")).lower()
         if fmt not in FORMATS:
-            raise InvalidRequestError(f"format must be json or binary (got {fmt!r})")
+            raise InvalidRequestError(f"format must be one of {', '.join(FORMATS)} (got {fmt!r})")
         reset = str(opt("auto.offset.reset", "latest")).lower()
         if reset == "smallest":
             reset = "earliest"

@@ -437,11 +437,11 @@ class GroupService:
             # whenever there are two replicas (more if the broker's default asks for more).
             min_isr = min(rf, max(2, self.config.min_insync_replicas))
             try:
-                await node.create_topic(OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions,
-                                        replication_factor=rf, configs={
-                                            "cleanup.policy": "compact",
-                                            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-                                            "min.insync.replicas": str(min_isr)})
+                await node.admin.create_topic(OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions,
+                                              replication_factor=rf, configs={
+                                                  "cleanup.policy": "compact",
+                                                  "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+                                                  "min.insync.replicas": str(min_isr)})
                 log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
                          self.config.offsets_topic_num_partitions, rf)
             except TopicExistsError:

@@ -163,9 +163,7 @@ class ReplicaFetcher:
         if offset < leo:
             log.info("%s: truncated from %d to %d (leader epoch %d, leader node %d)", p.key, leo,
                      p.log.log_end_offset, p.leader_epoch, self.leader_id)
-        p.high_watermark = max(p.log.log_start_offset, min(p.high_watermark, p.log.log_end_offset))
-        if final:
-            p.needs_truncation = False
+        p.truncated(final=final)
 
     def _pause(self, p: Partition, reason: str | None, code: int = wire.FENCED_LEADER_EPOCH) -> None:
         """Back off one partition until the metadata moves it, or a while passes.
@@ -211,9 +209,8 @@ class ReplicaFetcher:
                 if p.log.log_end_offset < data.log_start_offset:
                     log.info("%s: fetch offset %d below the leader's log start %d; restarting the log there",
                              key, p.log.log_end_offset, data.log_start_offset)
-                    p.log.truncate_fully_and_start_at(data.log_start_offset)
-                    p.high_watermark = data.log_start_offset
+                    p.restart_at(data.log_start_offset)
                 else:
-                    p.needs_truncation = True
+                    p.must_truncate()
             else:
                 self._pause(p, data.error, data.error_code)

@@ -19,6 +19,19 @@ from lakelog.ingest_api.errors import LeaderNotAvailableError, NodeError, PeerUn
 from lakelog.ingest_api.replication.http1 import Http1Error, Http1Pool, Http1Response
 
 
+#: Marks a request forwarded by another node (forwarded at most once).
+FORWARDED_HEADER = "X-Lakelog-Forwarded-By"
+
+
+def json_or_empty(resp: Http1Response) -> dict:
+    """A peer's JSON object answer, or {} when the body is not one."""
+    try:
+        doc = resp.json()
+        return doc if isinstance(doc, dict) else {}
+    except ValueError:
+        return {}
+
+
 class PeerClient:
     def __init__(self, node_id: int, secret: bytes, resolve: Callable[[int], str | None], *,
                  timeout_s: float = 30.0, max_connections: int = 100, ssl_context: Any = None) -> None:

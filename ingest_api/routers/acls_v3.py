@@ -36,7 +36,7 @@ async def batch_create_acls(cluster_id: str, request: Request):
             bindings.append(AclBinding.from_dict(e))
         except ValueError as exc:
             raise InvalidSecurityRequestError(f"data[{i}]: {exc}") from None
-    await node._admin("create_acls", {"acls": [b.to_dict() for b in bindings]})
+    await node.admin.submit("create_acls", {"acls": [b.to_dict() for b in bindings]})
     for b in bindings:
         AuditLog.change("acl_created", by=_who(request), acl=b.to_dict())
     return Response(status_code=201)

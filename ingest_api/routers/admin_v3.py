@@ -51,7 +51,7 @@ class AlterConfigsRequest(BaseModel):
 
 def validate_topic_configs(node: Any, topic: str, set_configs: dict[str, str], delete: list[str]) -> None:
     """Every check an alter would make, changing nothing (validate_only)."""
-    t = node.topic(topic)
+    t = node.admin.topic(topic)
     for name in [*set_configs, *delete]:
         if name not in LOG_CONFIG.keys:
             raise ConfigNotFoundError(f"Config {name} cannot be found.")
@@ -110,7 +110,7 @@ def _config_body(request: Request, node, topic: str, name: str, value: Any, over
 
 def _partition_body(request: Request, node, t, p: int) -> dict[str, Any]:
     url = f"{_base(request)}/clusters/{node.cluster_id}/topics/{t.name}/partitions/{p}"
-    st = node.partition_state(t.name, p)
+    st = node.admin.partition_state(t.name, p)
     return {"kind": "KafkaPartition",
             "metadata": _meta(url, f"crn:///kafka={node.cluster_id}/topic={t.name}/partition={p}"),
             "cluster_id": node.cluster_id, "topic_name": t.name, "partition_id": p,
@@ -147,7 +147,7 @@ async def get_cluster(cluster_id: str, request: Request):
 async def list_topics(cluster_id: str, request: Request):
     node = _cluster(request, cluster_id)
     return _list("KafkaTopicList", f"{_base(request)}/clusters/{cluster_id}/topics",
-                 [_topic_body(request, node, t) for t in node.topics()])
+                 [_topic_body(request, node, t) for t in node.admin.topics()])
 
 
 @router.post("/clusters/{cluster_id}/topics", status_code=201, summary="Create a topic")
@@ -157,8 +157,8 @@ async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Reque
         authorize(request, Operation.CREATE, ResourceType.TOPIC, body.topic_name)
     node = _cluster(request, cluster_id)
     configs = {c.name: c.value for c in body.configs if c.value is not None}
-    t = await node.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs,
-                                validate_only=body.validate_only)
+    t = await node.admin.create_topic(body.topic_name, body.partitions_count, body.replication_factor, configs,
+                                      validate_only=body.validate_only)
     # Confluent: 200 for a dry run (validate_only), 201 when the topic was created.
     return JSONResponse(_topic_body(request, node, t), status_code=200 if body.validate_only else 201)
 
@@ -166,37 +166,37 @@ async def create_topic(cluster_id: str, body: CreateTopicRequest, request: Reque
 @router.get("/clusters/{cluster_id}/topics/{topic}", summary="Describe a topic")
 async def get_topic(cluster_id: str, topic: str, request: Request):
     node = _cluster(request, cluster_id)
-    return JSONResponse(_topic_body(request, node, node.topic(topic)))
+    return JSONResponse(_topic_body(request, node, node.admin.topic(topic)))
 
 
 @router.patch("/clusters/{cluster_id}/topics/{topic}", summary="Increase a topic's partition count")
 async def update_partition_count(cluster_id: str, topic: str, body: UpdatePartitionCountRequest, request: Request):
     node = _cluster(request, cluster_id)
-    return JSONResponse(_topic_body(request, node, await node.create_partitions(topic, body.partitions_count)))
+    return JSONResponse(_topic_body(request, node, await node.admin.create_partitions(topic, body.partitions_count)))
 
 
 @router.delete("/clusters/{cluster_id}/topics/{topic}", status_code=204, summary="Delete a topic")
 async def delete_topic(cluster_id: str, topic: str, request: Request):
     node = _cluster(request, cluster_id)
-    await node.delete_topic(topic)
+    await node.admin.delete_topic(topic)
     return Response(status_code=204)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}/configs", summary="List a topic's configs")
 async def list_topic_configs(cluster_id: str, topic: str, request: Request):
     node = _cluster(request, cluster_id)
-    overrides = node.topic(topic).configs
-    data = [_config_body(request, node, topic, k, v, overrides) for k, v in node.topic_config(topic).items()]
+    overrides = node.admin.topic(topic).configs
+    data = [_config_body(request, node, topic, k, v, overrides) for k, v in node.admin.topic_config(topic).items()]
     return _list("KafkaTopicConfigList", f"{_base(request)}/clusters/{cluster_id}/topics/{topic}/configs", data)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}/configs/{name}", summary="Get one topic config")
 async def get_topic_config(cluster_id: str, topic: str, name: str, request: Request):
     node = _cluster(request, cluster_id)
-    values = node.topic_config(topic)
+    values = node.admin.topic_config(topic)
     if name not in values:
         raise ConfigNotFoundError(f"Config {name} not found.")
-    return JSONResponse(_config_body(request, node, topic, name, values[name], node.topic(topic).configs))
+    return JSONResponse(_config_body(request, node, topic, name, values[name], node.admin.topic(topic).configs))
 
 
 @router.put("/clusters/{cluster_id}/topics/{topic}/configs/{name}", status_code=204, summary="Set one topic config")
@@ -204,7 +204,7 @@ async def update_topic_config(cluster_id: str, topic: str, name: str, body: Upda
     node = _cluster(request, cluster_id)
     if name not in LOG_CONFIG.keys:
         raise ConfigNotFoundError(f"Config {name} not found.")
-    await node.alter_topic_configs(topic, {name: body.value})
+    await node.admin.alter_topic_configs(topic, {name: body.value})
     return Response(status_code=204)
 
 
@@ -214,7 +214,7 @@ async def reset_topic_config(cluster_id: str, topic: str, name: str, request: Re
     node = _cluster(request, cluster_id)
     if name not in LOG_CONFIG.keys:
         raise ConfigNotFoundError(f"Config {name} not found.")
-    await node.alter_topic_configs(topic, {}, delete=[name])
+    await node.admin.alter_topic_configs(topic, {}, delete=[name])
     return Response(status_code=204)
 
 
@@ -227,14 +227,14 @@ async def alter_topic_configs(cluster_id: str, topic: str, body: AlterConfigsReq
     if body.validate_only:  # Confluent: a dry run, every check and no change
         validate_topic_configs(node, topic, set_configs, delete)
         return Response(status_code=204)
-    await node.alter_topic_configs(topic, set_configs, delete=delete)
+    await node.admin.alter_topic_configs(topic, set_configs, delete=delete)
     return Response(status_code=204)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}/partitions", summary="List a topic's partitions")
 async def list_partitions(cluster_id: str, topic: str, request: Request):
     node = _cluster(request, cluster_id)
-    t = node.topic(topic)
+    t = node.admin.topic(topic)
     return _list("KafkaPartitionList", f"{_base(request)}/clusters/{cluster_id}/topics/{topic}/partitions",
                  [_partition_body(request, node, t, p) for p in range(t.partitions)])
 
@@ -242,15 +242,15 @@ async def list_partitions(cluster_id: str, topic: str, request: Request):
 @router.get("/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", summary="Describe a partition")
 async def get_partition(cluster_id: str, topic: str, partition: int, request: Request):
     node = _cluster(request, cluster_id)
-    node.partition_state(topic, partition)
-    return JSONResponse(_partition_body(request, node, node.topic(topic), partition))
+    node.admin.partition_state(topic, partition)
+    return JSONResponse(_partition_body(request, node, node.admin.topic(topic), partition))
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas",
             summary="List a partition's replicas")
 async def list_replicas(cluster_id: str, topic: str, partition: int, request: Request):
     node = _cluster(request, cluster_id)
-    st = node.partition_state(topic, partition)
+    st = node.admin.partition_state(topic, partition)
     replicas = st.replicas
     url = f"{_base(request)}/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/replicas"
     data = [{"kind": "KafkaReplica",
@@ -265,13 +265,13 @@ async def list_replicas(cluster_id: str, topic: str, partition: int, request: Re
 async def list_brokers(cluster_id: str, request: Request):
     node = _cluster(request, cluster_id)
     return _list("KafkaBrokerList", f"{_base(request)}/clusters/{cluster_id}/brokers",
-                 [_broker_body(request, node, b) for b in node.brokers()])
+                 [_broker_body(request, node, b) for b in node.admin.brokers()])
 
 
 @router.get("/clusters/{cluster_id}/brokers/{broker_id}", summary="Describe a broker")
 async def get_broker(cluster_id: str, broker_id: int, request: Request):
     node = _cluster(request, cluster_id)
-    for b in node.brokers():
+    for b in node.admin.brokers():
         if b.node_id == broker_id:
             return JSONResponse(_broker_body(request, node, b))
     raise BrokerNotFoundError(f"Broker {broker_id} not found.")

@@ -248,9 +248,9 @@ async def alter_cluster_configs(cluster_id: str, body: AlterConfigsRequest, requ
 async def list_all_topic_configs(cluster_id: str, request: Request):
     node = _cluster(request, cluster_id)
     data = []
-    for t in node.topics():
+    for t in node.admin.topics():
         overrides = t.configs
-        data.extend(_config_body(request, node, t.name, k, v, overrides) for k, v in node.topic_config(t.name).items())
+        data.extend(_config_body(request, node, t.name, k, v, overrides) for k, v in node.admin.topic_config(t.name).items())
     return _list("KafkaTopicConfigList", f"{_base(request)}/clusters/{cluster_id}/topics/-/configs", data)
 
 
@@ -276,7 +276,7 @@ async def alter_all_topic_configs(cluster_id: str, body: AlterTopicsConfigsReque
             set_configs, delete = _split(e.configs)
             validate_topic_configs(node, e.topic_name, set_configs, delete)
             if not body.validate_only:
-                await node.alter_topic_configs(e.topic_name, set_configs, delete=delete)
+                await node.admin.alter_topic_configs(e.topic_name, set_configs, delete=delete)
         except LakelogError as exc:
             status, code, message = http_error(exc)
             _, code, _ = v3_errors.shape(path, exc, status, code)

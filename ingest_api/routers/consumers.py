@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from lakelog.ingest_api.errors import InvalidRequestError, UnsupportedMediaTypeError
+from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS
 from lakelog.ingest_api.formats import BINARY_V2, JSON, JSON_V2, V2, media_type, records_format
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.consumer import FORMATS, ConsumerInstance, ConsumerManager, validate_name
@@ -142,7 +143,7 @@ async def _route(request: Request, group: str, instance: str, body: bytes = b"")
 @router.post("/consumers/{group}", summary="Create a consumer instance in a group",
              openapi_extra=_body({"type": "object", "properties": {
                  "name": {"type": "string"}, "id": {"type": "string", "description": "names the instance; overrides name"},
-                 "format": {"type": "string", "enum": ["binary", "json"]},
+                 "format": {"type": "string", "enum": ["binary", "json", "avro", "jsonschema"]},
                  "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest", "none"]},
                  "auto.commit.enable": {"type": ["string", "boolean"]},
                  "auto.commit.interval.ms": {"type": "integer"}, "session.timeout.ms": {"type": "integer"},
@@ -247,6 +248,8 @@ async def records(group: str, instance: str, request: Request,
     node = get_node(request)
     want = FORMATS[inst.cfg.format]
     asked = records_format(request.headers.get("accept"))
+    if want in SCHEMA_FORMATS and want in (request.headers.get("accept") or ""):
+        asked = want  # an avro / jsonschema instance asked for its own format (ingest_api/schemas/rest.py)
     if asked is not None and asked != want:
         raise ConsumerFormatMismatchError("The requested embedded data format does not match the deserializer "
                                           f"for this consumer instance ({want})")

@@ -20,6 +20,8 @@ from lakelog.ingest_api.formats import (
 )
 from lakelog.ingest_api.partition import PartitionKey
 from lakelog.ingest_api.routers.deps import forward_to_leader, get_node, read_body
+from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS, parse_schema_produce, render_schema_record
+from lakelog.ingest_api.schemas.router import registry_of as schema_registry
 from lakelog.ingest_api.security.middleware import request_principal
 from lakelog.logstore.record_batch import TimestampType, iter_batches
 
@@ -64,10 +66,11 @@ _OFFSETS_RESPONSE = {
 }
 
 
-def _produce_response(results: list[tuple[int, int]], acks: str) -> Response:
+def _produce_response(results: list[tuple[int, int]], acks: str, schema_ids: tuple = (None, None)) -> Response:
     offsets = [{"partition": p, "offset": (o if acks != "0" else -1), "error_code": None, "error": None}
                for p, o in results]
-    return JSONResponse({"key_schema_id": None, "value_schema_id": None, "offsets": offsets}, media_type=V2)
+    return JSONResponse({"key_schema_id": schema_ids[0], "value_schema_id": schema_ids[1], "offsets": offsets},
+                        media_type=V2)
 
 
 def _check_acks(acks: str) -> str:
@@ -84,14 +87,19 @@ async def produce_to_topic(topic: str, request: Request, acks: str = Query("all"
     fmt = media_type(request.headers.get("content-type"))
     if fmt == JSON:
         fmt = JSON_V2
-    if fmt not in EMBEDDED_FORMATS:
-        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2} or {BINARY_V2}")
+    if fmt not in EMBEDDED_FORMATS + tuple(SCHEMA_FORMATS):
+        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2}, {BINARY_V2} or {', '.join(SCHEMA_FORMATS)}")
     body = await read_body(request, node.config.max_request_bytes)
-    records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
+    schema_ids: tuple = (None, None)
+    if fmt in SCHEMA_FORMATS:  # Avro / JSON Schema values, in Confluent's wire format (ingest_api/schemas/rest.py)
+        records, producer, *schema_ids = await parse_schema_produce(schema_registry(request), topic, body, fmt,
+                                                                    node.config.max_records_per_request)
+    else:
+        records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
     results = await node.produce_records(topic, records, acks=acks, producer=producer,
                                          principal=request_principal(request))
     _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
-    return _produce_response([(r.partition, r.offset) for r in results], acks)
+    return _produce_response([(r.partition, r.offset) for r in results], acks, tuple(schema_ids))
 
 
 @router.post("/topics/{topic}/partitions/{partition}",
@@ -107,8 +115,9 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
     fmt = media_type(request.headers.get("content-type"))
     if fmt == JSON:
         fmt = JSON_V2
-    if fmt not in EMBEDDED_FORMATS + (RECORDBATCH,):
-        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2}, {BINARY_V2} or {RECORDBATCH}")
+    if fmt not in EMBEDDED_FORMATS + (RECORDBATCH,) + tuple(SCHEMA_FORMATS):
+        raise UnsupportedMediaTypeError(f"Content-Type must be {JSON_V2}, {BINARY_V2}, {RECORDBATCH} or "
+                                        f"{', '.join(SCHEMA_FORMATS)}")
     body = await read_body(request, node.config.max_request_bytes)
     forwarded = await forward_to_leader(request, node, topic, partition, body)
     if forwarded is not None:
@@ -117,11 +126,16 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
         info = await node.produce_batches(topic, partition, body, acks)
         _count(request, topic, info.size_in_bytes, info.record_count)
         return _produce_response([(partition, b) for b in info.base_offsets], acks)
-    records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
+    schema_ids: tuple = (None, None)
+    if fmt in SCHEMA_FORMATS:
+        records, producer, *schema_ids = await parse_schema_produce(schema_registry(request), topic, body, fmt,
+                                                                    node.config.max_records_per_request)
+    else:
+        records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
     results = await node.produce_records(topic, records, partition=partition, acks=acks, producer=producer,
                                          principal=request_principal(request))
     _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
-    return _produce_response([(r.partition, r.offset) for r in results], acks)
+    return _produce_response([(r.partition, r.offset) for r in results], acks, tuple(schema_ids))
 
 
 @router.post("/producers", summary="Get a producer id for idempotent produce (Kafka's InitProducerId)",
@@ -153,7 +167,7 @@ async def fetch_records(topic: str, partition: int, request: Request,
     node = get_node(request)
     # A wildcard (curl's `*/*`) or no Accept gets base64 keys and values: every record can be
     # rendered that way, and Confluent's resources weight the binary format above JSON.
-    fmt = accepted(request.headers.get("accept"), (JSON_V2, BINARY_V2, RECORDBATCH), BINARY_V2)
+    fmt = accepted(request.headers.get("accept"), (JSON_V2, BINARY_V2, RECORDBATCH, *SCHEMA_FORMATS), BINARY_V2)
     if fmt is None:
         raise NotAcceptableError(f"Accept must allow {JSON_V2}, {BINARY_V2} or {RECORDBATCH}")
     limit = min(max_bytes or node.config.fetch_default_bytes, node.config.fetch_max_bytes)
@@ -175,7 +189,11 @@ async def fetch_records(topic: str, partition: int, request: Request,
         log_append_time = batch.max_timestamp if batch.timestamp_type == TimestampType.LOG_APPEND_TIME else None
         for rec in batch.records():
             if rec.offset >= offset:
-                out.append(render_record(topic, partition, rec, fmt, timestamp=log_append_time))
+                if fmt in SCHEMA_FORMATS:
+                    out.append(render_schema_record(schema_registry(request).state, topic, partition, rec, fmt,
+                                                    timestamp=log_append_time))
+                else:
+                    out.append(render_record(topic, partition, rec, fmt, timestamp=log_append_time))
     return JSONResponse(out, media_type=fmt, headers=headers)
 
 

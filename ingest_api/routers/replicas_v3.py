@@ -47,7 +47,7 @@ async def list_broker_replicas(cluster_id: str, broker_id: int, request: Request
     if broker_id not in node.image.brokers:
         raise BrokerNotFoundError(f"Broker {broker_id} cannot be found.")
     data = []
-    for t in node.topics():
+    for t in node.admin.topics():
         for p in range(t.partitions):
             st = node.partition_state(t.name, p)
             if broker_id in st.replicas:

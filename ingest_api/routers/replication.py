@@ -47,7 +47,7 @@ async def replica_fetch(request: Request):
         raise InvalidRequestError("replica_id does not match the signing node")
     if node.quorum is None:
         raise NotReadyError("node is starting")
-    parts = await node.replica_fetch(doc)
+    parts = await node.replicas.replica_fetch(doc)
     buffers = wire.encode_fetch_response(parts)
     return Response(b"".join(buffers), media_type="application/vnd.lakelog.replica-fetch")
 
@@ -55,14 +55,14 @@ async def replica_fetch(request: Request):
 @router.post("/replication/epoch_end_offsets")
 async def epoch_end_offsets(request: Request):
     node, _, doc = await _authenticated_json(request)
-    return JSONResponse({"partitions": node.epoch_end_offsets(doc)})
+    return JSONResponse({"partitions": node.replicas.epoch_end_offsets(doc)})
 
 
 @router.post("/controller/{op}")
 async def controller_request(op: str, request: Request):
     node, _, doc = await _authenticated_json(request)
     try:
-        return JSONResponse(await node.run_controller_op(op, doc))
+        return JSONResponse(await node.controller_host.run_op(op, doc))
     except Exception as e:
         status, body = error_body(e)
         return JSONResponse(body, status_code=status)

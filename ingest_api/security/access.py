@@ -22,6 +22,7 @@ from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceTyp
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = (Operation.READ, Operation.WRITE, Operation.CREATE,
                                                 Operation.DELETE, Operation.ALTER, Operation.DESCRIBE)
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+SUBJECT = ResourceType.SUBJECT
 
 #: Paths anyone may call, authenticated or not (load balancers, orchestrators).
 PUBLIC = frozenset({("GET", "/healthz"), ("GET", "/readyz"), ("HEAD", "/healthz"), ("HEAD", "/readyz")})
@@ -130,6 +131,38 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/stats/cluster", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/stats/topics", CLUSTER, None, DESCRIBE, ""),  # and lists only the topics one may describe
     ("GET", "/stats/topics/{topic}", TOPIC, "topic", DESCRIBE, ""),
+    # The Schema Registry (ingest_api/schemas/router.py). A read by schema id ("body": the router
+    # checks) needs READ on a subject that uses the id (deserializers know no subject), or DESCRIBE
+    # on the cluster.
+    ("GET", "/schemas/types", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/schemas", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/schemas/ids/{schema_id}", None, None, None, "body"),
+    ("GET", "/schemas/ids/{schema_id}/schema", None, None, None, "body"),
+    ("GET", "/schemas/ids/{schema_id}/subjects", None, None, None, "body"),
+    ("GET", "/schemas/ids/{schema_id}/versions", None, None, None, "body"),
+    ("GET", "/subjects", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/subjects/{subject}/versions", SUBJECT, "subject", READ, ""),
+    ("POST", "/subjects/{subject}/versions", SUBJECT, "subject", WRITE, ""),
+    ("GET", "/subjects/{subject}/versions/{version}", SUBJECT, "subject", READ, ""),
+    ("GET", "/subjects/{subject}/versions/{version}/schema", SUBJECT, "subject", READ, ""),
+    ("GET", "/subjects/{subject}/versions/{version}/referencedby", SUBJECT, "subject", READ, ""),
+    ("DELETE", "/subjects/{subject}/versions/{version}", SUBJECT, "subject", DELETE, ""),
+    ("POST", "/subjects/{subject}", SUBJECT, "subject", READ, ""),
+    ("DELETE", "/subjects/{subject}", SUBJECT, "subject", DELETE, ""),
+    ("POST", "/compatibility/subjects/{subject}/versions", SUBJECT, "subject", READ, ""),
+    ("POST", "/compatibility/subjects/{subject}/versions/{version}", SUBJECT, "subject", READ, ""),
+    ("GET", "/config", CLUSTER, None, DESCRIBE, ""),
+    ("PUT", "/config", CLUSTER, None, ALTER, ""),
+    ("DELETE", "/config", CLUSTER, None, ALTER, ""),
+    ("GET", "/config/{subject}", SUBJECT, "subject", DESCRIBE, ""),
+    ("PUT", "/config/{subject}", SUBJECT, "subject", ALTER, ""),
+    ("DELETE", "/config/{subject}", SUBJECT, "subject", ALTER, ""),
+    ("GET", "/mode", CLUSTER, None, DESCRIBE, ""),
+    ("PUT", "/mode", CLUSTER, None, ALTER, ""),
+    ("DELETE", "/mode", CLUSTER, None, ALTER, ""),
+    ("GET", "/mode/{subject}", SUBJECT, "subject", DESCRIBE, ""),
+    ("PUT", "/mode/{subject}", SUBJECT, "subject", ALTER, ""),
+    ("DELETE", "/mode/{subject}", SUBJECT, "subject", ALTER, ""),
 ]
 
 

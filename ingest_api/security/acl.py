@@ -5,7 +5,8 @@ permission):
 
     principal      "User:alice", or "User:*" for every principal
     host           "*" (bindings are not limited by client address in this release)
-    resource type  TOPIC, GROUP or CLUSTER (the cluster's one resource is named "kafka-cluster")
+    resource type  TOPIC, GROUP, SUBJECT (a Schema Registry subject) or CLUSTER (the cluster's one
+                   resource is named "kafka-cluster")
     pattern type   LITERAL (the exact name, or "*" for every resource of the type) or PREFIXED
     operation      READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE or ALL
     permission     ALLOW or DENY
@@ -41,6 +42,7 @@ _MEMO_MAX = 100_000
 class ResourceType(str, enum.Enum):
     TOPIC = "TOPIC"
     GROUP = "GROUP"
+    SUBJECT = "SUBJECT"  # a Schema Registry subject
     CLUSTER = "CLUSTER"
 
 

@@ -95,7 +95,7 @@ async def create_acl(cluster_id: str, request: Request):
         binding = AclBinding.from_dict(doc)
     except ValueError as e:
         raise InvalidSecurityRequestError(str(e)) from None
-    await node._admin("create_acls", {"acls": [binding.to_dict()]})
+    await node.admin.submit("create_acls", {"acls": [binding.to_dict()]})
     AuditLog.change("acl_created", by=_who(request), acl=binding.to_dict())
     return Response(status_code=201)
 
@@ -105,7 +105,7 @@ async def create_acl(cluster_id: str, request: Request):
 async def delete_acls(cluster_id: str, request: Request):
     node = _cluster(request, cluster_id)
     flt = _filter(request)
-    res = await node._admin("delete_acls", {"filter": {k: (v.value if hasattr(v, "value") else v)
+    res = await node.admin.submit("delete_acls", {"filter": {k: (v.value if hasattr(v, "value") else v)
                                                        for k, v in flt.__dict__.items() if v is not None}})
     deleted = res.get("deleted", [])
     for d in deleted:
@@ -138,7 +138,7 @@ async def upsert_user(cluster_id: str, request: Request):
         cred = make_credential(password, request.app.state.security.scram_iterations)
     except ValueError as e:
         raise InvalidSecurityRequestError(str(e)) from None
-    await node._admin("upsert_user", {"name": name, "credential": cred.to_dict()})
+    await node.admin.submit("upsert_user", {"name": name, "credential": cred.to_dict()})
     AuditLog.change("user_upserted", by=_who(request), user=name)
     return JSONResponse({"name": name, "mechanism": cred.mechanism}, status_code=201)
 
@@ -152,7 +152,7 @@ async def delete_user(cluster_id: str, user: str, request: Request):
         raise InvalidSecurityRequestError(str(e)) from None
     if user not in node.image.security.users:
         raise SecurityNotFoundError(f"User {user} not found.")
-    await node._admin("delete_user", {"name": user})
+    await node.admin.submit("delete_user", {"name": user})
     AuditLog.change("user_deleted", by=_who(request), user=user)
     return Response(status_code=204)
 
@@ -175,7 +175,7 @@ async def create_api_key(cluster_id: str, request: Request):
     except ValueError as e:
         raise InvalidSecurityRequestError(str(e)) from None
     key_id, api_key, digest = new_api_key()
-    await node._admin("create_api_key", {"key_id": key_id, "principal": principal, "secret_sha256": digest.hex()})
+    await node.admin.submit("create_api_key", {"key_id": key_id, "principal": principal, "secret_sha256": digest.hex()})
     AuditLog.change("api_key_created", by=_who(request), key_id=key_id, principal=principal)
     return JSONResponse({"key_id": key_id, "principal": principal, "api_key": api_key}, status_code=201)
 
@@ -185,7 +185,7 @@ async def delete_api_key(cluster_id: str, key_id: str, request: Request):
     node = _cluster(request, cluster_id)
     if key_id not in node.image.security.api_keys:
         raise SecurityNotFoundError(f"API key {key_id} not found.")
-    await node._admin("delete_api_key", {"key_id": key_id})
+    await node.admin.submit("delete_api_key", {"key_id": key_id})
     AuditLog.change("api_key_deleted", by=_who(request), key_id=key_id)
     return Response(status_code=204)
 
@@ -207,7 +207,7 @@ async def list_quotas(cluster_id: str, request: Request):
 async def set_quotas(cluster_id: str, principal: str, request: Request):
     node = _cluster(request, cluster_id)
     doc = await _json(request)
-    await node._admin("alter_quota", {"principal": principal, "quotas": doc})
+    await node.admin.submit("alter_quota", {"principal": principal, "quotas": doc})
     AuditLog.change("quota_set", by=_who(request), principal=principal, quotas=doc)
     return JSONResponse({"principal": principal, "quotas": dict(node.image.security.quotas.get(principal, {}))})
 
@@ -216,6 +216,6 @@ async def set_quotas(cluster_id: str, principal: str, request: Request):
                summary="Remove a principal's quota overrides (back to the node config's)")
 async def delete_quotas(cluster_id: str, principal: str, request: Request):
     node = _cluster(request, cluster_id)
-    await node._admin("alter_quota", {"principal": principal, "quotas": None})
+    await node.admin.submit("alter_quota", {"principal": principal, "quotas": None})
     AuditLog.change("quota_removed", by=_who(request), principal=principal)
     return Response(status_code=204)

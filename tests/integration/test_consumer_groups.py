@@ -267,7 +267,7 @@ def test_bad_requests_get_confluent_errors(node):
     create_topic(url, "misc", 1)
     new_consumer(url, "errs", "dup")
     error(httpx.post(f"{url}/consumers/errs", json={"name": "dup"}, headers=V2, timeout=10), 409, 40902)
-    error(httpx.post(f"{url}/consumers/errs", json={"name": "x", "format": "avro"}, headers=V2, timeout=10), 422, 42201)
+    error(httpx.post(f"{url}/consumers/errs", json={"name": "x", "format": "xml"}, headers=V2, timeout=10), 422, 42201)
     error(httpx.post(f"{url}/consumers/errs", json={"name": "x", "auto.offset.reset": "sometimes"}, headers=V2,
                      timeout=10), 422, 42201)
     error(httpx.post(f"{url}/consumers/errs", json={"name": "x", "session.timeout.ms": 10}, headers=V2, timeout=10),

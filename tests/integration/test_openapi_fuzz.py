@@ -186,6 +186,19 @@ OPERATIONS = [
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/offset"),
     ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}/partition-replicas"),
     ("POST", "/v3/clusters/{cluster_id}/acls:batch"),
+    # The Schema Registry (ingest_api/schemas/router.py)
+    ("GET", "/schemas/types"), ("GET", "/schemas"), ("GET", "/schemas/ids/{schema_id}"),
+    ("GET", "/schemas/ids/{schema_id}/schema"), ("GET", "/schemas/ids/{schema_id}/subjects"),
+    ("GET", "/schemas/ids/{schema_id}/versions"), ("GET", "/subjects"),
+    ("GET", "/subjects/{subject}/versions"), ("POST", "/subjects/{subject}/versions"),
+    ("GET", "/subjects/{subject}/versions/{version}"), ("GET", "/subjects/{subject}/versions/{version}/schema"),
+    ("GET", "/subjects/{subject}/versions/{version}/referencedby"),
+    ("DELETE", "/subjects/{subject}/versions/{version}"), ("POST", "/subjects/{subject}"),
+    ("DELETE", "/subjects/{subject}"), ("POST", "/compatibility/subjects/{subject}/versions"),
+    ("POST", "/compatibility/subjects/{subject}/versions/{version}"),
+    ("GET", "/config"), ("PUT", "/config"), ("DELETE", "/config"), ("GET", "/config/{subject}"),
+    ("PUT", "/config/{subject}"), ("DELETE", "/config/{subject}"), ("GET", "/mode"), ("PUT", "/mode"),
+    ("DELETE", "/mode"), ("GET", "/mode/{subject}"), ("PUT", "/mode/{subject}"), ("DELETE", "/mode/{subject}"),
     # Last: it may delete the seeded topics the other operations read.
     ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}"),
 ]

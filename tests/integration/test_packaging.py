@@ -78,6 +78,8 @@ def test_the_wheel_holds_every_package_folder_and_the_c_extension(wheel: Path) -
         "the C extension lakelog.logstore._recordscan is not in the wheel"
     assert [n for n in names if re.fullmatch(r"lakelog/logstore/_batchbuild\.[^/]*\.so", n)], \
         "the producer's C extension lakelog.logstore._batchbuild is not in the wheel"
+    assert [n for n in names if re.fullmatch(r"lakelog/logstore/_arrowscan\.[^/]*\.so", n)], \
+        "the native decoder lakelog.logstore._arrowscan is not in the wheel"
     assert "lakelog/infra/pom.xml" in names
     # The web console: its own files, and the libraries `make console` copied from npm.
     for name in ("index.html", "app.js", "style.css", "vendor/preact.mjs", "vendor/uPlot.esm.js"):

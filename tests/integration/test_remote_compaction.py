@@ -107,6 +107,32 @@ def test_compaction_equals_the_reference_and_keeps_offsets(tmp_path):
     assert remote_records(store) == reference(before, remote_end + 1, drop_tombstones=True)
 
 
+def test_small_replacements_are_merged_and_a_round_with_nothing_to_drop_writes_nothing(tmp_path):
+    """Many segments compacted to a few records: the replacements are merged up to segment.bytes
+    (not one nearly empty segment per input group); a forced round over the result drops nothing
+    and writes nothing."""
+    store, _, _, _ = build_remote(tmp_path, batches=400, keys=5, tombstone_every=10_000)
+    before = remote_records(store)
+    m0 = load_manifest(store, TOPIC, 0)
+    assert len(m0.copy_finished) >= 10
+    report = compact_partition(store, TOPIC, 0, config(**{"segment.bytes": 4000}), owner="test", now_ms=2_000_000)
+    assert report.action == "compacted"
+    m1 = load_manifest(store, TOPIC, 0)
+    assert remote_records(store) == reference(before, m0.end_offset + 1, drop_tombstones=False)
+    assert len(m1.copy_finished) == 1, [s.size_in_bytes for s in m1.copy_finished]
+    assert (m1.copy_finished[0].base_offset, m1.copy_finished[0].end_offset) == \
+        (m0.copy_finished[0].base_offset, m0.end_offset)
+    objects = sorted(i.key for i in store.list(f"{TOPIC}-0/"))
+
+    again = compact_partition(store, TOPIC, 0, config(**{"segment.bytes": 4000}), owner="test", now_ms=2_000_001,
+                              force=True)
+    assert again.action == "none" and again.reason == "nothing to drop", again
+    assert again.records_read == len(remote_records(store))
+    m2 = load_manifest(store, TOPIC, 0)
+    assert [s.segment_id for s in m2.copy_finished] == [s.segment_id for s in m1.copy_finished]
+    assert sorted(i.key for i in store.list(f"{TOPIC}-0/")) == objects
+
+
 def test_min_compaction_lag_keeps_young_records(tmp_path):
     store, _, _, written = build_remote(tmp_path)
     before = remote_records(store)

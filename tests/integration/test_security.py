@@ -83,7 +83,8 @@ def _fill(path: str, cid: str) -> str:
     values = {"cluster_id": cid, "topic": "orders", "partition": "0", "group": "g-alice", "instance": "i1",
               "name": "retention.ms", "broker_id": "1", "user": "alice", "key_id": "0123456789abcdef",
               "principal": "User:alice", "topic_name": "orders", "partition_id": "0", "consumer_group_id": "g-alice",
-              "consumer_id": "m1"}
+              "consumer_id": "m1",
+              "subject": "orders-value", "version": "1", "schema_id": "1"}
     return re.sub(r"\{([a-z_]+)\}", lambda m: values[m.group(1)], path)
 
 
@@ -183,6 +184,31 @@ def test_acls_decide_what_an_authenticated_principal_may_do(secure):
     log = secure.read_log()
     assert '\\"event\\": \\"acl_created\\"' in log and '\\"event\\": \\"authorization_failed\\"' in log
     assert '\\"principal\\": \\"User:alice\\"' in log
+
+
+def test_subject_acls_guard_the_schema_registry(secure):
+    """SUBJECT ACLs: alice may write and read subjects prefixed orders-, nothing else; an id is
+    readable by whoever may READ a subject that uses it."""
+    with httpx.Client(base_url=secure.url, auth=ClusterAuth(SECRET.encode(), 0), timeout=30) as root:
+        r = root.post(f"/v3/clusters/{secure.cluster_id}/acls", json={
+            "principal": "User:alice", "resource_type": "SUBJECT", "resource_name": "orders-",
+            "pattern_type": "PREFIXED", "operation": "ALL", "permission": "ALLOW"})
+        assert r.status_code == 201, r.text
+    alice, mallory = _auth("alice"), _auth("mallory")
+    schema = {"schema": json.dumps({"type": "record", "name": "O", "fields": [{"name": "n", "type": "int"}]})}
+    r = httpx.post(f"{secure.url}/subjects/orders-value/versions", json=schema, headers=alice, timeout=30)
+    assert r.status_code == 200, r.text
+    schema_id = r.json()["id"]
+    r = httpx.post(f"{secure.url}/subjects/payroll-value/versions", json=schema, headers=alice, timeout=30)
+    assert (r.status_code, r.json()["error_code"]) == (403, 40301)
+    assert httpx.get(f"{secure.url}/subjects/orders-value/versions", headers=alice, timeout=30).json() == [1]
+    assert httpx.get(f"{secure.url}/schemas/ids/{schema_id}", headers=alice, timeout=30).status_code == 200
+    for path in (f"/schemas/ids/{schema_id}", "/subjects/orders-value/versions/1", "/subjects"):
+        r = httpx.get(f"{secure.url}{path}", headers=mallory, timeout=30)
+        assert (r.status_code, r.json()["error_code"]) == (403, 40301), path
+    r = httpx.delete(f"{secure.url}/subjects/orders-value", headers=mallory, timeout=30)
+    assert r.status_code == 403
+    assert httpx.get(f"{secure.url}/subjects/orders-value/versions", headers=alice, timeout=30).json() == [1]
 
 
 def test_api_keys_authenticate_until_revoked(secure):

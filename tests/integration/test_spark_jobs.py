@@ -88,6 +88,54 @@ def test_compaction_job_equals_the_reference_and_the_data_source_reads_it(tmp_pa
     assert again.totals["compacted"] == 0 and again.rows[0]["reason"] == "nothing dirty"
 
 
+def test_data_source_rows_are_the_reference_decoders_and_a_corrupt_object_fails_the_query(tmp_path, spark):
+    """Spark's rows (decoded natively on the executors) equal the pure-Python reference's, column
+    for column; a narrower `.schema(...)` decodes only its columns; a damaged object fails the query
+    with RemoteCorruptionError naming it, never returning rows."""
+    import pyarrow as pa
+
+    from lakelog.logstore.record_arrow import COLUMNS
+    from lakelog.tiering.remote_scan import iter_segment_arrow
+
+    store, _, _, _ = build_remote(tmp_path)
+    remote = fs_url(tmp_path)
+    m = load_manifest(store, TOPIC, 0)
+    parts = [cols for seg in m.copy_finished
+             for _, cols in iter_segment_arrow(store, TOPIC, 0, seg, from_offset=m.log_start_offset, native=False)]
+    expected = pa.Table.from_batches([pa.RecordBatch.from_pydict(c) for c in parts]).to_pylist()
+    assert len(expected) > 300
+    df = spark.read.format("lakelog").option("remote", remote).option("topic", TOPIC).load()
+    cols = [c for c in COLUMNS if c != "timestamp"]
+    rows = [r.asDict(recursive=True) for r in
+            df.selectExpr("topic", "partition", "unix_micros(timestamp) AS ts_us", *cols).orderBy("offset").collect()]
+
+    def plain(v):
+        if isinstance(v, (bytes, bytearray)):
+            return bytes(v)
+        if isinstance(v, list):
+            return [{k: plain(x) for k, x in h.items()} for h in v]
+        return v
+
+    assert [{c: plain(r[c]) for c in cols} for r in rows] == [{c: e[c] for c in cols} for e in expected]
+    assert [r["ts_us"] for r in rows] == [int(e["timestamp"].timestamp() * 1_000_000) for e in expected]
+    assert {(r["topic"], r["partition"]) for r in rows} == {(TOPIC, 0)}
+    narrow = spark.read.format("lakelog").schema("value BINARY, offset BIGINT").option("remote", remote) \
+        .option("topic", TOPIC).load()
+    assert narrow.columns == ["value", "offset"]
+    assert [(bytes(r["value"]) if r["value"] is not None else None, r["offset"])
+            for r in narrow.orderBy("offset").collect()] == [(e["value"], e["offset"]) for e in expected]
+    assert narrow.count() == len(expected)
+
+    seg = m.copy_finished[len(m.copy_finished) // 2]
+    key = f"{TOPIC}-0/{seg.base_offset:020d}-{seg.segment_id}.log"
+    data = bytearray(store.get_range(key, 0, seg.size_in_bytes))
+    data[len(data) // 2] ^= 0x01
+    store.put(key, bytes(data))
+    with pytest.raises(Exception) as failed:
+        df.count()
+    assert "RemoteCorruptionError" in str(failed.value) and key in str(failed.value)
+
+
 def test_rebuild_index_restores_indexes_byte_for_byte_and_writes_the_remote_index_table(tmp_path, spark):
     store, _, _, _ = build_remote(tmp_path, log_cfg={"cleanup.policy": "delete"})
     write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, {"index.interval.bytes": "512"}))
@@ -147,13 +195,39 @@ def test_sync_tables_over_s3a_is_idempotent_and_sql_sees_the_topic(tmp_path, spa
         [(o, k, v) for o, _, k, v in tiered]
     assert {r["partition"] for r in rows} == {0} and all(r["date"] is not None for r in rows)
 
-    assert set(register_topics(spark, remote)) >= {TOPIC, TOPIC + "_latest"}
+    assert set(register_topics(spark, remote)) >= {TOPIC, TOPIC + "_table", TOPIC + "_latest"}
+    assert spark.sql(f"SELECT count(*) AS n FROM lakelog.{TOPIC}_table").collect()[0]["n"] == len(tiered)
+    # Without nodes, lakelog.<topic> is the remote tier: here the same records.
     assert spark.sql(f"SELECT count(*) AS n FROM lakelog.{TOPIC}").collect()[0]["n"] == len(tiered)
     latest = {bytes(r["key"]): bytes(r["value"]) for r in spark.sql(f"SELECT key, value FROM lakelog.{TOPIC}_latest").collect()}
     expected = {}
     for _, _, k, v in tiered:
         expected[k] = v
     assert latest == {k: v for k, v in expected.items() if v is not None}
+
+    # More records tiered (a newer value, a tombstone, a new key): the next sync appends them and
+    # MERGEs their latest per key into <topic>_latest instead of rewriting it.
+    from delta.tables import DeltaTable
+
+    from lakelog.logstore.record_batch import Record, build_batch
+
+    live = sorted(k for k, v in expected.items() if v is not None)
+    more = [(live[0], b"newer"), (live[1], None), (b"key-new", b"fresh"), (live[0], b"newest")]
+    log.append_as_leader(build_batch([Record(i, 9_000_000 + i, k, v) for i, (k, v) in enumerate(more)]), 1)
+    log.roll()
+    RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000})) \
+        .partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    now_tiered = remote_records(store)
+    third = run_job(spark, "sync-tables", remote)
+    assert third.totals["rows_added"] == len(now_tiered) - len(tiered) >= len(more)
+    latest_path = f"s3a://{bucket}/tier/tables/{TOPIC}_latest"
+    assert DeltaTable.forPath(spark, latest_path).history(1).collect()[0]["operation"] == "MERGE"
+    for _, _, k, v in now_tiered:
+        expected[k] = v
+    latest = {bytes(r["key"]): bytes(r["value"])
+              for r in spark.read.format("delta").load(latest_path).select("key", "value").collect()}
+    assert latest == {k: v for k, v in expected.items() if v is not None}
+    assert latest[live[0]] == b"newest" and live[1] not in latest and latest[b"key-new"] == b"fresh"
 
 
 def test_compaction_rebuild_index_and_retention_on_the_s3_api(tmp_path, spark, s3):
@@ -277,7 +351,7 @@ def test_jobs_while_producing_and_the_compacted_log_over_http(tmp_path, spark):
 
         # The table holds exactly what was produced (up to what was tiered when sync read it).
         register_topics(spark, remote)
-        rows = spark.sql(f"SELECT offset, CAST(key AS STRING) k, CAST(value AS STRING) v FROM lakelog.{topic} "
+        rows = spark.sql(f"SELECT offset, CAST(key AS STRING) k, CAST(value AS STRING) v FROM lakelog.{topic}_table "
                          f"ORDER BY offset").collect()
         synced = [(r["offset"], r["k"], r["v"]) for r in rows]
         by_offset = {o: (o, k, v) for o, k, v in sent}
@@ -370,3 +444,81 @@ def test_value_schema_turns_json_values_into_typed_columns(tmp_path, spark):
     table = spark.read.format("delta").load(f"{remote}/tables/payments")
     rows = [(r["offset"], r["id"], r["amount"], r["currency"]) for r in table.orderBy("offset").collect()]
     assert rows == [(i, d["id"], d["amount"], d["currency"]) for i, d in enumerate(sent)]
+
+
+def test_sync_tables_types_avro_values_by_schema_id_evolves_and_dead_letters(tmp_path, spark):
+    import io
+    import json as _json
+    import struct
+
+    import fastavro
+
+    from lakelog.infra.config import LogConfig
+    from lakelog.logstore.log import PartitionLog
+    from lakelog.logstore.record_batch import Record, build_batch
+    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.fs_store import FileSystemStore
+
+    v1 = {"type": "record", "name": "Pay", "fields": [
+        {"name": "id", "type": "long"}, {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal",
+                                                                     "precision": 9, "scale": 2}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}}]}
+    v2 = {**v1, "fields": v1["fields"] + [{"name": "note", "type": ["null", "string"], "default": None}]}
+    node = start_node(tmp_path / "registry")
+    try:
+        ids = []
+        for schema in (v1, v2):
+            r = httpx.post(f"{node.url}/subjects/pay-value/versions", json={"schema": _json.dumps(schema)}, timeout=30)
+            assert r.status_code == 200, r.text
+            ids.append(r.json()["id"])
+
+        def framed(schema_id: int, schema: dict, value: dict) -> bytes:
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
+            return b"\x00" + struct.pack(">i", schema_id) + out.getvalue()
+
+        import datetime
+        import decimal
+        log = PartitionLog(tmp_path / "log" / "pay-0", LogConfig({"segment.bytes": 100_000, "retention.ms": -1}))
+        store = FileSystemStore(tmp_path / "remote")
+        tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 10_000}))
+
+        def append(values: list[bytes | None]) -> None:
+            for v in values:
+                log.append_as_leader(build_batch([Record(0, 1_700_000_000_000, b"k", v)]), 1)
+            log.roll()
+            tier.partition("pay", 0).copy_segments(log, 1, log.log_end_offset)
+
+        day = datetime.date(2024, 5, 17)
+        append([framed(ids[0], v1, {"id": i, "amount": decimal.Decimal(f"{i}.25"), "day": day, "tags": ["a"] * i})
+                for i in range(3)])
+        write_topic_descriptor(store, TopicDescriptor("pay", None, 1, {"schema.registry.url": node.url}))
+        remote = fs_url(tmp_path)
+        assert run_job(spark, "sync-tables", remote).totals["rows_added"] == 3
+        table = spark.read.format("delta").load(f"{remote}/tables/pay")
+        types = dict(table.dtypes)
+        assert (types["id"], types["amount"], types["day"], types["tags"]) == (
+            "bigint", "decimal(9,2)", "date", "array<string>")
+
+        # v2 adds a column (Delta schema merge); garbage and a truncated value go to the dead letters
+        append([framed(ids[1], v2, {"id": 3, "amount": decimal.Decimal("1.00"), "day": day, "tags": [], "note": "hi"}),
+                b"\x01not framed", framed(ids[0], v1, {"id": 9, "amount": decimal.Decimal("1"), "day": day,
+                                                       "tags": ["x"]})[:7],
+                framed(999, v1, {"id": 1, "amount": decimal.Decimal("1"), "day": day, "tags": []}), None])
+        res = run_job(spark, "sync-tables", remote)
+        table = spark.read.format("delta").load(f"{remote}/tables/pay")
+        rows = [(r["offset"], r["id"], r["note"]) for r in table.orderBy("offset").collect()]
+        errors = {r["offset"]: r["reason"] for r in spark.read.format("delta").load(f"{remote}/tables/pay_errors").collect()}
+        assert rows == [(0, 0, None), (1, 1, None), (2, 2, None), (3, 3, "hi"), (7, None, None)], (rows, errors)
+        assert res.totals["rows_added"] == 2  # the v2 record and the tombstone
+        assert sorted(errors) == [4, 5, 6]
+        assert "wire format" in errors[4] and "does not decode" in errors[5] and "unknown" in errors[6]
+        # again: nothing twice, in either table
+        assert run_job(spark, "sync-tables", remote).totals["rows_added"] == 0
+        assert spark.read.format("delta").load(f"{remote}/tables/pay_errors").count() == 3
+    finally:
+        try:
+            node.stop()
+        finally:
+            node.kill()

@@ -1,24 +1,33 @@
-"""A deterministic simulation of one partition replicated on 2-3 replicas, over the real storage engine.
+"""A deterministic simulation of one partition replicated on 2-3 replicas: the shipped replication state
+machine over the real storage engine.
 
 Each replica keeps its log in a real `logstore.log.PartitionLog` (in a temporary directory, with
 small segments so rolls, index lookups and multi-segment truncation happen): leaders append with
 `append_as_leader(data, epoch)`, followers with `append_as_follower`, truncation goes through
 `truncate_to`, and OffsetsForLeaderEpoch is answered by `end_offset_for_epoch` (cross-checked against
-`ingest_api.replication.truncation.leader_epoch_end_offset`). Around it sits a small, pure model of
-the replication protocol of the design documents:
+`ingest_api.replication.truncation.leader_epoch_end_offset`). Each replica's replication rules are
+the node's own `ingest_api.replication.core.ReplicaCore` — HW, followers' LEOs, catch-up times, ISR
+shrink and expansion proposals, the produce purgatory, the leader epoch's start offset — which this
+module hosts exactly as `ingest_api/partition.py` does on a node: it turns each step into events
+(`BecomeLeader` / `BecomeFollower` from the controller's metadata, `Appended`, `FollowerFetch`,
+`FollowerAppended`, `Truncated`, `AwaitCommit`, `Tick` with the simulated clock, `IsrChangeAnswered`)
+and carries out the effects (`StampLeaderEpoch`, `HighWatermarkAdvanced`, `CompleteProduce`,
+`ProposeIsr`, ...). Around it, the simulation plays the controller and the network:
 
+  * the controller: partition state (leader, leader epoch, partition epoch, ISR) published to every
+    live replica at once; an ISR change a leader proposes is committed at once when its epochs are
+    current (refused otherwise); a crash the controller notices removes the replica from the ISR
+    (never the last member: it stays, offline, until it returns);
   * leader/follower fetch, split into two steps so that a response can be in flight while other
-    things happen: `fetch(f)` (the leader reads, records f's fetch offset as its "remote LEO",
-    maybe lets f back into the ISR, maybe advances the HW) and `deliver(f)` (the follower appends and
-    sets its HW to min(leader HW, own LEO)); a response from an older leader epoch is dropped;
-  * HW = min LEO over the ISR on the leader; a new leader does not know its followers' LEOs until
-    they fetch (as Kafka resets them), so its HW does not move before that;
-  * ISR: shrinks when a follower has not caught up for `replica_lag_ticks`; a follower rejoins when
-    its LEO reaches the leader's HW and (`isr_join_requires_epoch_start`, Kafka's fix for
-    KAFKA-7128) the start offset of the leader's epoch; the leader is always in the ISR; the last
-    ISR member is never removed (it stays, offline, until it returns);
-  * produce with acks=all waits until the HW passes its last offset and fails if the ISR is smaller
-    than `min.insync.replicas` (at append and at completion); acks=1 returns at once;
+    things happen: `fetch(f)` (the leader reads and steps `FollowerFetch`: f's fetch offset becomes
+    its "remote LEO", the HW may advance, an ISR expansion may be proposed) and `deliver(f)` (the
+    follower appends and steps `FollowerAppended`: HW = min(leader HW, own LEO)); a response from an
+    older leader epoch is dropped;
+  * time: `tick_clock` steps `Tick` on the leader with `replica_lag_ticks` as the lag limit, so the
+    leader proposes dropping followers that have not caught up;
+  * produce with acks=all waits in the core's purgatory until the HW passes its last offset and fails
+    if the ISR is smaller than `min.insync.replicas` (at append and at completion); acks=1 returns at
+    once. `isr_join_requires_epoch_start` switches the core's KAFKA-7128 rule (`ReplicationRules`);
   * crashes: a process crash loses only memory (the HW, in-flight fetches): the HW comes back from a
     checkpoint written only at `checkpoint_hw` steps, so it is stale, as Kafka's
     `replication-offset-checkpoint`. A power loss also loses what was not fsynced: the tail of the
@@ -42,7 +51,9 @@ the replication protocol of the design documents:
     leader at the same offset with the same batch (CRC), and no offset is committed twice with
     different contents: so no record acknowledged with acks=all is lost;
   * the leader's HW never goes backwards within an epoch; HW <= LEO on every live replica; the
-    leader is in the ISR; no replica holds a leader epoch above the controller's;
+    leader is in the ISR, and holds the controller's ISR and epoch; no replica holds a leader epoch
+    above the controller's; the state machine's own invariants (checked by `invariant()` in every
+    step) hold;
   * under LEADER_EPOCH a follower never fetches above the leader's LEO, never appends a batch that
     does not start at its LEO, and the pure `resolve_truncation` agrees with the stepwise exchange;
   * after a final heal (everyone restarted, fetching until caught up): a new acks=all produce is
@@ -71,6 +82,9 @@ from pathlib import Path
 from typing import Callable
 
 from lakelog.infra.config import LogConfig
+from lakelog.infra.errors import InvariantViolation
+from lakelog.ingest_api.replication import core as rc
+from lakelog.ingest_api.replication.core import ReplicaCore, ReplicationRules
 from lakelog.ingest_api.replication.truncation import (
     AskAgain,
     Truncate,
@@ -85,8 +99,6 @@ from lakelog.logstore.record_batch import Record, RecordBatch, build_batch, iter
 
 #: Small segments and a dense index: rolls, index lookups and truncation across segments happen.
 LOG_CONFIG = {"segment.bytes": 400, "segment.index.bytes": 4096, "index.interval.bytes": 128}
-#: Unknown remote LEO (a new leader has not heard from the follower yet).
-UNKNOWN = -1
 
 
 class TruncationPolicy(enum.Enum):
@@ -103,7 +115,7 @@ class Violation(AssertionError):
 
 @dataclass(frozen=True)
 class SimConfig:
-    """The partition's settings and the model's switches. Random runs draw them from the seed."""
+    """The partition's settings and the simulation's switches. Random runs draw them from the seed."""
 
     replicas: int = 3
     min_insync_replicas: int = 1
@@ -135,6 +147,7 @@ class FetchResponse:
     fetch_offset: int
     records: bytes
     leader_hw: int
+    leader_log_start: int = 0
     out_of_range_leo: int | None = None  # the leader's LEO when the fetch offset was above it
 
 
@@ -156,24 +169,27 @@ class Produce:
 
 @dataclass
 class Replica:
-    """One replica: its log (None while down), its HW and its checkpoint, its role's state."""
+    """One replica: its log and its replication state machine (both None while down: a crash loses
+    the process's memory), its HW checkpoint, the fetch response in flight to it."""
 
     rid: int
     directory: Path
     log: PartitionLog | None = None
-    high_watermark: int = 0
+    core: ReplicaCore | None = None
     hw_checkpoint: int = 0  # the durable, periodically written HW
-    needs_truncation: bool = False
     inflight: FetchResponse | None = None
-    # Leader-side view of the followers, valid while this replica leads.
-    remote_leo: dict[int, int] = field(default_factory=dict)
-    last_caught_up: dict[int, int] = field(default_factory=dict)
-    last_fetch: dict[int, tuple[int, int]] = field(default_factory=dict)  # (leader LEO, tick)
-    epoch_start_offset: int = 0
 
     @property
     def alive(self) -> bool:
         return self.log is not None
+
+    @property
+    def high_watermark(self) -> int:
+        return self.core.high_watermark if self.core is not None else 0
+
+    @property
+    def needs_truncation(self) -> bool:
+        return self.core is not None and self.core.needs_truncation
 
     @property
     def leo(self) -> int:
@@ -293,6 +309,10 @@ class Checker:
                           f"{self.leader_hw[c.leader_epoch]} -> {hw}")
             if c.leader not in c.isr:
                 self.fail(f"leader {c.leader} is not in the ISR {c.isr}")
+            core = c.replicas[c.leader].core
+            if core is not None and (list(core.isr) != c.isr or core.leader_epoch != c.leader_epoch):
+                self.fail(f"leader {c.leader} holds ISR {list(core.isr)} in epoch {core.leader_epoch}, the "
+                          f"controller's are {c.isr} in epoch {c.leader_epoch}")
             if not c.replicas[c.leader].alive:
                 self.fail(f"leader {c.leader} is down")
 
@@ -328,7 +348,7 @@ class Cluster:
     """One partition on `config.replicas` replicas; the controller state lives here too.
 
     Nothing happens unless a method is called: scripted scenarios call them one by one, `run_seed`
-    calls them at random. Each method is one atomic step of the model.
+    calls them at random. Each method is one atomic step of the simulation.
     """
 
     def __init__(self, config: SimConfig, *, seed: int = 0, base_dir: str | None = None) -> None:
@@ -343,14 +363,17 @@ class Cluster:
         self.replicas = [Replica(i, self.root / f"replica-{i}" / "topic-0") for i in range(config.replicas)]
         self.leader: int | None = None
         self.leader_epoch = -1
+        self.partition_epoch = -1
         self.isr: list[int] = []
-        self.pending: list[Produce] = []
+        self.rules = ReplicationRules(isr_join_requires_epoch_start=config.isr_join_requires_epoch_start)
+        self.pending: dict[int, Produce] = {}  # acks=all produces in the leader's purgatory, by request id
         self.produced: list[Produce] = []
         self.next_value_id = 0
         self.checker = Checker(self)
         self.log_config = LogConfig(LOG_CONFIG)
         for r in self.replicas:
             r.log = self._open_log(r)
+            r.core = self._new_core(r, 0)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -359,6 +382,49 @@ class Cluster:
 
     def _open_log(self, r: Replica) -> PartitionLog:
         return PartitionLog(r.directory, self.log_config, clock=self._clock)
+
+    def _new_core(self, r: Replica, high_watermark: int) -> ReplicaCore:
+        assert r.log is not None
+        return ReplicaCore(r.rid, high_watermark=high_watermark, leo=r.leo, log_start_offset=r.log.log_start_offset,
+                           rules=self.rules)
+
+    def _step(self, r: Replica, event: object) -> None:
+        """Step replica `r`'s state machine and carry out its effects, as `ingest_api.partition` does."""
+        assert r.core is not None and r.log is not None
+        try:
+            effects = r.core.step(event)  # type: ignore[arg-type]
+        except InvariantViolation as e:
+            self.fail(f"replica {r.rid}'s state machine refused {event}: {e}")
+        for e in effects:
+            if isinstance(e, rc.StampLeaderEpoch):
+                if self.config.stamp_epoch_on_election:
+                    r.log.epochs.assign(e.leader_epoch, e.start_offset)
+            elif isinstance(e, rc.IncrementLogStart):
+                r.log.maybe_increment_log_start_offset(e.offset)
+            elif isinstance(e, rc.HighWatermarkAdvanced):
+                self.checker.on_hw_advance(r, r.core.leader_epoch, e.old, e.new)
+            elif isinstance(e, rc.CompleteProduce):
+                self._complete(e)
+            elif isinstance(e, rc.ProposeIsr):
+                self._alter_partition(r, e)
+            elif isinstance(e, rc.NewLeaderEpoch) and e.role == rc.Role.FOLLOWER:
+                r.inflight = None
+                if self.config.policy is TruncationPolicy.HW:
+                    self._truncate(r, r.high_watermark, "to own HW on becoming follower")
+                    self._step(r, rc.Truncated(r.leo, r.log.log_start_offset, final=True))
+
+    def _complete(self, e: "rc.CompleteProduce") -> None:
+        p = self.pending.pop(e.request_id, None)
+        if p is None:
+            return
+        if e.outcome is rc.ProduceOutcome.COMMITTED:
+            p.outcome = "acked"
+            self.checker.on_ack(p)
+        elif e.outcome is rc.ProduceOutcome.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            p.outcome = "refused"
+        else:
+            p.outcome = "failed"  # the leader changed: unknown to the client
+        self.note(f"produce {p.value_ids}@{p.first_offset} {p.outcome}")
 
     def note(self, event: str) -> None:
         self.trace.append(f"t={self.tick} e={self.leader_epoch} L={self.leader} isr={self.isr}: {event}")
@@ -395,31 +461,30 @@ class Cluster:
         self._step_done()
         return self
 
-    def _sorted(self, ids: set[int] | list[int]) -> list[int]:
-        return sorted(set(ids))
+    def _publish(self) -> None:
+        """The controller's metadata reaches every live replica (at once: the simulation's metadata log
+        has no delay): the leader is told to lead, the others to follow."""
+        replicas = tuple(r.rid for r in self.replicas)
+        order = sorted((r for r in self.replicas if r.alive), key=lambda r: r.rid != self.leader)
+        for r in order:
+            assert r.log is not None
+            if r.rid == self.leader:
+                self._step(r, rc.BecomeLeader(self.leader_epoch, self.partition_epoch, replicas, tuple(self.isr),
+                                              r.leo, r.log.log_start_offset, self.tick))
+            else:
+                self._step(r, rc.BecomeFollower(-1 if self.leader is None else self.leader, self.leader_epoch,
+                                                self.partition_epoch, replicas, tuple(self.isr), r.leo,
+                                                r.log.log_start_offset))
 
     def _elect(self, rid: int, *, why: str) -> None:
         old = self.leader
         self.leader = rid
         self.leader_epoch += 1
-        for p in self.pending:
-            p.outcome = "failed"
-        self.pending.clear()
-        leader = self.replicas[rid]
+        self.partition_epoch += 1
         self.note(f"elect {rid} ({why}), was {old}")
-        self.checker.check_holds_committed(leader, f"leader {rid} elected in epoch {self.leader_epoch}")
-        leader.needs_truncation = False
-        leader.inflight = None
-        leader.epoch_start_offset = leader.leo
-        if self.config.stamp_epoch_on_election:
-            leader.log.epochs.assign(self.leader_epoch, leader.leo)  # type: ignore[union-attr]
-        leader.remote_leo = {r.rid: UNKNOWN for r in self.replicas if r.rid != rid}
-        leader.last_caught_up = {r.rid: self.tick for r in self.replicas if r.rid != rid}
-        leader.last_fetch = {r.rid: (leader.leo, self.tick) for r in self.replicas if r.rid != rid}
-        for r in self.replicas:
-            if r.rid != rid and r.alive:
-                self._become_follower(r)
-        self._maybe_advance_hw()
+        self.checker.check_holds_committed(self.replicas[rid], f"leader {rid} elected in epoch {self.leader_epoch}")
+        self.replicas[rid].inflight = None
+        self._publish()
 
     def _elect_after_failure(self) -> None:
         """The leader is gone: first live ISR member, else unclean (if enabled), else offline."""
@@ -452,44 +517,29 @@ class Cluster:
         return r.leo
 
     def _remove_from_isr(self, rid: int, why: str) -> bool:
+        """The controller takes `rid` out of the ISR (never the last member), a new partition epoch."""
         if rid in self.isr and len(self.isr) > 1:
             self.isr = [i for i in self.isr if i != rid]
+            self.partition_epoch += 1
             self.note(f"ISR shrinks: {rid} out ({why})")
             return True
         return False
 
-    def _become_follower(self, r: Replica) -> None:
-        r.inflight = None
-        r.remote_leo, r.last_caught_up, r.last_fetch = {}, {}, {}
-        if self.config.policy is TruncationPolicy.HW:
-            self._truncate(r, r.high_watermark, "to own HW on becoming follower")
-        else:
-            r.needs_truncation = True
+    def _alter_partition(self, leader: Replica, proposal: "rc.ProposeIsr") -> None:
+        """The leader's AlterPartition: committed at once when its epochs are current, refused otherwise."""
+        accepted = (leader.rid == self.leader and proposal.leader_epoch == self.leader_epoch
+                    and proposal.partition_epoch == self.partition_epoch)
+        if accepted:
+            new_isr = list(proposal.new_isr)
+            grew = [r for r in new_isr if r not in self.isr]
+            self.note(f"ISR expands: {grew[0]} in at LEO {leader.core.remote[grew[0]].leo}" if grew  # type: ignore[union-attr]
+                      else f"ISR shrinks: {[r for r in self.isr if r not in new_isr]} out (lagging)")
+            self.isr = new_isr
+            self.partition_epoch += 1
+            self._publish()
+        self._step(leader, rc.IsrChangeAnswered(proposal.partition_epoch, accepted))
 
     # ------------------------------------------------------------------ leader side
-
-    def _maybe_advance_hw(self) -> None:
-        if self.leader is None:
-            return
-        leader = self.replicas[self.leader]
-        offsets = [leader.leo] + [leader.remote_leo.get(rid, UNKNOWN) for rid in self.isr if rid != leader.rid]
-        new_hw = min(offsets)
-        if new_hw > leader.high_watermark:
-            old = leader.high_watermark
-            leader.high_watermark = new_hw
-            self.checker.on_hw_advance(leader, self.leader_epoch, old, new_hw)
-        still = []
-        for p in self.pending:
-            if leader.high_watermark > p.last_offset:
-                if len(self.isr) >= self.config.min_insync_replicas:
-                    p.outcome = "acked"
-                    self.checker.on_ack(p)
-                else:
-                    p.outcome = "refused"  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                self.note(f"produce {p.value_ids}@{p.first_offset} {p.outcome}")
-            else:
-                still.append(p)
-        self.pending = still
 
     def produce(self, records: int = 1, acks: str = "all") -> Produce:
         """A client's produce to the current leader (refused when there is none or the ISR is too small)."""
@@ -501,54 +551,43 @@ class Cluster:
             p.outcome = "failed"
             self.note(f"produce {ids}: no leader")
             return p
-        if acks == "all" and len(self.isr) < self.config.min_insync_replicas:
+        leader = self.replicas[self.leader]
+        assert leader.core is not None and leader.log is not None
+        if leader.core.append_refusal(acks, self.config.min_insync_replicas) is not None:
             p.outcome = "refused"  # NOT_ENOUGH_REPLICAS
             self.note(f"produce {ids}: NOT_ENOUGH_REPLICAS")
             return p
-        leader = self.replicas[self.leader]
         ts = int(self._clock() * 1000)
         batch = build_batch([Record(i, ts, None, _value(vid)) for i, vid in enumerate(ids)], base_offset=0)
-        info = leader.log.append_as_leader(batch, self.leader_epoch)  # type: ignore[union-attr]
+        info = leader.log.append_as_leader(batch, self.leader_epoch)
         p.leader_epoch, p.first_offset, p.last_offset = self.leader_epoch, info.first_offset, info.last_offset
         self.note(f"produce {ids} acks={acks} -> {leader.rid}@{info.first_offset}")
+        self._step(leader, rc.Appended(leader.leo))
         if acks == "1":
             p.outcome = "acked"
         else:
-            self.pending.append(p)
-        self._maybe_advance_hw()
+            request_id = len(self.produced)
+            self.pending[request_id] = p
+            self._step(leader, rc.AwaitCommit(request_id, info.last_offset + 1, self.config.min_insync_replicas))
         self._step_done()
         return p
 
     def _handle_fetch(self, leader: Replica, f: Replica, offset: int, max_bytes: int) -> FetchResponse:
+        assert leader.log is not None
         leo = leader.leo
         if offset > leo:
             return FetchResponse(self.leader_epoch, offset, b"", leader.high_watermark, out_of_range_leo=leo)
-        leader.remote_leo[f.rid] = offset
-        prev_leo, prev_tick = leader.last_fetch.get(f.rid, (leo, self.tick))
-        if offset >= leo:
-            leader.last_caught_up[f.rid] = self.tick
-        elif offset >= prev_leo:
-            leader.last_caught_up[f.rid] = max(leader.last_caught_up.get(f.rid, 0), prev_tick)
-        leader.last_fetch[f.rid] = (leo, self.tick)
-        if f.rid not in self.isr and offset >= leader.high_watermark and (
-                not self.config.isr_join_requires_epoch_start or offset >= leader.epoch_start_offset):
-            self.isr = self._sorted(self.isr + [f.rid])
-            self.note(f"ISR expands: {f.rid} in at LEO {offset}")
-        self._maybe_advance_hw()
+        self._step(leader, rc.FollowerFetch(f.rid, offset, leo, self.tick))
         records = b""
         if offset < leo:
-            records = bytes(leader.log.read(offset, max_bytes).records)  # type: ignore[union-attr]
-        return FetchResponse(self.leader_epoch, offset, records, leader.high_watermark)
+            records = bytes(leader.log.read(offset, max_bytes).records)
+        return FetchResponse(self.leader_epoch, offset, records, leader.high_watermark, leader.log.log_start_offset)
 
     def tick_clock(self) -> None:
-        """Time passes; the leader drops followers that have not caught up for too long."""
+        """Time passes; the leader proposes dropping followers that have not caught up for too long."""
         self.tick += 1
         if self.leader is not None:
-            leader = self.replicas[self.leader]
-            for rid in list(self.isr):
-                if rid != leader.rid and self.tick - leader.last_caught_up.get(rid, self.tick) > self.config.replica_lag_ticks:
-                    self._remove_from_isr(rid, "lagging")
-            self._maybe_advance_hw()
+            self._step(self.replicas[self.leader], rc.Tick(self.tick, self.config.replica_lag_ticks))
         self._step_done()
 
     # ------------------------------------------------------------------ follower side
@@ -560,7 +599,7 @@ class Cluster:
         r.log.truncate_to(min(offset, before))  # type: ignore[union-attr]
         if r.leo != before:
             self.note(f"replica {r.rid} truncates {why}: LEO {before} -> {r.leo}")
-        r.high_watermark = min(r.high_watermark, r.leo)
+        self._step(r, rc.Truncated(r.leo, r.log.log_start_offset, final=False))  # type: ignore[union-attr]
 
     def truncate(self, rid: int) -> None:
         """A pending truncation (on becoming a follower) runs against the current leader."""
@@ -572,7 +611,7 @@ class Cluster:
             self._truncate_leader_epoch(r, leader)
         else:
             self._truncate_single_round(r, leader)
-        r.needs_truncation = False
+        self._step(r, rc.Truncated(r.leo, r.log.log_start_offset, final=True))  # type: ignore[union-attr]
         self._step_done()
 
     def _ask(self, leader: Replica, epoch: int) -> tuple[int, int]:
@@ -657,7 +696,8 @@ class Cluster:
                 r.log.append_as_follower(resp.records)  # type: ignore[union-attr]
             except InvalidRecordError as e:
                 self.fail(f"replica {rid}: append_as_follower refused the leader's batches: {e}")
-        r.high_watermark = min(resp.leader_hw, r.leo)
+        self._step(r, rc.FollowerAppended(r.leo, r.log.log_start_offset, resp.leader_hw,  # type: ignore[union-attr]
+                                          resp.leader_log_start))
         self.note(f"deliver {rid}: LEO {r.leo}, HW {r.high_watermark}")
         self._step_done()
 
@@ -721,25 +761,27 @@ class Cluster:
             for seg in log.segments:
                 seg.close()  # the process dies: no clean-shutdown marker, nothing else written
             r.log = None
+            r.core = None  # the process's memory: HW, followers' LEOs, the purgatory
             r.inflight = None
-            r.needs_truncation = False
-            r.remote_leo, r.last_caught_up, r.last_fetch = {}, {}, {}
             self.note(f"crash {rid}" + (" (power loss)" if power_loss else "") + ("" if fenced else " (unnoticed)"))
             if power_loss:
                 surviving[rid] = self._power_loss(r, log, lose_all_unflushed=lose_all_unflushed)
         leader_lost = self.leader in rids
+        isr_changed = False
         for rid in rids:
             if fenced or power_loss or rid == self.leader:
-                self._remove_from_isr(rid, "crashed")
+                isr_changed |= self._remove_from_isr(rid, "crashed")
         for rid, leo in surviving.items():
             if self.isr == [rid]:
                 # The last ISR member lost records it had not fsynced: Kafka promises nothing here.
                 self.checker.forgive_from(leo, f"power loss on {rid}, the last ISR member")
         if leader_lost:
-            for p in self.pending:
-                p.outcome = "failed"
+            for p in self.pending.values():
+                p.outcome = "failed"  # the client's connection to the leader broke
             self.pending.clear()
             self._elect_after_failure()
+        elif isr_changed:
+            self._publish()
         self._step_done()
 
     def restart(self, rid: int) -> None:
@@ -749,12 +791,12 @@ class Cluster:
         if r.alive:
             return
         r.log = self._open_log(r)
-        r.high_watermark = min(r.hw_checkpoint, r.leo)
+        r.core = self._new_core(r, min(r.hw_checkpoint, r.leo))
         self.note(f"restart {rid}: LEO {r.leo}, HW {r.high_watermark} ({r.log.recovery})")
         if self.leader is None:
             self._elect_after_failure()
         else:
-            self._become_follower(r)
+            self._publish()
         self._step_done()
 
     def move_leader(self, rid: int) -> None:

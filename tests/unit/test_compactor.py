@@ -409,3 +409,67 @@ def test_compaction_matches_the_reference_model(specs, lag_ms, retention_ms, max
     cleaned = [RecordBatch(o.data) for o in outs if o.data is not None]
     again = list(compact_batches(cleaned, m, map_end, p))
     assert records_of(again) == [(g[0], g[1], g[2]) for g in got]
+
+
+# ---------------------------------------------------------------------------------------------
+# compaction/vectorized.py (decided over decoded columns) against the reference, byte for byte
+
+from lakelog.compaction import vectorized  # noqa: E402
+
+vbatch_st = st.tuples(st.lists(record_st, min_size=1, max_size=5), st.integers(1, 3), st.integers(0, 3),
+                      st.one_of(st.none(), st.integers(NOW - 2_000, NOW + 2_000)),
+                      st.sampled_from(list(Compression)), st.sampled_from(["create", "append", "control", "headers"]))
+
+
+def make_varied_log(specs) -> list[RecordBatch]:
+    out, offset = [], 0
+    for recs, gap, before, horizon, codec, kind in specs:
+        offset += before
+        headers = (("h", b"x"), ("n", None)) if kind == "headers" else ()
+        records = [Record(offset + i * gap, ts, k, v, headers) for i, (k, v, ts) in enumerate(recs)]
+        out.append(RecordBatch(build_batch(
+            records, base_offset=offset, compression=codec, delete_horizon_ms=horizon if kind != "append" else None,
+            timestamp_type=TimestampType.LOG_APPEND_TIME if kind == "append" else TimestampType.CREATE_TIME,
+            log_append_time=NOW - 100 if kind == "append" else None, is_control=kind == "control",
+            producer_id=7 if kind == "control" else -1)))
+        offset = records[-1].offset + 1
+    return out
+
+
+def test_vectorized_decoder_is_available():
+    assert vectorized.available()
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(vbatch_st, min_size=1, max_size=12), st.integers(0, 3_000), st.integers(1, 3_000),
+       st.integers(0, 10), st.booleans())
+def test_vectorized_compaction_equals_the_reference_byte_for_byte(specs, lag_ms, retention_ms, first_dirty_batch,
+                                                                 small_chunks):
+    log = make_varied_log(specs)
+    p = params(min_compaction_lag_ms=lag_ms, delete_retention_ms=retention_ms)
+    start = log[min(first_dirty_batch, len(log) - 1)].base_offset
+    end = log[-1].last_offset + 1 if first_dirty_batch % 3 else max(start, log[len(log) // 2].last_offset + 1)
+    reference = build_offset_map(log, start_offset=start, end_offset=end, max_entries=100)
+    saved = vectorized.CHUNK_ROWS
+    vectorized.CHUNK_ROWS = 3 if small_chunks else saved
+    try:
+        native = vectorized.build_offset_map(iter(log), start_offset=start, end_offset=end, max_entries=100,
+                                             max_uncompressed_bytes=1 << 20)
+        assert native is not None
+        mapped, arrow_map = native
+        assert (mapped.map_end_offset, mapped.batches_mapped, mapped.records_mapped) == \
+            (reference.map_end_offset, reference.batches_mapped, reference.records_mapped)
+        assert dict(zip(arrow_map.keys.to_pylist(), arrow_map.offsets.to_pylist())) == dict(reference.offset_map.items())
+        ref_stats, vec_stats = CompactionStats(), CompactionStats()
+        expected = list(compact_batches(log, reference.offset_map, reference.map_end_offset, p, stats=ref_stats))
+        got = list(vectorized.compact_batches(iter(log), arrow_map, mapped.map_end_offset, p, stats=vec_stats))
+    finally:
+        vectorized.CHUNK_ROWS = saved
+    assert got == expected
+    assert vec_stats == ref_stats
+
+
+def test_vectorized_offset_map_gives_way_when_the_keys_do_not_fit():
+    log = make_log([([(b"a", b"1", NOW), (b"b", b"2", NOW), (b"c", b"3", NOW)], 1, 0, None, Compression.NONE)])
+    assert vectorized.build_offset_map(iter(log), start_offset=0, end_offset=10, max_entries=2,
+                                       max_uncompressed_bytes=1 << 20) is None

@@ -84,3 +84,76 @@ def test_s3a_conf_from_env(monkeypatch):
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     virtual_host = s3a_conf(region="us-east-1", path_style=False)
     assert virtual_host["spark.hadoop.fs.s3a.path.style.access"] == "false"
+
+
+def test_ship_packages_leaves_a_zip_given_to_spark_submit_alone():
+    """`spark-submit --py-files .../lakelog_packages.zip` (the `lakelog jobs package` route): adding
+    the zip again from another path would fail the application; a cluster session without it gets it."""
+    from types import SimpleNamespace
+
+    from lakelog.spark_log.session import ship_packages
+
+    added, files = [], []
+
+    def fake(py_files: str):
+        conf = SimpleNamespace(get=lambda key, default="": py_files if key == "spark.submit.pyFiles" else default)
+        sc = SimpleNamespace(master="spark://host:7077", getConf=lambda: conf, addPyFile=added.append,
+                             addFile=files.append)
+        return SimpleNamespace(sparkContext=sc)
+
+    assert ship_packages(fake("file:///jobs/dist/lakelog_packages.zip")) is None
+    assert added == []
+    shipped = ship_packages(fake(""))
+    assert shipped is not None and added == [str(shipped)] and shipped.name == "lakelog_packages.zip"
+    assert len(files) == 1 and "_arrowscan" in files[0]  # the native decoder, for executors
+
+
+def test_shuffle_partitions_follow_the_cluster_cores_unless_set():
+    from types import SimpleNamespace
+
+    from lakelog.spark_log.jobs import size_shuffle_partitions
+
+    def fake(current: str, cores: int):
+        conf: dict[str, str] = {"spark.sql.shuffle.partitions": current}
+        spark = SimpleNamespace(conf=SimpleNamespace(get=conf.get, set=conf.__setitem__),
+                                sparkContext=SimpleNamespace(defaultParallelism=cores))
+        return spark, conf
+
+    spark, conf = fake("200", 3)  # Spark's default: nobody chose it
+    assert size_shuffle_partitions(spark) == 6 and conf["spark.sql.shuffle.partitions"] == "6"
+    spark, conf = fake("4", 16)  # the local default, or a user's value: kept
+    assert size_shuffle_partitions(spark) == 4 and conf["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_packages_zip_holds_lakelog_and_the_delta_python_package(tmp_path):
+    import zipfile
+
+    from lakelog.spark_log.session import write_packages_zip
+
+    names = set(zipfile.ZipFile(write_packages_zip(tmp_path / "p.zip")).namelist())
+    assert "lakelog/logstore/record_arrow.py" in names and "lakelog/spark_log/jobs.py" in names
+    assert "delta/tables.py" in names and "delta/__init__.py" in names
+    assert not any(n == "lakelog/__init__.py" for n in names)
+
+
+def test_an_executor_loads_the_shipped_native_decoder(tmp_path, monkeypatch):
+    """The zip cannot carry an extension: ship_packages adds the built decoder with addFile and an
+    executor loads it from its SparkFiles directory; without it the executor keeps the reference."""
+    import shutil
+
+    from pyspark import SparkFiles
+
+    from lakelog.logstore import record_arrow
+    from lakelog.spark_log.native import load_shipped_extension, native_extension_path
+
+    built = native_extension_path()
+    assert built is not None and built.name.startswith("_arrowscan")
+    monkeypatch.setattr(SparkFiles, "_is_running_on_worker", True)
+    monkeypatch.setattr(SparkFiles, "_root_directory", str(tmp_path))
+    monkeypatch.setattr(record_arrow, "_arrowscan", None)
+    monkeypatch.setitem(__import__("sys").modules, "lakelog.logstore._arrowscan", None)
+    assert load_shipped_extension() is False and not record_arrow.native_available()
+    shutil.copy(built, tmp_path / built.name)
+    assert load_shipped_extension() is True and record_arrow.native_available()
+    decoder = record_arrow.NativeDecoder(["offset"], max_rows=10, max_bytes=1 << 20)
+    assert decoder.rows == 0

@@ -16,8 +16,9 @@ def _node(topics: dict[str, list[PartitionState]], fenced: set[int] = frozenset(
     config = SimpleNamespace(log_config=lambda overrides=None: SimpleNamespace(
         to_dict=lambda: {"min.insync.replicas": min_isr}))
     return SimpleNamespace(image=image, node_id=1, cluster_id="c", controller_id=2, ready=True, config=config,
-                           topic_config=lambda name: {"min.insync.replicas": min_isr, "cleanup.policy": "delete",
-                                                      "retention.ms": 1000, "remote.storage.enable": False},
+                           admin=SimpleNamespace(topic_config=lambda name: {
+                               "min.insync.replicas": min_isr, "cleanup.policy": "delete", "retention.ms": 1000,
+                               "remote.storage.enable": False}),
                            partitions=lambda: [])
 
 

@@ -1,0 +1,100 @@
+"""The node's components without HTTP: the controller-op table and the broker session's state machine."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lakelog.infra.errors import InvariantViolation
+from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
+from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
+from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
+from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.controller_host import OPS
+from lakelog.ingest_api.errors import TopicExistsError
+from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_OPS
+
+
+def _commit(image: ClusterImage, records: list[dict]) -> None:
+    for record in records:
+        image.apply(Entry(image.last_applied_index + 1, 1, EntryKind.COMMAND, encode_record(record)))
+
+
+def _controller(image: ClusterImage) -> Controller:
+    ctrl = Controller(image, ControllerConfig())
+    ctrl.activate(0)
+    return ctrl
+
+
+def test_every_controller_op_is_in_the_table():
+    assert set(OPS) == {"register_broker", "heartbeat", "create_topic", "delete_topic", "alter_configs",
+                        "create_partitions", "alter_partition", "allocate_producer_ids", *SECURITY_OPS}
+
+
+def test_ops_turn_arguments_into_records_and_result_fields():
+    image = ClusterImage()
+    ctrl = _controller(image)
+    records, result = OPS["register_broker"].run(ctrl, image, {"node_id": 1, "incarnation_id": "x", "host": "h",
+                                                               "port": 1}, 0)
+    assert result["broker_epoch"] >= 1 and records
+    _commit(image, records)
+    epoch = result["broker_epoch"]
+    records, result = OPS["heartbeat"].run(ctrl, image, {"node_id": 1, "broker_epoch": epoch,
+                                                         "caught_up_offset": image.last_applied_index}, 0)
+    assert result == {"fenced": False, "in_controlled_shutdown": False, "should_shut_down": False}
+    _commit(image, records)
+    args = {"name": "t", "partitions": 2, "replication_factor": 1}
+    records, result = OPS["create_topic"].run(ctrl, image, args, 0)
+    _commit(image, records)
+    OPS["create_topic"].check(image, args, result)  # created with that id: passes
+    assert len(image.topics["t"].partitions) == 2
+    # A concurrent creation of the same name won: its id is not ours, so the request failed.
+    with pytest.raises(TopicExistsError):
+        OPS["create_topic"].check(image, args, {"topic_id": "another"})
+
+
+def _session() -> BrokerSession:
+    return BrokerSession(NodeConfig({}), ClusterImage(), "inc")
+
+
+def test_broker_session_transitions_are_checked():
+    s = _session()
+    assert s.state == BrokerState.UNREGISTERED and not s.ready
+    s.transition(BrokerState.REGISTERED)
+    s.broker_epoch = 7
+    s.transition(BrokerState.REGISTERED)  # a repeated transition is allowed (retries)
+    s.transition(BrokerState.UNREGISTERED)  # fenced: register again
+    assert s.broker_epoch == -1
+    s.transition(BrokerState.SHUTTING_DOWN)
+    with pytest.raises(InvariantViolation):
+        s.transition(BrokerState.REGISTERED)
+    s.transition(BrokerState.STOPPED)
+    assert s.stopped.is_set()
+    with pytest.raises(InvariantViolation):
+        s.transition(BrokerState.SHUTTING_DOWN)
+    s.shut_down()  # a stopped session stays stopped
+    assert s.state == BrokerState.STOPPED
+
+
+def test_ready_needs_registration_a_live_lease_caught_up_metadata_and_an_unfenced_broker():
+    s = _session()
+    ctrl = _controller(s.image)
+    records, epoch = ctrl.register_broker(s.node_id, "inc", "h", 1, None, 0)
+    _commit(s.image, records)
+    s.transition(BrokerState.REGISTERED)
+    s.broker_epoch = epoch
+    s.session_valid_until = time.monotonic() + 60
+    assert not s.ready  # registered but still fenced
+    records, _ = ctrl.heartbeat(s.node_id, epoch, 0, caught_up_offset=s.image.last_applied_index)
+    _commit(s.image, records)
+    assert s.ready
+    s.catch_up_index = s.image.last_applied_index + 1
+    assert not s.ready  # a lapsed session must apply the metadata up to the renewing heartbeat first
+    s.catch_up_index = 0
+    s.session_valid_until = time.monotonic() - 1
+    assert not s.ready  # the lease ran out
+    s.session_valid_until = time.monotonic() + 60
+    s.shut_down()
+    assert not s.ready
