@@ -1,7 +1,7 @@
 """The README's quick start, run literally against a real `lakelog up`, so that it cannot rot.
 
-The quick start's second shell block (the one that creates `clicks`) is split into its two parts (the hot path, and the
-history queried with Spark after the "# history" comment); each line runs as written with bash,
+The quick start's second shell block (the one that creates `clicks`) is split into its two parts (the hot path, and,
+after a blank line, the history queried with Spark); each line runs as written with bash,
 in a directory holding `.venv/bin/lakelog` (this interpreter's) and the cluster's `./data`, as a
 user's checkout would. The one change: the cluster listens on a free block of ports instead of
 8082..8084, so `LAKELOG_URL` names node 1 and `localhost:8082` in the curl line becomes its port.
@@ -30,9 +30,9 @@ STOP_TIMEOUT_S = 30
 
 def quick_start_blocks() -> tuple[list[str], list[str]]:
     block = next(b for b in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S) if "topics create clicks" in b)
-    hot, _, history = block.partition("# history")
+    hot, _, history = block.partition("\n\n")  # the hot path, a blank line, then the Spark part
     lines = lambda part: [ln for ln in part.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    return lines(hot), lines(history.split("\n", 1)[1])
+    return lines(hot), lines(history)
 
 
 class QuickStartCluster:
@@ -99,9 +99,9 @@ def test_readme_history_with_spark_runs_as_written(tmp_path):
     assert any("lakelog sql" in ln for ln in history)
     up = QuickStartCluster(tmp_path)
     try:
-        out = [up.run(ln, SPARK_LINE_TIMEOUT_S).stdout.decode() for ln in history]
+        out = {ln: up.run(ln, SPARK_LINE_TIMEOUT_S).stdout.decode() for ln in history}
     finally:
         up.close()
-    table = out[-1]
+    table = next(o for ln, o in out.items() if "lakelog sql" in ln)
     counts = [int(m) for m in re.findall(r"^\s*\|?\s*\d+\s*\|?\s*(\d+)", table, re.M)]
     assert counts and sum(counts) > 0, table
