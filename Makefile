@@ -14,7 +14,7 @@ setup: venv jars console
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --upgrade pip "setuptools>=74.1" wheel
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 

@@ -380,7 +380,7 @@ def secure(tmp_path_factory):
         "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin",
         "cluster.secret": secret, "offsets.topic.num.partitions": "1"})
     try:
-        with httpx.Client(base_url=node.url, auth=ClusterAuth(secret.encode(), 0), timeout=30) as root:
+        with httpx.Client(base_url=node.url, auth=ClusterAuth(secret.encode(), 0, principal="User:__cluster"), timeout=30) as root:
             cid = root.get("/v3/clusters").json()["data"][0]["cluster_id"]
             for name, pw in PASSWORDS.items():
                 assert root.post(f"/v3/clusters/{cid}/users", json={"name": name, "password": pw}).status_code == 201

@@ -245,7 +245,9 @@ def test_up_with_jobs_runs_the_scheduler_beside_the_nodes(tmp_path):
             stdin="\n".join(f"click {i} " + "x" * 60 for i in range(200)).encode())
         delta_log = up.data_dir / "remote" / "tables" / "clicks" / "_delta_log"
         wait_for(lambda: delta_log.is_dir() and any(delta_log.glob("*.json")), 180, "the scheduler's first sync")
-        wait_for(lambda: re.search(r"sync-tables \{.*\"rows_added\": [1-9]", up.output()), 60, "a sync that added rows")
+        jobs_log = up.data_dir / "jobs.log"  # the scheduler's own lines go to its log, not the console
+        wait_for(lambda: jobs_log.exists() and re.search(r"sync-tables \{.*\"rows_added\": [1-9]", jobs_log.read_text()),
+                 60, "a sync that added rows")
         up.proc.send_signal(signal.SIGTERM)
         assert up.proc.wait(STOP_BOUND_S + 10) == 0, up.output()
     finally:

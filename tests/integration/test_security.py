@@ -189,7 +189,7 @@ def test_acls_decide_what_an_authenticated_principal_may_do(secure):
 def test_subject_acls_guard_the_schema_registry(secure):
     """SUBJECT ACLs: alice may write and read subjects prefixed orders-, nothing else; an id is
     readable by whoever may READ a subject that uses it."""
-    with httpx.Client(base_url=secure.url, auth=ClusterAuth(SECRET.encode(), 0), timeout=30) as root:
+    with httpx.Client(base_url=secure.url, auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster"), timeout=30) as root:
         r = root.post(f"/v3/clusters/{secure.cluster_id}/acls", json={
             "principal": "User:alice", "resource_type": "SUBJECT", "resource_name": "orders-",
             "pattern_type": "PREFIXED", "operation": "ALL", "permission": "ALLOW"})

@@ -238,10 +238,11 @@ def test_compaction_rebuild_index_and_retention_on_the_s3_api(tmp_path, spark, s
     remote = f"s3://{bucket}/tier"
     _, _, log, _ = build_remote(tmp_path)
     store = S3Store(bucket, "tier")
+    from lakelog.logstore.record_batch import Record, build_batch
     from lakelog.tiering import RemoteTier, TieringConfig
 
-    RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000})) \
-        .partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000}))
+    tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
     write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
     before = remote_records(store)
     end = load_manifest(store, TOPIC, 0).end_offset
@@ -251,6 +252,15 @@ def test_compaction_rebuild_index_and_retention_on_the_s3_api(tmp_path, spark, s
     compacted = remote_records(store)
     assert compacted == reference(before, end + 1, drop_tombstones=False)
     assert read_source(spark, remote) == compacted
+
+    # Compaction merges its small replacements up to segment.bytes: tier a few more segments so that
+    # rebuild-index and retention below have several to work on.
+    for i in range(3):
+        log.append_as_leader(build_batch([Record(0, 2_000_000 + i, f"late-{i}".encode(), b"v" * 100)]), 1)
+        log.roll()
+    tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    compacted = remote_records(store)
+    assert [r[0] for r in compacted[-3:]] == list(range(log.log_end_offset - 3, log.log_end_offset))
 
     segs = load_manifest(store, TOPIC, 0).copy_finished
     assert len(segs) >= 2, segs
