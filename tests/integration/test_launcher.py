@@ -12,14 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lakelog.cli.launcher import command_hint
+from lakelog.cli.launcher import STOP_TIMEOUT_S, command_hint
 from lakelog.cli.main import main
 from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog
 from tests.support.faults import wait_for
 from tests.support.nodes import LAKELOG, free_port_block
 
 READY_TIMEOUT_S = 30
-STOP_BOUND_S = 20  # the launcher's own bound on a node's stop, plus slack
+STOP_BOUND_S = STOP_TIMEOUT_S + 10  # the launcher's own bound on its children's stop (it kills them then), plus slack
 
 
 class Launcher:
