@@ -176,21 +176,35 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
     """Write Lakelog's packages as a zip for `spark-submit --py-files` and print a command line."""
     import shlex
 
-    from lakelog.spark_log.session import DELTA_CONF, local_jars, s3a_conf, write_packages_zip
+    from lakelog.spark_log.session import DELTA_CONF, jar_settings, s3a_conf, write_packages_zip
 
     out_dir = Path(args.output).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     zip_path = write_packages_zip(out_dir / "lakelog_packages.zip")
+    # What executors (and this driver) import beyond pyspark and pyarrow, and the native decoder:
+    # `--files`, loaded by the tasks (spark_log/executor_deps.py, native.py).
+    import shutil
+
+    from lakelog.spark_log.executor_deps import DEPS_ZIP, write_deps_zip
+    from lakelog.spark_log.native import native_extension_path
+
+    files = [write_deps_zip(out_dir / DEPS_ZIP)]
+    native = native_extension_path()
+    if native is not None:
+        files.append(Path(shutil.copy(native, out_dir / native.name)))
     script = out_dir / "lakelog_job.py"
     script.write_text("import sys\nfrom lakelog.spark_log.jobs import main\nsys.exit(main())\n")
-    conf = dict(DELTA_CONF)
+    master = args.master or "local[*]"
+    # The driver's class path (and, on a cluster, LAKELOG_EXECUTOR_JARS_DIR or spark.jars): see session.py.
+    conf = jar_settings(master)
+    conf.update(DELTA_CONF)
     if args.remote.startswith(("s3://", "s3a://")):
         conf.update(s3a_conf())
-    cmd = ["spark-submit", "--master", args.master or "local[*]", "--jars", ",".join(str(j) for j in local_jars()),
-           "--py-files", str(zip_path)]
+    cmd = ["spark-submit", "--master", master, "--py-files", str(zip_path),
+           "--files", ",".join(str(f) for f in files)]
     for k, v in conf.items():
-        if "secret" in k or "access.key" in k:
-            continue  # credentials come from the environment on the cluster, never a command line
+        if "secret" in k or "access.key" in k or "credentials.provider" in k:
+            continue  # credentials come from the environment on the cluster (S3A's default chain), never a command line
         cmd += ["--conf", f"{k}={v}"]
     cmd += [str(script), "JOB", "--remote", args.remote]
     print(f"wrote {zip_path} and {script}", file=sys.stderr)

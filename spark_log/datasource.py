@@ -209,8 +209,11 @@ class LakelogReader(DataSourceReader):
             self.timestamps.restrict(high=int(options["endingtimestamp"]))
 
     def partitions(self):
+        from lakelog.spark_log.native import prepare_executor
+
+        prepare_executor()  # planning runs in a Python worker of the driver: the shipped packages
         live = set(partition_ids(self.nodes, self.topic)) if self.nodes is not None else None
-        store = open_remote(self.remote)
+        store = _open_store(self.remote)
         try:
             from lakelog.tiering.remote_scan import remote_partitions
 
@@ -276,7 +279,7 @@ class LakelogStreamReader(DataSourceStreamReader):
         """partition -> (remote log start offset, next offset after the remote end)."""
         from lakelog.tiering.remote_scan import remote_partitions
 
-        store = open_remote(self.batch.remote)
+        store = _open_store(self.batch.remote)
         try:
             out = {}
             for p in remote_partitions(store, self.batch.topic).get(self.batch.topic, []):
@@ -295,7 +298,7 @@ class LakelogStreamReader(DataSourceStreamReader):
         return {p: end for p, (_, end) in self._ends().items()}
 
     def partitions(self, start: dict, end: dict):
-        store = open_remote(self.batch.remote)
+        store = _open_store(self.batch.remote)
         try:
             out = []
             for p, stop in end.items():
@@ -327,20 +330,26 @@ def _arrow_schema(fields: tuple[str, ...]):
                       for f in fields])
 
 
+def _open_store(remote: str):
+    """The remote store, from a Python worker (planning on the driver, reading on executors) that
+    may have only pyspark and pyarrow: the application's shipped packages are loaded first."""
+    from lakelog.spark_log.native import prepare_executor
+
+    prepare_executor()
+    return open_remote(remote)
+
+
 def _read_rows(p: SegmentPartition, fields: tuple[str, ...]):
     """The rows of one Spark partition as Arrow record batches, decoded natively (remote_scan.
     iter_segment_arrow): only the columns of the reader's schema are filled."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from lakelog.spark_log.native import load_shipped_extension
-
-    load_shipped_extension()
     schema = _arrow_schema(fields)
     wanted = [f for f in fields if f not in ("topic", "partition")]
     if p.offsets is not None and "offset" not in wanted:
         wanted.append("offset")
-    store = open_remote(p.remote)
+    store = _open_store(p.remote)
     try:
         for n, cols in iter_segment_arrow(store, p.topic, p.partition, p.segment, columns=wanted,
                                           from_offset=p.from_offset, to_offset=p.to_offset,
@@ -363,6 +372,10 @@ def _read_hot_rows(p: HotPartition, fields: tuple[str, ...]):
     batches of the reader's columns. The hot tail is short (what the nodes have not tiered yet), so
     its records are decoded by the reference decoder."""
     import pyarrow as pa
+
+    from lakelog.spark_log.native import prepare_executor
+
+    prepare_executor()  # httpx from the shipped packages
 
     schema = _arrow_schema(fields)
     records = iter_hot_records(p.nodes, p.topic, p.partition, p.from_offset, to_offset=p.to_offset,

@@ -26,10 +26,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 from urllib.parse import quote
 
-import httpx
+if TYPE_CHECKING:  # imported where used: executors get it from the shipped packages first
+    import httpx
 
 from lakelog.infra.errors import ErrorKind, LakelogError
 from lakelog.logstore.errors import CorruptRecordError
@@ -66,6 +67,8 @@ class NodeAccess:
                    options.get("password") or os.environ.get("LAKELOG_PASSWORD") or None)
 
     def client(self) -> httpx.Client:
+        import httpx
+
         kw: dict = {}
         if self.api_key:
             kw["headers"] = {"Authorization": f"Bearer {self.api_key}"}
@@ -86,6 +89,8 @@ def _check(response: httpx.Response, what: str) -> httpx.Response:
 
 def list_topics(access: NodeAccess) -> list[str]:
     """The topic names the nodes know, internal topics (`__*`) left out."""
+    import httpx
+
     try:
         with access.client() as http:
             names = _check(http.get("/topics"), "listing topics").json()
@@ -96,6 +101,8 @@ def list_topics(access: NodeAccess) -> list[str]:
 
 def partition_ids(access: NodeAccess, topic: str) -> list[int]:
     """The topic's partition numbers."""
+    import httpx
+
     t = quote(topic, safe="")
     try:
         with access.client() as http:
@@ -119,6 +126,8 @@ def iter_hot_records(access: NodeAccess, topic: str, partition: int, from_offset
     """Records of `topic`-`partition` from `from_offset` (or the log start offset, if higher) below
     the high watermark read once at the start, up to `to_offset` inclusive and within the timestamp
     bounds (inclusive) when given; control batches are skipped."""
+    import httpx
+
     path = f"/topics/{quote(topic, safe='')}/partitions/{partition}/records"
     where = f"{topic}-{partition}"
     reason = ""

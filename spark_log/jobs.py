@@ -72,14 +72,20 @@ def _policy(cfg: dict[str, str]) -> set[str]:
 # tasks (run in executors: top-level functions of plain arguments)
 
 
+def _executor_store(remote: str):
+    """The remote store in a task: the application's shipped packages (boto3 for S3, the codecs)
+    and the native decoder made importable first (executors may have only pyspark and pyarrow)."""
+    from lakelog.spark_log.native import prepare_executor
+
+    prepare_executor()
+    return open_remote(remote)
+
+
 def _compaction_task(args: tuple) -> dict:
     remote, topic, partition, cfg, owner, force, delete_delay_ms = args
     from lakelog.compaction.remote import compact_partition
-    from lakelog.spark_log.native import load_shipped_extension
 
-    load_shipped_extension()
-
-    store = open_remote(remote)
+    store = _executor_store(remote)
     try:
         return asdict(compact_partition(store, topic, partition, LogConfig(cfg), owner=owner, force=force,
                                         delete_delay_ms=delete_delay_ms))
@@ -91,7 +97,7 @@ def _retention_task(args: tuple) -> dict:
     remote, topic, partition, cfg, owner, _force, delete_delay_ms = args
     from lakelog.compaction.remote import expire_partition
 
-    store = open_remote(remote)
+    store = _executor_store(remote)
     try:
         return asdict(expire_partition(store, topic, partition, LogConfig(cfg), owner=owner,
                                        delete_delay_ms=delete_delay_ms))
@@ -103,7 +109,7 @@ def _rebuild_task(args: tuple) -> dict:
     remote, topic, partition, segment_id, interval, mode = args
     from lakelog.tiering.index_rebuild import rebuild_segment
 
-    store = open_remote(remote)
+    store = _executor_store(remote)
     try:
         seg = load_manifest(store, topic, partition).segment(segment_id)
         if seg is None:
@@ -170,6 +176,7 @@ def plan(store, job: str, topics: list[str] | None, overrides: dict[str, str]) -
 
 #: Spark's own default for spark.sql.shuffle.partitions: a value nobody chose for this cluster.
 SPARK_DEFAULT_SHUFFLE_PARTITIONS = "200"
+DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 
 
 def size_shuffle_partitions(spark) -> int:
@@ -181,6 +188,9 @@ def size_shuffle_partitions(spark) -> int:
         return int(current)
     wanted = max(2, 2 * int(spark.sparkContext.defaultParallelism))
     spark.conf.set("spark.sql.shuffle.partitions", str(wanted))
+    # Delta replays a table's log with 50 tasks unless told: the same sizing.
+    if spark.conf.get(DELTA_SNAPSHOT_PARTITIONS, None) in (None, "50"):
+        spark.conf.set(DELTA_SNAPSHOT_PARTITIONS, str(wanted))
     return wanted
 
 
@@ -280,11 +290,21 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
 # spark-submit entry point
 
 
+def _job_list(text: str) -> list[str]:
+    jobs = [j.strip() for j in text.split(",") if j.strip()]
+    unknown = [j for j in jobs if j not in JOB_NAMES]
+    if not jobs or unknown:
+        raise argparse.ArgumentTypeError(f"unknown job(s) {', '.join(unknown) or text!r}; jobs: {', '.join(JOB_NAMES)}")
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`spark-submit ... lakelog_job.py NAME --remote URL [--topic T] [--config K=V] [--force]`
-    (`lakelog jobs package` writes the script and the `--py-files` zip and prints the command)."""
+    """`spark-submit ... lakelog_job.py NAME[,NAME...] --remote URL [--topic T] [--config K=V] [--force]`
+    (`lakelog jobs package` writes the script and the `--py-files` zip and prints the command).
+    Several jobs, comma-separated, run in that order in one application (one JVM and executor
+    start for all of them); `--config` applies to each."""
     parser = argparse.ArgumentParser(prog="lakelog-job")
-    parser.add_argument("job", choices=JOB_NAMES)
+    parser.add_argument("job", type=_job_list, metavar="JOB[,JOB...]", help=f"of: {', '.join(JOB_NAMES)}")
     parser.add_argument("--remote", default=os.environ.get(REMOTE_ENV))
     parser.add_argument("--topic", action="append")
     parser.add_argument("--config", action="append", default=[])
@@ -297,16 +317,24 @@ def main(argv: list[str] | None = None) -> int:
 
     from lakelog.spark_log.session import ship_packages
 
-    spark = SparkSession.builder.appName(f"lakelog-{args.job}").getOrCreate()  # spark-submit's settings
+    # spark-submit's settings
+    spark = SparkSession.builder.appName(f"lakelog-{'+'.join(args.job)}").getOrCreate()
     ship_packages(spark)
+    # This driver may be a Python with only pyspark and pyarrow too: `--files lakelog_deps.zip`.
+    from lakelog.spark_log.executor_deps import load_shipped_deps
+
+    load_shipped_deps()
     from lakelog.spark_log.datasource import register
 
     register(spark)
     overrides = dict(kv.split("=", 1) for kv in args.config)
-    summary = run_job(spark, args.job, args.remote, topics=args.topic, overrides=overrides, force=args.force,
-                      rebuild_all=args.all)
-    print(f"lakelog {args.job}: {summary.totals} in {summary.seconds:.1f}s")
-    spark.stop()
+    try:
+        for job in args.job:
+            summary = run_job(spark, job, args.remote, topics=args.topic, overrides=overrides, force=args.force,
+                              rebuild_all=args.all)
+            print(f"lakelog {job}: {summary.totals} in {summary.seconds:.1f}s", flush=True)
+    finally:
+        spark.stop()
     return 0
 
 

@@ -1,6 +1,8 @@
 """The native decoder (logstore/_arrowscan.c) on executors of a cluster where Lakelog is not
 installed: `session.ship_packages` adds the built extension with `addFile` (an extension cannot be
-imported from the packages zip) and tasks call `load_shipped_extension()` before decoding."""
+imported from the packages zip) and tasks call `load_shipped_extension()` before decoding.
+`prepare_executor()` is what every executor-side entry point calls first: the shipped third-party
+packages (spark_log/executor_deps.py), then the decoder."""
 
 from __future__ import annotations
 
@@ -47,3 +49,12 @@ def load_shipped_extension() -> bool:
         record_arrow._arrowscan = module
         return True
     return False
+
+
+def prepare_executor() -> None:
+    """Make what the application shipped importable in this Python worker: the third-party
+    packages (`lakelog_deps.zip`), then the native decoder. Cheap after the first call."""
+    from lakelog.spark_log.executor_deps import load_shipped_deps
+
+    load_shipped_deps()
+    load_shipped_extension()

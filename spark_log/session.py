@@ -5,8 +5,15 @@ session start depends on Maven Central (or an Ivy cache) being reachable and unc
 start of a fresh machine or container stalls on a download, and what ends up on the classpath is
 decided at run time. Instead `make jars` resolves `infra/pom.xml` once with Maven into a
 git-ignored folder (`<repo>/.jars`, or `LAKELOG_JARS_DIR`), and every session puts exactly those
-files on `spark.jars`. Starting Spark never downloads anything; a missing folder is a typed error
-(`SparkJarsMissing`) that says what to run.
+files on the driver's class path (`spark.driver.extraClassPath`). Starting Spark never downloads
+anything; a missing folder is a typed error (`SparkJarsMissing`) that says what to run.
+
+Why the class path and not `spark.jars`: Spark serves every `spark.jars` file to each executor of
+each application, which copies them (~700 MB with the AWS SDK bundle) once per application, even on
+a local master whose executor is the driver's JVM. A local master needs the jars on the driver's
+class path only. A cluster's executors read them from `LAKELOG_EXECUTOR_JARS_DIR`, a folder on
+every worker with the same jars (`spark.executor.extraClassPath=<dir>/*`, nothing copied); without
+it they are shipped with `spark.jars` (the copy per application, documented in docs/spark.md).
 
 The pom lists only what the pyspark wheel lacks (Delta, hadoop-aws and the AWS SDK v2 bundle); the
 wheel's own `pyspark/jars` supplies Spark, Scala and the Hadoop client.
@@ -24,6 +31,8 @@ from pyspark.sql import SparkSession
 from lakelog.spark_log.errors import SparkJarsMissing, SparkSetupError
 
 JARS_DIR_ENV = "LAKELOG_JARS_DIR"
+#: A folder on every worker of a cluster holding the jars `make jars` resolves (same names).
+EXECUTOR_JARS_DIR_ENV = "LAKELOG_EXECUTOR_JARS_DIR"
 MASTER_ENV = "LAKELOG_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
 # The jar without which no Lakelog session is useful (delta-spark_<spark>_<scala>-<version>.jar).
@@ -43,12 +52,11 @@ PACKAGES_ZIP = "lakelog_packages.zip"
 SQL_CONF: dict[str, str] = {"spark.sql.globalTempDatabase": "lakelog"}
 
 # Defaults for a local master on one small machine; a cluster keeps Spark's own defaults, since
-# a loopback-only driver could not be reached by remote executors.
+# a loopback-only driver could not be reached by remote executors. Shuffle partitions and Delta's
+# log-replay tasks (default 50: seconds per table read on a few cores for no gain) are sized from
+# the master's cores in `session_conf`; the jobs size a cluster's from its cores when they start
+# (`jobs.size_shuffle_partitions`).
 LOCAL_DEFAULTS: dict[str, str] = {
-    "spark.sql.shuffle.partitions": "4",
-    # Delta replays its log with this many tasks (default 50); on a few cores that costs
-    # seconds per table read for no gain.
-    "spark.databricks.delta.snapshotPartitions": "4",
     "spark.ui.enabled": "false",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "localhost",
@@ -64,7 +72,7 @@ def default_jars_dir() -> Path:
 
 
 def local_jars(jars_dir: str | os.PathLike[str] | None = None) -> list[Path]:
-    """The jars to put on `spark.jars`, sorted; `SparkJarsMissing` if there is no Delta jar."""
+    """The jars to put on the class path, sorted; `SparkJarsMissing` if there is no Delta jar."""
     folder = Path(jars_dir) if jars_dir is not None else default_jars_dir()
     if not folder.is_dir():
         raise SparkJarsMissing(folder, "the folder does not exist")
@@ -81,8 +89,8 @@ def session_conf(
 ) -> dict[str, str]:
     """The Spark configuration `build_session` applies, computed without starting Spark.
 
-    Precedence: Lakelog's defaults, then `conf`. A `spark.jars` in `conf` is appended to the
-    local jars rather than replacing them; `spark.jars.packages` is refused.
+    Precedence: Lakelog's defaults, then `conf`. Class paths and `spark.jars` in `conf` are added
+    to the local jars rather than replacing them (`jar_settings`); `spark.jars.packages` is refused.
     """
     extra = dict(conf or {})
     if "spark.jars.packages" in extra:
@@ -91,16 +99,53 @@ def session_conf(
             "infra/pom.xml and run `make jars` instead"
         )
     master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
-    jars = [str(p) for p in local_jars(jars_dir)]
-    if extra.get("spark.jars"):
-        jars.append(extra.pop("spark.jars"))
-
-    settings: dict[str, str] = {"spark.master": master, "spark.jars": ",".join(jars)}
+    settings: dict[str, str] = {"spark.master": master}
+    settings.update(jar_settings(master, jars_dir, extra))
     settings.update(DELTA_CONF)
     if master.startswith("local"):
         settings.update(LOCAL_DEFAULTS)
+        # Sized to the master: 2 shuffle partitions (and Delta log-replay tasks) per core.
+        sized = str(2 * local_cores(master))
+        settings["spark.sql.shuffle.partitions"] = sized
+        settings["spark.databricks.delta.snapshotPartitions"] = sized
     settings.update({k: str(v) for k, v in extra.items()})
     return settings
+
+
+def local_cores(master: str) -> int:
+    """The cores a `local`, `local[N]`, `local[*]` or `local[N,F]` master runs tasks on."""
+    inside = master[len("local["):-1].split(",")[0].strip() if master.startswith("local[") else "1"
+    if inside == "*":
+        return max(1, os.cpu_count() or 1)
+    try:
+        return max(1, int(inside))
+    except ValueError:
+        return max(1, os.cpu_count() or 1)
+
+
+def jar_settings(master: str, jars_dir: str | os.PathLike[str] | None = None,
+                 extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Where the JVM finds Lakelog's jars: the driver's class path always; a cluster's executors
+    from `spark.executor.extraClassPath` (given in `extra`, or `LAKELOG_EXECUTOR_JARS_DIR`/*),
+    else shipped with `spark.jars`. Entries of `extra` for these keys are merged and removed."""
+    extra = extra if extra is not None else {}
+    jars = [str(p) for p in local_jars(jars_dir)]
+    driver_cp = os.pathsep.join(jars)
+    if extra.get("spark.driver.extraClassPath"):
+        driver_cp += os.pathsep + extra.pop("spark.driver.extraClassPath")
+    out = {"spark.driver.extraClassPath": driver_cp}
+    shipped = [extra.pop("spark.jars")] if extra.get("spark.jars") else []
+    if not master.startswith("local"):
+        executor_dir = os.environ.get(EXECUTOR_JARS_DIR_ENV)
+        if extra.get("spark.executor.extraClassPath"):
+            out["spark.executor.extraClassPath"] = extra.pop("spark.executor.extraClassPath")
+        elif executor_dir:
+            out["spark.executor.extraClassPath"] = str(Path(executor_dir) / "*")
+        else:
+            shipped = jars + shipped
+    if shipped:
+        out["spark.jars"] = ",".join(shipped)
+    return out
 
 
 def build_session(
@@ -129,8 +174,10 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
 
-    running_jars = spark.sparkContext.getConf().get("spark.jars", "")
-    if not any(Path(j).match(DELTA_JAR_GLOB) for j in running_jars.split(",") if j):
+    running = spark.sparkContext.getConf()
+    running_jars = running.get("spark.driver.extraClassPath", "").split(os.pathsep)
+    running_jars += running.get("spark.jars", "").split(",")
+    if not any(Path(j).match(DELTA_JAR_GLOB) for j in running_jars if j):
         raise SparkSetupError(
             "a SparkContext was already running in this process without Lakelog's jars; "
             "stop it before calling build_session"
@@ -177,27 +224,34 @@ def s3a_conf(
 
 
 def ship_packages(spark: SparkSession, packages: tuple[str, ...] = SHIPPED_PACKAGES) -> Path | None:
-    """Zip Lakelog's packages and add the zip to the session (`addPyFile`), so executors on a
-    cluster where Lakelog is not installed can import them. A local master shares the driver's
-    interpreter and needs nothing: returns None there. The C record walker is left out (executors
-    use the pure-Python path unless Lakelog is installed on them)."""
-    master = spark.sparkContext.master
-    if master.startswith("local"):
-        return None
-    # spark-submit --py-files lakelog_packages.zip (`lakelog jobs package`) already ships it: adding
-    # it again from another path fails ("already registered with a different path").
-    given = spark.sparkContext.getConf().get("spark.submit.pyFiles", "")
-    if any(Path(p).name == PACKAGES_ZIP for p in given.split(",") if p):
-        return None
+    """Ship what executors of a cluster where Lakelog is not installed import: Lakelog's packages
+    as a zip (`addPyFile`), the third-party packages they use as `lakelog_deps.zip` and the built
+    native decoder (`addFile`; see spark_log/executor_deps.py and native.py). Each is skipped when
+    spark-submit already ships a file of that name (`--py-files` / `--files`, the `lakelog jobs
+    package` route: adding it again from another path fails the application). A local master
+    shares the driver's interpreter and needs nothing: returns None there, else the packages zip
+    it added (None if spark-submit shipped it)."""
     import tempfile
 
-    out = write_packages_zip(Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-")) / PACKAGES_ZIP, packages)
-    spark.sparkContext.addPyFile(str(out))
+    from lakelog.spark_log.executor_deps import DEPS_ZIP, write_deps_zip
     from lakelog.spark_log.native import native_extension_path
 
+    sc = spark.sparkContext
+    if sc.master.startswith("local"):
+        return None
+    conf = sc.getConf()
+    given = {Path(p).name for key in ("spark.submit.pyFiles", "spark.files")
+             for p in conf.get(key, "").split(",") if p}
+    folder = Path(tempfile.mkdtemp(prefix="lakelog-pyfiles-"))
+    out = None
+    if PACKAGES_ZIP not in given:
+        out = write_packages_zip(folder / PACKAGES_ZIP, packages)
+        sc.addPyFile(str(out))
+    if DEPS_ZIP not in given:
+        sc.addFile(str(write_deps_zip(folder / DEPS_ZIP)))
     native = native_extension_path()
-    if native is not None:  # loaded by load_shipped_extension() where the executors' ABI matches
-        spark.sparkContext.addFile(str(native))
+    if native is not None and native.name not in given:  # loaded where the executors' ABI matches
+        sc.addFile(str(native))
     return out
 
 
@@ -209,6 +263,8 @@ def write_packages_zip(path: Path, packages: tuple[str, ...] = SHIPPED_PACKAGES)
 
     root = Path(__file__).resolve().parents[1]
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        # zipimport finds a namespace package (no __init__.py) only by its directory entry.
+        z.writestr(zipfile.ZipInfo("lakelog/"), b"")
         for pkg in packages:
             for f in sorted((root / pkg).rglob("*.py")):
                 # `lakelog` is a namespace package: the zip holds lakelog/<package>/... and no

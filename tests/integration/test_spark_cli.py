@@ -55,7 +55,9 @@ def test_spark_submit_runs_a_job_from_the_package(tmp_path):
     assert printed.returncode == 0, printed.stderr
     cmd = shlex.split(printed.stdout.strip())
     assert cmd[0] == "spark-submit" and "JOB" in cmd and (tmp_path / "dist" / "lakelog_packages.zip").exists()
-    cmd[0] = str(Path(sys.executable).parent / "spark-submit")
+    import pyspark
+
+    cmd[0] = str(Path(pyspark.__file__).parent / "bin" / "spark-submit")  # the venv's bin may not have it
     cmd[cmd.index("JOB")] = "sync-tables"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                SPARK_LOCAL_IP="127.0.0.1")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pathlib import Path
+
 from lakelog.spark_log.errors import SparkJarsMissing, SparkSetupError
 from lakelog.spark_log.session import local_jars, s3a_conf, session_conf
 
@@ -44,9 +46,12 @@ def fake_jars(tmp_path):
 def test_conf_uses_local_jars_and_delta(fake_jars, monkeypatch):
     monkeypatch.delenv("LAKELOG_SPARK_MASTER", raising=False)
     conf = session_conf(jars_dir=fake_jars)
-    jars = conf["spark.jars"].split(",")
+    # A local master's executor is the driver's JVM: the jars go on its class path, never on
+    # spark.jars (which copies every jar to the executor once per application).
+    jars = conf["spark.driver.extraClassPath"].split(":")
     names = [j.rsplit("/", 1)[-1] for j in jars]
     assert names == sorted(p.name for p in fake_jars.glob("*.jar"))
+    assert "spark.jars" not in conf and "spark.executor.extraClassPath" not in conf
     assert "spark.jars.packages" not in conf
     assert conf["spark.master"] == "local[*]"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
@@ -56,12 +61,35 @@ def test_conf_uses_local_jars_and_delta(fake_jars, monkeypatch):
     assert conf["spark.sql.shuffle.partitions"] == "4"
 
 
+def test_local_sessions_are_sized_to_the_master(fake_jars):
+    for master, partitions in (("local[3]", "6"), ("local", "2"), ("local[1,4]", "2")):
+        conf = session_conf(master=master, jars_dir=fake_jars)
+        assert conf["spark.sql.shuffle.partitions"] == partitions, master
+        assert conf["spark.databricks.delta.snapshotPartitions"] == partitions, master
+    cores = __import__("os").cpu_count()
+    assert session_conf(master="local[*]", jars_dir=fake_jars)["spark.sql.shuffle.partitions"] == str(2 * cores)
+
+
 def test_cluster_master_keeps_spark_defaults(fake_jars, monkeypatch):
     monkeypatch.setenv("LAKELOG_SPARK_MASTER", "spark://head:7077")
+    monkeypatch.delenv("LAKELOG_EXECUTOR_JARS_DIR", raising=False)
     conf = session_conf(jars_dir=fake_jars, conf={"spark.jars": "/opt/extra.jar"})
     assert conf["spark.master"] == "spark://head:7077"
-    assert "spark.driver.bindAddress" not in conf
-    assert conf["spark.jars"].endswith(",/opt/extra.jar")
+    assert "spark.driver.bindAddress" not in conf and "spark.sql.shuffle.partitions" not in conf
+    # no jars folder on the workers: the executors get them with spark.jars (and the extra one)
+    assert conf["spark.jars"].split(",")[-1] == "/opt/extra.jar" and len(conf["spark.jars"].split(",")) == 4
+    assert len(conf["spark.driver.extraClassPath"].split(":")) == 3
+
+
+def test_cluster_executors_read_the_jars_from_the_workers_folder(fake_jars, monkeypatch):
+    monkeypatch.setenv("LAKELOG_EXECUTOR_JARS_DIR", "/opt/lakelog/jars")
+    conf = session_conf(master="spark://head:7077", jars_dir=fake_jars)
+    assert conf["spark.executor.extraClassPath"] == "/opt/lakelog/jars/*"
+    assert "spark.jars" not in conf  # nothing copied per application
+    given = session_conf(master="spark://head:7077", jars_dir=fake_jars,
+                         conf={"spark.executor.extraClassPath": "/srv/jars/*", "spark.driver.extraClassPath": "/x.jar"})
+    assert given["spark.executor.extraClassPath"] == "/srv/jars/*"
+    assert given["spark.driver.extraClassPath"].endswith(":/x.jar")
 
 
 def test_jars_packages_refused(fake_jars):
@@ -103,9 +131,12 @@ def test_ship_packages_leaves_a_zip_given_to_spark_submit_alone():
 
     assert ship_packages(fake("file:///jobs/dist/lakelog_packages.zip")) is None
     assert added == []
+    assert [Path(f).name for f in files][0] == "lakelog_deps.zip"  # the zip alone was given
+    files.clear()
     shipped = ship_packages(fake(""))
     assert shipped is not None and added == [str(shipped)] and shipped.name == "lakelog_packages.zip"
-    assert len(files) == 1 and "_arrowscan" in files[0]  # the native decoder, for executors
+    # the third-party packages and the native decoder, for executors
+    assert len(files) == 2 and files[0].endswith("lakelog_deps.zip") and "_arrowscan" in files[1]
 
 
 def test_shuffle_partitions_follow_the_cluster_cores_unless_set():
@@ -157,3 +188,30 @@ def test_an_executor_loads_the_shipped_native_decoder(tmp_path, monkeypatch):
     assert load_shipped_extension() is True and record_arrow.native_available()
     decoder = record_arrow.NativeDecoder(["offset"], max_rows=10, max_bytes=1 << 20)
     assert decoder.rows == 0
+
+
+def test_deps_zip_carries_what_executors_import_and_extracts_once(tmp_path, monkeypatch):
+    """lakelog_deps.zip: boto3 with only S3's botocore model, httpx, the codecs; an executor
+    extracts it into its SparkFiles folder once and appends it to sys.path."""
+    import sys
+    import zipfile
+
+    from lakelog.spark_log import executor_deps
+
+    path = executor_deps.write_deps_zip(tmp_path / executor_deps.DEPS_ZIP)
+    names = set(zipfile.ZipFile(path).namelist())
+    for needed in ("boto3/__init__.py", "botocore/data/endpoints.json", "s3transfer/__init__.py", "six.py",
+                   "dateutil/__init__.py", "httpx/__init__.py", "certifi/cacert.pem", "lz4/__init__.py"):
+        assert needed in names, needed
+    assert any(n.startswith("botocore/data/s3/") for n in names)
+    assert not any(n.startswith("botocore/data/ec2/") or "__pycache__" in n for n in names)
+    assert path.stat().st_size < 16 * 1024 * 1024
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(executor_deps, "_ready", None)
+    assert executor_deps.load_shipped_deps(str(tmp_path / "empty")) is None  # nothing shipped: nothing done
+    folder = executor_deps.load_shipped_deps(str(tmp_path))
+    assert folder == str(tmp_path / "lakelog_deps") and sys.path[-1] == folder
+    assert (tmp_path / "lakelog_deps" / "botocore" / "data" / "s3").is_dir()
+    monkeypatch.setattr(executor_deps, "_ready", None)
+    assert executor_deps.load_shipped_deps(str(tmp_path)) == folder and sys.path.count(folder) == 1
