@@ -117,14 +117,16 @@ class SegmentScan:
 
 
 def scan_segment(fd: int, size: int, *, base_offset: int, end_offset: int, index_interval_bytes: int,
-                 path: str = "") -> SegmentScan:
+                 path: str = "", check_crc: bool = True) -> SegmentScan:
     """Read batches [base_offset, end_offset] of a segment file, CRC-checking each, and build the
     remote indexes exactly as a local segment builds its own (one entry per `index.interval.bytes`,
     the final max timestamp appended as on roll).
 
     Batches ending below `base_offset` are skipped; the first one kept must start at or above it
     (else SegmentBoundaryError). Raises LocalSegmentCorruptError on a bad CRC or framing and
-    LocalSegmentChangedError if the file is shorter than `size`.
+    LocalSegmentChangedError if the file is shorter than `size`. `check_crc=False` skips the CRC
+    (framing and offsets are still checked) for bytes whose batches were CRC-checked on their way
+    into `fd` (the remote index rebuild).
     """
     index_entries: list[tuple[int, int]] = []
     time_entries: list[tuple[int, int]] = []
@@ -172,10 +174,11 @@ def scan_segment(fd: int, size: int, *, base_offset: int, end_offset: int, index
                 start_position = position
             elif batch.base_offset <= last:  # type: ignore[operator]
                 raise LocalSegmentCorruptError(f"{path}: offsets do not increase at position {position}")
-            try:
-                batch.ensure_valid(file=path, position=position)
-            except CorruptRecordError as e:
-                raise LocalSegmentCorruptError(str(e)) from None
+            if check_crc:
+                try:
+                    batch.ensure_valid(file=path, position=position)
+                except CorruptRecordError as e:
+                    raise LocalSegmentCorruptError(str(e)) from None
             if first is None:
                 first = batch.base_offset
             last = batch.last_offset
