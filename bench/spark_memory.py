@@ -1,0 +1,155 @@
+"""Peak memory of one Spark task's Python work, for 16 MiB and 256 MiB remote segments.
+
+A Python worker runs one task at a time; what a task adds to the worker's resident memory is
+what the work of the task holds at once. Each case runs the exact function a task runs, on one
+partition whose remote tier is one segment of the given size, in a fresh Python process (the
+worker's own fixed part, pyspark and the imports, is measured before and reported apart):
+
+  scan           the data source's read of the segment (`LakelogReader.read`: all columns,
+                 Arrow batches of 65,536 rows handed on and dropped, as Spark's worker does)
+  compaction     `compact_partition` of the partition (`--force`; every key distinct per 4
+                 records, so a quarter of the records survive)
+  rebuild-index  `rebuild_segment` of the segment (mode all)
+
+The peak is the process's VmHWM after the task, reset (/proc/self/clear_refs) once the imports are
+done; "task" = peak - resident before the task. Bounded means the task column stays about the same
+from 16 to 256 MiB (the offset map of compaction grows with the distinct keys, by design).
+
+    .venv/bin/python bench/spark_memory.py [--sizes 16,256] [--values 100,1024] [--no-write]
+
+Writes the "spark-memory" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import git_revision, load_average, machine_info, markdown_table, rewrite_section, text_table  # noqa: E402
+
+DOC_PATH = ROOT / "docs" / "benchmarks.md"
+SECTION = "spark-memory"
+TOPIC = "mem"
+MiB = 1024 * 1024
+
+TASK = r'''
+import gc, json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+remote, kind = sys.argv[2], sys.argv[3]
+import pyarrow, pyarrow.compute  # noqa: F401
+from lakelog.compaction.remote import compact_partition
+from lakelog.infra.config import LogConfig
+from lakelog.spark_log.datasource import LakelogReader
+from lakelog.tiering.index_rebuild import rebuild_segment
+from lakelog.tiering.remote_scan import load_manifest, open_remote
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+
+gc.collect()
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset VmHWM to the current RSS
+before = status("VmRSS")
+started = time.monotonic()
+if kind == "scan":
+    reader = LakelogReader({"remote": remote, "topic": "mem"})
+    rows = 0
+    for part in reader.partitions():
+        for batch in reader.read(part):
+            rows += batch.num_rows
+    what = rows
+elif kind == "compaction":
+    store = open_remote(remote)
+    cfg = LogConfig({"cleanup.policy": "compact", "segment.bytes": str(1 << 30), "min.cleanable.dirty.ratio": "0"})
+    what = compact_partition(store, "mem", 0, cfg, owner="bench", force=True, delete_delay_ms=0).records_kept
+else:
+    store = open_remote(remote)
+    seg = load_manifest(store, "mem", 0).copy_finished[0]
+    what = rebuild_segment(store, "mem", 0, seg, index_interval_bytes=4096, mode="all").to_dict()["index_action"]
+print(json.dumps({"before": before, "peak": status("VmHWM"), "seconds": time.monotonic() - started, "what": what}))
+'''
+
+
+def build(root: Path, size_mib: int, value_bytes: int) -> str:
+    """One partition whose remote tier is one segment of about `size_mib` MiB."""
+    import random
+
+    from lakelog.infra.config import LogConfig
+    from lakelog.logstore.log import PartitionLog
+    from lakelog.logstore.record_batch import Record, build_batch
+    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.fs_store import FileSystemStore
+
+    rng = random.Random(1)
+    store = FileSystemStore(root / "remote")
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000}))
+    log = PartitionLog(root / "local" / f"{TOPIC}-0", LogConfig({"segment.bytes": str(1 << 30), "retention.ms": "-1",
+                                                                 "index.interval.bytes": "4096"}))
+    payload = bytes(rng.randrange(256) for _ in range(value_bytes))
+    target = size_mib * MiB
+    n = 0
+    while log.log_end_offset == 0 or log.size_in_bytes < target:
+        recs = [Record(i, 1_700_000_000_000 + n + i, f"key-{(n + i) // 4}".encode(), payload) for i in range(200)]
+        log.append_as_leader(build_batch(recs), 1)
+        n += 200
+    log.roll()
+    tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    log.close()
+    return (root / "remote").as_uri()
+
+
+def measure(remote: str, kind: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", TASK, str(ROOT), remote, kind], capture_output=True, text=True,
+                         check=True, cwd=str(ROOT))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="16,256", help="segment sizes in MiB")
+    parser.add_argument("--values", default="100,1024", help="value sizes in bytes")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args(argv)
+    load_start = load_average()
+    rows = []
+    for value_bytes in (int(v) for v in args.values.split(",")):
+        for size in (int(s) for s in args.sizes.split(",")):
+            with tempfile.TemporaryDirectory(prefix="lakelog-bench-mem-") as tmp:
+                remote = build(Path(tmp), size, value_bytes)
+                for kind in ("scan", "compaction", "rebuild-index"):
+                    r = measure(remote, kind)
+                    rows.append([f"{value_bytes} B", f"{size} MiB", kind, f"{r['before'] / MiB:.0f}",
+                                 f"{r['peak'] / MiB:.0f}", f"{(r['peak'] - r['before']) / MiB:.0f}", f"{r['seconds']:.1f}"])
+                    print(text_table(["value", "segment", "task", "before MiB", "peak MiB", "task MiB", "s"], rows[-1:]),
+                          flush=True)
+    headers = ["value", "segment", "task", "worker before (MiB)", "peak (MiB)", "task adds (MiB)", "seconds"]
+    info = machine_info(tempfile.gettempdir())
+    body = "\n".join([
+        "## Spark task memory (`bench/spark_memory.py`)", "",
+        "What one task's Python work adds to a worker's resident memory (peak VmHWM minus the resident "
+        "memory before the task, in a fresh process with the imports done), on one partition whose remote "
+        "tier is one segment of the size shown; keys repeat every 4 records (a quarter survive compaction).",
+        "",
+        f"Run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC at {git_revision(ROOT)}, `bench/spark_memory.py`; "
+        f"{info['nproc']} CPUs, {info['memory']}; load average {load_start} at the start, {load_average()} at the end "
+        "(memory figures do not depend on load; seconds do).", "",
+        markdown_table(headers, rows), ""])
+    print(text_table(headers, rows))
+    if not args.no_write:
+        rewrite_section(DOC_PATH, SECTION, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
