@@ -216,7 +216,8 @@ class Node:
                             heartbeat_interval_ms=(cfg.controller_quorum_tick_ms if lone else
                                                    max(cfg.controller_quorum_tick_ms,
                                                        cfg.controller_quorum_election_timeout_ms // 10)),
-                            snapshot_interval_entries=cfg.metadata_snapshot_interval_entries, tls=tls)
+                            snapshot_interval_entries=cfg.metadata_snapshot_interval_entries,
+                            append_max_entries=cfg.controller_quorum_append_max_entries, tls=tls)
 
     async def start_cluster(self) -> None:
         cfg = self.config
