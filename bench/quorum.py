@@ -4,9 +4,9 @@
     python bench/quorum.py --rounds 1 --no-write   # a smoke run
     python bench/quorum.py --only create,shutdown  # a subset; implies --no-write
 
-Every server is a real `lakelog node` process on loopback (tests/support/nodes.py, its test
-settings `FAST_CLUSTER` apart from the controlled-shutdown timeout, which keeps its default 10 s),
-or a real `lakelog up`. Each case runs on a fresh cluster, once with the metadata log's group
+Every server is a real `lakelog node` process on loopback (tests/support/nodes.py, with the
+default broker settings instead of the tests' `FAST_CLUSTER`: a 1 s election timeout, a 9 s broker
+session, a 10 s controlled-shutdown timeout), or a real `lakelog up`. Each case runs on a fresh cluster, once with the metadata log's group
 commit on (the default) and once with `controller.quorum.append.max.entries=1` (one entry per
 append and per fsync, and one proposal per Raft step: how the quorum wrote before group commit), in
 alternated rounds; the ratio is "grouped time / one-entry time" of the same round, medians over rounds.
@@ -48,13 +48,16 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 
 from bench.harness import command_line, git_revision, load_average, markdown_table, rewrite_section  # noqa: E402
-from tests.support.nodes import LAKELOG, Cluster, free_port_block  # noqa: E402
+from lakelog.ingest_api.config import NODE_CONFIG  # noqa: E402
+from tests.support.nodes import FAST_CLUSTER, LAKELOG, Cluster, free_port_block  # noqa: E402
 
 GROUPED = "grouped"
 ONE_ENTRY = "one entry"
 #: The key that turns group commit off for the baseline (1 = one entry per append and fsync).
 BATCH_KEY = "controller.quorum.append.max.entries"
 SETTINGS = {GROUPED: {}, ONE_ENTRY: {BATCH_KEY: "1"}}
+#: A real deployment's settings, not the test suite's fast ones.
+DEFAULTS = {k: str(NODE_CONFIG.keys[k].default) for k in FAST_CLUSTER}
 
 
 def _cluster_id(c: httpx.Client) -> str:
@@ -106,7 +109,7 @@ def _timed_out(cluster: Cluster) -> int:
 
 
 def case_create(root: Path, setting: str, partitions: int) -> dict[str, float]:
-    cluster = Cluster(root, 3, overrides=dict(SETTINGS[setting])).start()
+    cluster = Cluster(root, 3, overrides={**DEFAULTS, **SETTINGS[setting]}).start()
     try:
         urls = [n.url for n in cluster.nodes]
         started = time.perf_counter()
@@ -127,7 +130,7 @@ def _stop(nodes: list, timeout_s: float = 60) -> float:
 
 
 def case_shutdown(root: Path, setting: str, partitions: int) -> dict[str, float]:
-    cluster = Cluster(root, 3, overrides={**SETTINGS[setting], "controlled.shutdown.timeout.ms": "10000"}).start()
+    cluster = Cluster(root, 3, overrides={**DEFAULTS, **SETTINGS[setting]}).start()
     try:
         urls = [n.url for n in cluster.nodes]
         _create_topic(urls[0], "big", partitions)
