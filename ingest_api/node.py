@@ -245,7 +245,9 @@ class Node:
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move this node's leaderships away; returns when it says done or on timeout."""
-        await self.session.controlled_shutdown(self.controller_call)
+        quorum = self.quorum
+        await self.session.controlled_shutdown(
+            self.controller_call, (lambda: quorum.running and quorum.leader_id >= 0) if quorum is not None else None)
 
     async def stop_cluster(self) -> None:
         self.session.shut_down()

@@ -99,3 +99,56 @@ def test_ready_needs_registration_a_live_lease_caught_up_metadata_and_an_unfence
     s.session_valid_until = time.monotonic() + 60
     s.shut_down()
     assert not s.ready
+
+
+def _registered_pair(config: dict) -> BrokerSession:
+    """A registered session of node 1 in an image where node 2 is a serving broker too."""
+    s = BrokerSession(NodeConfig({"node.id": 1, **config}), ClusterImage(), "inc")
+    ctrl = _controller(s.image)
+    for node_id in (1, 2):
+        records, epoch = ctrl.register_broker(node_id, "inc", "h", node_id, None, 0)
+        _commit(s.image, records)
+        records, _ = ctrl.heartbeat(node_id, epoch, 0, caught_up_offset=s.image.last_applied_index)
+        _commit(s.image, records)
+        if node_id == 1:
+            s.broker_epoch = epoch
+    s.transition(BrokerState.REGISTERED)
+    assert s.image.serving_brokers() == [1, 2]
+    return s
+
+
+def test_controlled_shutdown_stops_waiting_once_the_controller_quorum_is_gone(caplog):
+    """The rest of the cluster stopped first: no Raft leader, no one to move the leaderships to."""
+    import asyncio
+    import logging
+
+    s = _registered_pair({"controller.quorum.election.timeout.ms": 100, "controlled.shutdown.timeout.ms": 600_000})
+    calls = []
+
+    async def call(op, args, **kwargs):
+        calls.append(op)
+        await asyncio.sleep(3600)  # no controller answers
+
+    async def run():
+        await asyncio.wait_for(s.controlled_shutdown(call, lambda: False), 60)  # a hang guard, not a speed bound
+    with caplog.at_level(logging.INFO, logger="lakelog.node"):
+        asyncio.run(run())
+    assert s.state == BrokerState.SHUTTING_DOWN and calls == ["heartbeat"]
+    assert any("no controller quorum" in r.getMessage() for r in caplog.records)
+
+
+def test_controlled_shutdown_keeps_asking_while_a_controller_is_known(caplog):
+    """A known leader that has not answered yet is waited for (here until the shutdown's own timeout)."""
+    import asyncio
+    import logging
+
+    s = _registered_pair({"controller.quorum.election.timeout.ms": 100, "controlled.shutdown.timeout.ms": 1500})
+
+    async def call(op, args, **kwargs):
+        await asyncio.sleep(3600)
+
+    with caplog.at_level(logging.INFO, logger="lakelog.node"):
+        asyncio.run(asyncio.wait_for(s.controlled_shutdown(call, lambda: True), 60))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("controlled shutdown timed out" in m for m in messages)
+    assert not any("no controller quorum" in m for m in messages)
