@@ -123,6 +123,10 @@ OPS: dict[str, ControllerOp] = {
     "create_partitions": ControllerOp(lambda c, i, a, n: (c.create_partitions(str(a["name"]), int(a["total"])), {})),
     "alter_partition": ControllerOp(_alter_partition),
     "allocate_producer_ids": ControllerOp(_allocate_producer_ids),
+    # partition reassignment and node removal (ingest_api/cluster/reassignment.py)
+    "alter_partition_reassignments": ControllerOp(lambda c, i, a, n: (c.alter_partition_reassignments(
+        (str(r["topic"]), r["partition"], r.get("replicas")) for r in a["reassignments"]), {})),
+    "unregister_broker": ControllerOp(lambda c, i, a, n: (c.unregister_broker(int(a["node_id"])), {})),
     # users, API keys, ACLs, quotas (ingest_api/security/records.py)
     **{op: _security_op(op) for op in SECURITY_CONTROLLER_OPS},
     # the Schema Registry: subjects, versions, config, mode (ingest_api/schemas/state.py)

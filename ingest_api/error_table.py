@@ -32,6 +32,8 @@ from lakelog.ingest_api.cluster.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidIsrError,
+    InvalidReplicaAssignmentError,
+    NoReassignmentInProgressError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicIdError,
@@ -152,6 +154,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     BrokerNotFoundError: HttpError(404, 40408),
     SecurityNotFoundError: HttpError(404, 40409),
     NotFoundError: HttpError(404, 40410),
+    NoReassignmentInProgressError: HttpError(404, 40411),  # also a GET of a partition not being moved
     # 406 Not Acceptable
     NotAcceptableError: HttpError(406, 40601),  # and ConsumerFormatMismatchError, a case of it
     RecordDeserializationError: HttpError(406, 40602),
@@ -195,6 +198,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     InvalidSessionTimeoutError: HttpError(422, 42210),
     IneligibleReplicaError: HttpError(422, 42211),
     InvalidIsrError: HttpError(422, 42212),
+    InvalidReplicaAssignmentError: HttpError(422, 42213),
     # 429 Too Many Requests
     ThrottledError: HttpError(429, 42901),
     TooManyInstancesError: HttpError(429, 42902),
