@@ -27,6 +27,7 @@ from typing import Callable
 from lakelog.infra.config import ConfigError
 from lakelog.infra.errors import ErrorKind, LakelogError
 from lakelog.ingest_api.cluster.errors import (
+    BrokerInUseError,
     BrokerNotRegisteredError,
     FencedBrokerError,
     FencedLeaderEpochError,
@@ -176,6 +177,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     RebalanceInProgressError: HttpError(409, 40914),
     NoOffsetForPartitionError: HttpError(409, 40915),
     TopicExistsError: HttpError(409, 40916),
+    BrokerInUseError: HttpError(409, 40917),
     # 413 / 415 / 416
     RequestTooLargeError: HttpError(413, 41301),  # a body over max.request.bytes, too many records
     RecordTooLargeError: HttpError(413, 41302),  # a batch over max.message.bytes

@@ -125,6 +125,12 @@ class InvalidReplicaAssignmentError(ClusterError, InvalidRequestError):
     kind = ErrorKind.INVALID_REQUEST
 
 
+class BrokerInUseError(ClusterError):
+    """A broker to unregister still runs or still holds replicas (drain and stop it first)."""
+
+    kind = ErrorKind.INVALID_REQUEST
+
+
 class NoReassignmentInProgressError(ClusterError):
     """A cancel named a partition that is not being reassigned (Kafka NO_REASSIGNMENT_IN_PROGRESS)."""
 

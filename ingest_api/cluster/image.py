@@ -34,6 +34,8 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
                                (ingest_api/security/records.py)
     schema_register, schema_delete, schema_config, schema_mode
                                the Schema Registry: `image.schemas` (ingest_api/schemas/state.py)
+    alter_broker_configs       the dynamic replication throttle rates: `image.throttles`
+                               (ingest_api/cluster/throttles.py)
 
 Broker records name the registration they act on by `broker_epoch`; topic records name the topic by
 `topic_id` too, so a record meant for a deleted topic never lands on a re-created one of that name.
@@ -96,6 +98,7 @@ from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
 from lakelog.ingest_api.schemas.errors import SchemaRegistryError
 from lakelog.ingest_api.schemas.state import RECORD_TYPES as SCHEMA_RECORD_TYPES, SchemaRegistryState
 from lakelog.ingest_api.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES, SecurityState
+from lakelog.ingest_api.cluster.throttles import RECORD_TYPES as THROTTLE_RECORD_TYPES, BrokerThrottles
 from lakelog.logstore.record_batch import crc32c
 
 SNAPSHOT_VERSION = 1
@@ -342,6 +345,7 @@ class ClusterImage:
         self.recent_skips: collections.deque[tuple[int, str]] = collections.deque(maxlen=RECENT_SKIPS_KEPT)
         self.security = SecurityState()  # users, API keys, ACLs (an immutable value)
         self.schemas = SchemaRegistryState()  # the Schema Registry (an immutable value)
+        self.throttles = BrokerThrottles()  # dynamic replication throttle rates (an immutable value)
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -396,6 +400,7 @@ class ClusterImage:
         other.skipped_records = self.skipped_records
         other.security = self.security
         other.schemas = self.schemas
+        other.throttles = self.throttles
         other.recent_skips = collections.deque(self.recent_skips, maxlen=RECENT_SKIPS_KEPT)
         return other
 
@@ -410,6 +415,8 @@ class ClusterImage:
             state["security"] = self.security.to_dict()
         if not self.schemas.empty:  # likewise
             state["schemas"] = self.schemas.to_dict()
+        if not self.throttles.empty:  # likewise
+            state["throttles"] = self.throttles.to_dict()
         return state
 
     def to_dict(self) -> dict[str, Any]:
@@ -607,6 +614,12 @@ class ClusterImage:
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise _Rejected(f"security record: {e}") from None
 
+    def _throttle_record(self, rec: Mapping[str, Any], index: int) -> None:
+        try:
+            self.throttles = self.throttles.apply(rec)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise _Rejected(f"throttle record: {e}") from None
+
     def _schema_record(self, rec: Mapping[str, Any], index: int) -> None:
         try:
             self.schemas = self.schemas.apply(rec)
@@ -628,6 +641,7 @@ _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "allocate_producer_ids": ClusterImage._allocate_producer_ids,
     **{t: ClusterImage._security_record for t in SECURITY_RECORD_TYPES},
     **{t: ClusterImage._schema_record for t in SCHEMA_RECORD_TYPES},
+    **{t: ClusterImage._throttle_record for t in THROTTLE_RECORD_TYPES},
 }
 
 #: The record types `apply` understands.
@@ -679,4 +693,9 @@ def _image_from_state(state: Mapping[str, Any]) -> ClusterImage:
             img.schemas = SchemaRegistryState.from_dict(state["schemas"])
         except (ValueError, TypeError, KeyError, AttributeError, SchemaRegistryError) as e:
             raise _Rejected(f"schema registry state: {e}") from None
+    if "throttles" in state:
+        try:
+            img.throttles = BrokerThrottles.from_dict(state["throttles"])
+        except (ValueError, TypeError, AttributeError) as e:
+            raise _Rejected(f"throttles state: {e}") from None
     return img

@@ -185,6 +185,14 @@ OPERATIONS = [
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/replicas/{broker_id}"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/offset"),
     ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}/partition-replicas"),
+    # partition reassignment (ingest_api/routers/reassignment_v3.py)
+    ("GET", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment"),
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment:alter"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/-/reassignment"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
+    ("PATCH", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
+    ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
+    ("DELETE", "/v3/clusters/{cluster_id}/brokers/{broker_id}"),
     ("POST", "/v3/clusters/{cluster_id}/acls:batch"),
     # The Schema Registry (ingest_api/schemas/router.py)
     ("GET", "/schemas/types"), ("GET", "/schemas"), ("GET", "/schemas/ids/{schema_id}"),
