@@ -492,6 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_group_commands(sub, _add, client_opts)
 
+    from lakelog.cli.reassign import add_commands as add_reassign_commands
+
+    add_reassign_commands(sub, _add, client_opts)
+
     from lakelog.cli.security import add_commands as add_security_commands
 
     add_security_commands(sub, _add, client_opts)

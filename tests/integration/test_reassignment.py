@@ -137,3 +137,37 @@ def test_move_throttle_cancel_and_complete_through_v3(tmp_path):
         for p in (0, 1):
             got = [v for q, _, v in drained if q == p]
             assert got == values, (p, len(got))
+
+
+def test_a_node_added_to_a_running_cluster_takes_replicas_and_leads(tmp_path):
+    """Node 4 is not a controller voter: it follows the metadata log, registers, and a reassignment
+    moves a partition onto it (it leads, as the first target replica)."""
+    from tests.support.nodes import NodeProcess, free_port
+
+    with running(Cluster(tmp_path, 3)) as cluster:
+        url = cluster.node(1).url
+        v3 = _v3(url)
+        topic = "grow"
+        create_topic(url, topic, partitions=1, rf=3)
+        wait_full_isr(cluster.nodes, topic, [0])
+        values = [f"r{i:04d}" for i in range(200)]
+        for i in range(0, len(values), 40):
+            _produce(url, topic, 0, values[i:i + 40])
+        added = NodeProcess(tmp_path / "node-4", free_port(), node_id=4, overrides=dict(cluster.nodes[0].overrides))
+        cluster.nodes.append(added)  # stopped with the others
+        added.start(60)
+        brokers = wait_for(lambda: {b["broker_id"]: b for b in httpx.get(f"{v3}/brokers", timeout=5).json()["data"]
+                                    if b["broker_id"] == 4 and not b["fenced"]}, 30, "node 4 registered, unfenced")
+        assert brokers[4]["port"] == added.port
+        assert httpx.get(f"{_v3(added.url)}/brokers", timeout=5).status_code == 200  # it serves clients too
+        old = replicas_of(partition_state(url, topic, 0))
+        target = [4] + old[1:]
+        r = httpx.patch(f"{v3}/topics/{topic}/partitions/0/reassignment", json={"replicas": target}, timeout=30)
+        assert r.status_code == 202, r.text
+        wait_for(lambda: all(replicas_of(partition_state(n.url, topic, 0)) == target for n in cluster.nodes), 60,
+                 "the move onto node 4")
+        wait_for(lambda: partition_state(url, topic, 0)["leader"] == 4, 20, "node 4 to lead")
+        wait_for(lambda: _dirs(cluster, topic, 0) == set(target), 20, f"node {old[0]}'s replica deleted")
+        _produce(added.url, topic, 0, ["after-move"])
+        drained = drain(cluster.nodes, topic, [0], min_end={0: len(values) + 1})
+        assert [v for _, _, v in drained] == values + ["after-move"]
