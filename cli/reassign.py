@@ -20,9 +20,11 @@ replicas (follower side) in the topics' `*.replication.throttled.replicas`; `--v
 them once every listed reassignment has completed, as Kafka's does. `--cancel` reverts the listed
 partitions that are still moving to their original replicas.
 
-`nodes drain N` moves every replica off node N: each partition N holds gets, in N's place, the live
-broker holding the fewest replicas (not already a replica); the controller moves leadership off N
-once the new replica is in sync, then drops N's. `nodes decommission N` drains N, waits for its
+`nodes drain N` moves every replica off node N, leadership first: each partition N leads gets N last
+in its replica list and a preferred-leader election hands the leadership to an in-sync replica
+(one with none in sync keeps it until its new replica is); then each partition N holds gets, in
+N's place, the live broker holding the fewest replicas (not already a replica), and the controller
+drops N's replica once the new one is in sync. `nodes decommission N` drains N, waits for its
 process to stop (an operator stops it: a running node registers again) and unregisters it.
 """
 
@@ -46,6 +48,8 @@ RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttle
 LEADER_REPLICAS, FOLLOWER_REPLICAS = "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"
 #: How often drain / decommission look at the reassignments while they wait.
 POLL_S = 0.5
+#: Most seconds `nodes drain` waits for the leaderships to move before it starts the copies anyway.
+LEADERSHIP_WAIT_S = 30.0
 #: Most partitions one reassignment file may name.
 MAX_FILE_PARTITIONS = 10_000
 
@@ -143,6 +147,17 @@ class Admin:
             for p in self.c.partition_replicas(name):
                 out.append((name, p.partition, list(p.replicas)))
         return out
+
+    def led_by(self, node_id: int) -> list[tuple[str, int, list[int]]]:
+        """(topic, partition, replicas) of every partition `node_id` leads."""
+        out = []
+        for t in sorted(x["topic_name"] for x in self.c.list_topics()):
+            out += [(t, p.partition, list(p.replicas)) for p in self.c.partition_replicas(t) if p.leader == node_id]
+        return out
+
+    def elect_preferred(self, partitions: list[tuple[str, int]]) -> None:
+        self.c._request("POST", f"{self.base}/topics/-/partitions/-/preferred-leader:elect", json={
+            "data": [{"topic_name": t, "partition_id": p} for t, p in partitions]})
 
     def partition(self, topic: str, p: int) -> Any:
         return next(x for x in self.c.partition_replicas(topic) if x.partition == p)
@@ -347,7 +362,27 @@ class DrainTimeoutError(LakelogError):
     kind = ErrorKind.TRANSIENT
 
 
+def move_leadership_off(admin: Admin, node_id: int, timeout_s: float, out) -> None:
+    """Leadership first: each partition `node_id` leads gets it last in its replica list (a reorder
+    completes at once) and a preferred-leader election moves the leadership to an in-sync replica."""
+    led = admin.led_by(node_id)
+    if not led:
+        return
+    admin.alter([(t, p, [r for r in replicas if r != node_id] + [node_id]) for t, p, replicas in led
+                 if len(replicas) > 1])
+    admin.elect_preferred([(t, p) for t, p, replicas in led if len(replicas) > 1])
+    deadline = time.monotonic() + min(timeout_s, LEADERSHIP_WAIT_S)
+    while (still := admin.led_by(node_id)) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    moved = len(led) - len(still)
+    print(f"moved the leadership of {moved} partition(s) off node {node_id}"
+          + (f"; {len(still)} keep it until their new replicas are in sync "
+             f"({', '.join(f'{t}-{p}' for t, p, _ in still[:5])})" if still else ""), file=out)
+
+
 def drain(admin: Admin, node_id: int, throttle: int | None, timeout_s: float, out) -> None:
+    if node_id in {int(b["broker_id"]) for b in admin.brokers()}:
+        move_leadership_off(admin, node_id, timeout_s, out)
     plan = drain_plan(admin, node_id)
     if not plan:
         print(f"node {node_id} holds no replica", file=out)

@@ -136,6 +136,8 @@ OPS: dict[str, ControllerOp] = {
     "alter_partition_reassignments": ControllerOp(lambda c, i, a, n: (c.alter_partition_reassignments(
         (str(r["topic"]), r["partition"], r.get("replicas")) for r in a["reassignments"]), {})),
     "unregister_broker": ControllerOp(lambda c, i, a, n: (c.unregister_broker(int(a["node_id"])), {})),
+    "elect_leaders": ControllerOp(lambda c, i, a, n: (c.elect_leaders(
+        (str(r["topic"]), r["partition"]) for r in a["partitions"]), {})),
     "alter_broker_configs": ControllerOp(_alter_broker_configs),
     # users, API keys, ACLs, quotas (ingest_api/security/records.py)
     **{op: _security_op(op) for op in SECURITY_CONTROLLER_OPS},

@@ -68,6 +68,16 @@ class ReassignmentService:
         if not 0 <= partition < len(t.partitions):
             raise PartitionNotFoundError(f"Partition {partition} of topic {topic} not found.")
 
+    async def elect_preferred_leaders(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Leadership back to each partition's first replica where it is in the ISR and may lead."""
+        entries = [{"topic": t, "partition": p} for t, p in partitions]
+        if len(entries) > MAX_REASSIGNMENTS_PER_REQUEST:
+            raise RequestTooLargeError(f"at most {MAX_REASSIGNMENTS_PER_REQUEST} partitions per election request")
+        for e in entries:
+            self._check_partition(e["topic"], e["partition"])
+        if entries:
+            await self.admin.submit("elect_leaders", {"partitions": entries})
+
     async def alter(self, changes: Iterable[tuple[str, int, list[int] | None]]) -> None:
         """Start, change (target replicas) or cancel (None) reassignments, all or none."""
         self.admin.check_ready()

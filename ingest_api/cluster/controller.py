@@ -546,6 +546,24 @@ class Controller:
                 records.append(_change_record(t, partition, state, new))
         return self._proposed(records)
 
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+        """Kafka's ElectLeaders (PREFERRED) for the named partitions: leadership to each one's first
+        replica where it is eligible, in the ISR and not leading already (else unchanged)."""
+        self._require_active()
+        view = _View(self.image)
+        records: list[dict[str, Any]] = []
+        for topic, partition in partitions:
+            t = self._topic(topic)
+            if type(partition) is not int or not 0 <= partition < len(t.partitions):
+                raise PartitionNotFoundError(f"Partition {partition} of topic '{topic}' not found.")
+            state = t.partitions[partition]
+            preferred = state.preferred_leader
+            if preferred != state.leader and preferred in state.isr and view.eligible(preferred):
+                new = dataclasses.replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,
+                                          partition_epoch=state.partition_epoch + 1)
+                records.append(_change_record(t, partition, state, new))
+        return self._proposed(records)
+
     # --- producer ids --------------------------------------------------------------------------
 
     def allocate_producer_ids(self, node_id: int, broker_epoch: int) -> tuple[list[dict[str, Any]], int, int]:

@@ -12,6 +12,10 @@ addition, in the same style (Kafka's AlterPartitionReassignments underneath):
          {"data": [{"topic_name": t, "partition_id": p, "replicas": [...] | null}, ...]}
                                                     202, all or none; null cancels that partition
 
+  POST   .../topics/-/partitions/-/preferred-leader:elect
+         {"data": [{"topic_name": t, "partition_id": p}, ...]}
+                                                    200: leadership to each partition's first replica
+                                                    where it is in sync (Kafka's ElectLeaders, PREFERRED)
   DELETE .../brokers/{b}                           204: unregister a stopped broker holding no replica
                                                     (409 while it runs or holds replicas)
 
@@ -48,6 +52,15 @@ class AlterReassignmentEntry(BaseModel):
 
 class AlterReassignmentsRequest(BaseModel):
     data: list[AlterReassignmentEntry] = Field(max_length=MAX_REASSIGNMENTS_PER_REQUEST)
+
+
+class ElectPartition(BaseModel):
+    topic_name: str = Field(min_length=1, max_length=249)
+    partition_id: int = Field(ge=0, le=2**31 - 1)
+
+
+class ElectLeadersRequest(BaseModel):
+    data: list[ElectPartition] = Field(max_length=MAX_REASSIGNMENTS_PER_REQUEST)
 
 
 def reassignment_body(request: Request, cluster_id: str, r: Reassignment) -> dict[str, Any]:
@@ -90,6 +103,24 @@ async def alter_reassignments(cluster_id: str, body: AlterReassignmentsRequest, 
     return JSONResponse(status_code=202, content={
         "kind": "KafkaReassignmentList", "metadata": {"self": str(request.url), "next": None},
         "data": [_current(request, cluster_id, svc, e.topic_name, e.partition_id) for e in body.data]})
+
+
+@router.post("/clusters/{cluster_id}/topics/-/partitions/-/preferred-leader:elect",
+             summary="Move leadership to each partition's first replica (where it is in sync)")
+async def elect_preferred_leaders(cluster_id: str, body: ElectLeadersRequest, request: Request):
+    node, svc = _service(request, cluster_id)
+    await svc.elect_preferred_leaders((e.topic_name, e.partition_id) for e in body.data)
+    data = []
+    for e in body.data:
+        st = node.admin.partition_state(e.topic_name, e.partition_id)
+        url = f"{_base(request)}/clusters/{cluster_id}/topics/{e.topic_name}/partitions/{e.partition_id}"
+        data.append({"kind": "KafkaPartition", "metadata": _meta(url, f"crn:///kafka={cluster_id}/topic={e.topic_name}"
+                                                                      f"/partition={e.partition_id}"),
+                     "cluster_id": cluster_id, "topic_name": e.topic_name, "partition_id": e.partition_id,
+                     "leader": None if st.leader < 0 else {
+                         "related": f"{_base(request)}/clusters/{cluster_id}/brokers/{st.leader}"},
+                     "preferred_leader_elected": bool(st.replicas) and st.leader == st.replicas[0]})
+    return _list("KafkaPartitionList", str(request.url), data)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic_name}/partitions/-/reassignment",

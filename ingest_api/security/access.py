@@ -36,6 +36,7 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("POST", "/v3/clusters/{cluster_id}/topics/-/configs:alter", CLUSTER, None, ALTER, ""),  # and ALTER per topic
     ("GET", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment", CLUSTER, None, DESCRIBE, ""),
     ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment:alter", CLUSTER, None, ALTER, ""),
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/preferred-leader:elect", CLUSTER, None, ALTER, ""),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/-/reassignment", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/reassignment", CLUSTER, None,
      DESCRIBE, ""),

@@ -189,6 +189,7 @@ OPERATIONS = [
     # partition reassignment (ingest_api/routers/reassignment_v3.py)
     ("GET", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment"),
     ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment:alter"),
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/preferred-leader:elect"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/-/reassignment"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
     ("PATCH", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),

@@ -203,3 +203,26 @@ def test_random_moves_and_cancels_keep_the_invariants() -> None:
         catch_up(c, "t", p)
     c.advance(3_000, alive=(0, 1, 2, 3, 4))
     assert not any(c.state("t", p).reassigning for p in range(4))
+
+
+def test_preferred_leader_election_of_named_partitions() -> None:
+    c = Cluster(brokers=3)
+    c.create("t", 2, 3)
+    s = c.state("t", 0)
+    # Leadership first (as `nodes drain` does): the leader goes last, then the first replica leads.
+    reordered = list(s.replicas[1:]) + [s.leader]
+    reassign(c, reordered)
+    assert c.state("t", 0).replicas == tuple(reordered) and not c.state("t", 0).reassigning
+    assert c.state("t", 0).leader == s.leader  # a reorder alone moves nothing
+    other = c.state("t", 1)
+    c.commit(c.controller.elect_leaders([("t", 0)]))
+    after = c.state("t", 0)
+    assert after.leader == reordered[0] and after.leader_epoch == s.leader_epoch + 1
+    assert c.state("t", 1) == other  # only the named partitions
+    assert c.controller.elect_leaders([("t", 0)]) == []  # already there
+    # A preferred replica out of the ISR does not lead.
+    c.alter_isr("t", 0, [after.leader])
+    reassign(c, [reordered[1], reordered[0], reordered[2]])
+    assert c.controller.elect_leaders([("t", 0)]) == []
+    with pytest.raises(PartitionNotFoundError):
+        c.controller.elect_leaders([("t", 5)])
