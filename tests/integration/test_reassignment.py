@@ -24,7 +24,11 @@ from tests.support.faults import (
 )
 from tests.support.nodes import Cluster
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(300)
+
+#: A loaded machine (2 cores, other test runs) delays heartbeats: a little more room than FAST_CLUSTER.
+SETTINGS = {"broker.session.timeout.ms": "3000", "replica.lag.time.max.ms": "3000",
+            "controller.quorum.election.timeout.ms": "1500"}
 
 
 def _produce(url: str, topic: str, p: int, values: list[str]) -> None:
@@ -50,7 +54,7 @@ def _dirs(cluster: Cluster, topic: str, p: int) -> set[int]:
 
 
 def test_move_throttle_cancel_and_complete_through_v3(tmp_path):
-    with running(Cluster(tmp_path, 4)) as cluster:
+    with running(Cluster(tmp_path, 4, overrides=SETTINGS)) as cluster:
         url = cluster.node(1).url
         v3 = _v3(url)
         topic = "moving"
@@ -144,7 +148,7 @@ def test_a_node_added_to_a_running_cluster_takes_replicas_and_leads(tmp_path):
     moves a partition onto it (it leads, as the first target replica)."""
     from tests.support.nodes import NodeProcess, free_port
 
-    with running(Cluster(tmp_path, 3)) as cluster:
+    with running(Cluster(tmp_path, 3, overrides=SETTINGS)) as cluster:
         url = cluster.node(1).url
         v3 = _v3(url)
         topic = "grow"
