@@ -74,7 +74,8 @@ bench-console: setup
 
 # Apache Kafka 4.1 (jars from Maven Central via bench/pom.xml into .jars/kafka) against Lakelog's client.
 bench-peer: setup
-	$(BIN)/python bench/peer_kafka.py
+	$(BIN)/python bench/peer_kafka.py --rf 1
+	$(BIN)/python bench/peer_kafka.py --rf 3
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info node_modules $(VENDOR)
