@@ -427,6 +427,8 @@ class Producer:
                 time.sleep(self.backoff_s)
                 return None
             return e
+        except Exception as e:  # an answer that is not what InitProducerId answers: fail what waits for it
+            return ProduceError(f"cannot get a producer id: {e}")
         with self._cond:
             self._producer_id = (int(doc["producer_id"]), int(doc["producer_epoch"]))
             self._sequences.clear()
