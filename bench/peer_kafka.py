@@ -50,6 +50,8 @@ from bench.harness import machine_info, rewrite_section  # noqa: E402
 from lakelog.logstore.record_batch import iter_batches  # noqa: E402
 
 JARS = Path(os.environ.get("LAKELOG_KAFKA_JARS") or ROOT / ".jars" / "kafka")
+#: Longest wait for a server to listen / be ready.
+START_TIMEOUT_S = 300
 LAKELOG = Path(sys.executable).parent / "lakelog"
 
 
@@ -133,8 +135,12 @@ class KafkaCluster:
             self.logs.append(log)
             self.procs.append(subprocess.Popen(java("kafka.Kafka", str(props), heap="1g"), stdout=log,
                                                stderr=subprocess.STDOUT))
-        for port, _ in ports:
-            wait_port(port, 90)
+        try:
+            for port, _ in ports:
+                wait_port(port, START_TIMEOUT_S)  # three JVMs on a loaded 2-core machine: minutes
+        except BaseException:
+            self.stop()
+            raise
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p, _ in ports)
 
     def create_topic(self, name: str) -> None:
@@ -196,7 +202,15 @@ class LakelogCluster:
                                                stderr=subprocess.STDOUT))
         self.urls = [f"http://127.0.0.1:{p}" for p in ports]
         self.url = self.urls[0]
-        deadline = time.monotonic() + 90
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.cluster_id = httpx.get(f"{self.url}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
         for url in self.urls:
             while time.monotonic() < deadline:
                 try:
@@ -207,7 +221,6 @@ class LakelogCluster:
                 time.sleep(0.2)
             else:
                 raise RuntimeError(f"the Lakelog node at {url} did not become ready")
-        self.cluster_id = httpx.get(f"{self.url}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
 
     def leader_url(self, topic: str) -> str:
         """The partition leader's URL (clients are pointed at it, as Kafka's clients find the leader)."""
