@@ -143,10 +143,18 @@ class KafkaCluster:
             raise
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p, _ in ports)
 
-    def create_topic(self, name: str) -> None:
-        subprocess.run(java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", self.bootstrap, "--create",
-                            "--topic", name, "--partitions", "1", "--replication-factor", str(self.size)),
-                       check=True, capture_output=True)
+    def create_topic(self, name: str, attempts: int = 5) -> None:
+        # A broker of a fresh cluster on a loaded machine may not be registered yet (RF 3 needs all three).
+        for attempt in range(attempts):
+            r = subprocess.run(java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", self.bootstrap,
+                                    "--create", "--topic", name, "--partitions", "1", "--replication-factor",
+                                    str(self.size)), capture_output=True, text=True)
+            if r.returncode == 0:
+                return
+            if "already exists" in r.stdout + r.stderr:
+                return
+            time.sleep(5)
+        raise RuntimeError(f"Kafka did not create {name}: {(r.stdout + r.stderr)[-500:]}")
 
     def produce(self, topic: str, records: int, size: int, acks: str) -> float:
         out = subprocess.run(java("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
