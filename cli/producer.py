@@ -548,22 +548,32 @@ class Producer:
         return self._request("POST", path)
 
     def _request(self, method: str, path: str) -> dict[str, Any]:
+        """A metadata request (partition count, producer id): every node in turn, passes over them
+        with backoff while the answers are retriable (a node starting or catching up answers 503),
+        up to max.block.ms — as Kafka's producer waits for metadata."""
         last: Exception | None = None
-        for i in range(len(self.servers)):
-            server = self.servers[(self._node + i) % len(self.servers)]
-            try:
-                r = self._http.request(method, server + path)
-            except httpx.HTTPError as e:
-                last = ProduceError(f"cannot reach {server}: {e}", retriable=True)
-                continue
-            if r.status_code == 200:
-                return r.json()
-            err = _error(r)
-            if not err.retriable:
-                raise err
-            last = err
-        assert last is not None
-        raise last
+        deadline = time.monotonic() + self.max_block_s
+        attempt = 0
+        while True:
+            for i in range(len(self.servers)):
+                server = self.servers[(self._node + i) % len(self.servers)]
+                try:
+                    r = self._http.request(method, server + path)
+                except httpx.HTTPError as e:
+                    last = ProduceError(f"cannot reach {server}: {e}", retriable=True)
+                    continue
+                if r.status_code == 200:
+                    return r.json()
+                err = _error(r)
+                if not err.retriable:
+                    raise err
+                last = err
+            assert last is not None
+            pause = min(self.backoff_max_s, self.backoff_s * 2 ** min(attempt, 10))
+            if time.monotonic() + pause >= deadline:
+                raise last
+            time.sleep(pause)
+            attempt += 1
 
 
 def _as_bytes(v: Any, what: str) -> bytes | None:
