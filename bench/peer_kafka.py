@@ -140,6 +140,10 @@ class KafkaCluster:
                 wait_port(port, START_TIMEOUT_S)  # three JVMs on a loaded 2-core machine: minutes
         except BaseException:
             self.stop()
+            for i in range(size):  # the temp dir is removed: say why here
+                tail = (self.dir / f"node-{i + 1}" / "broker.log").read_text(errors="replace").splitlines()[-15:]
+                print(f"--- Kafka node {i + 1} (alive: {self.procs[i].returncode is None}) broker.log tail:",
+                      *tail, sep="\n", file=sys.stderr)
             raise
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p, _ in ports)
 
