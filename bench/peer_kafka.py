@@ -139,11 +139,11 @@ class KafkaCluster:
             for port, _ in ports:
                 wait_port(port, START_TIMEOUT_S)  # three JVMs on a loaded 2-core machine: minutes
         except BaseException:
-            self.stop()
-            for i in range(size):  # the temp dir is removed: say why here
-                tail = (self.dir / f"node-{i + 1}" / "broker.log").read_text(errors="replace").splitlines()[-15:]
-                print(f"--- Kafka node {i + 1} (alive: {self.procs[i].returncode is None}) broker.log tail:",
+            for i in range(size):  # the temp dir is removed: say why here, before stopping them
+                tail = (self.dir / f"node-{i + 1}" / "broker.log").read_text(errors="replace").splitlines()[-30:]
+                print(f"--- Kafka node {i + 1} (running: {self.procs[i].poll() is None}) broker.log tail:",
                       *tail, sep="\n", file=sys.stderr)
+            self.stop()
             raise
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p, _ in ports)
 
