@@ -48,7 +48,7 @@ MAX_VALUE_LENGTH = 4096
 MAX_NODE_ID = (1 << 31) - 1
 
 RECORD_TYPES = ("broker_configs",)
-CONTROLLER_OPS = ("alter_broker_configs",)
+CONTROLLER_OPS = ("alter_dynamic_broker_configs",)
 
 
 class ReadOnlyBrokerConfigError(InvalidRequestError):
@@ -129,9 +129,9 @@ class BrokerConfigState:
 
 
 def controller_records(op: str, args: Mapping[str, Any], state: BrokerConfigState) -> tuple[list[dict], dict]:
-    """`alter_broker_configs` {broker, set: {name: value}, delete: [name], validate_only} -> the record
+    """`alter_dynamic_broker_configs` {broker, set: {name: value}, delete: [name], validate_only} -> the record
     of the entity's new map (none when nothing changes or only validating). Raises the request's error."""
-    if op != "alter_broker_configs":
+    if op != "alter_dynamic_broker_configs":
         raise InvalidRequestError(f"unknown broker config op {op!r}")
     broker = int(args["broker"])
     merged = state.of(broker)

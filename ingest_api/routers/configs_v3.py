@@ -156,7 +156,7 @@ async def _alter(node: Any, entity: int, set_configs: dict[str, Any], delete: li
     values = _checked(set_configs, delete)
     if validate_only:
         return
-    await node.admin.submit("alter_broker_configs", {"broker": entity, "set": values, "delete": list(delete)})
+    await node.admin.submit("alter_dynamic_broker_configs", {"broker": entity, "set": values, "delete": list(delete)})
 
 
 def _split_alter(entries: list[AlterConfigEntry]) -> tuple[dict[str, Any], list[str]]:

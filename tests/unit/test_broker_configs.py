@@ -24,27 +24,27 @@ def test_the_dynamic_keys_are_the_topic_defaults():
 
 def test_controller_records_merge_validate_and_precedence():
     s = BrokerConfigState()
-    recs, _ = controller_records("alter_broker_configs", {"broker": -1, "set": {"log.retention.ms": 1000}}, s)
+    recs, _ = controller_records("alter_dynamic_broker_configs", {"broker": -1, "set": {"log.retention.ms": 1000}}, s)
     assert recs == [{"type": "broker_configs", "broker": -1, "configs": {"log.retention.ms": "1000"}}]
     s = s.apply(recs[0])
-    recs, _ = controller_records("alter_broker_configs", {"broker": 2, "set": {"log.retention.ms": "5",
+    recs, _ = controller_records("alter_dynamic_broker_configs", {"broker": 2, "set": {"log.retention.ms": "5",
                                                                              "min.insync.replicas": "2"}}, s)
     s = s.apply(recs[0])
     assert s.effective(2) == {"log.retention.ms": "5", "min.insync.replicas": "2"}
     assert s.effective(1) == {"log.retention.ms": "1000"}
-    assert controller_records("alter_broker_configs", {"broker": 2, "set": {"log.retention.ms": "5"}}, s)[0] == []
-    assert controller_records("alter_broker_configs", {"broker": 2, "set": {"log.roll.ms": "9"},
+    assert controller_records("alter_dynamic_broker_configs", {"broker": 2, "set": {"log.retention.ms": "5"}}, s)[0] == []
+    assert controller_records("alter_dynamic_broker_configs", {"broker": 2, "set": {"log.roll.ms": "9"},
                                                        "validate_only": True}, s)[0] == []
-    recs, _ = controller_records("alter_broker_configs", {"broker": 2, "delete": ["log.retention.ms",
+    recs, _ = controller_records("alter_dynamic_broker_configs", {"broker": 2, "delete": ["log.retention.ms",
                                                                                  "min.insync.replicas"]}, s)
     s = s.apply(recs[0])
     assert s.of(2) == {} and 2 not in s.entities  # an entity with nothing left is dropped
     with pytest.raises(ReadOnlyBrokerConfigError):
-        controller_records("alter_broker_configs", {"broker": 1, "set": {"node.id": "3"}}, s)
+        controller_records("alter_dynamic_broker_configs", {"broker": 1, "set": {"node.id": "3"}}, s)
     with pytest.raises(ReadOnlyBrokerConfigError):
-        controller_records("alter_broker_configs", {"broker": 1, "delete": ["listeners"]}, s)
+        controller_records("alter_dynamic_broker_configs", {"broker": 1, "delete": ["listeners"]}, s)
     with pytest.raises(InvalidBrokerConfigError):
-        controller_records("alter_broker_configs", {"broker": 1, "set": {"log.retention.ms": "x"}}, s)
+        controller_records("alter_dynamic_broker_configs", {"broker": 1, "set": {"log.retention.ms": "x"}}, s)
 
 
 def test_the_image_applies_skips_bad_records_and_keeps_them_in_snapshots():
