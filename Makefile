@@ -74,7 +74,8 @@ bench-console: setup
 
 # Apache Kafka 4.1 (jars from Maven Central via bench/pom.xml into .jars/kafka) against Lakelog's client.
 bench-peer: setup
-	$(BIN)/python bench/peer_kafka.py
+	$(BIN)/python bench/peer_kafka.py --rf 1
+	$(BIN)/python bench/peer_kafka.py --rf 3
 
 # Partition moves on a 4-node cluster, unthrottled and under a replication throttle, about two minutes.
 bench-reassignment: setup

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from lakelog.infra.logs import NOTICE
+from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_CONFIG_CONTROLLER_OPS
+from lakelog.ingest_api.cluster.broker_configs import controller_records as broker_config_controller_records
 from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.errors import NotControllerError
 from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
@@ -122,6 +124,13 @@ def _schema_op(op: str) -> ControllerOp:
     return ControllerOp(run)
 
 
+def _broker_config_op(op: str) -> ControllerOp:
+    def run(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
+        ctrl._require_active()
+        return broker_config_controller_records(op, args, image.broker_configs)
+    return ControllerOp(run)
+
+
 #: Every controller request, by op name (the path of `POST /internal/controller/{op}`).
 OPS: dict[str, ControllerOp] = {
     "register_broker": ControllerOp(_register_broker),
@@ -143,6 +152,8 @@ OPS: dict[str, ControllerOp] = {
     **{op: _security_op(op) for op in SECURITY_CONTROLLER_OPS},
     # the Schema Registry: subjects, versions, config, mode (ingest_api/schemas/state.py)
     **{op: _schema_op(op) for op in SCHEMA_CONTROLLER_OPS},
+    # dynamic broker configs (ingest_api/cluster/broker_configs.py)
+    **{op: _broker_config_op(op) for op in BROKER_CONFIG_CONTROLLER_OPS},
 }
 
 

@@ -59,6 +59,7 @@ from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS
 from lakelog.ingest_api.cluster.observer import ObserverHost
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.controller_host import ControllerHost
+from lakelog.ingest_api.dynamic_config import DynamicConfigs
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -138,6 +139,7 @@ class Node:
                                   controller_call=self.controller_call, waiters=self.metadata_waiters,
                                   check_file_budget=self.replicas.check_file_budget,
                                   delete_remote_topic=self.remote_logs.delete_remote_topic)
+        self.dynamic_configs = DynamicConfigs(self)  # node.toml + the cluster's dynamic broker configs
 
     # ------------------------------------------------------------------ state other components read
 
@@ -244,6 +246,7 @@ class Node:
                  extra=NOTICE)
 
     def _on_applied(self, index: int) -> None:
+        self.dynamic_configs.refresh()  # dynamic broker configs, before anyone reads the new metadata
         self.metadata_waiters.applied(index)
         self.replicas.schedule_reconcile()
 

@@ -34,6 +34,8 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
                                (ingest_api/security/records.py)
     schema_register, schema_delete, schema_config, schema_mode
                                the Schema Registry: `image.schemas` (ingest_api/schemas/state.py)
+    broker_configs             broker (-1 = cluster-wide), configs: dynamic broker configs,
+                               `image.broker_configs` (ingest_api/cluster/broker_configs.py)
     alter_broker_configs       the dynamic replication throttle rates: `image.throttles`
                                (ingest_api/cluster/throttles.py)
 
@@ -95,6 +97,7 @@ from lakelog.ingest_api.errors import InvalidTopicError
 from lakelog.ingest_api.names import validate_topic_name
 from lakelog.ingest_api.raft.core import Entry, EntryKind
 from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
+from lakelog.ingest_api.cluster.broker_configs import RECORD_TYPES as BROKER_CONFIG_RECORD_TYPES, BrokerConfigState
 from lakelog.ingest_api.schemas.errors import SchemaRegistryError
 from lakelog.ingest_api.schemas.state import RECORD_TYPES as SCHEMA_RECORD_TYPES, SchemaRegistryState
 from lakelog.ingest_api.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES, SecurityState
@@ -345,6 +348,7 @@ class ClusterImage:
         self.recent_skips: collections.deque[tuple[int, str]] = collections.deque(maxlen=RECENT_SKIPS_KEPT)
         self.security = SecurityState()  # users, API keys, ACLs (an immutable value)
         self.schemas = SchemaRegistryState()  # the Schema Registry (an immutable value)
+        self.broker_configs = BrokerConfigState()  # dynamic broker configs (an immutable value)
         self.throttles = BrokerThrottles()  # dynamic replication throttle rates (an immutable value)
 
     # --- reads ---------------------------------------------------------------------------------
@@ -400,6 +404,7 @@ class ClusterImage:
         other.skipped_records = self.skipped_records
         other.security = self.security
         other.schemas = self.schemas
+        other.broker_configs = self.broker_configs
         other.throttles = self.throttles
         other.recent_skips = collections.deque(self.recent_skips, maxlen=RECENT_SKIPS_KEPT)
         return other
@@ -415,6 +420,8 @@ class ClusterImage:
             state["security"] = self.security.to_dict()
         if not self.schemas.empty:  # likewise
             state["schemas"] = self.schemas.to_dict()
+        if not self.broker_configs.empty:  # likewise
+            state["broker_configs"] = self.broker_configs.to_dict()
         if not self.throttles.empty:  # likewise
             state["throttles"] = self.throttles.to_dict()
         return state
@@ -626,6 +633,12 @@ class ClusterImage:
         except (ValueError, TypeError, KeyError, AttributeError, SchemaRegistryError) as e:
             raise _Rejected(f"schema registry record: {e}") from None
 
+    def _broker_configs_record(self, rec: Mapping[str, Any], index: int) -> None:
+        try:
+            self.broker_configs = self.broker_configs.apply(rec)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise _Rejected(f"broker configs record: {e}") from None
+
 
 _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "register_broker": ClusterImage._register_broker,
@@ -641,6 +654,7 @@ _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "allocate_producer_ids": ClusterImage._allocate_producer_ids,
     **{t: ClusterImage._security_record for t in SECURITY_RECORD_TYPES},
     **{t: ClusterImage._schema_record for t in SCHEMA_RECORD_TYPES},
+    **{t: ClusterImage._broker_configs_record for t in BROKER_CONFIG_RECORD_TYPES},
     **{t: ClusterImage._throttle_record for t in THROTTLE_RECORD_TYPES},
 }
 
@@ -693,6 +707,11 @@ def _image_from_state(state: Mapping[str, Any]) -> ClusterImage:
             img.schemas = SchemaRegistryState.from_dict(state["schemas"])
         except (ValueError, TypeError, KeyError, AttributeError, SchemaRegistryError) as e:
             raise _Rejected(f"schema registry state: {e}") from None
+    if "broker_configs" in state:
+        try:
+            img.broker_configs = BrokerConfigState.from_dict(state["broker_configs"])
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise _Rejected(f"broker configs state: {e}") from None
     if "throttles" in state:
         try:
             img.throttles = BrokerThrottles.from_dict(state["throttles"])

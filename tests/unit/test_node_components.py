@@ -16,6 +16,7 @@ from lakelog.ingest_api.errors import TopicExistsError
 from lakelog.ingest_api.raft.core import Entry, EntryKind
 from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_OPS
 from lakelog.ingest_api.schemas.state import CONTROLLER_OPS as SCHEMA_OPS
+from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_CONFIG_OPS
 
 
 def _commit(image: ClusterImage, records: list[dict]) -> None:
@@ -33,7 +34,7 @@ def test_every_controller_op_is_in_the_table():
     assert set(OPS) == {"register_broker", "heartbeat", "create_topic", "delete_topic", "alter_configs",
                         "create_partitions", "alter_partition", "allocate_producer_ids", "alter_partition_reassignments",
                         "unregister_broker", "alter_broker_configs",
-                        "elect_leaders", *SECURITY_OPS, *SCHEMA_OPS}
+                        "elect_leaders", *SECURITY_OPS, *SCHEMA_OPS, *BROKER_CONFIG_OPS}
 
 
 def test_ops_turn_arguments_into_records_and_result_fields():
