@@ -153,3 +153,91 @@ def test_rest_protobuf_produce_fetch_consume_and_confluent_serdes_both_ways(node
     assert httpx.get(f"{url}/topics/clicks/partitions/0/offsets", timeout=10).json()["end_offset"] == 3
     assert httpx.get(f"{url}/topics/fresh/partitions/0/offsets", timeout=10).json()["end_offset"] == 0
     assert "fresh-value" not in httpx.get(f"{url}/subjects", timeout=10).json()
+
+
+USER = {"type": "record", "name": "User", "namespace": "lakelog.v3",
+        "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}]}
+
+
+def test_v3_produce_with_schemas_strategies_and_confluent_errors(node):
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    url = node.url
+    _create(url, "members")
+    base = f"{url}/v3/clusters/{_cluster_id(url)}/topics/members/records"
+    sr = SchemaRegistryClient({"url": url})
+
+    # a raw schema: registered under TopicNameStrategy's subject; the report names it
+    r = httpx.post(base, json={"key": {"type": "JSONSCHEMA", "schema": '{"type": "string"}', "data": "m1"},
+                               "value": {"type": "AVRO", "schema": json.dumps(USER),
+                                         "data": {"name": "ada", "age": 36}}}, timeout=30)
+    assert r.status_code == 200, r.text
+    rep = r.json()
+    value_id = sr.get_latest_version("members-value").schema_id
+    assert rep["value"] == {"type": "AVRO", "subject": "members-value", "schema_id": value_id, "schema_version": 1,
+                            "size": rep["value"]["size"]} and rep["value"]["size"] > 5
+    assert rep["key"]["type"] == "JSONSCHEMA" and rep["key"]["subject"] == "members-key"
+    raw = _raw(url, "members")
+    ctx = SerializationContext("members", MessageField.VALUE)
+    assert AvroDeserializer(sr)(base64.b64decode(raw[0]["value"]), ctx) == {"name": "ada", "age": 36}
+    assert json.loads(base64.b64decode(raw[0]["key"])[5:]) == "m1"
+
+    # by id, by version, by the latest version (type only), each to the same subject
+    for field in ({"schema_id": value_id}, {"schema_version": 1}, {"type": "AVRO"},
+                  {"subject": "members-value", "schema_version": 1}):
+        r = httpx.post(base, json={"value": {**field, "data": {"name": "bob", "age": 7}}}, timeout=30)
+        assert r.status_code == 200, (field, r.text)
+        assert (r.json()["value"]["schema_id"], r.json()["value"]["subject"]) == (value_id, "members-value")
+
+    # RECORD_NAME and TOPIC_RECORD_NAME: the subject is the record's full name (prefixed by the topic)
+    record_id = sr.register_schema("lakelog.v3.User", Schema(json.dumps(USER), "AVRO"))
+    r = httpx.post(base, json={"value": {"schema_id": record_id, "subject_name_strategy": "RECORD_NAME",
+                                         "data": {"name": "cy", "age": 1}}}, timeout=30)
+    assert (r.status_code, r.json()["value"]["subject"]) == (200, "lakelog.v3.User"), r.text
+    r = httpx.post(base, json={"value": {"type": "PROTOBUF", "subject_name_strategy": "TOPIC_RECORD_NAME",
+                                         "schema": KEY, "data": {"id": "p1"}}}, timeout=30)
+    assert (r.status_code, r.json()["value"]["subject"]) == (200, "members-lakelog.rest.ClickKey"), r.text
+    pb = wire.decode(base64.b64decode(_raw(url, "members")[-1]["value"]), protobuf=True)
+    assert pb.message_indexes == (0,) and pb.payload == b"\x0a\x02p1"
+
+    # a batch: one bad entry fails alone; the stream (chunked) reports each record in order
+    r = httpx.post(base + ":batch", timeout=30, json={"entries": [
+        {"id": "a", "value": {"schema_id": value_id, "data": {"name": "dee", "age": 2}}},
+        {"id": "b", "value": {"schema_id": value_id, "data": {"name": "dee", "age": "two"}}}]})
+    assert r.status_code == 207, r.text
+    assert [s["id"] for s in r.json()["successes"]] == ["a"]
+    assert [(f["id"], f["error_code"]) for f in r.json()["failures"]] == [("b", 42207)]
+
+    def chunks():
+        yield json.dumps({"value": {"schema_id": value_id, "data": {"name": "eve", "age": 3}}}).encode()
+        yield json.dumps({"value": {"schema_id": 4242, "data": {}}}).encode()
+        yield json.dumps({"value": {"type": "AVRO", "data": {"name": "fay", "age": 4}}}).encode()
+
+    r = httpx.post(base, content=chunks(), headers={"Content-Type": "application/json"}, timeout=30)
+    codes = [json.loads(line)["error_code"] for line in r.text.splitlines()]
+    assert codes == [200, 42207, 200], r.text
+    end = httpx.get(f"{url}/topics/members/partitions/0/offsets", timeout=10).json()["end_offset"]
+
+    # Confluent v3's errors; nothing appended
+    for body, status, code in [
+        ({"value": {"schema_id": 4242, "data": {}}}, 422, 42207),  # unknown id
+        ({"value": {"schema_id": record_id + 1000, "data": {}}}, 422, 42207),
+        ({"value": {"schema_id": record_id, "data": {"name": "x", "age": 1}}}, 200, None),  # same text as members-value v1
+        ({"value": {"schema_version": 9, "data": {}}}, 400, 400),
+        ({"value": {"subject_name_strategy": "RECORD_NAME", "schema_version": 1, "data": {}}}, 400, 400),
+        ({"value": {"subject_name_strategy": "NEAREST", "schema_id": value_id, "data": {}}}, 400, 400),
+        ({"value": {"type": "AVRO", "schema": "{nope", "data": {}}}, 422, 42205),
+        ({"value": {"schema": json.dumps(USER), "data": {}}}, 400, 400),  # a raw schema needs its type
+        ({"value": {"schema_id": value_id, "data": {"name": "x"}}}, 422, 42207),  # data does not convert
+        ({"value": {"type": "JSONSCHEMA", "schema_id": value_id, "data": {}}}, 422, 42207),  # an AVRO id
+        ({"value": {"schema_id": "1", "data": {}}}, 400, 400),
+    ]:
+        r = httpx.post(base, json=body, timeout=30)
+        assert r.status_code == status, (body, r.text)
+        if code is not None:
+            assert (r.json()["error_code"], r.headers["content-type"]) == (code, "application/json"), r.text
+            end_now = httpx.get(f"{url}/topics/members/partitions/0/offsets", timeout=10).json()["end_offset"]
+            assert end_now == end, body
+        else:
+            end += 1
