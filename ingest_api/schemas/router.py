@@ -11,6 +11,7 @@ Every answer, errors included, is `application/vnd.schemaregistry.v1+json`; erro
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -246,7 +247,11 @@ async def register(subject: str, request: Request):
     if body.get("version") is not None:
         args["version"] = body["version"]
     reg = registry_of(request)
-    S.prepare(reg.state, subject, args, normalize=args["normalize"])  # refuse bad input here, before forwarding
+    _, parsed, _ = S.prepare(reg.state, subject, args, normalize=args["normalize"])  # refuse bad input here
+    if parsed.schema_type == PROTOBUF and "confluent/" not in parsed.canonical:
+        # what protoc refuses (an undefined type, ...) too, as Confluent's registry does; `confluent/` imports
+        # (Confluent's own option files) are not files protoc has here
+        await asyncio.to_thread(protobuf_values.descriptor_set, parsed)
     result = await reg.write("schema_register", args)
     st = reg.state
     stored = st.schemas.get(result["id"])

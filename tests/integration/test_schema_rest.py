@@ -153,6 +153,11 @@ def test_rest_protobuf_produce_fetch_consume_and_confluent_serdes_both_ways(node
     assert httpx.get(f"{url}/topics/clicks/partitions/0/offsets", timeout=10).json()["end_offset"] == 3
     assert httpx.get(f"{url}/topics/fresh/partitions/0/offsets", timeout=10).json()["end_offset"] == 0
     assert "fresh-value" not in httpx.get(f"{url}/subjects", timeout=10).json()
+    # the registry's own API refuses what protoc refuses, too (Confluent: 42201), and stores nothing
+    r = httpx.post(f"{url}/subjects/broken-value/versions", timeout=30, json={
+        "schemaType": "PROTOBUF", "schema": 'syntax = "proto3"; message M { Missing m = 1; }'})
+    assert (r.status_code, r.json()["error_code"]) == (422, 42201) and "Missing" in r.json()["message"], r.text
+    assert "broken-value" not in httpx.get(f"{url}/subjects", timeout=10).json()
 
 
 USER = {"type": "record", "name": "User", "namespace": "lakelog.v3",
