@@ -278,7 +278,7 @@ def _decode_part(df, reader: RegistryReader, topic: str, part: str):
     why = F.when(col.isNotNull() & ~framed, F.lit(f"the {part} is {WIRE_REASON}"))
     for i in ids:
         doc = reader.schema(i)
-        if doc is None:
+        if doc is None or reader_doc is None:
             why = why.when(sid == i, F.lit(f"{part} schema id {i} is unknown to the registry"))
         elif doc["schemaType"] != reader_doc["schemaType"]:
             why = why.when(sid == i, F.lit(f"{part} schema id {i} is {doc['schemaType']}, the reader schema "
@@ -366,7 +366,7 @@ def _protobuf(df, part: str, reader: RegistryReader, reader_id: int, ids: list[i
     target = protobuf_type(first)
     tmp, tmp_bad = f"_pb_{part}", f"_pb_{part}_bad"
     out_schema = StructType(list(df.schema.fields) + [StructField(tmp, target), StructField(tmp_bad, StringType())])
-    fn = _ProtobufBatches(part, sets, reader_id, target.json())
+    fn = _ProtobufBatches(part, sets, reader_id, target.json(), first.full_name)
     df = df.mapInArrow(fn, out_schema)
     return df, F.col(tmp), F.col(tmp_bad).isNotNull(), True
 
@@ -374,8 +374,10 @@ def _protobuf(df, part: str, reader: RegistryReader, reader_id: int, ids: list[i
 class _ProtobufBatches:
     """The mapInArrow function: appends the decoded message and a failure flag to each batch (picklable)."""
 
-    def __init__(self, part: str, sets: dict[int, bytes], reader_id: int, target_json: str) -> None:
+    def __init__(self, part: str, sets: dict[int, bytes], reader_id: int, target_json: str,
+                 target_name: str) -> None:
         self.part, self.sets, self.reader_id, self.target_json = part, sets, reader_id, target_json
+        self.target_name = target_name  # the reader's first message: the column's type
 
     def __call__(self, batches):
         import pyarrow as pa
@@ -420,13 +422,25 @@ class _ProtobufBatches:
                     if sid not in pools:
                         raise ValueError("not a readable schema")
                     indexes, start = message_indexes(data)
-                    msg = message_class(sid, indexes).FromString(data[start:])
+                    cls = message_class(sid, indexes)
+                    if cls.DESCRIPTOR.full_name != self.target_name:
+                        raise ValueError(f"message {cls.DESCRIPTOR.full_name} is not the table's {self.target_name}")
+                    msg = cls.FromString(data[start:])
                     values.append(protobuf_value(msg))
                     bad.append(None)
                 except Exception as e:  # noqa: BLE001 - any failure of one record is its dead letter
                     values.append(None)
                     bad.append(f"{type(e).__name__}: {e}"[:200])
+            try:
+                column = pa.array(values, type=arrow_type)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                for n, v in enumerate(values):  # find the rows Arrow refuses; they become dead letters
+                    try:
+                        pa.array([v], type=arrow_type)
+                    except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+                        values[n], bad[n] = None, f"not of the table's type: {e}"[:200]
+                column = pa.array(values, type=arrow_type)
             yield pa.RecordBatch.from_arrays(
-                list(batch.columns) + [pa.array(values, type=arrow_type),
+                list(batch.columns) + [column,
                                        pa.array(bad, type=pa.large_string() if large else pa.string())],
                 names=list(batch.schema.names) + [f"_pb_{self.part}", f"_pb_{self.part}_bad"])

@@ -180,3 +180,28 @@ def test_sync_tables_types_avro_json_protobuf_values_and_keys_and_widens(tmp_pat
     # again: nothing twice
     assert run_job(spark, "sync-tables", remote.url, topics=["avro_t", "json_t", "proto_t"]).totals["rows_added"] == 0
     assert len(_errors(spark, remote, "avro_t")) == 2
+
+
+def test_read_decoded_gives_the_data_source_rows_with_typed_columns(tmp_path, spark, registry):
+    from lakelog.spark_log.schema_columns import read_decoded
+
+    sr = SchemaRegistryClient({"url": registry})
+    remote = Remote(tmp_path, registry)
+    doc = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
+    ctx = SerializationContext("people", MessageField.VALUE)
+    ser = JSONSerializer(json.dumps(doc), sr)
+    key_ser = AvroSerializer(sr, '"long"')
+    kctx = SerializationContext("people", MessageField.KEY)
+    remote.append("people", [(key_ser(1, kctx), ser({"id": 1, "name": "ada"}, ctx)),
+                             (key_ser(2, kctx), b"\x00\x00\x00\x00\x63{}"),  # schema id 99: unknown
+                             (key_ser(3, kctx), None),  # a tombstone
+                             (key_ser(4, kctx), ser({"id": 4, "name": "dee"}, ctx))])
+    df = read_decoded(spark, remote.url, "people", startingOffset=0)  # the registry from the topic's config
+    assert dict(df.dtypes)["id"] == "bigint" and dict(df.dtypes)["key_decoded"] == "bigint"
+    rows = [(r["offset"], r["key_decoded"], r["id"], r["name"], r["decode_error"] is None)
+            for r in df.orderBy("offset").collect()]
+    assert rows == [(0, 1, 1, "ada", True), (1, 2, None, None, False), (2, 3, None, None, True),
+                    (3, 4, 4, "dee", True)]
+    assert "unknown" in df.where("offset = 1").first()["decode_error"]
+    # the data source's options pass through
+    assert [r["offset"] for r in read_decoded(spark, remote.url, "people", registry, startingOffset=3).collect()] == [3]

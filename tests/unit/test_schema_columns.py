@@ -69,13 +69,17 @@ def test_protobuf_rows_over_arrow():
     nested = b"\x00\x00\x00\x00\x07\x02\x04" + b""  # indexes [2]: no third message
     batch = pa.RecordBatch.from_arrays([pa.array([good, None, b"\x00\x00\x00\x00\x07\x00\x0a\x09ab", nested])],
                                        names=["value"])
-    out = list(_ProtobufBatches("value", {7: fds}, 7, target.json())([batch]))[0]
+    out = list(_ProtobufBatches("value", {7: fds}, 7, target.json(), "t.Click")([batch]))[0]
     values = out.column("_pb_value").to_pylist()
     assert values[0]["user"] == "ada" and values[0]["kind"] == "B" and values[0]["tags"] == [("a", 1)]
     assert values[0]["at"] == datetime.datetime.fromtimestamp(1_700_000_000, tz=datetime.timezone.utc)
     assert values[1:] == [None, None, None]
     bad = out.column("_pb_value_bad").to_pylist()
     assert bad[0] is None and bad[1] is None and bad[2] and "no message" in bad[3]
+    # a message other than the table's (its first) is a dead letter, not a failed batch
+    other = list(_ProtobufBatches("value", {7: fds}, 7, target.json(), "t.Other")([batch]))[0]
+    assert other.column("_pb_value").to_pylist()[0] is None
+    assert "not the table's t.Other" in other.column("_pb_value_bad").to_pylist()[0]
 
 
 def test_message_indexes():
