@@ -19,14 +19,14 @@ final class Planner {
 
     static List<Split> plan(Options o, Configuration conf, int parallelism) throws IOException {
         RemoteTier tier = new RemoteTier(o.remote, conf);
-        TreeSet<Integer> all = new TreeSet<>(tier.partitions(o.topic));
+        List<Integer> remote = tier.partitions(o.topic);
+        TreeSet<Integer> all = new TreeSet<>(remote);
         List<Integer> live = o.nodes != null ? HotTail.partitionIds(o, o.topic) : null;
         if (live != null) {
             all.addAll(live);
         }
         List<Split.Part> parts = new ArrayList<>();
         List<Split> hot = new ArrayList<>();
-        List<Integer> remote = tier.partitions(o.topic);
         long total = 0;
         for (int p : all) {
             if (!o.admitsPartition(p) || (live != null && !live.contains(p))) {
