@@ -92,6 +92,10 @@ def session_conf(
         )
     master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
     jars = [str(p) for p in local_jars(jars_dir)]
+    from lakelog.spark_log.jvm_source import jar_path
+
+    if jar_path() is not None:  # the JVM `lakelog` data source (make jvm); without it, the Python one
+        jars.append(str(jar_path()))
     if extra.get("spark.jars"):
         jars.append(extra.pop("spark.jars"))
 

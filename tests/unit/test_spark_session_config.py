@@ -43,6 +43,7 @@ def fake_jars(tmp_path):
 
 def test_conf_uses_local_jars_and_delta(fake_jars, monkeypatch):
     monkeypatch.delenv("LAKELOG_SPARK_MASTER", raising=False)
+    monkeypatch.setenv("LAKELOG_SPARK_JAR", "")  # without the JVM data source's jar
     conf = session_conf(jars_dir=fake_jars)
     jars = conf["spark.jars"].split(",")
     names = [j.rsplit("/", 1)[-1] for j in jars]
@@ -54,6 +55,15 @@ def test_conf_uses_local_jars_and_delta(fake_jars, monkeypatch):
     assert catalog == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     assert conf["spark.driver.bindAddress"] == "127.0.0.1"
     assert conf["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_the_jvm_data_source_jar_follows_the_local_jars(fake_jars, monkeypatch, tmp_path):
+    jar = tmp_path / "built" / "lakelog-spark.jar"
+    jar.parent.mkdir()
+    jar.write_bytes(b"")
+    monkeypatch.setenv("LAKELOG_SPARK_JAR", str(jar))
+    jars = session_conf(jars_dir=fake_jars)["spark.jars"].split(",")
+    assert jars[-1] == str(jar) and len(jars) == 4
 
 
 def test_cluster_master_keeps_spark_defaults(fake_jars, monkeypatch):
