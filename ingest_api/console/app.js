@@ -8,6 +8,7 @@ import { TopicList, TopicPage } from './topics.js';
 import { MessageBrowser } from './messages.js';
 import { GroupList, GroupPage } from './groups.js';
 import { Security } from './security.js';
+import { JobList, JobRun } from './jobs.js';
 
 const ROUTES = [
   [/^\/$/, () => html`<${Overview} />`],
@@ -16,10 +17,12 @@ const ROUTES = [
   [/^\/topics\/([^/]+)\/messages$/, (m) => html`<${MessageBrowser} name=${decodeURIComponent(m[1])} />`],
   [/^\/groups$/, () => html`<${GroupList} />`],
   [/^\/groups\/([^/]+)$/, (m) => html`<${GroupPage} name=${decodeURIComponent(m[1])} />`],
+  [/^\/jobs$/, () => html`<${JobList} />`],
+  [/^\/jobs\/([^/]+)$/, (m) => html`<${JobRun} id=${decodeURIComponent(m[1])} />`],
   [/^\/security$/, () => html`<${Security} />`],
 ];
 
-const NAV = [['/', 'Overview'], ['/topics', 'Topics'], ['/groups', 'Consumer groups'], ['/security', 'Security']];
+const NAV = [['/', 'Overview'], ['/topics', 'Topics'], ['/groups', 'Consumer groups'], ['/jobs', 'Jobs'], ['/security', 'Security']];
 
 function useHashPath() {
   const read = () => (location.hash.replace(/^#/, '').split('?')[0] || '/');
