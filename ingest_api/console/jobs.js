@@ -10,6 +10,7 @@ export const fmtSeconds = (s) => (s == null ? '–' : s < 60 ? `${s.toFixed(1)} 
 const duration = (r) => (r.seconds != null ? fmtSeconds(r.seconds) : r.elapsed_s != null ? `${fmtSeconds(r.elapsed_s)} so far` : '–');
 const progress = (r) => (r.tasks_total == null ? '–' : `${fmtNum(r.tasks_done)} / ${fmtNum(r.tasks_total)}`);
 const figures = (totals) => Object.entries(totals || {}).map(([k, v]) => `${k.replaceAll('_', ' ')} ${fmtNum(v)}`).join(', ') || '–';
+const cell = (v) => (typeof v === 'number' && !Number.isInteger(v) ? v.toFixed(2) : v ?? '');
 const State = ({ state }) => html`<span class=${'badge ' + (BADGE[state] || '')}>${state.toLowerCase()}</span>`;
 
 function Scheduler({ scheduler }) {
@@ -84,7 +85,7 @@ export function JobRun({ id }) {
     </tbody></table>
     ${DONE.has(r.state) && cols.length > 0 && html`<h2>What it did${r.rows_total > r.rows.length ? ` (first ${r.rows.length} of ${fmtNum(r.rows_total)})` : ''}</h2>
       <table class="compact" id="run-rows"><thead><tr>${cols.map((c) => html`<th>${c.replaceAll('_', ' ')}</th>`)}</tr></thead>
-      <tbody>${r.rows.map((row) => html`<tr>${cols.map((c) => html`<td>${row[c] ?? ''}</td>`)}</tr>`)}</tbody></table>`}
+      <tbody>${r.rows.map((row) => html`<tr>${cols.map((c) => html`<td>${cell(row[c])}</td>`)}</tr>`)}</tbody></table>`}
     <h2>Log</h2>
     <pre id="run-log" class="log">${r.log.join('\n')}</pre>`;
 }

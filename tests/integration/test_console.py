@@ -300,20 +300,42 @@ def test_the_remote_tier_of_a_topic_shows_what_is_tiered_and_what_waits(page, cl
     assert page.problems == []
 
 
-def test_a_killed_node_shows_as_down_then_up_again(page, cluster, tmp_path):
+def test_a_killed_node_shows_as_down_then_up_again_with_the_cluster_events(page, cluster, tmp_path):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "failover", "--partitions", "3", "--replication-factor", "3")
+    leaders = {p["partition"]: p["leader"] for p in httpx.get(f"{url}/stats/topics/failover").json()["partitions"]}
+    led_by_3 = [p for p, leader in leaders.items() if leader == 3]
+    assert led_by_3  # one partition in three has node 3 first (round-robin placement)
     p = page.page
     p.goto("/")
     expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+    events = p.locator("#events")
+    expect(events.locator("tr[data-kind=topic_created]", has_text="topic failover created: 3 partition(s), "
+                          "replication factor 3")).to_have_count(1, timeout=WAIT_MS)
     # While the cluster moves leaderships (and the controller, when node 3 held it) a node may answer
     # 503 "not ready" for a moment: the page keeps its last figures and polls again.
     page.expected_statuses.add(503)
     cluster.node(3).kill()
     expect(p.locator("#nodes tr[data-node='3'] .badge")).to_have_text("down", timeout=WAIT_MS)
     expect(p.locator("#nodes-up")).to_have_text("2 / 3")
+    expect(events.locator("tr[data-kind=node_fenced]", has_text="node 3 fenced").first).to_be_visible(timeout=WAIT_MS)
+    moved = f"failover-{led_by_3[0]}: leader node 3 -> node"
+    expect(events.locator("tr[data-kind=leader_changed]", has_text=moved).first).to_be_visible(timeout=WAIT_MS)
+    expect(events.locator("tr[data-kind=isr_shrunk]", has_text="(out: 3)").first).to_be_visible(timeout=WAIT_MS)
     screenshot(p, tmp_path, "node-down")
     cluster.node(3).start(timeout_s=60)
     expect(p.locator("#nodes tr[data-node='3'] .badge")).to_have_text("up", timeout=WAIT_MS)
     expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+    expect(events.locator("tr[data-kind=node_restarted]", has_text="node 3 registered again").first).to_be_visible(
+        timeout=WAIT_MS)
+    expect(events.locator("tr[data-kind=isr_expanded]", has_text="(in: 3)").first).to_be_visible(timeout=WAIT_MS)
+    # What the page shows is what the endpoint answers: newest first, seq growing.
+    doc = httpx.get(f"{url}/stats/events", params={"limit": 1000}).json()
+    seqs = [e["seq"] for e in doc["events"]]
+    assert doc["served_by"] == 1 and seqs == sorted(seqs, reverse=True) and len(set(seqs)) == len(seqs)
+    assert httpx.get(f"{url}/stats/events", params={"limit": 0}).json()["error_code"] == 42201
+    p.locator("h2:text('Recent cluster events')").scroll_into_view_if_needed()
+    screenshot(p, tmp_path, "events")
     assert page.problems == []
 
 
