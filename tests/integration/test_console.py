@@ -496,9 +496,26 @@ def test_with_security_a_wrong_password_is_refused_and_a_reader_cannot_delete(br
         acl.locator("select[name=operation]").select_option("DELETE")
         acl.locator("button[type=submit]").click()
         expect(p.locator("#acls")).to_contain_text("User:carol", timeout=WAIT_MS)
-        screenshot(p, tmp_path, "security")
         acls = httpx.get(f"{secure.url}/v3/clusters/{secure.cluster_id}/acls?principal=User:carol", headers=admin)
         assert [(a["operation"], a["resource_name"]) for a in acls.json()["data"]] == [("DELETE", "ledger")]
+        # Quotas: set from the page (checked before sending), seen through the API, removed.
+        quotas = p.locator("#set-quotas")
+        quotas.locator("input[name=principal]").fill("User:carol")
+        quotas.locator("input[name='producer.byte.rate']").fill("-5")
+        quotas.locator("button[type=submit]").click()
+        expect(quotas.locator(".error")).to_contain_text("Produce bytes/s must be between 0 and")
+        quotas.locator("input[name='producer.byte.rate']").fill("1048576")
+        quotas.locator("input[name='request.rate']").fill("50")
+        quotas.locator("button[type=submit]").click()
+        row = p.locator("#quotas tr[data-principal='User:carol']")
+        expect(row).to_contain_text("producer.byte.rate=1048576", timeout=WAIT_MS)
+        expect(row).to_contain_text("request.rate=50")
+        q = httpx.get(f"{secure.url}/v3/clusters/{secure.cluster_id}/quotas", headers=admin).json()["data"]
+        assert q == [{"principal": "User:carol", "quotas": {"producer.byte.rate": 1048576, "request.rate": 50}}]
+        screenshot(p, tmp_path, "security")
+        row.locator("button:text('remove')").click()
+        expect(p.locator("#no-quotas")).to_be_visible(timeout=WAIT_MS)
+        assert httpx.get(f"{secure.url}/v3/clusters/{secure.cluster_id}/quotas", headers=admin).json()["data"] == []
         assert [x for x in w.problems if "401" not in x and "403" not in x] == []
     finally:
         p.close()
