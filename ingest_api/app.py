@@ -132,7 +132,9 @@ def create_app(node: Node) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit_bytes=node.config.max_request_bytes, error_response=error_response)
     from lakelog.ingest_api.webconsole import ConsoleMiddleware
 
-    app.add_middleware(ConsoleMiddleware, security=app.state.security)  # the console's files: public, in front of the security checks
+    app.add_middleware(ConsoleMiddleware, security=app.state.security,
+                       downloads={"max_records": node.config.get("console.download.max.records"),
+                                  "max_bytes": node.config.get("console.download.max.bytes")})  # the console's files: public, in front of the security checks
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
     from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, docs, internal, ops, records, replication, stats

@@ -103,7 +103,8 @@ async function start() {
     const resp = await fetch('/console/session.json', { headers: { Accept: 'application/json' } });
     const doc = await resp.json();
     Object.assign(session, { authentication: doc.authentication, basic: doc.basic, apikey: doc.apikey,
-                             clusterId: doc.cluster_id });
+                             clusterId: doc.cluster_id, downloadMaxRecords: doc.download_max_records,
+                             downloadMaxBytes: doc.download_max_bytes });
   } catch (e) {
     render(html`<${ErrorBox} error=${new ApiError(0, 0, `the node did not describe its session: ${e.message}`)} />`, root);
     return;

@@ -1,11 +1,12 @@
 // The message browser: one partition from an offset or a timestamp, paged forward and back, a live
 // tail (long-poll fetches), keys and values as JSON, text or hex, headers, and produce a test record.
 import { useEffect, useState } from 'preact/hooks';
-import { ActionForm, ErrorBox, Link, api, enc, fmtBytes, fmtNum, fmtTime, html, parseIntField, usePoll } from './lib.js';
+import { ActionForm, ErrorBox, Link, api, enc, fmtBytes, fmtNum, fmtTime, html, parseIntField, session, usePoll } from './lib.js';
 
 const BINARY = 'application/vnd.kafka.binary.v2+json';
 const PREVIEW_CHARS = 512;      // a longer key or value shows truncated until expanded
 const FETCH_BYTES = 1 << 20;    // at most this much per fetch
+const DOWNLOAD_FETCH_BYTES = 256 << 10;  // per fetch of a range download (a page at a time)
 const TAIL_KEEP = 200;          // records the live tail keeps on screen
 const MAX_PRODUCE_BYTES = 1 << 20;
 const DECODE_BATCH = 200;       // keys and values per /stats/decode request (the node takes 400)
@@ -73,8 +74,8 @@ function Records({ records, format }) {
     </tr>`)}</tbody></table>`;
 }
 
-const fetchRecords = (name, partition, offset, timeout, signal) => api('GET',
-  `/topics/${enc(name)}/partitions/${partition}/records?offset=${offset}&timeout=${timeout}&max_bytes=${FETCH_BYTES}`,
+const fetchRecords = (name, partition, offset, timeout, signal, maxBytes = FETCH_BYTES) => api('GET',
+  `/topics/${enc(name)}/partitions/${partition}/records?offset=${offset}&timeout=${timeout}&max_bytes=${maxBytes}`,
   undefined, { accept: BINARY, signal, raw: true });
 
 function LiveTail({ name, partition, format }) {
@@ -136,7 +137,45 @@ function Produce({ name, partitions }) {
     <//></details>`;
 }
 
-// The records on screen as JSON lines: key and value as text when they are UTF-8, else base64.
+// A range of offsets [from, to] fetched page after page (FETCH_BYTES each), at most the node's
+// console.download.max.records records and console.download.max.bytes bytes, then saved as one file.
+function DownloadRange({ name, partition, view }) {
+  const [progress, setProgress] = useState(null);
+  const submit = async (form) => {
+    const from = parseIntField(form.get('from'), { min: view.start, max: Math.max(view.start, view.end - 1), name: 'from offset' });
+    const to = parseIntField(form.get('to'), { min: from, max: Math.max(from, view.end - 1), name: 'to offset' });
+    const maxRecords = session.downloadMaxRecords, maxBytes = session.downloadMaxBytes;
+    if (to - from + 1 > maxRecords) throw new Error(`at most ${fmtNum(maxRecords)} records in one download (console.download.max.records)`);
+    const records = [];
+    let next = from, bytes = 0;
+    while (next <= to) {
+      const { body } = await fetchRecords(name, partition, next, 0, undefined, DOWNLOAD_FETCH_BYTES);
+      const page = body.filter((r) => r.offset >= next && r.offset <= to);
+      if (!page.length) break; // the end of what the partition holds (or a gap: compacted away)
+      for (const r of page) {
+        bytes += (r.key ? r.key.length * 0.75 : 0) + (r.value ? r.value.length * 0.75 : 0);
+        if (bytes > maxBytes) throw new Error(`the range holds more than ${fmtBytes(maxBytes)} (console.download.max.bytes); download a shorter one`);
+        records.push(r);
+      }
+      next = page[page.length - 1].offset + 1;
+      setProgress(`${fmtNum(records.length)} records fetched…`);
+    }
+    setProgress(null);
+    if (!records.length) throw new Error('no records in that range');
+    await decodeBySchema(records);
+    download(name, partition, records);
+    return html`<span id="downloaded">downloaded ${fmtNum(records.length)} records, offsets ${records[0].offset}–${records[records.length - 1].offset}</span>`;
+  };
+  return html`<details class="panel"><summary>Download a range</summary>
+    <${ActionForm} onSubmit=${submit} submit="Download" id="download-range">
+      <label>From offset <input name="from" defaultValue=${view.start} inputmode="numeric" /></label>
+      <label>To offset (included) <input name="to" defaultValue=${Math.max(view.start, view.end - 1)} inputmode="numeric" /></label>
+      ${progress && html`<span class="muted">${progress}</span>`}
+    <//>
+    <p class="muted">Fetched page by page; at most ${fmtNum(session.downloadMaxRecords)} records and ${fmtBytes(session.downloadMaxBytes)} in one file.</p></details>`;
+}
+
+// Records as JSON lines: key and value as text when they are UTF-8, else base64.
 function download(name, partition, records) {
   const field = (s) => {
     const bytes = decodeB64(s);
@@ -226,6 +265,7 @@ export function MessageBrowser({ name }) {
           <button id="next" disabled=${last == null || last + 1 >= view.end} onClick=${() => load(last + 1)}>Next ▶</button>
           <button id="download" disabled=${!view.records.length} onClick=${() => download(name, partition, view.records)}>Download these records</button>
         </div>
-        <${Records} records=${view.records} format=${format} />`}`}
+        <${Records} records=${view.records} format=${format} />
+        <${DownloadRange} name=${name} partition=${partition} view=${view} />`}`}
     <${Produce} name=${name} partitions=${topic.partitions.length} />`;
 }

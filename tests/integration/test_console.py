@@ -36,7 +36,8 @@ def cluster(tmp_path_factory):
     c = Cluster(root, size=3, overrides={
         "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
         "remote.storage.url": (root / "remote").as_uri(), "remote.log.manager.task.interval.ms": "200",
-        "remote.log.metadata.max.age.ms": "0"})
+        "remote.log.metadata.max.age.ms": "0",
+        "console.download.max.records": "1000", "console.download.max.bytes": str(1 << 20)})
     try:
         c.start()
         yield c
@@ -570,4 +571,68 @@ def test_values_registered_in_the_schema_registry_are_shown_decoded(page, cluste
     assert doc == {"results": [None, None]}
     bad = httpx.post(f"{url}/stats/decode", json={"data": ["%%%"]})
     assert bad.status_code == 422 and bad.json()["error_code"] == 42201
+    assert page.problems == []
+
+
+def wait_ready(url: str) -> None:
+    """A node on a busy machine may be re-confirming its session (503) for a moment: wait it out."""
+    for _ in range(300):
+        if httpx.get(f"{url}/readyz", timeout=10).status_code == 200:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{url} not ready")
+
+
+def test_a_range_across_pages_downloads_within_the_configured_limits(page, cluster, tmp_path):
+    url = cluster.node(1).url
+    wait_ready(url)
+    cli(url, "topics", "create", "ranges", "--partitions", "2")
+    big = [f"big-{i:04d}-" + "b" * 5000 for i in range(250)]  # 1.25 MB: five 256 KiB fetches
+    small = [f"small-{i}" for i in range(1100)]
+    binary = {"Content-Type": "application/vnd.kafka.binary.v2+json"}
+    for partition, values, step in ((0, big, 25), (1, small, 1100)):
+        for i in range(0, len(values), step):
+            body = {"records": [{"value": __import__("base64").b64encode(v.encode()).decode()} for v in values[i:i + step]]}
+            for _ in range(100):  # a node answers 503 while it re-confirms its session (a busy machine)
+                r = httpx.post(f"{url}/topics/ranges/partitions/{partition}", headers=binary, timeout=120, json=body)
+                if r.status_code != 503:
+                    break
+                time.sleep(0.5)
+            assert r.status_code == 200, r.text
+    assert httpx.get(f"{url}/console/session.json").json()["download_max_records"] == 1000
+    page.expected_statuses.add(503)  # a busy node may be re-confirming its session: the page asks again
+    p = page.page
+    p.goto("/#/topics/ranges/messages")
+    expect(p.locator("#records tr[data-offset='0']")).to_be_visible(timeout=WAIT_MS)
+    p.click("summary:text('Download a range')")
+    form = p.locator("#download-range")
+    form.locator("input[name=from]").fill("10")
+    form.locator("input[name=to]").fill("5000")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("to offset must be between 10 and 249")  # checked before fetching
+    form.locator("input[name=to]").fill("139")
+    with p.expect_download(timeout=WAIT_MS) as got:
+        form.locator("button[type=submit]").click()
+        form.locator("#downloaded, .error").wait_for(timeout=WAIT_MS)
+        assert form.locator(".error").count() == 0, form.locator(".error").inner_text()
+    expect(form.locator("#downloaded")).to_have_text("downloaded 130 records, offsets 10–139", timeout=WAIT_MS)
+    path = tmp_path / "range.jsonl"
+    got.value.save_as(path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["offset"] for r in rows] == list(range(10, 140))
+    assert [r["value"] for r in rows] == big[10:140]
+    # Over the byte bound (1 MiB here): refused, nothing saved.
+    form.locator("input[name=from]").fill("0")
+    form.locator("input[name=to]").fill("249")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("more than 1.0 MiB (console.download.max.bytes)", timeout=WAIT_MS)
+    # Over the record bound (1,000 here).
+    p.select_option("#partition", "1")
+    expect(p.locator("#records tr[data-offset='0']")).to_contain_text("small-0", timeout=WAIT_MS)
+    p.click("summary:text('Download a range')")  # a new partition: a new, closed panel
+    form = p.locator("#download-range")
+    form.locator("input[name=from]").fill("0")
+    form.locator("input[name=to]").fill("1099")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("at most 1,000 records in one download")
     assert page.problems == []
