@@ -157,21 +157,21 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
     print(f"lakelog jobs schedule: {timed}; runs asked for through the nodes every {args.poll_ms} ms; over "
           f"{args.remote}", file=sys.stderr, flush=True)
     runs = 0
-    last_beat = 0.0
 
     def beat() -> None:
-        nonlocal last_beat
-        if time.monotonic() - last_beat < job_runs.HEARTBEAT_MS / 1000:
-            return
-        last_beat = time.monotonic()
         try:
             job_runs.write_scheduler_heartbeat(store, runner, active)
         except Exception as e:  # the heartbeat only informs the console
             print(f"lakelog jobs schedule: could not write the heartbeat: {e}", file=sys.stderr, flush=True)
 
+    def beat_loop() -> None:  # also while a long run holds the main loop
+        while not stop.wait(job_runs.HEARTBEAT_MS / 1000):
+            beat()
+
+    beat()
+    threading.Thread(target=beat_loop, name="scheduler-heartbeat", daemon=True).start()
     try:
         while not stop.is_set():
-            beat()
             try:
                 runs += serve_queued(spark, args.remote, runner, dict(args.config or []), stop.is_set)
             except Exception as e:  # the store is unreachable: try again at the next poll
@@ -182,7 +182,6 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
             for _, job in due:
                 if stop.is_set():
                     break
-                beat()
                 try:
                     summary = recorded_run(spark, job, args.remote, runner=runner, overrides=dict(args.config or []))
                     print(f"lakelog jobs schedule: {job} {json.dumps(summary.totals, sort_keys=True)} "
@@ -196,6 +195,7 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
             wait = min([t - time.monotonic() for t in next_run.values()] + [args.poll_ms / 1000])
             stop.wait(max(0.1, wait))
     finally:
+        stop.set()
         spark.stop()
         store.close()
     return 0

@@ -19,9 +19,10 @@ function Scheduler({ scheduler }) {
     return html`<p id="scheduler">Scheduler <b>${scheduler.runner}</b> is running
       (${timed || 'no timed jobs'}); it picks up the runs started here within seconds.</p>`;
   }
-  return html`<p id="scheduler" class="warn">No scheduler is running${scheduler ? html` (last heard from
-    ${fmtTime(scheduler.heartbeat_ms)})` : ''}: runs started here wait until <code>lakelog jobs schedule</code>
-    or <code>lakelog up --jobs</code> runs over this remote tier. <code>lakelog jobs run</code> runs one now and is listed here too.</p>`;
+  const last = scheduler ? ` (last heard from ${fmtTime(scheduler.heartbeat_ms)})` : '';
+  return html`<p id="scheduler" class="warn">No scheduler is running${last}: runs started here wait until${' '}
+    <code>lakelog jobs schedule</code> or <code>lakelog up --jobs</code> runs over this remote tier;${' '}
+    <code>lakelog jobs run</code> runs one at once and is listed here too.</p>`;
 }
 
 function StartRun({ jobs, onStarted }) {

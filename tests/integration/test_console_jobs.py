@@ -18,7 +18,7 @@ from lakelog.tiering.remote_scan import load_manifest, open_remote
 from tests.support.browser import launch, screenshot, watch
 from tests.support.nodes import LAKELOG, Cluster
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]  # two JVM starts and Delta writes on a busy machine
 WAIT_MS = 45_000
 SPARK_WAIT_MS = 300_000  # a JVM start and a Delta write on a busy 2-core machine; a pass never waits this long
 
@@ -125,6 +125,7 @@ def test_a_run_started_in_the_browser_is_run_by_the_scheduler_and_shows_its_figu
         try:
             expect(p.locator("#scheduler")).to_contain_text("is running", timeout=SPARK_WAIT_MS)
             expect(row).to_have_attribute("data-state", "SUCCEEDED", timeout=SPARK_WAIT_MS)
+            expect(p.locator("#scheduler")).to_contain_text("is running")  # it beats while a run holds it
             screenshot(p, tmp_path, "jobs")
             p.click(f"#runs a:text('{run_id}')")
             expect(p.locator("#run-state")).to_have_text("succeeded", timeout=WAIT_MS)
