@@ -37,7 +37,10 @@ def cluster(tmp_path_factory):
         "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
         "remote.storage.url": (root / "remote").as_uri(), "remote.log.manager.task.interval.ms": "200",
         "remote.log.metadata.max.age.ms": "0",
-        "console.download.max.records": "1000", "console.download.max.bytes": str(1 << 20)})
+        "console.download.max.records": "1000", "console.download.max.bytes": str(1 << 20),
+        # Slower than FAST_CLUSTER: a browser, three nodes and the tests share a busy 2-core machine.
+        "controller.quorum.election.timeout.ms": "2000", "broker.session.timeout.ms": "5000",
+        "replica.lag.time.max.ms": "3000"})
     try:
         c.start()
         yield c
