@@ -196,7 +196,10 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
             stop.wait(max(0.1, wait))
     finally:
         stop.set()
-        spark.stop()
+        try:
+            spark.stop()
+        except Exception:  # Ctrl-C reaches the JVM too (same process group): it may be gone already
+            pass
         store.close()
     return 0
 

@@ -20,7 +20,7 @@ from tests.support.nodes import LAKELOG, Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]  # two JVM starts and Delta writes on a busy machine
 WAIT_MS = 45_000
-SPARK_WAIT_MS = 300_000  # a JVM start and a Delta write on a busy 2-core machine; a pass never waits this long
+SPARK_WAIT_MS = 900_000  # a JVM start and a Delta write on a machine at load 30-40; a pass never waits this long
 
 
 def cli(url: str, *args: str, stdin: bytes | None = None) -> str:
@@ -138,8 +138,12 @@ def test_a_run_started_in_the_browser_is_run_by_the_scheduler_and_shows_its_figu
             expect(p.locator("#run-log")).to_contain_text("succeeded in")
             screenshot(p, tmp_path, "job-run")
         finally:
-            os.killpg(sched.pid, signal.SIGTERM)
-            _, err = sched.communicate(timeout=60)
+            sched.send_signal(signal.SIGTERM)  # the scheduler stops its Spark session itself
+            _, err = sched.communicate(timeout=120)
+            try:
+                os.killpg(sched.pid, signal.SIGKILL)  # anything of its group left behind
+            except ProcessLookupError:
+                pass
         assert sched.returncode == 0, err.decode()[-2000:]
 
         # A run by `lakelog jobs run` is recorded too; sync-tables is incremental: nothing new to add.
