@@ -22,10 +22,18 @@ a retriable error (connection lost, timeout, 503 / 504 / 429) is sent again, to 
 a duplicate with its original offsets, so a retry never writes twice. After a batch fails for
 good, the producer takes a new producer id (sequences restart), as Kafka's producer resets.
 
-Ordering and in-flight requests: HTTP does not order requests across connections the way Kafka's
-protocol orders them on one connection, so each partition has at most one batch in flight (its
-order is kept, retries included); `max.in.flight.requests.per.connection` bounds how many partitions
-are in flight at once (the size of the connection pool's worker set).
+Ordering and in-flight requests (Kafka's `max.in.flight.requests.per.connection` with idempotence):
+up to `max.in.flight.requests.per.connection` (at most 5, as Kafka requires with idempotence: the
+node keeps each producer's last 5 batches for duplicate detection) batches of one partition are in
+flight at once, and as many requests in all (the worker pool). HTTP does not order requests across
+connections as Kafka's protocol orders them on one, so a later batch may reach the leader first:
+the leader refuses it (OUT_OF_ORDER_SEQUENCE_NUMBER, 409 / 40908) and the batch is sent again once
+the batch before it (its predecessor, same producer id) is acknowledged — the sequence numbers keep
+the order, retries after a node failure included, and the duplicate check keeps them single. A
+partition's first batch under a producer id goes alone (the leader accepts any sequence from a
+producer it does not know, so nothing may overtake it). A batch whose predecessor failed for good
+fails too (its records would land after a hole). Callbacks and futures of one partition complete in
+order. Without idempotence a partition has one batch in flight (nothing else would keep the order).
 
 Bounds: `buffer.memory` (produce blocks up to `max.block.ms` when the unsent bytes reach it, then
 raises BufferError), `max.request.size` (a bigger record is refused), `batch.size`,
@@ -76,6 +84,10 @@ DEFAULTS: dict[str, Any] = {
     "metadata.max.age.ms": 300000,
 }
 _RETRIABLE_STATUS = (408, 429, 500, 502, 503, 504)
+#: Kafka's bound with idempotence: the broker remembers a producer's last 5 batches.
+MAX_IN_FLIGHT_IDEMPOTENT = 5
+#: OUT_OF_ORDER_SEQUENCE_NUMBER: a batch reached the leader before its predecessor.
+_OUT_OF_ORDER = 40908
 
 
 class RecordMetadata(NamedTuple):
@@ -164,6 +176,8 @@ class _Batch:
     attempts: int = 0
     payload: bytes | None = None  # built once: a retry resends the same bytes and sequence
     producer: tuple[int, int] | None = None
+    sequence: int = -1
+    pred: "_Batch | None" = None  # the batch of the same partition and producer id sent just before
 
 
 class Producer:
@@ -194,6 +208,9 @@ class Producer:
         self.batch_size = max(1, int(cfg["batch.size"]))
         self.idempotent = _bool(cfg["enable.idempotence"])
         self.max_in_flight = max(1, int(cfg["max.in.flight.requests.per.connection"]))
+        if self.idempotent and self.max_in_flight > MAX_IN_FLIGHT_IDEMPOTENT:
+            raise ValueError(f"max.in.flight.requests.per.connection must be at most {MAX_IN_FLIGHT_IDEMPOTENT} "
+                             "with enable.idempotence (the node keeps that many batches per producer)")
         self.retries = max(0, int(cfg["retries"]))
         self.backoff_s = int(cfg["retry.backoff.ms"]) / 1000
         self.backoff_max_s = int(cfg["retry.backoff.max.ms"]) / 1000
@@ -213,7 +230,11 @@ class Producer:
         self._cond = threading.Condition()
         self._open: dict[tuple[str, int], _Batch] = {}
         self._queued: dict[tuple[str, int], deque[_Batch]] = {}
-        self._in_flight: set[tuple[str, int]] = set()
+        self._in_flight: dict[tuple[str, int], list[_Batch]] = {}  # per partition, in sequence order
+        self._in_flight_count = 0
+        self._acked_pid: dict[tuple[str, int], tuple[int, int]] = {}  # producer id of the last acknowledged batch
+        self.out_of_order_retries = 0  # batches sent again after arriving before their predecessor
+        self.in_flight_peak = 0  # most batches of one partition in flight at once so far
         self._buffered = 0
         self._pending = 0  # records not yet completed
         self._partitions: dict[str, int] = {}
@@ -222,7 +243,6 @@ class Producer:
         self._producer_id: tuple[int, int] | None = None
         self._sequences: dict[tuple[str, int], int] = {}
         self._flushing = 0
-        self._id_lock = threading.Lock()  # one producer id and one sequence counter, across workers
         self._closed = False
         self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="lakelog-producer")
         self._sender = threading.Thread(target=self._run, name="lakelog-producer-sender", daemon=True)
@@ -361,67 +381,127 @@ class Producer:
                         self._seal(tp)
                     else:
                         next_wake = min(next_wake, self.linger_s - age)
-                ready = [tp for tp, q in self._queued.items() if q and tp not in self._in_flight]
-                for tp in ready[: self.max_in_flight - len(self._in_flight)]:
-                    self._in_flight.add(tp)
-                    self._pool.submit(self._ship, self._queued[tp][0])
-                self._cond.wait(next_wake)
+                need_pid = self.idempotent and self._producer_id is None and any(self._queued.values())
+                if not need_pid:
+                    self._dispatch()
+                    self._cond.wait(next_wake)
+                    continue
+            error = self._init_producer_id()  # a request: outside the lock
+            if error is not None:
+                self._fail_queued(error)
+
+    def _dispatch(self) -> None:
+        """Send what the in-flight limits allow, each partition's batches in queue order (caller holds
+        the lock). Sequences are given here, in that order, so a partition's sequence order is its
+        queue order whatever thread sends what."""
+        for tp, q in self._queued.items():
+            flying = self._in_flight.setdefault(tp, [])
+            while q and self._in_flight_count < self.max_in_flight:
+                pipelined = self.idempotent and self._producer_id is not None and \
+                    self._acked_pid.get(tp) == self._producer_id
+                limit = self.max_in_flight if pipelined else 1
+                if len(flying) >= limit:
+                    break
+                b = q.popleft()
+                if self.idempotent and self._producer_id is not None:
+                    b.producer = self._producer_id
+                    b.sequence = self._sequences.get(tp, 0)
+                    self._sequences[tp] = (b.sequence + len(b.records)) % _SEQUENCE_MOD
+                    b.pred = flying[-1] if flying and flying[-1].producer == b.producer else None
+                flying.append(b)
+                self.in_flight_peak = max(self.in_flight_peak, len(flying))
+                self._in_flight_count += 1
+                self._pool.submit(self._ship, b)
+
+    def _init_producer_id(self) -> Exception | None:
+        """Ask for a producer id; None when there is one now (or idempotence was given up), else the
+        error (after the backoff when it is retriable and the queued batches still have time)."""
+        try:
+            doc = self._post_json("/producers")
+        except ProduceError as e:
+            if e.status == 403 and not self._idempotence_explicit:
+                with self._cond:
+                    self.idempotent = False  # not allowed a producer id: plain batches from now on
+                return None
+            if e.retriable and not self._queued_expired():
+                time.sleep(self.backoff_s)
+                return None
+            return e
+        except Exception as e:  # an answer that is not what InitProducerId answers: fail what waits for it
+            return ProduceError(f"cannot get a producer id: {e}")
+        with self._cond:
+            self._producer_id = (int(doc["producer_id"]), int(doc["producer_epoch"]))
+            self._sequences.clear()
+        return None
+
+    def _queued_expired(self) -> bool:
+        now = time.monotonic()
+        with self._cond:
+            return any(now - b.created >= self.delivery_timeout_s for q in self._queued.values() for b in q)
+
+    def _fail_queued(self, error: Exception) -> None:
+        with self._cond:
+            batches = [b for q in self._queued.values() for b in q]
+            for q in self._queued.values():
+                q.clear()
+        for b in batches:
+            self._complete(b, -1, error)
 
     # ------------------------------------------------------------------ sending
 
     def _payload(self, b: _Batch) -> bytes:
-        if b.payload is not None:
-            return b.payload
-        with self._id_lock:
-            pid, epoch, seq = -1, -1, -1
-            if self.idempotent:
-                if self._producer_id is None:
-                    try:
-                        doc = self._post_json("/producers")
-                    except ProduceError as e:
-                        if e.status != 403 or self._idempotence_explicit:
-                            raise
-                        self.idempotent = False  # not allowed a producer id: plain batches from now on
-                        doc = None
-                    if doc is not None:
-                        self._producer_id = (int(doc["producer_id"]), int(doc["producer_epoch"]))
-            if self.idempotent and self._producer_id is not None:
-                pid, epoch = self._producer_id
-                tp = (b.topic, b.partition)
-                seq = self._sequences.get(tp, 0)
-                self._sequences[tp] = (seq + len(b.records)) % _SEQUENCE_MOD
-                b.producer = self._producer_id
-        b.payload = build_producer_batch(b.records, compression=self.compression, producer_id=pid,
-                                         producer_epoch=epoch, base_sequence=seq)
+        if b.payload is None:
+            pid, epoch = b.producer if b.producer is not None else (-1, -1)
+            b.payload = build_producer_batch(b.records, compression=self.compression, producer_id=pid,
+                                             producer_epoch=epoch, base_sequence=b.sequence)
         return b.payload
 
     def _ship(self, b: _Batch) -> None:
-        tp = (b.topic, b.partition)
         error: Exception | None = None
         base = -1
         while True:
             try:
-                payload = self._payload(b)
-                base = self._send(b.topic, b.partition, payload)
+                base = self._send(b.topic, b.partition, self._payload(b))
                 break
             except ProduceError as e:
                 error = e
             except httpx.HTTPError as e:
                 error = ProduceError(f"cannot reach {self.servers[self._node]}: {e}", retriable=True)
+            except Exception as e:  # building the batch: not retriable
+                error = e
             b.attempts += 1
             expired = time.monotonic() - b.created >= self.delivery_timeout_s
+            if getattr(error, "error_code", 0) == _OUT_OF_ORDER and b.pred is not None and not expired:
+                # It overtook its predecessor: send it again once that one is settled.
+                b.pred.outcome.event.wait(max(0.0, self.delivery_timeout_s - (time.monotonic() - b.created)))
+                if b.pred.outcome.error is not None:
+                    error = ProduceError(f"an earlier batch of {b.topic}-{b.partition} failed: {b.pred.outcome.error}",
+                                         getattr(b.pred.outcome.error, "status", 0),
+                                         getattr(b.pred.outcome.error, "error_code", 0))
+                    break
+                b.pred = None  # settled: from now on an out-of-order answer is a real hole
+                self.out_of_order_retries += 1
+                error = None
+                continue
             if not getattr(error, "retriable", False) or b.attempts > self.retries or expired:
                 break
             self._node = (self._node + 1) % len(self.servers)  # retry through another node
             time.sleep(min(self.backoff_max_s, self.backoff_s * 2 ** min(b.attempts - 1, 10)))
             error = None
+        if b.pred is not None:  # a partition's futures and callbacks complete in order
+            b.pred.outcome.event.wait(max(0.0, self.delivery_timeout_s - (time.monotonic() - b.created)))
+        self._complete(b, base, error)
+
+    def _complete(self, b: _Batch, base: int, error: Exception | None) -> None:
         # Futures and callbacks complete before the records stop counting as pending: when flush()
         # returns, every future is done and every callback has run (as Kafka's flush).
+        tp = (b.topic, b.partition)
         o = b.outcome
         o.base, o.error = base, error
         with _CALLBACK_LOCK:
             o.event.set()
             waiters, o.waiters = o.waiters or [], None
+        b.pred = None  # no chain of finished batches kept alive
         for i, cb in b.callbacks:
             md = None if error is not None else RecordMetadata(b.topic, b.partition, base + i if base >= 0 else -1,
                                                                b.records[i][0])
@@ -435,20 +515,20 @@ class Producer:
             except Exception:
                 pass
         with self._cond:
-            q = self._queued.get(tp)
-            if q and q[0] is b:
-                q.popleft()
-            self._in_flight.discard(tp)
+            flying = self._in_flight.get(tp)
+            if flying is not None and b in flying:
+                flying.remove(b)
+                self._in_flight_count -= 1
             self._buffered -= b.size
             self._pending -= len(b.records)
+            if error is None and b.producer is not None:
+                self._acked_pid[tp] = b.producer
             if error is not None and self.idempotent and b.producer is not None and b.producer == self._producer_id:
-                # The sequence of this partition has a hole now: start over with a new producer id.
+                # The sequence of this partition has a hole now: start over with a new producer id
+                # (batches not yet sent get it; those in flight keep their bytes for their retries).
                 self._producer_id = None
                 self._sequences.clear()
-                for other_tp, queued in self._queued.items():
-                    for other in queued:  # not yet sent (an in-flight batch keeps its bytes for its retries)
-                        if other_tp not in self._in_flight and other.attempts == 0:
-                            other.payload = None
+                self._acked_pid.clear()
             self._cond.notify_all()
 
     def _send(self, topic: str, partition: int, payload: bytes) -> int:
@@ -468,22 +548,32 @@ class Producer:
         return self._request("POST", path)
 
     def _request(self, method: str, path: str) -> dict[str, Any]:
+        """A metadata request (partition count, producer id): every node in turn, passes over them
+        with backoff while the answers are retriable (a node starting or catching up answers 503),
+        up to max.block.ms — as Kafka's producer waits for metadata."""
         last: Exception | None = None
-        for i in range(len(self.servers)):
-            server = self.servers[(self._node + i) % len(self.servers)]
-            try:
-                r = self._http.request(method, server + path)
-            except httpx.HTTPError as e:
-                last = ProduceError(f"cannot reach {server}: {e}", retriable=True)
-                continue
-            if r.status_code == 200:
-                return r.json()
-            err = _error(r)
-            if not err.retriable:
-                raise err
-            last = err
-        assert last is not None
-        raise last
+        deadline = time.monotonic() + self.max_block_s
+        attempt = 0
+        while True:
+            for i in range(len(self.servers)):
+                server = self.servers[(self._node + i) % len(self.servers)]
+                try:
+                    r = self._http.request(method, server + path)
+                except httpx.HTTPError as e:
+                    last = ProduceError(f"cannot reach {server}: {e}", retriable=True)
+                    continue
+                if r.status_code == 200:
+                    return r.json()
+                err = _error(r)
+                if not err.retriable:
+                    raise err
+                last = err
+            assert last is not None
+            pause = min(self.backoff_max_s, self.backoff_s * 2 ** min(attempt, 10))
+            if time.monotonic() + pause >= deadline:
+                raise last
+            time.sleep(pause)
+            attempt += 1
 
 
 def _as_bytes(v: Any, what: str) -> bytes | None:

@@ -110,6 +110,12 @@ class BrokerSession:
             await asyncio.sleep(0.1)
 
     @property
+    def quorum_lost_s(self) -> float:
+        """How long a controlled shutdown waits with no known Raft leader: three election timeouts
+        (a failover takes one or two), at least 1 s."""
+        return max(1.0, 3 * self.config.controller_quorum_election_timeout_ms / 1000)
+
+    @property
     def heartbeat_timeout_s(self) -> float:
         """One heartbeat attempt's time limit: half the broker session."""
         return max(0.05, self.config.broker_session_timeout_ms / 2000)
@@ -176,19 +182,34 @@ class BrokerSession:
         except Exception as e:
             log.info("heartbeat failed: %s", e)
 
-    async def controlled_shutdown(self, call: ControllerCall) -> None:
-        """Ask the controller to move this node's leaderships away; returns when it says done or on timeout."""
+    async def controlled_shutdown(self, call: ControllerCall,
+                                  controller_known: Callable[[], bool] | None = None) -> None:
+        """Ask the controller to move this node's leaderships away; returns when it says done or on timeout.
+
+        `controller_known()` (this node's Raft voter knows a leader): when it stays False for
+        `quorum_lost_s` the controller quorum is gone (the rest of a local cluster stopped first),
+        nobody can move the leaderships, and waiting out the timeout would only delay the stop.
+        """
         if self.state != BrokerState.REGISTERED or not self.config.controlled_shutdown_enable:
             return
         self.transition(BrokerState.SHUTTING_DOWN)
         deadline = time.monotonic() + self.config.controlled_shutdown_timeout_ms / 1000
         attempt: asyncio.Future | None = None
+        leaderless_since: float | None = None
         try:
             while time.monotonic() < deadline:
                 if not [b for b in self.image.serving_brokers() if b != self.node_id]:
                     # The whole cluster is stopping (or the rest is down): no one can take the leaderships.
                     log.info("node %s: no other broker can take its leaderships; stopping", self.node_id)
                     return
+                if controller_known is not None and not controller_known():
+                    leaderless_since = leaderless_since or time.monotonic()
+                    if time.monotonic() - leaderless_since >= self.quorum_lost_s:
+                        log.info("node %s: no controller quorum for %.1fs (the other voters stopped); stopping",
+                                 self.node_id, time.monotonic() - leaderless_since)
+                        return
+                else:
+                    leaderless_since = None
                 if attempt is None:
                     attempt = asyncio.ensure_future(call("heartbeat", self.heartbeat_args(want_shutdown=True),
                                                          attempt_timeout_s=self.heartbeat_timeout_s))

@@ -71,6 +71,10 @@ NODE_CONFIG = (
     .define("controller.quorum.election.timeout.ms", int, 1000, "Raft election timeout (randomised up to 2x).",
             min=50, max=60000, unit="ms")
     .define("controller.quorum.tick.ms", int, 50, "The Raft clock's tick.", min=5, max=1000, unit="ms")
+    .define("controller.quorum.append.max.entries", int, 512,
+            "Group commit of the metadata log: at most this many queued events (proposals, Raft messages) "
+            "are stepped together and their entries written with one fsync; 1 = one entry per append.",
+            min=1, max=10000)
     .define("controller.tick.ms", int, 200, "How often the active controller checks sessions and elections.",
             min=10, max=60000, unit="ms")
     .define("metadata.log.dir", str, "", "Directory of the metadata log; empty = <log.dirs>/__cluster_metadata-0.")

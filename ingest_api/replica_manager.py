@@ -30,6 +30,12 @@ from typing import Any, Awaitable, Callable
 from lakelog.compaction.cleaner import LogCleaner
 from lakelog.ingest_api.cluster.backoff import RetryBackoff
 from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.throttles import (
+    FOLLOWER_RATE,
+    LEADER_RATE,
+    ThrottleQuota,
+    is_throttled,
+)
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
 from lakelog.ingest_api.partition import Partition, PartitionKey, ProposeIsr, Role
@@ -46,6 +52,11 @@ FILES_PER_PARTITION = 3
 PARTITION_METADATA_FILE = "partition.metadata"
 #: Most partitions one replica fetch or OffsetsForLeaderEpoch request may name.
 MAX_PARTITIONS_PER_REQUEST = 10000
+#: Longest a reconcile holds the event loop while it opens partition logs; the rest waits for the
+#: loop's next turn. Opening one costs ~10 ms of file creation and fsyncs, so the 200 partitions of
+#: one new topic would stall the loop for seconds, and the controller quorum's ticks, heartbeats and
+#: lease run on it: its leader took the stall for a pause and stepped down, over and over.
+RECONCILE_SLICE_S = 0.05
 
 
 class ReplicaManager:
@@ -70,6 +81,10 @@ class ReplicaManager:
         self._lock = threading.RLock()
         self._reconcile_scheduled = False
         self._strays_removed = False
+        #: Replication throttles (cluster/throttles.py): bytes this node sends as a leader to, and
+        #: fetches as a follower for, throttled replicas out of the ISR.
+        self.leader_quota = ThrottleQuota()
+        self.follower_quota = ThrottleQuota()
 
     # ------------------------------------------------------------------ views
 
@@ -94,11 +109,32 @@ class ReplicaManager:
     def _reconcile(self) -> None:
         self._reconcile_scheduled = False
         try:
-            self.reconcile_now()
+            done = self.reconcile_now(budget_s=RECONCILE_SLICE_S)
         except Exception:
             log.exception("reconciling replicas with the metadata failed")
+            return
+        if not done:
+            self.schedule_reconcile()  # more partitions to open: after the loop's other work
 
-    def reconcile_now(self) -> None:
+    def reconcile_now(self, budget_s: float | None = None) -> bool:
+        """Bring the replicas in line with the image; False when `budget_s` ran out first.
+
+        The partitions this node lacks are opened first, as many as the budget allows (at least
+        one per call); only once none is missing does the full pass run (roles, fetchers, configs,
+        drops), so a sliced reconcile never repeats that pass per slice.
+        """
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        opened = 0
+        for name, topic in self.image.topics.items():
+            for p, st in enumerate(topic.partitions):
+                key = PartitionKey(name, p)
+                if self.node_id not in st.replicas or (
+                        key in self._partitions and self._topic_ids.get(name) == topic.topic_id):
+                    continue
+                if opened and deadline is not None and time.monotonic() > deadline:
+                    return False
+                self._reconcile_one(key, topic, st)
+                opened += 1
         wanted: set[PartitionKey] = set()
         for name, topic in self.image.topics.items():
             for p, st in enumerate(topic.partitions):
@@ -108,6 +144,7 @@ class ReplicaManager:
                     self._reconcile_one(key, topic, st)
         for key in [k for k in self._partitions if k not in wanted]:
             self._drop_partition(key)
+        return True
 
     def _reconcile_one(self, key: PartitionKey, topic: Any, st: Any) -> None:
         part = self._partitions.get(key)
@@ -314,12 +351,36 @@ class ReplicaManager:
                 log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
             records: bytes | memoryview = b""
             if offset < leo and remaining > 0:
-                res = p.log.read(offset, min(remaining, int(e.get("max_bytes", remaining))))
-                records = res.records
-                remaining -= len(records)
+                want = min(remaining, int(e.get("max_bytes", remaining)))
+                rate = self.leader_throttle_rate(p, replica_id)
+                if rate is not None:
+                    want = min(want, self.leader_quota.allowance(rate, time.monotonic()))
+                if want > 0:
+                    res = p.log.read(offset, want)
+                    records = res.records
+                    remaining -= len(records)
+                    if rate is not None:
+                        self.leader_quota.record(rate, len(records), time.monotonic())
             out.append(wire.PartitionData(topic, part, wire.NONE, None, p.high_watermark,
                                           p.log.log_start_offset, p.log.log_end_offset, records))
         return out
+
+    def leader_throttle_rate(self, p: Partition, replica_id: int) -> int | None:
+        """The leader throttle rate for a follower's fetch of `p`, or None when it is not throttled
+        (no rate set, the partition not listed for this leader, or the follower in the ISR)."""
+        rate = self.image.throttles.rate(self.node_id, LEADER_RATE)
+        if rate is None or replica_id in p.isr:
+            return None
+        listed = p.log.config.leader_replication_throttled_replicas
+        return rate if is_throttled(listed, p.key.partition, self.node_id) else None
+
+    def follower_throttle_rate(self, p: Partition) -> int | None:
+        """The follower throttle rate of this node's replica of `p`, or None when it is not throttled."""
+        rate = self.image.throttles.rate(self.node_id, FOLLOWER_RATE)
+        if rate is None or self.node_id in p.isr:
+            return None
+        listed = p.log.config.follower_replication_throttled_replicas
+        return rate if is_throttled(listed, p.key.partition, self.node_id) else None
 
     # ------------------------------------------------------------------ background work and stop
 

@@ -10,8 +10,19 @@
  *     varint header count | (varint name length | name UTF-8 | varint value length | value)*
  *   where every varint is zig-zag encoded (Kafka's ByteUtils.writeVarint / writeVarlong).
  *
- * The pure-Python reference is lakelog.logstore.record_batch.encode_record; tests check that both
- * give the same bytes. The batch header, compression and CRC-32C are added in Python
+ * decode_records(records, base_offset, base_timestamp, log_append_time, min_offset, topic, partition,
+ *                message_type) -> list
+ *   The inverse, for the consumer: walks an (inflated) records section of the layout above and
+ *   returns one `message_type` (a tuple subclass of 7 fields, cli/consumer.py's Message) per record
+ *   whose offset (base_offset + offset delta) is >= min_offset:
+ *     (topic, partition, offset, key bytes|None, value bytes|None, [(name str, value bytes|None)],
+ *      timestamp)   -- timestamp = log_append_time when it is >= 0, else base_timestamp + delta.
+ *   A malformed record (a varint or a length running past its record or the buffer, a record whose
+ *   fields do not fill its length, a header name that is not UTF-8) raises ValueError naming the
+ *   record's index and byte position.
+ *
+ * The pure-Python references are lakelog.logstore.record_batch.encode_record and RecordBatch.records;
+ * tests check that both paths give the same bytes and the same records. The batch header, compression and CRC-32C are added in Python
  * (cli/batching.py, the producer). Pure function: no state, the GIL held throughout.
  */
 #define PY_SSIZE_T_CLEAN
@@ -146,6 +157,121 @@ fail:
     return NULL;
 }
 
+
+/* Zig-zag varint read; -1 when it runs past `end` or is longer than 10 bytes. */
+static int read_varint(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, int64_t *out) {
+    uint64_t result = 0;
+    for (int i = 0, shift = 0; i < 10; i++, shift += 7) {
+        if (*pos >= end) return -1;
+        unsigned char b = buf[(*pos)++];
+        result |= (uint64_t)(b & 0x7f) << shift;
+        if (b < 0x80) {
+            *out = (int64_t)((result >> 1) ^ (~(result & 1) + 1));
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A length-prefixed bytes field (-1 = None) inside [pos, end): a new reference, or NULL. */
+static PyObject *read_field(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, int *bad) {
+    int64_t n;
+    if (read_varint(buf, pos, end, &n) < 0 || n < -1 || n > end - *pos) { *bad = 1; return NULL; }
+    if (n < 0) Py_RETURN_NONE;
+    PyObject *o = PyBytes_FromStringAndSize((const char *)buf + *pos, (Py_ssize_t)n);
+    *pos += (Py_ssize_t)n;
+    return o;
+}
+
+static PyObject *decode_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long base_offset, base_ts, append_ts, min_offset;
+    PyObject *topic, *partition;
+    PyTypeObject *msg_type;
+    if (!PyArg_ParseTuple(args, "y*LLLLOOO!", &view, &base_offset, &base_ts, &append_ts, &min_offset, &topic,
+                          &partition, &PyType_Type, &msg_type))
+        return NULL;
+    if (!PyType_IsSubtype(msg_type, &PyTuple_Type)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "message_type must be a tuple subclass");
+        return NULL;
+    }
+    const unsigned char *buf = view.buf;
+    Py_ssize_t total = view.len, pos = 0;
+    Py_ssize_t index = 0;
+    PyObject *out = PyList_New(0);
+    if (!out) goto fail;
+    while (pos < total) {
+        Py_ssize_t start = pos;
+        int64_t len, ts_delta, off_delta, hcount;
+        int bad = 0;
+        PyObject *key = NULL, *value = NULL, *headers = NULL, *msg = NULL;
+        if (read_varint(buf, &pos, total, &len) < 0 || len < 1 || len > total - pos) goto malformed;
+        Py_ssize_t end = pos + (Py_ssize_t)len;
+        pos += 1; /* attributes */
+        if (read_varint(buf, &pos, end, &ts_delta) < 0 || read_varint(buf, &pos, end, &off_delta) < 0)
+            goto malformed;
+        long long offset = base_offset + off_delta;
+        if (offset < min_offset) { pos = end; index++; continue; }
+        key = read_field(buf, &pos, end, &bad);
+        if (!key) goto record_fail;
+        value = read_field(buf, &pos, end, &bad);
+        if (!value) goto record_fail;
+        if (read_varint(buf, &pos, end, &hcount) < 0 || hcount < 0 || hcount > end - pos) { bad = 1; goto record_fail; }
+        headers = PyList_New((Py_ssize_t)hcount);
+        if (!headers) goto record_fail;
+        for (Py_ssize_t j = 0; j < (Py_ssize_t)hcount; j++) {
+            int64_t nl;
+            if (read_varint(buf, &pos, end, &nl) < 0 || nl < 0 || nl > end - pos) { bad = 1; goto record_fail; }
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)buf + pos, (Py_ssize_t)nl, "strict");
+            if (!name) { PyErr_Clear(); bad = 1; goto record_fail; }
+            pos += (Py_ssize_t)nl;
+            PyObject *hv = read_field(buf, &pos, end, &bad);
+            if (!hv) { Py_DECREF(name); goto record_fail; }
+            PyObject *pair = PyTuple_Pack(2, name, hv);
+            Py_DECREF(name);
+            Py_DECREF(hv);
+            if (!pair) goto record_fail;
+            PyList_SET_ITEM(headers, j, pair);
+        }
+        if (pos != end) { bad = 1; goto record_fail; }
+        msg = msg_type->tp_alloc(msg_type, 7);
+        if (!msg) goto record_fail;
+        PyObject *off_o = PyLong_FromLongLong(offset);
+        PyObject *ts_o = PyLong_FromLongLong(append_ts >= 0 ? append_ts : base_ts + ts_delta);
+        if (!off_o || !ts_o) { Py_XDECREF(off_o); Py_XDECREF(ts_o); goto record_fail; }
+        Py_INCREF(topic);
+        Py_INCREF(partition);
+        PyTuple_SET_ITEM(msg, 0, topic);
+        PyTuple_SET_ITEM(msg, 1, partition);
+        PyTuple_SET_ITEM(msg, 2, off_o);
+        PyTuple_SET_ITEM(msg, 3, key);
+        PyTuple_SET_ITEM(msg, 4, value);
+        PyTuple_SET_ITEM(msg, 5, headers);
+        PyTuple_SET_ITEM(msg, 6, ts_o);
+        key = value = headers = NULL;
+        if (PyList_Append(out, msg) < 0) { Py_DECREF(msg); goto fail; }
+        Py_DECREF(msg);
+        index++;
+        continue;
+    record_fail:
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        Py_XDECREF(headers);
+        Py_XDECREF(msg);
+        if (!bad) goto fail;
+    malformed:
+        PyErr_Format(PyExc_ValueError, "malformed record %zd at byte %zd of the records section", index, start);
+        goto fail;
+    }
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyObject *py_varint_size(PyObject *self, PyObject *arg) {
     long long v = PyLong_AsLongLong(arg);
     if (v == -1 && PyErr_Occurred()) return NULL;
@@ -155,11 +281,14 @@ static PyObject *py_varint_size(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS,
      "encode_records(base_timestamp, records) -> the records section of a RecordBatch v2"},
+    {"decode_records", decode_records, METH_VARARGS,
+     "decode_records(records, base_offset, base_timestamp, log_append_time, min_offset, topic, partition, "
+     "message_type) -> [message_type(topic, partition, offset, key, value, headers, timestamp)]"},
     {"varint_size", py_varint_size, METH_O, "varint_size(v) -> bytes of v as a zig-zag varint"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batchbuild",
-                                    "Native RecordBatch v2 record encoding for the producer.", -1, methods};
+                                    "Native RecordBatch v2 record encoding (producer) and decoding (consumer).", -1, methods};
 
 PyMODINIT_FUNC PyInit__batchbuild(void) { return PyModule_Create(&module); }

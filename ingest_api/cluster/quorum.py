@@ -14,9 +14,18 @@ feeds the core every event through one driver task:
     then: report role / term / leader changes, `on_applied`, and snapshot every N applied entries
     (`CompactLog`, which is one more step through the same path).
 
-The durability contract of core.py is kept: the driver takes the next event only after every effect
-of the previous step was carried out, and all Persist effects of a step (which the core lists first)
-are durable before any Send, Apply or Restore of that step. Storage calls run on one dedicated thread
+Group commit. The driver takes the next event and whatever else is already queued behind it (up to
+`append_max_entries`, `controller.quorum.append.max.entries`), steps them one after the other
+(consecutive proposals as one `ProposeMany`: consecutive entries, one AppendEntries per peer), then
+carries out the group's effects as core.py's "Group commit" allows: every Persist effect first, with
+one write and one fsync for a run of entries, then the sends, applies and proposal outcomes. So
+proposals that arrive while an fsync is in progress go into the next write together, and a follower
+appends the AppendEntries that queued up meanwhile with one fsync. `append_max_entries=1` steps one
+event at a time (one fsync per entry).
+
+The durability contract of core.py is kept: the driver takes the next group only after every effect
+of the previous one was carried out, and all Persist effects of a group are durable before any Send,
+Apply or Restore of that group. Storage calls run on one dedicated thread
 (`RaftStorage` is not thread-safe) so an fsync never blocks the event loop; the driver awaits them, so
 the ordering is that of a single thread. If a Persist effect (or the state machine) fails, the host
 stops at once (fail-stop): the failure is logged at CRITICAL, kept in `failure`, the remaining effects
@@ -56,6 +65,7 @@ Concurrency: every public method must be called from the event loop the host was
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import json
 import logging
@@ -96,7 +106,7 @@ from lakelog.ingest_api.raft.core import (
     PersistSnapshot,
     PersistState,
     ProposalRefused,
-    Propose,
+    ProposeMany,
     Proposed,
     RaftConfig,
     RaftCore,
@@ -193,7 +203,9 @@ class QuorumConfig:
     snapshot_interval_entries: int = keyed(NODE_CONFIG.keys["metadata.snapshot.interval.entries"])
     request_timeout_ms: int = 500  # controller.quorum.request.timeout.ms: one message POST, then dropped
     max_message_bytes: int = 16 << 20  # largest Raft message body, sent or received (a snapshot travels whole)
-    max_entries_per_append: int = 64
+    max_entries_per_append: int = 512  # entries in one AppendEntries (max_append_bytes bounds it too)
+    #: controller.quorum.append.max.entries: events stepped as one group (group commit; 1 = one at a time)
+    append_max_entries: int = keyed(NODE_CONFIG.keys["controller.quorum.append.max.entries"])
     max_append_bytes: int = 1 << 20  # payload bytes in one AppendEntries
     max_entry_bytes: int = 1 << 20  # largest proposal
     max_inflight_sends_per_peer: int = 8  # sends to a slow peer beyond this are dropped (Raft resends)
@@ -215,6 +227,7 @@ class QuorumConfig:
             raise ConfigError(f"node.id {self.node_id} is not one of controller.quorum.voters "
                               f"{format_voters(self.voters)}")
         for name in ("tick_ms", "election_timeout_ms", "heartbeat_interval_ms", "snapshot_interval_entries",
+                     "append_max_entries",
                      "request_timeout_ms", "max_message_bytes", "max_inflight_sends_per_peer",
                      "max_pending_events", "metadata_fetch_max_entries", "metadata_fetch_max_bytes"):
             if getattr(self, name) < 1:
@@ -326,6 +339,8 @@ class QuorumCounters:
     send_errors: int = 0  # timeouts, refused connections, non-202 answers
     inbox_full: int = 0
     snapshots: int = 0
+    persist_groups: int = 0  # I/O-thread persists, each one fsync of raft.log at most (group commit)
+    entries_persisted: int = 0
 
 
 class _FailStop(Exception):
@@ -708,18 +723,18 @@ class QuorumHost:
             next_at = max(next_at + period, loop.time())
 
     async def _run(self) -> None:
-        item: object = None
+        group: list[object] = []
         try:
             while self._state == _RUNNING:
                 item = await self._inbox.get()
                 if item is _STOP or self._state != _RUNNING:
                     break
-                if isinstance(item, _Proposal):
-                    if item.future.done():
-                        continue  # the proposer gave up before its turn
-                    await self._step(Propose(item.payload), item)
-                else:
-                    await self._step(item)
+                group = [item]
+                stop = self._fill_group(group)
+                await self._step_group(group)
+                group = []
+                if stop:
+                    break
         except _FailStop:
             pass
         except asyncio.CancelledError:
@@ -727,43 +742,79 @@ class QuorumHost:
         except Exception as e:  # an invariant of the core, or a failing state machine
             self._fail(e)
         finally:
-            # The proposal of an interrupted step (a failed persist) and everything queued: proposals
-            # fail, messages are lost (Raft resends).
+            # The proposals of an interrupted group (a failed persist) and everything queued:
+            # proposals fail, messages are lost (Raft resends).
             gone = QuorumUnavailableError(f"raft voter {self.node_id} stopped"
                                           + (f" after a failure: {self.failure}" if self.failure else ""))
-            if isinstance(item, _Proposal):
-                _resolve(item.future, error=gone)
+            for item in group:
+                if isinstance(item, _Proposal):
+                    _resolve(item.future, error=gone)
             while self._inbox is not None and not self._inbox.empty():
                 queued = self._inbox.get_nowait()
                 if isinstance(queued, _Proposal):
                     _resolve(queued.future, error=gone)
 
-    async def _step(self, event: Any, proposal: _Proposal | None = None) -> None:
+    def _fill_group(self, group: list[object]) -> bool:
+        """Group commit: add what is already queued, up to `append_max_entries` events; True at a stop."""
+        while len(group) < self.config.append_max_entries and not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if item is _STOP:
+                return True
+            group.append(item)
+        return False
+
+    async def _step(self, event: Any) -> None:
+        await self._step_group([event])
+
+    async def _step_group(self, items: list[object]) -> None:
+        """Step every event of the group, then carry out all their effects (core.py, "Group commit").
+
+        Consecutive proposals become one `ProposeMany` (one entry each, one PersistEntries); the
+        persist effects of the whole group run first, on the I/O thread, with one fsync per run of
+        entries (`RaftStorage.persist_many`); then sends, applies and proposal outcomes, in order.
+        """
         core = self._core
-        try:
-            effects = core.step(event)
-        except EntryTooLargeError as e:  # refused before the core changed anything
-            if proposal is not None and not proposal.future.done():
-                proposal.future.set_exception(e)
-            return
-        self.counters.steps += 1
-        persists = []
-        for e in effects:
-            if not isinstance(e, _PERSIST):
-                break
-            persists.append(e)
+        events: list[tuple[Any, list[_Proposal]]] = []
+        for item in items:
+            if isinstance(item, _Proposal):
+                if item.future.done():
+                    continue  # the proposer gave up before its turn
+                if events and events[-1][0] is None:
+                    events[-1][1].append(item)
+                else:
+                    events.append((None, [item]))  # a ProposeMany, made below
+            else:
+                events.append((item, []))
+        effects: list = []
+        proposals: collections.deque[_Proposal] = collections.deque()  # in the order of their outcomes
+        for event, props in events:
+            if props:
+                event = ProposeMany(tuple(p.payload for p in props))
+            try:
+                effects.extend(core.step(event))
+            except EntryTooLargeError as e:  # refused before the core changed anything
+                for prop in props:
+                    _resolve(prop.future, error=e)
+                continue
+            proposals.extend(props)
+            self.counters.steps += 1
+        persists = [e for e in effects if isinstance(e, _PERSIST)]
         if persists:
             try:
                 await asyncio.get_running_loop().run_in_executor(self._io, self._persist, persists)
             except Exception as exc:
                 self._fail(exc)
                 raise _FailStop from exc
+            self.counters.persist_groups += 1
             for e in persists:
                 if isinstance(e, PersistSnapshot):
                     self._snapshot_index = max(self._snapshot_index, e.snapshot.last_index)
+                elif isinstance(e, PersistEntries):
+                    self.counters.entries_persisted += len(e.entries)
         applied = False
-        for e in effects[len(persists):]:
-            invariant(not isinstance(e, _PERSIST), f"persist effect {type(e).__name__} after a non-persist one")
+        for e in effects:
+            if isinstance(e, _PERSIST):
+                continue
             if isinstance(e, Send):
                 self._send(e.to, e.message)
             elif isinstance(e, Apply):
@@ -773,13 +824,14 @@ class QuorumHost:
                 self._restore(e.snapshot)
                 applied = True
             elif isinstance(e, Proposed):
-                invariant(proposal is not None, "Proposed without a proposal")
-                self._pending[e.index] = (e.term, proposal.future)
+                invariant(bool(proposals), "Proposed without a proposal")
+                self._pending[e.index] = (e.term, proposals.popleft().future)
             elif isinstance(e, ProposalRefused):
-                if proposal is not None:
-                    _resolve(proposal.future, error=NotControllerError.from_raft(e.leader_id, e.term))
+                invariant(bool(proposals), "ProposalRefused without a proposal")
+                _resolve(proposals.popleft().future, error=NotControllerError.from_raft(e.leader_id, e.term))
             elif isinstance(e, RoleChanged):
                 pass  # published below from the core's state, with term changes the notice leaves out
+        invariant(not proposals, f"{len(proposals)} proposals got no outcome from the core")
         self._publish_state()
         if self._pending and not (core.role == Role.LEADER):
             self._fail_pending(NotControllerError.from_raft(core.leader_id, core.term))
@@ -790,9 +842,8 @@ class QuorumHost:
             await self._snapshot()
 
     def _persist(self, effects: list) -> None:
-        """On the I/O thread: carry out the persist effects of one step, in order; durable on return."""
-        for e in effects:
-            self._storage.persist(e)
+        """On the I/O thread: carry out the persist effects of one group, in order; durable on return."""
+        self._storage.persist_many(effects)
 
     def _apply(self, entry: Entry) -> None:
         invariant(entry.index == self._applied_index + 1,

@@ -21,6 +21,7 @@ from lakelog.ingest_api.raft.core import (
     PersistSnapshot,
     PersistState,
     Propose,
+    ProposeMany,
     ProposalRefused,
     Proposed,
     RaftConfig,
@@ -42,7 +43,7 @@ from lakelog.ingest_api.raft.core import (
 __all__ = [
     "NO_NODE", "AppendEntries", "AppendEntriesResponse", "Apply", "CompactLog", "DurableState", "Entry",
     "EntryKind", "InstallSnapshot", "InstallSnapshotResponse", "PersistEntries", "PersistSnapshot",
-    "PersistState", "Propose", "ProposalRefused", "Proposed", "RaftConfig", "RaftCore", "RaftError",
+    "PersistState", "Propose", "ProposeMany", "ProposalRefused", "Proposed", "RaftConfig", "RaftCore", "RaftError",
     "Receive", "RequestVote", "RequestVoteResponse", "RestoreSnapshot", "Role", "RoleChanged", "Send",
     "Snapshot", "Tick", "message_from_dict", "message_to_dict",
 ]

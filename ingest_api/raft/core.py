@@ -24,6 +24,15 @@ before the vote, term or entries it vouches for are durable. If the host crashes
 the list it restarts from its durable state only; the in-memory core is thrown away. If a Persist*
 effect fails, the host must stop (fail-stop); it must not carry on with the remaining effects.
 
+Group commit. A host may instead step several events in a row and then execute the effects of the
+whole group: every Persist* effect of the group first, in the order the steps produced them (so the
+files end as after the last step; the host may write a run of PersistEntries with one fsync), then
+every other effect, in order. Nothing leaves before all the group's writes are durable, and a message
+of an earlier step that leaves after a later step's writes is only a delayed message, which Raft
+tolerates; a crash part-way leaves the files as after some prefix of the persists, which is a state
+the core went through (or part of one step's persists, as above). `ProposeMany` appends several
+proposals as consecutive entries in one PersistEntries and one AppendEntries per peer.
+
 Invariants (checked with `invariant()` after every step):
   * the term never decreases; a vote (voted_for) is given at most once per term;
   * log indexes are contiguous from snapshot_index + 1; terms along the log never decrease and never
@@ -302,6 +311,16 @@ class Propose:
 
 
 @dataclass(frozen=True, slots=True)
+class ProposeMany:
+    """Several client proposals at once: consecutive entries, one PersistEntries (group commit).
+
+    The effects hold one `Proposed` (or one `ProposalRefused`) per payload, in the payloads' order.
+    """
+
+    payloads: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CompactLog:
     """The host snapshotted the state machine at an applied index; drop the log up to it."""
 
@@ -317,7 +336,7 @@ class StepDown:
     """
 
 
-Event = Union[Tick, Receive, Propose, CompactLog, StepDown]
+Event = Union[Tick, Receive, Propose, ProposeMany, CompactLog, StepDown]
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,7 +498,9 @@ class RaftCore:
         elif isinstance(event, Receive):
             self._on_message(event.message)
         elif isinstance(event, Propose):
-            self._on_propose(event.payload)
+            self._on_propose((event.payload,))
+        elif isinstance(event, ProposeMany):
+            self._on_propose(event.payloads)
         elif isinstance(event, CompactLog):
             self._on_compact(event.snapshot)
         elif isinstance(event, StepDown):
@@ -797,19 +818,23 @@ class RaftCore:
 
     # --- client and host events
 
-    def _on_propose(self, payload: bytes) -> None:
-        if len(payload) > self.config.max_entry_bytes:
-            raise EntryTooLargeError(f"proposal of {len(payload)} bytes exceeds max_entry_bytes "
-                                     f"{self.config.max_entry_bytes}")
+    def _on_propose(self, payloads: tuple[bytes, ...]) -> None:
+        for payload in payloads:  # all checked before anything changes: the whole group is refused
+            if len(payload) > self.config.max_entry_bytes:
+                raise EntryTooLargeError(f"proposal of {len(payload)} bytes exceeds max_entry_bytes "
+                                         f"{self.config.max_entry_bytes}")
         if self.role != Role.LEADER:
-            self._out.append(ProposalRefused(self.term, self.leader_id))
+            self._out.extend(ProposalRefused(self.term, self.leader_id) for _ in payloads)
             return
-        entry = Entry(self.last_index + 1, self.term, EntryKind.COMMAND, bytes(payload))
-        self._append(entry)
-        self._out.append(Proposed(entry.term, entry.index))
+        if not payloads:
+            return
+        first = self.last_index + 1
+        entries = [Entry(first + i, self.term, EntryKind.COMMAND, bytes(p)) for i, p in enumerate(payloads)]
+        self._append(*entries)  # one PersistEntries for the group
+        self._out.extend(Proposed(e.term, e.index) for e in entries)
         self._advance_commit()  # a single voter commits at once
         for p in self.peers:
-            if self._progress[p].next_index == entry.index:  # a lagging peer is already being fed
+            if self._progress[p].next_index == first:  # a lagging peer is already being fed
                 self._send_append(p)
 
     def _on_compact(self, s: Snapshot) -> None:

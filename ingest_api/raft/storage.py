@@ -40,7 +40,9 @@ Files in the directory:
     crc32c is the CRC-32C of the decoded data bytes; last_index / last_term must match the name.
 
 Writes. `quorum-state` and snapshots use `atomic_write`. Appends go to the end of `raft.log`, then
-fsync; a conflicting suffix is cut with `truncate` + fsync before the new entries are written.
+fsync; a conflicting suffix is cut with `truncate` before the new entries are written, and the fsync
+after them covers both. `persist_many` (group commit) writes a run of PersistEntries effects with one
+write per contiguous run and one fsync for the run, always before any other file is written.
 Dropping the prefix covered by a new snapshot rewrites `raft.log` atomically (only the suffix after
 the snapshot is copied, which is short right after a snapshot), *after* the snapshot file is durable.
 
@@ -207,6 +209,7 @@ class RaftStorage:
         self._first_index = 1
         self._end = HEADER.size
         self._file = None
+        self.log_syncs = 0  # flush (+ fsync) calls on raft.log: group commit makes them fewer than appends
         self.recovery = self._recover()
 
     # --- what a restarting voter gets back
@@ -237,14 +240,47 @@ class RaftStorage:
         else:
             raise TypeError(f"not a persist effect: {effect!r}")
 
+    def persist_many(self, effects: list[Effect] | tuple[Effect, ...]) -> None:
+        """Carry out Persist* effects in order; durable when this returns (group commit).
+
+        A run of PersistEntries costs one fsync of raft.log (and one write per contiguous stretch);
+        the log is fsynced before any quorum-state or snapshot write that follows it, so the files
+        pass through the same states as with one `persist` per effect.
+        """
+        dirty = False
+        run: list[Entry] = []
+        run_first = 0
+        for e in effects:
+            if isinstance(e, PersistEntries):
+                if run and e.first_index == run_first + len(run):
+                    run.extend(e.entries)  # continues the run: written together
+                    continue
+                if run:
+                    self.write_entries(run_first, run, sync=False)
+                run_first, run = e.first_index, list(e.entries)
+                dirty = True
+                continue
+            if run:
+                self.write_entries(run_first, run, sync=False)
+                run = []
+            if dirty:
+                self._sync()
+                dirty = False
+            self.persist(e)
+        if run:
+            self.write_entries(run_first, run, sync=False)
+        if dirty:
+            self._sync()
+
     def save_state(self, term: int, voted_for: int) -> None:
         invariant(term >= self._term, f"quorum-state term must not go back from {self._term} to {term}")
         doc = {"version": STATE_VERSION, "node_id": self.node_id, "term": term, "voted_for": voted_for}
         atomic_write(self.directory / STATE_FILE, json.dumps(doc, sort_keys=True).encode(), fsync=self._fsync)
         self._term, self._voted_for = term, voted_for
 
-    def write_entries(self, first_index: int, entries: tuple[Entry, ...] | list[Entry]) -> None:
-        """Make the log equal to log[:first_index] + entries."""
+    def write_entries(self, first_index: int, entries: tuple[Entry, ...] | list[Entry], *,
+                      sync: bool = True) -> None:
+        """Make the log equal to log[:first_index] + entries (durable only once synced: `sync`)."""
         invariant(self.snapshot_index < first_index <= self.last_index + 1,
                   f"write at {first_index} outside ({self.snapshot_index}, {self.last_index + 1}]")
         f = self._file
@@ -267,7 +303,8 @@ class RaftStorage:
             pos += len(record)
         f.write(b"".join(chunks))
         self._end = pos
-        self._sync()
+        if sync:
+            self._sync()
 
     def save_snapshot(self, s: Snapshot, *, keep_log_after: bool) -> None:
         """Write the snapshot, then drop the log up to it (or all of it), then older snapshots."""
@@ -294,6 +331,7 @@ class RaftStorage:
 
     def _sync(self) -> None:
         self._file.flush()
+        self.log_syncs += 1
         if self._fsync:
             os.fsync(self._file.fileno())
 

@@ -1,13 +1,20 @@
 """Confluent REST Proxy v3 configs beyond one topic: broker configs, cluster-wide broker configs
 (`broker-configs`), and the configs of every topic (`topics/-/configs`, `topics/-/configs:alter`).
 
-A node's broker configuration is its `node.toml` (declared in `ingest_api/config.py`): it is listed
-with `source: STATIC_BROKER_CONFIG` and `is_read_only: true`. Lakelog has no dynamic broker
-configuration yet, so `PUT`, `DELETE` and `configs:alter` on broker and cluster configs answer
-400 / 40002 naming the config (Kafka refuses a dynamic update of a static config the same way), and
-the cluster-wide list (`DYNAMIC_DEFAULT_BROKER_CONFIG`) is empty. Secrets (`*secret*`, `*password*`,
-key files) are `is_sensitive` with a null value. Another broker's configs are asked of that broker
-(one signed hop).
+A node's broker configuration is its `node.toml` (declared in `ingest_api/config.py`) overlaid with
+the dynamic broker configs kept in the cluster metadata (ingest_api/cluster/broker_configs.py;
+applied live by ingest_api/dynamic_config.py). The keys Kafka lets `kafka-configs` change at
+runtime and Lakelog applies live (the broker defaults of the topic keys: `log.retention.ms`,
+`log.segment.bytes`, `message.max.bytes`, `min.insync.replicas`, ...) are `is_read_only: false`:
+`PUT .../brokers/{b}/configs/{name}` sets broker b's value, `DELETE` resets it, `configs:alter`
+does several at once (`validate_only` checks only); `broker-configs` are the cluster-wide dynamic
+defaults (Kafka's `<default>` entity). Every write goes through the active controller and is in
+force on every node once the metadata entry is applied (the answer waits for this node). A write
+to any other key answers 400 / 40002 naming it ("Cannot update these configs dynamically"), as
+Kafka refuses a dynamic update of a static config; a value that does not parse, 400 / 40002 too.
+`source` and `synonyms` follow Kafka's precedence: DYNAMIC_BROKER_CONFIG > DYNAMIC_DEFAULT_BROKER_CONFIG
+> STATIC_BROKER_CONFIG > DEFAULT_CONFIG. Secrets (`*secret*`, `*password*`, key files) are
+`is_sensitive` with a null value. Another broker's configs are asked of that broker (one signed hop).
 """
 
 from __future__ import annotations
@@ -20,7 +27,15 @@ from pydantic import BaseModel, Field
 
 from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api import v3_errors
+from lakelog.ingest_api.cluster.broker_configs import (
+    CLUSTER_DEFAULT,
+    DYNAMIC_BROKER_CONFIGS,
+    InvalidBrokerConfigError,
+    ReadOnlyBrokerConfigError,
+    check_value,
+)
 from lakelog.ingest_api.config import NODE_CONFIG
+from lakelog.ingest_api.dynamic_config import DYNAMIC_DEFAULT_BROKER_CONFIG
 from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.errors import BrokerNotFoundError, ConfigNotFoundError, InvalidTopicError
 from lakelog.ingest_api.v3_errors import V3StaticConfigError
@@ -44,7 +59,7 @@ MAX_ALTER_TOPICS = 1000
 
 
 class ReadOnlyConfigError(V3StaticConfigError):
-    """A broker config cannot be changed at runtime (it is static: node.toml)."""
+    """A broker config cannot be changed at runtime (it is static: node.toml), or its value is invalid."""
 
 
 class UpdateConfigRequest(BaseModel):
@@ -76,23 +91,22 @@ def _value(v: Any) -> str | None:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def _broker_config_body(request: Request, cluster_id: str, broker_id: int, name: str, value: Any,
-                        default: Any) -> dict[str, Any]:
+def _broker_config_body(request: Request, node: Any, cluster_id: str, broker_id: int, name: str) -> dict[str, Any]:
     url = f"{_base(request)}/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}"
     sensitive = _sensitive(name)
-    is_default = value == default
+    synonyms = node.dynamic_configs.synonyms(name)
+    source = synonyms[0][0]
     return {"kind": "KafkaBrokerConfig",
             "metadata": _meta(url, f"crn:///kafka={cluster_id}/broker={broker_id}/config={name}"),
             "cluster_id": cluster_id, "broker_id": broker_id, "name": name,
-            "value": None if sensitive else _value(value), "is_default": is_default, "is_read_only": True,
-            "is_sensitive": sensitive, "source": "DEFAULT_CONFIG" if is_default else "STATIC_BROKER_CONFIG",
-            "synonyms": [{"name": name, "value": None if sensitive else _value(value),
-                          "source": "DEFAULT_CONFIG" if is_default else "STATIC_BROKER_CONFIG"}]}
+            "value": None if sensitive else _value(node.config.get(name)), "is_default": source == "DEFAULT_CONFIG",
+            "is_read_only": name not in DYNAMIC_BROKER_CONFIGS, "is_sensitive": sensitive, "source": source,
+            "synonyms": [{"name": name, "value": None if sensitive else _value(v), "source": src}
+                         for src, v in synonyms]}
 
 
 def _local_broker_configs(request: Request, node: Any, cluster_id: str) -> list[dict[str, Any]]:
-    values = node.config.to_dict()
-    return [_broker_config_body(request, cluster_id, node.node_id, k.name, values.get(k.name), k.default)
+    return [_broker_config_body(request, node, cluster_id, node.node_id, k.name)
             for k in sorted(NODE_CONFIG, key=lambda k: k.name)]
 
 
@@ -121,9 +135,40 @@ async def _broker_configs(request: Request, node: Any, cluster_id: str, broker_i
     return await _remote_configs(request, node, broker_id)
 
 
-def _read_only(names: list[str], what: str) -> ReadOnlyConfigError:
-    return ReadOnlyConfigError(f"Cannot update {what} config(s) {', '.join(names)} dynamically: Lakelog's broker "
-                               "configs are static (node.toml); change them there and restart the node.")
+def _checked(set_configs: dict[str, Any], delete: list[str]) -> dict[str, str]:
+    """The values to store; every name must be a node key (else 404) and dynamic, every value valid
+    (else 400 / 40002, all names refused at once as Kafka lists them)."""
+    for name in [*set_configs, *delete]:
+        if name not in NODE_CONFIG.keys:
+            raise ConfigNotFoundError(f"Config {name} cannot be found.")
+    read_only = [n for n in [*set_configs, *delete] if n not in DYNAMIC_BROKER_CONFIGS]
+    if read_only:
+        raise ReadOnlyConfigError(f"Cannot update these configs dynamically: {', '.join(sorted(set(read_only)))} "
+                                  "(read-only: set them in node.toml and restart the node).")
+    try:
+        return {n: check_value(n, v) for n, v in set_configs.items()}
+    except (ReadOnlyBrokerConfigError, InvalidBrokerConfigError) as e:
+        raise ReadOnlyConfigError(str(e)) from None
+
+
+async def _alter(node: Any, entity: int, set_configs: dict[str, Any], delete: list[str],
+                 validate_only: bool = False) -> None:
+    values = _checked(set_configs, delete)
+    if validate_only:
+        return
+    await node.admin.submit("alter_dynamic_broker_configs", {"broker": entity, "set": values, "delete": list(delete)})
+
+
+def _split_alter(entries: list[AlterConfigEntry]) -> tuple[dict[str, Any], list[str]]:
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise ReadOnlyConfigError("each config may appear once in one request")
+    for e in entries:
+        if (e.operation or "SET").upper() not in ("SET", "DELETE"):
+            raise ReadOnlyConfigError(f"operation must be SET or DELETE, not {e.operation!r}")
+        if (e.operation or "SET").upper() == "SET" and e.value is None:
+            raise ReadOnlyConfigError(f"SET of {e.name} needs a value")
+    return _split(entries)
 
 
 # ---------------------------------------------------------------------------- broker configs
@@ -166,47 +211,62 @@ def _check_broker_config_name(node: Any, broker_id: int, name: str) -> None:
 
 
 @router.put("/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", status_code=204,
-            summary="Set one broker config (static configs are refused: 400 40002)")
+            summary="Set one dynamic broker config of one broker (read-only configs: 400 40002)")
 async def update_broker_config(cluster_id: str, broker_id: int, name: str, body: UpdateConfigRequest,
                                request: Request):
     node = _cluster(request, cluster_id)
     _check_broker_config_name(node, broker_id, name)
-    raise _read_only([name], "broker")
+    await _alter(node, broker_id, {name: body.value}, [])
+    return Response(status_code=204)
 
 
 @router.delete("/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", status_code=204,
-               summary="Reset one broker config (static configs are refused: 400 40002)")
+               summary="Reset one dynamic broker config of one broker (read-only configs: 400 40002)")
 async def reset_broker_config(cluster_id: str, broker_id: int, name: str, request: Request):
     node = _cluster(request, cluster_id)
     _check_broker_config_name(node, broker_id, name)
-    raise _read_only([name], "broker")
+    await _alter(node, broker_id, {}, [name])
+    return Response(status_code=204)
 
 
 @router.post("/clusters/{cluster_id}/brokers/{broker_id}/configs:alter", status_code=204,
-             summary="Set or delete several broker configs (static configs are refused: 400 40002)")
+             summary="Set or delete several dynamic broker configs of one broker (read-only configs: 400 40002)")
 async def alter_broker_configs(cluster_id: str, broker_id: int, body: AlterConfigsRequest, request: Request):
     node = _cluster(request, cluster_id)
     _check_broker(node, broker_id)
-    for e in body.data:
-        _check_broker_config_name(node, broker_id, e.name)
-    if body.data:
-        raise _read_only([e.name for e in body.data], "broker")
+    set_configs, delete = _split_alter(body.data)
+    await _alter(node, broker_id, set_configs, delete, body.validate_only)
     return Response(status_code=204)
 
 
 # ---------------------------------------------------------------------------- cluster-wide broker configs
 
 
+def _cluster_config_body(request: Request, cluster_id: str, name: str, value: str) -> dict[str, Any]:
+    url = f"{_base(request)}/clusters/{cluster_id}/broker-configs/{name}"
+    sensitive = _sensitive(name)
+    shown = None if sensitive else value
+    return {"kind": "KafkaClusterConfig", "metadata": _meta(url, f"crn:///kafka={cluster_id}/broker-config={name}"),
+            "cluster_id": cluster_id, "config_type": "BROKER", "name": name, "value": shown, "is_default": False,
+            "is_read_only": False, "is_sensitive": sensitive, "source": DYNAMIC_DEFAULT_BROKER_CONFIG,
+            "synonyms": [{"name": name, "value": shown, "source": DYNAMIC_DEFAULT_BROKER_CONFIG}]}
+
+
 @router.get("/clusters/{cluster_id}/broker-configs", summary="List the cluster-wide dynamic broker configs")
 async def list_cluster_configs(cluster_id: str, request: Request):
-    _cluster(request, cluster_id)
-    return _list("KafkaClusterConfigList", f"{_base(request)}/clusters/{cluster_id}/broker-configs", [])
+    node = _cluster(request, cluster_id)
+    data = [_cluster_config_body(request, cluster_id, n, v)
+            for n, v in sorted(node.image.broker_configs.of(CLUSTER_DEFAULT).items())]
+    return _list("KafkaClusterConfigList", f"{_base(request)}/clusters/{cluster_id}/broker-configs", data)
 
 
 @router.get("/clusters/{cluster_id}/broker-configs/{name}", summary="Get one cluster-wide dynamic broker config")
 async def get_cluster_config(cluster_id: str, name: str, request: Request):
-    _cluster(request, cluster_id)
-    raise ConfigNotFoundError(f"Config {name} cannot be found.")
+    node = _cluster(request, cluster_id)
+    value = node.image.broker_configs.of(CLUSTER_DEFAULT).get(name)
+    if value is None:
+        raise ConfigNotFoundError(f"Config {name} cannot be found.")
+    return JSONResponse(_cluster_config_body(request, cluster_id, name, value))
 
 
 def _check_cluster_config_name(name: str) -> None:
@@ -215,29 +275,29 @@ def _check_cluster_config_name(name: str) -> None:
 
 
 @router.put("/clusters/{cluster_id}/broker-configs/{name}", status_code=204,
-            summary="Set one cluster-wide broker config (refused: 400 40002, configs are static)")
+            summary="Set one cluster-wide dynamic broker config (read-only configs: 400 40002)")
 async def update_cluster_config(cluster_id: str, name: str, body: UpdateConfigRequest, request: Request):
-    _cluster(request, cluster_id)
+    node = _cluster(request, cluster_id)
     _check_cluster_config_name(name)
-    raise _read_only([name], "cluster")
+    await _alter(node, CLUSTER_DEFAULT, {name: body.value}, [])
+    return Response(status_code=204)
 
 
 @router.delete("/clusters/{cluster_id}/broker-configs/{name}", status_code=204,
-               summary="Reset one cluster-wide broker config (refused: 400 40002, configs are static)")
+               summary="Reset one cluster-wide dynamic broker config (read-only configs: 400 40002)")
 async def delete_cluster_config(cluster_id: str, name: str, request: Request):
-    _cluster(request, cluster_id)
+    node = _cluster(request, cluster_id)
     _check_cluster_config_name(name)
-    raise _read_only([name], "cluster")
+    await _alter(node, CLUSTER_DEFAULT, {}, [name])
+    return Response(status_code=204)
 
 
 @router.post("/clusters/{cluster_id}/broker-configs:alter", status_code=204,
-             summary="Set or delete several cluster-wide broker configs (refused: 400 40002)")
+             summary="Set or delete several cluster-wide dynamic broker configs (read-only configs: 400 40002)")
 async def alter_cluster_configs(cluster_id: str, body: AlterConfigsRequest, request: Request):
-    _cluster(request, cluster_id)
-    for e in body.data:
-        _check_cluster_config_name(e.name)
-    if body.data:
-        raise _read_only([e.name for e in body.data], "cluster")
+    node = _cluster(request, cluster_id)
+    set_configs, delete = _split_alter(body.data)
+    await _alter(node, CLUSTER_DEFAULT, set_configs, delete, body.validate_only)
     return Response(status_code=204)
 
 

@@ -168,3 +168,97 @@ def test_consumer_joins_polls_commits_seeks_and_a_new_member_resumes(node):
             break
     assert sorted((m.partition, m.offset) for m in resumed) == [(0, o) for o in range(3, 10)]
     c2.close()
+
+
+def _poll_until(consumers: list, done, rounds: int = 200) -> dict:
+    got: dict = {id(c): [] for c in consumers}
+    for _ in range(rounds):
+        for c in consumers:
+            got[id(c)].extend(c.poll(0.1))
+        if done(got):
+            return got
+    raise AssertionError(f"not done after {rounds} rounds: {[len(v) for v in got.values()]}")
+
+
+def test_consumer_reads_the_binary_path_and_the_group_splits_commits_and_hands_over(node):
+    _topic(node, "gsplit", 4)
+    with Producer({"bootstrap.servers": node.url, "linger.ms": 20, "compression.type": "zstd"}) as p:
+        for i in range(200):
+            p.produce("gsplit", value=None if i == 7 else f"v{i}".encode(), key=None if i % 5 == 0 else b"k%d" % i,
+                      partition=i % 4, headers=[("n", str(i).encode()), ("nil", None)])
+        p.flush(30)
+    paths: list = []
+    hooks = {"event_hooks": {"request": [lambda req: paths.append((req.method, req.url.path,
+                                                                   req.headers.get("accept")))]}}
+    cfg = {"bootstrap.servers": node.url, "group.id": "splitters", "auto.offset.reset": "earliest",
+           "enable.auto.commit": False, "session.timeout.ms": 2000, "heartbeat.interval.ms": 100}
+    c1 = Consumer(cfg, http_options=hooks)
+    c1.subscribe(["gsplit"])
+    got = _poll_until([c1], lambda g: sum(map(len, g.values())) >= 200)[id(c1)]
+    assert sorted((m.partition, m.offset) for m in got) == sorted((i % 4, i // 4) for i in range(200))  # once each
+    by_n = {int(dict(m.headers)["n"]): m for m in got}
+    assert by_n[7].value is None and by_n[5].key is None and by_n[6].key == b"k6" and by_n[6].value == b"v6"
+    assert by_n[6].headers == [("n", b"6"), ("nil", None)] and by_n[6].timestamp > 0
+    # Order within a partition is the log's.
+    for part in range(4):
+        offs = [m.offset for m in got if m.partition == part]
+        assert offs == sorted(offs)
+    # Records came over the binary fetch path, never through the REST instance's records endpoint.
+    assert not [p for p in paths if p[1].startswith("/consumers/") and p[1].endswith("/records")]
+    fetches = [p for p in paths if p[1].startswith("/topics/gsplit/partitions/") and p[1].endswith("/records")]
+    assert fetches and all(a == "application/vnd.kafka.recordbatch" for _, _, a in fetches)
+    assert c1.commit() and c1.committed() == {("gsplit", q): 50 for q in range(4)}
+
+    c2 = Consumer(cfg)
+    c2.subscribe(["gsplit"])
+
+    def split(_):
+        a, b = set(c1.assignment()), set(c2.assignment())
+        return a and b and not a & b and len(a | b) == 4
+    _poll_until([c1, c2], split)
+    mine1, mine2 = set(c1.assignment()), set(c2.assignment())
+    with Producer({"bootstrap.servers": node.url, "linger.ms": 0}) as p:
+        for i in range(40):
+            p.produce("gsplit", value=b"late%d" % i, partition=i % 4)
+        p.flush(30)
+    g = _poll_until([c1, c2], lambda g: sum(map(len, g.values())) >= 40)
+    assert {(m.topic, m.partition) for m in g[id(c1)]} <= mine1 and {(m.topic, m.partition) for m in g[id(c2)]} <= mine2
+    assert sorted((m.partition, m.offset) for v in g.values() for m in v) == sorted((i % 4, 50 + i // 4) for i in range(40))
+    c1.commit()
+    c2.close()  # without committing: its partitions' new records go to c1 again (at least once)
+    handed = _poll_until([c1], lambda g: len(g[id(c1)]) >= 10 * len(mine2))[id(c1)]
+    assert sorted((m.partition, m.offset) for m in handed) == sorted((q, o) for _, q in mine2 for o in range(50, 60))
+    assert set(c1.assignment()) == {("gsplit", q) for q in range(4)}
+    c1.close()
+
+
+def test_consumer_auto_commits_resets_out_of_range_and_refuses_unassigned_seeks(node):
+    from lakelog.cli.consumer import ConsumeError
+
+    _topic(node, "auto", 1)
+    with Producer({"bootstrap.servers": node.url, "linger.ms": 0}) as p:
+        for i in range(10):
+            p.produce("auto", value=b"a%d" % i, partition=0)
+        p.flush(30)
+    cfg = {"bootstrap.servers": node.url, "group.id": "autos", "auto.offset.reset": "earliest",
+           "enable.auto.commit": True, "auto.commit.interval.ms": 60000, "session.timeout.ms": 2000,
+           "heartbeat.interval.ms": 100, "max.poll.records": 4}
+    with Consumer(cfg) as c:
+        c.subscribe(["auto"])
+        first = _poll_until([c], lambda g: len(g[id(c)]) >= 1)[id(c)]
+        assert [m.offset for m in first] == [0, 1, 2, 3]  # max.poll.records; the rest stays buffered
+        assert [m.offset for m in c.poll(1)] == [4, 5, 6, 7]
+        assert c.position("auto", 0) == 8
+        with pytest.raises(ConsumeError) as e:
+            c.seek("auto", 5, 0)
+        assert e.value.error_code == 40903
+        c.seek("auto", 0, 1000)  # past the end: the fetch answers out of range, reset to earliest
+        again = _poll_until([c], lambda g: len(g[id(c)]) >= 1)[id(c)]
+        assert again[0].offset == 0
+        c.seek("auto", 0, 6)
+        assert [m.offset for m in c.poll(1)] == [6, 7, 8, 9]
+    # close() committed the positions (auto-commit): a new member starts after the last record.
+    with Consumer({**cfg, "group.id": "autos"}) as c:
+        c.subscribe(["auto"])
+        _poll_until([c], lambda g: c.assignment() == [("auto", 0)])
+        assert c.committed() == {("auto", 0): 10} and c.position("auto", 0) == 10

@@ -7,6 +7,12 @@ election timeouts. Time is a virtual tick counter. A crash throws away the core,
 and every undelivered message to the voter; a restart rebuilds them from durable state only
 (`MemoryStorage`, which keeps exactly what Persist* effects wrote, or the real `RaftStorage`).
 
+Group commit (core.py, "Group commit"): in half the random runs (`group_commit`, decided by its own
+RNG so the other runs replay as before) a voter queues its events and steps a group of them at once
+(up to a random size, and at the end of every tick), then executes the group's effects with every
+Persist* first; a crash mid-step cuts that reordered list. Clients also propose several payloads in
+one `ProposeMany` (always, not only in group runs).
+
 Messages cross the network as JSON (`message_to_dict` -> json -> `message_from_dict`) in a quarter of
 the random runs and every disk-backed one; the others hand over the immutable message objects.
 
@@ -52,6 +58,8 @@ from lakelog.ingest_api.raft.core import (
     PersistSnapshot,
     PersistState,
     Propose,
+    ProposeMany,
+    ProposalRefused,
     Proposed,
     RaftConfig,
     RaftCore,
@@ -119,6 +127,7 @@ class Faults:
     partition: float = 0.0  # per tick: split the voters in two groups
     heal: float = 0.0  # per tick
     propose: float = 0.0  # per tick: a client proposes (mostly to a voter that thinks it leads)
+    propose_many: float = 0.0  # per proposal: it carries 2..6 payloads (one ProposeMany)
     compact_every: int = 0  # a voter snapshots after this many applied entries (0: never)
 
     @classmethod
@@ -128,6 +137,9 @@ class Faults:
                    restart=rng.choice([0.05, 0.2]), crash_mid_step=rng.choice([0.0, 0.01, 0.05]),
                    partition=rng.choice([0.0, 0.01, 0.05]), heal=rng.choice([0.02, 0.1]),
                    propose=rng.choice([0.1, 0.4, 1.0]), compact_every=rng.choice([0, 3, 10]))
+
+    def with_batches(self, rng: random.Random) -> Faults:
+        return replace(self, propose_many=rng.choice([0.0, 0.3, 1.0]))
 
 
 CALM = Faults(max_delay=3)
@@ -181,11 +193,18 @@ class Checker:
             self.fail(f"voter {node_id} committed {e}, another committed {known}")
         self.commit_term[e.index] = min(term, self.commit_term.get(e.index, term))
 
-    def on_entries(self, node: SimNode, effect: PersistEntries) -> None:
+    def leader_seen(self, node_id: int, term: int) -> None:
+        holder = self.leaders.setdefault(term, node_id)
+        if holder != node_id:
+            self.fail(f"election safety: voters {holder} and {node_id} both lead term {term}")
+
+    def on_entries(self, node: SimNode, effect: PersistEntries, prev_term: int | None) -> None:
+        """`prev_term`: the durable log's term at first_index - 1 (the core may have moved on in a group)."""
         core = node.core
         for e in effect.entries:
             key = (e.index, e.term)
-            desc = (e.kind, e.payload, core.term_at(e.index - 1))
+            desc = (e.kind, e.payload, prev_term)
+            prev_term = e.term
             known = self.entry_of.setdefault(key, desc)
             if known != desc:
                 self.fail(f"log matching: voter {core.node_id} holds {e} after term {desc[2]}, another "
@@ -254,16 +273,20 @@ class SimNode:
     seen_commit: int = 0
     checked_leadership: bool = False
     pending: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # index -> (term, payload)
+    proposing: collections.deque = field(default_factory=collections.deque)  # payloads awaiting an outcome
+    queued: list = field(default_factory=list)  # group commit: events not stepped yet
+    group_written: dict = field(default_factory=dict)  # index -> term of a group's entries not yet on storage
 
 
 class Cluster:
     def __init__(self, seed: int, voters: int = 3, *, config: RaftConfig | None = None,
                  faults: Faults | None = None, disk: bool = False,
                  core_factory: Callable[..., RaftCore] = RaftCore, send_before_persist: bool = False,
-                 json_wire: bool = True) -> None:
+                 json_wire: bool = True, group_commit: bool | None = None) -> None:
         """`faults=None` is manual mode: nothing happens unless a test calls tick / deliver / crash.
 
         `json_wire=False` hands the (immutable) message objects over instead of their JSON, for speed.
+        `group_commit` (None: half the random runs, never in manual mode) steps queued events in groups.
         """
         self.seed = seed
         self.rng = random.Random(seed)
@@ -273,6 +296,10 @@ class Cluster:
         self.core_factory = core_factory
         self.send_before_persist = send_before_persist  # a deliberately broken host, for tests
         self.json_wire = json_wire
+        if group_commit is None:  # its own RNG: a run without group commit replays as before
+            group_commit = faults is not None and random.Random(seed * 7919 + 1).random() < 0.5
+        self.group_commit = group_commit
+        self._group_rng = random.Random(seed * 104729 + 3)
         self.ids = list(range(1, voters + 1))
         self.time = 0
         self.checker = Checker()
@@ -281,7 +308,6 @@ class Cluster:
         self._seq = 0
         self._groups: dict[int, int] = {i: 0 for i in self.ids}
         self._proposals = 0
-        self._last_payload = b""
         self._crash_plans: dict[int, Callable[[object], bool]] = {}
         self._tmp = Path(tempfile.mkdtemp(prefix="raft-sim-")) if disk else None
         self.nodes = {i: SimNode(i, self._open_storage(i)) for i in self.ids}
@@ -309,6 +335,8 @@ class Cluster:
         self.trace.append((self.time, i, "CRASH", None))
         n.core = None
         n.pending.clear()
+        n.proposing.clear()
+        n.queued.clear()
         n.storage.close()
 
     def restart(self, i: int) -> None:
@@ -330,10 +358,40 @@ class Cluster:
         n = self.nodes[i]
         if n.core is None:
             return
-        effects = n.core.step(event)
+        if self.group_commit and not isinstance(event, CompactLog):
+            n.queued.append(event)
+            if len(n.queued) >= self._group_rng.randint(1, 8):
+                self.flush(i)
+            return
+        self._step_group(i, [event])
+
+    def flush(self, i: int) -> None:
+        """Group commit: step the voter's queued events as one group."""
+        n = self.nodes[i]
+        events, n.queued = n.queued, []
+        if events and n.core is not None:
+            self._step_group(i, events)
+
+    def _step_group(self, i: int, events: list) -> None:
+        n = self.nodes[i]
+        effects: list = []
+        leader_terms = []
+        for event in events:
+            if isinstance(event, Propose):
+                n.proposing.append(event.payload)
+            elif isinstance(event, ProposeMany):
+                n.proposing.extend(event.payloads)
+            out = n.core.step(event)
+            if n.core.role == Role.LEADER:
+                leader_terms.append(n.core.term)
+            if out:  # only timers moved otherwise: every other change of role, term, log or commit has an effect
+                self.trace.append((self.time, i, event, out))
+                effects.extend(out)
         if not effects:
-            return  # only timers moved: every other change of role, term, log or commit has an effect
-        self.trace.append((self.time, i, event, effects))
+            return
+        # Every persist of the group first, in order (a single step's list is already in that order).
+        effects = ([e for e in effects if isinstance(e, PERSIST_EFFECTS)]
+                   + [e for e in effects if not isinstance(e, PERSIST_EFFECTS)])
         if self.send_before_persist:
             effects = [e for e in effects if isinstance(e, Send)] + [e for e in effects if not isinstance(e, Send)]
         cut = len(effects)  # crash after this many effects
@@ -344,11 +402,23 @@ class Cluster:
         if hit is not None:
             del self._crash_plans[i]
             cut = min(cut, hit)
-        for e in effects[:cut]:
+        done = effects[:cut]
+        n.group_written.clear()
+        if len(events) > 1 and hasattr(n.storage, "persist_many"):
+            # The real storage's group write (one fsync for a run of entries), as the host does it.
+            persists = [e for e in done if isinstance(e, PERSIST_EFFECTS)]
+            if not self.send_before_persist and persists == done[:len(persists)]:
+                for e in persists:
+                    self._check_persist(n, e)
+                n.storage.persist_many(persists)
+                done = done[len(persists):]
+        for e in done:
             self._execute(n, e)
         # What the core did becomes real once its writes are durable (a commit before that is only
         # an intention, lost in a crash): then check it.
         if not any(isinstance(e, PERSIST_EFFECTS) for e in effects[cut:]):
+            for term in leader_terms:  # a leadership that began and ended inside the group too
+                self.checker.leader_seen(i, term)
             self.checker.after_step(n)
         if cut < len(effects) or hit is not None:
             self.crash(i)
@@ -357,15 +427,27 @@ class Cluster:
         if fc and n.applied - n.core.snapshot_index >= fc:
             self.step(i, CompactLog(Snapshot(n.applied, n.core.term_at(n.applied), n.sm.snapshot())))
 
+    def _check_persist(self, n: SimNode, e) -> None:
+        if isinstance(e, PersistEntries):
+            # Entries of a group's earlier effects count: the durable log is checked as written.
+            prev = (_durable_term_at(n.storage, e.first_index - 1) if not n.group_written
+                    else n.group_written.get(e.first_index - 1, _durable_term_at(n.storage, e.first_index - 1)))
+            self.checker.on_entries(n, e, prev)
+            for k in [k for k in n.group_written if k >= e.first_index]:
+                del n.group_written[k]
+            n.group_written.update((x.index, x.term) for x in e.entries)
+        elif isinstance(e, PersistSnapshot):
+            self.checker.on_snapshot(n.id, e.snapshot)
+            n.group_written.clear()
+            n.group_written[e.snapshot.last_index] = e.snapshot.last_term
+
     def _execute(self, n: SimNode, e) -> None:
         if isinstance(e, Send):
             self._send(n.id, e.to, e.message)
-        elif isinstance(e, PersistEntries):
-            self.checker.on_entries(n, e)
-            n.storage.persist(e)
-        elif isinstance(e, (PersistState, PersistSnapshot)):
-            if isinstance(e, PersistSnapshot):
-                self.checker.on_snapshot(n.id, e.snapshot)
+        elif isinstance(e, PERSIST_EFFECTS):
+            n.group_written.clear()
+            self._check_persist(n, e)
+            n.group_written.clear()
             n.storage.persist(e)
         elif isinstance(e, Apply):
             self.checker.on_apply(n, e.entry)
@@ -378,16 +460,23 @@ class Cluster:
             n.applied = e.snapshot.last_index
             n.pending = {k: v for k, v in n.pending.items() if k > n.applied}
         elif isinstance(e, Proposed):
-            n.pending[e.index] = (e.term, self._last_payload)
+            n.pending[e.index] = (e.term, n.proposing.popleft())
+        elif isinstance(e, ProposalRefused):
+            n.proposing.popleft()
 
     def crash_after(self, i: int, effect_matches: Callable[[object], bool]) -> None:
         """Crash voter `i` right after it carries out the next effect matching `effect_matches`."""
         self._crash_plans[i] = effect_matches
 
     def propose(self, i: int, payload: bytes | None = None) -> None:
+        self.step(i, Propose(payload or self._next_payload()))
+
+    def propose_many(self, i: int, count: int) -> None:
+        self.step(i, ProposeMany(tuple(self._next_payload() for _ in range(count))))
+
+    def _next_payload(self) -> bytes:
         self._proposals += 1
-        self._last_payload = payload or KeyValueStateMachine.put(f"k{self._proposals % 7}", f"v{self._proposals}")
-        self.step(i, Propose(self._last_payload))
+        return KeyValueStateMachine.put(f"k{self._proposals % 7}", f"v{self._proposals}")
 
     # --- the network
 
@@ -460,6 +549,8 @@ class Cluster:
         while self._queue and self._queue[0][0] <= self.time and not self.manual:
             _, _, _, src, dst, wire = heapq.heappop(self._queue)
             self._deliver(src, dst, wire)
+        for i in self.ids:
+            self.flush(i)
         if self.time % 10 == 0:
             self.checker.check_logs(self.live())
 
@@ -489,7 +580,10 @@ class Cluster:
             if live:
                 leaders = [n for n in live if n.core.role == Role.LEADER]
                 target = rng.choice(leaders if leaders and rng.random() < 0.9 else live)
-                self.propose(target.id)
+                if f.propose_many and self._group_rng.random() < f.propose_many:
+                    self.propose_many(target.id, self._group_rng.randint(2, 6))
+                else:
+                    self.propose(target.id)
 
     def leader(self) -> SimNode | None:
         """The leader every live voter agrees on (same term, same leader), if any."""
@@ -527,7 +621,9 @@ class Cluster:
                 ld = self.leader()
                 if ld is not None and (probe is None or probe[0] < ld.core.term and probe[1] not in self.checker.acked):
                     self.propose(ld.id, KeyValueStateMachine.put("probe", f"term {ld.core.term}"))
-                    probe = (ld.core.term, ld.core.last_index)
+                    self.flush(ld.id)
+                    if ld.core is not None:
+                        probe = (ld.core.term, ld.core.last_index)
                 low = min(n.applied for n in self.live())
                 # Replicating a backlog of older terms commits nothing until the new term's no-op
                 # arrives, so log growth counts as progress too.
@@ -557,11 +653,22 @@ class Cluster:
         return "\n".join(lines)
 
 
+def _durable_term_at(storage, index: int) -> int | None:
+    """The term at `index` of what a storage holds durably (0 at index 0), None if it holds none there."""
+    if isinstance(storage, MemoryStorage):
+        base = storage.snapshot.last_index if storage.snapshot else 0
+        if index == base:
+            return storage.snapshot.last_term if storage.snapshot else 0
+        k = index - base - 1
+        return storage.entries[k].term if 0 <= k < len(storage.entries) else None
+    return storage._term_at(index)
+
+
 def run_seed(seed: int, voters: int | None = None, *, chaos_ticks: int = 60, disk: bool = False) -> Cluster:
     """One random run; odd seeds use 5 voters, even ones 3, unless `voters` says."""
     rng = random.Random(seed ^ 0x5EED)
     voters = voters or (5 if seed % 2 else 3)
-    cluster = Cluster(seed, voters, faults=Faults.random(rng), disk=disk,
+    cluster = Cluster(seed, voters, faults=Faults.random(rng).with_batches(random.Random(seed ^ 0xBA7C)), disk=disk,
                       json_wire=disk or seed % 4 == 0)  # JSON on a quarter of the runs: it costs a third
     try:
         cluster.run(chaos_ticks)

@@ -16,6 +16,7 @@ from lakelog.ingest_api.errors import TopicExistsError
 from lakelog.ingest_api.raft.core import Entry, EntryKind
 from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_OPS
 from lakelog.ingest_api.schemas.state import CONTROLLER_OPS as SCHEMA_OPS
+from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_CONFIG_OPS
 
 
 def _commit(image: ClusterImage, records: list[dict]) -> None:
@@ -31,7 +32,9 @@ def _controller(image: ClusterImage) -> Controller:
 
 def test_every_controller_op_is_in_the_table():
     assert set(OPS) == {"register_broker", "heartbeat", "create_topic", "delete_topic", "alter_configs",
-                        "create_partitions", "alter_partition", "allocate_producer_ids", *SECURITY_OPS, *SCHEMA_OPS}
+                        "create_partitions", "alter_partition", "allocate_producer_ids", "alter_partition_reassignments",
+                        "unregister_broker", "alter_broker_configs",
+                        "elect_leaders", *SECURITY_OPS, *SCHEMA_OPS, *BROKER_CONFIG_OPS}
 
 
 def test_ops_turn_arguments_into_records_and_result_fields():
@@ -99,3 +102,56 @@ def test_ready_needs_registration_a_live_lease_caught_up_metadata_and_an_unfence
     s.session_valid_until = time.monotonic() + 60
     s.shut_down()
     assert not s.ready
+
+
+def _registered_pair(config: dict) -> BrokerSession:
+    """A registered session of node 1 in an image where node 2 is a serving broker too."""
+    s = BrokerSession(NodeConfig({"node.id": 1, **config}), ClusterImage(), "inc")
+    ctrl = _controller(s.image)
+    for node_id in (1, 2):
+        records, epoch = ctrl.register_broker(node_id, "inc", "h", node_id, None, 0)
+        _commit(s.image, records)
+        records, _ = ctrl.heartbeat(node_id, epoch, 0, caught_up_offset=s.image.last_applied_index)
+        _commit(s.image, records)
+        if node_id == 1:
+            s.broker_epoch = epoch
+    s.transition(BrokerState.REGISTERED)
+    assert s.image.serving_brokers() == [1, 2]
+    return s
+
+
+def test_controlled_shutdown_stops_waiting_once_the_controller_quorum_is_gone(caplog):
+    """The rest of the cluster stopped first: no Raft leader, no one to move the leaderships to."""
+    import asyncio
+    import logging
+
+    s = _registered_pair({"controller.quorum.election.timeout.ms": 100, "controlled.shutdown.timeout.ms": 600_000})
+    calls = []
+
+    async def call(op, args, **kwargs):
+        calls.append(op)
+        await asyncio.sleep(3600)  # no controller answers
+
+    async def run():
+        await asyncio.wait_for(s.controlled_shutdown(call, lambda: False), 60)  # a hang guard, not a speed bound
+    with caplog.at_level(logging.INFO, logger="lakelog.node"):
+        asyncio.run(run())
+    assert s.state == BrokerState.SHUTTING_DOWN and calls == ["heartbeat"]
+    assert any("no controller quorum" in r.getMessage() for r in caplog.records)
+
+
+def test_controlled_shutdown_keeps_asking_while_a_controller_is_known(caplog):
+    """A known leader that has not answered yet is waited for (here until the shutdown's own timeout)."""
+    import asyncio
+    import logging
+
+    s = _registered_pair({"controller.quorum.election.timeout.ms": 100, "controlled.shutdown.timeout.ms": 1500})
+
+    async def call(op, args, **kwargs):
+        await asyncio.sleep(3600)
+
+    with caplog.at_level(logging.INFO, logger="lakelog.node"):
+        asyncio.run(asyncio.wait_for(s.controlled_shutdown(call, lambda: True), 60))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("controlled shutdown timed out" in m for m in messages)
+    assert not any("no controller quorum" in m for m in messages)

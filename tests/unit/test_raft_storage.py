@@ -306,3 +306,31 @@ def test_malformed_quorum_state_is_corruption(tmp_path):
     (tmp_path / STATE_FILE).write_text('{"version": 1, "node_id": 1, "term": "x", "voted_for": 1}')
     with pytest.raises(CorruptRaftStateError, match="quorum-state"):
         RaftStorage(tmp_path, 1)
+
+
+def _e(index: int, term: int, payload: bytes = b"x") -> Entry:
+    return Entry(index, term, EntryKind.COMMAND, payload)
+
+
+def test_persist_many_ends_as_one_persist_per_effect_with_one_fsync_per_run_of_entries(tmp_path):
+    effects = [PersistState(1, 1), PersistEntries(1, (_e(1, 1), _e(2, 1))), PersistEntries(3, (_e(3, 1),)),
+               PersistEntries(4, (_e(4, 1), _e(5, 1))),
+               PersistState(2, NO_NODE),  # a new term: the log is synced before the state is written
+               PersistEntries(4, (_e(4, 2, b"y"),)),  # a conflicting suffix, cut and rewritten
+               PersistEntries(5, (_e(5, 2), _e(6, 2))),
+               PersistSnapshot(Snapshot(3, 1, b"state"), keep_log_after=True),
+               PersistEntries(7, (_e(7, 2),))]
+    one_by_one = RaftStorage(tmp_path / "a", 1)
+    for e in effects:
+        one_by_one.persist(e)
+    grouped = RaftStorage(tmp_path / "b", 1)
+    grouped.persist_many(effects)
+    assert grouped.log_syncs < one_by_one.log_syncs
+    assert grouped.log_syncs == 3  # entries 1-5, 4-6, 7: one sync each (the snapshot rewrites the file itself)
+    expected = one_by_one.load()
+    assert grouped.load() == expected
+    one_by_one.close(), grouped.close()
+    reopened = RaftStorage(tmp_path / "b", 1)  # and it recovers as written
+    assert reopened.load() == expected and reopened.recovery.truncated_bytes == 0
+    assert [e.index for e in expected.entries] == [4, 5, 6, 7] and expected.entries[0].payload == b"y"
+    reopened.close()

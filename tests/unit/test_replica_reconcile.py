@@ -1,0 +1,58 @@
+"""The replica manager's reconcile in slices: many new partitions never hold the event loop long."""
+
+from __future__ import annotations
+
+from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.partition import PartitionKey
+from lakelog.ingest_api.replica_manager import ReplicaManager
+from tests.unit.test_cluster_image import applied, create, part, register
+
+
+class _Fetcher:
+    def __init__(self) -> None:
+        self.keys: set[PartitionKey] = set()
+
+    def start(self) -> None:
+        pass
+
+    def add(self, key: PartitionKey) -> None:
+        self.keys.add(key)
+
+    def remove(self, key: PartitionKey) -> None:
+        self.keys.discard(key)
+
+
+def _manager(tmp_path, image: ClusterImage) -> ReplicaManager:
+    async def call(*args, **kwargs):
+        raise AssertionError("no controller call expected")
+
+    config = NodeConfig({"node.id": 1, "log.dirs": str(tmp_path)})
+    return ReplicaManager(config, image, cleaner=None, new_fetcher=lambda leader: _Fetcher(),
+                          controller_call=call, broker_epoch=lambda: 1, on_drop=lambda key: None)
+
+
+def test_a_budgeted_reconcile_opens_partitions_in_slices_then_runs_the_full_pass(tmp_path):
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("many", "id-many", *[part([1, 2] if p % 2 else [2, 1]) for p in range(30)]))
+    rm = _manager(tmp_path, image)
+    slices = 0
+    while not rm.reconcile_now(budget_s=0.0):  # a zero budget: one new partition per slice
+        slices += 1
+        assert len(rm._partitions) == slices  # exactly one more each time, none opened twice
+    assert slices == 29 and len(rm._partitions) == 30
+    led = [p for p in range(30) if rm.local_partition(PartitionKey("many", p)).core.role.name == "LEADER"]
+    assert led == [p for p in range(30) if p % 2]
+    # A topic deleted: dropped by the next full pass.
+    applied(image, {"type": "delete_topic", "name": "many", "topic_id": "id-many"})
+    assert rm.reconcile_now(budget_s=0.0) and rm.partitions() == []
+
+
+def test_an_unbudgeted_reconcile_does_everything_at_once(tmp_path):
+    image = ClusterImage()
+    applied(image, register(1, 11))
+    applied(image, create("t", "id-t", *[part([1]) for _ in range(5)]))
+    rm = _manager(tmp_path, image)
+    assert rm.reconcile_now() is True and len(rm.partitions()) == 5
