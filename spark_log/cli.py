@@ -96,7 +96,8 @@ class CommandError(LakelogError):
 
 
 def cmd_jobs_run(args: argparse.Namespace) -> int:
-    from lakelog.spark_log.jobs import plan, run_job
+    from lakelog.spark_log.jobs import plan
+    from lakelog.spark_log.runs import recorded_run, runner_name
     from lakelog.tiering.remote_scan import open_remote
 
     store = open_remote(args.remote)  # check the topics and configs before a JVM starts
@@ -110,9 +111,10 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
     try:
         progress, on_plan, on_row = _progress_runner(args.job)
         with progress:
-            summary = run_job(spark, args.job, args.remote, topics=args.topic, overrides=dict(args.config or []),
-                              force=args.force, rebuild_all=args.all, progress=on_row, on_plan=on_plan,
-                              delete_delay_ms=args.delete_delay_ms)
+            summary = recorded_run(spark, args.job, args.remote, runner=runner_name("lakelog jobs run"),
+                                   topics=args.topic, overrides=dict(args.config or []), force=args.force,
+                                   rebuild_all=args.all, progress=on_row, on_plan=on_plan,
+                                   delete_delay_ms=args.delete_delay_ms)
         _print_summary(summary)
         corrupt = [r for r in summary.rows if r.get("index_action") == "corrupt-log"]
         return 2 if corrupt else 0
@@ -129,8 +131,12 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_schedule(args: argparse.Namespace) -> int:
-    """Run the jobs at their intervals until SIGINT/SIGTERM (one Spark session, jobs one at a time)."""
-    from lakelog.spark_log.jobs import run_job
+    """Run the jobs at their intervals, and the runs asked for through a node (QUEUED records in the
+    remote tier, looked for every --poll-ms), until SIGINT/SIGTERM (one Spark session, one run at a
+    time). Every run is recorded in the remote tier (spark_log/runs.py)."""
+    from lakelog.spark_log.runs import recorded_run, runner_name, serve_queued
+    from lakelog.tiering import job_runs
+    from lakelog.tiering.remote_scan import open_remote
 
     intervals = dict(DEFAULT_INTERVALS_S)
     for job, seconds in args.every or []:
@@ -138,25 +144,46 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
             raise SystemExit(f"lakelog jobs schedule: unknown job {job!r}")
         intervals[job] = float(seconds)
     active = {j: s for j, s in intervals.items() if s > 0}
-    if not active:
-        print("lakelog jobs schedule: every interval is 0; nothing to do", file=sys.stderr)
-        return 1
+    if not 100 <= args.poll_ms <= 600_000:
+        raise CommandError("--poll-ms must be between 100 and 600000")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    runner = runner_name("lakelog jobs schedule")
+    store = open_remote(args.remote)
     spark = _session(args.remote, args.master, "lakelog-scheduler")
     next_run = {j: time.monotonic() for j in active}
-    print(f"lakelog jobs schedule: {', '.join(f'{j} every {s:g}s' for j, s in active.items())} over {args.remote}",
-          file=sys.stderr, flush=True)
+    timed = ", ".join(f"{j} every {s:g}s" for j, s in active.items()) or "no timed jobs"
+    print(f"lakelog jobs schedule: {timed}; runs asked for through the nodes every {args.poll_ms} ms; over "
+          f"{args.remote}", file=sys.stderr, flush=True)
     runs = 0
+
+    def beat() -> None:
+        try:
+            job_runs.write_scheduler_heartbeat(store, runner, active)
+        except Exception as e:  # the heartbeat only informs the console
+            print(f"lakelog jobs schedule: could not write the heartbeat: {e}", file=sys.stderr, flush=True)
+
+    def beat_loop() -> None:  # also while a long run holds the main loop
+        while not stop.wait(job_runs.HEARTBEAT_MS / 1000):
+            beat()
+
+    beat()
+    threading.Thread(target=beat_loop, name="scheduler-heartbeat", daemon=True).start()
     try:
         while not stop.is_set():
+            try:
+                runs += serve_queued(spark, args.remote, runner, dict(args.config or []), stop.is_set)
+            except Exception as e:  # the store is unreachable: try again at the next poll
+                print(f"lakelog jobs schedule: could not read the queued runs: {e}", file=sys.stderr, flush=True)
+            if args.max_runs and runs >= args.max_runs:
+                return 0
             due = sorted((t, j) for j, t in next_run.items() if t <= time.monotonic())
             for _, job in due:
                 if stop.is_set():
                     break
                 try:
-                    summary = run_job(spark, job, args.remote, overrides=dict(args.config or []))
+                    summary = recorded_run(spark, job, args.remote, runner=runner, overrides=dict(args.config or []))
                     print(f"lakelog jobs schedule: {job} {json.dumps(summary.totals, sort_keys=True)} "
                           f"in {summary.seconds:.1f}s", file=sys.stderr, flush=True)
                 except Exception as e:  # a failed run is reported and retried at the next interval
@@ -165,10 +192,15 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
                 runs += 1
                 if args.max_runs and runs >= args.max_runs:
                     return 0
-            wait = max(0.1, min(next_run.values()) - time.monotonic())
-            stop.wait(min(wait, 5.0))
+            wait = min([t - time.monotonic() for t in next_run.values()] + [args.poll_ms / 1000])
+            stop.wait(max(0.1, wait))
     finally:
-        spark.stop()
+        stop.set()
+        try:
+            spark.stop()
+        except Exception:  # Ctrl-C reaches the JVM too (same process group): it may be gone already
+            pass
+        store.close()
     return 0
 
 
@@ -505,6 +537,8 @@ def add_commands(sub, add) -> None:
                           help="interval of a job (0 disables); defaults: " +
                                ", ".join(f"{j}={s}" for j, s in DEFAULT_INTERVALS_S.items()))
     schedule.add_argument("--max-runs", type=int, default=0, metavar="N", help="stop after N job runs (0: never)")
+    schedule.add_argument("--poll-ms", type=int, default=2000, metavar="MS",
+                          help="how often to look for runs asked for through a node's /jobs/runs (100-600000)")
     add(jsub, "list", "jobs list", cmd_jobs_list, help="list the jobs")
     package = add(jsub, "package", "jobs package", cmd_jobs_package, parents=[remote],
                   help="write Lakelog's packages for spark-submit --py-files and print the spark-submit command")
