@@ -144,6 +144,19 @@ class ClusterSpec:
     #: Spark job intervals (job -> seconds) for the scheduler `lakelog up --jobs` runs beside the
     #: nodes; empty: no scheduler.
     jobs_every: Mapping[str, float] = field(default_factory=dict)
+    #: Port of the SQL server (`lakelog sql-server`, Spark Connect) `lakelog up --sql` runs beside
+    #: the nodes, on loopback; None: no SQL server.
+    sql_port: int | None = None
+
+    @property
+    def sql_url(self) -> str:
+        return f"sc://{HOST}:{self.sql_port}"
+
+    def sql_server_args(self) -> list[str]:
+        """The `lakelog sql-server` command line: the nodes' remote tier, every node for the hot tail."""
+        nodes = ",".join(self.node_url(i) for i in range(1, self.nodes + 1))
+        return [sys.executable, "-m", "lakelog.cli.main", "sql-server", "--remote", self.remote.url,
+                "--nodes", nodes, "--listen", self.sql_url]
 
     def scheduler_args(self) -> list[str]:
         """The `lakelog jobs schedule` command line (same remote tier as the nodes)."""
@@ -207,7 +220,7 @@ def load_or_create_cluster_properties(data_dir: Path) -> tuple[str, str]:
 
 def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
                remote: str | None = None, node_overrides: Mapping[str, str] | None = None,
-               jobs_every: Mapping[str, float] | None = None) -> ClusterSpec:
+               jobs_every: Mapping[str, float] | None = None, sql_port: int | None = None) -> ClusterSpec:
     validate_node_count(nodes)
     if http_port < 1 or http_port + nodes - 1 > 65535:
         raise LauncherConfigError(f"--http-port {http_port}: ports {http_port}..{http_port + nodes - 1} "
@@ -223,7 +236,9 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
         if job not in ("compaction", "retention", "rebuild-index", "sync-tables") or not 0 <= seconds <= 7 * 86400:
             raise LauncherConfigError(f"--jobs-every {job}={seconds}: a job is compaction, retention, rebuild-index "
                                       "or sync-tables, every 0 (off) to 604800 seconds")
-    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs)
+    if sql_port is not None and (not 1 <= sql_port <= 65535 or http_port <= sql_port < http_port + nodes):
+        raise LauncherConfigError(f"--sql-port {sql_port}: a port in 1..65535 that no node uses")
+    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port)
     from lakelog.ingest_api.config import NodeConfig
 
     for i in range(1, nodes + 1):
@@ -512,6 +527,28 @@ class SchedulerChild(NodeChild):
         return True
 
 
+class SqlServerChild(NodeChild):
+    """The `lakelog sql-server` child of `lakelog up --sql`: Spark SQL (Spark Connect) over the
+    topics, on loopback. Ready when its port accepts connections (after its JVM started)."""
+
+    def __init__(self, spec: ClusterSpec, console: Console) -> None:  # noqa: D107
+        self.node_id = 0
+        self.name = "sql"
+        self.url = spec.sql_url
+        self.port = spec.sql_port
+        self.args = spec.sql_server_args()
+        self.data_dir = spec.data_dir
+        self.log_path = spec.data_dir / "sql.log"
+        self._init_runtime(console)
+
+    def is_ready(self) -> bool:
+        try:
+            with socket.create_connection((HOST, self.port), timeout=READY_PROBE_TIMEOUT_S):
+                return True
+        except OSError:
+            return False
+
+
 class LocalCluster:
     """Runs a ClusterSpec in the foreground: `run()` returns the exit status of `lakelog up`.
 
@@ -561,6 +598,9 @@ class LocalCluster:
             if _port_in_use(spec.node_port(i)):
                 raise LauncherConfigError(f"port {spec.node_port(i)} (node {i}) is already in use; "
                                           "choose another --http-port")
+        if spec.sql_port is not None and _port_in_use(spec.sql_port):
+            raise LauncherConfigError(f"port {spec.sql_port} (the SQL server) is already in use; "
+                                      "choose another --sql-port")
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         noun = "node" if spec.nodes == 1 else "nodes"
         self._say(f"lakelog up: {spec.nodes} {noun}, data in {spec.data_dir}")
@@ -594,6 +634,13 @@ class LocalCluster:
             scheduler.start()
             self._say(f"  jobs: {', '.join(f'{j} every {s:g}s' for j, s in spec.jobs_every.items() if s)} "
                       f"(pid {scheduler.proc.pid}; Spark in local mode)")
+        if spec.sql_port is not None:
+            sql = SqlServerChild(spec, self.console)
+            self.children.append(sql)
+            sql.start()
+            sql.coming_back = True  # announced when its port answers (its JVM takes a few seconds)
+            self._say(f"  sql: {sql.url} (pid {sql.proc.pid}, log {sql.log_path.name}; Spark Connect, starting; "
+                      f"`lakelog sql` uses it)")
         self._say("")
         self._say(f"lakelog up: ready. Try: {command_hint()} topics create demo --bootstrap-server {spec.node_url(1)}")
         self._say(f"Web console: {spec.node_url(1)}/ (in a browser; any node serves it)")
@@ -632,7 +679,10 @@ class LocalCluster:
             child.coming_back = True
         elif child.coming_back and child.poll() is None and child.is_ready():
             child.coming_back = False
-            self._say(f"lakelog up: {child.name} is back (pid {child.proc.pid}, restart {child.restarts})")
+            if child.restarts == 0:  # a child started after the nodes (the SQL server): ready now
+                self._say(f"lakelog up: {child.name} is ready on {child.url} (pid {child.proc.pid})")
+            else:
+                self._say(f"lakelog up: {child.name} is back (pid {child.proc.pid}, restart {child.restarts})")
         return None
 
     def _exited_child(self) -> NodeChild | None:

@@ -201,7 +201,6 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
 #: Where `lakelog sql-server` listens by default, and where `lakelog sql` looks for it.
 SQL_SERVER_ENV = "LAKELOG_SQL_URL"
 DEFAULT_SQL_SERVER = "sc://127.0.0.1:15002"
-CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
 def _server_address(url: str) -> tuple[str, int]:
@@ -413,12 +412,12 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="lakelog-sql-server-") as warehouse:
         with _quiet_jvm(warehouse, args.verbose):
             spark = remote_session(args.remote, app_name="lakelog-sql-server", master=args.master, conf={
-                "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, "spark.plugins": CONNECT_PLUGIN,
+                "spark.sql.warehouse.dir": warehouse, **QUIET_CONF,
                 "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)})
+        service = None
         try:
             spark.sparkContext.setLogLevel("ERROR")
-            service = spark._jvm.java.lang.Class.forName(
-                "org.apache.spark.sql.connect.service.SparkConnectService$").getField("MODULE$").get(None)
+            service = _start_connect_service(spark)
             port = int(service.localPort())  # the port bound (port 0 in --listen: one the system chose)
             print(f"lakelog sql-server: Spark SQL on sc://{host}:{port} over {args.remote} (topics from "
                   f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
@@ -441,8 +440,28 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                     known = names
                 stop.wait(args.refresh_ms / 1000)
         finally:
+            if service is not None:
+                _stop_connect_service(service)
             spark.stop()
     return 0
+
+
+def _start_connect_service(spark):
+    """Start the Spark Connect service in this session's application; returns it.
+
+    Not through `spark.plugins`: the plugin starts the service while the SparkContext starts, and
+    the service then makes its base session (every client session is cloned from it) at the same
+    time as pyspark makes its own, each with its own shared state when they race. Measured: clients
+    then saw none of the global temporary views the server registered. Started here, after the
+    session exists, the service's base session is this session's."""
+    service = spark._jvm.java.lang.Class.forName(
+        "org.apache.spark.sql.connect.service.SparkConnectService$").getField("MODULE$").get(None)
+    service.start(spark.sparkContext._jsc.sc())
+    return service
+
+
+def _stop_connect_service(service) -> None:
+    service.stop(getattr(service, "stop$default$1")(), getattr(service, "stop$default$2")())
 
 
 def _cell(v):
@@ -529,8 +548,9 @@ def add_commands(sub, add) -> None:
                         help=f"where to listen (default {DEFAULT_SQL_SERVER}; loopback unless you name a host; "
                              f"port 0: any free port, printed)")
     server.add_argument("--nodes", metavar="URL", default=None,
-                        help="a node, to list topics and read what the remote tier does not hold yet "
-                             "(default $LAKELOG_URL, else http://127.0.0.1:8082)")
+                        help="a node (or several, comma-separated: the first ready one is used), to list topics "
+                             "and read what the remote tier does not hold yet (default $LAKELOG_URL, else "
+                             "http://127.0.0.1:8082)")
     server.add_argument("--refresh-ms", type=int, default=5000, metavar="MS",
                         help="how often new topics and tables are looked for (default 5000)")
     server.add_argument("--verbose", action="store_true", help="show Spark's own warnings")
