@@ -25,6 +25,10 @@ Nodes run in their own sessions, so a terminal's Ctrl-C reaches the launcher onl
 is the launcher's one SIGTERM per node. On Linux a node also gets SIGKILL if the launcher dies
 without stopping it (PR_SET_PDEATHSIG), so a killed launcher leaves no orphan holding a port.
 
+`--sql` also runs `lakelog sql-server` (Spark Connect on loopback, `--sql-port`, default 15002)
+once the nodes are ready, supervised like them, its output in `DATA_DIR/sql.log`; its clients
+present the token kept in `DATA_DIR/sql.token` (0600).
+
 Every node is a controller voter (`controller.quorum.voters` lists them all, up to
 MAX_VOTERS; more nodes than that is refused for now), and the nodes share a cluster id and a cluster
 secret kept in `DATA_DIR/cluster.properties` (made on the first start, reused after). Topics default
@@ -62,6 +66,8 @@ HOST = "127.0.0.1"
 MAX_LOCAL_NODES = 5
 DEFAULT_NODES = 3
 CLUSTER_PROPERTIES = "cluster.properties"
+#: The SQL server's client token (`lakelog up --sql`), 0600 beside cluster.properties.
+SQL_TOKEN_FILE = "sql.token"
 #: Keys the launcher sets per node; `--set` may not override them.
 RESERVED_NODE_KEYS = ("node.id", "log.dirs", "listeners", "controller.quorum.voters", "cluster.id",
                       "cluster.secret", "cluster.secret.file")
@@ -156,7 +162,11 @@ class ClusterSpec:
         """The `lakelog sql-server` command line: the nodes' remote tier, every node for the hot tail."""
         nodes = ",".join(self.node_url(i) for i in range(1, self.nodes + 1))
         return [sys.executable, "-m", "lakelog.cli.main", "sql-server", "--remote", self.remote.url,
-                "--nodes", nodes, "--listen", self.sql_url]
+                "--nodes", nodes, "--listen", self.sql_url, "--token-file", str(self.sql_token_path)]
+
+    @property
+    def sql_token_path(self) -> Path:
+        return self.data_dir / SQL_TOKEN_FILE
 
     def scheduler_args(self) -> list[str]:
         """The `lakelog jobs schedule` command line (same remote tier as the nodes)."""
@@ -216,6 +226,25 @@ def load_or_create_cluster_properties(data_dir: Path) -> tuple[str, str]:
     atomic_write(path, f"cluster.id={cluster_id}\ncluster.secret={secret}\n".encode())
     os.chmod(path, 0o600)
     return cluster_id, secret
+
+
+def load_or_create_sql_token(path: Path) -> str:
+    """The SQL server's token: only who can read the data directory can query the topics."""
+    import secrets
+
+    if path.exists():
+        return path.read_text().strip()
+    token = secrets.token_hex(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
+    try:
+        os.write(fd, f"{token}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return token
 
 
 def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
@@ -635,6 +664,7 @@ class LocalCluster:
             self._say(f"  jobs: {', '.join(f'{j} every {s:g}s' for j, s in spec.jobs_every.items() if s)} "
                       f"(pid {scheduler.proc.pid}; Spark in local mode)")
         if spec.sql_port is not None:
+            load_or_create_sql_token(spec.sql_token_path)
             sql = SqlServerChild(spec, self.console)
             self.children.append(sql)
             sql.start()

@@ -20,21 +20,23 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 SQL_READY_TIMEOUT_S = 300  # a JVM start on a busy machine
 
 
-def sql(address: str, query: str, cwd) -> subprocess.CompletedProcess:
+def sql(address: str, query: str, cwd, token: str | None = None) -> subprocess.CompletedProcess:
     # No --remote, no --nodes, an empty working directory: a local session here would find no
     # topic at all, so a right answer comes from the server.
-    env = {k: v for k, v in os.environ.items() if k not in ("LAKELOG_URL", "LAKELOG_REMOTE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("LAKELOG_URL", "LAKELOG_REMOTE", "LAKELOG_SQL_TOKEN")}
     env.update(LAKELOG_SQL_URL=address, PYSPARK_PYTHON=sys.executable)
+    if token is not None:
+        env["LAKELOG_SQL_TOKEN"] = token
     return subprocess.run([LAKELOG, "sql", query, "--format", "csv"], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
-def count_when_ready(address: str, query: str, cwd, timeout_s: float = 60) -> subprocess.CompletedProcess:
+def count_when_ready(address: str, query: str, cwd, token: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
     """`lakelog sql` until it answers (the server registers a new topic within its refresh interval)."""
     last: list[subprocess.CompletedProcess] = []
 
     def answered():
-        last[:] = [sql(address, query, cwd)]
+        last[:] = [sql(address, query, cwd, token)]
         return last[0].returncode == 0
 
     try:
@@ -58,14 +60,22 @@ def test_up_with_sql_runs_a_supervised_sql_server_that_lakelog_sql_uses(tmp_path
             "--config", "segment.bytes=4096")
         cli(up.url, "produce", "orders", "--batch-size", "50", stdin="".join(f"order-{i}\n" for i in range(500)).encode())
         # The server looks for new topics every 5 s; then the topic answers in full at once.
-        out = count_when_ready(address, "SELECT count(*) AS n FROM lakelog.orders", elsewhere)
+        token_file = up.data_dir / "sql.token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        out = count_when_ready(address, "SELECT count(*) AS n FROM lakelog.orders", elsewhere, token)
         assert out.stdout.splitlines() == ["n", "500"], out.stderr
+        # Only who can read the data directory can query: no token, or a wrong one, is refused.
+        for wrong in (None, "0" * 64):
+            refused = sql(address, "SELECT count(*) AS n FROM lakelog.orders", elsewhere, wrong)
+            assert refused.returncode == 1 and "refused the connection" in refused.stderr, refused.stderr
+            assert refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
 
         # Supervised: killed, it is restarted and answers again.
         pid = int(re.search(rf"sql: {re.escape(address)} \(pid (\d+)", up.output()).group(1))
         os.killpg(pid, signal.SIGKILL)
         wait_for(lambda: "sql is back" in up.output(), SQL_READY_TIMEOUT_S, "the SQL server's restart")
-        again = count_when_ready(address, "SELECT count(*) AS n FROM lakelog.orders", elsewhere)
+        again = count_when_ready(address, "SELECT count(*) AS n FROM lakelog.orders", elsewhere, token)
         assert again.stdout.splitlines() == ["n", "500"], again.stderr
 
         up.proc.send_signal(signal.SIGTERM)

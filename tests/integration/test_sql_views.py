@@ -207,6 +207,7 @@ def test_sql_server_answers_the_cli_and_a_spark_connect_client(node, tmp_path):
     assert server.returncode == 0, "".join(lines[-20:])
 
 
+@pytest.mark.timeout(1500)  # two sync-tables runs and a view query in local Spark, on a shared machine
 def test_time_travel_on_the_table_and_by_kafka_timestamp_on_the_topic(node, spark):
     """docs/spark.md's time travel, as written: Delta VERSION AS OF / TIMESTAMP AS OF on the
     table's path, and a Kafka timestamp bound on the topic view."""
@@ -218,7 +219,8 @@ def test_time_travel_on_the_table_and_by_kafka_timestamp_on_the_topic(node, spar
 
     url, topic = node.url, "travel"
     create_topic(url, topic, 1, TIERED)
-    produce(url, topic, 0, [f"first-{j}-" + "z" * 60 for j in range(200)])
+    for i in range(10):  # ten requests: segments roll between batches, and sealed ones are tiered
+        produce(url, topic, 0, [f"first-{i}-{j}-" + "z" * 60 for j in range(20)])
     between_ms = int(time.time() * 1000)
     time.sleep(0.05)  # the second batch's timestamps are above between_ms on a millisecond clock
     segments = lambda: len(list(node.remote_dir.rglob(f"{topic}-0/*.log")))
@@ -227,7 +229,8 @@ def test_time_travel_on_the_table_and_by_kafka_timestamp_on_the_topic(node, spar
     path = tables_path(node.remote, topic)
     run_job(spark, "sync-tables", node.remote, topics=[topic])
     first_count = spark.read.format("delta").load(path).count()
-    produce(url, topic, 0, [f"second-{j}-" + "z" * 60 for j in range(200)])
+    for i in range(10):
+        produce(url, topic, 0, [f"second-{i}-{j}-" + "z" * 60 for j in range(20)])
     wait_for(lambda: segments() > tiered_first, what="the second records tiered")
     run_job(spark, "sync-tables", node.remote, topics=[topic])
     second_count = spark.read.format("delta").load(path).count()
