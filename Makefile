@@ -7,7 +7,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer clean
+.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment clean
 
 setup: venv jars console
 
@@ -75,6 +75,10 @@ bench-console: setup
 # Apache Kafka 4.1 (jars from Maven Central via bench/pom.xml into .jars/kafka) against Lakelog's client.
 bench-peer: setup
 	$(BIN)/python bench/peer_kafka.py
+
+# Partition moves on a 4-node cluster, unthrottled and under a replication throttle, about two minutes.
+bench-reassignment: setup
+	$(BIN)/python bench/reassignment.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info node_modules $(VENDOR)

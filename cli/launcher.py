@@ -39,6 +39,7 @@ node as `remote.storage.url` (all nodes share one remote tier).
 
 from __future__ import annotations
 
+import dataclasses
 import collections
 import os
 import re
@@ -64,6 +65,8 @@ DEFAULT_DATA_DIR = "./data"
 HOST = "127.0.0.1"
 #: Largest local cluster: every node is a controller voter, and Raft quorums stay small.
 MAX_LOCAL_NODES = 5
+#: Highest node id `lakelog up --add-node` gives a broker added to a local cluster.
+MAX_ADDED_NODE_ID = 32
 DEFAULT_NODES = 3
 CLUSTER_PROPERTIES = "cluster.properties"
 #: The SQL server's client token (`lakelog up --sql`), 0600 beside cluster.properties.
@@ -167,6 +170,14 @@ class ClusterSpec:
     @property
     def sql_token_path(self) -> Path:
         return self.data_dir / SQL_TOKEN_FILE
+    #: `lakelog up --add-node`: run only these node ids (brokers beyond the `nodes` voters, joining the
+    #: cluster the voters' `lakelog up` runs); empty: run the voters 1..nodes.
+    added_nodes: tuple[int, ...] = ()
+
+    @property
+    def run_ids(self) -> list[int]:
+        """The node ids this launcher runs."""
+        return list(self.added_nodes) or list(range(1, self.nodes + 1))
 
     def scheduler_args(self) -> list[str]:
         """The `lakelog jobs schedule` command line (same remote tier as the nodes)."""
@@ -249,8 +260,11 @@ def load_or_create_sql_token(path: Path) -> str:
 
 def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
                remote: str | None = None, node_overrides: Mapping[str, str] | None = None,
-               jobs_every: Mapping[str, float] | None = None, sql_port: int | None = None) -> ClusterSpec:
+               jobs_every: Mapping[str, float] | None = None, sql_port: int | None = None,
+               add_node: int | None = None) -> ClusterSpec:
     validate_node_count(nodes)
+    if add_node is not None:
+        return _added_node_spec(build_spec(nodes, data_dir, http_port, remote, node_overrides), add_node)
     if http_port < 1 or http_port + nodes - 1 > 65535:
         raise LauncherConfigError(f"--http-port {http_port}: ports {http_port}..{http_port + nodes - 1} "
                                   "must lie in 1..65535")
@@ -276,6 +290,25 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
         except ConfigError as e:
             raise LauncherConfigError(f"--set: {e}") from None
     return spec
+
+
+def _added_node_spec(spec: ClusterSpec, add_node: int) -> ClusterSpec:
+    """`lakelog up --add-node [ID]`: one more broker for the running local cluster in the same data dir.
+
+    ID 0 picks the first id above the voters whose port is free. The cluster's id and secret come from
+    its cluster.properties, so the cluster must have been started by `lakelog up` in that directory."""
+    if not (spec.data_dir / CLUSTER_PROPERTIES).exists():
+        raise LauncherConfigError(f"--add-node: no cluster in {spec.data_dir} (start it first: lakelog up "
+                                  f"--data-dir {spec.data_dir})")
+    if add_node == 0:
+        add_node = next((i for i in range(spec.nodes + 1, MAX_ADDED_NODE_ID + 1)
+                         if not _port_in_use(spec.node_port(i))), MAX_ADDED_NODE_ID + 1)
+    if not spec.nodes < add_node <= MAX_ADDED_NODE_ID:
+        raise LauncherConfigError(f"--add-node {add_node}: an added node's id is above the {spec.nodes} voters and "
+                                  f"at most {MAX_ADDED_NODE_ID}")
+    if spec.node_port(add_node) > 65535:
+        raise LauncherConfigError(f"--add-node {add_node}: its port {spec.node_port(add_node)} is above 65535")
+    return dataclasses.replace(spec, added_nodes=(add_node,), jobs_every={}, sql_port=None)
 
 
 def _port_in_use(port: int) -> bool:
@@ -623,7 +656,7 @@ class LocalCluster:
 
     def _run(self) -> int:
         spec = self.spec
-        for i in range(1, spec.nodes + 1):
+        for i in spec.run_ids:
             if _port_in_use(spec.node_port(i)):
                 raise LauncherConfigError(f"port {spec.node_port(i)} (node {i}) is already in use; "
                                           "choose another --http-port")
@@ -632,9 +665,13 @@ class LocalCluster:
                                       "choose another --sql-port")
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         noun = "node" if spec.nodes == 1 else "nodes"
-        self._say(f"lakelog up: {spec.nodes} {noun}, data in {spec.data_dir}")
+        if spec.added_nodes:
+            self._say(f"lakelog up --add-node: node {', '.join(map(str, spec.added_nodes))} joins the cluster of "
+                      f"{spec.nodes} {noun} in {spec.data_dir} (as a broker; the voters stay 1..{spec.nodes})")
+        else:
+            self._say(f"lakelog up: {spec.nodes} {noun}, data in {spec.data_dir}")
         self._say(f"  remote tier {spec.remote.url} (shared by every node; topics opt in with remote.storage.enable)")
-        for i in range(1, spec.nodes + 1):
+        for i in spec.run_ids:
             child = NodeChild(spec, i, self.console)
             self.children.append(child)
             child.start()
@@ -657,13 +694,13 @@ class LocalCluster:
                 return self._finish(1)
             self.console.flush_suppressed()
             self._stop.wait(POLL_INTERVAL_S)
-        if spec.jobs_every:
+        if spec.jobs_every and not spec.added_nodes:
             scheduler = SchedulerChild(spec, self.console)
             self.children.append(scheduler)
             scheduler.start()
             self._say(f"  jobs: {', '.join(f'{j} every {s:g}s' for j, s in spec.jobs_every.items() if s)} "
                       f"(pid {scheduler.proc.pid}; Spark in local mode)")
-        if spec.sql_port is not None:
+        if spec.sql_port is not None and not spec.added_nodes:
             load_or_create_sql_token(spec.sql_token_path)
             sql = SqlServerChild(spec, self.console)
             self.children.append(sql)

@@ -65,7 +65,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
                 except ValueError:
                     args.parser.error(f"--jobs-every {job}={seconds}: seconds must be a number")
         spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []), jobs,
-                          args.sql_port if args.sql else None)
+                          args.sql_port if args.sql else None, add_node=args.add_node)
     except LauncherConfigError as e:
         args.parser.error(str(e))  # exits 2, as argparse's own usage errors do
     return LocalCluster(spec, exit_on_death=args.exit_on_node_death,
@@ -417,6 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "shared by every node; topics opt in with remote.storage.enable=true")
     up.add_argument("--set", action="append", type=_key_value, metavar="KEY=VALUE",
                     help="a node config key for every node (not node.id, log.dirs, listeners)")
+    up.add_argument("--add-node", type=int, nargs="?", const=0, metavar="ID",
+                    help="run one more node (a broker, not a voter) that joins the cluster another `lakelog up` "
+                         "runs with the same --data-dir / --nodes / --http-port (default ID: the next free one); "
+                         "move replicas onto it with `lakelog partitions reassign` or `nodes drain`")
     up.add_argument("--exit-on-node-death", action="store_true",
                     help="for scripts: when a node dies, stop the others and exit 1 (default: restart it)")
     up.add_argument("--verbose", action="store_true",
@@ -497,6 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     from lakelog.cli.groups import add_commands as add_group_commands
 
     add_group_commands(sub, _add, client_opts)
+
+    from lakelog.cli.reassign import add_commands as add_reassign_commands
+
+    add_reassign_commands(sub, _add, client_opts)
 
     from lakelog.cli.security import add_commands as add_security_commands
 

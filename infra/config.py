@@ -18,6 +18,7 @@ field from a parsed configuration. No component carries a second default for a d
 
 from __future__ import annotations
 
+import re
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TypeVar
@@ -189,6 +190,14 @@ def from_keys(cls: type[_C], config: "TypedConfig | Mapping[str, Any]", **overri
     return cls(**values)
 
 
+_THROTTLED_REPLICAS = re.compile(r"\s*(\*|(\d+\s*:\s*\d+\s*(,\s*\d+\s*:\s*\d+\s*)*)?)\s*")
+
+
+def _throttled_replicas(value: str) -> None:
+    if not _THROTTLED_REPLICAS.fullmatch(value):
+        raise ConfigError(f"throttled replicas {value!r}: \"*\" or a list partition:broker,partition:broker,...")
+
+
 def _cleanup_policy(value: str) -> None:
     if not value.strip():
         raise ConfigError("cleanup.policy: must name delete, compact or both")
@@ -236,6 +245,12 @@ LOG_CONFIG = (
             min=0, unit="ms", synonym="log.flush.interval.ms")
     .define("min.insync.replicas", int, 1, "acks=all produce needs at least this many replicas in the ISR.", min=1, synonym="min.insync.replicas")
     .define("unclean.leader.election.enable", bool, False, "Allow an out-of-sync replica to become leader.", synonym="unclean.leader.election.enable")
+    .define("leader.replication.throttled.replicas", str, "", "partition:broker,... (or *): while broker b "
+            "leads partition p it sends to out-of-ISR followers at most leader.replication.throttled.rate.",
+            validator=_throttled_replicas)
+    .define("follower.replication.throttled.replicas", str, "", "partition:broker,... (or *): broker b's "
+            "replica of p, while out of the ISR, fetches at most follower.replication.throttled.rate.",
+            validator=_throttled_replicas)
     .define("value.schema", str, "", "Spark DDL of JSON record values (e.g. 'id BIGINT, amount DOUBLE'): "
             "sync-tables adds them as typed columns to the topic's Delta table; empty: values stay binary.")
     .define("schema.registry.url", str, "", "A node URL (any node serves the Schema Registry): sync-tables "

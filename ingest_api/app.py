@@ -140,13 +140,16 @@ def create_app(node: Node) -> FastAPI:
     from lakelog.ingest_api.security import router as security_router
 
     from lakelog.ingest_api.routers import acls_v3, configs_v3, consumer_groups_v3, records_v3, replicas_v3, root
+    from lakelog.ingest_api.routers import reassignment_v3, throttles_v3
 
     app.include_router(ops.router)
     app.include_router(docs.router)  # Swagger UI from the node's own files
     app.include_router(root.router)
     app.include_router(records.router)
     app.include_router(admin_v2.router)
+    app.include_router(throttles_v3.router)  # before configs_v3: the two dynamic broker configs by name
     app.include_router(configs_v3.router)  # before admin_v3: `topics/-/configs` is not a topic named "-"
+    app.include_router(reassignment_v3.router)  # likewise `topics/-/partitions/-/reassignment`
     app.include_router(admin_v3.router)
     app.include_router(records_v3.router)
     app.include_router(consumer_groups_v3.router)

@@ -42,6 +42,7 @@ from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTR
 from lakelog.ingest_api.security.records import controller_records as security_controller_records
 from lakelog.ingest_api.schemas.state import CONTROLLER_OPS as SCHEMA_CONTROLLER_OPS
 from lakelog.ingest_api.schemas.state import controller_records as schema_controller_records
+from lakelog.ingest_api.cluster import throttles
 
 log = logging.getLogger("lakelog.node")
 
@@ -99,6 +100,14 @@ def _allocate_producer_ids(ctrl: Controller, image: ClusterImage, args: dict[str
     return records, {"first_id": first, "count": count}
 
 
+def _alter_broker_configs(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
+    ctrl._require_active()
+    try:
+        return throttles.controller_records("alter_broker_configs", args, image.throttles)
+    except ValueError as e:
+        raise InvalidRequestError(str(e)) from None
+
+
 def _security_op(op: str) -> ControllerOp:
     def run(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
         ctrl._require_active()
@@ -123,6 +132,13 @@ OPS: dict[str, ControllerOp] = {
     "create_partitions": ControllerOp(lambda c, i, a, n: (c.create_partitions(str(a["name"]), int(a["total"])), {})),
     "alter_partition": ControllerOp(_alter_partition),
     "allocate_producer_ids": ControllerOp(_allocate_producer_ids),
+    # partition reassignment and node removal (ingest_api/cluster/reassignment.py)
+    "alter_partition_reassignments": ControllerOp(lambda c, i, a, n: (c.alter_partition_reassignments(
+        (str(r["topic"]), r["partition"], r.get("replicas")) for r in a["reassignments"]), {})),
+    "unregister_broker": ControllerOp(lambda c, i, a, n: (c.unregister_broker(int(a["node_id"])), {})),
+    "elect_leaders": ControllerOp(lambda c, i, a, n: (c.elect_leaders(
+        (str(r["topic"]), r["partition"]) for r in a["partitions"]), {})),
+    "alter_broker_configs": ControllerOp(_alter_broker_configs),
     # users, API keys, ACLs, quotas (ingest_api/security/records.py)
     **{op: _security_op(op) for op in SECURITY_CONTROLLER_OPS},
     # the Schema Registry: subjects, versions, config, mode (ingest_api/schemas/state.py)

@@ -27,11 +27,14 @@ from typing import Callable
 from lakelog.infra.config import ConfigError
 from lakelog.infra.errors import ErrorKind, LakelogError
 from lakelog.ingest_api.cluster.errors import (
+    BrokerInUseError,
     BrokerNotRegisteredError,
     FencedBrokerError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidIsrError,
+    InvalidReplicaAssignmentError,
+    NoReassignmentInProgressError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicIdError,
@@ -152,6 +155,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     BrokerNotFoundError: HttpError(404, 40408),
     SecurityNotFoundError: HttpError(404, 40409),
     NotFoundError: HttpError(404, 40410),
+    NoReassignmentInProgressError: HttpError(404, 40411),  # also a GET of a partition not being moved
     # 406 Not Acceptable
     NotAcceptableError: HttpError(406, 40601),  # and ConsumerFormatMismatchError, a case of it
     RecordDeserializationError: HttpError(406, 40602),
@@ -173,6 +177,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     RebalanceInProgressError: HttpError(409, 40914),
     NoOffsetForPartitionError: HttpError(409, 40915),
     TopicExistsError: HttpError(409, 40916),
+    BrokerInUseError: HttpError(409, 40917),
     # 413 / 415 / 416
     RequestTooLargeError: HttpError(413, 41301),  # a body over max.request.bytes, too many records
     RecordTooLargeError: HttpError(413, 41302),  # a batch over max.message.bytes
@@ -195,6 +200,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     InvalidSessionTimeoutError: HttpError(422, 42210),
     IneligibleReplicaError: HttpError(422, 42211),
     InvalidIsrError: HttpError(422, 42212),
+    InvalidReplicaAssignmentError: HttpError(422, 42213),
     # 429 Too Many Requests
     ThrottledError: HttpError(429, 42901),
     TooManyInstancesError: HttpError(429, 42902),

@@ -5,8 +5,9 @@ brokers and controller changes; `node.replicas` for the leader side of replicati
 `node.controller_host` for controller requests) and translate errors (see errors.py).
 
 A node is a member of a cluster whose metadata (brokers, topics, partition leaders and ISRs) is a
-Raft-replicated event log (`ingest_api/cluster/`). Every node is a voter; the Raft leader runs the
-active controller. Every node applies the committed metadata to its `ClusterImage` and reconciles
+Raft-replicated event log (`ingest_api/cluster/`). The nodes in `controller.quorum.voters` are its
+voters; the Raft leader runs the active controller. A node added later (not a voter) follows the log
+as an observer (`cluster/observer.py`). Every node applies the committed metadata to its `ClusterImage` and reconciles
 its replicas with it. A request for a partition this node does not lead is forwarded to the leader
 (one hop), so any node answers any request.
 
@@ -48,13 +49,14 @@ from pathlib import Path
 from typing import Any
 
 from lakelog.compaction.cleaner import LogCleaner
-from lakelog.infra.config import ConfigError
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.admin import AdminService, MetadataWaiters, PartitionStateView
 from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
 from lakelog.ingest_api.cluster.controller import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
+from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS
+from lakelog.ingest_api.cluster.observer import ObserverHost
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.controller_host import ControllerHost
 from lakelog.ingest_api.errors import (
@@ -106,7 +108,7 @@ class Node:
         self.data_dir = config.data_dir
         self.cluster_id = ""
         self.image = ClusterImage()
-        self.quorum: QuorumHost | None = None
+        self.quorum: QuorumHost | ObserverHost | None = None  # ObserverHost: not a controller voter
         self.peers: PeerClient | None = None
         self.incarnation_id = uuid.uuid4().hex
         self.started_at = time.time()
@@ -223,11 +225,13 @@ class Node:
         tls = tls_client_context(cfg)
         self.peers = PeerClient(self.node_id, cfg.cluster_secret.encode(), self.peer_url,
                                 timeout_s=cfg.request_timeout_ms / 1000 + 5, ssl_context=tls)
-        if self.node_id not in self.voters:
-            raise ConfigError(f"node {self.node_id} is not in controller.quorum.voters: this release runs every "
-                              f"node as a voter")
-        self.quorum = QuorumHost(self._quorum_config(tls), self.image,
-                                 on_role_change=self.controller_host.on_role_change, on_applied=self._on_applied)
+        if self.node_id not in self.voters:  # a broker added to the cluster: it follows the metadata log
+            self.quorum = ObserverHost(self.node_id, dict(self.voters), cfg.cluster_secret.encode(), self.image,
+                                       on_applied=self._on_applied, max_clock_skew_ms=DEFAULT_MAX_SKEW_MS,
+                                       request_timeout_ms=cfg.request_timeout_ms)
+        else:
+            self.quorum = QuorumHost(self._quorum_config(tls), self.image,
+                                     on_role_change=self.controller_host.on_role_change, on_applied=self._on_applied)
         self.controller_host.attach(self.quorum, self.peers)
         await self.quorum.start()
         loop = asyncio.get_running_loop()

@@ -30,6 +30,12 @@ from typing import Any, Awaitable, Callable
 from lakelog.compaction.cleaner import LogCleaner
 from lakelog.ingest_api.cluster.backoff import RetryBackoff
 from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.throttles import (
+    FOLLOWER_RATE,
+    LEADER_RATE,
+    ThrottleQuota,
+    is_throttled,
+)
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
 from lakelog.ingest_api.partition import Partition, PartitionKey, ProposeIsr, Role
@@ -70,6 +76,10 @@ class ReplicaManager:
         self._lock = threading.RLock()
         self._reconcile_scheduled = False
         self._strays_removed = False
+        #: Replication throttles (cluster/throttles.py): bytes this node sends as a leader to, and
+        #: fetches as a follower for, throttled replicas out of the ISR.
+        self.leader_quota = ThrottleQuota()
+        self.follower_quota = ThrottleQuota()
 
     # ------------------------------------------------------------------ views
 
@@ -314,12 +324,36 @@ class ReplicaManager:
                 log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
             records: bytes | memoryview = b""
             if offset < leo and remaining > 0:
-                res = p.log.read(offset, min(remaining, int(e.get("max_bytes", remaining))))
-                records = res.records
-                remaining -= len(records)
+                want = min(remaining, int(e.get("max_bytes", remaining)))
+                rate = self.leader_throttle_rate(p, replica_id)
+                if rate is not None:
+                    want = min(want, self.leader_quota.allowance(rate, time.monotonic()))
+                if want > 0:
+                    res = p.log.read(offset, want)
+                    records = res.records
+                    remaining -= len(records)
+                    if rate is not None:
+                        self.leader_quota.record(rate, len(records), time.monotonic())
             out.append(wire.PartitionData(topic, part, wire.NONE, None, p.high_watermark,
                                           p.log.log_start_offset, p.log.log_end_offset, records))
         return out
+
+    def leader_throttle_rate(self, p: Partition, replica_id: int) -> int | None:
+        """The leader throttle rate for a follower's fetch of `p`, or None when it is not throttled
+        (no rate set, the partition not listed for this leader, or the follower in the ISR)."""
+        rate = self.image.throttles.rate(self.node_id, LEADER_RATE)
+        if rate is None or replica_id in p.isr:
+            return None
+        listed = p.log.config.leader_replication_throttled_replicas
+        return rate if is_throttled(listed, p.key.partition, self.node_id) else None
+
+    def follower_throttle_rate(self, p: Partition) -> int | None:
+        """The follower throttle rate of this node's replica of `p`, or None when it is not throttled."""
+        rate = self.image.throttles.rate(self.node_id, FOLLOWER_RATE)
+        if rate is None or self.node_id in p.isr:
+            return None
+        listed = p.log.config.follower_replication_throttled_replicas
+        return rate if is_throttled(listed, p.key.partition, self.node_id) else None
 
     # ------------------------------------------------------------------ background work and stop
 

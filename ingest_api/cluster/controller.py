@@ -52,7 +52,9 @@ Partition reconciliation (`tick`, and after every broker-state change, for that 
      `unclean.leader.election.enable` over the controller's default): then the first eligible
      replica leads with ISR = [it];
   4. when preferred-leader rebalancing is due, leadership moves back to the first replica when it is
-     eligible, in the ISR and not leading.
+     eligible, in the ISR and not leading;
+  5. when none of that changes anything, a reassignment in progress takes its next step
+     (`reassignment.progress`: leadership off a leaving replica, then the leaving replicas go).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ from lakelog.ingest_api.cluster.image import (
     encode_record,
 )
 from lakelog.ingest_api.cluster.placement import assign_replicas
+from lakelog.ingest_api.cluster import reassignment
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     PartitionNotFoundError,
@@ -519,6 +522,48 @@ class Controller:
             self._rebalance_due_ms = self._now_ms + self.config.preferred_leader_return_delay_ms
         return self._proposed([_change_record(t, partition, state, new)]), new
 
+    def alter_partition_reassignments(self, changes: Iterable[tuple[str, int, list[int] | None]]
+                                      ) -> list[dict[str, Any]]:
+        """Start, change (a target replica list) or cancel (None) partition reassignments (Kafka's
+        AlterPartitionReassignments); all are checked before any record is returned."""
+        self._require_active()
+        records: list[dict[str, Any]] = []
+        seen: set[tuple[str, int]] = set()
+        for topic, partition, target in changes:
+            t = self._topic(topic)
+            if type(partition) is not int or not 0 <= partition < len(t.partitions):
+                raise PartitionNotFoundError(f"Partition {partition} of topic '{topic}' not found.")
+            where = f"{topic}-{partition}"
+            if (topic, partition) in seen:
+                raise InvalidRequestError(f"{where} is named twice")
+            seen.add((topic, partition))
+            state = t.partitions[partition]
+            if target is None:
+                new = reassignment.cancel(state, where)
+            else:
+                new = reassignment.start(state, reassignment.check_target(target, self.image.brokers, where))
+            if new != state:
+                records.append(_change_record(t, partition, state, new))
+        return self._proposed(records)
+
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+        """Kafka's ElectLeaders (PREFERRED) for the named partitions: leadership to each one's first
+        replica where it is eligible, in the ISR and not leading already (else unchanged)."""
+        self._require_active()
+        view = _View(self.image)
+        records: list[dict[str, Any]] = []
+        for topic, partition in partitions:
+            t = self._topic(topic)
+            if type(partition) is not int or not 0 <= partition < len(t.partitions):
+                raise PartitionNotFoundError(f"Partition {partition} of topic '{topic}' not found.")
+            state = t.partitions[partition]
+            preferred = state.preferred_leader
+            if preferred != state.leader and preferred in state.isr and view.eligible(preferred):
+                new = dataclasses.replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,
+                                          partition_epoch=state.partition_epoch + 1)
+                records.append(_change_record(t, partition, state, new))
+        return self._proposed(records)
+
     # --- producer ids --------------------------------------------------------------------------
 
     def allocate_producer_ids(self, node_id: int, broker_epoch: int) -> tuple[list[dict[str, Any]], int, int]:
@@ -641,7 +686,7 @@ def _target_state(state: PartitionState, view: _View, *, unclean: bool, rebalanc
         elif leader in isr and view.alive(leader):
             pass  # shutting down, nobody can take over: it keeps leading until it must stop
         elif unclean:
-            live = [r for r in state.replicas if view.eligible(r)]
+            live = [r for r in state.replicas if view.eligible(r) and r not in state.adding]
             leader, isr = (live[0], (live[0],)) if live else (NO_LEADER, isr)
         else:
             leader = NO_LEADER
@@ -650,7 +695,7 @@ def _target_state(state: PartitionState, view: _View, *, unclean: bool, rebalanc
         if preferred != leader and preferred in isr and view.eligible(preferred):
             leader = preferred
     if (leader, isr) == (state.leader, state.isr):
-        return state
+        return reassignment.progress(state, view.eligible)
     return dataclasses.replace(state, isr=isr, leader=leader,
                                leader_epoch=state.leader_epoch + (1 if leader != state.leader else 0),
                                partition_epoch=state.partition_epoch + 1)
@@ -674,6 +719,9 @@ def _change_record(t: TopicImage, partition: int, old: PartitionState, new: Part
         record["isr"] = list(new.isr)
     if new.replicas != old.replicas:
         record["replicas"] = list(new.replicas)
+    if (new.adding, new.removing) != (old.adding, old.removing):
+        record["adding_replicas"] = list(new.adding)
+        record["removing_replicas"] = list(new.removing)
     return record
 
 

@@ -118,6 +118,25 @@ class InvalidTopicIdError(ClusterError, InvalidRequestError):
     kind = ErrorKind.INVALID_REQUEST
 
 
+class InvalidReplicaAssignmentError(ClusterError, InvalidRequestError):
+    """A reassignment's target replicas are empty, repeat a node or name an unregistered one, or its
+    cancel would leave no in-sync replica (Kafka INVALID_REPLICA_ASSIGNMENT)."""
+
+    kind = ErrorKind.INVALID_REQUEST
+
+
+class BrokerInUseError(ClusterError):
+    """A broker to unregister still runs or still holds replicas (drain and stop it first)."""
+
+    kind = ErrorKind.INVALID_REQUEST
+
+
+class NoReassignmentInProgressError(ClusterError):
+    """A cancel named a partition that is not being reassigned (Kafka NO_REASSIGNMENT_IN_PROGRESS)."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
 # The controller quorum's host (`cluster/quorum.py`).
 
 class QuorumError(ClusterError):

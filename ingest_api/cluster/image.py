@@ -26,6 +26,7 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
     delete_topic               name, topic_id
     alter_configs              name, topic_id, configs           the full new map
     partition_change           topic, topic_id, partition, [leader], [isr], [replicas],
+                               [adding_replicas], [removing_replicas],
                                leader_epoch, partition_epoch     the resulting epochs, explicitly
     allocate_producer_ids      node_id, broker_epoch, first_id, count
     user_credential, delete_user, create_api_key, delete_api_key, create_acls, delete_acls
@@ -33,6 +34,8 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
                                (ingest_api/security/records.py)
     schema_register, schema_delete, schema_config, schema_mode
                                the Schema Registry: `image.schemas` (ingest_api/schemas/state.py)
+    alter_broker_configs       the dynamic replication throttle rates: `image.throttles`
+                               (ingest_api/cluster/throttles.py)
 
 Broker records name the registration they act on by `broker_epoch`; topic records name the topic by
 `topic_id` too, so a record meant for a deleted topic never lands on a re-created one of that name.
@@ -40,11 +43,20 @@ Broker records name the registration they act on by `broker_epoch`; topic record
 `leader_epoch` the current one + 1 when the leader changes (to -1 and back included), else equal.
 A duplicate proposal therefore applies once; the second copy is skipped.
 
+Reassignment (Kafka's KIP-455, as its PartitionRecord / PartitionChangeRecord carry it): while a
+partition moves, `replicas` is the target followed by the original replicas that are leaving,
+`adding_replicas` the target's new members and `removing_replicas` the leaving ones; the target is
+`replicas` minus `removing_replicas`. Both lists are absent (empty) when no reassignment is in
+progress, so the state of a partition that never moved is written as before. The controller's
+steps are in `reassignment.py`.
+
 Invariants (checked with `invariant()` on every partition a record produces)
 ----------------------------------------------------------------------------
 * replicas are distinct and non-empty; ISR ⊆ replicas, distinct, never empty (when the last ISR
   member dies it stays in the ISR with leader -1, Kafka's KIP-841, so it can lead again);
 * leader ∈ ISR unless leader == -1 (no leader: the partition is offline);
+* adding and removing replicas are disjoint subsets of the replicas, and the target (replicas minus
+  removing) is not empty;
 * leader epoch and partition epoch only grow;
 * the producer-id high-water mark only grows; a broker's epoch only grows while it is registered.
 
@@ -86,6 +98,7 @@ from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
 from lakelog.ingest_api.schemas.errors import SchemaRegistryError
 from lakelog.ingest_api.schemas.state import RECORD_TYPES as SCHEMA_RECORD_TYPES, SchemaRegistryState
 from lakelog.ingest_api.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES, SecurityState
+from lakelog.ingest_api.cluster.throttles import RECORD_TYPES as THROTTLE_RECORD_TYPES, BrokerThrottles
 from lakelog.logstore.record_batch import crc32c
 
 SNAPSHOT_VERSION = 1
@@ -143,19 +156,41 @@ class PartitionState:
     leader: int = NO_LEADER
     leader_epoch: int = 0
     partition_epoch: int = 0
+    adding: tuple[int, ...] = ()  # a reassignment's new replicas (KIP-455 addingReplicas)
+    removing: tuple[int, ...] = ()  # a reassignment's leaving replicas (removingReplicas)
 
     def __post_init__(self) -> None:
         # Accept lists from callers; keep tuples so the value is really immutable and hashable.
         object.__setattr__(self, "replicas", tuple(self.replicas))
         object.__setattr__(self, "isr", tuple(self.isr))
+        object.__setattr__(self, "adding", tuple(self.adding))
+        object.__setattr__(self, "removing", tuple(self.removing))
 
     @property
     def preferred_leader(self) -> int:
         return self.replicas[0]
 
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas once the reassignment in progress (if any) completes."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        """The replicas before the reassignment in progress (if any): what a cancel reverts to."""
+        return tuple(r for r in self.replicas if r not in self.adding)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"replicas": list(self.replicas), "isr": list(self.isr), "leader": self.leader,
-                "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch}
+        d: dict[str, Any] = {"replicas": list(self.replicas), "isr": list(self.isr), "leader": self.leader,
+                             "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch}
+        if self.reassigning:  # absent otherwise: states of partitions that never moved keep their bytes
+            d["adding_replicas"] = list(self.adding)
+            d["removing_replicas"] = list(self.removing)
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +223,13 @@ def check_partition_state(state: PartitionState, where: str) -> None:
               f"{where}: leader {state.leader} is not in ISR {state.isr}")
     invariant(0 <= state.leader_epoch <= MAX_EPOCH and 0 <= state.partition_epoch <= MAX_EPOCH,
               f"{where}: an epoch is out of range")
+    adding, removing = set(state.adding), set(state.removing)
+    invariant(len(adding) == len(state.adding) and len(removing) == len(state.removing),
+              f"{where}: adding {state.adding} or removing {state.removing} repeats")
+    invariant(adding <= set(state.replicas) and removing <= set(state.replicas),
+              f"{where}: adding {state.adding} or removing {state.removing} ⊄ replicas {state.replicas}")
+    invariant(not adding & removing, f"{where}: replicas {sorted(adding & removing)} are both adding and removing")
+    invariant(len(removing) < len(state.replicas), f"{where}: every replica is removing")
 
 
 def encode_record(record: Mapping[str, Any]) -> bytes:
@@ -264,7 +306,9 @@ def _partition(d: Any, where: str) -> PartitionState:
         raise _Rejected(f"{where} is not an object")
     state = PartitionState(_node_list(d, "replicas"), _node_list(d, "isr"),
                            _int(d, "leader", NO_LEADER, MAX_NODE_ID),
-                           _int(d, "leader_epoch", 0, MAX_EPOCH), _int(d, "partition_epoch", 0, MAX_EPOCH))
+                           _int(d, "leader_epoch", 0, MAX_EPOCH), _int(d, "partition_epoch", 0, MAX_EPOCH),
+                           _node_list(d, "adding_replicas") if "adding_replicas" in d else (),
+                           _node_list(d, "removing_replicas") if "removing_replicas" in d else ())
     check_partition_state(state, where)
     return state
 
@@ -301,6 +345,7 @@ class ClusterImage:
         self.recent_skips: collections.deque[tuple[int, str]] = collections.deque(maxlen=RECENT_SKIPS_KEPT)
         self.security = SecurityState()  # users, API keys, ACLs (an immutable value)
         self.schemas = SchemaRegistryState()  # the Schema Registry (an immutable value)
+        self.throttles = BrokerThrottles()  # dynamic replication throttle rates (an immutable value)
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -355,6 +400,7 @@ class ClusterImage:
         other.skipped_records = self.skipped_records
         other.security = self.security
         other.schemas = self.schemas
+        other.throttles = self.throttles
         other.recent_skips = collections.deque(self.recent_skips, maxlen=RECENT_SKIPS_KEPT)
         return other
 
@@ -369,6 +415,8 @@ class ClusterImage:
             state["security"] = self.security.to_dict()
         if not self.schemas.empty:  # likewise
             state["schemas"] = self.schemas.to_dict()
+        if not self.throttles.empty:  # likewise
+            state["throttles"] = self.throttles.to_dict()
         return state
 
     def to_dict(self) -> dict[str, Any]:
@@ -523,20 +571,23 @@ class ClusterImage:
         if p >= len(t.partitions):
             raise _Rejected(f"topic {t.name!r} has no partition {p}")
         old = t.partitions[p]
-        if not any(k in rec for k in ("leader", "isr", "replicas")):
-            raise _Rejected("a partition_change changes none of leader, isr, replicas")
+        if not any(k in rec for k in ("leader", "isr", "replicas", "adding_replicas", "removing_replicas")):
+            raise _Rejected("a partition_change changes none of leader, isr, replicas, adding/removing replicas")
         new = PartitionState(
             _node_list(rec, "replicas") if "replicas" in rec else old.replicas,
             _node_list(rec, "isr") if "isr" in rec else old.isr,
             _int(rec, "leader", NO_LEADER, MAX_NODE_ID) if "leader" in rec else old.leader,
-            _int(rec, "leader_epoch", 0, MAX_EPOCH), _int(rec, "partition_epoch", 0, MAX_EPOCH))
+            _int(rec, "leader_epoch", 0, MAX_EPOCH), _int(rec, "partition_epoch", 0, MAX_EPOCH),
+            _node_list(rec, "adding_replicas") if "adding_replicas" in rec else old.adding,
+            _node_list(rec, "removing_replicas") if "removing_replicas" in rec else old.removing)
         where = f"{t.name}-{p}"
         if new.partition_epoch != old.partition_epoch + 1:
             raise _Rejected(f"{where}: partition epoch {new.partition_epoch} is not {old.partition_epoch} + 1")
         want_leader_epoch = old.leader_epoch + (1 if new.leader != old.leader else 0)
         if new.leader_epoch != want_leader_epoch:
             raise _Rejected(f"{where}: leader epoch {new.leader_epoch} is not {want_leader_epoch}")
-        if (new.replicas, new.isr, new.leader) == (old.replicas, old.isr, old.leader):
+        if ((new.replicas, new.isr, new.leader, new.adding, new.removing)
+                == (old.replicas, old.isr, old.leader, old.adding, old.removing)):
             raise _Rejected(f"{where}: the partition_change changes nothing")
         check_partition_state(new, where)
         invariant(new.leader_epoch >= old.leader_epoch and new.partition_epoch > old.partition_epoch,
@@ -563,6 +614,12 @@ class ClusterImage:
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise _Rejected(f"security record: {e}") from None
 
+    def _throttle_record(self, rec: Mapping[str, Any], index: int) -> None:
+        try:
+            self.throttles = self.throttles.apply(rec)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise _Rejected(f"throttle record: {e}") from None
+
     def _schema_record(self, rec: Mapping[str, Any], index: int) -> None:
         try:
             self.schemas = self.schemas.apply(rec)
@@ -584,6 +641,7 @@ _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "allocate_producer_ids": ClusterImage._allocate_producer_ids,
     **{t: ClusterImage._security_record for t in SECURITY_RECORD_TYPES},
     **{t: ClusterImage._schema_record for t in SCHEMA_RECORD_TYPES},
+    **{t: ClusterImage._throttle_record for t in THROTTLE_RECORD_TYPES},
 }
 
 #: The record types `apply` understands.
@@ -635,4 +693,9 @@ def _image_from_state(state: Mapping[str, Any]) -> ClusterImage:
             img.schemas = SchemaRegistryState.from_dict(state["schemas"])
         except (ValueError, TypeError, KeyError, AttributeError, SchemaRegistryError) as e:
             raise _Rejected(f"schema registry state: {e}") from None
+    if "throttles" in state:
+        try:
+            img.throttles = BrokerThrottles.from_dict(state["throttles"])
+        except (ValueError, TypeError, AttributeError) as e:
+            raise _Rejected(f"throttles state: {e}") from None
     return img

@@ -7,6 +7,10 @@ OffsetsForLeaderEpoch for its own latest epoch and truncates to the answer (KIP-
 offset (= its LEO, which is how the leader learns it), appends what comes back (CRC-checked again)
 and sets its HW to min(leader HW, own LEO).
 
+Replication throttle (`cluster/throttles.py`): a partition whose replica here is throttled and out
+of the ISR asks for at most what the follower quota allows now, and is left out of the request
+while the quota is spent.
+
 Errors per partition: OFFSET_OUT_OF_RANGE below the leader's log start restarts the log empty at
 the leader's start offset; above the leader's LEO it truncates again. FENCED / UNKNOWN leader
 epoch and NOT_LEADER pause the partition until the node's metadata moves it. A failed request
@@ -184,13 +188,25 @@ class ReplicaFetcher:
 
     async def _fetch(self, parts: list[Partition]) -> None:
         cfg = self.node.config
+        replicas = self.node.replicas
+        limits: dict[PartitionKey, tuple[int, int]] = {}  # throttled: key -> (rate, bytes allowed now)
+        for p in parts:
+            rate = replicas.follower_throttle_rate(p)
+            if rate is not None:
+                limits[p.key] = (rate, min(cfg.replica_fetch_max_bytes,
+                                           replicas.follower_quota.allowance(rate, time.monotonic())))
+        parts = [p for p in parts if limits.get(p.key, (0, 1))[1] > 0]
+        if not parts:  # every partition is throttled and its quota spent: wait for it to refill
+            await asyncio.sleep(cfg.replica_fetch_backoff_ms / 1000)
+            return
         epochs = {p.key: p.leader_epoch for p in parts}
         body = {"replica_id": self.node.node_id, "broker_epoch": self.node.broker_epoch,
                 "max_wait_ms": cfg.replica_fetch_wait_max_ms, "max_bytes": cfg.replica_fetch_response_max_bytes,
                 "partitions": [{"topic": p.key.topic, "partition": p.key.partition,
                                 "fetch_offset": p.log.log_end_offset, "current_leader_epoch": p.leader_epoch,
                                 "log_start_offset": p.log.log_start_offset,
-                                "max_bytes": cfg.replica_fetch_max_bytes} for p in parts]}
+                                "max_bytes": limits.get(p.key, (0, cfg.replica_fetch_max_bytes))[1]}
+                               for p in parts]}
         timeout = (cfg.replica_fetch_wait_max_ms + cfg.request_timeout_ms) / 1000
         resp = await self.node.peers.request(self.leader_id, "POST", "/internal/replication/fetch",
                                              json.dumps(body).encode(),
@@ -204,6 +220,8 @@ class ReplicaFetcher:
                     or p.leader_epoch != epochs.get(key) or p.needs_truncation:
                 continue  # the partition moved while the request was out
             if data.error_code == wire.NONE:
+                if key in limits:
+                    replicas.follower_quota.record(limits[key][0], len(data.records), time.monotonic())
                 p.append_as_follower(data.records, data.high_watermark, data.log_start_offset)
             elif data.error_code == wire.OFFSET_OUT_OF_RANGE:
                 if p.log.log_end_offset < data.log_start_offset:

@@ -34,6 +34,17 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/v3/clusters/{cluster_id}/brokers/-/configs", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/v3/clusters/{cluster_id}/topics/-/configs", CLUSTER, None, DESCRIBE, ""),
     ("POST", "/v3/clusters/{cluster_id}/topics/-/configs:alter", CLUSTER, None, ALTER, ""),  # and ALTER per topic
+    ("GET", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment:alter", CLUSTER, None, ALTER, ""),
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/preferred-leader:elect", CLUSTER, None, ALTER, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/-/reassignment", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/reassignment", CLUSTER, None,
+     DESCRIBE, ""),
+    ("PATCH", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/reassignment", CLUSTER, None,
+     ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}/reassignment", CLUSTER, None,
+     ALTER, ""),
+    ("DELETE", "/v3/clusters/{cluster_id}/brokers/{broker_id}", CLUSTER, None, ALTER, ""),
     ("GET", "/metrics", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/openapi.json", None, None, None, ""),  # authenticated only
     ("GET", "/docs", None, None, None, ""),

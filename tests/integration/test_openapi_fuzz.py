@@ -37,6 +37,7 @@ RECORDBATCH = "application/vnd.kafka.recordbatch"
 HTTP_TIMEOUT_S = 30.0
 TOPICS = ["fuzzed", "fuzzed-b", "fuzzed-c"]
 MAX_EXAMPLES = 20
+THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 SEED = int(os.environ.get("LAKELOG_FUZZ_SEED") or 20261125)  # fixed: a run repeats; set it to explore
 CLUSTER_SECRET = "fuzz-cluster-secret-0123456789"
 FUZZ_USER, FUZZ_PASSWORD = "fuzzer", "fuzzer-password-1"
@@ -185,6 +186,19 @@ OPERATIONS = [
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/replicas/{broker_id}"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/offset"),
     ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}/partition-replicas"),
+    # partition reassignment (ingest_api/routers/reassignment_v3.py)
+    ("GET", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment"),
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment:alter"),
+    ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/preferred-leader:elect"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/-/reassignment"),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
+    ("PATCH", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
+    ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
+    ("DELETE", "/v3/clusters/{cluster_id}/brokers/{broker_id}"),
+    # the dynamic replication throttle rates (ingest_api/routers/throttles_v3.py)
+    *[(m, f"/v3/clusters/{{cluster_id}}/broker-configs/{key}") for key in THROTTLE_RATES for m in ("GET", "PUT", "DELETE")],
+    *[(m, f"/v3/clusters/{{cluster_id}}/brokers/{{broker_id}}/configs/{key}") for key in THROTTLE_RATES
+      for m in ("GET", "PUT", "DELETE")],
     ("POST", "/v3/clusters/{cluster_id}/acls:batch"),
     # The Schema Registry (ingest_api/schemas/router.py)
     ("GET", "/schemas/types"), ("GET", "/schemas"), ("GET", "/schemas/ids/{schema_id}"),

@@ -31,7 +31,9 @@ def _controller(image: ClusterImage) -> Controller:
 
 def test_every_controller_op_is_in_the_table():
     assert set(OPS) == {"register_broker", "heartbeat", "create_topic", "delete_topic", "alter_configs",
-                        "create_partitions", "alter_partition", "allocate_producer_ids", *SECURITY_OPS, *SCHEMA_OPS}
+                        "create_partitions", "alter_partition", "allocate_producer_ids", "alter_partition_reassignments",
+                        "unregister_broker", "alter_broker_configs",
+                        "elect_leaders", *SECURITY_OPS, *SCHEMA_OPS}
 
 
 def test_ops_turn_arguments_into_records_and_result_fields():
