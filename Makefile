@@ -55,9 +55,9 @@ browser:
 	    if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	    else echo "the console tests need /usr/bin/chromium (apt-get install chromium)" >&2; fi; fi
 
-# The main job: a local cluster on the embedded defaults.
+# The main job: a local cluster on the embedded defaults, with its SQL server (`lakelog sql` answers at once).
 up: setup
-	$(BIN)/lakelog up
+	$(BIN)/lakelog up --sql
 
 # The whole test suite.
 test: setup browser

@@ -233,7 +233,35 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
 #: Where `lakelog sql-server` listens by default, and where `lakelog sql` looks for it.
 SQL_SERVER_ENV = "LAKELOG_SQL_URL"
 DEFAULT_SQL_SERVER = "sc://127.0.0.1:15002"
-CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+
+
+#: A shared secret clients of `lakelog sql-server --token-file` present (bearer token on the Connect channel).
+SQL_TOKEN_ENV = "LAKELOG_SQL_TOKEN"
+#: Where `lakelog up --sql` keeps its server's token (0600), and where `lakelog sql` looks for one.
+DEFAULT_SQL_TOKEN_FILE = "data/sql.token"
+MAX_TOKEN_BYTES = 1024
+
+
+def _read_token(path: str) -> str:
+    try:
+        token = Path(path).read_text()[:MAX_TOKEN_BYTES + 1].strip()
+    except OSError as e:
+        raise CommandError(f"cannot read the token file {path}: {e.strerror}") from None
+    if not token or len(token) > MAX_TOKEN_BYTES or not token.isprintable() or ";" in token:
+        raise CommandError(f"the token file {path} must hold one line of at most {MAX_TOKEN_BYTES} printable "
+                           f"characters, without ';'")
+    return token
+
+
+def _with_token(url: str, token: str | None) -> str:
+    """The Connect URL with the bearer token. pyspark sends a token over a plain channel only to
+    the host `localhost` (elsewhere it asks for TLS), so a loopback address is named so."""
+    if token is None:
+        return url
+    host, port = _server_address(url)
+    if host in ("127.0.0.1", "::1", "localhost"):
+        host = "localhost"
+    return f"sc://{host}:{port}/;token={token}"
 
 
 def _server_address(url: str) -> tuple[str, int]:
@@ -263,14 +291,25 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     server = args.server or os.environ.get(SQL_SERVER_ENV) or DEFAULT_SQL_SERVER
     if not args.local and _server_reachable(server):
+        token = _read_token(args.token_file) if args.token_file else os.environ.get(SQL_TOKEN_ENV)
+        if token is None and Path(DEFAULT_SQL_TOKEN_FILE).is_file():  # what `lakelog up --sql` wrote here
+            token = _read_token(DEFAULT_SQL_TOKEN_FILE)
         with _quiet_jvm(tempfile.gettempdir(), args.verbose):
             from pyspark.sql import SparkSession
 
-            spark = SparkSession.builder.remote(server).getOrCreate()
+            spark = SparkSession.builder.remote(_with_token(server, token)).getOrCreate()
         try:
+            try:
+                names = _server_names(spark, args)
+            except Exception as e:  # pyspark wraps the gRPC status in its own error classes, or not
+                why = "a token is needed" if token is None else "its token differs"
+                if "UNAUTHENTICATED" in str(e) or "unauthenticated" in str(e).lower():
+                    raise CommandError(f"the SQL server at {server} refused the connection: {why} (--token-file, "
+                                       f"${SQL_TOKEN_ENV})") from None
+                raise
             if args.query is None:
                 return _repl(spark, args, _server_names)
-            _run_query(spark, args.query, _server_names(spark, args), args)
+            _run_query(spark, args.query, names, args)
         finally:
             spark.stop()
         return 0
@@ -444,13 +483,14 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     with tempfile.TemporaryDirectory(prefix="lakelog-sql-server-") as warehouse:
         with _quiet_jvm(warehouse, args.verbose):
+            auth = {"spark.connect.authenticate.token": _read_token(args.token_file)} if args.token_file else {}
             spark = remote_session(args.remote, app_name="lakelog-sql-server", master=args.master, conf={
-                "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, "spark.plugins": CONNECT_PLUGIN,
+                "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, **auth,
                 "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)})
+        service = None
         try:
             spark.sparkContext.setLogLevel("ERROR")
-            service = spark._jvm.java.lang.Class.forName(
-                "org.apache.spark.sql.connect.service.SparkConnectService$").getField("MODULE$").get(None)
+            service = _start_connect_service(spark)
             port = int(service.localPort())  # the port bound (port 0 in --listen: one the system chose)
             print(f"lakelog sql-server: Spark SQL on sc://{host}:{port} over {args.remote} (topics from "
                   f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
@@ -473,8 +513,28 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                     known = names
                 stop.wait(args.refresh_ms / 1000)
         finally:
+            if service is not None:
+                _stop_connect_service(service)
             spark.stop()
     return 0
+
+
+def _start_connect_service(spark):
+    """Start the Spark Connect service in this session's application; returns it.
+
+    Not through `spark.plugins`: the plugin starts the service while the SparkContext starts, and
+    the service then makes its base session (every client session is cloned from it) at the same
+    time as pyspark makes its own, each with its own shared state when they race. Measured: clients
+    then saw none of the global temporary views the server registered. Started here, after the
+    session exists, the service's base session is this session's."""
+    service = spark._jvm.java.lang.Class.forName(
+        "org.apache.spark.sql.connect.service.SparkConnectService$").getField("MODULE$").get(None)
+    service.start(spark.sparkContext._jsc.sc())
+    return service
+
+
+def _stop_connect_service(service) -> None:
+    service.stop(getattr(service, "stop$default$1")(), getattr(service, "stop$default$2")())
 
 
 def _cell(v):
@@ -556,6 +616,9 @@ def add_commands(sub, add) -> None:
                      help=f"a lakelog sql-server to use when reachable (default ${SQL_SERVER_ENV}, else "
                           f"{DEFAULT_SQL_SERVER})")
     sql.add_argument("--local", action="store_true", help="always start a Spark session in this process")
+    sql.add_argument("--token-file", metavar="PATH", default=None,
+                     help=f"the SQL server's token (default ${SQL_TOKEN_ENV}, else ./{DEFAULT_SQL_TOKEN_FILE} when "
+                          f"it exists: `lakelog up --sql` writes it)")
 
     server = add(sub, "sql-server", "sql-server", cmd_sql_server, parents=[remote],
                  help="serve Spark SQL over the topics (Spark Connect) until Ctrl-C; lakelog sql uses it")
@@ -563,11 +626,15 @@ def add_commands(sub, add) -> None:
                         help=f"where to listen (default {DEFAULT_SQL_SERVER}; loopback unless you name a host; "
                              f"port 0: any free port, printed)")
     server.add_argument("--nodes", metavar="URL", default=None,
-                        help="a node, to list topics and read what the remote tier does not hold yet "
-                             "(default $LAKELOG_URL, else http://127.0.0.1:8082)")
+                        help="a node (or several, comma-separated: the first ready one is used), to list topics "
+                             "and read what the remote tier does not hold yet (default $LAKELOG_URL, else "
+                             "http://127.0.0.1:8082)")
     server.add_argument("--refresh-ms", type=int, default=5000, metavar="MS",
                         help="how often new topics and tables are looked for (default 5000)")
     server.add_argument("--verbose", action="store_true", help="show Spark's own warnings")
+    server.add_argument("--token-file", metavar="PATH", default=None,
+                        help="require clients to present the token this file holds (a bearer token on the Spark "
+                             "Connect channel; `lakelog sql` reads it with --token-file or $" + SQL_TOKEN_ENV + ")")
     sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
     sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help=f"most rows printed (at most {MAX_SQL_ROWS})")
 
