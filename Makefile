@@ -7,9 +7,9 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment clean
+.PHONY: setup venv jars jvm console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment clean
 
-setup: venv jars console
+setup: venv jars jvm console
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -24,6 +24,15 @@ $(JARS)/.resolved: infra/pom.xml
 	mvn --batch-mode --quiet -f infra/pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DincludeScope=runtime
 	touch $@
+
+# The JVM `lakelog` data source (spark_log/jvm/): javac + jar against pyspark's own jars, no
+# download; a JDK 17 from Debian when javac is missing and we are root (CI).
+JVM_JAR := spark_log/jvm/lakelog-spark.jar
+jvm: $(JVM_JAR)
+$(JVM_JAR): $(VENV)/.installed spark_log/jvm/build.sh $(shell find spark_log/jvm/src spark_log/jvm/resources -type f)
+	@if ! command -v javac >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -q && apt-get install -y -q openjdk-17-jdk-headless; fi
+	bash spark_log/jvm/build.sh $(BIN)/python
 
 # The console's libraries: Preact + htm (components without a build step) and uPlot (charts), as
 # ES modules. Only these files are served; node_modules/ is not needed at run time.
@@ -46,9 +55,9 @@ browser:
 	    if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	    else echo "the console tests need /usr/bin/chromium (apt-get install chromium)" >&2; fi; fi
 
-# The main job: a local cluster on the embedded defaults.
+# The main job: a local cluster on the embedded defaults, with its SQL server (`lakelog sql` answers at once).
 up: setup
-	$(BIN)/lakelog up
+	$(BIN)/lakelog up --sql
 
 # The whole test suite.
 test: setup browser

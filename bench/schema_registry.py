@@ -6,7 +6,10 @@
 * produce   — REST produce of 10 small records per request to one partition, acks=1, alternated round
               by round (`bench.harness.alternate`): `application/vnd.kafka.json.v2+json` (the baseline)
               against `application/vnd.kafka.avro.v2+json` with `value_schema_id` (each value read
-              from Avro's JSON encoding, checked, written as Avro binary in Confluent's wire format);
+              from Avro's JSON encoding, checked, written as Avro binary in Confluent's wire format)
+              and `application/vnd.kafka.protobuf.v2+json` with `value_schema_id` (each value parsed
+              by Protobuf's JSON mapping into a message of the schema's descriptor, protoc-compiled
+              once, written as Protobuf binary after the message indexes);
 * read      — `GET /schemas/ids/{id}` (answered from the node's metadata image) against `GET /healthz`
               (the HTTP round trip alone);
 * register  — `POST /subjects/{s}/versions` of a new schema each time (a metadata-log write through
@@ -34,6 +37,7 @@ from tests.support.nodes import start_node  # noqa: E402
 SCHEMA = {"type": "record", "name": "Click", "namespace": "bench",
           "fields": [{"name": "user", "type": "string"}, {"name": "n", "type": "long"},
                      {"name": "tag", "type": ["null", "string"], "default": None}]}
+PROTO = 'syntax = "proto3"; package bench; message Click { string user = 1; int64 n = 2; string tag = 3; }'
 
 
 def main() -> int:
@@ -52,10 +56,15 @@ def main() -> int:
             r = c.post("/subjects/bench-value/versions", json={"schema": json.dumps(SCHEMA)})
             schema_id = r.json()["id"]
             values = [{"user": f"user-{i}", "n": i, "tag": {"string": "x"} if i % 2 else None} for i in range(10)]
+            r = c.post("/subjects/benchpb-value/versions", json={"schemaType": "PROTOBUF", "schema": PROTO})
+            proto_id = r.json()["id"]
+            proto_values = [{"user": f"user-{i}", "n": i, "tag": "x" if i % 2 else ""} for i in range(10)]
             bodies = {
                 "json": (json.dumps({"records": [{"value": v} for v in values]}), "application/vnd.kafka.json.v2+json"),
                 "avro": (json.dumps({"value_schema_id": schema_id, "records": [{"value": v} for v in values]}),
                          "application/vnd.kafka.avro.v2+json"),
+                "protobuf": (json.dumps({"value_schema_id": proto_id, "records": [{"value": v} for v in proto_values]}),
+                             "application/vnd.kafka.protobuf.v2+json"),
             }
 
             def produce(name: str):
@@ -89,9 +98,12 @@ def main() -> int:
                                                                    "partitions_count": 1})
                     assert r.status_code == 201, r.text
 
-            t = alternate({"json": produce("json"), "avro": produce("avro")}, rounds=rounds)
+            t = alternate({"json": produce("json"), "avro": produce("avro"), "protobuf": produce("protobuf")},
+                          rounds=rounds)
             print(f"REST produce of 10 records: json {requests / t['json'].median:,.0f} req/s, avro "
-                  f"{requests / t['avro'].median:,.0f} req/s, avro/json {1 / paired_ratio(t['avro'], t['json']):.2f}x")
+                  f"{requests / t['avro'].median:,.0f} req/s, avro/json {1 / paired_ratio(t['avro'], t['json']):.2f}x, "
+                  f"protobuf {requests / t['protobuf'].median:,.0f} req/s, protobuf/json "
+                  f"{1 / paired_ratio(t['protobuf'], t['json']):.2f}x")
             t = alternate({"healthz": get("/healthz"), "by id": get(f"/schemas/ids/{schema_id}")}, rounds=rounds)
             print(f"GET /schemas/ids/{{id}}: {requests / t['by id'].median:,.0f} req/s, /healthz "
                   f"{requests / t['healthz'].median:,.0f} req/s, ratio {1 / paired_ratio(t['by id'], t['healthz']):.2f}x")

@@ -183,6 +183,121 @@ def run_store(spark, label: str, remote_src: str, fresh, parquet_root: str, log_
                  f"Delta table {rb.phases['table_s']:.1f} s"])
 
 
+def run_source(spark, label: str, remote_src: str, parquet_root: str, args, rows: list[list[str]]) -> None:
+    """The data source alone: the JVM reader (`lakelog`), the Python reader (`lakelog_python`,
+    the reference) and Parquet over the same rows in the same store."""
+    from pyspark.sql import functions as F
+
+    from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
+
+    def source(fmt: str, schema: str | None = None):
+        r = spark.read.format(fmt)
+        if schema:
+            r = r.schema(schema)
+        return r.option("remote", remote_src).option("topic", TOPIC).load()
+
+    jvm, py = source("lakelog"), source(PYTHON_SOURCE_NAME)
+    parquet = parquet_root + "/rows"
+    jvm.write.mode("overwrite").parquet(parquet)
+    pq = spark.read.parquet(parquet)
+    n = pq.count()
+    agg = F.sum(F.length("value"))
+    expect = pq.agg(agg).collect()
+    assert jvm.agg(agg).collect() == expect and jvm.count() == n
+    t = best({"jvm": lambda: jvm.agg(agg).collect(), "parquet": lambda: pq.agg(agg).collect()}, args.repeat)
+    t["python"] = best({"python": lambda: py.agg(agg).collect()}, 1)["python"] if args.python_reader else None
+    rows.append([f"{label}: scan value (rows/s)", f"{n / t['jvm']:,.0f}", _rate(n, t['python']),
+                 f"{n / t['parquet']:,.0f}", f"**{t['parquet'] / t['jvm']:.2f}x**", _ratio(t['parquet'], t['python']),
+                 "`sum(length(value))`; target 0.8x"])
+    t = best({"jvm": lambda: jvm.count(), "parquet": lambda: pq.count()}, args.repeat)
+    t["python"] = best({"python": lambda: py.count()}, 1)["python"] if args.python_reader else None
+    rows.append([f"{label}: count() (rows/s)", f"{n / t['jvm']:,.0f}", _rate(n, t['python']),
+                 f"{n / t['parquet']:,.0f}", f"**{t['parquet'] / t['jvm']:.2f}x**", _ratio(t['parquet'], t['python']),
+                 "target 0.5x; the JVM reader decodes no column (every record is still walked and checked)"])
+    lo = n // 2
+    pushed = jvm.where(F.col("offset").between(lo // 4, lo // 4 + 999))
+    t = best({"jvm": lambda: pushed.count(),
+              "parquet": lambda: pq.where(F.col("offset").between(lo // 4, lo // 4 + 999)).count()}, args.repeat)
+    rows.append([f"{label}: `offset BETWEEN` 1,000 per partition", f"{t['jvm'] * 1000:,.0f} ms", "",
+                 f"{t['parquet'] * 1000:,.0f} ms", f"{t['parquet'] / t['jvm']:.2f}x", "",
+                 "pushed to the JVM reader: segments by the manifest, first batch by the offset index"])
+
+
+def _rate(n: int, seconds: float | None) -> str:
+    return "not run" if seconds is None else f"{n / seconds:,.0f}"
+
+
+def _ratio(base: float, seconds: float | None) -> str:
+    return "" if seconds is None else f"{base / seconds:.2f}x"
+
+
+def source_main(args, stores: list[str]) -> int:
+    """`--source-only`: the data source's scans (JVM, Python, Parquet) for each `--value-bytes`,
+    on each store; writes the "spark-source" section."""
+    from lakelog.spark_log.session import remote_session
+
+    started = dt.datetime.now(dt.timezone.utc)
+    others = OtherCpu()
+    load_before = load_average()
+    work = Path(tempfile.mkdtemp(prefix="lakelog-bench-spark-source-", dir=args.dir))
+    rows: list[list[str]] = []
+    sizes = [int(v) for v in str(args.value_bytes).split(",")]
+    counts = [int(v) for v in str(args.records).split(",")]
+    counts += [counts[-1]] * (len(sizes) - len(counts))
+    built: list[str] = []
+    s3 = None
+    try:
+        if "s3" in stores:
+            import os
+
+            from tests.support.s3server import S3Server
+
+            s3 = S3Server().start()
+            os.environ.update(s3.env())
+            s3.create_bucket("bench")
+        spark = remote_session("s3://bench/x" if s3 else (work / "x").as_uri(), app_name="lakelog-bench-source",
+                               conf={"spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        for size, records in zip(sizes, counts):
+            src = work / f"v{size}"
+            print(f"building {records} records of {size} B ...", flush=True)
+            remote_src, log_bytes = build_remote(src, records, size, args.keys)
+            built.append(f"{records:,} records of {size} B values: {log_bytes / MB:.0f} MB of `.log`")
+            if "fs" in stores:
+                print("  filesystem store ...", flush=True)
+                run_source(spark, f"fs, {size} B", remote_src, (work / f"fs-parquet-{size}").as_uri(), args, rows)
+            if s3 is not None:
+                print("  S3 (moto) ...", flush=True)
+                copy_store(remote_src, f"s3://bench/v{size}")
+                run_source(spark, f"s3, {size} B", f"s3://bench/v{size}", f"s3a://bench/parquet-{size}", args, rows)
+            shutil.rmtree(src, ignore_errors=True)
+        spark.stop()
+    finally:
+        if s3 is not None:
+            s3.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    seconds = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+    headers = ["benchmark", "JVM reader", "Python reader", "Parquet (same run)", "JVM / Parquet", "Python / Parquet",
+               "notes"]
+    print(text_table(headers, rows))
+    if not args.no_write:
+        m = machine_info(args.dir)
+        body = "\n".join([
+            "## The `lakelog` data source: JVM reader, Python reader, Parquet (`bench/spark.py --source-only`)", "",
+            f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {m['nproc']} CPUs "
+            f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`; stores: {', '.join(stores)}"
+            + (" (s3: moto's S3 server through S3A)" if "s3" in stores else "") +
+            f"; over {args.keys:,} keys in {PARTITIONS} partitions, 4 MiB "
+            f"segments ({'; '.join(built)}). Best of {args.repeat} after a first run for the JVM reader and "
+            f"Parquet, one run for the Python reader (where run). Load average {load_before} at the start, {load_average()} "
+            f"at the end; " + conditions(m["nproc"], others.cpus(), args.note), "",
+            markdown_table(headers, rows),
+        ])
+        rewrite_section(DOC_PATH, "spark-source", body)
+        print("wrote the 'spark-source' section of docs/benchmarks.md")
+    return 0
+
+
 def decode_profile(remote_src: str) -> str:
     """Where the data source's time goes in one task: decoding one segment with every column."""
     from lakelog.tiering.remote_scan import iter_segment_arrow, load_manifest, open_remote
@@ -209,8 +324,10 @@ def decode_profile(remote_src: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--records", default="1000000", help="records; with --source-only, one per --value-bytes")
+    ap.add_argument("--python-reader", action="store_true", help="--source-only: also time the Python reader")
+    ap.add_argument("--value-bytes", default="100", help="value size; with --source-only, a list: 100,1024")
+    ap.add_argument("--source-only", action="store_true", help="only the data source's scans (JVM, Python, Parquet)")
     ap.add_argument("--keys", type=int, default=40_000)
     ap.add_argument("--stores", default="fs,s3")
     ap.add_argument("--repeat", type=int, default=2)
@@ -219,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="")
     args = ap.parse_args(argv)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    if args.source_only:
+        return source_main(args, stores)
+    args.value_bytes = int(args.value_bytes)
+    args.records = int(args.records)
 
     from lakelog.spark_log.jobs import run_job
     from lakelog.spark_log.session import remote_session

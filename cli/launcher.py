@@ -25,6 +25,10 @@ Nodes run in their own sessions, so a terminal's Ctrl-C reaches the launcher onl
 is the launcher's one SIGTERM per node. On Linux a node also gets SIGKILL if the launcher dies
 without stopping it (PR_SET_PDEATHSIG), so a killed launcher leaves no orphan holding a port.
 
+`--sql` also runs `lakelog sql-server` (Spark Connect on loopback, `--sql-port`, default 15002)
+once the nodes are ready, supervised like them, its output in `DATA_DIR/sql.log`; its clients
+present the token kept in `DATA_DIR/sql.token` (0600).
+
 Every node is a controller voter (`controller.quorum.voters` lists them all, up to
 MAX_VOTERS; more nodes than that is refused for now), and the nodes share a cluster id and a cluster
 secret kept in `DATA_DIR/cluster.properties` (made on the first start, reused after). Topics default
@@ -65,6 +69,8 @@ MAX_LOCAL_NODES = 5
 MAX_ADDED_NODE_ID = 32
 DEFAULT_NODES = 3
 CLUSTER_PROPERTIES = "cluster.properties"
+#: The SQL server's client token (`lakelog up --sql`), 0600 beside cluster.properties.
+SQL_TOKEN_FILE = "sql.token"
 #: Keys the launcher sets per node; `--set` may not override them.
 RESERVED_NODE_KEYS = ("node.id", "log.dirs", "listeners", "controller.quorum.voters", "cluster.id",
                       "cluster.secret", "cluster.secret.file")
@@ -147,6 +153,23 @@ class ClusterSpec:
     #: Spark job intervals (job -> seconds) for the scheduler `lakelog up --jobs` runs beside the
     #: nodes; empty: no scheduler.
     jobs_every: Mapping[str, float] = field(default_factory=dict)
+    #: Port of the SQL server (`lakelog sql-server`, Spark Connect) `lakelog up --sql` runs beside
+    #: the nodes, on loopback; None: no SQL server.
+    sql_port: int | None = None
+
+    @property
+    def sql_url(self) -> str:
+        return f"sc://{HOST}:{self.sql_port}"
+
+    def sql_server_args(self) -> list[str]:
+        """The `lakelog sql-server` command line: the nodes' remote tier, every node for the hot tail."""
+        nodes = ",".join(self.node_url(i) for i in range(1, self.nodes + 1))
+        return [sys.executable, "-m", "lakelog.cli.main", "sql-server", "--remote", self.remote.url,
+                "--nodes", nodes, "--listen", self.sql_url, "--token-file", str(self.sql_token_path)]
+
+    @property
+    def sql_token_path(self) -> Path:
+        return self.data_dir / SQL_TOKEN_FILE
     #: `lakelog up --add-node`: run only these node ids (brokers beyond the `nodes` voters, joining the
     #: cluster the voters' `lakelog up` runs); empty: run the voters 1..nodes.
     added_nodes: tuple[int, ...] = ()
@@ -216,9 +239,29 @@ def load_or_create_cluster_properties(data_dir: Path) -> tuple[str, str]:
     return cluster_id, secret
 
 
+def load_or_create_sql_token(path: Path) -> str:
+    """The SQL server's token: only who can read the data directory can query the topics."""
+    import secrets
+
+    if path.exists():
+        return path.read_text().strip()
+    token = secrets.token_hex(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
+    try:
+        os.write(fd, f"{token}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return token
+
+
 def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
                remote: str | None = None, node_overrides: Mapping[str, str] | None = None,
-               jobs_every: Mapping[str, float] | None = None, add_node: int | None = None) -> ClusterSpec:
+               jobs_every: Mapping[str, float] | None = None, sql_port: int | None = None,
+               add_node: int | None = None) -> ClusterSpec:
     validate_node_count(nodes)
     if add_node is not None:
         return _added_node_spec(build_spec(nodes, data_dir, http_port, remote, node_overrides), add_node)
@@ -236,7 +279,9 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
         if job not in ("compaction", "retention", "rebuild-index", "sync-tables") or not 0 <= seconds <= 7 * 86400:
             raise LauncherConfigError(f"--jobs-every {job}={seconds}: a job is compaction, retention, rebuild-index "
                                       "or sync-tables, every 0 (off) to 604800 seconds")
-    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs)
+    if sql_port is not None and (not 1 <= sql_port <= 65535 or http_port <= sql_port < http_port + nodes):
+        raise LauncherConfigError(f"--sql-port {sql_port}: a port in 1..65535 that no node uses")
+    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port)
     from lakelog.ingest_api.config import NodeConfig
 
     for i in range(1, nodes + 1):
@@ -263,7 +308,7 @@ def _added_node_spec(spec: ClusterSpec, add_node: int) -> ClusterSpec:
                                   f"at most {MAX_ADDED_NODE_ID}")
     if spec.node_port(add_node) > 65535:
         raise LauncherConfigError(f"--add-node {add_node}: its port {spec.node_port(add_node)} is above 65535")
-    return dataclasses.replace(spec, added_nodes=(add_node,), jobs_every={})
+    return dataclasses.replace(spec, added_nodes=(add_node,), jobs_every={}, sql_port=None)
 
 
 def _port_in_use(port: int) -> bool:
@@ -544,6 +589,28 @@ class SchedulerChild(NodeChild):
         return True
 
 
+class SqlServerChild(NodeChild):
+    """The `lakelog sql-server` child of `lakelog up --sql`: Spark SQL (Spark Connect) over the
+    topics, on loopback. Ready when its port accepts connections (after its JVM started)."""
+
+    def __init__(self, spec: ClusterSpec, console: Console) -> None:  # noqa: D107
+        self.node_id = 0
+        self.name = "sql"
+        self.url = spec.sql_url
+        self.port = spec.sql_port
+        self.args = spec.sql_server_args()
+        self.data_dir = spec.data_dir
+        self.log_path = spec.data_dir / "sql.log"
+        self._init_runtime(console)
+
+    def is_ready(self) -> bool:
+        try:
+            with socket.create_connection((HOST, self.port), timeout=READY_PROBE_TIMEOUT_S):
+                return True
+        except OSError:
+            return False
+
+
 class LocalCluster:
     """Runs a ClusterSpec in the foreground: `run()` returns the exit status of `lakelog up`.
 
@@ -593,6 +660,9 @@ class LocalCluster:
             if _port_in_use(spec.node_port(i)):
                 raise LauncherConfigError(f"port {spec.node_port(i)} (node {i}) is already in use; "
                                           "choose another --http-port")
+        if spec.sql_port is not None and _port_in_use(spec.sql_port):
+            raise LauncherConfigError(f"port {spec.sql_port} (the SQL server) is already in use; "
+                                      "choose another --sql-port")
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         noun = "node" if spec.nodes == 1 else "nodes"
         if spec.added_nodes:
@@ -630,6 +700,14 @@ class LocalCluster:
             scheduler.start()
             self._say(f"  jobs: {', '.join(f'{j} every {s:g}s' for j, s in spec.jobs_every.items() if s)} "
                       f"(pid {scheduler.proc.pid}; Spark in local mode)")
+        if spec.sql_port is not None and not spec.added_nodes:
+            load_or_create_sql_token(spec.sql_token_path)
+            sql = SqlServerChild(spec, self.console)
+            self.children.append(sql)
+            sql.start()
+            sql.coming_back = True  # announced when its port answers (its JVM takes a few seconds)
+            self._say(f"  sql: {sql.url} (pid {sql.proc.pid}, log {sql.log_path.name}; Spark Connect, starting; "
+                      f"`lakelog sql` uses it)")
         self._say("")
         self._say(f"lakelog up: ready. Try: {command_hint()} topics create demo --bootstrap-server {spec.node_url(1)}")
         self._say(f"Web console: {spec.node_url(1)}/ (in a browser; any node serves it)")
@@ -668,7 +746,10 @@ class LocalCluster:
             child.coming_back = True
         elif child.coming_back and child.poll() is None and child.is_ready():
             child.coming_back = False
-            self._say(f"lakelog up: {child.name} is back (pid {child.proc.pid}, restart {child.restarts})")
+            if child.restarts == 0:  # a child started after the nodes (the SQL server): ready now
+                self._say(f"lakelog up: {child.name} is ready on {child.url} (pid {child.proc.pid})")
+            else:
+                self._say(f"lakelog up: {child.name} is back (pid {child.proc.pid}, restart {child.restarts})")
         return None
 
     def _exited_child(self) -> NodeChild | None:

@@ -65,7 +65,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
                 except ValueError:
                     args.parser.error(f"--jobs-every {job}={seconds}: seconds must be a number")
         spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []), jobs,
-                          add_node=args.add_node)
+                          args.sql_port if args.sql else None, add_node=args.add_node)
     except LauncherConfigError as e:
         args.parser.error(str(e))  # exits 2, as argparse's own usage errors do
     return LocalCluster(spec, exit_on_death=args.exit_on_node_death,
@@ -430,6 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also run the Spark job scheduler (`lakelog jobs schedule`) over the remote tier")
     up.add_argument("--jobs-every", action="append", type=_key_value, metavar="JOB=SECONDS",
                     help="a job's interval for --jobs (0 disables it); implies --jobs")
+    up.add_argument("--sql", action="store_true",
+                    help="also run the SQL server (`lakelog sql-server`, Spark Connect on loopback) so that "
+                         "`lakelog sql` answers without starting a JVM")
+    up.add_argument("--sql-port", type=_port, default=15002, metavar="PORT",
+                    help="the SQL server's port with --sql (default 15002, where `lakelog sql` looks)")
 
     node = _add(sub, "node", "node", _cmd_node, help="run one ingest node")
     node.add_argument("--config", help="node.toml with broker keys (Kafka names)")

@@ -132,10 +132,13 @@ def create_app(node: Node) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limit_bytes=node.config.max_request_bytes, error_response=error_response)
     from lakelog.ingest_api.webconsole import ConsoleMiddleware
 
-    app.add_middleware(ConsoleMiddleware, security=app.state.security)  # the console's files: public, in front of the security checks
+    app.add_middleware(ConsoleMiddleware, security=app.state.security,
+                       downloads={"max_records": node.config.get("console.download.max.records"),
+                                  "max_bytes": node.config.get("console.download.max.bytes")})  # the console's files: public, in front of the security checks
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: counts refusals too
 
     from lakelog.ingest_api.routers import admin_v2, admin_v3, consumers, docs, internal, ops, records, replication, stats
+    from lakelog.ingest_api.routers import decode, jobs
     from lakelog.ingest_api.schemas import router as schema_registry_router
     from lakelog.ingest_api.security import router as security_router
 
@@ -161,5 +164,7 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(consumers.internal_router)
     app.include_router(security_router.router)
     app.include_router(stats.router)
+    app.include_router(jobs.router)  # the Spark job runs the remote tier records (console)
+    app.include_router(decode.router)  # values decoded by the Schema Registry (console)
     app.include_router(schema_registry_router.router)  # the Schema Registry at /subjects, /schemas, /config, /mode
     return app

@@ -113,6 +113,13 @@ NODE_CONFIG = (
     .define("remote.log.manager.thread.pool.size", int, 4,
             "Threads of the remote log manager: how many partitions upload, apply retention and read "
             "manifests at once in each round.", min=1, max=64)
+    # The web console (ingest_api/console/): what one download of a range of records may hold.
+    .define("console.download.max.records", int, 100_000,
+            "Most records the console's message browser downloads as one file (a range across pages).",
+            min=1, max=10_000_000)
+    .define("console.download.max.bytes", int, 64 * 1024 * 1024,
+            "Most bytes of keys and values the console's message browser downloads as one file.",
+            min=1024 * 1024, max=1024 * 1024 * 1024, unit="bytes")
 )
 # Broker-level defaults of the topic keys (`log.segment.bytes` -> `segment.bytes`, and
 # `min.insync.replicas` itself), derived from the topic keys' declarations in infra/config.py.

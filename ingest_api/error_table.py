@@ -96,6 +96,7 @@ from lakelog.ingest_api.groups.errors import (
 from lakelog.ingest_api.groups.offsets_codec import OffsetsRecordError
 from lakelog.ingest_api.schemas import errors as registry
 from lakelog.ingest_api.schemas.codec import SchemaValueError
+from lakelog.ingest_api.schemas import rest_v3 as schemas_v3
 from lakelog.ingest_api.security.errors import (
     AuthenticationFailedError,
     AuthorizationFailedError,
@@ -258,6 +259,14 @@ SCHEMA_REGISTRY_TABLE: dict[type[BaseException], HttpError] = {
     registry.InvalidSubjectError: HttpError(422, 42208),
     registry.SchemaTooLargeError: HttpError(422, 42209),
     registry.SchemaRegistryError: HttpError(422, 42299),  # (a registry refusal without a code of its own)
+}
+
+#: Errors of the v3 API only, answered under /v3 with Confluent REST Proxy v3's status and code
+#: (`v3_errors.shape`, rule 5); elsewhere they answer by their base's row above.
+V3_ONLY_TABLE: dict[type[BaseException], HttpError] = {
+    schemas_v3.V3SerializationError: HttpError(422, 42207),  # "Error serializing message. ..."
+    schemas_v3.V3InvalidSchemaError: HttpError(422, 42205),  # "Invalid schema: ..."
+    schemas_v3.V3SchemaBadRequest: HttpError(400, 400),
 }
 
 #: A Lakelog error without a row of its own (or of a base) answers as the class standing for its kind.

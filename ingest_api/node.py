@@ -54,6 +54,7 @@ from lakelog.ingest_api.admin import AdminService, MetadataWaiters, PartitionSta
 from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
 from lakelog.ingest_api.cluster.controller import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster_events import ClusterEvents
 from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
 from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS
 from lakelog.ingest_api.cluster.observer import ObserverHost
@@ -109,6 +110,9 @@ class Node:
         self.data_dir = config.data_dir
         self.cluster_id = ""
         self.image = ClusterImage()
+        # Recent cluster events for the console (ingest_api/cluster_events.py), from when this node is ready.
+        self.events = ClusterEvents(armed=lambda: self.ready, controller_id=lambda: self.controller_id)
+        self.image.observer = self.events
         self.quorum: QuorumHost | ObserverHost | None = None  # ObserverHost: not a controller voter
         self.peers: PeerClient | None = None
         self.incarnation_id = uuid.uuid4().hex

@@ -14,6 +14,8 @@ translates it for the v3 paths, as Confluent v3 (api/v3/openapi.yaml, `Error`) a
    replication factor above the live brokers, a partition count that does not grow and a refused
    broker config change are `400` / `40002`.
 4. Every other code is kept (40101, 40301, 42901, 5xxxx, ...).
+5. An error of the v3 API only answers with its row in `V3_ONLY_TABLE`: the schema-based produce's
+   42205 / 42207 (`ingest_api/schemas/rest_v3.py`).
 
 The v2 paths keep the v2 convention (5-digit codes, `application/vnd.kafka.v2+json`).
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from lakelog.ingest_api.cluster.errors import InvalidPartitionsError, InvalidReplicationFactorError
-from lakelog.ingest_api.error_table import row_of
+from lakelog.ingest_api.error_table import V3_ONLY_TABLE, row_of
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     InvalidTopicError,
@@ -68,6 +70,10 @@ def shape(path: str, exc: BaseException, status: int, error_code: int) -> tuple[
     error-table answer (status, error_code)."""
     if not is_v3(path):
         return status, error_code, V2
+    for cls in type(exc).__mro__:  # rule 5
+        own = V3_ONLY_TABLE.get(cls)
+        if own is not None:
+            return own.status, own.error_code, JSON
     for cls in type(exc).__mro__:
         if cls in V3_ANSWERS_AS:
             row = row_of(V3_ANSWERS_AS[cls])

@@ -9,7 +9,7 @@ whose root router answers it.
 The files are read once at start-up from `ingest_api/console/` (the console's own code) and
 `ingest_api/console/vendor/` (Preact, htm and uPlot, copied there from npm by `make console`),
 at most `MAX_FILES` files and `MAX_TOTAL_BYTES` bytes. `/console/session.json` tells the page
-whether the node asks for credentials (Basic, API keys) and the cluster id. Nothing is fetched from a CDN. The page's
+whether the node asks for credentials (Basic, API keys), the cluster id and the bounds of a download. Nothing is fetched from a CDN. The page's
 only inline script, the import map, is allowed by its hash in the Content-Security-Policy.
 """
 
@@ -71,9 +71,11 @@ def _csp(index: bytes) -> str:
 
 
 class ConsoleMiddleware:
-    def __init__(self, app, security=None, directory: Path = STATIC_DIR) -> None:
+    def __init__(self, app, security=None, directory: Path = STATIC_DIR, downloads: dict | None = None) -> None:
         self.app = app
         self.security = security  # the SecurityContext: whether the page must ask for credentials
+        #: Bounds of one download of a range of records (console.download.max.records / .max.bytes).
+        self.downloads = downloads or {"max_records": 100_000, "max_bytes": 64 << 20}
         self.files = load_files(directory)
         index = self.files.get("index.html", (b"", ""))[0]
         self.csp = _csp(index)
@@ -112,7 +114,9 @@ class ConsoleMiddleware:
         sec = self.security
         return {"authentication": bool(sec and sec.authentication), "basic": bool(sec is None or sec.basic),
                 "apikey": bool(sec is None or sec.apikey),
-                "cluster_id": sec.node.cluster_id if sec is not None else ""}
+                "cluster_id": sec.node.cluster_id if sec is not None else "",
+                "download_max_records": self.downloads["max_records"],
+                "download_max_bytes": self.downloads["max_bytes"]}
 
     async def _index(self, scope, send) -> None:
         if not self.built:

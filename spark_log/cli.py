@@ -96,7 +96,8 @@ class CommandError(LakelogError):
 
 
 def cmd_jobs_run(args: argparse.Namespace) -> int:
-    from lakelog.spark_log.jobs import plan, run_job
+    from lakelog.spark_log.jobs import plan
+    from lakelog.spark_log.runs import recorded_run, runner_name
     from lakelog.tiering.remote_scan import open_remote
 
     store = open_remote(args.remote)  # check the topics and configs before a JVM starts
@@ -110,9 +111,10 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
     try:
         progress, on_plan, on_row = _progress_runner(args.job)
         with progress:
-            summary = run_job(spark, args.job, args.remote, topics=args.topic, overrides=dict(args.config or []),
-                              force=args.force, rebuild_all=args.all, progress=on_row, on_plan=on_plan,
-                              delete_delay_ms=args.delete_delay_ms)
+            summary = recorded_run(spark, args.job, args.remote, runner=runner_name("lakelog jobs run"),
+                                   topics=args.topic, overrides=dict(args.config or []), force=args.force,
+                                   rebuild_all=args.all, progress=on_row, on_plan=on_plan,
+                                   delete_delay_ms=args.delete_delay_ms)
         _print_summary(summary)
         corrupt = [r for r in summary.rows if r.get("index_action") == "corrupt-log"]
         return 2 if corrupt else 0
@@ -129,8 +131,12 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_schedule(args: argparse.Namespace) -> int:
-    """Run the jobs at their intervals until SIGINT/SIGTERM (one Spark session, jobs one at a time)."""
-    from lakelog.spark_log.jobs import run_job
+    """Run the jobs at their intervals, and the runs asked for through a node (QUEUED records in the
+    remote tier, looked for every --poll-ms), until SIGINT/SIGTERM (one Spark session, one run at a
+    time). Every run is recorded in the remote tier (spark_log/runs.py)."""
+    from lakelog.spark_log.runs import recorded_run, runner_name, serve_queued
+    from lakelog.tiering import job_runs
+    from lakelog.tiering.remote_scan import open_remote
 
     intervals = dict(DEFAULT_INTERVALS_S)
     for job, seconds in args.every or []:
@@ -138,25 +144,46 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
             raise SystemExit(f"lakelog jobs schedule: unknown job {job!r}")
         intervals[job] = float(seconds)
     active = {j: s for j, s in intervals.items() if s > 0}
-    if not active:
-        print("lakelog jobs schedule: every interval is 0; nothing to do", file=sys.stderr)
-        return 1
+    if not 100 <= args.poll_ms <= 600_000:
+        raise CommandError("--poll-ms must be between 100 and 600000")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    runner = runner_name("lakelog jobs schedule")
+    store = open_remote(args.remote)
     spark = _session(args.remote, args.master, "lakelog-scheduler")
     next_run = {j: time.monotonic() for j in active}
-    print(f"lakelog jobs schedule: {', '.join(f'{j} every {s:g}s' for j, s in active.items())} over {args.remote}",
-          file=sys.stderr, flush=True)
+    timed = ", ".join(f"{j} every {s:g}s" for j, s in active.items()) or "no timed jobs"
+    print(f"lakelog jobs schedule: {timed}; runs asked for through the nodes every {args.poll_ms} ms; over "
+          f"{args.remote}", file=sys.stderr, flush=True)
     runs = 0
+
+    def beat() -> None:
+        try:
+            job_runs.write_scheduler_heartbeat(store, runner, active)
+        except Exception as e:  # the heartbeat only informs the console
+            print(f"lakelog jobs schedule: could not write the heartbeat: {e}", file=sys.stderr, flush=True)
+
+    def beat_loop() -> None:  # also while a long run holds the main loop
+        while not stop.wait(job_runs.HEARTBEAT_MS / 1000):
+            beat()
+
+    beat()
+    threading.Thread(target=beat_loop, name="scheduler-heartbeat", daemon=True).start()
     try:
         while not stop.is_set():
+            try:
+                runs += serve_queued(spark, args.remote, runner, dict(args.config or []), stop.is_set)
+            except Exception as e:  # the store is unreachable: try again at the next poll
+                print(f"lakelog jobs schedule: could not read the queued runs: {e}", file=sys.stderr, flush=True)
+            if args.max_runs and runs >= args.max_runs:
+                return 0
             due = sorted((t, j) for j, t in next_run.items() if t <= time.monotonic())
             for _, job in due:
                 if stop.is_set():
                     break
                 try:
-                    summary = run_job(spark, job, args.remote, overrides=dict(args.config or []))
+                    summary = recorded_run(spark, job, args.remote, runner=runner, overrides=dict(args.config or []))
                     print(f"lakelog jobs schedule: {job} {json.dumps(summary.totals, sort_keys=True)} "
                           f"in {summary.seconds:.1f}s", file=sys.stderr, flush=True)
                 except Exception as e:  # a failed run is reported and retried at the next interval
@@ -165,10 +192,15 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
                 runs += 1
                 if args.max_runs and runs >= args.max_runs:
                     return 0
-            wait = max(0.1, min(next_run.values()) - time.monotonic())
-            stop.wait(min(wait, 5.0))
+            wait = min([t - time.monotonic() for t in next_run.values()] + [args.poll_ms / 1000])
+            stop.wait(max(0.1, wait))
     finally:
-        spark.stop()
+        stop.set()
+        try:
+            spark.stop()
+        except Exception:  # Ctrl-C reaches the JVM too (same process group): it may be gone already
+            pass
+        store.close()
     return 0
 
 
@@ -215,7 +247,35 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
 #: Where `lakelog sql-server` listens by default, and where `lakelog sql` looks for it.
 SQL_SERVER_ENV = "LAKELOG_SQL_URL"
 DEFAULT_SQL_SERVER = "sc://127.0.0.1:15002"
-CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+
+
+#: A shared secret clients of `lakelog sql-server --token-file` present (bearer token on the Connect channel).
+SQL_TOKEN_ENV = "LAKELOG_SQL_TOKEN"
+#: Where `lakelog up --sql` keeps its server's token (0600), and where `lakelog sql` looks for one.
+DEFAULT_SQL_TOKEN_FILE = "data/sql.token"
+MAX_TOKEN_BYTES = 1024
+
+
+def _read_token(path: str) -> str:
+    try:
+        token = Path(path).read_text()[:MAX_TOKEN_BYTES + 1].strip()
+    except OSError as e:
+        raise CommandError(f"cannot read the token file {path}: {e.strerror}") from None
+    if not token or len(token) > MAX_TOKEN_BYTES or not token.isprintable() or ";" in token:
+        raise CommandError(f"the token file {path} must hold one line of at most {MAX_TOKEN_BYTES} printable "
+                           f"characters, without ';'")
+    return token
+
+
+def _with_token(url: str, token: str | None) -> str:
+    """The Connect URL with the bearer token. pyspark sends a token over a plain channel only to
+    the host `localhost` (elsewhere it asks for TLS), so a loopback address is named so."""
+    if token is None:
+        return url
+    host, port = _server_address(url)
+    if host in ("127.0.0.1", "::1", "localhost"):
+        host = "localhost"
+    return f"sc://{host}:{port}/;token={token}"
 
 
 def _server_address(url: str) -> tuple[str, int]:
@@ -245,14 +305,25 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     server = args.server or os.environ.get(SQL_SERVER_ENV) or DEFAULT_SQL_SERVER
     if not args.local and _server_reachable(server):
+        token = _read_token(args.token_file) if args.token_file else os.environ.get(SQL_TOKEN_ENV)
+        if token is None and Path(DEFAULT_SQL_TOKEN_FILE).is_file():  # what `lakelog up --sql` wrote here
+            token = _read_token(DEFAULT_SQL_TOKEN_FILE)
         with _quiet_jvm(tempfile.gettempdir(), args.verbose):
             from pyspark.sql import SparkSession
 
-            spark = SparkSession.builder.remote(server).getOrCreate()
+            spark = SparkSession.builder.remote(_with_token(server, token)).getOrCreate()
         try:
+            try:
+                names = _server_names(spark, args)
+            except Exception as e:  # pyspark wraps the gRPC status in its own error classes, or not
+                why = "a token is needed" if token is None else "its token differs"
+                if "UNAUTHENTICATED" in str(e) or "unauthenticated" in str(e).lower():
+                    raise CommandError(f"the SQL server at {server} refused the connection: {why} (--token-file, "
+                                       f"${SQL_TOKEN_ENV})") from None
+                raise
             if args.query is None:
                 return _repl(spark, args, _server_names)
-            _run_query(spark, args.query, _server_names(spark, args), args)
+            _run_query(spark, args.query, names, args)
         finally:
             spark.stop()
         return 0
@@ -426,13 +497,14 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     with tempfile.TemporaryDirectory(prefix="lakelog-sql-server-") as warehouse:
         with _quiet_jvm(warehouse, args.verbose):
+            auth = {"spark.connect.authenticate.token": _read_token(args.token_file)} if args.token_file else {}
             spark = remote_session(args.remote, app_name="lakelog-sql-server", master=args.master, conf={
-                "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, "spark.plugins": CONNECT_PLUGIN,
+                "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, **auth,
                 "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)})
+        service = None
         try:
             spark.sparkContext.setLogLevel("ERROR")
-            service = spark._jvm.java.lang.Class.forName(
-                "org.apache.spark.sql.connect.service.SparkConnectService$").getField("MODULE$").get(None)
+            service = _start_connect_service(spark)
             port = int(service.localPort())  # the port bound (port 0 in --listen: one the system chose)
             print(f"lakelog sql-server: Spark SQL on sc://{host}:{port} over {args.remote} (topics from "
                   f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
@@ -455,8 +527,28 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                     known = names
                 stop.wait(args.refresh_ms / 1000)
         finally:
+            if service is not None:
+                _stop_connect_service(service)
             spark.stop()
     return 0
+
+
+def _start_connect_service(spark):
+    """Start the Spark Connect service in this session's application; returns it.
+
+    Not through `spark.plugins`: the plugin starts the service while the SparkContext starts, and
+    the service then makes its base session (every client session is cloned from it) at the same
+    time as pyspark makes its own, each with its own shared state when they race. Measured: clients
+    then saw none of the global temporary views the server registered. Started here, after the
+    session exists, the service's base session is this session's."""
+    service = spark._jvm.java.lang.Class.forName(
+        "org.apache.spark.sql.connect.service.SparkConnectService$").getField("MODULE$").get(None)
+    service.start(spark.sparkContext._jsc.sc())
+    return service
+
+
+def _stop_connect_service(service) -> None:
+    service.stop(getattr(service, "stop$default$1")(), getattr(service, "stop$default$2")())
 
 
 def _cell(v):
@@ -519,6 +611,8 @@ def add_commands(sub, add) -> None:
                           help="interval of a job (0 disables); defaults: " +
                                ", ".join(f"{j}={s}" for j, s in DEFAULT_INTERVALS_S.items()))
     schedule.add_argument("--max-runs", type=int, default=0, metavar="N", help="stop after N job runs (0: never)")
+    schedule.add_argument("--poll-ms", type=int, default=2000, metavar="MS",
+                          help="how often to look for runs asked for through a node's /jobs/runs (100-600000)")
     add(jsub, "list", "jobs list", cmd_jobs_list, help="list the jobs")
     package = add(jsub, "package", "jobs package", cmd_jobs_package, parents=[remote],
                   help="write Lakelog's packages for spark-submit --py-files and print the spark-submit command")
@@ -536,6 +630,9 @@ def add_commands(sub, add) -> None:
                      help=f"a lakelog sql-server to use when reachable (default ${SQL_SERVER_ENV}, else "
                           f"{DEFAULT_SQL_SERVER})")
     sql.add_argument("--local", action="store_true", help="always start a Spark session in this process")
+    sql.add_argument("--token-file", metavar="PATH", default=None,
+                     help=f"the SQL server's token (default ${SQL_TOKEN_ENV}, else ./{DEFAULT_SQL_TOKEN_FILE} when "
+                          f"it exists: `lakelog up --sql` writes it)")
 
     server = add(sub, "sql-server", "sql-server", cmd_sql_server, parents=[remote],
                  help="serve Spark SQL over the topics (Spark Connect) until Ctrl-C; lakelog sql uses it")
@@ -543,11 +640,15 @@ def add_commands(sub, add) -> None:
                         help=f"where to listen (default {DEFAULT_SQL_SERVER}; loopback unless you name a host; "
                              f"port 0: any free port, printed)")
     server.add_argument("--nodes", metavar="URL", default=None,
-                        help="a node, to list topics and read what the remote tier does not hold yet "
-                             "(default $LAKELOG_URL, else http://127.0.0.1:8082)")
+                        help="a node (or several, comma-separated: the first ready one is used), to list topics "
+                             "and read what the remote tier does not hold yet (default $LAKELOG_URL, else "
+                             "http://127.0.0.1:8082)")
     server.add_argument("--refresh-ms", type=int, default=5000, metavar="MS",
                         help="how often new topics and tables are looked for (default 5000)")
     server.add_argument("--verbose", action="store_true", help="show Spark's own warnings")
+    server.add_argument("--token-file", metavar="PATH", default=None,
+                        help="require clients to present the token this file holds (a bearer token on the Spark "
+                             "Connect channel; `lakelog sql` reads it with --token-file or $" + SQL_TOKEN_ENV + ")")
     sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
     sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help=f"most rows printed (at most {MAX_SQL_ROWS})")
 

@@ -409,6 +409,22 @@ def _read_hot_rows(p: HotPartition, fields: tuple[str, ...]):
         yield flush()
 
 
+class ReferenceDataSource(LakelogDataSource):
+    """This source under the name `lakelog_python`, beside the JVM source (spark_log/jvm_source.py)."""
+
+    @classmethod
+    def name(cls) -> str:
+        from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
+
+        return PYTHON_SOURCE_NAME
+
+
 def register(spark) -> None:
-    """Make `spark.read.format("lakelog")` available in `spark` (idempotent)."""
-    spark.dataSource.register(LakelogDataSource)
+    """Make `spark.read.format("lakelog")` available in `spark` (idempotent): the JVM source when
+    its jar is on the class path (nothing to register), else this one; this one is also
+    `lakelog_python` either way."""
+    from lakelog.spark_log.jvm_source import jvm_source_loaded
+
+    spark.dataSource.register(ReferenceDataSource)
+    if not jvm_source_loaded(spark):
+        spark.dataSource.register(LakelogDataSource)

@@ -51,9 +51,14 @@ class HotTailError(LakelogError):
     kind = ErrorKind.TRANSIENT
 
 
+#: How long `NodeAccess.client` waits for a node's /readyz before trying the next node.
+READY_PROBE_TIMEOUT_S = 2.0
+
+
 @dataclass(frozen=True)
 class NodeAccess:
-    """Where and how to reach the nodes: a base URL and credentials (picklable, for executors)."""
+    """Where and how to reach the nodes: base URLs (comma-separated; any node serves any request,
+    so the first that is ready is used) and credentials (picklable, for executors)."""
 
     url: str
     api_key: str | None = None
@@ -62,7 +67,8 @@ class NodeAccess:
 
     @classmethod
     def from_options(cls, url: str, options: dict[str, str]) -> "NodeAccess":
-        return cls(url.rstrip("/"), options.get("apikey") or os.environ.get("LAKELOG_API_KEY") or None,
+        url = ",".join(u.strip().rstrip("/") for u in url.split(",") if u.strip())
+        return cls(url, options.get("apikey") or os.environ.get("LAKELOG_API_KEY") or None,
                    options.get("user") or os.environ.get("LAKELOG_USER") or None,
                    options.get("password") or os.environ.get("LAKELOG_PASSWORD") or None)
 
@@ -74,7 +80,17 @@ class NodeAccess:
             kw["headers"] = {"Authorization": f"Bearer {self.api_key}"}
         elif self.user is not None:
             kw["auth"] = httpx.BasicAuth(self.user, self.password or "")
-        return httpx.Client(base_url=self.url, timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=5.0), **kw)
+        urls = self.url.split(",")
+        base = urls[0]
+        if len(urls) > 1:  # the first node that says it is ready (one may be restarting)
+            for candidate in urls:
+                try:
+                    if httpx.get(f"{candidate}/readyz", timeout=READY_PROBE_TIMEOUT_S).status_code == 200:
+                        base = candidate
+                        break
+                except httpx.HTTPError:
+                    continue
+        return httpx.Client(base_url=base, timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=5.0), **kw)
 
 
 def _check(response: httpx.Response, what: str) -> httpx.Response:

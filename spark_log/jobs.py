@@ -34,8 +34,8 @@ from typing import Callable, Iterable
 
 from lakelog.infra.config import LogConfig
 from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, load_manifest, open_remote, read_topic_descriptor, remote_partitions, tables_path
+from lakelog.tiering.job_runs import JOB_NAMES  # the run records (tiering/job_runs.py) name the same jobs
 
-JOB_NAMES = ("compaction", "retention", "rebuild-index", "sync-tables")
 REMOTE_ENV = "LAKELOG_REMOTE"
 
 

@@ -128,9 +128,14 @@ def jar_settings(master: str, jars_dir: str | os.PathLike[str] | None = None,
     """Where the JVM finds Lakelog's jars: the driver's class path always; a cluster's executors
     from `spark.executor.extraClassPath` (given in `extra`, or `LAKELOG_EXECUTOR_JARS_DIR`/*),
     else shipped with `spark.jars`. Entries of `extra` for these keys are merged and removed."""
+    from lakelog.spark_log.jvm_source import jar_path
+
     extra = extra if extra is not None else {}
     jars = [str(p) for p in local_jars(jars_dir)]
-    driver_cp = os.pathsep.join(jars)
+    # The JVM `lakelog` data source (make jvm); without it, the Python one. Built here, so a
+    # cluster's executors always get it with spark.jars (it is small).
+    own = [str(jar_path())] if jar_path() is not None else []
+    driver_cp = os.pathsep.join(jars + own)
     if extra.get("spark.driver.extraClassPath"):
         driver_cp += os.pathsep + extra.pop("spark.driver.extraClassPath")
     out = {"spark.driver.extraClassPath": driver_cp}
@@ -139,10 +144,12 @@ def jar_settings(master: str, jars_dir: str | os.PathLike[str] | None = None,
         executor_dir = os.environ.get(EXECUTOR_JARS_DIR_ENV)
         if extra.get("spark.executor.extraClassPath"):
             out["spark.executor.extraClassPath"] = extra.pop("spark.executor.extraClassPath")
+            shipped = own + shipped
         elif executor_dir:
             out["spark.executor.extraClassPath"] = str(Path(executor_dir) / "*")
+            shipped = own + shipped
         else:
-            shipped = jars + shipped
+            shipped = jars + own + shipped
     if shipped:
         out["spark.jars"] = ",".join(shipped)
     return out

@@ -9,13 +9,16 @@ then kept by one Delta MERGE per sync of the new rows' latest record per key (a 
 updates or inserts, a newer tombstone deletes), so a sync reads only what it appends.
 
 With the topic config (or `--config`) `schema.registry.url` naming a Lakelog node (any node serves
-the Schema Registry), values in Confluent's wire format are decoded by the schema their id names,
-natively by Spark's `from_avro` (Avro schemas): a record schema's fields become typed columns
-(records as structs, arrays, maps, unions, enums as strings, decimals, dates and timestamps as
-Spark types); a new compatible version adds its columns to the table (Delta schema merge). A
-value that is not in the wire format, names a schema that is not Avro or unknown, or does not
-decode, goes to the dead-letter table `<remote>/tables/<topic>_errors` (partition, offset,
-timestamp, key, value, schema_id, reason) and the sync goes on.
+the Schema Registry), keys and values in Confluent's wire format are decoded by the registry
+(`schema_columns.decode_columns`: Avro, JSON Schema and Protobuf, read as the latest version of
+`<topic>-value` / `<topic>-key`): a record schema's fields become typed columns (records as
+structs, arrays, maps, unions, enums as strings, decimals, dates and timestamps as Spark types),
+a key `key_decoded`; a new compatible version adds its columns to the table (Delta schema merge)
+and widens a column's type in place (int -> long, float -> double: Delta type widening, turned on
+for the table by the first sync). A record that is not in the wire format, names a schema that is
+unknown or of another type, or does not decode, goes to the dead-letter table
+`<remote>/tables/<topic>_errors` (partition, offset, timestamp, key, value, schema_id, reason) and
+the sync goes on.
 
 Incremental and idempotent: a sync reads the highest synced offset per partition from the table
 itself and appends only the records above it. The append carries a Delta transaction id
@@ -29,7 +32,6 @@ log by what the nodes have not tiered yet.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
@@ -38,7 +40,8 @@ from lakelog.tiering.remote_scan import TABLES_DIR, open_remote, tables_path
 LATEST_SUFFIX = "_latest"
 ERRORS_SUFFIX = "_errors"
 REGISTRY_URL_KEY = "schema.registry.url"
-MAX_SCHEMA_IDS_PER_SYNC = 1_000
+TYPE_WIDENING = "delta.enableTypeWidening"
+TYPE_WIDENING_DEFAULT = "spark.databricks.delta.properties.defaults.enableTypeWidening"
 SQL_DATABASE = "lakelog"
 
 
@@ -76,7 +79,9 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
     dead = None
     registry = (config.get(REGISTRY_URL_KEY) or "").strip()
     if registry:
-        new, dead = _decode_by_schema_ids(new, registry)
+        from lakelog.spark_log.schema_columns import decode_columns
+
+        new, dead = decode_columns(new, registry, topic)
     schema = (config.get("value.schema") or "").strip()
     if schema and not registry:
         parsed = F.from_json(F.col("value").cast("string"), schema)
@@ -94,9 +99,7 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
         added = new.count()
         version = sum(starts.values())
         if added:
-            (new.write.format("delta").mode("append").partitionBy("partition", "date")
-             .option("txnAppId", f"lakelog-sync-{topic}").option("txnVersion", version)
-             .option("mergeSchema", "true").save(path))
+            _append_typed(spark, new, path, topic, version, widen=bool(registry))
             if latest_exists:
                 latest_path = merge_latest_table(spark, remote, topic, new)
         if dead is not None:
@@ -116,78 +119,39 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
             "errors_added": errors_added, "seconds": time.monotonic() - started}
 
 
-def _fetch_schemas(registry: str, ids: list[int]) -> dict[int, dict]:
-    """{id: {"schemaType", "schema"}} from the Schema Registry at `registry` (ids it does not know are left out)."""
-    import httpx
+def _append_typed(spark, new, path: str, topic: str, version: int, *, widen: bool) -> None:
+    """Append with schema merge. With `widen` (registry-typed tables), a compatible schema change widens a
+    column in place (int -> long, float -> double) by Delta type widening: a new table is created with
+    `delta.enableTypeWidening` (the session default for new tables, set around its creation), and a
+    table made before it (whose merge then fails on the type change) gets it once, then the append is
+    retried. The property adds Delta's `typeWidening` table feature (readers need Delta 3.2+)."""
+    from pyspark.errors import AnalysisException
 
-    out = {}
-    with httpx.Client(base_url=registry.rstrip("/"), timeout=30) as c:
-        for i in ids:
-            r = c.get(f"/schemas/ids/{i}")
-            if r.status_code == 404:
-                continue
-            r.raise_for_status()
-            doc = r.json()
-            out[i] = {"schemaType": doc.get("schemaType", "AVRO"), "schema": doc["schema"]}
-    return out
+    def append() -> None:
+        (new.write.format("delta").mode("append").partitionBy("partition", "date")
+         .option("txnAppId", f"lakelog-sync-{topic}").option("txnVersion", version)
+         .option("mergeSchema", "true").save(path))
 
-
-def _decode_by_schema_ids(df, registry: str):
-    """(rows with typed columns, dead-letter rows): values decoded by their wire-format schema ids."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
-
-    value = F.col("value")
-    framed = value.isNotNull() & (F.length(value) >= 5) & (F.hex(F.substring(value, 1, 1)) == "00")
-    df = df.withColumn("_schema_id", F.when(framed, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")))
-    ids = sorted(int(r[0]) for r in df.where(framed).select("_schema_id").distinct().limit(MAX_SCHEMA_IDS_PER_SYNC + 1)
-                 .collect())
-    if len(ids) > MAX_SCHEMA_IDS_PER_SYNC:
-        raise ValueError(f"more than {MAX_SCHEMA_IDS_PER_SYNC} schema ids in one sync")
-    schemas = _fetch_schemas(registry, ids)
-    base = [c for c in df.columns if c != "_schema_id"]
-    good = [df.where(value.isNull()).select(*base)]  # tombstones stay, with null typed columns
-    bad = [df.where(value.isNotNull() & ~framed)
-           .withColumn("reason", F.lit("not in Confluent's wire format (magic byte 0, 4-byte schema id)"))]
-    for i in ids:
-        part = df.where(F.col("_schema_id") == i)
-        info = schemas.get(i)
-        if info is None or info["schemaType"] != "AVRO":
-            why = "unknown to the registry" if info is None else f"a {info['schemaType']} schema (not decoded)"
-            bad.append(part.withColumn("reason", F.lit(f"schema id {i} is {why}")))
-            continue
-        decoded = part.withColumn("_decoded", from_avro(F.expr("substring(value, 6)"), info["schema"],
-                                                        {"mode": "PERMISSIVE"}))
+    if not widen:
+        return append()
+    if not _table_exists(spark, path):
+        saved = spark.conf.get(TYPE_WIDENING_DEFAULT, None)
+        spark.conf.set(TYPE_WIDENING_DEFAULT, "true")
         try:
-            doc = json.loads(info["schema"])
-        except ValueError:
-            doc = None
-        corrupt = F.col("_decoded").isNull()
-        if isinstance(doc, dict) and doc.get("type") == "record":
-            # PERMISSIVE gives a record of nulls for bytes that do not decode: a null in a field whose
-            # type cannot be null marks them (a record whose fields are all nullable cannot be told apart)
-            for f in doc.get("fields", []):
-                t = f.get("type")
-                if not (t == "null" or (isinstance(t, list) and "null" in t)):
-                    corrupt = corrupt | F.col("_decoded." + f["name"]).isNull()
-        bad.append(decoded.where(corrupt).drop("_decoded")
-                   .withColumn("reason", F.lit(f"the value does not decode with Avro schema id {i}")))
-        ok = decoded.where(~corrupt)
-        if isinstance(doc, dict) and doc.get("type") == "record":  # its fields become columns
-            fields = [f.name for f in ok.schema["_decoded"].dataType.fields]
-            clash = set(fields) & set(base)
-            if clash:
-                raise ValueError(f"Avro schema {i} has fields named like the table's columns: {sorted(clash)}")
-            good.append(ok.select(*base, *[F.col("_decoded." + n).alias(n) for n in fields]))
-        else:
-            good.append(ok.select(*base, F.col("_decoded").alias("value_decoded")))
-    rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), good)
-    dead = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), bad)
-    dead = dead.select("partition", "offset", "timestamp", "key", "value", "_schema_id", "reason", "date") \
-        .withColumnRenamed("_schema_id", "schema_id")
-    return rows, dead
+            return append()
+        finally:
+            if saved is None:
+                spark.conf.unset(TYPE_WIDENING_DEFAULT)
+            else:
+                spark.conf.set(TYPE_WIDENING_DEFAULT, saved)
+    try:
+        append()
+    except AnalysisException as e:
+        if "merge" not in str(e).lower():
+            raise
+        location = path.replace("`", "``")
+        spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ('{TYPE_WIDENING}' = 'true')")
+        append()
 
 
 def _latest_per_key(df):

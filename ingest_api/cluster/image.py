@@ -88,6 +88,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -248,6 +249,17 @@ def decode_record(payload: bytes) -> dict[str, Any]:
     return record
 
 
+def _observe(observer: Any, method: str, *args: Any) -> Any:
+    """Call the image's observer, if any; whatever it raises is logged, never passed on."""
+    if observer is None:
+        return None
+    try:
+        return getattr(observer, method)(*args)
+    except Exception:  # the observer only informs (the console's events); the apply goes on
+        logging.getLogger("lakelog.metadata").exception("the metadata image's observer failed")
+        return None
+
+
 def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
@@ -350,6 +362,10 @@ class ClusterImage:
         self.schemas = SchemaRegistryState()  # the Schema Registry (an immutable value)
         self.broker_configs = BrokerConfigState()  # dynamic broker configs (an immutable value)
         self.throttles = BrokerThrottles()  # dynamic replication throttle rates (an immutable value)
+        #: Told of each applied record (`before(image, record)` -> token, `after(image, record, token)`),
+        #: e.g. the console's cluster events (ingest_api/cluster_events.py). Not part of the state;
+        #: its errors are swallowed, so it can never fail or change an apply.
+        self.observer: Any = None
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -452,7 +468,9 @@ class ClusterImage:
             handler = _HANDLERS.get(record["type"])
             if handler is None:
                 raise _Rejected(f"unknown record type {record['type']!r}")
+            token = _observe(self.observer, "before", self, record)
             handler(self, record, entry.index)
+            _observe(self.observer, "after", self, record, token)
         except (_Rejected, InvariantViolation, ValueError, RecursionError) as e:  # bad UTF-8 / JSON
             self._skip(entry.index, str(e))
 

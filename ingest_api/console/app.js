@@ -8,6 +8,7 @@ import { TopicList, TopicPage } from './topics.js';
 import { MessageBrowser } from './messages.js';
 import { GroupList, GroupPage } from './groups.js';
 import { Security } from './security.js';
+import { JobList, JobRun } from './jobs.js';
 
 const ROUTES = [
   [/^\/$/, () => html`<${Overview} />`],
@@ -16,10 +17,12 @@ const ROUTES = [
   [/^\/topics\/([^/]+)\/messages$/, (m) => html`<${MessageBrowser} name=${decodeURIComponent(m[1])} />`],
   [/^\/groups$/, () => html`<${GroupList} />`],
   [/^\/groups\/([^/]+)$/, (m) => html`<${GroupPage} name=${decodeURIComponent(m[1])} />`],
+  [/^\/jobs$/, () => html`<${JobList} />`],
+  [/^\/jobs\/([^/]+)$/, (m) => html`<${JobRun} id=${decodeURIComponent(m[1])} />`],
   [/^\/security$/, () => html`<${Security} />`],
 ];
 
-const NAV = [['/', 'Overview'], ['/topics', 'Topics'], ['/groups', 'Consumer groups'], ['/security', 'Security']];
+const NAV = [['/', 'Overview'], ['/topics', 'Topics'], ['/groups', 'Consumer groups'], ['/jobs', 'Jobs'], ['/security', 'Security']];
 
 function useHashPath() {
   const read = () => (location.hash.replace(/^#/, '').split('?')[0] || '/');
@@ -100,7 +103,8 @@ async function start() {
     const resp = await fetch('/console/session.json', { headers: { Accept: 'application/json' } });
     const doc = await resp.json();
     Object.assign(session, { authentication: doc.authentication, basic: doc.basic, apikey: doc.apikey,
-                             clusterId: doc.cluster_id });
+                             clusterId: doc.cluster_id, downloadMaxRecords: doc.download_max_records,
+                             downloadMaxBytes: doc.download_max_bytes });
   } catch (e) {
     render(html`<${ErrorBox} error=${new ApiError(0, 0, `the node did not describe its session: ${e.message}`)} />`, root);
     return;

@@ -9,6 +9,7 @@ export const html = htm.bind(h);
 
 // Set once by app.js from /console/session.json: whether the node asks for credentials, and the cluster id.
 export const session = { authentication: false, basic: true, apikey: true, clusterId: '', user: null,
+                         downloadMaxRecords: 100000, downloadMaxBytes: 64 << 20,
                          authorization: sessionStorage.getItem('lakelog.authorization') };
 session.user = sessionStorage.getItem('lakelog.user');
 
@@ -33,6 +34,8 @@ export class ApiError extends Error {
 }
 
 const listeners = new Set();
+const GET_RETRIES = 5;        // attempts of a GET answered 503 (not ready), RETRY_WAIT_MS apart
+const RETRY_WAIT_MS = 1000;
 export const onUnauthenticated = (fn) => { listeners.add(fn); return () => listeners.delete(fn); };
 
 // One call of the node's HTTP API. Answers the parsed JSON (or, with raw, {body, headers});
@@ -48,11 +51,16 @@ export async function api(method, path, body, { accept = 'application/json', con
     init.body = JSON.stringify(body);
   }
   let resp;
-  try {
-    resp = await fetch(path, init);
-  } catch (e) {
-    if (e.name === 'AbortError') throw e;
-    throw new ApiError(0, 0, `the node did not answer (${e.message})`);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      resp = await fetch(path, init);
+    } catch (e) {
+      if (e.name === 'AbortError') throw e;
+      throw new ApiError(0, 0, `the node did not answer (${e.message})`);
+    }
+    // 503: the node is catching up or re-confirming its session for a moment; a read is asked again.
+    if (resp.status !== 503 || method !== 'GET' || attempt >= GET_RETRIES) break;
+    await new Promise((done) => setTimeout(done, RETRY_WAIT_MS));
   }
   if (!resp.ok) {
     let code = resp.status, message = resp.statusText;

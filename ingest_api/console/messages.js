@@ -1,13 +1,15 @@
 // The message browser: one partition from an offset or a timestamp, paged forward and back, a live
 // tail (long-poll fetches), keys and values as JSON, text or hex, headers, and produce a test record.
 import { useEffect, useState } from 'preact/hooks';
-import { ActionForm, ErrorBox, Link, api, enc, fmtBytes, fmtNum, fmtTime, html, parseIntField, usePoll } from './lib.js';
+import { ActionForm, ErrorBox, Link, api, enc, fmtBytes, fmtNum, fmtTime, html, parseIntField, session, usePoll } from './lib.js';
 
 const BINARY = 'application/vnd.kafka.binary.v2+json';
 const PREVIEW_CHARS = 512;      // a longer key or value shows truncated until expanded
 const FETCH_BYTES = 1 << 20;    // at most this much per fetch
+const DOWNLOAD_FETCH_BYTES = 256 << 10;  // per fetch of a range download (a page at a time)
 const TAIL_KEEP = 200;          // records the live tail keeps on screen
 const MAX_PRODUCE_BYTES = 1 << 20;
+const DECODE_BATCH = 200;       // keys and values per /stats/decode request (the node takes 400)
 
 const decodeB64 = (s) => (s == null ? null : Uint8Array.from(atob(s), (c) => c.charCodeAt(0)));
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -27,11 +29,37 @@ export function render(bytes, format) {
   return [text, 'text'];
 }
 
-function Value({ bytes, format }) {
+// Keys and values in Confluent's wire format (magic byte 0, schema id), decoded by the node's Schema
+// Registry in one request per page; each record gets keySchema / valueSchema ({schema_id, value} or {error}).
+const framed = (s) => { const b = decodeB64(s); return b != null && b.length >= 5 && b[0] === 0; };
+
+async function decodeBySchema(records) {
+  const items = [];
+  for (const r of records) {
+    if (framed(r.key)) items.push([r, 'keySchema', r.key]);
+    if (framed(r.value)) items.push([r, 'valueSchema', r.value]);
+  }
+  for (let i = 0; i < items.length; i += DECODE_BATCH) {
+    const batch = items.slice(i, i + DECODE_BATCH);
+    const { results } = await api('POST', '/stats/decode', { data: batch.map((x) => x[2]) });
+    batch.forEach(([r, field], j) => { if (results[j]) r[field] = results[j]; });
+  }
+  return records;
+}
+
+function schemaLabel(d) {
+  const where = d.subjects && d.subjects.length ? ` · ${d.subjects.map((s) => `${s.subject} v${s.version}`).join(', ')}` : '';
+  return `schema ${d.schema_id}${d.schema_type ? ` (${d.schema_type})` : ''}${where}`;
+}
+
+function Value({ bytes, format, decoded }) {
   const [open, setOpen] = useState(false);
-  const [text, kind] = render(bytes, format);
+  let [text, kind] = render(bytes, format);
+  const bySchema = decoded && (format === 'auto' || format === 'schema');
+  if (bySchema) [text, kind] = decoded.error ? render(bytes, 'hex')  // framed bytes that did not decode: show them as they are
+    : [JSON.stringify(decoded.value, null, format === 'schema' ? 2 : 0), 'json'];
   const long = text.length > PREVIEW_CHARS;
-  return html`<span class=${'value ' + kind}>${long && !open ? text.slice(0, PREVIEW_CHARS) + '…' : text}
+  return html`<span class=${'value ' + kind}>${bySchema && html`<span class=${'schema' + (decoded.error ? ' bad' : '')}>${schemaLabel(decoded)}${decoded.error ? `: ${decoded.error}` : ''}</span>`}${long && !open ? text.slice(0, PREVIEW_CHARS) + '…' : text}
     ${long && html` <button class="link" onClick=${() => setOpen(!open)}>${open ? 'less' : `all ${fmtBytes(bytes.length)}`}</button>`}</span>`;
 }
 
@@ -40,14 +68,14 @@ function Records({ records, format }) {
   return html`<table id="records" class="records"><thead><tr><th>Offset</th><th>Timestamp</th><th>Key</th><th>Value</th><th>Headers</th></tr></thead>
     <tbody>${records.map((r) => html`<tr key=${r.offset} data-offset=${r.offset}>
       <td>${r.offset}</td><td>${fmtTime(r.timestamp)}</td>
-      <td><${Value} bytes=${decodeB64(r.key)} format=${format} /></td>
-      <td><${Value} bytes=${decodeB64(r.value)} format=${format} /></td>
+      <td><${Value} bytes=${decodeB64(r.key)} format=${format} decoded=${r.keySchema} /></td>
+      <td><${Value} bytes=${decodeB64(r.value)} format=${format} decoded=${r.valueSchema} /></td>
       <td>${(r.headers || []).map((hd) => html`<div><b>${hd.key}</b>: <${Value} bytes=${decodeB64(hd.value)} format="auto" /></div>`)}</td>
     </tr>`)}</tbody></table>`;
 }
 
-const fetchRecords = (name, partition, offset, timeout, signal) => api('GET',
-  `/topics/${enc(name)}/partitions/${partition}/records?offset=${offset}&timeout=${timeout}&max_bytes=${FETCH_BYTES}`,
+const fetchRecords = (name, partition, offset, timeout, signal, maxBytes = FETCH_BYTES) => api('GET',
+  `/topics/${enc(name)}/partitions/${partition}/records?offset=${offset}&timeout=${timeout}&max_bytes=${maxBytes}`,
   undefined, { accept: BINARY, signal, raw: true });
 
 function LiveTail({ name, partition, format }) {
@@ -63,6 +91,7 @@ function LiveTail({ name, partition, format }) {
           const { body } = await fetchRecords(name, partition, next, 1000, abort.signal);
           if (body.length) {
             next = body[body.length - 1].offset + 1;
+            await decodeBySchema(body);
             setRecords((old) => body.slice().reverse().concat(old).slice(0, TAIL_KEEP));
           }
           setError(null);
@@ -108,7 +137,45 @@ function Produce({ name, partitions }) {
     <//></details>`;
 }
 
-// The records on screen as JSON lines: key and value as text when they are UTF-8, else base64.
+// A range of offsets [from, to] fetched page after page (FETCH_BYTES each), at most the node's
+// console.download.max.records records and console.download.max.bytes bytes, then saved as one file.
+function DownloadRange({ name, partition, view }) {
+  const [progress, setProgress] = useState(null);
+  const submit = async (form) => {
+    const from = parseIntField(form.get('from'), { min: view.start, max: Math.max(view.start, view.end - 1), name: 'from offset' });
+    const to = parseIntField(form.get('to'), { min: from, max: Math.max(from, view.end - 1), name: 'to offset' });
+    const maxRecords = session.downloadMaxRecords, maxBytes = session.downloadMaxBytes;
+    if (to - from + 1 > maxRecords) throw new Error(`at most ${fmtNum(maxRecords)} records in one download (console.download.max.records)`);
+    const records = [];
+    let next = from, bytes = 0;
+    while (next <= to) {
+      const { body } = await fetchRecords(name, partition, next, 0, undefined, DOWNLOAD_FETCH_BYTES);
+      const page = body.filter((r) => r.offset >= next && r.offset <= to);
+      if (!page.length) break; // the end of what the partition holds (or a gap: compacted away)
+      for (const r of page) {
+        bytes += (r.key ? r.key.length * 0.75 : 0) + (r.value ? r.value.length * 0.75 : 0);
+        if (bytes > maxBytes) throw new Error(`the range holds more than ${fmtBytes(maxBytes)} (console.download.max.bytes); download a shorter one`);
+        records.push(r);
+      }
+      next = page[page.length - 1].offset + 1;
+      setProgress(`${fmtNum(records.length)} records fetched…`);
+    }
+    setProgress(null);
+    if (!records.length) throw new Error('no records in that range');
+    await decodeBySchema(records);
+    download(name, partition, records);
+    return html`<span id="downloaded">downloaded ${fmtNum(records.length)} records, offsets ${records[0].offset}–${records[records.length - 1].offset}</span>`;
+  };
+  return html`<details class="panel"><summary>Download a range</summary>
+    <${ActionForm} onSubmit=${submit} submit="Download" id="download-range">
+      <label>From offset <input name="from" defaultValue=${view.start} inputmode="numeric" /></label>
+      <label>To offset (included) <input name="to" defaultValue=${Math.max(view.start, view.end - 1)} inputmode="numeric" /></label>
+      ${progress && html`<span class="muted">${progress}</span>`}
+    <//>
+    <p class="muted">Fetched page by page; at most ${fmtNum(session.downloadMaxRecords)} records and ${fmtBytes(session.downloadMaxBytes)} in one file.</p></details>`;
+}
+
+// Records as JSON lines: key and value as text when they are UTF-8, else base64.
 function download(name, partition, records) {
   const field = (s) => {
     const bytes = decodeB64(s);
@@ -120,6 +187,8 @@ function download(name, partition, records) {
     return JSON.stringify({ topic: name, partition, offset: r.offset, timestamp: r.timestamp,
       key: k.text ?? null, ...(k.base64 && { key_base64: k.base64 }),
       value: v.text ?? null, ...(v.base64 && { value_base64: v.base64 }),
+      ...(r.keySchema && !r.keySchema.error && { key_schema_id: r.keySchema.schema_id, key_decoded: r.keySchema.value }),
+      ...(r.valueSchema && !r.valueSchema.error && { value_schema_id: r.valueSchema.schema_id, value_decoded: r.valueSchema.value }),
       headers: (r.headers || []).map((hd) => ({ key: hd.key, value_base64: hd.value })) });
   });
   const url = URL.createObjectURL(new Blob([lines.join('\n') + '\n'], { type: 'application/x-ndjson' }));
@@ -147,7 +216,7 @@ export function MessageBrowser({ name }) {
       const bounds = await api('GET', `/topics/${enc(name)}/partitions/${partition}/offsets`);
       const start = Math.max(bounds.beginning_offset, Math.min(offset, bounds.end_offset));
       const records = start < bounds.end_offset ? (await fetchRecords(name, partition, start, 0)).body : [];
-      setView({ offset: start, records: records.filter((r) => r.offset >= start).slice(0, pageSize),
+      setView({ offset: start, records: await decodeBySchema(records.filter((r) => r.offset >= start).slice(0, pageSize)),
                 start: bounds.beginning_offset, end: bounds.end_offset });
     } catch (e) {
       setError(e);
@@ -178,7 +247,7 @@ export function MessageBrowser({ name }) {
       <label>Partition <select id="partition" value=${partition} onChange=${(e) => setPartition(Number(e.target.value))}>
         ${topic.partitions.map((p) => html`<option value=${p.partition}>${p.partition}</option>`)}</select></label>
       <label>Show <select id="format" value=${format} onChange=${(e) => setFormat(e.target.value)}>
-        <option value="auto">auto</option><option value="json">JSON</option><option value="text">text</option><option value="hex">hex</option></select></label>
+        <option value="auto">auto</option><option value="schema">by schema</option><option value="json">JSON</option><option value="text">text</option><option value="hex">hex</option></select></label>
       <label>Per page <select value=${pageSize} onChange=${(e) => setPageSize(Number(e.target.value))}>
         ${[20, 50, 100].map((n) => html`<option>${n}</option>`)}</select></label>
       <label class="check"><input type="checkbox" id="live" checked=${tail} onChange=${(e) => setTail(e.target.checked)} /> Live tail</label>
@@ -196,6 +265,7 @@ export function MessageBrowser({ name }) {
           <button id="next" disabled=${last == null || last + 1 >= view.end} onClick=${() => load(last + 1)}>Next ▶</button>
           <button id="download" disabled=${!view.records.length} onClick=${() => download(name, partition, view.records)}>Download these records</button>
         </div>
-        <${Records} records=${view.records} format=${format} />`}`}
+        <${Records} records=${view.records} format=${format} />
+        <${DownloadRange} name=${name} partition=${partition} view=${view} />`}`}
     <${Produce} name=${name} partitions=${topic.partitions.length} />`;
 }

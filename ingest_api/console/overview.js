@@ -1,10 +1,11 @@
 // Overview: the nodes, partition health, and produce/fetch rates and latency charted from the
 // nodes' own counters (two samples of a total make a rate; latency sums over counts a mean).
 import { Chart } from './chart.js';
-import { ErrorBox, Link, api, fmtNum, html, usePoll } from './lib.js';
+import { ErrorBox, Link, api, fmtNum, fmtTime, html, usePoll } from './lib.js';
 
 const POLL_MS = 2000;
 const KEEP_SAMPLES = 150; // five minutes at one sample every two seconds
+const EVENTS_SHOWN = 30;
 
 // Kept across page changes, so going back to the overview does not restart the charts.
 const history = { last: null, xs: [], records: [], produceMB: [], fetchMB: [], produceMs: [], fetchMs: [] };
@@ -56,8 +57,9 @@ function nodeStatus(n) {
 
 export function Overview() {
   const [data, error] = usePoll(async () => {
-    const o = await api('GET', '/stats/cluster');
+    const [o, ev] = await Promise.all([api('GET', '/stats/cluster'), api('GET', `/stats/events?limit=${EVENTS_SHOWN}`)]);
     record(o);
+    o.events = ev;
     return o;
   }, POLL_MS);
   if (!data) return html`<h1>Overview</h1><${ErrorBox} error=${error} />${!error && html`<p class="muted">Loading…</p>`}`;
@@ -87,9 +89,22 @@ export function Overview() {
       <${Chart} title="Throughput" unit="MB/s" series=${['produced', 'fetched']} data=${[h.xs, h.produceMB, h.fetchMB]} />
       <${Chart} title="Request latency" unit="ms" series=${['produce', 'fetch']} data=${[h.xs, h.produceMs, h.fetchMs]} />
     </section>
+    <h2>Recent cluster events</h2>
+    <${Events} doc=${data.events} />
     ${p.listed.length > 0 && html`<h2>Partitions needing attention</h2>
       <table id="unhealthy"><thead><tr><th>Partition</th><th>Leader</th><th>Replicas</th><th>ISR</th><th>Problem</th></tr></thead>
       <tbody>${p.listed.map((x) => html`<tr><td><${Link} to=${`/topics/${encodeURIComponent(x.topic)}`}>${x.topic}</${Link}>-${x.partition}</td>
         <td>${x.leader < 0 ? 'none' : x.leader}</td><td>${x.replicas.join(', ')}</td><td>${x.isr.join(', ')}</td>
         <td>${x.problems.join(', ')}</td></tr>`)}</tbody></table>`}`;
+}
+
+function Events({ doc }) {
+  if (!doc.events.length) {
+    return html`<p class="muted" id="no-events">No cluster events since node ${doc.served_by} caught up${doc.since_ms ? ` (${fmtTime(doc.since_ms)})` : ''}.</p>`;
+  }
+  return html`<table id="events" class="compact"><thead><tr><th>Time (UTC)</th><th>Event</th><th></th></tr></thead>
+    <tbody>${doc.events.map((e) => html`<tr data-kind=${e.kind} data-seq=${e.seq}>
+      <td>${fmtTime(e.time_ms)}</td><td>${e.topic ? html`<${Link} to=${`/topics/${encodeURIComponent(e.topic)}`}>${e.message}<//>` : e.message}</td>
+      <td><span class=${'badge ' + (e.severity === 'warn' ? 'warn' : 'ok')}>${e.kind.replaceAll('_', ' ')}</span></td></tr>`)}</tbody></table>
+    <p class="muted">As node ${doc.served_by} applied the cluster metadata, since ${fmtTime(doc.since_ms)}; the newest ${EVENTS_SHOWN}.</p>`;
 }

@@ -1,7 +1,7 @@
 // Security: users, API keys, ACLs and quota overrides, through the v3 API (DESCRIBE on the cluster to
 // see them, ALTER to change them: a user without those rights sees the node's refusal in place).
 import { useState } from 'preact/hooks';
-import { ActionForm, ErrorBox, api, enc, html, usePoll, v3 } from './lib.js';
+import { ActionForm, ErrorBox, api, enc, html, parseIntField, usePoll, v3 } from './lib.js';
 
 const RESOURCE_TYPES = ['TOPIC', 'GROUP', 'CLUSTER'];
 const OPERATIONS = ['ALL', 'READ', 'WRITE', 'CREATE', 'DELETE', 'ALTER', 'DESCRIBE'];
@@ -89,13 +89,44 @@ function Acls() {
     <//>`;
 }
 
+const QUOTA_KEYS = [['producer.byte.rate', 'Produce bytes/s'], ['consumer.byte.rate', 'Fetch bytes/s'], ['request.rate', 'Requests/s']];
+
 function Quotas() {
-  const [data, error] = usePoll(() => api('GET', v3('/quotas')), 0);
-  return html`<h2>Quota overrides</h2><${ErrorBox} error=${error} />
-    ${data && (data.data.length === 0 ? html`<p class="muted">None: every principal has the nodes' default quotas.</p>` : html`
-      <table id="quotas" class="compact"><thead><tr><th>Principal</th><th>Quotas</th></tr></thead>
-      <tbody>${data.data.map((q) => html`<tr><td>${q.principal}</td>
-        <td>${Object.entries(q.quotas).map(([k, v]) => `${k}=${v}`).join(', ')}</td></tr>`)}</tbody></table>`)}`;
+  const [data, error, reload] = usePoll(() => api('GET', v3('/quotas')), 0);
+  const [removeError, setRemoveError] = useState(null);
+  const set = async (form) => {
+    const principal = String(form.get('principal')).trim();
+    if (!PRINCIPAL.test(principal)) throw new Error('a principal is User:<name>');
+    const quotas = {};
+    for (const [k, label] of QUOTA_KEYS) {
+      const text = String(form.get(k)).trim();
+      if (text) quotas[k] = parseIntField(text, { min: 0, max: 2147483647, name: label });
+    }
+    if (!Object.keys(quotas).length) throw new Error('give at least one rate (0 = unlimited)');
+    const doc = await api('PUT', v3(`/quotas/${enc(principal)}`), quotas);
+    reload();
+    return `quotas of ${doc.principal}: ${Object.entries(doc.quotas).map(([k, v]) => `${k}=${v}`).join(', ')}`;
+  };
+  const remove = async (principal) => {
+    setRemoveError(null);
+    try {
+      await api('DELETE', v3(`/quotas/${enc(principal)}`));
+      reload();
+    } catch (e) {
+      setRemoveError(e);
+    }
+  };
+  return html`<h2>Quota overrides</h2><${ErrorBox} error=${error || removeError} />
+    ${data && (data.data.length === 0 ? html`<p class="muted" id="no-quotas">None: every principal has the nodes' default quotas.</p>` : html`
+      <table id="quotas" class="compact"><thead><tr><th>Principal</th><th>Quotas</th><th></th></tr></thead>
+      <tbody>${data.data.map((q) => html`<tr data-principal=${q.principal}><td>${q.principal}</td>
+        <td>${Object.entries(q.quotas).map(([k, v]) => `${k}=${v}`).join(', ')}</td>
+        <td><button class="link" onClick=${() => remove(q.principal)}>remove</button></td></tr>`)}</tbody></table>`)}
+    <${ActionForm} onSubmit=${set} submit="Set quotas" id="set-quotas" class="inline">
+      <label>Principal <input name="principal" placeholder="User:name" /></label>
+      ${QUOTA_KEYS.map(([k, label]) => html`<label>${label} <input name=${k} placeholder="default" inputmode="numeric" size="10" /></label>`)}
+    <//>
+    <p class="muted">0 means unlimited; setting replaces the principal's overrides, and a rate left empty falls back to the nodes' default. Each node enforces the rates on its own.</p>`;
 }
 
 export function Security() {

@@ -44,7 +44,7 @@ from lakelog.ingest_api.errors import (
     TopicNotFoundError,
 )
 from lakelog.ingest_api.formats import BINARY_V2, JSON_V2, RECORDBATCH, render_record
-from lakelog.ingest_api.schemas.rest import AVRO_V2, JSONSCHEMA_V2, SCHEMA_FORMATS, render_schema_record
+from lakelog.ingest_api.schemas.rest import AVRO_V2, JSONSCHEMA_V2, PROTOBUF_V2, SCHEMA_FORMATS, render_schema_record
 from lakelog.ingest_api.groups.assignors import ASSIGNORS, Subscription, TopicPartition
 from lakelog.ingest_api.groups.errors import (
     ConsumerAlreadyExistsError,
@@ -65,7 +65,8 @@ from lakelog.logstore.record_batch import iter_batches
 
 log = logging.getLogger("lakelog.consumers")
 
-FORMATS = {"json": JSON_V2, "binary": BINARY_V2, "avro": AVRO_V2, "jsonschema": JSONSCHEMA_V2}
+FORMATS = {"json": JSON_V2, "binary": BINARY_V2, "avro": AVRO_V2, "jsonschema": JSONSCHEMA_V2,
+           "protobuf": PROTOBUF_V2}
 #: Longest wait of one fetch round of `records` (then the round is repeated until the timeout).
 FETCH_ROUND_MS = 200
 #: Most topics of one subscription / partitions of one assignment.

@@ -143,7 +143,7 @@ async def _route(request: Request, group: str, instance: str, body: bytes = b"")
 @router.post("/consumers/{group}", summary="Create a consumer instance in a group",
              openapi_extra=_body({"type": "object", "properties": {
                  "name": {"type": "string"}, "id": {"type": "string", "description": "names the instance; overrides name"},
-                 "format": {"type": "string", "enum": ["binary", "json", "avro", "jsonschema"]},
+                 "format": {"type": "string", "enum": ["binary", "json", "avro", "jsonschema", "protobuf"]},
                  "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest", "none"]},
                  "auto.commit.enable": {"type": ["string", "boolean"]},
                  "auto.commit.interval.ms": {"type": "integer"}, "session.timeout.ms": {"type": "integer"},

@@ -19,8 +19,9 @@ Rules:
    (400 malformed, 404 unknown partition, 413, 422 empty), as Confluent's non-streaming mode.
 
 `records:batch` (`{"entries": [{"id", ...}]}`) answers 207 with `successes` and `failures`.
-Schema formats (AVRO, JSONSCHEMA, PROTOBUF, schema ids) come with the schema registry; until then a
-record that asks for one is refused (400).
+Schema-based keys and values (`type` AVRO / JSONSCHEMA / PROTOBUF, `schema_id`, `schema_version`,
+`schema`, `subject`, `subject_name_strategy`) are serialized into Confluent's wire format by the
+node's Schema Registry: `ingest_api/schemas/rest_v3.py` has the rules and the errors.
 """
 
 from __future__ import annotations
@@ -50,13 +51,13 @@ from lakelog.ingest_api.formats import JSON, media_type
 from lakelog.ingest_api.node import ProduceRecord
 from lakelog.ingest_api.routers.admin_v3 import _cluster
 from lakelog.ingest_api.routers.deps import read_body
+from lakelog.ingest_api.schemas.rest_v3 import V3SchemaSerializer, wants_schema
 
 router = APIRouter(prefix="/v3", tags=["records v3"])
 
 _INT32_MAX = 2**31 - 1
 #: Longest batch entry id (Confluent's ProduceBatchRequestEntry.id).
 MAX_ENTRY_ID_CHARS = 80
-_SCHEMA_FIELDS = ("subject", "subject_name_strategy", "schema_id", "schema_version", "schema")
 _DECODER = json.JSONDecoder()
 _WS = b" \t\r\n"
 
@@ -77,6 +78,8 @@ class V3Record:
     timestamp_ms: int | None
     key_type: str | None
     value_type: str | None
+    schema_fields: tuple[tuple[str, dict], ...] = ()  # ("key" | "value", field) still to serialize by schema
+    schema_reports: tuple[tuple[str, dict], ...] = ()  # ("key" | "value", type/subject/schema_id/schema_version)
 
 
 def _data(field: Any, what: str) -> tuple[bytes | None, str | None]:
@@ -85,15 +88,11 @@ def _data(field: Any, what: str) -> tuple[bytes | None, str | None]:
         return None, None
     if not isinstance(field, dict):
         raise BadRecordError(f"{what} must be an object {{\"type\", \"data\"}} or null")
-    if any(field.get(k) is not None for k in _SCHEMA_FIELDS):
-        raise BadRecordError(f"{what}: schema-based formats need the schema registry, which this node does not serve yet")
     kind = field.get("type", "JSON")
     if not isinstance(kind, str):
         raise BadRecordError(f"{what}.type must be a string")
     kind = kind.upper()
     data = field.get("data")
-    if kind in ("AVRO", "JSONSCHEMA", "PROTOBUF"):
-        raise BadRecordError(f"{what}.type {kind} needs the schema registry, which this node does not serve yet")
     if kind not in ("BINARY", "JSON", "STRING"):
         raise BadRecordError(f"{what}.type must be BINARY, JSON or STRING")
     if data is None:
@@ -155,10 +154,26 @@ def parse_record(doc: Any, partitions: int) -> V3Record:
             except (binascii.Error, ValueError):
                 raise BadRecordError(f"headers[{j}].value is not base64") from None
         parsed.append((h["name"], v))
-    key, key_type = _data(doc.get("key"), "key")
-    value, value_type = _data(doc.get("value"), "value")
+    by_schema = tuple((p, doc[p]) for p in ("key", "value") if isinstance(doc.get(p), dict) and wants_schema(doc[p]))
+    schema_parts = {p for p, _ in by_schema}
+    key, key_type = _data(None if "key" in schema_parts else doc.get("key"), "key")
+    value, value_type = _data(None if "value" in schema_parts else doc.get("value"), "value")
     return V3Record(ProduceRecord(key, value, partition, tuple(parsed)), _timestamp(doc.get("timestamp")),
-                    key_type, value_type)
+                    key_type, value_type, by_schema)
+
+
+async def with_schemas(rec: V3Record, serializer: V3SchemaSerializer) -> V3Record:
+    """The record with its schema-based key / value serialized into Confluent's wire format."""
+    if not rec.schema_fields:
+        return rec
+    data = {"key": rec.record.key, "value": rec.record.value}
+    reports = []
+    for part, field in rec.schema_fields:
+        data[part], report = await serializer.serialize(part, field)
+        reports.append((part, report))
+    r = rec.record
+    return V3Record(ProduceRecord(data["key"], data["value"], r.partition, r.headers), rec.timestamp_ms,
+                    rec.key_type, rec.value_type, (), tuple(reports))
 
 
 def _rfc3339(ms: int) -> str:
@@ -166,12 +181,16 @@ def _rfc3339(ms: int) -> str:
 
 
 def _report(node: Any, topic: str, rec: V3Record, partition: int, offset: int, ts: int) -> dict[str, Any]:
-    def size(data: bytes | None, kind: str | None) -> dict[str, Any] | None:
+    schema = dict(rec.schema_reports)
+
+    def size(part: str, data: bytes | None, kind: str | None) -> dict[str, Any] | None:
+        if part in schema:  # type, subject, schema_id, schema_version (Confluent's ProduceResponseData)
+            return {**schema[part], "size": len(data or b"")}
         return None if kind is None and data is None else {"type": kind, "size": len(data or b"")}
 
     return {"error_code": 200, "cluster_id": node.cluster_id, "topic_name": topic, "partition_id": partition,
             "offset": offset, "timestamp": _rfc3339(ts),
-            "key": size(rec.record.key, rec.key_type), "value": size(rec.record.value, rec.value_type)}
+            "key": size("key", rec.record.key, rec.key_type), "value": size("value", rec.record.value, rec.value_type)}
 
 
 def _error_report(path: str, exc: BaseException) -> dict[str, Any]:
@@ -213,6 +232,7 @@ class _StreamingProduce(Response):
         self.done = done
         self.limit = node.config.max_request_bytes
         self.pending: tuple[list[Any], BaseException | None] | None = None
+        self.serializer = V3SchemaSerializer(node, topic)
 
     def _parse_available(self) -> tuple[list[Any], BaseException | None]:
         """Whole JSON values at the front of the buffer (removed from it), and the error that stops
@@ -263,7 +283,7 @@ class _StreamingProduce(Response):
             reports: list[dict[str, Any]] = []
             for d in docs:
                 try:
-                    recs.append(parse_record(d, self.partitions))
+                    recs.append(await with_schemas(parse_record(d, self.partitions), self.serializer))
                 except LakelogError as e:  # a bad record is reported; the stream goes on
                     if recs:
                         reports.extend(await self._produce_reports(recs))
@@ -320,7 +340,7 @@ async def produce_record(cluster_id: str, topic_name: str, request: Request):
     if stop is not None and not docs:
         raise stop  # rule 4: nothing usable -> the HTTP status
     if len(docs) == 1 and stop is None:  # rule 4: one whole record -> its own HTTP status
-        rec = parse_record(docs[0], meta.partitions)
+        rec = await with_schemas(parse_record(docs[0], meta.partitions), answer.serializer)
         return JSONResponse((await _produce(node, topic_name, [rec]))[0], media_type=JSON)
     answer.pending = (docs, stop)
     return answer
@@ -366,9 +386,10 @@ async def produce_records_batch(cluster_id: str, topic_name: str, request: Reque
     successes: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     good: list[tuple[str, V3Record]] = []
+    serializer = V3SchemaSerializer(node, topic_name)
     for eid, e in zip(ids, entries):
         try:
-            good.append((eid, parse_record(e, meta.partitions)))
+            good.append((eid, await with_schemas(parse_record(e, meta.partitions), serializer)))
         except LakelogError as exc:
             failures.append({"id": eid, **_error_report(path, exc)})
     if good:

@@ -48,3 +48,17 @@ async def topics(request: Request, offset: int = Query(0, ge=0, le=10_000_000),
 async def topic(topic: str, request: Request):
     node = get_node(request)
     return JSONResponse(await stats.topic_detail(node, request.app.state.metrics, topic))
+
+
+MAX_EVENTS_READ = 1000
+
+
+@router.get("/events", summary="Recent cluster events (leader changes, ISR shrinks and expands, nodes, topics), "
+                               "newest first, as this node applied the metadata log")
+async def events(request: Request, limit: int = Query(50, ge=1, le=1000),
+                 after_seq: int = Query(0, ge=0, description="only events with a greater seq")):
+    node = get_node(request)
+    # Node events are the overview's (anyone sees the nodes); a topic's only for who may describe it.
+    shown = [e for e in node.events.recent(MAX_EVENTS_READ, after_seq)
+             if "topic" not in e or allowed(request, Operation.DESCRIBE, ResourceType.TOPIC, e["topic"])]
+    return JSONResponse({"served_by": node.node_id, "since_ms": node.events.armed_at_ms, "events": shown[:limit]})

@@ -8,10 +8,12 @@ bytes stored in the log: the wire-format header (`wire.py`) and the payload —
               Avro binary (fastavro's schemaless writer);
     JSON      the value validated against the JSON Schema (jsonschema, references resolved),
               written as compact UTF-8 JSON.
+    PROTOBUF  the value in Protobuf's JSON mapping, parsed into the schema's first message and
+              written as Protobuf binary after the message indexes [0] (`protobuf_values.py`).
 
-`decode_value(parsed, payload)` is the inverse for a fetch (Avro rendered in Avro's JSON encoding).
-A value that does not match its schema raises `SchemaValueError` (422 42203, Confluent REST
-Proxy's "conversion failed"); Protobuf values are not converted here yet (`UnsupportedSchemaFormat`).
+`decode_value(parsed, payload)` is the inverse for a fetch (Avro rendered in Avro's JSON encoding,
+Protobuf in its JSON mapping with default values). A value that does not match its schema raises
+`SchemaValueError` (422 42203, Confluent REST Proxy's "conversion failed").
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import json
 from typing import Any
 
 from lakelog.ingest_api.errors import InvalidRequestError, UnsupportedMediaTypeError
-from lakelog.ingest_api.schemas import wire
-from lakelog.ingest_api.schemas.parsed import AVRO, JSON, ParsedSchema
+from lakelog.ingest_api.schemas import protobuf_values, wire
+from lakelog.ingest_api.schemas.parsed import AVRO, JSON, PROTOBUF, ParsedSchema
 
 MAX_JSON_DEPTH = 200
 
@@ -62,6 +64,12 @@ def encode_value(parsed: ParsedSchema, schema_id: int, value: Any, what: str = "
     if parsed.schema_type == JSON:
         _validate_json(parsed, value, what)
         return wire.encode(schema_id, json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if parsed.schema_type == PROTOBUF:
+        try:
+            payload = protobuf_values.to_bytes(parsed, value)
+        except (ValueError, TypeError, RecursionError) as e:
+            raise SchemaValueError(f"Conversion of JSON to Protobuf failed for the {what}: {e}") from None
+        return wire.encode(schema_id, payload, (0,))
     raise UnsupportedSchemaFormat(f"{parsed.schema_type} values are not converted over REST; produce them "
                                   f"framed by a serializer with application/vnd.kafka.binary.v2+json")
 
@@ -89,7 +97,8 @@ def encode_values(parsed: ParsedSchema, schema_id: int, values: list[Any], label
     return [encode_value(parsed, schema_id, v, label) for v, label in zip(values, labels)]
 
 
-def decode_value(parsed: ParsedSchema, payload: bytes, what: str = "value") -> Any:
+def decode_value(parsed: ParsedSchema, payload: bytes, what: str = "value",
+                 message_indexes: tuple[int, ...] = (0,)) -> Any:
     """The JSON value of a wire-format payload (the header already split off by `wire.decode`)."""
     if parsed.schema_type == AVRO:
         import fastavro
@@ -107,6 +116,11 @@ def decode_value(parsed: ParsedSchema, payload: bytes, what: str = "value") -> A
             return json.loads(payload)
         except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise SchemaValueError(f"the {what} is not JSON: {e}") from None
+    if parsed.schema_type == PROTOBUF:
+        try:
+            return protobuf_values.to_json(parsed, payload, message_indexes)
+        except (ValueError, TypeError, RecursionError) as e:
+            raise SchemaValueError(f"the {what} does not decode as Protobuf: {e}") from None
     raise UnsupportedSchemaFormat(f"{parsed.schema_type} values are not converted over REST")
 
 

@@ -60,9 +60,11 @@ class Model:
 class ProtobufSchema(ParsedSchema):
     schema_type = PROTOBUF
 
-    def __init__(self, canonical: str, model: Model, normalized_text: str) -> None:
+    def __init__(self, canonical: str, model: Model, normalized_text: str,
+                 references: Sequence[Reference] = ()) -> None:
         self.canonical = canonical
         self.model = model
+        self.references = tuple(references)  # (name, type, text), dependencies first: for the descriptors
         self._normalized = normalized_text
 
     def normalized(self) -> str:
@@ -84,7 +86,7 @@ def parse_protobuf(text: str, references: Sequence[Reference]) -> ProtobufSchema
             raise InvalidSchemaError(f"Invalid schema: reference {name!r} is {schema_type}, not PROTOBUF")
         ref_models.append(_model_of(ref_text, names, None)[0])
     model, normalized = _model_of(text, names, ref_models)
-    return ProtobufSchema(text, model, normalized)
+    return ProtobufSchema(text, model, normalized, references)
 
 
 def _model_of(text: str, ref_names: set[str], ref_models: list[Model] | None) -> tuple[Model, str]:

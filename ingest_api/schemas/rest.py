@@ -1,7 +1,7 @@
-"""Schema-aware REST produce and fetch (Confluent REST Proxy v2's Avro and JSON Schema embedded formats).
+"""Schema-aware REST produce and fetch (Confluent REST Proxy v2's Avro, JSON Schema and Protobuf embedded formats).
 
-Produce (`POST /topics/{topic}` with `application/vnd.kafka.avro.v2+json` or
-`application/vnd.kafka.jsonschema.v2+json`):
+Produce (`POST /topics/{topic}` with `application/vnd.kafka.avro.v2+json`,
+`application/vnd.kafka.jsonschema.v2+json` or `application/vnd.kafka.protobuf.v2+json`):
 
     {"key_schema": "...", "key_schema_id": N, "value_schema": "...", "value_schema_id": N,
      "records": [{"key": K, "value": V, "partition": P?}, ...]}
@@ -12,14 +12,15 @@ key and value is converted (`codec.encode_value`) before anything is appended: o
 match its schema refuses the whole request (422 42203) and nothing is written. A record with a
 key (or value) needs a key (or value) schema (422 42201); null stays null (a tombstone).
 
-Fetch (`Accept: application/vnd.kafka.avro.v2+json` / `jsonschema.v2+json`, and v2 consumers created
-with `"format": "avro"` / `"jsonschema"`): each key and value
+Fetch (`Accept: application/vnd.kafka.avro.v2+json` / `jsonschema.v2+json` / `protobuf.v2+json`, and v2
+consumers created with `"format": "avro"` / `"jsonschema"` / `"protobuf"`): each key and value
 is split (`wire.decode`), its schema looked up by id in the registry, and the payload rendered as
 JSON; bytes that are not in the wire format, or whose schema is unknown, answer 406 40602.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -28,14 +29,15 @@ from lakelog.ingest_api.formats import parse_producer_fields
 from lakelog.ingest_api.node import ProduceRecord
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import state as S
-from lakelog.ingest_api.schemas import wire
+from lakelog.ingest_api.schemas import protobuf_values, wire
 from lakelog.ingest_api.schemas.codec import decode_value, encode_values
-from lakelog.ingest_api.schemas.parsed import AVRO, JSON, ParsedSchema
+from lakelog.ingest_api.schemas.parsed import AVRO, JSON, PROTOBUF, ParsedSchema
 from lakelog.ingest_api.schemas.service import SchemaRegistry
 
 AVRO_V2 = "application/vnd.kafka.avro.v2+json"
 JSONSCHEMA_V2 = "application/vnd.kafka.jsonschema.v2+json"
-SCHEMA_FORMATS = {AVRO_V2: AVRO, JSONSCHEMA_V2: JSON}
+PROTOBUF_V2 = "application/vnd.kafka.protobuf.v2+json"
+SCHEMA_FORMATS = {AVRO_V2: AVRO, JSONSCHEMA_V2: JSON, PROTOBUF_V2: PROTOBUF}
 
 
 async def _schema_for(registry: SchemaRegistry, topic: str, part: str, doc: dict, schema_type: str
@@ -48,14 +50,19 @@ async def _schema_for(registry: SchemaRegistry, topic: str, part: str, doc: dict
         stored = st.schema(schema_id)
         if stored.schema_type != schema_type:
             raise InvalidRequestError(f"schema {schema_id} is {stored.schema_type}, not {schema_type}")
-        return schema_id, st.parsed(stored)
+        parsed = st.parsed(stored)
+        if schema_type == PROTOBUF:
+            await asyncio.to_thread(protobuf_values.descriptor_set, parsed)  # protoc, once per schema
+        return schema_id, parsed
     if text is None:
         return None
     if not isinstance(text, str):
         raise InvalidRequestError(f"{part}_schema must be a string")
     subject = f"{topic}-{part}"
     args = {"subject": subject, "schema": text, "schemaType": schema_type, "references": [], "normalize": None}
-    S.prepare(registry.state, subject, args, normalize=None)  # bad text refused here, before the controller
+    _, parsed, _ = S.prepare(registry.state, subject, args, normalize=None)  # bad text refused here, before the controller
+    if schema_type == PROTOBUF:  # and what protoc refuses (an undefined type), so nothing unusable is registered
+        await asyncio.to_thread(protobuf_values.descriptor_set, parsed)
     result = await registry.write("schema_register", args)
     st = registry.state
     return result["id"], st.parsed(st.schema(result["id"]))
@@ -114,6 +121,9 @@ def render_schema_record(st: S.SchemaRegistryState, topic: str, partition: int, 
             stored = st.schema(framed.schema_id)
             if stored.schema_type != SCHEMA_FORMATS[fmt]:
                 raise E.SchemaRegistryError(f"schema {framed.schema_id} is {stored.schema_type}")
+            if stored.schema_type == PROTOBUF:
+                framed = wire.decode(data, protobuf=True)
+                return decode_value(st.parsed(stored), framed.payload, what, framed.message_indexes)
             return decode_value(st.parsed(stored), framed.payload, what)
         except (E.SchemaRegistryError, InvalidRequestError) as e:  # also WireFormatError, SchemaValueError
             raise RecordDeserializationError(f"the {what} of the record at offset {rec.offset} cannot be read as "

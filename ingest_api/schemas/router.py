@@ -11,6 +11,7 @@ Every answer, errors included, is `application/vnd.schemaregistry.v1+json`; erro
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +24,9 @@ from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.errors import UnsupportedMediaTypeError
 from lakelog.ingest_api.routers.deps import read_body
 from lakelog.ingest_api.schemas import errors as E
+from lakelog.ingest_api.schemas import protobuf_values
 from lakelog.ingest_api.schemas import state as S
-from lakelog.ingest_api.schemas.languages import AVRO, SCHEMA_TYPES
+from lakelog.ingest_api.schemas.languages import AVRO, PROTOBUF, SCHEMA_TYPES
 from lakelog.ingest_api.schemas.service import SchemaRegistry
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 from lakelog.ingest_api.security.middleware import allowed, authorize
@@ -91,13 +93,21 @@ async def _body(request: Request) -> dict[str, Any]:
     return doc
 
 
-def _schema_doc(stored: S.StoredSchema, **extra: Any) -> dict[str, Any]:
+def _schema_text(request: Request, st: S.SchemaRegistryState, stored: S.StoredSchema) -> str:
+    """The stored text, or with `?format=serialized` a Protobuf schema's FileDescriptorProto (base64),
+    which confluent-kafka's ProtobufDeserializer asks for."""
+    if stored.schema_type == PROTOBUF and request.query_params.get("format") == "serialized":
+        return protobuf_values.serialized(st.parsed(stored))
+    return stored.schema
+
+
+def _schema_doc(stored: S.StoredSchema, text: str | None = None, **extra: Any) -> dict[str, Any]:
     doc: dict[str, Any] = dict(extra)
     if stored.schema_type != AVRO:  # Confluent leaves schemaType out for Avro
         doc["schemaType"] = stored.schema_type
     if stored.references:
         doc["references"] = [r.to_dict() for r in stored.references]
-    doc["schema"] = stored.schema
+    doc["schema"] = stored.schema if text is None else text
     return doc
 
 
@@ -149,14 +159,14 @@ async def schema_by_id(schema_id: str, request: Request):
     subject = request.query_params.get("subject")
     if subject and not any(v.schema_id == int(schema_id) for v in st.versions(subject, deleted=True)):
         raise E.SchemaNotFoundError(f"Schema {schema_id} not found")
-    return _answer(_schema_doc(stored))
+    return _answer(_schema_doc(stored, _schema_text(request, st, stored)))
 
 
 @router.get("/schemas/ids/{schema_id}/schema")
 async def schema_text_by_id(schema_id: str, request: Request):
     st = registry_of(request).state
     _authorize_id(request, st, _id(schema_id))
-    return Response(st.schema(_id(schema_id)).schema.encode(), media_type=CONTENT_TYPE)
+    return Response(_schema_text(request, st, st.schema(_id(schema_id))).encode(), media_type=CONTENT_TYPE)
 
 
 def _usages(request: Request, st: S.SchemaRegistryState, schema_id: int, deleted: bool) -> list[tuple[str, int]]:
@@ -205,7 +215,9 @@ async def get_version(subject: str, version: str, request: Request):
     st = registry_of(request).state
     S.parse_version(version)
     v = st.version(subject, version, deleted=_flag(request, "deleted"))
-    return _answer(_schema_doc(st.schemas[v.schema_id], subject=subject, version=v.version, id=v.schema_id))
+    stored = st.schemas[v.schema_id]
+    return _answer(_schema_doc(stored, _schema_text(request, st, stored), subject=subject, version=v.version,
+                               id=v.schema_id))
 
 
 @router.get("/subjects/{subject}/versions/{version}/schema")
@@ -213,7 +225,7 @@ async def get_version_schema(subject: str, version: str, request: Request):
     st = registry_of(request).state
     S.parse_version(version)
     v = st.version(subject, version, deleted=_flag(request, "deleted"))
-    return Response(st.schemas[v.schema_id].schema.encode(), media_type=CONTENT_TYPE)
+    return Response(_schema_text(request, st, st.schemas[v.schema_id]).encode(), media_type=CONTENT_TYPE)
 
 
 @router.get("/subjects/{subject}/versions/{version}/referencedby")
@@ -235,7 +247,11 @@ async def register(subject: str, request: Request):
     if body.get("version") is not None:
         args["version"] = body["version"]
     reg = registry_of(request)
-    S.prepare(reg.state, subject, args, normalize=args["normalize"])  # refuse bad input here, before forwarding
+    _, parsed, _ = S.prepare(reg.state, subject, args, normalize=args["normalize"])  # refuse bad input here
+    if parsed.schema_type == PROTOBUF and "confluent/" not in parsed.canonical:
+        # what protoc refuses (an undefined type, ...) too, as Confluent's registry does; `confluent/` imports
+        # (Confluent's own option files) are not files protoc has here
+        await asyncio.to_thread(protobuf_values.descriptor_set, parsed)
     result = await reg.write("schema_register", args)
     st = reg.state
     stored = st.schemas.get(result["id"])

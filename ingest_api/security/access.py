@@ -142,6 +142,11 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/stats/cluster", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/stats/topics", CLUSTER, None, DESCRIBE, ""),  # and lists only the topics one may describe
     ("GET", "/stats/topics/{topic}", TOPIC, "topic", DESCRIBE, ""),
+    ("GET", "/stats/events", CLUSTER, None, DESCRIBE, ""),  # and a topic's events only to who may describe it
+    ("POST", "/stats/decode", None, None, None, "body"),  # per schema id, as GET /schemas/ids/{schema_id}
+    ("GET", "/jobs/runs", CLUSTER, None, DESCRIBE, ""),
+    ("GET", "/jobs/runs/{run_id}", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/jobs/runs", CLUSTER, None, ALTER, ""),
     # The Schema Registry (ingest_api/schemas/router.py). A read by schema id ("body": the router
     # checks) needs READ on a subject that uses the id (deserializers know no subject), or DESCRIBE
     # on the cluster.

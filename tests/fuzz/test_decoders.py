@@ -15,6 +15,7 @@ few seconds each); raise it for long runs, e.g. LAKELOG_FUZZ_EXAMPLES=200000.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -293,3 +294,13 @@ def test_schema_wire_format_and_values(data, protobuf):
         {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}}]}))
     _typed(decode_value, avro, framed.payload)
     _typed(decode_value, parse_schema("JSON", '{"type": "object"}'), framed.payload)
+    if protobuf:  # the message the indexes name (most name none), read from any bytes
+        _typed(decode_value, _fuzz_proto(), framed.payload, "value", framed.message_indexes)
+
+
+@functools.lru_cache(maxsize=1)
+def _fuzz_proto():
+    from lakelog.ingest_api.schemas.languages import parse_schema
+    return parse_schema("PROTOBUF", 'syntax = "proto3"; message M { int64 a = 1; repeated string s = 2; '
+                                    'map<string, double> m = 3; N n = 4; message N { bytes b = 1; } } '
+                                    'message Other { sint32 x = 1; }')

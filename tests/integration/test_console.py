@@ -36,7 +36,11 @@ def cluster(tmp_path_factory):
     c = Cluster(root, size=3, overrides={
         "offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
         "remote.storage.url": (root / "remote").as_uri(), "remote.log.manager.task.interval.ms": "200",
-        "remote.log.metadata.max.age.ms": "0"})
+        "remote.log.metadata.max.age.ms": "0",
+        "console.download.max.records": "1000", "console.download.max.bytes": str(1 << 20),
+        # Slower than FAST_CLUSTER: a browser, three nodes and the tests share a busy 2-core machine.
+        "controller.quorum.election.timeout.ms": "2000", "broker.session.timeout.ms": "5000",
+        "replica.lag.time.max.ms": "3000"})
     try:
         c.start()
         yield c
@@ -300,20 +304,42 @@ def test_the_remote_tier_of_a_topic_shows_what_is_tiered_and_what_waits(page, cl
     assert page.problems == []
 
 
-def test_a_killed_node_shows_as_down_then_up_again(page, cluster, tmp_path):
+def test_a_killed_node_shows_as_down_then_up_again_with_the_cluster_events(page, cluster, tmp_path):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "failover", "--partitions", "3", "--replication-factor", "3")
+    leaders = {p["partition"]: p["leader"] for p in httpx.get(f"{url}/stats/topics/failover").json()["partitions"]}
+    led_by_3 = [p for p, leader in leaders.items() if leader == 3]
+    assert led_by_3  # one partition in three has node 3 first (round-robin placement)
     p = page.page
     p.goto("/")
     expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+    events = p.locator("#events")
+    expect(events.locator("tr[data-kind=topic_created]", has_text="topic failover created: 3 partition(s), "
+                          "replication factor 3")).to_have_count(1, timeout=WAIT_MS)
     # While the cluster moves leaderships (and the controller, when node 3 held it) a node may answer
     # 503 "not ready" for a moment: the page keeps its last figures and polls again.
     page.expected_statuses.add(503)
     cluster.node(3).kill()
     expect(p.locator("#nodes tr[data-node='3'] .badge")).to_have_text("down", timeout=WAIT_MS)
     expect(p.locator("#nodes-up")).to_have_text("2 / 3")
+    expect(events.locator("tr[data-kind=node_fenced]", has_text="node 3 fenced").first).to_be_visible(timeout=WAIT_MS)
+    moved = f"failover-{led_by_3[0]}: leader node 3 -> node"
+    expect(events.locator("tr[data-kind=leader_changed]", has_text=moved).first).to_be_visible(timeout=WAIT_MS)
+    expect(events.locator("tr[data-kind=isr_shrunk]", has_text="(out: 3)").first).to_be_visible(timeout=WAIT_MS)
     screenshot(p, tmp_path, "node-down")
     cluster.node(3).start(timeout_s=60)
     expect(p.locator("#nodes tr[data-node='3'] .badge")).to_have_text("up", timeout=WAIT_MS)
     expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
+    expect(events.locator("tr[data-kind=node_restarted]", has_text="node 3 registered again").first).to_be_visible(
+        timeout=WAIT_MS)
+    expect(events.locator("tr[data-kind=isr_expanded]", has_text="(in: 3)").first).to_be_visible(timeout=WAIT_MS)
+    # What the page shows is what the endpoint answers: newest first, seq growing.
+    doc = httpx.get(f"{url}/stats/events", params={"limit": 1000}).json()
+    seqs = [e["seq"] for e in doc["events"]]
+    assert doc["served_by"] == 1 and seqs == sorted(seqs, reverse=True) and len(set(seqs)) == len(seqs)
+    assert httpx.get(f"{url}/stats/events", params={"limit": 0}).json()["error_code"] == 42201
+    p.locator("h2:text('Recent cluster events')").scroll_into_view_if_needed()
+    screenshot(p, tmp_path, "events")
     assert page.problems == []
 
 
@@ -474,9 +500,142 @@ def test_with_security_a_wrong_password_is_refused_and_a_reader_cannot_delete(br
         acl.locator("select[name=operation]").select_option("DELETE")
         acl.locator("button[type=submit]").click()
         expect(p.locator("#acls")).to_contain_text("User:carol", timeout=WAIT_MS)
-        screenshot(p, tmp_path, "security")
         acls = httpx.get(f"{secure.url}/v3/clusters/{secure.cluster_id}/acls?principal=User:carol", headers=admin)
         assert [(a["operation"], a["resource_name"]) for a in acls.json()["data"]] == [("DELETE", "ledger")]
+        # Quotas: set from the page (checked before sending), seen through the API, removed.
+        quotas = p.locator("#set-quotas")
+        quotas.locator("input[name=principal]").fill("User:carol")
+        quotas.locator("input[name='producer.byte.rate']").fill("-5")
+        quotas.locator("button[type=submit]").click()
+        expect(quotas.locator(".error")).to_contain_text("Produce bytes/s must be between 0 and")
+        quotas.locator("input[name='producer.byte.rate']").fill("1048576")
+        quotas.locator("input[name='request.rate']").fill("50")
+        quotas.locator("button[type=submit]").click()
+        row = p.locator("#quotas tr[data-principal='User:carol']")
+        expect(row).to_contain_text("producer.byte.rate=1048576", timeout=WAIT_MS)
+        expect(row).to_contain_text("request.rate=50")
+        q = httpx.get(f"{secure.url}/v3/clusters/{secure.cluster_id}/quotas", headers=admin).json()["data"]
+        assert q == [{"principal": "User:carol", "quotas": {"producer.byte.rate": 1048576, "request.rate": 50}}]
+        screenshot(p, tmp_path, "security")
+        row.locator("button:text('remove')").click()
+        expect(p.locator("#no-quotas")).to_be_visible(timeout=WAIT_MS)
+        assert httpx.get(f"{secure.url}/v3/clusters/{secure.cluster_id}/quotas", headers=admin).json()["data"] == []
         assert [x for x in w.problems if "401" not in x and "403" not in x] == []
     finally:
         p.close()
+
+
+def test_values_registered_in_the_schema_registry_are_shown_decoded(page, cluster, tmp_path):
+    import base64
+
+    from lakelog.ingest_api.schemas import wire
+
+    url = cluster.node(2).url
+    cli(url, "topics", "create", "people", "--partitions", "1")
+    user = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"},
+                                                         {"name": "age", "type": "int"}]}
+    r = httpx.post(f"{url}/topics/people", headers={"Content-Type": "application/vnd.kafka.avro.v2+json"},
+                   content=json.dumps({"value_schema": json.dumps(user), "key_schema": '"string"', "records": [
+                       {"key": "k1", "value": {"name": "ada", "age": 36}},
+                       {"key": "k2", "value": {"name": "bob", "age": 7}}]}), timeout=30)
+    assert r.status_code == 200, r.text
+    value_id, key_id = r.json()["value_schema_id"], r.json()["key_schema_id"]
+    point = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    r = httpx.post(f"{url}/subjects/points-value/versions", json={"schema": json.dumps(point),
+                                                                  "schemaType": "JSON"}, timeout=30)
+    assert r.status_code == 200, r.text
+    json_id = r.json()["id"]
+    framed = [wire.encode(json_id, b'{"x":5}'), wire.encode(999_999, b"\x02\x04"), b"plain text"]
+    r = httpx.post(f"{url}/topics/people/partitions/0", headers={"Content-Type": "application/vnd.kafka.binary.v2+json"},
+                   json={"records": [{"value": base64.b64encode(v).decode()} for v in framed]}, timeout=30)
+    assert r.status_code == 200, r.text
+    p = page.page
+    p.goto("/#/topics/people/messages")
+    rows = p.locator("#records tbody tr")
+    expect(rows).to_have_count(5, timeout=WAIT_MS)
+    value = rows.nth(0).locator("td").nth(3)
+    expect(value.locator(".schema")).to_have_text(f"schema {value_id} (AVRO) · people-value v1")
+    expect(value).to_contain_text('{"name":"ada","age":36}')
+    expect(rows.nth(0).locator("td").nth(2)).to_contain_text(f"schema {key_id} (AVRO) · people-key v1")
+    expect(rows.nth(0).locator("td").nth(2)).to_contain_text('"k1"')
+    expect(rows.nth(2).locator("td").nth(3)).to_contain_text(f"schema {json_id} (JSON) · points-value v1")
+    expect(rows.nth(2).locator("td").nth(3)).to_contain_text('{"x":5}')
+    expect(rows.nth(3).locator("td .schema.bad")).to_have_text("schema 999999: schema 999999 is not in the registry")
+    expect(rows.nth(3).locator("td .value.hex")).to_contain_text("00 00 0f 42 3f 02 04")
+    expect(rows.nth(4).locator("td").nth(3)).to_have_text("plain text")
+    p.select_option("#format", "schema")
+    expect(value).to_contain_text('"name": "ada"')  # pretty-printed
+    screenshot(p, tmp_path, "schema")
+    p.select_option("#format", "hex")
+    expect(value.locator(".schema")).to_have_count(0)
+    expect(value).to_contain_text(f"00 00 00 00 {value_id:02x}")
+    # The endpoint on its own: null for bytes not in the wire format, bad base64 refused.
+    doc = httpx.post(f"{url}/stats/decode", json={"data": [None, base64.b64encode(b"x").decode()]}).json()
+    assert doc == {"results": [None, None]}
+    bad = httpx.post(f"{url}/stats/decode", json={"data": ["%%%"]})
+    assert bad.status_code == 422 and bad.json()["error_code"] == 42201
+    assert page.problems == []
+
+
+def wait_ready(url: str) -> None:
+    """A node on a busy machine may be re-confirming its session (503) for a moment: wait it out."""
+    for _ in range(300):
+        if httpx.get(f"{url}/readyz", timeout=10).status_code == 200:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{url} not ready")
+
+
+def test_a_range_across_pages_downloads_within_the_configured_limits(page, cluster, tmp_path):
+    url = cluster.node(1).url
+    wait_ready(url)
+    cli(url, "topics", "create", "ranges", "--partitions", "2")
+    big = [f"big-{i:04d}-" + "b" * 5000 for i in range(250)]  # 1.25 MB: five 256 KiB fetches
+    small = [f"small-{i}" for i in range(1100)]
+    binary = {"Content-Type": "application/vnd.kafka.binary.v2+json"}
+    for partition, values, step in ((0, big, 25), (1, small, 1100)):
+        for i in range(0, len(values), step):
+            body = {"records": [{"value": __import__("base64").b64encode(v.encode()).decode()} for v in values[i:i + step]]}
+            for _ in range(100):  # a node answers 503 while it re-confirms its session (a busy machine)
+                r = httpx.post(f"{url}/topics/ranges/partitions/{partition}", headers=binary, timeout=120, json=body)
+                if r.status_code != 503:
+                    break
+                time.sleep(0.5)
+            assert r.status_code == 200, r.text
+    assert httpx.get(f"{url}/console/session.json").json()["download_max_records"] == 1000
+    page.expected_statuses.add(503)  # a busy node may be re-confirming its session: the page asks again
+    p = page.page
+    p.goto("/#/topics/ranges/messages")
+    expect(p.locator("#records tr[data-offset='0']")).to_be_visible(timeout=WAIT_MS)
+    p.click("summary:text('Download a range')")
+    form = p.locator("#download-range")
+    form.locator("input[name=from]").fill("10")
+    form.locator("input[name=to]").fill("5000")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("to offset must be between 10 and 249")  # checked before fetching
+    form.locator("input[name=to]").fill("139")
+    with p.expect_download(timeout=WAIT_MS) as got:
+        form.locator("button[type=submit]").click()
+        form.locator("#downloaded, .error").wait_for(timeout=WAIT_MS)
+        assert form.locator(".error").count() == 0, form.locator(".error").inner_text()
+    expect(form.locator("#downloaded")).to_have_text("downloaded 130 records, offsets 10–139", timeout=WAIT_MS)
+    path = tmp_path / "range.jsonl"
+    got.value.save_as(path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["offset"] for r in rows] == list(range(10, 140))
+    assert [r["value"] for r in rows] == big[10:140]
+    # Over the byte bound (1 MiB here): refused, nothing saved.
+    form.locator("input[name=from]").fill("0")
+    form.locator("input[name=to]").fill("249")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("more than 1.0 MiB (console.download.max.bytes)", timeout=WAIT_MS)
+    # Over the record bound (1,000 here).
+    p.select_option("#partition", "1")
+    expect(p.locator("#records tr[data-offset='0']")).to_contain_text("small-0", timeout=WAIT_MS)
+    p.click("summary:text('Download a range')")  # a new partition: a new, closed panel
+    form = p.locator("#download-range")
+    form.locator("input[name=from]").fill("0")
+    form.locator("input[name=to]").fill("1099")
+    form.locator("button[type=submit]").click()
+    expect(form.locator(".error")).to_contain_text("at most 1,000 records in one download")
+    assert page.problems == []

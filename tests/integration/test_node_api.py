@@ -650,7 +650,7 @@ def test_wrong_content_type_is_415_and_appends_nothing(client, new_topic):
     topic = new_topic(1)
     produce_ok(client, topic, [{"value": "x"}], partition=0)
     body = json.dumps({"records": [{"value": "y"}]}).encode()
-    for ctype in ["text/plain", "application/octet-stream", "application/vnd.kafka.protobuf.v2+json"]:
+    for ctype in ["text/plain", "application/octet-stream", "application/vnd.kafka.thrift.v2+json"]:
         assert_error(client.post(f"/topics/{topic}", content=body, headers={"Content-Type": ctype}), 415, 41501)
         assert_error(client.post(f"/topics/{topic}/partitions/0", content=body, headers={"Content-Type": ctype}),
                      415, 41501)

@@ -152,6 +152,9 @@ OPERATIONS = [
     ("GET", "/groups"), ("GET", "/groups/{group}"), ("GET", "/groups/{group}/offsets"),
     ("POST", "/groups/{group}/offsets"),
     ("GET", "/stats/node"), ("GET", "/stats/cluster"), ("GET", "/stats/topics"), ("GET", "/stats/topics/{topic}"),
+    ("GET", "/stats/events"), ("POST", "/stats/decode"),
+    # Spark job runs (ingest_api/routers/jobs.py)
+    ("GET", "/jobs/runs"), ("GET", "/jobs/runs/{run_id}"), ("POST", "/jobs/runs"),
     ("GET", "/v3/clusters/{cluster_id}/acls"), ("POST", "/v3/clusters/{cluster_id}/acls"),
     ("DELETE", "/v3/clusters/{cluster_id}/acls"),
     ("GET", "/v3/clusters/{cluster_id}/users"), ("POST", "/v3/clusters/{cluster_id}/users"),

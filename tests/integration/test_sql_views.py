@@ -205,3 +205,48 @@ def test_sql_server_answers_the_cli_and_a_spark_connect_client(node, tmp_path):
             server.kill()
             server.wait(10)
     assert server.returncode == 0, "".join(lines[-20:])
+
+
+@pytest.mark.timeout(1500)  # two sync-tables runs and a view query in local Spark, on a shared machine
+def test_time_travel_on_the_table_and_by_kafka_timestamp_on_the_topic(node, spark):
+    """docs/spark.md's time travel, as written: Delta VERSION AS OF / TIMESTAMP AS OF on the
+    table's path, and a Kafka timestamp bound on the topic view."""
+    import time
+
+    from delta.tables import DeltaTable
+
+    from lakelog.tiering.remote_scan import tables_path
+
+    url, topic = node.url, "travel"
+    create_topic(url, topic, 1, TIERED)
+    for i in range(10):  # ten requests: segments roll between batches, and sealed ones are tiered
+        produce(url, topic, 0, [f"first-{i}-{j}-" + "z" * 60 for j in range(20)])
+    between_ms = int(time.time() * 1000)
+    time.sleep(0.05)  # the second batch's timestamps are above between_ms on a millisecond clock
+    segments = lambda: len(list(node.remote_dir.rglob(f"{topic}-0/*.log")))
+    wait_for(lambda: segments() >= 2, what="the first records tiered")
+    tiered_first = segments()
+    path = tables_path(node.remote, topic)
+    run_job(spark, "sync-tables", node.remote, topics=[topic])
+    first_count = spark.read.format("delta").load(path).count()
+    for i in range(10):
+        produce(url, topic, 0, [f"second-{i}-{j}-" + "z" * 60 for j in range(20)])
+    wait_for(lambda: segments() > tiered_first, what="the second records tiered")
+    run_job(spark, "sync-tables", node.remote, topics=[topic])
+    second_count = spark.read.format("delta").load(path).count()
+    assert 0 < first_count < second_count
+
+    history = {r["version"]: r["timestamp"] for r in DeltaTable.forPath(spark, path).history().collect()}
+    first_version, last_version = min(history), max(history)
+    location = path.replace("`", "``")
+    as_of = lambda clause: spark.sql(f"SELECT count(*) AS n FROM delta.`{location}` {clause}").collect()[0]["n"]
+    assert as_of(f"VERSION AS OF {first_version}") == first_count
+    assert as_of(f"VERSION AS OF {last_version}") == second_count
+    assert as_of(f"TIMESTAMP AS OF '{history[first_version].isoformat(sep=' ')}'") == first_count
+    register_topics(spark, node.remote, nodes=url)
+    assert spark.sql(f"SELECT count(*) AS n FROM lakelog.{topic}_table").collect()[0]["n"] == second_count
+
+    # The topic by Kafka timestamp: what was produced before the instant between the two batches.
+    before = spark.sql(f"SELECT count(*) AS n, max(offset) AS m FROM lakelog.{topic} "
+                       f"WHERE timestamp <= timestamp_millis({between_ms})").collect()[0]
+    assert (before["n"], before["m"]) == (200, 199)

@@ -28,7 +28,7 @@ def test_defaults_and_bounds_of_instance_settings():
     assert (cfg.format, cfg.auto_offset_reset, cfg.auto_commit_enable, cfg.strategies) == (
         "json", "earliest", False, ("sticky", "roundrobin"))
     assert cfg.heartbeat_interval_ms == 500  # a third of the session when the default would not fit
-    for bad in ({"format": "protobuf"}, {"auto.offset.reset": "never"}, {"auto.commit.enable": "yes"},
+    for bad in ({"format": "thrift"}, {"auto.offset.reset": "never"}, {"auto.commit.enable": "yes"},
                 {"session.timeout.ms": 999}, {"session.timeout.ms": True}, {"max.poll.records": 101},
                 {"heartbeat.interval.ms": 0}, {"partition.assignment.strategy": "fair"}):
         with pytest.raises(InvalidRequestError):

@@ -45,6 +45,7 @@ def fake_jars(tmp_path):
 
 def test_conf_uses_local_jars_and_delta(fake_jars, monkeypatch):
     monkeypatch.delenv("LAKELOG_SPARK_MASTER", raising=False)
+    monkeypatch.setenv("LAKELOG_SPARK_JAR", "")  # without the JVM data source's jar
     conf = session_conf(jars_dir=fake_jars)
     # A local master's executor is the driver's JVM: the jars go on its class path, never on
     # spark.jars (which copies every jar to the executor once per application).
@@ -61,7 +62,7 @@ def test_conf_uses_local_jars_and_delta(fake_jars, monkeypatch):
     assert conf["spark.sql.shuffle.partitions"] == "4"
 
 
-def test_local_sessions_are_sized_to_the_master(fake_jars):
+def test_local_sessions_are_sized_to_the_master(fake_jars):  # noqa: D103
     for master, partitions in (("local[3]", "6"), ("local", "2"), ("local[1,4]", "2")):
         conf = session_conf(master=master, jars_dir=fake_jars)
         assert conf["spark.sql.shuffle.partitions"] == partitions, master
@@ -70,7 +71,20 @@ def test_local_sessions_are_sized_to_the_master(fake_jars):
     assert session_conf(master="local[*]", jars_dir=fake_jars)["spark.sql.shuffle.partitions"] == str(2 * cores)
 
 
+def test_the_jvm_data_source_jar_follows_the_local_jars(fake_jars, monkeypatch, tmp_path):
+    jar = tmp_path / "built" / "lakelog-spark.jar"
+    jar.parent.mkdir()
+    jar.write_bytes(b"")
+    monkeypatch.setenv("LAKELOG_SPARK_JAR", str(jar))
+    jars = session_conf(jars_dir=fake_jars)["spark.driver.extraClassPath"].split(":")
+    assert jars[-1] == str(jar) and len(jars) == 4
+    # a cluster's executors get it with spark.jars (built here, not in the workers' jars folder)
+    monkeypatch.setenv("LAKELOG_EXECUTOR_JARS_DIR", "/opt/lakelog/jars")
+    assert session_conf(master="spark://head:7077", jars_dir=fake_jars)["spark.jars"] == str(jar)
+
+
 def test_cluster_master_keeps_spark_defaults(fake_jars, monkeypatch):
+    monkeypatch.setenv("LAKELOG_SPARK_JAR", "")
     monkeypatch.setenv("LAKELOG_SPARK_MASTER", "spark://head:7077")
     monkeypatch.delenv("LAKELOG_EXECUTOR_JARS_DIR", raising=False)
     conf = session_conf(jars_dir=fake_jars, conf={"spark.jars": "/opt/extra.jar"})
@@ -82,6 +96,7 @@ def test_cluster_master_keeps_spark_defaults(fake_jars, monkeypatch):
 
 
 def test_cluster_executors_read_the_jars_from_the_workers_folder(fake_jars, monkeypatch):
+    monkeypatch.setenv("LAKELOG_SPARK_JAR", "")
     monkeypatch.setenv("LAKELOG_EXECUTOR_JARS_DIR", "/opt/lakelog/jars")
     conf = session_conf(master="spark://head:7077", jars_dir=fake_jars)
     assert conf["spark.executor.extraClassPath"] == "/opt/lakelog/jars/*"

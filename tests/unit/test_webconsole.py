@@ -79,9 +79,11 @@ def test_files_under_console_and_nothing_else(tmp_path):
 
 def test_session_says_whether_to_ask_for_credentials(tmp_path):
     security = SimpleNamespace(authentication=True, basic=True, apikey=False, node=SimpleNamespace(cluster_id="c1"))
-    mw = ConsoleMiddleware(None, security=security, directory=_tree(tmp_path))
+    mw = ConsoleMiddleware(None, security=security, directory=_tree(tmp_path),
+                           downloads={"max_records": 7, "max_bytes": 1 << 20})
     doc = json.loads(_call(mw, "GET", "/console/session.json")[2])
-    assert doc == {"authentication": True, "basic": True, "apikey": False, "cluster_id": "c1"}
+    assert doc == {"authentication": True, "basic": True, "apikey": False, "cluster_id": "c1",
+                   "download_max_records": 7, "download_max_bytes": 1 << 20}
 
 
 def test_an_unbuilt_console_says_how_to_build_it(tmp_path):

@@ -1,0 +1,207 @@
+package lakelog.spark;
+
+import java.time.Instant;
+import java.time.LocalDateTime;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.TreeSet;
+
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.sources.And;
+import org.apache.spark.sql.sources.EqualTo;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.sources.GreaterThan;
+import org.apache.spark.sql.sources.GreaterThanOrEqual;
+import org.apache.spark.sql.sources.In;
+import org.apache.spark.sql.sources.LessThan;
+import org.apache.spark.sql.sources.LessThanOrEqual;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Column pruning (only the columns the query uses are decoded; none for `count()`) and pruning by
+ * `partition`, `offset` and `timestamp` predicates: comparisons with a literal, IN, AND. Pushed
+ * predicates only narrow what is read (partitions, segments by the manifest, the first batch by
+ * the offset index, rows by offset and timestamp); every filter is still evaluated by Spark after
+ * the scan, so a predicate this source reads loosely never changes a result. A scan builder
+ * lives for one query: what one query pushes never narrows another (unlike Python sources).
+ */
+final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
+    private StructType schema;
+    private final Options options;
+    private Filter[] pushed = new Filter[0];
+
+    LakelogScanBuilder(StructType schema, Options options) {
+        this.schema = schema;
+        this.options = options.copy();
+    }
+
+    @Override
+    public void pruneColumns(StructType required) {
+        schema = required;
+    }
+
+    @Override
+    public Filter[] pushFilters(Filter[] filters) {
+        List<Filter> used = new ArrayList<>();
+        for (Filter f : filters) {
+            if (apply(f)) {
+                used.add(f);
+            }
+        }
+        pushed = used.toArray(new Filter[0]);
+        return filters;  // all of them are evaluated again after the scan
+    }
+
+    @Override
+    public Filter[] pushedFilters() {
+        return pushed;
+    }
+
+    /** Narrow the options by `f`; true when it was used. */
+    private boolean apply(Filter f) {
+        if (f instanceof And) {
+            boolean a = apply(((And) f).left());
+            boolean b = apply(((And) f).right());
+            return a || b;
+        }
+        String col;
+        Object v;
+        if (f instanceof EqualTo) {
+            col = ((EqualTo) f).attribute();
+            v = ((EqualTo) f).value();
+            return bound(col, v, v, true, true);
+        } else if (f instanceof GreaterThan) {
+            return bound(((GreaterThan) f).attribute(), ((GreaterThan) f).value(), null, false, true);
+        } else if (f instanceof GreaterThanOrEqual) {
+            return bound(((GreaterThanOrEqual) f).attribute(), ((GreaterThanOrEqual) f).value(), null, true, true);
+        } else if (f instanceof LessThan) {
+            return bound(((LessThan) f).attribute(), null, ((LessThan) f).value(), true, false);
+        } else if (f instanceof LessThanOrEqual) {
+            return bound(((LessThanOrEqual) f).attribute(), null, ((LessThanOrEqual) f).value(), true, true);
+        } else if (f instanceof In && "partition".equals(((In) f).attribute())) {
+            TreeSet<Integer> set = new TreeSet<>();
+            for (Object x : ((In) f).values()) {
+                if (!(x instanceof Integer)) {
+                    return false;
+                }
+                set.add((Integer) x);
+            }
+            restrictPartitions(set);
+            return true;
+        } else if (f instanceof In && "offset".equals(((In) f).attribute()) && ((In) f).values().length > 0) {
+            long lo = Long.MAX_VALUE, hi = Long.MIN_VALUE;
+            for (Object x : ((In) f).values()) {
+                if (!(x instanceof Long)) {
+                    return false;
+                }
+                lo = Math.min(lo, (Long) x);
+                hi = Math.max(hi, (Long) x);
+            }
+            options.offsetLow = Math.max(options.offsetLow, lo);
+            options.offsetHigh = Math.min(options.offsetHigh, hi);
+            return true;
+        }
+        return false;
+    }
+
+    private void restrictPartitions(TreeSet<Integer> set) {
+        if (options.partitions == null) {
+            options.partitions = set;
+        } else {
+            options.partitions.retainAll(set);
+        }
+    }
+
+    /** Bounds from `low` (inclusive when lowIncl) and `high`; null: that side is unbounded. The
+     *  right side's inclusivity is `highIncl` (for EqualTo both are inclusive). */
+    private boolean bound(String col, Object low, Object high, boolean lowIncl, boolean highIncl) {
+        // EqualTo passes (v, v, true, true); GreaterThan (v, null, false, _); LessThan (null, v, _, false)
+        switch (col) {
+            case "partition": {
+                if ((low != null && !(low instanceof Integer)) || (high != null && !(high instanceof Integer))) {
+                    return false;
+                }
+                if (low != null && high != null) {  // equality
+                    TreeSet<Integer> one = new TreeSet<>();
+                    one.add((Integer) low);
+                    restrictPartitions(one);
+                    return true;
+                }
+                return false;  // a range of partitions: read all, Spark filters
+            }
+            case "offset": {
+                if ((low != null && !(low instanceof Long)) || (high != null && !(high instanceof Long))) {
+                    return false;
+                }
+                if (low != null) {
+                    long l = (Long) low;
+                    if (!lowIncl) {
+                        if (l == Long.MAX_VALUE) {
+                            return false;
+                        }
+                        l += 1;
+                    }
+                    options.offsetLow = Math.max(options.offsetLow, l);
+                }
+                if (high != null) {
+                    long h = (Long) high;
+                    if (!highIncl) {
+                        if (h == Long.MIN_VALUE) {
+                            return false;
+                        }
+                        h -= 1;
+                    }
+                    options.offsetHigh = Math.min(options.offsetHigh, h);
+                }
+                return true;
+            }
+            case "timestamp": {
+                Long lowUs = micros(low), highUs = micros(high);
+                if ((low != null && lowUs == null) || (high != null && highUs == null)) {
+                    return false;
+                }
+                // rows are whole milliseconds: ts_us = ms * 1000
+                if (lowUs != null) {
+                    long ms = lowIncl ? -Math.floorDiv(-lowUs, 1000) : Math.floorDiv(lowUs, 1000) + 1;
+                    options.timestampLow = Math.max(options.timestampLow, ms);
+                }
+                if (highUs != null) {
+                    long ms = highIncl ? Math.floorDiv(highUs, 1000) : -Math.floorDiv(-highUs, 1000) - 1;
+                    options.timestampHigh = Math.min(options.timestampHigh, ms);
+                }
+                return true;
+            }
+            default:
+                return false;
+        }
+    }
+
+    private static Long micros(Object v) {
+        if (v == null) {
+            return null;
+        }
+        Instant i;
+        if (v instanceof Instant) {
+            i = (Instant) v;
+        } else if (v instanceof java.sql.Timestamp) {
+            i = ((java.sql.Timestamp) v).toInstant();
+        } else if (v instanceof LocalDateTime) {  // TIMESTAMP_NTZ compared with the column: not pushed
+            return null;
+        } else {
+            return null;
+        }
+        try {
+            return Math.addExact(Math.multiplyExact(i.getEpochSecond(), 1_000_000L), i.getNano() / 1000);
+        } catch (ArithmeticException e) {
+            return null;
+        }
+    }
+
+    @Override
+    public Scan build() {
+        return new LakelogScan(schema, options);
+    }
+}

@@ -1,0 +1,107 @@
+package lakelog.spark;
+
+import java.io.Serializable;
+import java.util.TreeSet;
+
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * The data source's options, parsed and bounded as spark_log/datasource.py does (the same names;
+ * Spark's option keys are case-insensitive): `remote` (else $LAKELOG_REMOTE), `topic`,
+ * `partitions`, `startingOffset` / `endingOffset`, `startingTimestamp` / `endingTimestamp`
+ * (inclusive, ms), `chunkBytes` (read buffer, 64 KiB..256 MiB, default 8 MiB), `maxPartitionBytes`
+ * (segments read by one task, 1..1 TiB), `arrowBatchRows` (rows per columnar batch, 1..1,048,576;
+ * the JVM reader's default is 4,096 as Spark's Parquet reader), `nodes` (the hot tail).
+ */
+final class Options implements Serializable, Cloneable {
+    private static final long serialVersionUID = 1L;
+    static final int DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024;
+    static final long DEFAULT_MAX_PARTITION_BYTES = 128L * 1024 * 1024;
+    static final int DEFAULT_BATCH_ROWS = 4096;
+
+    final String remote;
+    final String topic;
+    final String nodes;
+    final String apiKey, user, password;
+    final int chunkBytes;
+    final long maxPartitionBytes;
+    final boolean maxPartitionBytesGiven;
+    final int batchRows;
+    /** Inclusive bounds (Long.MIN_VALUE / MAX_VALUE: none) and the partitions wanted (null: all). */
+    long offsetLow = Long.MIN_VALUE, offsetHigh = Long.MAX_VALUE;
+    long timestampLow = Long.MIN_VALUE, timestampHigh = Long.MAX_VALUE;
+    TreeSet<Integer> partitions;
+
+    Options(CaseInsensitiveStringMap o) {
+        String r = o.get("remote");
+        remote = r != null && !r.isEmpty() ? r : System.getenv("LAKELOG_REMOTE");
+        topic = o.get("topic");
+        if (remote == null || remote.isEmpty()) {
+            throw new IllegalArgumentException("the lakelog data source needs option('remote', URL) (or LAKELOG_REMOTE)");
+        }
+        if (topic == null || topic.isEmpty()) {
+            throw new IllegalArgumentException("the lakelog data source needs option('topic', NAME)");
+        }
+        nodes = emptyToNull(o.get("nodes"));
+        apiKey = firstOf(o.get("apiKey"), System.getenv("LAKELOG_API_KEY"));
+        user = firstOf(o.get("user"), System.getenv("LAKELOG_USER"));
+        password = firstOf(o.get("password"), System.getenv("LAKELOG_PASSWORD"));
+        chunkBytes = (int) bounded(o, "chunkBytes", DEFAULT_CHUNK_BYTES, 64 * 1024, 256L * 1024 * 1024);
+        maxPartitionBytesGiven = o.containsKey("maxPartitionBytes");
+        maxPartitionBytes = bounded(o, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES, 1, 1L << 40);
+        batchRows = (int) bounded(o, "arrowBatchRows", DEFAULT_BATCH_ROWS, 1, 1 << 20);
+        String ps = o.get("partitions");
+        if (ps != null && !ps.isEmpty()) {
+            partitions = new TreeSet<>();
+            for (String p : ps.split(",")) {
+                if (!p.trim().isEmpty()) {
+                    partitions.add(Integer.parseInt(p.trim()));
+                }
+            }
+        }
+        if (o.containsKey("startingOffset")) {
+            offsetLow = Long.parseLong(o.get("startingOffset").trim());
+        }
+        if (o.containsKey("endingOffset")) {
+            offsetHigh = Long.parseLong(o.get("endingOffset").trim());
+        }
+        if (o.containsKey("startingTimestamp")) {
+            timestampLow = Long.parseLong(o.get("startingTimestamp").trim());
+        }
+        if (o.containsKey("endingTimestamp")) {
+            timestampHigh = Long.parseLong(o.get("endingTimestamp").trim());
+        }
+    }
+
+    /** A copy to narrow with pushed filters (the DataFrame's own options never change). */
+    Options copy() {
+        try {
+            Options c = (Options) super.clone();
+            c.partitions = partitions == null ? null : new TreeSet<>(partitions);
+            return c;
+        } catch (CloneNotSupportedException e) {
+            throw new AssertionError(e);
+        }
+    }
+
+    private static long bounded(CaseInsensitiveStringMap o, String name, long dflt, long low, long high) {
+        String v = o.get(name);
+        long x = v == null ? dflt : Long.parseLong(v.trim());
+        if (x < low || x > high) {
+            throw new IllegalArgumentException(name + " must lie between " + low + " and " + high);
+        }
+        return x;
+    }
+
+    private static String emptyToNull(String s) {
+        return s == null || s.isEmpty() ? null : s;
+    }
+
+    private static String firstOf(String a, String b) {
+        return a != null && !a.isEmpty() ? a : (b != null && !b.isEmpty() ? b : null);
+    }
+
+    boolean admitsPartition(int p) {
+        return partitions == null || partitions.contains(p);
+    }
+}

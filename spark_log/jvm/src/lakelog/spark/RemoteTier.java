@@ -1,0 +1,161 @@
+package lakelog.spark;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.URI;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.TreeSet;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.zip.CRC32C;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+
+/**
+ * The remote tier under a root URL, through Hadoop's FileSystem API: `file:///path` and
+ * `s3://bucket/prefix` (read as `s3a://`, the S3A settings of the session apply). Keys as in
+ * tiering/layout.py: `<topic>-<partition>/manifest.json`, `<topic>-<partition>/<base offset, 20
+ * digits>-<segment id>.{log,index,...}`.
+ */
+final class RemoteTier {
+    final String root;
+    private final FileSystem fs;
+
+    RemoteTier(String rootUrl, Configuration conf) throws IOException {
+        this.root = hadoopRoot(rootUrl);
+        this.fs = FileSystem.get(URI.create(root + "/"), conf);
+    }
+
+    /** `s3://b/p` -> `s3a://b/p`; `file:///x` kept; no trailing slash. */
+    static String hadoopRoot(String url) {
+        String u = url;
+        while (u.endsWith("/") && !u.endsWith(":///")) {
+            u = u.substring(0, u.length() - 1);
+        }
+        if (u.startsWith("s3://")) {
+            return "s3a://" + u.substring("s3://".length());
+        }
+        if (u.startsWith("s3a://") || u.startsWith("file:/")) {
+            return u;
+        }
+        throw new IllegalArgumentException("remote URL " + url + ": the scheme must be s3:// or file://");
+    }
+
+    Path path(String key) {
+        return new Path(root + "/" + key);
+    }
+
+    static String partitionDir(String topic, int partition) {
+        return topic + "-" + partition;
+    }
+
+    static String segmentKey(String topic, int partition, Manifest.Segment s, String suffix) {
+        return partitionDir(topic, partition) + "/" + s.stem() + suffix;
+    }
+
+    /** The partitions of `topic` that have a manifest, sorted. */
+    List<Integer> partitions(String topic) throws IOException {
+        Pattern dir = Pattern.compile("^" + Pattern.quote(topic) + "-(\\d+)$");
+        TreeSet<Integer> out = new TreeSet<>();
+        FileStatus[] found = fs.globStatus(path(topic + "-*/manifest.json"));
+        if (found != null) {
+            for (FileStatus st : found) {
+                Matcher m = dir.matcher(st.getPath().getParent().getName());
+                if (m.matches()) {
+                    out.add(Integer.parseInt(m.group(1)));
+                }
+            }
+        }
+        return new ArrayList<>(out);
+    }
+
+    Manifest manifest(String topic, int partition) throws IOException {
+        String key = partitionDir(topic, partition) + "/manifest.json";
+        byte[] raw;
+        try (FSDataInputStream in = fs.open(path(key))) {
+            raw = in.readAllBytes();
+        }
+        Manifest m = Manifest.parse(key, raw);
+        if (!m.topic.equals(topic) || m.partition != partition) {
+            throw new RemoteCorruptionException(key, -1, key + ": the manifest is for " + m.topic + "-" + m.partition);
+        }
+        return m;
+    }
+
+    /** The whole object `key`, checked against the size and CRC-32C the manifest gives. */
+    byte[] checkedObject(String key, long size, long crc) throws IOException {
+        byte[] data;
+        try (FSDataInputStream in = fs.open(path(key))) {
+            data = in.readNBytes((int) Math.min(size, Integer.MAX_VALUE - 8));
+        } catch (java.io.FileNotFoundException e) {
+            throw new RemoteCorruptionException(key, -1, key + " is missing");
+        }
+        CRC32C c = new CRC32C();
+        c.update(data, 0, data.length);
+        if (data.length != size || c.getValue() != crc) {
+            throw new RemoteCorruptionException(key, -1, String.format(
+                "%s: %d bytes with CRC-32C %#010x, the manifest says %d bytes with %#010x", key, data.length,
+                c.getValue(), size, crc));
+        }
+        return data;
+    }
+
+    /** File position of the offset index's floor entry of `offset` in the segment (0 at or below
+     *  its base); the index is 8-byte entries of relative offset u32 + position u32, big-endian. */
+    long startPosition(String topic, int partition, Manifest.Segment s, long offset) throws IOException {
+        if (offset <= s.baseOffset || s.indexBytes == 0) {
+            return 0;
+        }
+        String key = segmentKey(topic, partition, s, ".index");
+        byte[] idx = checkedObject(key, s.indexBytes, s.indexCrc);
+        if (idx.length % 8 != 0) {
+            throw new RemoteCorruptionException(key, -1, key + ": offset index of " + idx.length
+                                                         + " bytes is not whole 8-byte entries");
+        }
+        long rel = offset - s.baseOffset;
+        long pos = 0;
+        int loI = 0, hiI = idx.length / 8;  // first entry with relative offset > rel
+        while (loI < hiI) {
+            int mid = (loI + hiI) >>> 1;
+            long r = Codecs.be32(idx, mid * 8) & 0xFFFFFFFFL;
+            if (r <= rel) {
+                loI = mid + 1;
+            } else {
+                hiI = mid;
+            }
+        }
+        if (loI > 0) {
+            pos = Codecs.be32(idx, (loI - 1) * 8 + 4) & 0xFFFFFFFFL;
+        }
+        return pos;
+    }
+
+    /** The `.log` object read sequentially from `from` (one streaming GET on S3). */
+    InputStream openLog(String key, long from, long size) throws IOException {
+        Path p = path(key);
+        FSDataInputStream in;
+        try {
+            in = fs.openFile(p).opt("fs.option.openfile.read.policy", "sequential")
+                .opt("fs.option.openfile.length", Long.toString(size)).build().get();
+        } catch (java.util.concurrent.ExecutionException e) {
+            if (e.getCause() instanceof java.io.FileNotFoundException) {
+                throw new RemoteCorruptionException(key, -1, key + " is missing");
+            }
+            throw new IOException(e.getCause());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException(e);
+        } catch (java.io.FileNotFoundException e) {
+            throw new RemoteCorruptionException(key, -1, key + " is missing");
+        }
+        if (from > 0) {
+            in.seek(from);
+        }
+        return in;
+    }
+}
