@@ -15,7 +15,7 @@ import asyncio
 import base64
 import binascii
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,7 @@ from lakelog.ingest_api.schemas import wire
 from lakelog.ingest_api.schemas.codec import decode_value
 from lakelog.ingest_api.schemas.parsed import PROTOBUF
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
+from lakelog.ingest_api.security.errors import AuthorizationFailedError
 from lakelog.ingest_api.security.middleware import allowed
 
 router = APIRouter(prefix="/stats", tags=["console"])
@@ -71,7 +72,21 @@ def _decode_one(request: Request, st, text: str | None, may: dict[int, bool]) ->
     return {"schema_id": sid, "schema_type": stored.schema_type, "subjects": subjects, "value": value}
 
 
-@router.post("/decode", summary="Decode keys or values in Confluent's wire format by the Schema Registry")
+def may_decode_something(request: Request) -> None:
+    """A principal that may read nothing a decode could show (no subject, no topic, no cluster DESCRIBE)
+    is refused before its body is read, as every other endpoint refuses it; the per-schema checks follow."""
+    if allowed(request, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return
+    image = get_node(request).image
+    if any(allowed(request, Operation.READ, ResourceType.SUBJECT, s) for s in image.schemas.subjects):
+        return
+    if any(allowed(request, Operation.READ, ResourceType.TOPIC, t) for t in image.topics):
+        return
+    raise AuthorizationFailedError("not authorized to read any topic or schema subject")
+
+
+@router.post("/decode", summary="Decode keys or values in Confluent's wire format by the Schema Registry",
+             dependencies=[Depends(may_decode_something)])
 async def decode(body: DecodeRequest, request: Request):
     node = get_node(request)
     st = node.image.schemas
