@@ -5,14 +5,12 @@ through S3A, and a real node serving the compacted partition over HTTP."""
 from __future__ import annotations
 
 import base64
-import os
 import threading
 import uuid
 
 import httpx
 import pytest
 
-from tests.support.s3server import S3Server
 from lakelog.spark_log.jobs import run_job
 from lakelog.tiering.remote_scan import load_manifest
 from lakelog.spark_log.session import remote_session
@@ -30,19 +28,8 @@ COMPACT = {"cleanup.policy": "compact", "segment.bytes": "12000", "index.interva
 
 
 @pytest.fixture(scope="module")
-def s3():
-    server = S3Server().start()
-    saved = {k: os.environ.get(k) for k in server.env()}
-    os.environ.update(server.env())  # the driver, the Python workers and S3A all read these
-    try:
-        yield server
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
+def s3(spark_s3):
+    return spark_s3  # shared by the session: see tests/integration/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ fail with RemoteCorruptionError naming the object (never rows) or both return th
 
 from __future__ import annotations
 
-import os
 import random
 import uuid
 
@@ -23,7 +22,6 @@ from lakelog.tiering import RemoteTier, TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.remote_scan import load_manifest
 from lakelog.tiering.s3_store import S3Store
-from tests.support.s3server import S3Server
 
 pytestmark = pytest.mark.spark
 TOPIC = "jvm-orders"
@@ -32,19 +30,8 @@ TS0 = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
-def s3():
-    server = S3Server().start()
-    saved = {k: os.environ.get(k) for k in server.env()}
-    os.environ.update(server.env())
-    try:
-        yield server
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
+def s3(spark_s3):
+    return spark_s3  # shared by the session: see tests/integration/conftest.py
 
 
 @pytest.fixture(scope="module")
