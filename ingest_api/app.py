@@ -125,6 +125,11 @@ def create_app(node: Node) -> FastAPI:
 
     from lakelog.ingest_api.security.middleware import SecurityContext, SecurityMiddleware
 
+    from lakelog.ingest_api.forwarded import ForwardedCatchUpMiddleware
+
+    # Inside the security checks: only a request they let through as forwarded by a node waits.
+    app.add_middleware(ForwardedCatchUpMiddleware, waiters=node.metadata_waiters,
+                       timeout_ms=node.config.request_timeout_ms)
     app.state.security = SecurityContext(node)  # authentication, ACLs, quotas (off by default)
     app.add_middleware(SecurityMiddleware, context=app.state.security, error_response=error_response)
     from lakelog.ingest_api.body_limit import BodyLimitMiddleware

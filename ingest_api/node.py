@@ -231,7 +231,8 @@ class Node:
         cfg = self.config
         tls = tls_client_context(cfg)
         self.peers = PeerClient(self.node_id, cfg.cluster_secret.encode(), self.peer_url,
-                                timeout_s=cfg.request_timeout_ms / 1000 + 5, ssl_context=tls)
+                                timeout_s=cfg.request_timeout_ms / 1000 + 5, ssl_context=tls,
+                                metadata_index=lambda: self.image.last_applied_index)
         if self.node_id not in self.voters:  # a broker added to the cluster: it follows the metadata log
             self.quorum = ObserverHost(self.node_id, dict(self.voters), cfg.cluster_secret.encode(), self.image,
                                        on_applied=self._on_applied, max_clock_skew_ms=DEFAULT_MAX_SKEW_MS,

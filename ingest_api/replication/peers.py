@@ -21,6 +21,9 @@ from lakelog.ingest_api.replication.http1 import Http1Error, Http1Pool, Http1Res
 
 #: Marks a request forwarded by another node (forwarded at most once).
 FORWARDED_HEADER = "X-Lakelog-Forwarded-By"
+#: The metadata log index the sending node had applied: a forwarded request waits (bounded) until the
+#: receiving node has applied as much, so a topic the sender knows is known where the request lands.
+METADATA_INDEX_HEADER = "X-Lakelog-Metadata-Index"
 
 
 def json_or_empty(resp: Http1Response) -> dict:
@@ -34,8 +37,10 @@ def json_or_empty(resp: Http1Response) -> dict:
 
 class PeerClient:
     def __init__(self, node_id: int, secret: bytes, resolve: Callable[[int], str | None], *,
-                 timeout_s: float = 30.0, max_connections: int = 100, ssl_context: Any = None) -> None:
+                 timeout_s: float = 30.0, max_connections: int = 100, ssl_context: Any = None,
+                 metadata_index: Callable[[], int] | None = None) -> None:
         self.node_id = node_id
+        self.metadata_index = metadata_index
         self.secret = secret
         self.resolve = resolve
         self.timeout_s = timeout_s
@@ -61,6 +66,8 @@ class PeerClient:
         url = self.base_url(peer)
         parts = urlsplit(url)
         h = dict(headers or {})
+        if self.metadata_index is not None and FORWARDED_HEADER in h:
+            h[METADATA_INDEX_HEADER] = str(self.metadata_index())
         h.update(self.signed_headers(method, path_and_query, body, principal))
         try:
             return await self.pool.request(parts.hostname or "127.0.0.1", parts.port or 80, method, path_and_query,
