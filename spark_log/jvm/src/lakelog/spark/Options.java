@@ -11,13 +11,16 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * `partitions`, `startingOffset` / `endingOffset`, `startingTimestamp` / `endingTimestamp`
  * (inclusive, ms), `chunkBytes` (read buffer, 64 KiB..256 MiB, default 8 MiB), `maxPartitionBytes`
  * (segments read by one task, 1..1 TiB), `arrowBatchRows` (rows per columnar batch, 1..1,048,576;
- * the JVM reader's default is 4,096 as Spark's Parquet reader), `nodes` (the hot tail).
+ * the JVM reader's default is 4,096 as Spark's Parquet reader), `prefetchChunks` (read chunks a
+ * task's background thread may hold ahead of its decoder, 0..64, default 2; 0 reads inline, see
+ * {@link Prefetcher}), `nodes` (the hot tail).
  */
 final class Options implements Serializable, Cloneable {
     private static final long serialVersionUID = 1L;
     static final int DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024;
     static final long DEFAULT_MAX_PARTITION_BYTES = 128L * 1024 * 1024;
     static final int DEFAULT_BATCH_ROWS = 4096;
+    static final int DEFAULT_PREFETCH_CHUNKS = 2;
 
     final String remote;
     final String topic;
@@ -27,6 +30,7 @@ final class Options implements Serializable, Cloneable {
     final long maxPartitionBytes;
     final boolean maxPartitionBytesGiven;
     final int batchRows;
+    final int prefetchChunks;
     /** Inclusive bounds (Long.MIN_VALUE / MAX_VALUE: none) and the partitions wanted (null: all). */
     long offsetLow = Long.MIN_VALUE, offsetHigh = Long.MAX_VALUE;
     long timestampLow = Long.MIN_VALUE, timestampHigh = Long.MAX_VALUE;
@@ -50,6 +54,7 @@ final class Options implements Serializable, Cloneable {
         maxPartitionBytesGiven = o.containsKey("maxPartitionBytes");
         maxPartitionBytes = bounded(o, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES, 1, 1L << 40);
         batchRows = (int) bounded(o, "arrowBatchRows", DEFAULT_BATCH_ROWS, 1, 1 << 20);
+        prefetchChunks = (int) bounded(o, "prefetchChunks", DEFAULT_PREFETCH_CHUNKS, 0, 64);
         String ps = o.get("partitions");
         if (ps != null && !ps.isEmpty()) {
             partitions = new TreeSet<>();

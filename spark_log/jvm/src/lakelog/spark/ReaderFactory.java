@@ -48,6 +48,8 @@ final class ReaderFactory implements PartitionReaderFactory {
         private Split.Part part;
         private InputStream in;
         private SegmentScanner scanner;
+        private Prefetcher prefetch;    // with prefetchChunks > 0: the split's objects read ahead
+        private byte[] spare;           // the last scanner's read buffer, for the next one
         private HotTail.Reader hot;
         private boolean hotDone;
 
@@ -61,17 +63,42 @@ final class ReaderFactory implements PartitionReaderFactory {
             if (next >= split.parts.size()) {
                 return false;
             }
-            part = split.parts.get(next++);
             if (tier == null) {
                 tier = new RemoteTier(options.remote, conf.value().value());
             }
+            int index = next++;
+            part = split.parts.get(index);
             Manifest.Segment s = part.segment;
             String key = RemoteTier.segmentKey(options.topic, part.partition, s, ".log");
-            long from = tier.startPosition(options.topic, part.partition, s, part.from);
-            in = tier.openLog(key, from, s.sizeInBytes);
+            long from;
+            if (options.prefetchChunks > 0) {
+                if (prefetch == null) {
+                    prefetch = new Prefetcher(options.topic, split.parts.size(), options.prefetchChunks,
+                                              options.chunkBytes, this::openPart);
+                }
+                Prefetcher.Segment segment = prefetch.next();
+                if (segment == null || segment.index != index) {
+                    throw new IllegalStateException("prefetch out of order at segment " + index);
+                }
+                in = segment;
+                from = segment.from;
+            } else {
+                Prefetcher.Opened o = openPart(index);
+                in = o.in;
+                from = o.from;
+            }
             scanner = new SegmentScanner(key, in, from, s.sizeInBytes, s.baseOffset, s.endOffset, part.from, part.to,
-                                         part.minTs, part.maxTs, options.chunkBytes);
+                                         part.minTs, part.maxTs, options.chunkBytes, spare);
             return true;
+        }
+
+        /** Part `index` of the split: its `.log` object opened at the offset index's floor entry. */
+        private Prefetcher.Opened openPart(int index) throws IOException {
+            Split.Part p = split.parts.get(index);
+            Manifest.Segment s = p.segment;
+            String key = RemoteTier.segmentKey(options.topic, p.partition, s, ".log");
+            long from = tier.startPosition(options.topic, p.partition, s, p.from);
+            return new Prefetcher.Opened(tier.openLog(key, from, s.sizeInBytes), from, s.sizeInBytes);
         }
 
         @Override
@@ -86,6 +113,7 @@ final class ReaderFactory implements PartitionReaderFactory {
                 cols.reset(options.topic, part.partition);
                 boolean more = scanner.fill(cols, options.batchRows);
                 if (!more) {
+                    spare = scanner.buffer();
                     scanner = null;
                 }
                 if (cols.rows > 0) {
@@ -127,6 +155,9 @@ final class ReaderFactory implements PartitionReaderFactory {
         @Override
         public void close() throws IOException {
             try {
+                if (prefetch != null) {
+                    prefetch.close();  // first: a segment stream closed after it does not wait for the rest
+                }
                 closeStream();
             } finally {
                 cols.close();

@@ -61,6 +61,14 @@ final class SegmentScanner {
      */
     SegmentScanner(String key, InputStream in, long from, long size, long segmentBase, long segmentEnd, long lo, long hi,
                    long minTs, long maxTs, int chunkBytes) {
+        this(key, in, from, size, segmentBase, segmentEnd, lo, hi, minTs, maxTs, chunkBytes, null);
+    }
+
+    /** @param spare a read buffer left by the previous scanner of the same reader ({@link #buffer()}),
+     *  reused when it is large enough: one buffer per task, not one per segment (a 4-8 MiB array
+     *  per segment is a humongous allocation for G1 and cost a GC every few segments). */
+    SegmentScanner(String key, InputStream in, long from, long size, long segmentBase, long segmentEnd, long lo, long hi,
+                   long minTs, long maxTs, int chunkBytes, byte[] spare) {
         this.key = key;
         this.in = in;
         this.size = size;
@@ -71,10 +79,16 @@ final class SegmentScanner {
         this.minTs = minTs;
         this.maxTs = maxTs;
         this.chunkBytes = chunkBytes;
-        this.buf = new byte[(int) Math.max(LOG_OVERHEAD, Math.min(chunkBytes, Math.max(size - from, 0)))];
+        int want = (int) Math.max(LOG_OVERHEAD, Math.min(chunkBytes, Math.max(size - from, 0)));
+        this.buf = spare != null && spare.length >= want ? spare : new byte[want];
         this.bufPos = from;
         this.read = from;
         this.done = from >= size;
+    }
+
+    /** The read buffer, for the next scanner of the same reader once this one is done. */
+    byte[] buffer() {
+        return buf;
     }
 
     /** The last offset of the last batch framed so far (Long.MIN_VALUE before the first). */
