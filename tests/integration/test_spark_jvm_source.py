@@ -227,3 +227,48 @@ def test_damaged_bytes_fail_both_paths_alike(spark, topic, tmp_path):
     assert outcomes["flip@16"] == outcomes["flip@18"] == outcomes["flip@64"] == "error"  # magic, CRC, records
     assert outcomes["flip@15"] == "rows"  # the leader epoch lies outside the CRC, as in Kafka
     assert outcomes["crc-valid record length"] == outcomes["crc-valid count"] == outcomes["torn tail"] == "error"
+
+
+def test_read_ahead_in_small_chunks_returns_the_same_rows_and_errors(spark, topic, tmp_path, s3):
+    """The JVM reader reads a task's objects ahead on a background thread (`prefetchChunks`, in
+    chunks of `chunkBytes`): segments many chunks long, a scan that stops inside a segment, and a
+    missing object in the middle of a task's split give what reading inline (`prefetchChunks=0`)
+    and the reference give."""
+    store = FileSystemStore(tmp_path / "remote")
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000}))
+    rng = random.Random(7)
+    log = PartitionLog(tmp_path / "log" / f"{TOPIC}-0",
+                       LogConfig({"segment.bytes": 300_000, "index.interval.bytes": 4096, "retention.ms": -1}))
+    offset = 0
+    for i in range(120):  # ~1 MB of 1-3 KiB values: 4 segments of 4-5 chunks of 64 KiB each
+        recs = [Record(offset + r, TS0 + offset + r, f"k{offset + r}".encode(), rng.randbytes(rng.randrange(1024, 3072)))
+                for r in range(4)]
+        log.append_as_follower(build_batch(recs, base_offset=offset,
+                                           compression=(Compression.NONE, Compression.ZSTD)[i % 2]))
+        offset += 4
+    log.roll()
+    tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    log.close()
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    assert len(segments) >= 3 and max(s.size_in_bytes for s in segments) > 4 * 65536
+    remote = (tmp_path / "remote").as_uri()
+    bucket = f"lakelog-{uuid.uuid4().hex[:10]}"
+    s3.create_bucket(bucket)
+    target = S3Store(bucket, "tier")
+    for info in store.list(""):
+        target.put(info.key, store.get(info.key)[0])
+    one_task = {"chunkBytes": 65536, "maxPartitionBytes": 1 << 30}
+    for where in (None, "offset BETWEEN 100 AND 300"):  # the second stops inside the first segment
+        for url in (remote, f"s3://{bucket}/tier"):
+            ref = read(spark, PYTHON_SOURCE_NAME, url, where=where)
+            assert len(ref) == (480 if where is None else 201)
+            assert read(spark, "lakelog", url, where=where, **one_task) == ref
+            assert read(spark, "lakelog", url, where=where, prefetchChunks=0, **one_task) == ref
+            assert read(spark, "lakelog", url, where=where, prefetchChunks=1, chunkBytes=65536) == ref
+    # A missing object in the middle of the task's split: the error names it, read ahead or not.
+    missing = f"{TOPIC}-0/{segments[1].base_offset:020d}-{segments[1].segment_id}.log"
+    (tmp_path / "remote" / missing).unlink()
+    for depth in (2, 0):
+        with pytest.raises(Exception) as e:
+            read(spark, "lakelog", remote, prefetchChunks=depth, **one_task)
+        assert "RemoteCorruptionError" in str(e.value) and missing in str(e.value) and "missing" in str(e.value)
