@@ -57,6 +57,11 @@ def cluster(tmp_path_factory):
                     "principal": f"User:{who}", "resource_type": "TOPIC", "resource_name": topic,
                     "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"})
                 assert r.status_code == 201, r.text
+            r = root.post(f"/v3/clusters/{cid}/acls", json={  # so that bob still may connect once payroll is revoked
+                "principal": "User:bob", "resource_type": "CLUSTER", "resource_name": "kafka-cluster",
+                "pattern_type": "LITERAL", "operation": "DESCRIBE", "permission": "ALLOW"})
+            assert r.status_code == 201, r.text
+            node.cluster_id = cid
             r = root.post(f"/v3/clusters/{cid}/api-keys", json={"principal": "User:alice"})
             assert r.status_code == 201, r.text
             node.alice_key = r.json()["api_key"]
@@ -112,8 +117,14 @@ def attempt(name, url, query=None, read=None):
 
 for name, url, query in json.loads(sys.argv[3]):
     attempt(name, url.replace("PORT", port).replace("KEY", key), query)
-attempt("alice_reads_a_file", json.loads(sys.argv[3])[0][1].replace("PORT", port),
-        read=lambda s: s.read.text("file:///etc/hostname"))
+alice = json.loads(sys.argv[3])[0][1].replace("PORT", port)
+attempt("alice_reads_a_file", alice, read=lambda s: s.read.text("file:///etc/hostname"))
+
+def python_udf(s):
+    from pyspark.sql.functions import udf
+    return s.range(3).select(udf(lambda x: x + 1, "long")("id"))
+
+attempt("alice_python_udf", alice, read=python_udf)
 print(json.dumps(out))
 '''
 
@@ -161,6 +172,8 @@ def test_cluster_credentials_and_topic_read_acls_on_the_sql_server(cluster, tmp_
             ("wrong_password", _url("alice", "not-her-password"), "SELECT 1"),
             ("no_credentials", "sc://localhost:PORT", "SELECT 1"),
             ("mallory", _url("mallory"), "SELECT 1"),
+            ("alice_reflect", _url("alice"), "SELECT reflect('java.lang.System', 'getenv', 'LAKELOG_PASSWORD')"),
+            ("alice_transform", _url("alice"), "SELECT TRANSFORM(id) USING 'cat' AS (x) FROM range(1)"),
         ]
         done = subprocess.run([sys.executable, "-c", CLIENT, port, cluster.alice_key, json.dumps(cases)],
                               capture_output=True, text=True, timeout=600, env=env)
@@ -182,6 +195,9 @@ def test_cluster_credentials_and_topic_read_acls_on_the_sql_server(cluster, tmp_
         assert "credentials required" in got["no_credentials"]["error"]
         assert "PERMISSION_DENIED" in got["mallory"].get("error", "") and "may read no topic" in got["mallory"]["error"]
         assert "may read only the lakelog.* tables" in got["alice_reads_a_file"].get("error", ""), got["alice_reads_a_file"]
+        for case, what in (("alice_python_udf", "PythonUDF"), ("alice_reflect", "CallMethodViaReflection"),
+                           ("alice_transform", "ScriptTransformation")):
+            assert f"may not run {what}" in got[case].get("error", ""), (case, got[case])
 
         # `lakelog sql` presents the user's credentials ($LAKELOG_USER / $LAKELOG_PASSWORD, or --api-key).
         address = f"sc://127.0.0.1:{port}"
@@ -199,6 +215,19 @@ def test_cluster_credentials_and_topic_read_acls_on_the_sql_server(cluster, tmp_
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
         out = sql("SELECT 1", LAKELOG_USER="alice", LAKELOG_PASSWORD="wrong")
         assert out.returncode == 1 and "refused the connection" in out.stderr and "credentials" in out.stderr, out.stderr
+
+        # An ACL removed applies to the next query once the server's answer for bob is older than --access-cache-ms.
+        bob = dict(LAKELOG_USER="bob", LAKELOG_PASSWORD=PASSWORDS["bob"])
+        assert sql("SELECT count(*) AS n FROM lakelog.payroll", **bob).stdout.splitlines() == ["n", "40"]
+        with httpx.Client(base_url=cluster.url, auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster"),
+                          timeout=30) as root:
+            r = root.request("DELETE", f"/v3/clusters/{cluster.cluster_id}/acls", params={
+                "principal": "User:bob", "resource_type": "TOPIC", "resource_name": "payroll",
+                "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"})
+            assert r.status_code == 200, r.text
+        refused = wait_for(lambda: (lambda o: o if o.returncode == 1 else None)(
+            sql("SELECT count(*) AS n FROM lakelog.payroll", **bob)), timeout_s=120, what="the revoked ACL applied")
+        assert "User:bob is not authorized to READ topic 'payroll'" in refused.stderr, refused.stderr
     finally:
         server.terminate()
         try:

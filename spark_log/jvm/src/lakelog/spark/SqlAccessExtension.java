@@ -4,6 +4,7 @@ import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.catalog.HiveTableRelation;
+import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.V2WriteCommand;
 import org.apache.spark.sql.catalyst.streaming.StreamingRelationV2;
@@ -24,7 +25,11 @@ import scala.runtime.BoxedUnit;
  *   <li>the `lakelog` data source: READ on its `topic`;</li>
  *   <li>files (Delta tables included): only under the remote tier's `tables/`, READ on the table's
  *       topic (`<topic>`, `<topic>_latest`, `<topic>_errors`), DESCRIBE on the cluster for `_*`;</li>
- *   <li>refused: any other table or data source (Python data sources, Hive, streaming) and writes.</li>
+ *   <li>refused: any other table or data source (Python data sources, Hive, streaming) and writes;</li>
+ *   <li>refused: code of the client's or of the server's choosing run by the query — Python, pandas
+ *       and Arrow UDFs, typed Dataset functions, `TRANSFORM ... USING` (a shell
+ *       command), `reflect` / `java_method` (any static Java method, e.g. reading the server's
+ *       environment) — which would read past these checks.</li>
  * </ul>
  */
 public final class SqlAccessExtension extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
@@ -63,7 +68,34 @@ public final class SqlAccessExtension extends AbstractFunction1<SparkSessionExte
         });
     }
 
+    /** Plan nodes and expressions (by simple class name) that run code a check cannot see through.
+     *  Scala UDFs are not among them: Delta's own reads use them, and a client's would need its
+     *  classes on the server, which the interceptor refuses to upload (AddArtifacts). */
+    static final java.util.regex.Pattern RUNS_CODE = java.util.regex.Pattern.compile(
+        "Python.*|.*InPandas.*|.*InArrow.*|MapPartitions.*|MapElements|MapGroups"
+        + "|FlatMapGroups.*|FlatMapCoGroups.*|CoGroup|AppendColumns.*|TypedFilter|ScriptTransformation|"
+        + "CallMethodViaReflection|TryReflect|TransformWithState.*");
+
+    private static void checkCode(SqlAccess.Grant g, Object node) {
+        String name = node.getClass().getSimpleName();
+        if (RUNS_CODE.matcher(name).matches()) {
+            throw new AccessDeniedException(g.principal + " may not run " + name + " through the SQL server (user "
+                                            + "code, shell commands and reflection are refused)");
+        }
+    }
+
     private static void checkNode(SqlAccess.Grant g, LogicalPlan node) {
+        checkCode(g, node);
+        scala.collection.Iterator<Expression> exprs = node.expressions().iterator();
+        while (exprs.hasNext()) {
+            exprs.next().foreach(new AbstractFunction1<Expression, BoxedUnit>() {
+                @Override
+                public BoxedUnit apply(Expression e) {
+                    checkCode(g, e);
+                    return BoxedUnit.UNIT;
+                }
+            });
+        }
         if (node instanceof DataSourceV2Relation) {
             DataSourceV2Relation r = (DataSourceV2Relation) node;
             Table t = r.table();

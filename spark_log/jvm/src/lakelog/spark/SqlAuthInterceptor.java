@@ -12,7 +12,8 @@ import org.sparkproject.connect.grpc.Status;
  * see {@link SqlAccess}): the `authorization` metadata is checked by a node, a refused call is
  * closed with UNAUTHENTICATED (or PERMISSION_DENIED for a principal that may read nothing) before
  * any message reaches Spark, and every message of an admitted call carries the principal as its
- * user id.
+ * user id. Uploading artifacts (jars, Python files: code to run on the server) is refused to every
+ * principal, super users included (see {@link SqlAccessExtension}: the server runs no client code).
  */
 public final class SqlAuthInterceptor implements ServerInterceptor {
     static final Metadata.Key<String> AUTHORIZATION = Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
@@ -27,6 +28,12 @@ public final class SqlAuthInterceptor implements ServerInterceptor {
             Status status = "UNAUTHENTICATED".equals(e.status) ? Status.UNAUTHENTICATED
                 : "PERMISSION_DENIED".equals(e.status) ? Status.PERMISSION_DENIED : Status.UNAVAILABLE;
             call.close(status.withDescription("lakelog: " + e.getMessage()), new Metadata());
+            return new ServerCall.Listener<ReqT>() {};
+        }
+        String method = call.getMethodDescriptor().getFullMethodName();
+        if (method.endsWith("/AddArtifacts")) {  // jars and Python files to run on the server
+            call.close(Status.PERMISSION_DENIED.withDescription("lakelog: " + grant.principal + " may not add "
+                                                                + "artifacts (code) to the SQL server"), new Metadata());
             return new ServerCall.Listener<ReqT>() {};
         }
         return new ForwardingServerCallListener.SimpleForwardingServerCallListener<ReqT>(next.startCall(call, headers)) {
