@@ -133,6 +133,7 @@ def _url(user: str, password: str | None = None, extra: str = "") -> str:
     return f"sc://localhost:PORT/;authorization={quote(_basic(user, password), safe='')}{extra}"
 
 
+@pytest.mark.timeout(2700)  # a sync-tables run, the SQL server's JVM and a dozen Connect sessions, on a shared machine
 def test_cluster_credentials_and_topic_read_acls_on_the_sql_server(cluster, tmp_path):
     # The Delta tables (sync-tables, run as the cluster's super user) are reachable through the views too.
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
@@ -140,7 +141,7 @@ def test_cluster_credentials_and_topic_read_acls_on_the_sql_server(cluster, tmp_
     wait_for(lambda: all(list(remote_dir.glob(f"{t}-0/*.log")) for t in ("orders", "payroll")),
              what="segments of both topics tiered")
     sync = subprocess.run([LAKELOG, "jobs", "run", "sync-tables", "--remote", cluster.remote, "--master", "local[1]"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     assert sync.returncode == 0, sync.stderr[-3000:]
 
     server_env = dict(env, LAKELOG_USER="admin", LAKELOG_PASSWORD=PASSWORDS["admin"])  # its own reads of the nodes

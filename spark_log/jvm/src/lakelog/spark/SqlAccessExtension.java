@@ -27,7 +27,7 @@ import scala.runtime.BoxedUnit;
  *       topic (`<topic>`, `<topic>_latest`, `<topic>_errors`), DESCRIBE on the cluster for `_*`;</li>
  *   <li>refused: any other table or data source (Python data sources, Hive, streaming) and writes;</li>
  *   <li>refused: code of the client's or of the server's choosing run by the query — Python, pandas
- *       and Arrow UDFs, typed Dataset functions, `TRANSFORM ... USING` (a shell
+ *       and Arrow UDFs, `TRANSFORM ... USING` (a shell
  *       command), `reflect` / `java_method` (any static Java method, e.g. reading the server's
  *       environment) — which would read past these checks.</li>
  * </ul>
@@ -69,12 +69,11 @@ public final class SqlAccessExtension extends AbstractFunction1<SparkSessionExte
     }
 
     /** Plan nodes and expressions (by simple class name) that run code a check cannot see through.
-     *  Scala UDFs are not among them: Delta's own reads use them, and a client's would need its
-     *  classes on the server, which the interceptor refuses to upload (AddArtifacts). */
+     *  Scala UDFs and typed Dataset functions (MapPartitions, ...) are not among them: Delta's own
+     *  reads of its log use them, in the client's session; a client's own would need its classes
+     *  on the server, which the interceptor refuses to upload (AddArtifacts). */
     static final java.util.regex.Pattern RUNS_CODE = java.util.regex.Pattern.compile(
-        "Python.*|.*InPandas.*|.*InArrow.*|MapPartitions.*|MapElements|MapGroups"
-        + "|FlatMapGroups.*|FlatMapCoGroups.*|CoGroup|AppendColumns.*|TypedFilter|ScriptTransformation|"
-        + "CallMethodViaReflection|TryReflect|TransformWithState.*");
+        "Python.*|.*InPandas.*|.*InArrow.*|ScriptTransformation|CallMethodViaReflection|TryReflect");
 
     private static void checkCode(SqlAccess.Grant g, Object node) {
         String name = node.getClass().getSimpleName();
