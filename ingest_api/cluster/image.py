@@ -34,10 +34,11 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
                                (ingest_api/security/records.py)
     schema_register, schema_delete, schema_config, schema_mode
                                the Schema Registry: `image.schemas` (ingest_api/schemas/state.py)
-    broker_configs             broker (-1 = cluster-wide), configs: dynamic broker configs,
-                               `image.broker_configs` (ingest_api/cluster/broker_configs.py)
-    alter_broker_configs       the dynamic replication throttle rates: `image.throttles`
-                               (ingest_api/cluster/throttles.py)
+    broker_configs             broker (-1 = cluster-wide), configs: dynamic broker configs, the
+                               replication throttle rates among them: `image.broker_configs`
+                               (ingest_api/cluster/broker_configs.py)
+    alter_broker_configs       legacy: the throttle rates' former own record, still replayed into
+                               `image.broker_configs` (a snapshot's former `throttles` section too)
 
 Broker records name the registration they act on by `broker_epoch`; topic records name the topic by
 `topic_id` too, so a record meant for a deleted topic never lands on a re-created one of that name.
@@ -98,11 +99,11 @@ from lakelog.ingest_api.errors import InvalidTopicError
 from lakelog.ingest_api.names import validate_topic_name
 from lakelog.ingest_api.raft.core import Entry, EntryKind
 from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
+from lakelog.ingest_api.cluster.broker_configs import LEGACY_THROTTLE_RECORD_TYPES
 from lakelog.ingest_api.cluster.broker_configs import RECORD_TYPES as BROKER_CONFIG_RECORD_TYPES, BrokerConfigState
 from lakelog.ingest_api.schemas.errors import SchemaRegistryError
 from lakelog.ingest_api.schemas.state import RECORD_TYPES as SCHEMA_RECORD_TYPES, SchemaRegistryState
 from lakelog.ingest_api.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES, SecurityState
-from lakelog.ingest_api.cluster.throttles import RECORD_TYPES as THROTTLE_RECORD_TYPES, BrokerThrottles
 from lakelog.logstore.record_batch import crc32c
 
 SNAPSHOT_VERSION = 1
@@ -360,8 +361,7 @@ class ClusterImage:
         self.recent_skips: collections.deque[tuple[int, str]] = collections.deque(maxlen=RECENT_SKIPS_KEPT)
         self.security = SecurityState()  # users, API keys, ACLs (an immutable value)
         self.schemas = SchemaRegistryState()  # the Schema Registry (an immutable value)
-        self.broker_configs = BrokerConfigState()  # dynamic broker configs (an immutable value)
-        self.throttles = BrokerThrottles()  # dynamic replication throttle rates (an immutable value)
+        self.broker_configs = BrokerConfigState()  # dynamic broker configs, throttle rates included (immutable)
         #: Told of each applied record (`before(image, record)` -> token, `after(image, record, token)`),
         #: e.g. the console's cluster events (ingest_api/cluster_events.py). Not part of the state;
         #: its errors are swallowed, so it can never fail or change an apply.
@@ -421,7 +421,6 @@ class ClusterImage:
         other.security = self.security
         other.schemas = self.schemas
         other.broker_configs = self.broker_configs
-        other.throttles = self.throttles
         other.recent_skips = collections.deque(self.recent_skips, maxlen=RECENT_SKIPS_KEPT)
         return other
 
@@ -438,8 +437,6 @@ class ClusterImage:
             state["schemas"] = self.schemas.to_dict()
         if not self.broker_configs.empty:  # likewise
             state["broker_configs"] = self.broker_configs.to_dict()
-        if not self.throttles.empty:  # likewise
-            state["throttles"] = self.throttles.to_dict()
         return state
 
     def to_dict(self) -> dict[str, Any]:
@@ -640,8 +637,9 @@ class ClusterImage:
             raise _Rejected(f"security record: {e}") from None
 
     def _throttle_record(self, rec: Mapping[str, Any], index: int) -> None:
+        # A legacy record (before the throttle rates joined the dynamic broker configs).
         try:
-            self.throttles = self.throttles.apply(rec)
+            self.broker_configs = self.broker_configs.apply_throttle_record(rec)
         except (ValueError, TypeError, AttributeError) as e:
             raise _Rejected(f"throttle record: {e}") from None
 
@@ -673,7 +671,7 @@ _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     **{t: ClusterImage._security_record for t in SECURITY_RECORD_TYPES},
     **{t: ClusterImage._schema_record for t in SCHEMA_RECORD_TYPES},
     **{t: ClusterImage._broker_configs_record for t in BROKER_CONFIG_RECORD_TYPES},
-    **{t: ClusterImage._throttle_record for t in THROTTLE_RECORD_TYPES},
+    **{t: ClusterImage._throttle_record for t in LEGACY_THROTTLE_RECORD_TYPES},
 }
 
 #: The record types `apply` understands.
@@ -730,9 +728,9 @@ def _image_from_state(state: Mapping[str, Any]) -> ClusterImage:
             img.broker_configs = BrokerConfigState.from_dict(state["broker_configs"])
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise _Rejected(f"broker configs state: {e}") from None
-    if "throttles" in state:
+    if "throttles" in state:  # a snapshot written before the rates joined the broker configs
         try:
-            img.throttles = BrokerThrottles.from_dict(state["throttles"])
+            img.broker_configs = img.broker_configs.merge_throttles(state["throttles"])
         except (ValueError, TypeError, AttributeError) as e:
             raise _Rejected(f"throttles state: {e}") from None
     return img
