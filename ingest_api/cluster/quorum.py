@@ -89,7 +89,8 @@ from lakelog.ingest_api.cluster.errors import (
 from lakelog.ingest_api.cluster.metadata_follower import MetadataBatch, cancel_task
 from lakelog.ingest_api.cluster.quorum_config import RAFT_MESSAGES_PATH, QuorumConfig, base_url, format_voters
 from lakelog.ingest_api.errors import RequestTooLargeError
-from lakelog.ingest_api.raft.core import (
+from lakelog.ingest_api.raft.core import RaftCore
+from lakelog.ingest_api.raft.messages import (
     NO_NODE,
     Apply,
     CompactLog,
@@ -103,7 +104,6 @@ from lakelog.ingest_api.raft.core import (
     ProposalRefused,
     ProposeMany,
     Proposed,
-    RaftCore,
     Receive,
     RestoreSnapshot,
     Role,
@@ -115,7 +115,7 @@ from lakelog.ingest_api.raft.core import (
     message_from_dict,
     message_to_dict,
 )
-from lakelog.ingest_api.raft.core import AppendEntriesResponse, InstallSnapshotResponse
+from lakelog.ingest_api.raft.messages import AppendEntriesResponse, InstallSnapshotResponse
 from lakelog.ingest_api.raft.lease import LeaderLease
 from lakelog.ingest_api.raft.state_machine import StateMachine
 from lakelog.ingest_api.raft.storage import RaftStorage

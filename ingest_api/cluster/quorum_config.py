@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from lakelog.infra.config import ConfigError, keyed
 from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS, check_secret
 from lakelog.ingest_api.config import NODE_CONFIG
-from lakelog.ingest_api.raft.core import MAX_WIRE_INT, RaftConfig
+from lakelog.ingest_api.raft.messages import MAX_WIRE_INT, RaftConfig
 
 METADATA_DIR_NAME = "__cluster_metadata-0"
 RAFT_MESSAGES_PATH = "/internal/raft/messages"

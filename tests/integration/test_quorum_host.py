@@ -36,7 +36,7 @@ from lakelog.ingest_api.cluster.quorum_config import (
     parse_voters,
 )
 from lakelog.ingest_api.error_table import http_error
-from lakelog.ingest_api.raft.core import NO_NODE, RequestVote, Role, message_to_dict
+from lakelog.ingest_api.raft.messages import NO_NODE, RequestVote, Role, message_to_dict
 from lakelog.ingest_api.raft.state_machine import KeyValueStateMachine
 from lakelog.ingest_api.routers import internal
 
