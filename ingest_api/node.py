@@ -55,7 +55,8 @@ from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
 from lakelog.ingest_api.cluster.controller import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster_events import ClusterEvents
-from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
+from lakelog.ingest_api.cluster.quorum import QuorumHost
+from lakelog.ingest_api.cluster.quorum_config import QuorumConfig, parse_voters
 from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS
 from lakelog.ingest_api.cluster.observer import ObserverHost
 from lakelog.ingest_api.config import NodeConfig
