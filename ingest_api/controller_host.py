@@ -28,7 +28,8 @@ from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_C
 from lakelog.ingest_api.cluster.broker_configs import controller_records as broker_config_controller_records
 from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.errors import NotControllerError
-from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
+from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.image_values import encode_record
 from lakelog.ingest_api.cluster.quorum import QuorumHost
 from lakelog.ingest_api.error_table import code_of
 from lakelog.ingest_api.errors import (

@@ -9,7 +9,8 @@ import pytest
 
 from lakelog.infra.config import ConfigError, LogConfig
 from lakelog.ingest_api.cluster.broker_configs import BrokerConfigState, InvalidBrokerConfigError, controller_records
-from lakelog.ingest_api.cluster.image import SNAPSHOT_VERSION, ClusterImage, _canonical
+from lakelog.ingest_api.cluster.image import SNAPSHOT_VERSION, ClusterImage
+from lakelog.ingest_api.cluster.image_values import canonical_json
 from lakelog.ingest_api.cluster.throttles import (
     CLUSTER_DEFAULT,
     FOLLOWER_RATE,
@@ -73,7 +74,7 @@ def test_a_metadata_log_written_with_the_former_throttle_records_still_replays()
     # A snapshot written before the merge: its `throttles` section joins the broker configs.
     state = {**image.state_dict(), "throttles": {"brokers": [{"node_id": 3, "configs": {FOLLOWER_RATE: "123"}},
                                                              {"node_id": 2, "configs": {LEADER_RATE: "7"}}]}}
-    old = json.dumps({"version": SNAPSHOT_VERSION, "crc32c": crc32c(_canonical(state)), "image": state}).encode()
+    old = json.dumps({"version": SNAPSHOT_VERSION, "crc32c": crc32c(canonical_json(state)), "image": state}).encode()
     restored = ClusterImage()
     restored.restore(old)
     assert restored.broker_configs.rate(3, FOLLOWER_RATE) == 123 and restored.broker_configs.rate(2, LEADER_RATE) == 7
