@@ -4,7 +4,8 @@ Every controller voter (and every broker following the log) applies the same com
 the same order and ends with the same `ClusterImage`: the registered brokers, the topics with the
 state of each partition (replicas, ISR, leader, leader epoch, partition epoch), and the producer-id
 high-water mark. The active controller (`controller.py`) reads the image to decide, and proposes
-records; only `apply` changes the image.
+records; only `apply` changes the image. The values it holds, the bounds of a record's fields
+and the strict readers of records are in `image_values.py`.
 
 Records
 -------
