@@ -171,5 +171,7 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(stats.router)
     app.include_router(jobs.router)  # the Spark job runs the remote tier records (console)
     app.include_router(decode.router)  # values decoded by the Schema Registry (console)
+    from lakelog.ingest_api.routers import sql_access
+    app.include_router(sql_access.router)  # the SQL server's check of a client's principal and topic READ ACLs
     app.include_router(schema_registry_router.router)  # the Schema Registry at /subjects, /schemas, /config, /mode
     return app

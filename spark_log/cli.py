@@ -278,6 +278,18 @@ def _with_token(url: str, token: str | None) -> str:
     return f"sc://{host}:{port}/;token={token}"
 
 
+def _cluster_credentials(args: argparse.Namespace) -> dict[str, str | None]:
+    """A cluster user's credentials for the SQL server (flags, else $LAKELOG_API_KEY, $LAKELOG_USER /
+    $LAKELOG_PASSWORD as the other commands read them); empty when none are given."""
+    api_key = getattr(args, "api_key", None) or os.environ.get("LAKELOG_API_KEY")
+    if api_key:
+        return {"api_key": api_key}
+    user = getattr(args, "user", None) or os.environ.get("LAKELOG_USER")
+    if user:
+        return {"user": user, "password": getattr(args, "password", None) or os.environ.get("LAKELOG_PASSWORD")}
+    return {}
+
+
 def _server_address(url: str) -> tuple[str, int]:
     from urllib.parse import urlsplit
 
@@ -308,15 +320,24 @@ def cmd_sql(args: argparse.Namespace) -> int:
         token = _read_token(args.token_file) if args.token_file else os.environ.get(SQL_TOKEN_ENV)
         if token is None and Path(DEFAULT_SQL_TOKEN_FILE).is_file():  # what `lakelog up --sql` wrote here
             token = _read_token(DEFAULT_SQL_TOKEN_FILE)
+        creds = _cluster_credentials(args)
         with _quiet_jvm(tempfile.gettempdir(), args.verbose):
             from pyspark.sql import SparkSession
 
-            spark = SparkSession.builder.remote(_with_token(server, token)).getOrCreate()
+            from lakelog.spark_log.sql_security import client_url
+
+            url = client_url(server, **creds) if creds else _with_token(server, token)
+            spark = SparkSession.builder.remote(url).getOrCreate()
         try:
             try:
                 names = _server_names(spark, args)
             except Exception as e:  # pyspark wraps the gRPC status in its own error classes, or not
                 why = "a token is needed" if token is None else "its token differs"
+                text = str(e)
+                if "lakelog: " in text and ("UNAUTHENTICATED" in text or "PERMISSION_DENIED" in text):
+                    reason = text.split("lakelog: ", 1)[1].splitlines()[0].strip().rstrip('"').strip()
+                    raise CommandError(f"the SQL server at {server} refused the connection: {reason} (--user and "
+                                       f"$LAKELOG_PASSWORD, or --api-key)") from None
                 if "UNAUTHENTICATED" in str(e) or "unauthenticated" in str(e).lower():
                     raise CommandError(f"the SQL server at {server} refused the connection: {why} (--token-file, "
                                        f"${SQL_TOKEN_ENV})") from None
@@ -495,15 +516,28 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    from lakelog.spark_log import sql_security
+
+    cluster_auth = args.cluster_auth == "on" or (args.cluster_auth == "auto"
+                                                 and sql_security.cluster_authentication(args.nodes))
     with tempfile.TemporaryDirectory(prefix="lakelog-sql-server-") as warehouse:
         with _quiet_jvm(warehouse, args.verbose):
-            auth = {"spark.connect.authenticate.token": _read_token(args.token_file)} if args.token_file else {}
+            if cluster_auth:  # the cluster's credentials and READ ACLs instead of the shared token
+                from lakelog.spark_log.session import DELTA_CONF
+
+                auth = sql_security.server_conf(DELTA_CONF["spark.sql.extensions"])
+            else:
+                auth = {"spark.connect.authenticate.token": _read_token(args.token_file)} if args.token_file else {}
             spark = remote_session(args.remote, app_name="lakelog-sql-server", master=args.master, conf={
                 "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, **auth,
                 "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)})
         service = None
         try:
             spark.sparkContext.setLogLevel("ERROR")
+            if cluster_auth:
+                sql_security.configure_server(spark, args.nodes, args.remote, args.access_cache_ms)
+                print("lakelog sql-server: the cluster's authentication is on: clients present a cluster user's "
+                      "credentials and read only the topics they may READ", file=sys.stderr, flush=True)
             service = _start_connect_service(spark)
             port = int(service.localPort())  # the port bound (port 0 in --listen: one the system chose)
             print(f"lakelog sql-server: Spark SQL on sc://{host}:{port} over {args.remote} (topics from "
@@ -649,6 +683,17 @@ def add_commands(sub, add) -> None:
     server.add_argument("--token-file", metavar="PATH", default=None,
                         help="require clients to present the token this file holds (a bearer token on the Spark "
                              "Connect channel; `lakelog sql` reads it with --token-file or $" + SQL_TOKEN_ENV + ")")
+    server.add_argument("--cluster-auth", choices=("auto", "on", "off"), default="auto",
+                        help="clients authenticate with the cluster's users and API keys and topic READ ACLs apply "
+                             "(auto: when a node says authentication is on; then --token-file is not used)")
+    server.add_argument("--access-cache-ms", type=int, default=5000, metavar="MS",
+                        help="with cluster authentication: how long a node's answer for one credential is reused "
+                             "(0-3600000; an ACL change applies within it)")
+    for flag, what in (("--user", "a cluster user (or $LAKELOG_USER)"),
+                       ("--password", "its password (prefer $LAKELOG_PASSWORD)"),
+                       ("--api-key", "a cluster API key (or $LAKELOG_API_KEY)")):
+        sql.add_argument(flag, metavar=flag[2:].upper().replace("-", "_"), default=None,
+                         help=f"{what}: presented to a SQL server of a cluster with authentication on")
     sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
     sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help=f"most rows printed (at most {MAX_SQL_ROWS})")
 
@@ -656,6 +701,8 @@ def add_commands(sub, add) -> None:
 def resolve_remote(args: argparse.Namespace) -> None:
     if getattr(args, "remote", "unset") is None:
         args.remote = default_remote()
+    if not 0 <= getattr(args, "access_cache_ms", 0) <= 3_600_000:
+        raise SystemExit("lakelog sql-server: --access-cache-ms must lie between 0 and 3600000")
     if not 100 <= getattr(args, "refresh_ms", 100) <= 3_600_000:
         raise SystemExit("lakelog sql-server: --refresh-ms must lie between 100 and 3600000")
     if getattr(args, "nodes", "unset") is None:

@@ -144,6 +144,7 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/stats/topics/{topic}", TOPIC, "topic", DESCRIBE, ""),
     ("GET", "/stats/events", CLUSTER, None, DESCRIBE, ""),  # and a topic's events only to who may describe it
     ("POST", "/stats/decode", None, None, None, "body"),  # per schema id, as GET /schemas/ids/{schema_id}
+    ("GET", "/sql/access", None, None, None, "body"),  # about the caller itself; 403 if it may read nothing
     ("GET", "/jobs/runs", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/jobs/runs/{run_id}", CLUSTER, None, DESCRIBE, ""),
     ("POST", "/jobs/runs", CLUSTER, None, ALTER, ""),
