@@ -258,12 +258,13 @@ def test_read_ahead_in_small_chunks_returns_the_same_rows_and_errors(spark, topi
     for info in store.list(""):
         target.put(info.key, store.get(info.key)[0])
     one_task = {"chunkBytes": 65536, "maxPartitionBytes": 1 << 30}
+    ahead = {**one_task, "prefetchChunks": 2}
     for where in (None, "offset BETWEEN 100 AND 300"):  # the second stops inside the first segment
         for url in (remote, f"s3://{bucket}/tier"):
             ref = read(spark, PYTHON_SOURCE_NAME, url, where=where)
             assert len(ref) == (480 if where is None else 201)
-            assert read(spark, "lakelog", url, where=where, **one_task) == ref
-            assert read(spark, "lakelog", url, where=where, prefetchChunks=0, **one_task) == ref
+            assert read(spark, "lakelog", url, where=where, **ahead) == ref
+            assert read(spark, "lakelog", url, where=where, **one_task) == ref  # inline, the default
             assert read(spark, "lakelog", url, where=where, prefetchChunks=1, chunkBytes=65536) == ref
     # A missing object in the middle of the task's split: the error names it, read ahead or not.
     missing = f"{TOPIC}-0/{segments[1].base_offset:020d}-{segments[1].segment_id}.log"

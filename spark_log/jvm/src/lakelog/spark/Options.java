@@ -12,7 +12,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * (inclusive, ms), `chunkBytes` (read buffer, 64 KiB..256 MiB, default 8 MiB), `maxPartitionBytes`
  * (segments read by one task, 1..1 TiB), `arrowBatchRows` (rows per columnar batch, 1..1,048,576;
  * the JVM reader's default is 4,096 as Spark's Parquet reader), `prefetchChunks` (read chunks a
- * task's background thread may hold ahead of its decoder, 0..64, default 2; 0 reads inline, see
+ * task's background thread may hold ahead of its decoder, 0..64, default 0: inline; see
  * {@link Prefetcher}), `nodes` (the hot tail).
  */
 final class Options implements Serializable, Cloneable {
@@ -20,7 +20,8 @@ final class Options implements Serializable, Cloneable {
     static final int DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024;
     static final long DEFAULT_MAX_PARTITION_BYTES = 128L * 1024 * 1024;
     static final int DEFAULT_BATCH_ROWS = 4096;
-    static final int DEFAULT_PREFETCH_CHUNKS = 2;
+    // 0: inline. Reading ahead measured no steady gain on 2 shared CPUs (docs/benchmarks.md, issue 14).
+    static final int DEFAULT_PREFETCH_CHUNKS = 0;
 
     final String remote;
     final String topic;
