@@ -31,6 +31,7 @@ import httpx
 
 from lakelog.infra.config import ConfigDef
 from lakelog.ingest_api.errors import NotFoundError, PeerUnavailableError, RemoteError
+from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE
 
 MAX_QUERY_CHARS = 32 * 1024
 MAX_TOKEN_BYTES = 1024
@@ -74,7 +75,7 @@ def required_reads(view: str, topics: set[str] | frozenset[str]) -> tuple[list[s
     existing = sorted(t for t in readings if t in topics)
     if existing:
         return existing, False
-    if view.startswith("_"):  # a table of no topic: the partition-level remote index
+    if view == REMOTE_INDEX_TABLE:  # a table of no topic: the partition-level remote index of every topic
         return [], True
     return sorted(readings), False  # a table of a deleted topic: every reading of its name
 
