@@ -333,6 +333,12 @@ def test_a_killed_node_shows_as_down_then_up_again_with_the_cluster_events(page,
     expect(events.locator("tr[data-kind=node_restarted]", has_text="node 3 registered again").first).to_be_visible(
         timeout=WAIT_MS)
     expect(events.locator("tr[data-kind=isr_expanded]", has_text="(in: 3)").first).to_be_visible(timeout=WAIT_MS)
+    # Node 3 was SIGKILLed and restarted: the events it saw before are still its own (its events file),
+    # numbered before the ones it has seen since.
+    own = httpx.get(f"{cluster.node(3).url}/stats/events", params={"limit": 1000}).json()
+    created = [e for e in own["events"] if e["kind"] == "topic_created" and e.get("topic") == "failover"]
+    assert len(created) == 1 and own["since_ms"] <= created[0]["time_ms"], own
+    assert all(e["seq"] > created[0]["seq"] for e in own["events"] if e["time_ms"] > created[0]["time_ms"])
     # What the page shows is what the endpoint answers: newest first, seq growing.
     doc = httpx.get(f"{url}/stats/events", params={"limit": 1000}).json()
     seqs = [e["seq"] for e in doc["events"]]
