@@ -15,7 +15,8 @@ Only queries: a statement Spark parses as a command (DDL, DML, SET, CACHE, SQL s
 SHOW, DESCRIBE, ...) is refused before it is analyzed. A query may read the `lakelog.<name>` views
 and nothing else that holds data (no `json.`/path``, no catalog table): relations named outside
 `lakelog` are refused before analysis (so no file is even listed), and any leaf of the analyzed plan
-outside a `lakelog` view other than `VALUES`, `range()` and a one-row select is refused after it.
+outside a `lakelog` view other than `VALUES`, `range()` and a one-row select is refused after it, as
+is a call of `reflect()` / `java_method()` (any static Java method of the server's JVM).
 
 Every call presents the server's token (`Authorization: Bearer`, the same token as its Spark Connect
 channel); the endpoint does not start without one. Bounded: the body (`MAX_BODY_BYTES`), the query
@@ -51,6 +52,7 @@ MAX_TIMEOUT_MS = 10 * 60 * 1000
 DEFAULT_MAX_RESPONSE_BYTES = 4 << 20
 DEFAULT_MAX_CONCURRENT = 2
 MAX_VIEWS = 10_000
+MAX_EXPRESSION_NODES = 20_000
 DATABASE = "lakelog"
 
 _LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
@@ -131,11 +133,26 @@ class QueryPlanner:
                 if not db.isDefined() or str(db.get()).lower() != DATABASE:
                     raise SqlRefused(403, 40301, f"{ident.unquotedString()} is not a lakelog table")
                 views.add(str(ident.table()))
-            elif node.children().size() == 0 and name not in SAFE_LEAVES:
-                raise SqlRefused(403, 40301, f"the query reads {node.nodeName()}, which is not a lakelog table: "
-                                             f"queries here read {DATABASE}.<topic> and the other {DATABASE}.* "
-                                             "tables only")
+            else:
+                if node.children().size() == 0 and name not in SAFE_LEAVES:
+                    raise SqlRefused(403, 40301, f"the query reads {node.nodeName()}, which is not a lakelog table: "
+                                                 f"queries here read {DATABASE}.<topic> and the other {DATABASE}.* "
+                                                 "tables only")
+                self._check_expressions(node)
         return sorted(views)
+
+    def _check_expressions(self, node) -> None:
+        """No `reflect` / `java_method` (a call of any static Java method of the server's JVM)."""
+        stack = _seq(node.expressions())
+        seen = 0
+        while stack:
+            e = stack.pop()
+            seen += 1
+            if seen > MAX_EXPRESSION_NODES:
+                raise _bad(f"the query is too large to check (more than {MAX_EXPRESSION_NODES} expression nodes)")
+            if e.getClass().getName().endswith(".CallMethodViaReflection"):
+                raise SqlRefused(403, 40301, "reflect() and java_method() do not run here")
+            stack.extend(_seq(e.children()))
 
     @staticmethod
     def _walk(plan, *, stop_at_views: bool):

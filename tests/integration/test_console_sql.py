@@ -119,7 +119,8 @@ def test_the_sql_page_shows_rows_and_a_chart_and_refuses_what_the_user_may_not_r
     assert refused.status_code == 403 and refused.json()["error_code"] == 40301, refused.text
     assert "secret" in refused.json()["message"]
     for query, status in (("DROP VIEW lakelog.orders", 422), ("SELECT * FROM json.`/etc/passwd`", 403),
-                          ("SELECT * FROM lakelog.orders WHERE offset IN (SELECT offset FROM lakelog.secret)", 403)):
+                          ("SELECT * FROM lakelog.orders WHERE offset IN (SELECT offset FROM lakelog.secret)", 403),
+                          ("SELECT reflect('java.lang.Thread', 'sleep', 1L)", 403)):
         bad = _sql(url, query, auth=READER)
         assert bad.status_code == status, (query, bad.text)
         assert "\n" not in bad.json()["message"]
