@@ -56,7 +56,8 @@ from lakelog.ingest_api.cluster.controller import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster_events import ClusterEvents
 from lakelog.ingest_api.event_file import FILE_NAME as EVENTS_FILE
-from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
+from lakelog.ingest_api.cluster.quorum import QuorumHost
+from lakelog.ingest_api.cluster.quorum_config import QuorumConfig, parse_voters
 from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS
 from lakelog.ingest_api.cluster.observer import ObserverHost
 from lakelog.ingest_api.config import NodeConfig

@@ -96,7 +96,7 @@ from typing import Any
 from lakelog.infra.errors import InvariantViolation, invariant
 from lakelog.ingest_api.errors import InvalidTopicError
 from lakelog.ingest_api.names import validate_topic_name
-from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.messages import Entry, EntryKind
 from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
 from lakelog.ingest_api.cluster.broker_configs import RECORD_TYPES as BROKER_CONFIG_RECORD_TYPES, BrokerConfigState
 from lakelog.ingest_api.schemas.errors import SchemaRegistryError

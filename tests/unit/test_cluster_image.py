@@ -17,7 +17,7 @@ from lakelog.ingest_api.cluster.image import (
     check_partition_state,
     encode_record,
 )
-from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.messages import Entry, EntryKind
 from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
 from lakelog.logstore.record_batch import crc32c
 

@@ -34,7 +34,7 @@ from lakelog.ingest_api.errors import (
     TopicNotFoundError,
 )
 from lakelog.ingest_api.error_table import http_error
-from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.messages import Entry, EntryKind
 
 SESSION_MS = 9_000
 

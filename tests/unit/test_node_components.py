@@ -13,7 +13,7 @@ from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.controller_host import OPS
 from lakelog.ingest_api.errors import TopicExistsError
-from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.messages import Entry, EntryKind
 from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_OPS
 from lakelog.ingest_api.schemas.state import CONTROLLER_OPS as SCHEMA_OPS
 from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_CONFIG_OPS
