@@ -56,8 +56,9 @@ MAX_EXPRESSION_NODES = 20_000
 DATABASE = "lakelog"
 
 _LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
-#: Leaves of an analyzed plan that hold no stored data: VALUES, range(), SELECT without FROM.
-SAFE_LEAVES = frozenset(_LOGICAL + n for n in ("OneRowRelation", "LocalRelation", "Range"))
+#: Leaves of an analyzed plan that hold no stored data: VALUES, range(), SELECT without FROM, and a
+#: reference to a CTE (whose definition, a child of the `WithCTE` above it, is walked and checked).
+SAFE_LEAVES = frozenset(_LOGICAL + n for n in ("OneRowRelation", "LocalRelation", "Range", "CTERelationRef"))
 #: Parsed plans that are not queries (DDL, DML, SET, scripts, SHOW, DESCRIBE, EXPLAIN, CACHE, ...).
 NOT_QUERIES = (_LOGICAL + "Command", _LOGICAL + "ParsedStatement")
 
@@ -166,6 +167,7 @@ class QueryPlanner:
                 continue
             stack.extend(_seq(node.children()))
             stack.extend(_seq(node.subqueries()))
+            stack.extend(p for p in _seq(node.innerChildren()) if hasattr(p, "children"))  # a parsed WITH's CTEs
 
 
 def json_cell(v: Any) -> Any:

@@ -120,11 +120,16 @@ def test_the_sql_page_shows_rows_and_a_chart_and_refuses_what_the_user_may_not_r
     assert "secret" in refused.json()["message"]
     for query, status in (("DROP VIEW lakelog.orders", 422), ("SELECT * FROM json.`/etc/passwd`", 403),
                           ("SELECT * FROM lakelog.orders WHERE offset IN (SELECT offset FROM lakelog.secret)", 403),
-                          ("SELECT reflect('java.lang.Thread', 'sleep', 1L)", 403)):
+                          ("SELECT reflect('java.lang.Thread', 'sleep', 1L)", 403),
+                          ("WITH s AS (SELECT * FROM lakelog.secret) SELECT count(*) FROM s", 403),
+                          ("WITH f AS (SELECT * FROM json.`/etc/hostname`) SELECT * FROM f", 403)):
         bad = _sql(url, query, auth=READER)
         assert bad.status_code == status, (query, bad.text)
         assert "\n" not in bad.json()["message"]
     assert _sql(url, "SELECT count(*) FROM lakelog.orders", auth=READER).json()["rows"] == [[30]]
+    cte = _sql(url, "WITH o AS (SELECT * FROM lakelog.orders) SELECT count(*) FROM o JOIN o p USING (offset, partition)",
+               auth=READER)
+    assert cte.status_code == 200 and cte.json()["rows"] == [[30]], cte.text
 
     # The page, as the reader.
     with sync_playwright() as p:
