@@ -148,7 +148,7 @@ def test_a_run_started_in_the_browser_is_run_by_the_scheduler_and_shows_its_figu
 
         # A run by `lakelog jobs run` is recorded too; sync-tables is incremental: nothing new to add.
         r = subprocess.run([LAKELOG, "jobs", "run", "sync-tables", "--remote", cluster.remote, "--topic", "pageviews"],
-                           cwd=tmp_path, env=env, capture_output=True, timeout=300)
+                           cwd=tmp_path, env=env, capture_output=True, timeout=SPARK_WAIT_MS / 1000)
         assert r.returncode == 0, r.stderr.decode()[-2000:]
         p.goto("/#/jobs")
         expect(p.locator("#runs tbody tr")).to_have_count(2, timeout=WAIT_MS)
