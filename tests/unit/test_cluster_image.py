@@ -8,11 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakelog.ingest_api.cluster.image import (
+from lakelog.ingest_api.cluster.image import SNAPSHOT_VERSION, ClusterImage
+from lakelog.ingest_api.cluster.image_values import (
     NO_LEADER,
-    SNAPSHOT_VERSION,
     BrokerRegistration,
-    ClusterImage,
     PartitionState,
     check_partition_state,
     encode_record,
