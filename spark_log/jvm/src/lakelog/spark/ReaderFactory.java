@@ -129,7 +129,13 @@ final class ReaderFactory implements PartitionReaderFactory {
             try {
                 closeStream();
             } finally {
-                cols.close();
+                try {
+                    if (tier != null) {
+                        tier.close();  // its own FileSystem (see RemoteTier)
+                    }
+                } finally {
+                    cols.close();
+                }
             }
         }
     }
