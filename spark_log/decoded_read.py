@@ -52,8 +52,8 @@ class DecodeOptionError(ValueError):
 
 
 def wants_decoding(options: dict[str, Any]) -> bool:
-    """Whether `options` (keys lowercased) ask for a decoded key or value."""
-    return SCHEMA_REGISTRY in {str(options.get(VALUE_FORMAT, RAW)).lower(), str(options.get(KEY_FORMAT, RAW)).lower()}
+    """Whether `options` (keys lowercased) name a key or value format (checked by `decode`)."""
+    return options.get(VALUE_FORMAT) is not None or options.get(KEY_FORMAT) is not None
 
 
 def topic_registry_url(remote: str | None, topic: str) -> str | None:
@@ -109,6 +109,8 @@ def decode(df, options: dict[str, Any]):
             parts.append("key")
         if value_format == SCHEMA_REGISTRY:
             parts.append("value")
+        if not parts:
+            return df
         for part in parts:
             if reader.latest_id(subjects[part]) is None:
                 raise DecodeOptionError(f"{part}s of {topic} cannot be decoded: the registry at {url} has no subject "
