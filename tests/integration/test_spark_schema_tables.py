@@ -296,3 +296,87 @@ def test_the_value_format_option_types_columns_through_either_reader(tmp_path, s
         pb = _decoded(spark, remote, fmt, "clicks", valueFormat="schema-registry", **{"schema.registry.url": registry})
         assert dict(pb.dtypes)["count"] == "int"
         assert [(r["user"], r["count"], r["tags"]) for r in pb.collect()] == [("ada", 3, ["x"])]
+
+
+def _order_class():
+    """lakelog.t.Order importing acme/money.proto (Money): confluent-kafka's serializer registers the import
+    as its own subject and references it."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    F = descriptor_pb2.FieldDescriptorProto
+    money = descriptor_pb2.FileDescriptorProto(name="acme/money.proto", package="acme", syntax="proto3")
+    m = money.message_type.add(name="Money")
+    m.field.add(name="currency", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    m.field.add(name="units", number=2, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    order = descriptor_pb2.FileDescriptorProto(name="order.proto", package="lakelog.t", syntax="proto3",
+                                               dependency=["acme/money.proto"])
+    o = order.message_type.add(name="Order")
+    o.field.add(name="id", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    o.field.add(name="total", number=2, type=F.TYPE_MESSAGE, type_name=".acme.Money", label=F.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(money)
+    pool.Add(order)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("lakelog.t.Order")), \
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("acme.Money"))
+
+
+def test_schemas_with_references_to_other_subjects_decode_in_tables_and_through_the_option(tmp_path, spark, registry):
+    from confluent_kafka.schema_registry import SchemaReference
+
+    sr = SchemaRegistryClient({"url": registry})
+    remote = Remote(tmp_path, registry)
+
+    # Avro: Person uses com.acme.Address (subject acme-address), which uses com.acme.Kind (subject acme-kind)
+    kind = {"type": "enum", "name": "Kind", "namespace": "com.acme", "symbols": ["HOME", "WORK"]}
+    address = {"type": "record", "name": "Address", "namespace": "com.acme",
+               "fields": [{"name": "city", "type": "string"}, {"name": "kind", "type": "com.acme.Kind"}]}
+    sr.register_schema("acme-kind", Schema(json.dumps(kind), "AVRO"))
+    sr.register_schema("acme-address", Schema(json.dumps(address), "AVRO",
+                                              [SchemaReference("com.acme.Kind", "acme-kind", 1)]))
+    person = {"type": "record", "name": "Person", "namespace": "com.acme.people", "fields": [
+        {"name": "name", "type": "string"}, {"name": "home", "type": "com.acme.Address"},
+        {"name": "work", "type": ["null", "com.acme.Address"], "default": None}]}
+    ctx = SerializationContext("people_ref", MessageField.VALUE)
+    ser = AvroSerializer(sr, Schema(json.dumps(person), "AVRO", [SchemaReference("com.acme.Address", "acme-address", 1)]))
+    remote.append("people_ref", [(None, ser({"name": "ada", "home": {"city": "Oslo", "kind": "HOME"}, "work": None},
+                                            ctx)),
+                                 (None, ser({"name": "bob", "home": {"city": "Rome", "kind": "HOME"},
+                                             "work": {"city": "Bern", "kind": "WORK"}}, ctx))])
+
+    # JSON Schema: a $ref to the document of subject acme-point, by its reference name
+    point = {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}}
+    sr.register_schema("acme-point", Schema(json.dumps(point), "JSON"))
+    shape = {"type": "object", "properties": {"name": {"type": "string"}, "at": {"$ref": "point.json"}}}
+    shape_id = sr.register_schema("shapes_ref-value", Schema(json.dumps(shape), "JSON",
+                                                             [SchemaReference("point.json", "acme-point", 1)]))
+    frame = b"\x00" + shape_id.to_bytes(4, "big")
+    remote.append("shapes_ref", [(None, frame + json.dumps({"name": "dot", "at": {"x": 1.5, "y": -2}}).encode())])
+
+    # Protobuf: order.proto imports acme/money.proto, registered by confluent-kafka's serializer as a reference
+    order_cls, money_cls = _order_class()
+    pctx = SerializationContext("orders_ref", MessageField.VALUE)
+    pser = ProtobufSerializer(order_cls, sr, {"use.deprecated.format": False})
+    remote.append("orders_ref", [(None, pser(order_cls(id="o-1", total=money_cls(currency="EUR", units=12)), pctx))])
+    assert sr.get_latest_version("orders_ref-value").schema.references  # the import is a reference indeed
+
+    topics = ["people_ref", "shapes_ref", "orders_ref"]
+    res = run_job(spark, "sync-tables", remote.url, topics=topics)
+    assert res.totals["rows_added"] == 4  # every record decoded: none went to a dead-letter table
+    people = spark.read.format("delta").load(f"{remote.url}/tables/people_ref")
+    assert dict(people.dtypes)["home"] == "struct<city:string,kind:string>"
+    assert _rows(spark, remote, "people_ref", "name", "home", "work") == [
+        ("ada", ("Oslo", "HOME"), None), ("bob", ("Rome", "HOME"), ("Bern", "WORK"))]
+    shapes = spark.read.format("delta").load(f"{remote.url}/tables/shapes_ref")
+    assert dict(shapes.dtypes)["at"] == "struct<x:double,y:double>"
+    assert _rows(spark, remote, "shapes_ref", "name", "at") == [("dot", (1.5, -2.0))]
+    orders = spark.read.format("delta").load(f"{remote.url}/tables/orders_ref")
+    assert dict(orders.dtypes)["total"] == "struct<currency:string,units:bigint>"
+    assert _rows(spark, remote, "orders_ref", "id", "total") == [("o-1", ("EUR", 12))]
+
+    for fmt in READERS:
+        got = {t: [tuple(r) for r in _decoded(spark, remote, fmt, t, valueFormat="schema-registry")
+                   .orderBy("offset").select(*cols, "decode_error").collect()]
+               for t, cols in (("people_ref", ("name", "home")), ("shapes_ref", ("name", "at")),
+                               ("orders_ref", ("id", "total")))}
+        assert got == {"people_ref": [("ada", ("Oslo", "HOME"), None), ("bob", ("Rome", "HOME"), None)],
+                       "shapes_ref": [("dot", (1.5, -2.0), None)],
+                       "orders_ref": [("o-1", ("EUR", 12), None)]}, fmt
