@@ -380,3 +380,36 @@ def test_schemas_with_references_to_other_subjects_decode_in_tables_and_through_
         assert got == {"people_ref": [("ada", ("Oslo", "HOME"), None), ("bob", ("Rome", "HOME"), None)],
                        "shapes_ref": [("dot", (1.5, -2.0), None)],
                        "orders_ref": [("o-1", ("EUR", 12), None)]}, fmt
+
+
+def test_lakelog_topic_views_are_typed_like_the_tables_and_follow_new_versions(tmp_path, spark, registry):
+    from lakelog.spark_log.tables import register_topics
+
+    sr = SchemaRegistryClient({"url": registry})
+    remote = Remote(tmp_path, registry)
+    v1 = {"type": "record", "name": "Visit", "namespace": "lakelog.v", "fields": [{"name": "page", "type": "string"}]}
+    v2 = {**v1, "fields": v1["fields"] + [{"name": "ms", "type": "long", "default": -1}]}
+    ctx, kctx = SerializationContext("visits", MessageField.VALUE), SerializationContext("visits", MessageField.KEY)
+    key_ser, ser1 = AvroSerializer(sr, '"long"'), AvroSerializer(sr, json.dumps(v1))
+    remote.append("visits", [(key_ser(7, kctx), ser1({"page": "/a"}, ctx)), (key_ser(8, kctx), b"\x00junk")])
+    remote.append("plain", [(b"k", b"just bytes")])  # no subject: the view stays raw
+
+    names = register_topics(spark, remote.url)
+    assert {"visits", "plain"} <= set(names)
+    visits = spark.table("lakelog.visits")
+    assert (dict(visits.dtypes)["page"], dict(visits.dtypes)["key_decoded"]) == ("string", "bigint")
+    rows = spark.sql("SELECT offset, key_decoded, page, decode_error IS NULL AS ok FROM lakelog.visits "
+                     "ORDER BY offset").collect()
+    assert [tuple(r) for r in rows] == [(0, 7, "/a", True), (1, 8, None, False)]
+    assert spark.table("lakelog.plain").columns == spark.read.format("lakelog").option("remote", remote.url) \
+        .option("topic", "plain").load().columns  # raw: no decoded columns, no decode_error
+
+    # a new version, and a record written with it: the view made before does not know the version and
+    # says so; the next registration (the SQL server refreshes its views) reads it, as the table would
+    ser2 = AvroSerializer(sr, json.dumps(v2))
+    remote.append("visits", [(key_ser(9, kctx), ser2({"page": "/b", "ms": 12}, ctx))])
+    stale = spark.sql("SELECT decode_error FROM lakelog.visits WHERE offset = 2").first()["decode_error"]
+    assert "not a version of subject visits-value" in stale
+    register_topics(spark, remote.url)
+    rows = spark.sql("SELECT offset, page, ms FROM lakelog.visits WHERE decode_error IS NULL ORDER BY offset").collect()
+    assert [tuple(r) for r in rows] == [(0, "/a", -1), (2, "/b", 12)]
