@@ -14,7 +14,8 @@ the `lakelog` data source; the scan itself stays raw).
   widens its column by Delta type widening (`tables.py`).
 - **Decoding.** Avro and JSON natively (`from_avro`, `from_json` with a corrupt-record column);
   Protobuf in Python over Arrow batches (`mapInArrow`, google.protobuf; spark-protobuf is not on
-  Maven Central for this Spark), so Protobuf topics need the `protobuf` package on the executors.
+  Maven Central for this Spark): the jobs ship the `protobuf` package to the executors in
+  `lakelog_deps.zip` (`executor_deps`), so executors need only pyspark and pyarrow.
   The Confluent header (magic 0, schema id, Protobuf message indexes) is split by SQL
   expressions; Protobuf message indexes are read in Python.
 - **Columns.** A value whose reader is a record (Avro record, JSON object with properties,
@@ -486,6 +487,9 @@ class _ProtobufBatches:
         self.target_name = target_name  # the reader's first message: the column's type
 
     def __call__(self, batches):
+        from lakelog.spark_log.executor_deps import load_shipped_deps
+
+        load_shipped_deps()  # protobuf, on a cluster whose executors have only pyspark and pyarrow
         import pyarrow as pa
         from google.protobuf import message_factory
         from pyspark.sql.pandas.types import to_arrow_type
