@@ -276,6 +276,10 @@ def test_the_value_format_option_types_columns_through_either_reader(tmp_path, s
                            ({"valueFormat": "schema-registry", "valueSubject": "nope-value"}, "no subject nope-value")):
             with pytest.raises(DecodeOptionError, match=match):
                 _decoded(spark, remote, fmt, "items", **bad)
+        # a reader without the wrapper (here: the JVM's DataFrameReader itself) is refused, never raw rows
+        with pytest.raises(Exception, match="DataFrameReader wrapper"):
+            spark._jsparkSession.read().format(fmt).option("remote", remote.url).option("topic", "items") \
+                .option("valueFormat", "schema-registry").load().count()
 
     # JSON Schema and Protobuf values, a registry named by the option (the topic has no config), both readers
     doc = {"type": "object", "properties": {"id": {"type": "integer"}, "tags": {"type": "array",
