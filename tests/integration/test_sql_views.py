@@ -271,8 +271,11 @@ def test_avro_bytes_from_confluent_kafka_come_out_of_lakelog_sql_as_typed_column
     r = httpx.post(f"{url}/topics/{topic}/partitions/0?acks=all", timeout=30, headers={"Content-Type": BINARY},
                    json={"records": [{"value": base64.b64encode(v).decode()} for v in values + [b"not avro"]]})
     assert r.status_code == 200, r.text
-    out = sql(f"SELECT offset, payment_id, amount, CAST(at AS STRING) AS at, decode_error FROM lakelog.{topic} "
-              "ORDER BY offset", "--remote", node.remote, "--nodes", url, "--format", "json", cwd=tmp_path)
+    query = (f"SELECT offset, payment_id, amount, CAST(at AS STRING) AS at, decode_error FROM lakelog.{topic} "
+             "ORDER BY offset")
+    out = subprocess.run([LAKELOG, "sql", query, "--remote", node.remote, "--nodes", url, "--format", "json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=1200,  # a cold JVM on a loaded machine
+                         env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
     assert out.returncode == 0, out.stderr
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(r["offset"], r["payment_id"], r["amount"]) for r in rows] == [
