@@ -1207,7 +1207,7 @@ PRODUCE_PARTS = (
      "produce_batches", "own"),
     ("`Partition.wait_for_commit`, own time (acks=all: a future per request, woken by the high watermark)",
      "ingest_api/partition.py", "wait_for_commit", "own"),
-    ("`_produce_response` (JSONResponse of the offsets)", "ingest_api/routers/records.py", "_produce_response",
+    ("`_produce_response` (the offsets, written as text)", "ingest_api/routers/records.py", "_produce_response",
      "cum"),
     ("`_count` (prometheus produce counters)", "ingest_api/routers/records.py", "_count", "cum"),
     ("`produce_to_partition` (the route), own time", "ingest_api/routers/records.py", "produce_to_partition", "own"),
@@ -1216,25 +1216,23 @@ PRODUCE_PARTS = (
     *FASTAPI_PARTS,
 )
 JSON_PARTS = (
-    ("`parse_produce_request`: `json.loads` of the body, then per record `_json_bytes` of key and value and "
-     "a `ProduceRecord`", "ingest_api/formats.py", "parse_produce_request", "cum"),
-    ("… `_json_bytes` (re-serialising each key and value with one shared compact `JSONEncoder`)",
+    ("`parse_produce_request`: `orjson.loads` of the body, then per record key and value re-serialised by "
+     "orjson into columns (no object per record)", "ingest_api/formats.py", "parse_produce_request", "cum"),
+    ("… `_json_bytes` (a key: orjson, or the standard library for what orjson cannot write)",
      "ingest_api/formats.py", "_json_bytes", "cum"),
     ("`StickyPartitioner.partition`: the partition of each record by its key", "ingest_api/partitioner.py",
      "partition", "cum"),
-    ("… `murmur2` of the key (pure Python)", "ingest_api/partitioner.py", "murmur2", "cum"),
-    ("`build_batch`: one RecordBatch per partition (pure Python record encoding)", "logstore/record_batch.py",
-     "build_batch", "cum"),
-    ("… `encode_record`", "logstore/record_batch.py", "encode_record", "cum"),
+    ("… `partition_for_key` (murmur2 in C, `_batchbuild`)", "", "partition_for_key", "cum"),
+    ("`build_batch_columns`: one RecordBatch per partition (records encoded in C, `_batchbuild.encode_columns`)",
+     "logstore/batch_columns.py", "build_batch_columns", "cum"),
     ("`Partition.append_as_leader`: validation and append, one per partition", "ingest_api/partition.py",
      "append_as_leader", "cum"),
-    ("`Node.produce_records`, own time (grouping the records by partition, a `Record` per record)",
+    ("`Node.produce_records`, own time (grouping the records by partition)",
      "ingest_api/node.py", "produce_records", "own"),
-    ("`_produce_response` (JSONResponse of 500 offsets)", "ingest_api/routers/records.py", "_produce_response",
+    ("`_produce_response` (500 offsets written as text)", "ingest_api/routers/records.py", "_produce_response",
      "cum"),
     ("`_count` (prometheus produce counters)", "ingest_api/routers/records.py", "_count", "cum"),
-    ("`produce_to_topic` (the route), own time: includes summing the record sizes for the counters",
-     "ingest_api/routers/records.py", "produce_to_topic", "own"),
+    ("`produce_to_topic` (the route), own time", "ingest_api/routers/records.py", "produce_to_topic", "own"),
 )
 FETCH_PARTS = (
     ("`Partition.read` → `PartitionLog.read` (offset lookup, pread, CRC check)", "ingest_api/partition.py", "read",

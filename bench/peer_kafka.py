@@ -114,7 +114,9 @@ class KafkaCluster:
         self.size = size
         ports = [(free_port(), free_port()) for _ in range(size)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # StorageTool would read a leading "-" as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         self.procs, self.logs = [], []
         for i, (port, cport) in enumerate(ports):
             d = self.dir / f"node-{i + 1}"

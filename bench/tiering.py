@@ -91,7 +91,7 @@ from lakelog.tiering.layout import (  # noqa: E402
     segment_key,
 )
 from lakelog.tiering.manifest import PartitionManifest, RemoteSegment, SegmentState  # noqa: E402
-from lakelog.tiering.uploader import scan_segment  # noqa: E402
+from lakelog.tiering.segment_scan import scan_segment  # noqa: E402
 from lakelog.tiering.s3_store import S3Store  # noqa: E402
 from lakelog.tiering.store import ObjectStore  # noqa: E402
 

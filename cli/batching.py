@@ -1,6 +1,8 @@
-"""RecordBatch v2 building for the producer: the records section natively (`_batchbuild`, C), or in
+"""RecordBatch v2 building from record tuples: the records section natively (`_batchbuild`, C), or in
 pure Python (`logstore.record_batch.encode_record`, the reference); header, compression and CRC-32C
-here. Both paths give the same bytes as `logstore.record_batch.build_batch` (tests check it).
+here. Both paths give the same bytes as `logstore.record_batch.build_batch` (tests check it). The
+Producer itself holds a batch as columns and builds it with `logstore.batch_columns` (same bytes);
+`record_size_estimate` and `CODECS` are its, the tuple builders serve tools and tests.
 
 A producer batch: base offset 0 (the leader assigns offsets), partition leader epoch -1, magic 2,
 CreateTime, offset deltas 0..n-1, base timestamp = the first record's, and the producer id / epoch /

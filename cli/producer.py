@@ -50,17 +50,18 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 from urllib.parse import quote
 
 import httpx
 
 from lakelog.infra.errors import ErrorKind, LakelogError
-from lakelog.cli.batching import CODECS, build_producer_batch, record_size_estimate
+from lakelog.cli.batching import CODECS, record_size_estimate
 from lakelog.ingest_api.partitioner import partition_for_key
+from lakelog.logstore.batch_columns import build_batch_columns
 
 RECORDBATCH = "application/vnd.kafka.recordbatch"
+_monotonic, _time = time.monotonic, time.time
 _SEQUENCE_MOD = 2**31
 
 #: Kafka's producer configs this client takes, with Kafka's defaults.
@@ -114,9 +115,10 @@ def _bool(v: Any) -> bool:
 class _BatchOutcome:
     """What every record of one batch waits for: one event, the base offset or the error."""
 
-    __slots__ = ("event", "base", "error", "waiters")
+    __slots__ = ("event", "base", "error", "waiters", "topic", "partition")
 
-    def __init__(self) -> None:
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic, self.partition = topic, partition
         self.event = threading.Event()
         self.base = -1
         self.error: Exception | None = None
@@ -129,11 +131,10 @@ class RecordFuture:
     at once when already done). Lighter than concurrent.futures.Future: the records of a batch
     share one event."""
 
-    __slots__ = ("_outcome", "_index", "_topic", "_partition", "_timestamp")
+    __slots__ = ("_outcome", "_index", "_timestamp")
 
-    def __init__(self, outcome: _BatchOutcome, index: int, topic: str, partition: int, timestamp: int) -> None:
-        self._outcome, self._index = outcome, index
-        self._topic, self._partition, self._timestamp = topic, partition, timestamp
+    def __init__(self, outcome: _BatchOutcome, index: int, timestamp: int) -> None:
+        self._outcome, self._index, self._timestamp = outcome, index, timestamp
 
     def done(self) -> bool:
         return self._outcome.event.is_set()
@@ -147,8 +148,8 @@ class RecordFuture:
         error = self.exception(timeout)
         if error is not None:
             raise error
-        base = self._outcome.base
-        return RecordMetadata(self._topic, self._partition, base + self._index if base >= 0 else -1, self._timestamp)
+        o = self._outcome
+        return RecordMetadata(o.topic, o.partition, o.base + self._index if o.base >= 0 else -1, self._timestamp)
 
     def add_done_callback(self, fn: Callable[["RecordFuture"], Any]) -> None:
         o = self._outcome
@@ -164,20 +165,28 @@ class RecordFuture:
 _CALLBACK_LOCK = threading.Lock()
 
 
-@dataclass
 class _Batch:
-    topic: str
-    partition: int
-    created: float
-    records: list[tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]] = field(default_factory=list)
-    outcome: _BatchOutcome = field(default_factory=_BatchOutcome)
-    callbacks: list[tuple[int, Callable]] = field(default_factory=list)
-    size: int = 0
-    attempts: int = 0
-    payload: bytes | None = None  # built once: a retry resends the same bytes and sequence
-    producer: tuple[int, int] | None = None
-    sequence: int = -1
-    pred: "_Batch | None" = None  # the batch of the same partition and producer id sent just before
+    """One partition's batch as columns (what `_batchbuild.encode_columns` takes): a record is three
+    list appends, not an object."""
+
+    __slots__ = ("topic", "partition", "created", "timestamps", "keys", "values", "headers", "any_key", "outcome",
+                 "callbacks", "size", "attempts", "payload", "producer", "sequence", "pred")
+
+    def __init__(self, topic: str, partition: int, created: float) -> None:
+        self.topic, self.partition, self.created = topic, partition, created
+        self.timestamps: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[tuple[tuple[str, bytes | None], ...]] | None = None  # None until a record has headers
+        self.any_key = False
+        self.outcome = _BatchOutcome(topic, partition)
+        self.callbacks: list[tuple[int, Callable]] = []
+        self.size = 0
+        self.attempts = 0
+        self.payload: bytes | None = None  # built once: a retry resends the same bytes and sequence
+        self.producer: tuple[int, int] | None = None
+        self.sequence = -1
+        self.pred: "_Batch | None" = None  # the batch of the same partition and producer id sent just before
 
 
 class Producer:
@@ -227,7 +236,9 @@ class Producer:
                                   **(http_options or {}))
         self.requests = 0  # produce requests sent (retries included)
         self._node = 0  # index into servers: where requests go; moves on a retriable failure
-        self._cond = threading.Condition()
+        # produce() takes the lock itself (C), not through the Condition (a Python-level __enter__).
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._open: dict[tuple[str, int], _Batch] = {}
         self._queued: dict[tuple[str, int], deque[_Batch]] = {}
         self._in_flight: dict[tuple[str, int], list[_Batch]] = {}  # per partition, in sequence order
@@ -269,39 +280,60 @@ class Producer:
         stays full for max.block.ms."""
         if self._closed:
             raise RuntimeError("the producer is closed")
-        key = _as_bytes(key, "key")
-        value = _as_bytes(value, "value")
-        hdrs = tuple((str(n), _as_bytes(v, "header value")) for n, v in (headers or ()))
-        size = record_size_estimate(key, value, hdrs)
+        # The per-record path: every call here is paid once per record, so checks are inline.
+        if key is not None and key.__class__ is not bytes:
+            key = _as_bytes(key, "key")
+        if value is not None and value.__class__ is not bytes:
+            value = _as_bytes(value, "value")
+        size = 21 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        hdrs = None
+        if headers:
+            hdrs = tuple((str(n), _as_bytes(v, "header value")) for n, v in headers)
+            size = record_size_estimate(key, value, hdrs)
         if size + 61 > self.max_request_size:
             raise ProduceError(f"the record is {size} bytes, over max.request.size={self.max_request_size}",
                                413, 41301)
-        n = self.partitions_for(topic)
+        now = _monotonic()
+        n = self._partitions.get(topic)
+        if n is None or now - self._partitions_at[topic] > self.metadata_max_age_s:
+            n = self.partitions_for(topic)
         if partition is None:
-            partition = partition_for_key(key, n) if key is not None else self._sticky_partition(topic, n)
+            if key is not None:
+                partition = partition_for_key(key, n)
+            else:
+                partition = self._sticky.get(topic)
+                if partition is None or partition >= n:
+                    partition = self._sticky_partition(topic, n)
         elif not 0 <= partition < n:
             raise ProduceError(f"Partition {partition} of topic {topic} not found.", 404, 40402)
-        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        deadline = time.monotonic() + self.max_block_s
-        with self._cond:
-            while self._buffered + size > self.buffer_memory and self._buffered > 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise BufferError(f"buffer.memory={self.buffer_memory} is full after max.block.ms")
-                self._cond.wait(left)
+        ts = int(_time() * 1000) if timestamp is None else int(timestamp)
+        with self._lock:
+            if self._buffered + size > self.buffer_memory and self._buffered > 0:
+                self._wait_for_buffer(size, now + self.max_block_s)
             tp = (topic, partition)
             b = self._open.get(tp)
             wake = False  # the sender sleeps until linger.ms of the oldest batch: wake it only when needed
-            if b is not None and b.size + size > self.batch_size and b.records:
+            if b is not None and b.size + size > self.batch_size and b.values:
                 self._seal(tp)
                 b, wake = None, True
             if b is None:
-                b = self._open[tp] = _Batch(topic, partition, time.monotonic())
+                b = self._open[tp] = _Batch(topic, partition, now)
                 wake = True
-            fut = RecordFuture(b.outcome, len(b.records), topic, partition, ts)
+            i = len(b.values)
+            fut = RecordFuture(b.outcome, i, ts)
             if on_delivery is not None:
-                b.callbacks.append((len(b.records), on_delivery))
-            b.records.append((ts, key, value, hdrs))
+                b.callbacks.append((i, on_delivery))
+            b.timestamps.append(ts)
+            b.keys.append(key)
+            b.values.append(value)
+            if key is not None:
+                b.any_key = True
+            if hdrs:
+                if b.headers is None:
+                    b.headers = [()] * i
+                b.headers.append(hdrs)
+            elif b.headers is not None:
+                b.headers.append(())
             b.size += size
             self._buffered += size
             self._pending += 1
@@ -311,6 +343,14 @@ class Producer:
             if wake:
                 self._cond.notify_all()
         return fut
+
+    def _wait_for_buffer(self, size: int, deadline: float) -> None:
+        """Block until `size` more bytes fit in buffer.memory (caller holds the lock)."""
+        while self._buffered + size > self.buffer_memory and self._buffered > 0:
+            left = deadline - _monotonic()
+            if left <= 0:
+                raise BufferError(f"buffer.memory={self.buffer_memory} is full after max.block.ms")
+            self._cond.wait(left)
 
     send = produce
 
@@ -360,7 +400,7 @@ class Producer:
     def _seal(self, tp: tuple[str, int]) -> None:
         """Move the open batch of `tp` to its queue (caller holds the lock)."""
         b = self._open.pop(tp, None)
-        if b is None or not b.records:
+        if b is None or not b.values:
             return
         self._queued.setdefault(tp, deque()).append(b)
         topic = tp[0]
@@ -406,7 +446,7 @@ class Producer:
                 if self.idempotent and self._producer_id is not None:
                     b.producer = self._producer_id
                     b.sequence = self._sequences.get(tp, 0)
-                    self._sequences[tp] = (b.sequence + len(b.records)) % _SEQUENCE_MOD
+                    self._sequences[tp] = (b.sequence + len(b.values)) % _SEQUENCE_MOD
                     b.pred = flying[-1] if flying and flying[-1].producer == b.producer else None
                 flying.append(b)
                 self.in_flight_peak = max(self.in_flight_peak, len(flying))
@@ -452,8 +492,9 @@ class Producer:
     def _payload(self, b: _Batch) -> bytes:
         if b.payload is None:
             pid, epoch = b.producer if b.producer is not None else (-1, -1)
-            b.payload = build_producer_batch(b.records, compression=self.compression, producer_id=pid,
-                                             producer_epoch=epoch, base_sequence=b.sequence)
+            b.payload = build_batch_columns(b.values, timestamps=b.timestamps, keys=b.keys if b.any_key else None,
+                                            headers=b.headers, compression=self.compression, producer_id=pid,
+                                            producer_epoch=epoch, base_sequence=b.sequence)
         return b.payload
 
     def _ship(self, b: _Batch) -> None:
@@ -504,7 +545,7 @@ class Producer:
         b.pred = None  # no chain of finished batches kept alive
         for i, cb in b.callbacks:
             md = None if error is not None else RecordMetadata(b.topic, b.partition, base + i if base >= 0 else -1,
-                                                               b.records[i][0])
+                                                               b.timestamps[i])
             try:
                 cb(error, md)
             except Exception:  # a failing callback must not stop the sender
@@ -520,7 +561,7 @@ class Producer:
                 flying.remove(b)
                 self._in_flight_count -= 1
             self._buffered -= b.size
-            self._pending -= len(b.records)
+            self._pending -= len(b.values)
             if error is None and b.producer is not None:
                 self._acked_pid[tp] = b.producer
             if error is not None and self.idempotent and b.producer is not None and b.producer == self._producer_id:

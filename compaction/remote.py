@@ -69,7 +69,7 @@ from lakelog.tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME
 from lakelog.tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, Replacement, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.store import FileSlice, ObjectStore
-from lakelog.tiering.uploader import scan_segment
+from lakelog.tiering.segment_scan import scan_segment
 
 COMPACTION_ORIGIN = "job:compaction"
 DEFAULT_DELETE_DELAY_MS = 60_000

@@ -28,7 +28,8 @@ from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_C
 from lakelog.ingest_api.cluster.broker_configs import controller_records as broker_config_controller_records
 from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
 from lakelog.ingest_api.cluster.errors import NotControllerError
-from lakelog.ingest_api.cluster.image import ClusterImage, encode_record
+from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.image_values import encode_record
 from lakelog.ingest_api.cluster.quorum import QuorumHost
 from lakelog.ingest_api.error_table import code_of
 from lakelog.ingest_api.errors import (
@@ -44,7 +45,6 @@ from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTR
 from lakelog.ingest_api.security.records import controller_records as security_controller_records
 from lakelog.ingest_api.schemas.state import CONTROLLER_OPS as SCHEMA_CONTROLLER_OPS
 from lakelog.ingest_api.schemas.state import controller_records as schema_controller_records
-from lakelog.ingest_api.cluster import throttles
 
 log = logging.getLogger("lakelog.node")
 
@@ -102,14 +102,6 @@ def _allocate_producer_ids(ctrl: Controller, image: ClusterImage, args: dict[str
     return records, {"first_id": first, "count": count}
 
 
-def _alter_broker_configs(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
-    ctrl._require_active()
-    try:
-        return throttles.controller_records("alter_broker_configs", args, image.throttles)
-    except ValueError as e:
-        raise InvalidRequestError(str(e)) from None
-
-
 def _security_op(op: str) -> ControllerOp:
     def run(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
         ctrl._require_active()
@@ -147,12 +139,11 @@ OPS: dict[str, ControllerOp] = {
     "unregister_broker": ControllerOp(lambda c, i, a, n: (c.unregister_broker(int(a["node_id"])), {})),
     "elect_leaders": ControllerOp(lambda c, i, a, n: (c.elect_leaders(
         (str(r["topic"]), r["partition"]) for r in a["partitions"]), {})),
-    "alter_broker_configs": ControllerOp(_alter_broker_configs),
     # users, API keys, ACLs, quotas (ingest_api/security/records.py)
     **{op: _security_op(op) for op in SECURITY_CONTROLLER_OPS},
     # the Schema Registry: subjects, versions, config, mode (ingest_api/schemas/state.py)
     **{op: _schema_op(op) for op in SCHEMA_CONTROLLER_OPS},
-    # dynamic broker configs (ingest_api/cluster/broker_configs.py)
+    # dynamic broker configs, the replication throttle rates among them (ingest_api/cluster/broker_configs.py)
     **{op: _broker_config_op(op) for op in BROKER_CONFIG_CONTROLLER_OPS},
 }
 

@@ -45,7 +45,7 @@ class DynamicConfigs:
         if state is self._seen:
             return False
         self._seen = state
-        wanted = state.effective(self.node.node_id)
+        wanted = state.node_overrides(self.node.node_id)
         if wanted == self._applied:
             return False
         new = self.static.with_overrides(wanted)

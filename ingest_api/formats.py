@@ -15,11 +15,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from lakelog.ingest_api.errors import InvalidRequestError, RecordDeserializationError
-from lakelog.ingest_api.node import ProduceRecord
+from lakelog.ingest_api.produce_columns import ProduceColumns
 from lakelog.logstore.record_batch import Record
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
@@ -99,13 +102,23 @@ def _b64(value: Any, what: str) -> bytes | None:
         raise InvalidRequestError(f"{what} is not valid base64") from None
 
 
+_dumps = orjson.dumps
 _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _json_bytes(value: Any) -> bytes | None:
+    """Compact UTF-8 JSON of a value (orjson, in C; the standard library for what orjson cannot
+    write: integers beyond 64 bits, nesting deeper than 255)."""
     if value is None:
         return None
-    return _compact_json(value).encode("utf-8")
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
+        pass
+    try:
+        return _compact_json(value).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        raise InvalidRequestError("a key or value cannot be stored as UTF-8 JSON") from None
 
 
 def _reject_constant(token: str) -> Any:
@@ -143,44 +156,115 @@ def parse_producer_fields(doc: dict) -> ProducerFields | None:
     return ProducerFields(pid, epoch, seq)
 
 
-def parse_produce_body(body: bytes, fmt: str, max_records: int) -> list[ProduceRecord]:
+def parse_produce_body(body: bytes, fmt: str, max_records: int) -> ProduceColumns:
     return parse_produce_request(body, fmt, max_records)[0]
 
 
-def parse_produce_request(body: bytes, fmt: str, max_records: int) -> tuple[list[ProduceRecord], ProducerFields | None]:
+def _loads(body: bytes, exact: bool = False) -> Any:
+    """The parsed body: orjson (C) first; what it refuses goes through the standard library, whose
+    answer stands (UTF-16/32 bodies, a BOM, lone surrogates, 1e400). `exact`: the standard library
+    only (orjson turns integers beyond 64 bits into floats: see _may_hold_big_integers)."""
+    if not exact:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
     try:
-        doc = json.loads(body, parse_constant=_reject_constant)
+        return json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nesting too deep
         raise InvalidRequestError("request body is not valid JSON") from None
+
+
+def _finite_float(token: str) -> float:
+    # 1e400 reads as infinity, which JSON cannot write back (orjson refuses it from the start).
+    value = float(token)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"{token} is out of a double's range")
+    return value
+
+
+#: Every digit to "0", every other byte to " ": a run of 19 zeros after translate() is a run of 19
+#: digits in the body, the shortest integer orjson may not hold exactly (below -2^63 or from 2^64).
+_DIGIT_RUNS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+
+
+def _may_hold_big_integers(body: bytes) -> bool:
+    return b"0" * 19 in body.translate(_DIGIT_RUNS)
+
+
+def parse_produce_request(body: bytes, fmt: str, max_records: int) -> tuple[ProduceColumns, ProducerFields | None]:
+    """The records of a v2 produce body as columns (one pass over the records, no object per
+    record), and its producer fields."""
+    cols, producer, numbers = _parse_produce(_loads(body), fmt, max_records)
+    if numbers and _may_hold_big_integers(body):
+        # A number that orjson may have read as a float: read the body again exactly.
+        cols, producer, _ = _parse_produce(_loads(body, exact=True), fmt, max_records)
+    return cols, producer
+
+
+def _parse_produce(doc: Any, fmt: str, max_records: int) -> tuple[ProduceColumns, ProducerFields | None, bool]:
+    """(columns, producer fields, whether a key or value holds something other than a string)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
         raise InvalidRequestError('request body must be {"records": [...]}')
     raw = doc["records"]
     if not raw:
         raise InvalidRequestError("records must not be empty")
-    if len(raw) > max_records:
+    n = len(raw)
+    if n > max_records:
         from lakelog.ingest_api.errors import RequestTooLargeError
-        raise RequestTooLargeError(f"{len(raw)} records exceed max.records.per.request={max_records}")
-    out = []
+        raise RequestTooLargeError(f"{n} records exceed max.records.per.request={max_records}")
+    binary = fmt == BINARY_V2
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    partitions: list[int | None] | None = None
+    headers: list[tuple] | None = None
+    any_key = numbers = False
     for i, r in enumerate(raw):
-        if not isinstance(r, dict):
+        if type(r) is not dict:
             raise InvalidRequestError(f"records[{i}] must be an object")
-        if fmt == BINARY_V2:
-            key, value = _b64(r.get("key"), f"records[{i}].key"), _b64(r.get("value"), f"records[{i}].value")
-        else:
-            key, value = _json_bytes(r.get("key")), _json_bytes(r.get("value"))
+        key, value = r.get("key"), r.get("value")
+        if key is not None:
+            if binary:
+                key = _b64(key, f"records[{i}].key")
+            else:
+                numbers = numbers or type(key) is not str
+                key = _json_bytes(key)
+            any_key = True
+        if value is not None:
+            if binary:
+                value = _b64(value, f"records[{i}].value")
+            else:
+                numbers = numbers or type(value) is not str
+                try:  # _json_bytes inlined: the one call made for every record
+                    value = _dumps(value)
+                except TypeError:
+                    value = _json_bytes(value)
+        keys.append(key)
+        values.append(value)
         partition = r.get("partition")
-        if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool) or partition < 0):
-            raise InvalidRequestError(f"records[{i}].partition must be a non-negative integer")
-        headers = r.get("headers") or []
-        if not isinstance(headers, list):
-            raise InvalidRequestError(f"records[{i}].headers must be a list")
-        parsed_headers = []
-        for j, h in enumerate(headers):
-            if not isinstance(h, dict) or not isinstance(h.get("key", h.get("name")), str):
-                raise InvalidRequestError(f"records[{i}].headers[{j}] must be {{\"key\": string, \"value\": base64}}")
-            parsed_headers.append((h.get("key", h.get("name")), _b64(h.get("value"), f"records[{i}].headers[{j}].value")))
-        out.append(ProduceRecord(key, value, partition, tuple(parsed_headers)))
-    return out, parse_producer_fields(doc)
+        if partition is not None:
+            if type(partition) is not int or partition < 0:
+                raise InvalidRequestError(f"records[{i}].partition must be a non-negative integer")
+            if partitions is None:
+                partitions = [None] * n
+            partitions[i] = partition
+        hs = r.get("headers")
+        if hs:
+            if not isinstance(hs, list):
+                raise InvalidRequestError(f"records[{i}].headers must be a list")
+            if headers is None:
+                headers = [()] * n
+            headers[i] = _parse_headers(hs, i)
+    return ProduceColumns(values, keys if any_key else None, partitions, headers), parse_producer_fields(doc), numbers
+
+
+def _parse_headers(headers: list, i: int) -> tuple[tuple[str, bytes | None], ...]:
+    parsed = []
+    for j, h in enumerate(headers):
+        if not isinstance(h, dict) or not isinstance(h.get("key", h.get("name")), str):
+            raise InvalidRequestError(f"records[{i}].headers[{j}] must be {{\"key\": string, \"value\": base64}}")
+        parsed.append((h.get("key", h.get("name")), _b64(h.get("value"), f"records[{i}].headers[{j}].value")))
+    return tuple(parsed)
 
 
 def render_record(topic: str, partition: int, rec: Record, fmt: str, *, timestamp: int | None = None) -> dict[str, Any]:

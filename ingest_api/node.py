@@ -55,7 +55,8 @@ from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
 from lakelog.ingest_api.cluster.controller import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster_events import ClusterEvents
-from lakelog.ingest_api.cluster.quorum import QuorumConfig, QuorumHost, parse_voters
+from lakelog.ingest_api.cluster.quorum import QuorumHost
+from lakelog.ingest_api.cluster.quorum_config import QuorumConfig, parse_voters
 from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS
 from lakelog.ingest_api.cluster.observer import ObserverHost
 from lakelog.ingest_api.config import NodeConfig
@@ -73,6 +74,7 @@ from lakelog.ingest_api.errors import (
 from lakelog.ingest_api.metadata import load_or_create_meta_properties
 from lakelog.ingest_api.partition import Partition, PartitionKey
 from lakelog.ingest_api.partitioner import StickyPartitioner
+from lakelog.ingest_api.produce_columns import ProduceColumns, ProduceResult, ProduceResults
 from lakelog.ingest_api.remote_log_manager import RemoteLogManager
 from lakelog.ingest_api.replica_manager import ReplicaManager
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
@@ -80,7 +82,6 @@ from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, PeerClient, j
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.logstore.errors import OffsetOutOfRangeError
 from lakelog.logstore.log import AppendInfo, FetchResult
-from lakelog.logstore.record_batch import Record, build_batch
 
 log = logging.getLogger("lakelog.node")
 
@@ -95,12 +96,6 @@ class ProduceRecord:
     value: bytes | None
     partition: int | None = None
     headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-@dataclass(frozen=True)
-class ProduceResult:
-    partition: int
-    offset: int
 
 
 class Node:
@@ -347,29 +342,43 @@ class Node:
         self._pid_next += 1
         return pid, 0
 
-    async def produce_records(self, topic: str, records: list[ProduceRecord], *, partition: int | None = None,
-                              timestamp_ms: int | None = None, acks: str = "all",
-                              producer: Any = None, principal: str | None = None) -> list[ProduceResult]:
+    async def produce_records(self, topic: str, records: list[ProduceRecord] | ProduceColumns, *,
+                              partition: int | None = None, timestamp_ms: int | None = None, acks: str = "all",
+                              producer: Any = None, principal: str | None = None) -> ProduceResults:
         """Append JSON / binary records: one batch per target partition (forwarded to its leader when
-        that is another node, acting for `principal`); results in request order."""
+        that is another node, acting for `principal`); results in request order. `records` as
+        columns (ingest_api/produce_columns.py) costs no object per record."""
         self.check_ready()
         meta = self.admin.topic_metadata(topic)
-        if len(records) > self.config.max_records_per_request:
-            raise RequestTooLargeError(f"{len(records)} records exceed max.records.per.request="
+        cols = records if isinstance(records, ProduceColumns) else ProduceColumns.from_records(records)
+        n = len(cols)
+        if n > self.config.max_records_per_request:
+            raise RequestTooLargeError(f"{n} records exceed max.records.per.request="
                                        f"{self.config.max_records_per_request}")
-        if not records:
+        if not n:
             raise InvalidRequestError("records must not be empty")
         now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        sticky = StickyPartitioner(meta.partitions)
-        targets: list[int] = []
-        for r in records:
-            p = partition if partition is not None else (r.partition if r.partition is not None else sticky.partition(r.key))
+        by_partition: dict[int, list[int] | None]
+        targets: list[int] | None = None
+        if partition is not None or (cols.partitions is None and cols.keys is None):
+            # Every record to one partition (the path's, or the sticky one): no per-record choice.
+            p = partition if partition is not None else StickyPartitioner(meta.partitions).partition(None)
             if not 0 <= p < meta.partitions:
                 raise PartitionNotFoundError(f"Partition {p} of topic {topic} not found.")
-            targets.append(p)
-        by_partition: dict[int, list[int]] = {}
-        for i, p in enumerate(targets):
-            by_partition.setdefault(p, []).append(i)
+            by_partition = {p: None}
+        else:
+            sticky = StickyPartitioner(meta.partitions)
+            named = cols.partitions or [None] * n
+            keys = cols.keys or [None] * n
+            targets = []
+            for i in range(n):
+                p = named[i] if named[i] is not None else sticky.partition(keys[i])
+                if not 0 <= p < meta.partitions:
+                    raise PartitionNotFoundError(f"Partition {p} of topic {topic} not found.")
+                targets.append(p)
+            by_partition = {}
+            for i, p in enumerate(targets):
+                by_partition.setdefault(p, []).append(i)  # type: ignore[union-attr]
         if producer is not None and len(by_partition) > 1:
             raise InvalidRequestError("an idempotent produce (producer_id, sequence) must target one partition: "
                                       "sequences are per partition")
@@ -377,22 +386,25 @@ class Node:
                                            "producer_epoch": producer.producer_epoch,
                                            "base_sequence": producer.sequence}
 
-        async def one(p: int, idxs: list[int]) -> tuple[list[int], int]:
-            batch = build_batch([Record(j, now, records[i].key, records[i].value, records[i].headers)
-                                 for j, i in enumerate(idxs)], **ids)
+        async def one(p: int, idxs: list[int] | None) -> tuple[int, list[int] | None, int]:
+            batch = (cols if idxs is None else cols.take(idxs)).build_batch(now, **ids)
             leader = self.leader_of(topic, p)
             if leader == self.node_id:
                 info = await self.produce_batches(topic, p, batch, acks)
-                return idxs, info.first_offset
+                return p, idxs, info.first_offset
             if leader < 0:
                 raise LeaderNotAvailableError(f"partition {topic}-{p} has no leader")
-            return idxs, await self.forward_batch(leader, topic, p, batch, acks, principal)
+            return p, idxs, await self.forward_batch(leader, topic, p, batch, acks, principal)
 
-        offsets = [0] * len(records)
-        for idxs, first in await asyncio.gather(*(one(p, idxs) for p, idxs in by_partition.items())):
-            for j, i in enumerate(idxs):
+        done = await asyncio.gather(*(one(p, idxs) for p, idxs in by_partition.items()))
+        if targets is None:
+            p, _, first = done[0]
+            return ProduceResults(p, range(first, first + n))
+        offsets = [0] * n
+        for _, idxs, first in done:
+            for j, i in enumerate(idxs):  # type: ignore[arg-type]
                 offsets[i] = first + j
-        return [ProduceResult(p, o) for p, o in zip(targets, offsets)]
+        return ProduceResults(targets, offsets)
 
     async def forward_batch(self, leader: int, topic: str, partition: int, batch: bytes, acks: str,
                             principal: str | None = None) -> int:

@@ -368,7 +368,7 @@ class ReplicaManager:
     def leader_throttle_rate(self, p: Partition, replica_id: int) -> int | None:
         """The leader throttle rate for a follower's fetch of `p`, or None when it is not throttled
         (no rate set, the partition not listed for this leader, or the follower in the ISR)."""
-        rate = self.image.throttles.rate(self.node_id, LEADER_RATE)
+        rate = self.image.broker_configs.rate(self.node_id, LEADER_RATE)
         if rate is None or replica_id in p.isr:
             return None
         listed = p.log.config.leader_replication_throttled_replicas
@@ -376,7 +376,7 @@ class ReplicaManager:
 
     def follower_throttle_rate(self, p: Partition) -> int | None:
         """The follower throttle rate of this node's replica of `p`, or None when it is not throttled."""
-        rate = self.image.throttles.rate(self.node_id, FOLLOWER_RATE)
+        rate = self.image.broker_configs.rate(self.node_id, FOLLOWER_RATE)
         if rate is None or self.node_id in p.isr:
             return None
         listed = p.log.config.follower_replication_throttled_replicas

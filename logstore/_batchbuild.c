@@ -10,6 +10,19 @@
  *     varint header count | (varint name length | name UTF-8 | varint value length | value)*
  *   where every varint is zig-zag encoded (Kafka's ByteUtils.writeVarint / writeVarlong).
  *
+ * encode_columns(base_timestamp, timestamps, keys, values, headers) -> bytes
+ *   The same records section from columns, for callers that hold records as lists (the node's JSON
+ *   produce path, the producer's batches): `values` is a sequence of bytes|None (its length is the
+ *   record count); `timestamps` one int for every record or a sequence of ints; `keys` None (every
+ *   key null) or a sequence of bytes|None; `headers` None (no headers) or a sequence of header
+ *   sequences as in encode_records. No tuple per record is built by the caller. The size is
+ *   computed first, so the result is allocated once and each value copied once. An optional 6th
+ *   argument `reserve` > 0 returns a bytearray whose first `reserve` bytes are zero (the caller
+ *   writes the batch header there: the batch needs no second copy).
+ *
+ * murmur2(data) / partition_for_key(key, partitions): Kafka's default partitioner (the Java client's
+ *   Utils.murmur2, seed 0x9747b28c), as lakelog.ingest_api.partitioner's pure-Python reference.
+ *
  * decode_records(records, base_offset, base_timestamp, log_append_time, min_offset, topic, partition,
  *                message_type) -> list
  *   The inverse, for the consumer: walks an (inflated) records section of the layout above and
@@ -158,6 +171,151 @@ fail:
 }
 
 
+/* The fields of one record, checked; `hseq` a new reference (or NULL for no headers). */
+typedef struct {
+    const char *kd, *vd;
+    Py_ssize_t kl, vl;
+    int64_t ts_delta;
+    PyObject *hseq;
+    Py_ssize_t body; /* the record's length without its own varint length prefix */
+} Fields;
+
+static int record_fields(Fields *f, int64_t ts_delta, Py_ssize_t i, PyObject *key_o, PyObject *value_o,
+                         PyObject *headers_o) {
+    f->hseq = NULL;
+    if (bytes_field(key_o, &f->kd, &f->kl, "key") < 0 || bytes_field(value_o, &f->vd, &f->vl, "value") < 0) return -1;
+    f->ts_delta = ts_delta;
+    Py_ssize_t body = 1 + varint_size(ts_delta) + varint_size((int64_t)i)
+                      + varint_size((int64_t)f->kl) + (f->kl > 0 ? f->kl : 0)
+                      + varint_size((int64_t)f->vl) + (f->vl > 0 ? f->vl : 0);
+    if (headers_o == NULL) {
+        f->body = body + 1;
+        return 0;
+    }
+    PyObject *hseq = PySequence_Fast(headers_o, "headers must be a sequence");
+    if (!hseq) return -1;
+    Py_ssize_t hn = PySequence_Fast_GET_SIZE(hseq);
+    body += varint_size((int64_t)hn);
+    for (Py_ssize_t j = 0; j < hn; j++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(hseq, j);
+        if (!PyTuple_Check(h) || PyTuple_GET_SIZE(h) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(h, 0))) {
+            PyErr_SetString(PyExc_TypeError, "each header must be (name: str, value: bytes | None)");
+            Py_DECREF(hseq);
+            return -1;
+        }
+        Py_ssize_t nl, hl = -1;
+        const char *hd;
+        if (!PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &nl)
+            || bytes_field(PyTuple_GET_ITEM(h, 1), &hd, &hl, "header value") < 0) {
+            Py_DECREF(hseq);
+            return -1;
+        }
+        body += varint_size((int64_t)nl) + nl + varint_size((int64_t)hl) + (hl > 0 ? hl : 0);
+    }
+    f->hseq = hseq;
+    f->body = body;
+    return 0;
+}
+
+static char *write_field(char *out, const char *data, Py_ssize_t len) {
+    out += varint(out, (int64_t)len);
+    if (len > 0) { memcpy(out, data, (size_t)len); out += len; }
+    return out;
+}
+
+/* Record i (length prefix included) at `out`; returns the end. Consumes f->hseq. */
+static char *write_record(char *out, Fields *f, Py_ssize_t i) {
+    out += varint(out, (int64_t)f->body);
+    *out++ = 0; /* attributes */
+    out += varint(out, f->ts_delta);
+    out += varint(out, (int64_t)i);
+    out = write_field(out, f->kd, f->kl);
+    out = write_field(out, f->vd, f->vl);
+    if (f->hseq == NULL) {
+        *out++ = 0; /* varint(0): no headers */
+        return out;
+    }
+    Py_ssize_t hn = PySequence_Fast_GET_SIZE(f->hseq);
+    out += varint(out, (int64_t)hn);
+    for (Py_ssize_t j = 0; j < hn; j++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(f->hseq, j);
+        Py_ssize_t nl, hl = -1;
+        const char *nd = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &nl), *hd = NULL; /* checked by record_fields */
+        bytes_field(PyTuple_GET_ITEM(h, 1), &hd, &hl, "header value");
+        out = write_field(out, nd, nl);
+        out = write_field(out, hd, hl);
+    }
+    Py_CLEAR(f->hseq);
+    return out;
+}
+
+/* Two passes: the exact size first (so the result is allocated once, at its size, and every
+ * value copied once), then the bytes. With `reserve` > 0 the result is a bytearray that starts
+ * with `reserve` zero bytes (room for the batch header, filled by the caller). */
+static PyObject *encode_columns(PyObject *self, PyObject *args) {
+    long long base_ts;
+    Py_ssize_t reserve = 0;
+    PyObject *ts_arg, *keys_arg, *values_arg, *headers_arg;
+    if (!PyArg_ParseTuple(args, "LOOOO|n", &base_ts, &ts_arg, &keys_arg, &values_arg, &headers_arg, &reserve))
+        return NULL;
+    if (reserve < 0) { PyErr_SetString(PyExc_ValueError, "reserve must be >= 0"); return NULL; }
+    PyObject *values = NULL, *keys = NULL, *tss = NULL, *hdrs = NULL, *result = NULL;
+    Fields *fields = NULL;
+    Py_ssize_t n = 0, done = 0;
+    long long one_ts = 0;
+    values = PySequence_Fast(values_arg, "values must be a sequence");
+    if (!values) return NULL;
+    n = PySequence_Fast_GET_SIZE(values);
+    if (PyLong_Check(ts_arg)) {
+        one_ts = PyLong_AsLongLong(ts_arg);
+        if (one_ts == -1 && PyErr_Occurred()) goto end;
+    } else {
+        tss = PySequence_Fast(ts_arg, "timestamps must be an int or a sequence");
+        if (!tss) goto end;
+        if (PySequence_Fast_GET_SIZE(tss) != n) { PyErr_SetString(PyExc_ValueError, "timestamps and values differ in length"); goto end; }
+    }
+    if (keys_arg != Py_None) {
+        keys = PySequence_Fast(keys_arg, "keys must be None or a sequence");
+        if (!keys) goto end;
+        if (PySequence_Fast_GET_SIZE(keys) != n) { PyErr_SetString(PyExc_ValueError, "keys and values differ in length"); goto end; }
+    }
+    if (headers_arg != Py_None) {
+        hdrs = PySequence_Fast(headers_arg, "headers must be None or a sequence");
+        if (!hdrs) goto end;
+        if (PySequence_Fast_GET_SIZE(hdrs) != n) { PyErr_SetString(PyExc_ValueError, "headers and values differ in length"); goto end; }
+    }
+    fields = PyMem_Malloc(sizeof(Fields) * (size_t)(n > 0 ? n : 1));
+    if (!fields) { PyErr_NoMemory(); goto end; }
+    Py_ssize_t total = reserve;
+    for (; done < n; done++) {
+        long long ts = one_ts;
+        if (tss) {
+            ts = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(tss, done));
+            if (ts == -1 && PyErr_Occurred()) goto end;
+        }
+        if (record_fields(&fields[done], (int64_t)(ts - base_ts), done, keys ? PySequence_Fast_GET_ITEM(keys, done) : Py_None,
+                          PySequence_Fast_GET_ITEM(values, done), hdrs ? PySequence_Fast_GET_ITEM(hdrs, done) : NULL) < 0)
+            goto end;
+        total += varint_size((int64_t)fields[done].body) + fields[done].body;
+    }
+    result = reserve ? PyByteArray_FromStringAndSize(NULL, total) : PyBytes_FromStringAndSize(NULL, total);
+    if (!result) goto end;
+    char *out = reserve ? PyByteArray_AS_STRING(result) : PyBytes_AS_STRING(result);
+    memset(out, 0, (size_t)reserve);
+    out += reserve;
+    for (Py_ssize_t i = 0; i < n; i++) out = write_record(out, &fields[i], i);
+end:
+    if (fields) {
+        for (Py_ssize_t i = 0; i < done; i++) Py_XDECREF(fields[i].hseq);
+        PyMem_Free(fields);
+    }
+    Py_DECREF(values);
+    Py_XDECREF(keys);
+    Py_XDECREF(tss);
+    Py_XDECREF(hdrs);
+    return result;
+}
+
 /* Zig-zag varint read; -1 when it runs past `end` or is longer than 10 bytes. */
 static int read_varint(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, int64_t *out) {
     uint64_t result = 0;
@@ -278,12 +436,59 @@ static PyObject *py_varint_size(PyObject *self, PyObject *arg) {
     return PyLong_FromSsize_t(varint_size((int64_t)v));
 }
 
+/* Kafka's murmur2 (the Java client's Utils.murmur2: seed 0x9747b28c, little-endian 4-byte words). */
+static uint32_t murmur2(const unsigned char *data, Py_ssize_t length) {
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t n4 = length / 4;
+    for (Py_ssize_t i = 0; i < n4; i++) {
+        const unsigned char *w = data + 4 * i;
+        uint32_t k = (uint32_t)w[0] | ((uint32_t)w[1] << 8) | ((uint32_t)w[2] << 16) | ((uint32_t)w[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const unsigned char *tail = data + 4 * n4;
+    switch (length & 3) {
+    case 3: h ^= (uint32_t)tail[2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)tail[1] << 8; /* fall through */
+    case 1: h ^= (uint32_t)tail[0]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+static PyObject *py_murmur2(PyObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) { PyErr_SetString(PyExc_TypeError, "murmur2 takes bytes"); return NULL; }
+    return PyLong_FromLong((long)(int32_t)murmur2((const unsigned char *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg)));
+}
+
+/* Kafka's default partition of a key: (murmur2(key) & 0x7fffffff) % partitions. */
+static PyObject *py_partition_for_key(PyObject *self, PyObject *args) {
+    PyObject *key;
+    Py_ssize_t partitions;
+    if (!PyArg_ParseTuple(args, "On", &key, &partitions)) return NULL;
+    if (!PyBytes_Check(key)) { PyErr_SetString(PyExc_TypeError, "the key must be bytes"); return NULL; }
+    if (partitions <= 0) { PyErr_SetString(PyExc_ValueError, "partitions must be > 0"); return NULL; }
+    uint32_t h = murmur2((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) & 0x7fffffffu;
+    return PyLong_FromSsize_t((Py_ssize_t)(h % (uint32_t)partitions));
+}
+
 static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS,
      "encode_records(base_timestamp, records) -> the records section of a RecordBatch v2"},
+    {"encode_columns", encode_columns, METH_VARARGS,
+     "encode_columns(base_timestamp, timestamps, keys, values, headers) -> the records section of a RecordBatch v2"},
     {"decode_records", decode_records, METH_VARARGS,
      "decode_records(records, base_offset, base_timestamp, log_append_time, min_offset, topic, partition, "
      "message_type) -> [message_type(topic, partition, offset, key, value, headers, timestamp)]"},
+    {"murmur2", py_murmur2, METH_O, "murmur2(data: bytes) -> Kafka's murmur2 as a signed 32-bit int"},
+    {"partition_for_key", py_partition_for_key, METH_VARARGS,
+     "partition_for_key(key: bytes, partitions) -> (murmur2(key) & 0x7fffffff) % partitions, Kafka's default"},
     {"varint_size", py_varint_size, METH_O, "varint_size(v) -> bytes of v as a zig-zag varint"},
     {NULL, NULL, 0, NULL},
 };

@@ -25,7 +25,7 @@ offset index, then a forward scan of batch headers.
 Crash recovery (`open` without a clean-shutdown marker): segments from the recovery point on are
 re-read batch by batch, CRC-checked, cut at the first torn or corrupt batch (later segments are
 dropped), and their indexes rebuilt; every other segment's indexes are checked structurally and
-rebuilt if they fail. `recovery` tells what was cut.
+rebuilt if they fail. `recovery` tells what was cut. Loading and recovery live in `log_loader.py`.
 
 Producer state (idempotent produce, producer_state.py): the leader checks each producer batch
 (epoch fencing, sequence order, duplicates of a producer's last 5 batches answered with their
@@ -54,14 +54,14 @@ import struct
 import threading
 import time
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
-from lakelog.logstore.checkpoint import read_checkpoint, write_checkpoint
+from lakelog.logstore.checkpoint import write_checkpoint
 from lakelog.logstore.fileutil import atomic_write, fsync_dir
 from lakelog.logstore.errors import (
     CorruptBatchError,
@@ -72,9 +72,15 @@ from lakelog.logstore.errors import (
     OffsetOutOfRangeError,
     SegmentsChangedError,
     RecordTooLargeError,
-    UnsupportedFormatVersionError,
 )
 from lakelog.logstore.leader_epoch import LeaderEpochCache
+from lakelog.logstore.log_loader import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEAN_SHUTDOWN_VERSION,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    LogLoader,
+)
 from lakelog.logstore.producer_state import (
     DEFAULT_MAX_PRODUCER_IDS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -82,17 +88,10 @@ from lakelog.logstore.producer_state import (
     BatchMetadata,
     ProducerStateEntry,
     ProducerStateManager,
-    SnapshotLoad,
-    snapshot_name,
 )
 from lakelog.logstore.record_batch import (
-    CONTROL_MASK,
-    HEADER,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
     NO_TIMESTAMP,
     RecordBatch,
-    TimestampType,
     TruncatedBatchError,
     iter_batches,
     set_log_append_time,
@@ -101,25 +100,15 @@ from lakelog.logstore.record_batch import (
 )
 from lakelog.logstore.segment import (
     CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    LOG_SUFFIX,
     SWAP_SUFFIX,
     LogSegment,
     SegmentConfig,
     SegmentReader,
-    parse_base_offset,
 )
 
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 assert _OFFSET_LENGTH_EPOCH.size == 16
 
-#: Bytes read at a time while replaying producer batch headers.
-_REPLAY_READ_BYTES = 64 * 1024
-
-CLEAN_SHUTDOWN_FILE = ".lakelog_cleanshutdown"
-CLEAN_SHUTDOWN_VERSION = 1
-LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
-RECOVERY_POINT_FILE = "recovery-point-checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,34 +142,6 @@ class FetchResult:
     log_end_offset: int
 
 
-@dataclass(slots=True)
-class RecoveryReport:
-    """What `open` found and cut after an unclean shutdown."""
-
-    clean_shutdown: bool
-    segments_recovered: int = 0
-    bytes_truncated: int = 0
-    segments_dropped: list[int] = field(default_factory=list)
-    indexes_rebuilt: list[int] = field(default_factory=list)
-    swaps_completed: int = 0
-    leftovers_removed: list[str] = field(default_factory=list)
-    producer_snapshot_offset: int | None = None  # producer state loaded from this snapshot
-    producer_batches_replayed: int = 0  # producer batches applied on top of it
-    producer_snapshots_removed: list[str] = field(default_factory=list)  # corrupt or above the LEO
-
-    def __str__(self) -> str:
-        producers = (f"; producer state from snapshot {self.producer_snapshot_offset} + "
-                     f"{self.producer_batches_replayed} batch(es)"
-                     + (f", removed snapshots {self.producer_snapshots_removed}" if self.producer_snapshots_removed
-                        else ""))
-        if self.clean_shutdown and not self.indexes_rebuilt and not self.swaps_completed:
-            return "clean shutdown, nothing to recover" + producers
-        return (f"recovered {self.segments_recovered} segment(s), truncated {self.bytes_truncated} bytes, "
-                f"dropped segments {self.segments_dropped}, rebuilt indexes of {self.indexes_rebuilt}, "
-                f"completed {self.swaps_completed} swap(s), removed {len(self.leftovers_removed)} leftover file(s)"
-                + producers)
-
-
 class PartitionLog:
     """The log of one partition replica."""
 
@@ -209,247 +170,12 @@ class PartitionLog:
         self._producers = ProducerStateManager(self.directory, producer_id_expiration_ms=producer_id_expiration_ms,
                                                max_producer_ids=max_producer_ids,
                                                snapshots_to_keep=producer_snapshots_to_keep)
-        self.recovery = self._open()
+        self.recovery = LogLoader(self).load()
 
     # ------------------------------------------------------------------ opening and recovery
 
     def _segment_config(self) -> SegmentConfig:
         return SegmentConfig(self.config.index_interval_bytes, self.config.segment_index_bytes)
-
-    def _open(self) -> RecoveryReport:
-        marker = self.directory / CLEAN_SHUTDOWN_FILE
-        # A directory without segments is a new log: nothing can need recovery.
-        clean = marker.exists() or not any(p.name.endswith(LOG_SUFFIX) for p in self.directory.iterdir())
-        if marker.exists():
-            self._read_clean_shutdown_marker(marker)
-        report = RecoveryReport(clean_shutdown=clean)
-        self._remove_leftovers(report)
-        bases = sorted({b for p in self.directory.iterdir() if p.name.endswith(LOG_SUFFIX)
-                        and (b := parse_base_offset(p.name)) is not None})
-        for b in bases:
-            self._add_segment(LogSegment(self.directory, b, self._segment_config(), created_ms=self._now_ms()))
-        stored_start = read_checkpoint(self.directory / LOG_START_OFFSET_FILE, 1)
-        recovery_point = read_checkpoint(self.directory / RECOVERY_POINT_FILE, 1)
-        rp = recovery_point[0][0] if recovery_point else 0
-        if not self._segments:
-            start = stored_start[0][0] if stored_start else 0
-            self._add_segment(LogSegment(self.directory, start, self._segment_config(), created_ms=self._now_ms()))
-        self.log_start_offset = max(stored_start[0][0] if stored_start else 0, self._segments[0].base_offset)
-        replayed_from: int | None = None
-        if clean:
-            for seg in self._segments:
-                self._check_segment(seg, report)
-        else:
-            replayed_from = self._recover(rp, report)
-        if self.log_start_offset > self.log_end_offset:
-            # Recovery cut the log below its start offset: nothing readable is left. Restart the
-            # log empty at its start offset (as Kafka's loader does) rather than refuse to open.
-            for seg in self._segments:
-                report.segments_dropped.append(seg.base_offset)
-                seg.delete_files()
-            self._segments.clear()
-            self._bases.clear()
-            self._add_segment(LogSegment(self.directory, self.log_start_offset, self._segment_config(),
-                                         created_ms=self._now_ms()))
-            self.epochs.clear()
-            replayed_from = None
-        self._open_producer_state(report, replayed_from)
-        marker.unlink(missing_ok=True)
-        invariant(self.log_start_offset <= self.log_end_offset,
-                  f"log start offset {self.log_start_offset} above log end offset {self.log_end_offset}")
-        self.epochs.truncate_from_end(self.log_end_offset)
-        self.epochs.truncate_from_start(self.log_start_offset)
-        self.recovery_point = self.log_end_offset if clean else self._segments[-1].base_offset
-        return report
-
-    def _read_clean_shutdown_marker(self, marker: Path) -> None:
-        lines = marker.read_text("ascii", errors="replace").split()
-        if lines and lines[0].isdigit() and int(lines[0]) != CLEAN_SHUTDOWN_VERSION:
-            raise UnsupportedFormatVersionError(f"{marker} has version {lines[0]}")
-
-    def _remove_leftovers(self, report: RecoveryReport) -> None:
-        """Finish or undo what a crash interrupted: deletions, compaction outputs, swaps."""
-        for p in sorted(self.directory.iterdir()):
-            name = p.name
-            stray_index_swap = name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX) \
-                and not (self.directory / (name[:20] + LOG_SUFFIX + SWAP_SUFFIX)).exists()
-            if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp") \
-                    or stray_index_swap:
-                p.unlink()
-                report.leftovers_removed.append(name)
-        swaps = sorted(p for p in self.directory.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX))
-        for swap in swaps:
-            base = parse_base_offset(swap.name)
-            if base is None:
-                continue
-            seg = LogSegment(self.directory, base, self._segment_config(), suffix=SWAP_SUFFIX)
-            last = seg.next_offset
-            # The swap replaces every old segment whose offsets it covers.
-            for p in list(self.directory.iterdir()):
-                b = parse_base_offset(p.name)
-                if b is not None and p.name.endswith(LOG_SUFFIX) and base <= b < last:
-                    for suffix in (".log", ".index", ".timeindex"):
-                        (self.directory / (p.name[:20] + suffix)).unlink(missing_ok=True)
-            seg.change_suffix(SWAP_SUFFIX, "")
-            # Its index files may be missing or half-renamed: regenerate them from the .log.
-            seg.rebuild_indexes()
-            seg.close()
-            report.swaps_completed += 1
-
-    def _recover(self, recovery_point: int, report: RecoveryReport) -> int | None:
-        """Recover segments at or after the recovery point; check the indexes of the others.
-
-        Returns the offset from which producer batches were applied to the state during the
-        scan (on top of the snapshot in `report`), or None when the state still needs loading.
-        """
-        max_batch = max(self.config.max_message_bytes, self.config.segment_bytes)
-        first = max(0, bisect_right(self._bases, recovery_point) - 1)
-        for seg in self._segments[:first]:
-            self._check_segment(seg, report)
-        self.epochs.truncate_from_end(self._segments[first].base_offset)
-        # Snapshots at or below the recovery point were written after everything below them was
-        # flushed. When the newest lies in the segments re-read here, their batches are applied as
-        # recovery reads them: no second pass over the active segment.
-        load = self._producers.load_latest_snapshot(recovery_point)
-        report.producer_snapshots_removed += load.removed
-        replay_from = self.log_start_offset if load.offset is None else max(load.offset, self.log_start_offset)
-        direct = replay_from >= self._segments[first].base_offset
-        replayed = 0
-        producers = self._producers
-
-        def on_batch(batch: RecordBatch) -> None:
-            nonlocal replayed
-            if batch.partition_leader_epoch >= 0:
-                self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
-            if direct and batch.producer_id >= 0 and batch.base_offset + batch.last_offset_delta >= replay_from:
-                producers.apply_batch(batch)
-                replayed += 1
-
-        i = first
-        while i < len(self._segments):
-            seg = self._segments[i]
-            cut = seg.recover(on_batch=on_batch, max_batch_bytes=max_batch)
-            report.segments_recovered += 1
-            report.bytes_truncated += cut
-            if cut:
-                # Everything after a corrupt or torn batch is unreliable: drop later segments.
-                for later in self._segments[i + 1:]:
-                    report.segments_dropped.append(later.base_offset)
-                    report.bytes_truncated += later.size
-                    later.delete_files()
-                del self._segments[i + 1:]
-                del self._bases[i + 1:]
-                break
-            if i + 1 < len(self._segments) and seg.next_offset > self._segments[i + 1].base_offset:
-                raise CorruptRecordError(f"segment {seg.base_offset} overlaps the next segment",
-                                         file=str(seg.log_path))
-            i += 1
-        # Drop empty trailing segments other than the first, as they carry no information.
-        while len(self._segments) > 1 and self._segments[-1].is_empty and \
-                self._segments[-2].next_offset < self._segments[-1].base_offset:
-            seg = self._segments.pop()
-            self._bases.pop()
-            report.segments_dropped.append(seg.base_offset)
-            seg.delete_files()
-        if not direct:
-            return None
-        report.producer_snapshot_offset = load.offset
-        report.producer_batches_replayed = replayed
-        return replay_from
-
-    def _open_producer_state(self, report: RecoveryReport, replayed_from: int | None) -> None:
-        """Drop snapshots above the LEO; load the state unless recovery already built it.
-
-        A snapshot at or below the LEO is sound even if it lies above the recovery point (one
-        taken at the LEO when the log start moved): recovery cuts the log at the first batch that
-        did not reach the disk, and any snapshot above the cut goes.
-        """
-        leo = self.log_end_offset
-        report.producer_snapshots_removed += [snapshot_name(o) for o in self._producers.delete_snapshots_above(leo)]
-        used = report.producer_snapshot_offset
-        newer = [o for o in self._producers.snapshot_offsets() if used is None or o > used]
-        if replayed_from is not None and replayed_from <= leo and not newer:
-            return
-        load, replayed = self._reload_producer_state(leo)
-        report.producer_snapshots_removed += load.removed
-        report.producer_snapshot_offset = load.offset
-        report.producer_batches_replayed = replayed
-
-    def _reload_producer_state(self, end_offset: int) -> tuple[SnapshotLoad, int]:
-        """The state as of `end_offset`: the newest snapshot at or below it, then a replay of the
-        batch headers from there (or from the log start) up to it. Returns (load, batches replayed)."""
-        load = self._producers.load_latest_snapshot(end_offset)
-        start = self.log_start_offset if load.offset is None else max(load.offset, self.log_start_offset)
-        return load, self._replay_producer_batches(start, end_offset)
-
-    def _replay_producer_batches(self, start: int, end: int) -> int:
-        """Apply the producer batches with offsets in [start, end) to the state, reading headers
-        only (64 KiB at a time while batches are small, one header at a time once they are not)."""
-        replayed = 0
-        if start >= end:
-            return 0
-        producers = self._producers
-        for seg in self._segments[self._segment_index_for(start):]:
-            if seg.base_offset >= end:
-                break
-            if seg.is_empty or seg.next_offset <= start:
-                continue
-            pos = 0
-            if seg.base_offset < start:
-                found = self._repairing(seg, lambda s=seg: s.translate_offset(start))
-                if found is None:
-                    continue
-                pos = found.position
-            size = seg.size
-            buf, buf_pos = b"", 0
-            read_size = _REPLAY_READ_BYTES
-            while pos < size:
-                rel = pos - buf_pos
-                if rel < 0 or rel + HEADER_SIZE > len(buf):
-                    buf, buf_pos, rel = seg.read_bytes(pos, min(max(read_size, HEADER_SIZE), size - pos)), pos, 0
-                    if len(buf) < HEADER_SIZE:
-                        raise CorruptRecordError("batch header runs past the end of the log",
-                                                 file=str(seg.log_path), position=pos)
-                (base, length, _ple, _magic, _crc, attributes, delta, _bts, max_ts, producer_id,
-                 producer_epoch, base_sequence, _count) = HEADER.unpack_from(buf, rel)
-                if base >= end:
-                    break
-                if length < HEADER_SIZE - LOG_OVERHEAD:
-                    raise CorruptRecordError(f"batch length {length} is impossible", file=str(seg.log_path),
-                                             position=pos, offset=base)
-                if producer_id >= 0 and base + delta >= start:
-                    producers.apply(producer_id, producer_epoch, base_sequence, base, delta, max_ts,
-                                    is_control=bool(attributes & CONTROL_MASK))
-                    replayed += 1
-                pos += length + LOG_OVERHEAD
-                # Large batches: read just the next header rather than 64 KiB of records.
-                read_size = HEADER_SIZE if length + LOG_OVERHEAD > _REPLAY_READ_BYTES // 4 else _REPLAY_READ_BYTES
-        return replayed
-
-    def _check_segment(self, seg: LogSegment, report: RecoveryReport) -> None:
-        """Structural checks of a flushed segment; rebuild its indexes or cut a damaged tail.
-
-        A damaged flushed segment keeps its valid prefix and the later segments stay: they hold
-        whole, CRC-valid batches at higher offsets. Damage further inside a segment is caught by
-        the CRC check of every read and refused there.
-        """
-        try:
-            seg.check_indexes()
-        except CorruptIndexError:
-            try:
-                seg.rebuild_indexes()
-                report.indexes_rebuilt.append(seg.base_offset)
-                return
-            except CorruptRecordError:
-                pass
-        except CorruptRecordError:
-            pass
-        else:
-            return
-        max_batch = max(self.config.max_message_bytes, self.config.segment_bytes)
-        report.bytes_truncated += seg.recover(max_batch_bytes=max_batch)
-        report.segments_recovered += 1
-        report.indexes_rebuilt.append(seg.base_offset)
 
     def _add_segment(self, seg: LogSegment) -> None:
         invariant(not self._bases or seg.base_offset > self._bases[-1], "segments must be added in order")
@@ -870,7 +596,7 @@ class PartitionLog:
             self._repairing(active, lambda: active.truncate_to(offset))
             self.epochs.truncate_from_end(self.log_end_offset)
             # Snapshots lie at batch boundaries, so none is left in (new LEO, offset].
-            self._reload_producer_state(self.log_end_offset)
+            LogLoader(self).reload_producer_state(self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             write_checkpoint(self.directory / RECOVERY_POINT_FILE, [(self.active_segment.base_offset,)])
             for listener in self._truncation_listeners:

@@ -1,6 +1,6 @@
 """Rebuild of a remote segment's `.index` and `.timeindex` from its `.log` (one Spark task each).
 
-The indexes are regenerated exactly as a node builds them (tiering/uploader.py `scan_segment`:
+The indexes are regenerated exactly as a node builds them (tiering/segment_scan.py `scan_segment`:
 one offset index entry per `index.interval.bytes` of batches, a time index entry whenever the max
 timestamp grows at such a point, and the final max timestamp appended as when a segment rolls), so
 with the topic's `index.interval.bytes` the result is byte for byte the index the node uploaded.
@@ -34,7 +34,7 @@ from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
 from lakelog.tiering.manifest import NO_TIMESTAMP, RemoteSegment
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.store import ObjectStore
-from lakelog.tiering.uploader import scan_segment
+from lakelog.tiering.segment_scan import scan_segment
 
 
 @dataclass

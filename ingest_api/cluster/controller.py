@@ -78,7 +78,8 @@ from lakelog.ingest_api.cluster.errors import (
     NotControllerError,
     NotPartitionLeaderError,
 )
-from lakelog.ingest_api.cluster.image import (
+from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.image_values import (
     MAX_CONFIG_ENTRIES,
     MAX_CONFIG_KEY_LENGTH,
     MAX_CONFIG_VALUE_LENGTH,
@@ -92,7 +93,6 @@ from lakelog.ingest_api.cluster.image import (
     MAX_TOPIC_ID_LENGTH,
     NO_LEADER,
     BrokerRegistration,
-    ClusterImage,
     PartitionState,
     TopicImage,
     encode_record,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from lakelog.infra.errors import ErrorKind
 from lakelog.ingest_api.errors import InvalidRequestError, NodeError
-from lakelog.ingest_api.raft.core import NO_NODE
+from lakelog.ingest_api.raft.messages import NO_NODE
 
 
 class ClusterError(NodeError):

@@ -24,8 +24,8 @@ from typing import Any
 
 from lakelog.ingest_api.cluster.errors import NotControllerError
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.cluster.quorum import MetadataFollower
-from lakelog.ingest_api.raft.core import NO_NODE
+from lakelog.ingest_api.cluster.metadata_follower import MetadataFollower
+from lakelog.ingest_api.raft.messages import NO_NODE
 
 
 class ObserverConfig:

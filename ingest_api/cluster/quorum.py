@@ -49,8 +49,9 @@ commands should be idempotent or compare-and-swap.
 
 Observers (nodes that are not voters) follow the log over HTTP: `GET /internal/metadata?from_index=N`
 on any voter returns the committed (applied) entries after N, or the latest snapshot and what follows
-it when N is below the voter's log start. `MetadataFollower` is the client that polls a voter and
-applies into a local state machine.
+it when N is below the voter's log start. `MetadataFollower` (cluster/metadata_follower.py) is the
+client that polls a voter and applies into a local state machine. The voters' settings are
+`QuorumConfig` (cluster/quorum_config.py).
 
 Invariants (checked with `invariant()`):
   * the core is never re-entered: one driver task calls `step`, one step at a time;
@@ -69,32 +70,27 @@ import collections
 import functools
 import json
 import logging
-import math
 import random
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import httpx
 
-from lakelog.infra.config import ConfigError, keyed
-from lakelog.ingest_api.config import NODE_CONFIG
-from lakelog.infra.errors import ErrorKind, invariant
-from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS, ClusterAuth, check_secret
+from lakelog.infra.errors import invariant
+from lakelog.ingest_api.cluster.auth import ClusterAuth
 from lakelog.ingest_api.cluster.errors import (
-    MetadataFollowerError,
     NotAVoterError,
     NotControllerError,
-    QuorumError,
     QuorumTimeoutError,
     QuorumUnavailableError,
 )
+from lakelog.ingest_api.cluster.metadata_follower import MetadataBatch, cancel_task
+from lakelog.ingest_api.cluster.quorum_config import RAFT_MESSAGES_PATH, QuorumConfig, base_url, format_voters
 from lakelog.ingest_api.errors import RequestTooLargeError
-from lakelog.ingest_api.raft.core import (
-    MAX_WIRE_INT,
+from lakelog.ingest_api.raft.core import RaftCore
+from lakelog.ingest_api.raft.messages import (
     NO_NODE,
     Apply,
     CompactLog,
@@ -108,8 +104,6 @@ from lakelog.ingest_api.raft.core import (
     ProposalRefused,
     ProposeMany,
     Proposed,
-    RaftConfig,
-    RaftCore,
     Receive,
     RestoreSnapshot,
     Role,
@@ -121,198 +115,18 @@ from lakelog.ingest_api.raft.core import (
     message_from_dict,
     message_to_dict,
 )
-from lakelog.ingest_api.raft.core import AppendEntriesResponse, InstallSnapshotResponse
+from lakelog.ingest_api.raft.messages import AppendEntriesResponse, InstallSnapshotResponse
 from lakelog.ingest_api.raft.lease import LeaderLease
 from lakelog.ingest_api.raft.state_machine import StateMachine
 from lakelog.ingest_api.raft.storage import RaftStorage
 
 log = logging.getLogger("lakelog.quorum")
 
-METADATA_DIR_NAME = "__cluster_metadata-0"
-RAFT_MESSAGES_PATH = "/internal/raft/messages"
-METADATA_PATH = "/internal/metadata"
-METADATA_BATCH_VERSION = 1
 _PERSIST = (PersistState, PersistEntries, PersistSnapshot)
 #: The shortest clock jump taken for a pause that ends a leadership. The lease alone keeps a woken
 #: leader from acting (its acknowledgements count from when they were sent); stepping down is for
 #: liveness, and a busy machine stalls an event loop for a few hundred ms without any pause.
 PAUSE_MIN_MS = 2000
-_ENTRY_JSON_OVERHEAD = 128  # bytes of JSON around one entry's base64 payload (generous)
-_MESSAGE_JSON_OVERHEAD = 1024
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-
-# QuorumError, NotControllerError, QuorumTimeoutError, QuorumUnavailableError, NotAVoterError and
-# MetadataFollowerError live in cluster/errors.py with the other controller errors.
-
-
-# ---------------------------------------------------------------------------------------------
-# Configuration
-
-_VOTER = re.compile(r"^(\d+)@(\[[0-9A-Fa-f:.]+\]|[^:\[\]@\s]+):(\d+)$")
-
-
-def parse_voters(spec: str) -> dict[int, tuple[str, int]]:
-    """`controller.quorum.voters` in KRaft's form `1@host:port,2@host:port` (IPv6 as `[::1]`)."""
-    voters: dict[int, tuple[str, int]] = {}
-    for part in (p.strip() for p in spec.split(",")):
-        m = _VOTER.match(part)
-        if m is None:
-            raise ConfigError(f"controller.quorum.voters: {part!r} is not id@host:port")
-        node_id, host, port = int(m[1]), m[2].strip("[]"), int(m[3])
-        if not 0 <= node_id <= MAX_WIRE_INT:
-            raise ConfigError(f"controller.quorum.voters: node id {node_id} is out of range")
-        if not 1 <= port <= 65535:
-            raise ConfigError(f"controller.quorum.voters: port {port} of voter {node_id} is out of range")
-        if node_id in voters:
-            raise ConfigError(f"controller.quorum.voters: voter {node_id} is listed twice")
-        voters[node_id] = (host, port)
-    return voters
-
-
-def format_voters(voters: Mapping[int, tuple[str, int]]) -> str:
-    return ",".join(f"{i}@{_host(h)}:{p}" for i, (h, p) in sorted(voters.items()))
-
-
-def _host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-def _base_url(address: tuple[str, int], tls: bool = False) -> str:
-    return f"{'https' if tls else 'http'}://{_host(address[0])}:{address[1]}"
-
-
-@dataclass(frozen=True)
-class QuorumConfig:
-    """One voter's settings. Kafka's key names where they exist are noted on each field.
-
-    A `keyed` field takes its default from its declared key (ingest_api/config.py); its bounds here
-    are the host's own (>= 1), wider than the key's so tests can run a fast, small quorum.
-    """
-
-    node_id: int  # node.id
-    voters: Mapping[int, tuple[str, int]]  # controller.quorum.voters, see parse_voters; host:port of /internal
-    secret: bytes  # cluster.secret: HMAC key of internal requests, >= 16 bytes
-    data_dir: Path  # the node's data directory (log.dirs); the metadata log goes under it by default
-    metadata_log_dir: Path | None = None  # metadata.log.dir: parent of __cluster_metadata-0/ instead of data_dir
-    tick_ms: int = keyed(NODE_CONFIG.keys["controller.quorum.tick.ms"])  # the Raft clock; timeouts become ticks
-    election_timeout_ms: int = keyed(NODE_CONFIG.keys["controller.quorum.election.timeout.ms"])  # [T, 2T) ms
-    heartbeat_interval_ms: int = 100  # a leader's AppendEntries to each peer at least this often
-    snapshot_interval_entries: int = keyed(NODE_CONFIG.keys["metadata.snapshot.interval.entries"])
-    request_timeout_ms: int = 500  # controller.quorum.request.timeout.ms: one message POST, then dropped
-    max_message_bytes: int = 16 << 20  # largest Raft message body, sent or received (a snapshot travels whole)
-    max_entries_per_append: int = 512  # entries in one AppendEntries (max_append_bytes bounds it too)
-    #: controller.quorum.append.max.entries: events stepped as one group (group commit; 1 = one at a time)
-    append_max_entries: int = keyed(NODE_CONFIG.keys["controller.quorum.append.max.entries"])
-    max_append_bytes: int = 1 << 20  # payload bytes in one AppendEntries
-    max_entry_bytes: int = 1 << 20  # largest proposal
-    max_inflight_sends_per_peer: int = 8  # sends to a slow peer beyond this are dropped (Raft resends)
-    max_pending_events: int = 4096  # inbox bound: received messages, ticks, proposals
-    metadata_fetch_max_entries: int = 1000  # per GET /internal/metadata answer
-    metadata_fetch_max_bytes: int = 4 << 20  # payload bytes per answer (at least one entry)
-    metadata_fetch_max_wait_ms: int = 5000  # longest long-poll of a metadata fetch
-    max_clock_skew_ms: int = DEFAULT_MAX_SKEW_MS  # accepted signature timestamp skew
-    fsync: bool = True  # False only for tests that do not care about crashes
-    tls: Any = None  # an ssl.SSLContext: call peers over HTTPS (ssl.* keys); None = plain HTTP
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "secret", check_secret(self.secret))
-        object.__setattr__(self, "data_dir", Path(self.data_dir))
-        if self.metadata_log_dir is not None:
-            object.__setattr__(self, "metadata_log_dir", Path(self.metadata_log_dir))
-        object.__setattr__(self, "voters", {int(k): (str(h), int(p)) for k, (h, p) in self.voters.items()})
-        if self.node_id not in self.voters:
-            raise ConfigError(f"node.id {self.node_id} is not one of controller.quorum.voters "
-                              f"{format_voters(self.voters)}")
-        for name in ("tick_ms", "election_timeout_ms", "heartbeat_interval_ms", "snapshot_interval_entries",
-                     "append_max_entries",
-                     "request_timeout_ms", "max_message_bytes", "max_inflight_sends_per_peer",
-                     "max_pending_events", "metadata_fetch_max_entries", "metadata_fetch_max_bytes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.metadata_fetch_max_wait_ms < 0 or self.max_clock_skew_ms < 0:
-            raise ConfigError("metadata_fetch_max_wait_ms and max_clock_skew_ms must be >= 0")
-        self.raft_config()  # validates the tick counts and append limits
-        largest = max(self.max_append_bytes, self.max_entry_bytes)
-        needed = 4 * math.ceil(largest / 3) + self.max_entries_per_append * _ENTRY_JSON_OVERHEAD + _MESSAGE_JSON_OVERHEAD
-        if self.max_message_bytes < needed:
-            raise ConfigError(f"max_message_bytes {self.max_message_bytes} cannot carry a full AppendEntries "
-                              f"(up to {needed} bytes of JSON with max_append_bytes / max_entry_bytes {largest})")
-
-    @property
-    def directory(self) -> Path:
-        """`<metadata.log.dir or data dir>/__cluster_metadata-0`, as Kafka names the metadata log."""
-        return (self.metadata_log_dir or self.data_dir) / METADATA_DIR_NAME
-
-    @property
-    def election_timeout_ticks(self) -> int:
-        return max(2, math.ceil(self.election_timeout_ms / self.tick_ms))
-
-    @property
-    def heartbeat_interval_ticks(self) -> int:
-        return max(1, math.ceil(self.heartbeat_interval_ms / self.tick_ms))
-
-    def raft_config(self) -> RaftConfig:
-        return RaftConfig(election_timeout_ticks=self.election_timeout_ticks,
-                          heartbeat_interval_ticks=self.heartbeat_interval_ticks,
-                          max_entries_per_append=self.max_entries_per_append,
-                          max_append_bytes=self.max_append_bytes, max_entry_bytes=self.max_entry_bytes)
-
-    @property
-    def peers(self) -> tuple[int, ...]:
-        return tuple(sorted(v for v in self.voters if v != self.node_id))
-
-
-# ---------------------------------------------------------------------------------------------
-# The metadata fetch answer (wire form shared by the endpoint and MetadataFollower)
-
-@dataclass(frozen=True)
-class MetadataBatch:
-    """Committed entries after a fetch's `from_index` (and the snapshot first when it is below the log start).
-
-    JSON: {"version": 1, "node_id", "term", "leader_id", "commit_index", "applied_index",
-           "snapshot": null | {"last_index", "last_term", "data": base64},
-           "entries": [{"index", "term", "kind", "payload": base64}, ...]}
-    Entries are contiguous and follow the snapshot (if any) or from_index.
-    """
-
-    node_id: int
-    term: int
-    leader_id: int
-    commit_index: int
-    applied_index: int
-    snapshot: Snapshot | None
-    entries: tuple[Entry, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": METADATA_BATCH_VERSION, "node_id": self.node_id, "term": self.term,
-                "leader_id": self.leader_id, "commit_index": self.commit_index,
-                "applied_index": self.applied_index,
-                "snapshot": self.snapshot.to_dict() if self.snapshot else None,
-                "entries": [e.to_dict() for e in self.entries]}
-
-    @classmethod
-    def from_dict(cls, d: Any) -> MetadataBatch:
-        if not isinstance(d, dict) or d.get("version") != METADATA_BATCH_VERSION:
-            version = d.get("version") if isinstance(d, dict) else None
-            raise MetadataFollowerError(f"metadata batch version {version!r} is not {METADATA_BATCH_VERSION}")
-        ints = {}
-        for name in ("node_id", "term", "leader_id", "commit_index", "applied_index"):
-            v = d.get(name)
-            if type(v) is not int or not NO_NODE <= v <= MAX_WIRE_INT:
-                raise MetadataFollowerError(f"metadata batch field {name!r} must be an integer, got {v!r}")
-            ints[name] = v
-        entries = d.get("entries")
-        if not isinstance(entries, list):
-            raise MetadataFollowerError("metadata batch entries must be a list")
-        try:
-            snapshot = None if d.get("snapshot") is None else Snapshot.from_dict(d["snapshot"])
-            parsed = tuple(Entry.from_dict(e) for e in entries)
-        except MessageFormatError as e:
-            raise MetadataFollowerError(f"malformed metadata batch: {e}") from None
-        return cls(snapshot=snapshot, entries=parsed, **ints)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,7 +325,7 @@ class QuorumHost:
                 await asyncio.sleep(0.01)
             return
         self._state = _STOPPING
-        await _cancel(self._timer)
+        await cancel_task(self._timer)
         if self._driver is not None and not self._driver.done():
             try:
                 self._inbox.put_nowait(_STOP)
@@ -522,7 +336,7 @@ class QuorumHost:
             except (TimeoutError, asyncio.TimeoutError):
                 log.warning("raft voter %d: the driver did not finish within %.1fs; cancelling it", self.node_id,
                             timeout_s)
-                await _cancel(self._driver)
+                await cancel_task(self._driver)
         for t in list(self._sends):
             t.cancel()
         if self._sends:
@@ -957,7 +771,7 @@ class QuorumHost:
         self._inflight[to] -= 1
 
     async def _post(self, to: int, body: bytes) -> None:
-        url = _base_url(self.config.voters[to], self.config.tls is not None) + RAFT_MESSAGES_PATH
+        url = base_url(self.config.voters[to], self.config.tls is not None) + RAFT_MESSAGES_PATH
         try:
             r = await self._client.post(url, content=body, headers={"Content-Type": "application/json"})
         except (httpx.HTTPError, OSError) as e:
@@ -982,167 +796,3 @@ def _resolve(future: asyncio.Future, *, result: Any = None, error: BaseException
         future.set_exception(error)
     else:
         future.set_result(result)
-
-
-async def _cancel(task: asyncio.Task | None) -> None:
-    if task is None or task.done():
-        return
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
-    except Exception:
-        log.exception("task %s failed while cancelled", task.get_name())
-
-
-# ---------------------------------------------------------------------------------------------
-# Observers
-
-class MetadataFollower:
-    """Follows the metadata log of a quorum from a node that is not a voter; applies into a local state machine.
-
-    Polls `GET /internal/metadata?from_index=<applied>` on one voter (the leader once known, else any),
-    long-polling up to `max_wait_ms`; on an error it moves to the next voter. A snapshot in the answer
-    replaces the state machine's state; entries are applied in order, each once. The answers are not
-    signed (only requests are): run the cluster network over TLS where that matters.
-
-    Concurrency: call from the event loop it was started in. `state_machine` is only touched by the
-    follower's task (or by `poll_once` when not started).
-    """
-
-    def __init__(self, node_id: int, voters: Mapping[int, tuple[str, int]], secret: bytes,
-                 state_machine: StateMachine, *, applied_index: int = 0, poll_interval_ms: int = 100,
-                 max_wait_ms: int = 500, request_timeout_ms: int = 5000, max_entries: int = 1000,
-                 max_bytes: int = 4 << 20, max_response_bytes: int = 64 << 20,
-                 on_applied: Callable[[int], None] | None = None, rng: random.Random | None = None) -> None:
-        if not voters:
-            raise ConfigError("a metadata follower needs at least one voter")
-        self.node_id = node_id
-        self.voters = dict(voters)
-        self.state_machine = state_machine
-        self.on_applied = on_applied
-        self.poll_interval_ms = poll_interval_ms
-        self.max_wait_ms = max_wait_ms
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.max_response_bytes = max_response_bytes
-        self.applied_index = applied_index
-        self.leader_id = NO_NODE
-        self.term = 0
-        self.failure: BaseException | None = None
-        self._secret = check_secret(secret)
-        self._request_timeout_s = (request_timeout_ms + max_wait_ms) / 1000
-        self._order = sorted(self.voters)
-        self._current = (rng or random.Random()).choice(self._order)
-        self._client: httpx.AsyncClient | None = None
-        self._task: asyncio.Task | None = None
-        self._changed = asyncio.Event()
-
-    async def start(self) -> None:
-        invariant(self._task is None, "metadata follower already started")
-        self._ensure_client()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"metadata-follower-{self.node_id}")
-
-    async def stop(self) -> None:
-        await _cancel(self._task)
-        self._task = None
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    async def wait_for_applied(self, index: int, timeout_s: float) -> int:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.applied_index < index:
-            if self.failure is not None:
-                raise QuorumUnavailableError(f"metadata follower {self.node_id} failed: {self.failure}")
-            changed = self._changed
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise QuorumTimeoutError(f"metadata follower {self.node_id} did not apply {index} within "
-                                         f"{timeout_s}s (applied {self.applied_index})")
-            try:
-                await asyncio.wait_for(changed.wait(), remaining)
-            except (TimeoutError, asyncio.TimeoutError):
-                pass
-        return self.applied_index
-
-    def _ensure_client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(auth=ClusterAuth(self._secret, self.node_id), trust_env=False,
-                                             timeout=httpx.Timeout(self._request_timeout_s))
-        return self._client
-
-    async def poll_once(self, max_wait_ms: int = 0) -> int:
-        """One fetch from the current voter and its application; the number of entries (or snapshots) applied.
-
-        Raises httpx errors, MetadataFollowerError (the answer is unusable) or a voter's error status.
-        """
-        client = self._ensure_client()
-        url = _base_url(self.voters[self._current]) + METADATA_PATH
-        params = {"from_index": self.applied_index, "max_entries": self.max_entries, "max_bytes": self.max_bytes,
-                  "max_wait_ms": max_wait_ms}
-        async with client.stream("GET", url, params=params) as r:
-            chunks, size = [], 0
-            async for chunk in r.aiter_bytes():
-                size += len(chunk)
-                if size > self.max_response_bytes:
-                    raise MetadataFollowerError(f"metadata answer exceeds {self.max_response_bytes} bytes")
-                chunks.append(chunk)
-        body = b"".join(chunks)
-        if r.status_code != 200:
-            raise MetadataFollowerError(f"voter {self._current} answered {r.status_code}: {body[:200]!r}")
-        try:
-            batch = MetadataBatch.from_dict(json.loads(body))
-        except ValueError:
-            raise MetadataFollowerError(f"voter {self._current} answered with something other than JSON") from None
-        n = self._apply(batch)
-        self.term = max(self.term, batch.term)
-        if batch.leader_id in self.voters and batch.term >= self.term:
-            self.leader_id = batch.leader_id
-            self._current = batch.leader_id  # the leader is the most up to date voter
-        return n
-
-    def _apply(self, batch: MetadataBatch) -> int:
-        n = 0
-        if batch.snapshot is not None and batch.snapshot.last_index > self.applied_index:
-            self.state_machine.restore(batch.snapshot.data)
-            self.applied_index = batch.snapshot.last_index
-            n += 1
-        for e in batch.entries:
-            if e.index <= self.applied_index:
-                continue
-            if e.index != self.applied_index + 1:
-                raise MetadataFollowerError(f"voter {batch.node_id} sent entry {e.index} after applied index "
-                                            f"{self.applied_index} (a gap)")
-            self.state_machine.apply(e)
-            self.applied_index = e.index
-            n += 1
-        if n:
-            if self.on_applied is not None:
-                try:
-                    self.on_applied(self.applied_index)
-                except Exception:
-                    log.exception("metadata follower %d: on_applied failed", self.node_id)
-            self._changed.set()
-            self._changed = asyncio.Event()
-        return n
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                n = await self.poll_once(self.max_wait_ms)
-            except (httpx.HTTPError, OSError, MetadataFollowerError) as e:
-                log.debug("metadata follower %d: fetch from voter %d failed: %r", self.node_id, self._current, e)
-                self._current = self._order[(self._order.index(self._current) + 1) % len(self._order)]
-                self.leader_id = NO_NODE
-                await asyncio.sleep(self.poll_interval_ms / 1000)
-                continue
-            except Exception as e:  # the state machine failed: its state is unknown, stop following
-                self.failure = e
-                log.critical("metadata follower %d stops: %s", self.node_id, e, exc_info=e)
-                self._changed.set()
-                return
-            if n == 0:
-                await asyncio.sleep(self.poll_interval_ms / 1000)

@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 
 from lakelog.ingest_api.cluster.errors import InvalidReplicaAssignmentError, NoReassignmentInProgressError
-from lakelog.ingest_api.cluster.image import MAX_NODE_ID, MAX_REPLICAS, NO_LEADER, PartitionState
+from lakelog.ingest_api.cluster.image_values import MAX_NODE_ID, MAX_REPLICAS, NO_LEADER, PartitionState
 
 
 def check_target(target: Sequence[int], registered: Iterable[int], where: str) -> tuple[int, ...]:

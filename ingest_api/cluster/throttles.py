@@ -1,13 +1,15 @@
 """Replication throttles (Kafka's KIP-73): dynamic broker rates and per-topic throttled replica lists.
 
 Broker configs, dynamic only (as in Kafka: they are not read from node.toml), kept in the metadata
-log so every node sees the same values and a restart keeps them:
+log with every other dynamic broker config (ingest_api/cluster/broker_configs.py: one record type,
+`broker_configs`, one controller op, `alter_dynamic_broker_configs`), so every node sees the same
+values and a restart keeps them:
 
     leader.replication.throttled.rate     bytes/s a leader sends to throttled followers, all partitions
     follower.replication.throttled.rate   bytes/s a follower fetches for its throttled replicas
 
 each set for one broker (node id) or as the cluster-wide default (`CLUSTER_DEFAULT`, Confluent's
-`broker-configs`); a broker's own value wins. Unset: no throttle.
+`broker-configs`); a broker's own value wins (`BrokerConfigState.rate`). Unset: no throttle.
 
 Topic configs (declared in `infra/config.py` with the other topic keys):
 
@@ -23,18 +25,13 @@ waits, the ISR's traffic — what acks=all produces wait for — never.
 A throttled fetch answers a partition with no records while the quota is spent; the follower asks
 again, so the catch-up is slower, never wrong.
 
-Record (metadata log; `apply` is pure, returns a new value):
-
-    alter_broker_configs   node_id (-1: cluster default), configs {key: str | null}   null deletes
-
-Snapshot: `to_dict()` -> {"brokers": [{"node_id", "configs"}]}, absent from the image while empty.
+This module keeps the pure parts: the rate check, the throttled-replica lists and the quota.
+(The rates' former record, `alter_broker_configs`, is still read on replay by broker_configs.py.)
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 LEADER_RATE = "leader.replication.throttled.rate"
@@ -43,11 +40,8 @@ RATE_KEYS = (LEADER_RATE, FOLLOWER_RATE)
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 CLUSTER_DEFAULT = -1
-RECORD_TYPES = frozenset({"alter_broker_configs"})
-CONTROLLER_OPS = frozenset({"alter_broker_configs"})
 
 MAX_RATE = (1 << 63) - 1
-MAX_NODE_ID = (1 << 31) - 1
 #: Most throttled-replica entries one topic config may list.
 MAX_THROTTLED_ENTRIES = 100_000
 
@@ -98,72 +92,6 @@ def is_throttled(value: str, partition: int, broker: int) -> bool:
     except ValueError:
         return False
     return listed is None or (partition, broker) in listed
-
-
-@dataclass(frozen=True)
-class BrokerThrottles:
-    """The dynamic throttle rates: node id (or CLUSTER_DEFAULT) -> {key: bytes/s} (immutable)."""
-
-    configs: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
-
-    @property
-    def empty(self) -> bool:
-        return not self.configs
-
-    def rate(self, node_id: int, key: str) -> int | None:
-        """The effective rate of `key` on a node: its own, else the cluster default, else None."""
-        own = self.configs.get(node_id, {})
-        if key in own:
-            return own[key]
-        return self.configs.get(CLUSTER_DEFAULT, {}).get(key)
-
-    def apply(self, rec: Mapping[str, Any]) -> "BrokerThrottles":
-        if rec.get("type") != "alter_broker_configs":
-            raise ValueError(f"not a throttle record: {rec.get('type')!r}")
-        node_id = rec.get("node_id")
-        if type(node_id) is not int or not CLUSTER_DEFAULT <= node_id <= MAX_NODE_ID:
-            raise ValueError(f"node_id must be -1 or a node id, not {node_id!r}")
-        changes = rec.get("configs")
-        if not isinstance(changes, dict) or not changes:
-            raise ValueError("configs must be a non-empty object")
-        current = dict(self.configs.get(node_id, {}))
-        for key, value in changes.items():
-            if value is None:
-                if key not in RATE_KEYS:
-                    raise ValueError(f"{key!r} is not a dynamic broker config")
-                current.pop(key, None)
-            else:
-                current[key] = check_rate(key, value)
-        configs = dict(self.configs)
-        if current:
-            configs[node_id] = current
-        else:
-            configs.pop(node_id, None)
-        return BrokerThrottles(configs)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"brokers": [{"node_id": n, "configs": {k: str(v) for k, v in sorted(c.items())}}
-                            for n, c in sorted(self.configs.items())]}
-
-    @classmethod
-    def from_dict(cls, d: Any) -> "BrokerThrottles":
-        if not isinstance(d, dict) or not isinstance(d.get("brokers"), list):
-            raise ValueError("throttles must be an object with a list of brokers")
-        out = cls()
-        for b in d["brokers"]:
-            if not isinstance(b, dict):
-                raise ValueError("a throttle entry is not an object")
-            out = out.apply({"type": "alter_broker_configs", "node_id": b.get("node_id"), "configs": b.get("configs")})
-        return out
-
-
-def controller_records(op: str, args: Mapping[str, Any], state: BrokerThrottles) -> tuple[list[dict], dict]:
-    """The records of an `alter_broker_configs` controller request (validated here, re-checked by apply)."""
-    if op not in CONTROLLER_OPS:
-        raise ValueError(f"unknown throttle op {op!r}")
-    record = {"type": "alter_broker_configs", "node_id": args.get("node_id"), "configs": args.get("configs")}
-    state.apply(record)  # raises ValueError on anything apply would skip
-    return [record], {}
 
 
 class ThrottleQuota:

@@ -20,7 +20,7 @@ import json
 from typing import Protocol
 
 from lakelog.infra.errors import ErrorKind
-from lakelog.ingest_api.raft.core import Entry, EntryKind, RaftError
+from lakelog.ingest_api.raft.messages import Entry, EntryKind, RaftError
 
 KV_SNAPSHOT_VERSION = 1
 

@@ -76,7 +76,7 @@ from pathlib import Path
 
 from lakelog.infra.config import ConfigError
 from lakelog.infra.errors import ErrorKind, invariant
-from lakelog.ingest_api.raft.core import (
+from lakelog.ingest_api.raft.messages import (
     NO_NODE,
     DurableState,
     Effect,

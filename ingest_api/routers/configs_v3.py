@@ -34,6 +34,7 @@ from lakelog.ingest_api.cluster.broker_configs import (
     ReadOnlyBrokerConfigError,
     check_value,
 )
+from lakelog.ingest_api.cluster.throttles import RATE_KEYS
 from lakelog.ingest_api.config import NODE_CONFIG
 from lakelog.ingest_api.dynamic_config import DYNAMIC_DEFAULT_BROKER_CONFIG
 from lakelog.ingest_api.error_table import http_error
@@ -139,7 +140,7 @@ def _checked(set_configs: dict[str, Any], delete: list[str]) -> dict[str, str]:
     """The values to store; every name must be a node key (else 404) and dynamic, every value valid
     (else 400 / 40002, all names refused at once as Kafka lists them)."""
     for name in [*set_configs, *delete]:
-        if name not in NODE_CONFIG.keys:
+        if name not in NODE_CONFIG.keys and name not in RATE_KEYS:  # the rates: dynamic only, no node key
             raise ConfigNotFoundError(f"Config {name} cannot be found.")
     read_only = [n for n in [*set_configs, *delete] if n not in DYNAMIC_BROKER_CONFIGS]
     if read_only:

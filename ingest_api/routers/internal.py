@@ -32,7 +32,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from lakelog.ingest_api.cluster.auth import HEADER_TIMESTAMP, AuthenticationError, InternalAuthenticator
-from lakelog.ingest_api.cluster.quorum import QuorumHost, QuorumUnavailableError
+from lakelog.ingest_api.cluster.errors import QuorumUnavailableError
+from lakelog.ingest_api.cluster.quorum import QuorumHost
 from lakelog.ingest_api.errors import RequestTooLargeError
 
 log = logging.getLogger("lakelog.internal")

@@ -19,6 +19,7 @@ from lakelog.ingest_api.formats import (
     render_record,
 )
 from lakelog.ingest_api.partition import PartitionKey
+from lakelog.ingest_api.produce_columns import ProduceColumns, ProduceResults
 from lakelog.ingest_api.routers.deps import forward_to_leader, get_node, read_body
 from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS, parse_schema_produce, render_schema_record
 from lakelog.ingest_api.schemas.router import registry_of as schema_registry
@@ -66,11 +67,22 @@ _OFFSETS_RESPONSE = {
 }
 
 
-def _produce_response(results: list[tuple[int, int]], acks: str, schema_ids: tuple = (None, None)) -> Response:
-    offsets = [{"partition": p, "offset": (o if acks != "0" else -1), "error_code": None, "error": None}
-               for p, o in results]
-    return JSONResponse({"key_schema_id": schema_ids[0], "value_schema_id": schema_ids[1], "offsets": offsets},
-                        media_type=V2)
+def _produce_response(results: ProduceResults, acks: str, schema_ids: tuple = (None, None)) -> Response:
+    # Written as text: the answer of a 500-record produce holds 500 offsets, and a dict per record
+    # through a JSON encoder took longer than parsing the request did.
+    body = (f'{{"key_schema_id":{_json_int(schema_ids[0])},"value_schema_id":{_json_int(schema_ids[1])},'
+            f'"offsets":{results.offsets_json(acks == "0")}}}')
+    return Response(body.encode(), media_type=V2)
+
+
+def _json_int(v: int | None) -> str:
+    return "null" if v is None else str(int(v))
+
+
+def _payload_bytes(records: ProduceColumns | list) -> int:
+    if isinstance(records, ProduceColumns):
+        return records.payload_bytes()
+    return sum(len(r.value or b"") + len(r.key or b"") for r in records)
 
 
 def _check_acks(acks: str) -> str:
@@ -98,8 +110,8 @@ async def produce_to_topic(topic: str, request: Request, acks: str = Query("all"
         records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
     results = await node.produce_records(topic, records, acks=acks, producer=producer,
                                          principal=request_principal(request))
-    _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
-    return _produce_response([(r.partition, r.offset) for r in results], acks, tuple(schema_ids))
+    _count(request, topic, _payload_bytes(records), len(records))
+    return _produce_response(results, acks, tuple(schema_ids))
 
 
 @router.post("/topics/{topic}/partitions/{partition}",
@@ -125,7 +137,7 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
     if fmt == RECORDBATCH:
         info = await node.produce_batches(topic, partition, body, acks)
         _count(request, topic, info.size_in_bytes, info.record_count)
-        return _produce_response([(partition, b) for b in info.base_offsets], acks)
+        return _produce_response(ProduceResults(partition, info.base_offsets), acks)
     schema_ids: tuple = (None, None)
     if fmt in SCHEMA_FORMATS:
         records, producer, *schema_ids = await parse_schema_produce(schema_registry(request), topic, body, fmt,
@@ -134,8 +146,8 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
         records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
     results = await node.produce_records(topic, records, partition=partition, acks=acks, producer=producer,
                                          principal=request_principal(request))
-    _count(request, topic, sum(len(r.value or b"") + len(r.key or b"") for r in records), len(records))
-    return _produce_response([(r.partition, r.offset) for r in results], acks, tuple(schema_ids))
+    _count(request, topic, _payload_bytes(records), len(records))
+    return _produce_response(results, acks, tuple(schema_ids))
 
 
 @router.post("/producers", summary="Get a producer id for idempotent produce (Kafka's InitProducerId)",

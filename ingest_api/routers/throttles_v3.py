@@ -2,7 +2,8 @@
 
 `leader.replication.throttled.rate` and `follower.replication.throttled.rate` (bytes/s; see
 `ingest_api/cluster/throttles.py`) are dynamic broker configs, as in Kafka: set for one broker or as
-the cluster-wide default, stored in the metadata log.
+the cluster-wide default, stored in the metadata log with the other dynamic broker configs
+(ingest_api/cluster/broker_configs.py, op `alter_dynamic_broker_configs`).
 
   GET/PUT/DELETE /v3/clusters/{c}/broker-configs/{key}          the cluster-wide default
   GET/PUT/DELETE /v3/clusters/{c}/brokers/{b}/configs/{key}     one broker's value
@@ -58,12 +59,13 @@ async def _set(node: Any, broker_id: int, key: str, value: str | None) -> None:
             check_rate(key, value)
         except ValueError as e:
             raise InvalidRequestError(str(e)) from None
-    await node.admin.submit("alter_broker_configs", {"node_id": broker_id, "configs": {key: value}})
+    change = {"set": {key: value}} if value is not None else {"delete": [key]}
+    await node.admin.submit("alter_dynamic_broker_configs", {"broker": broker_id, **change})
 
 
 def _get(request: Request, node: Any, cluster_id: str, broker_id: int, key: str) -> JSONResponse:
     _check(node, broker_id)
-    own = node.image.throttles.configs.get(broker_id, {})
+    own = node.image.broker_configs.of(broker_id)
     if key not in own:
         raise ConfigNotFoundError(f"Config {key} cannot be found (not set dynamically).")
     return JSONResponse(_body(request, cluster_id, broker_id, key, own[key]))

@@ -250,7 +250,7 @@ def test_metadata_snapshot_and_records(data):
     """The metadata image: a corrupt snapshot is refused with a typed error; a corrupt record in the
     log is skipped, never raised (a voter that raised would stall the quorum)."""
     from lakelog.ingest_api.cluster.image import ClusterImage
-    from lakelog.ingest_api.raft.core import Entry, EntryKind
+    from lakelog.ingest_api.raft.messages import Entry, EntryKind
 
     _typed(ClusterImage().restore, data)
     img = ClusterImage()

@@ -5,6 +5,8 @@ refused with Confluent's 400 / 40002."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -119,3 +121,47 @@ def test_read_only_and_bad_values_are_refused_and_validate_only_changes_nothing(
         {"name": "log.segment.bytes", "value": "2000000"}]})
     assert r.status_code == 204, r.text
     assert _config(n1.url, 1, "log.segment.bytes")["source"] == "DEFAULT_CONFIG"
+
+
+def _write(method, url: str, **kw) -> httpx.Response:
+    """A write, sent again while the cluster answers 503 (a controller election on a loaded machine:
+    retriable, as clients treat it)."""
+    r = method(url, **kw)
+    deadline = time.monotonic() + 30
+    while r.status_code == 503 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        r = method(url, **kw)
+    return r
+
+
+def test_throttle_rates_are_dynamic_broker_configs_like_the_others(cluster):
+    """One mechanism: a throttle rate set with the other dynamic broker configs in one `configs:alter`
+    reads back on its own route and in the cluster-wide listing, on every node."""
+    n1, n2 = cluster.nodes[0], cluster.nodes[1]
+    b1, b2 = _base(n1.url), _base(n2.url)
+    rate = "follower.replication.throttled.rate"
+    r = _write(httpx.post, f"{b1}/brokers/2/configs:alter", timeout=30, json={"data": [
+        {"name": rate, "value": "4096"}, {"name": "log.roll.ms", "value": "600000"}]})
+    assert r.status_code == 204, r.text
+    wait_for(lambda: httpx.get(f"{b2}/brokers/2/configs/{rate}", timeout=30).status_code == 200, 30,
+             "the rate reaches node 2")
+    got = httpx.get(f"{b2}/brokers/2/configs/{rate}", timeout=30).json()
+    assert got["value"] == "4096" and got["source"] == "DYNAMIC_BROKER_CONFIG"
+    wait_for(lambda: _config(n2.url, 2, "log.roll.ms")["value"] == "600000", 30, "log.roll.ms on node 2")
+    r = _write(httpx.post, f"{b1}/broker-configs:alter", timeout=30, json={"data": [
+        {"name": "leader.replication.throttled.rate", "value": "1048576"}]})
+    assert r.status_code == 204, r.text
+    wait_for(lambda: any(c["name"] == "leader.replication.throttled.rate" and c["value"] == "1048576"
+                         for c in httpx.get(f"{b2}/broker-configs", timeout=30).json()["data"]), 30,
+             "the cluster-wide rate listed on node 2")
+    bad = _write(httpx.post, f"{b1}/broker-configs:alter", timeout=30, json={"data": [
+        {"name": "leader.replication.throttled.rate", "value": "0"}]})
+    assert bad.status_code == 400 and bad.json()["error_code"] == 40002, bad.text
+    # Deleting with the others' endpoint removes the rate only; the entity keeps log.roll.ms.
+    r = _write(httpx.post, f"{b1}/brokers/2/configs:alter", timeout=30, json={"data": [{"name": rate, "operation": "DELETE"}]})
+    assert r.status_code == 204, r.text
+    r = _write(httpx.delete, f"{b1}/broker-configs/leader.replication.throttled.rate", timeout=30)
+    assert r.status_code == 204, r.text
+    wait_for(lambda: httpx.get(f"{b2}/brokers/2/configs/{rate}", timeout=30).status_code == 404, 30, "rate removed")
+    assert _config(n2.url, 2, "log.roll.ms")["value"] == "600000"
+    httpx.delete(f"{b1}/brokers/2/configs/log.roll.ms", timeout=30)

@@ -105,10 +105,8 @@ def test_up_serves_then_stops_cleanly_on_sigterm(tmp_path):
         assert not any(props["cluster.secret"].encode() in c for c in cmdlines)
         assert (up.data_dir / "cluster.properties").stat().st_mode & 0o777 == 0o600
 
-        started = time.monotonic()
         up.proc.send_signal(signal.SIGTERM)
-        assert up.proc.wait(STOP_BOUND_S) == 0, up.output()
-        assert time.monotonic() - started < STOP_BOUND_S
+        assert up.proc.wait(STOP_BOUND_S) == 0, up.output()  # a graceful stop: exit 0 within the launcher's bound
     finally:
         up.close()
 

@@ -24,21 +24,19 @@ from fastapi.responses import JSONResponse
 from lakelog.infra.config import ConfigError
 from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api.cluster.auth import ClusterAuth, InternalAuthenticator, now_ms, sign
-from lakelog.ingest_api.cluster.quorum import (
+from lakelog.ingest_api.cluster.errors import NotControllerError, QuorumTimeoutError, QuorumUnavailableError
+from lakelog.ingest_api.cluster.metadata_follower import MetadataFollower
+from lakelog.ingest_api.cluster.quorum import QuorumHost
+from lakelog.ingest_api.cluster.quorum_config import (
     METADATA_DIR_NAME,
     METADATA_PATH,
     RAFT_MESSAGES_PATH,
-    MetadataFollower,
-    NotControllerError,
     QuorumConfig,
-    QuorumHost,
-    QuorumTimeoutError,
-    QuorumUnavailableError,
     format_voters,
     parse_voters,
 )
 from lakelog.ingest_api.error_table import http_error
-from lakelog.ingest_api.raft.core import NO_NODE, RequestVote, Role, message_to_dict
+from lakelog.ingest_api.raft.messages import NO_NODE, RequestVote, Role, message_to_dict
 from lakelog.ingest_api.raft.state_machine import KeyValueStateMachine
 from lakelog.ingest_api.routers import internal
 

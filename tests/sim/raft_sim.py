@@ -48,7 +48,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from lakelog.ingest_api.raft.core import (
+from lakelog.ingest_api.raft.core import RaftCore
+from lakelog.ingest_api.raft.messages import (
     Apply,
     CompactLog,
     DurableState,
@@ -62,7 +63,6 @@ from lakelog.ingest_api.raft.core import (
     ProposalRefused,
     Proposed,
     RaftConfig,
-    RaftCore,
     Receive,
     RestoreSnapshot,
     Role,

@@ -19,7 +19,7 @@ import random
 
 import pytest
 
-from lakelog.ingest_api.raft.core import (
+from lakelog.ingest_api.raft.messages import (
     AppendEntriesResponse,
     InstallSnapshotResponse,
     RaftConfig,

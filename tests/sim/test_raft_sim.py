@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakelog.ingest_api.raft.core import (
+from lakelog.ingest_api.raft.core import RaftCore
+from lakelog.ingest_api.raft.messages import (
     NO_NODE,
     AppendEntries,
     AppendEntriesResponse,
@@ -34,7 +35,6 @@ from lakelog.ingest_api.raft.core import (
     Propose,
     ProposalRefused,
     RaftConfig,
-    RaftCore,
     Receive,
     RequestVote,
     RequestVoteResponse,

@@ -8,16 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakelog.ingest_api.cluster.image import (
+from lakelog.ingest_api.cluster.image import SNAPSHOT_VERSION, ClusterImage
+from lakelog.ingest_api.cluster.image_values import (
     NO_LEADER,
-    SNAPSHOT_VERSION,
     BrokerRegistration,
-    ClusterImage,
     PartitionState,
     check_partition_state,
     encode_record,
 )
-from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.messages import Entry, EntryKind
 from lakelog.ingest_api.raft.state_machine import SnapshotFormatError
 from lakelog.logstore.record_batch import crc32c
 

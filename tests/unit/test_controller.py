@@ -24,7 +24,13 @@ from lakelog.ingest_api.cluster.errors import (
     NotControllerError,
     NotPartitionLeaderError,
 )
-from lakelog.ingest_api.cluster.image import NO_LEADER, ClusterImage, PartitionState, check_partition_state, encode_record
+from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.image_values import (
+    NO_LEADER,
+    PartitionState,
+    check_partition_state,
+    encode_record,
+)
 from lakelog.ingest_api.cluster.placement import assign_replicas, rack_alternated
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
@@ -34,7 +40,7 @@ from lakelog.ingest_api.errors import (
     TopicNotFoundError,
 )
 from lakelog.ingest_api.error_table import http_error
-from lakelog.ingest_api.raft.core import Entry, EntryKind
+from lakelog.ingest_api.raft.messages import Entry, EntryKind
 
 SESSION_MS = 9_000
 

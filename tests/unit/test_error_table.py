@@ -27,7 +27,7 @@ from lakelog.ingest_api.error_table import ERROR_TABLE, KIND_FALLBACK, HttpError
 from lakelog.ingest_api.errors import NodeError, RemoteError, RouteError, TopicExistsError
 from lakelog.ingest_api.groups.errors import ConsumerFormatMismatchError, GroupError, IllegalStateError
 from lakelog.ingest_api.security.errors import SecurityError
-from lakelog.ingest_api.raft.core import NO_NODE
+from lakelog.ingest_api.raft.messages import NO_NODE
 from lakelog.tiering.errors import ManifestConflictError, ObjectNotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]

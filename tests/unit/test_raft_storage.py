@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from lakelog.infra.config import ConfigError
 from lakelog.infra.errors import InvariantViolation
-from lakelog.ingest_api.raft.core import NO_NODE, Entry, EntryKind, PersistEntries, PersistSnapshot, PersistState, Snapshot
+from lakelog.ingest_api.raft.messages import (
+    NO_NODE,
+    Entry,
+    EntryKind,
+    PersistEntries,
+    PersistSnapshot,
+    PersistState,
+    Snapshot,
+)
 from lakelog.ingest_api.raft.storage import (
     HEADER,
     LOG_FILE,

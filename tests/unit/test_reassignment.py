@@ -11,7 +11,8 @@ from lakelog.ingest_api.cluster.errors import (
     InvalidReplicaAssignmentError,
     NoReassignmentInProgressError,
 )
-from lakelog.ingest_api.cluster.image import ClusterImage, PartitionState
+from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.image_values import PartitionState
 from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.errors import InvalidRequestError, PartitionNotFoundError, TopicNotFoundError
 from tests.unit.test_controller import Cluster

@@ -6,7 +6,7 @@ import asyncio
 from types import SimpleNamespace
 
 from lakelog.ingest_api import stats
-from lakelog.ingest_api.cluster.image import BrokerRegistration, PartitionState, TopicImage
+from lakelog.ingest_api.cluster.image_values import BrokerRegistration, PartitionState, TopicImage
 
 
 def _node(topics: dict[str, list[PartitionState]], fenced: set[int] = frozenset(), min_isr: int = 2):
