@@ -254,6 +254,9 @@ def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str
         topics = list_topics(NodeAccess.from_options(nodes, {k.lower(): v for k, v in (node_options or {}).items()}))
     else:
         topics = remote_topics(remote)
+    from lakelog.spark_log.decoded_read import ViewTyping
+
+    typing = ViewTyping(remote, nodes, node_options)  # typed by the Schema Registry, as the tables
     registered = []
     for topic in topics:
         if not _SIMPLE_NAME.match(topic):
@@ -261,7 +264,7 @@ def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str
         reader = spark.read.format("lakelog").option("remote", remote).option("topic", topic)
         if nodes:
             reader = reader.option("nodes", nodes).options(**(node_options or {}))
-        reader.load().createOrReplaceGlobalTempView(topic)
+        typing.apply(reader.load(), topic).createOrReplaceGlobalTempView(topic)
         registered.append(topic)
     for name in table_names(remote):
         view = name if name.startswith("_") or name.endswith(LATEST_SUFFIX) else name + TABLE_SUFFIX
