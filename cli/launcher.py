@@ -27,7 +27,8 @@ without stopping it (PR_SET_PDEATHSIG), so a killed launcher leaves no orphan ho
 
 `--sql` also runs `lakelog sql-server` (Spark Connect on loopback, `--sql-port`, default 15002)
 once the nodes are ready, supervised like them, its output in `DATA_DIR/sql.log`; its clients
-present the token kept in `DATA_DIR/sql.token` (0600).
+present the token kept in `DATA_DIR/sql.token` (0600). It also answers the web console's SQL page
+(JSON on `--sql-port` + 1, same token): the nodes get `console.sql.url` and `console.sql.token.file`.
 
 Every node is a controller voter (`controller.quorum.voters` lists them all, up to
 MAX_VOTERS; more nodes than that is refused for now), and the nodes share a cluster id and a cluster
@@ -165,7 +166,13 @@ class ClusterSpec:
         """The `lakelog sql-server` command line: the nodes' remote tier, every node for the hot tail."""
         nodes = ",".join(self.node_url(i) for i in range(1, self.nodes + 1))
         return [sys.executable, "-m", "lakelog.cli.main", "sql-server", "--remote", self.remote.url,
-                "--nodes", nodes, "--listen", self.sql_url, "--token-file", str(self.sql_token_path)]
+                "--nodes", nodes, "--listen", self.sql_url, "--token-file", str(self.sql_token_path),
+                "--http-listen", self.sql_http_url]
+
+    @property
+    def sql_http_url(self) -> str:
+        """The SQL server's JSON endpoint for the nodes' web console: the port after Spark Connect's."""
+        return f"http://{HOST}:{self.sql_port + 1}"
 
     @property
     def sql_token_path(self) -> Path:
@@ -200,8 +207,11 @@ class ClusterSpec:
         return ",".join(f"{i}@{HOST}:{self.node_port(i)}" for i in range(1, self.nodes + 1))
 
     def default_overrides(self) -> dict[str, str]:
-        return {"default.replication.factor": str(min(3, self.nodes)),
-                "min.insync.replicas": str(min(2, self.nodes))}
+        defaults = {"default.replication.factor": str(min(3, self.nodes)),
+                    "min.insync.replicas": str(min(2, self.nodes))}
+        if self.sql_port is not None:  # the console's SQL page runs queries through the SQL server
+            defaults.update({"console.sql.url": self.sql_http_url, "console.sql.token.file": str(self.sql_token_path)})
+        return defaults
 
     def node_args(self, node_id: int, cluster_id: str = "", secret: str = "") -> list[str]:
         """The `lakelog node` command line of node `node_id`."""
@@ -279,8 +289,9 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
         if job not in ("compaction", "retention", "rebuild-index", "sync-tables") or not 0 <= seconds <= 7 * 86400:
             raise LauncherConfigError(f"--jobs-every {job}={seconds}: a job is compaction, retention, rebuild-index "
                                       "or sync-tables, every 0 (off) to 604800 seconds")
-    if sql_port is not None and (not 1 <= sql_port <= 65535 or http_port <= sql_port < http_port + nodes):
-        raise LauncherConfigError(f"--sql-port {sql_port}: a port in 1..65535 that no node uses")
+    if sql_port is not None and (not 1 <= sql_port < 65535 or http_port - 1 <= sql_port < http_port + nodes):
+        raise LauncherConfigError(f"--sql-port {sql_port}: a port in 1..65534 that no node uses, nor the one "
+                                  f"after it (the console's SQL calls)")
     spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port)
     from lakelog.ingest_api.config import NodeConfig
 
@@ -660,9 +671,10 @@ class LocalCluster:
             if _port_in_use(spec.node_port(i)):
                 raise LauncherConfigError(f"port {spec.node_port(i)} (node {i}) is already in use; "
                                           "choose another --http-port")
-        if spec.sql_port is not None and _port_in_use(spec.sql_port):
-            raise LauncherConfigError(f"port {spec.sql_port} (the SQL server) is already in use; "
-                                      "choose another --sql-port")
+        for port in ((spec.sql_port, spec.sql_port + 1) if spec.sql_port is not None else ()):
+            if _port_in_use(port):
+                raise LauncherConfigError(f"port {port} (the SQL server) is already in use; "
+                                          "choose another --sql-port")
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         noun = "node" if spec.nodes == 1 else "nodes"
         if spec.added_nodes:

@@ -173,5 +173,8 @@ def create_app(node: Node) -> FastAPI:
     app.include_router(decode.router)  # values decoded by the Schema Registry (console)
     from lakelog.ingest_api.routers import sql_access
     app.include_router(sql_access.router)  # the SQL server's check of a client's principal and topic READ ACLs
+    from lakelog.ingest_api.routers import console_sql
+
+    app.include_router(console_sql.router)  # the console's SQL page, relayed to the SQL server
     app.include_router(schema_registry_router.router)  # the Schema Registry at /subjects, /schemas, /config, /mode
     return app

@@ -12,9 +12,12 @@ record it compares what the record changes and keeps one event per change worth 
     replicas_changed   a partition's replica list changed
 
 Every node applies the same log, so every node sees the same events; the time of an event is when
-this node applied it. Events are kept only from when the node first caught up (`armed`): replaying
+this node applied it. Events are recorded only while the node is caught up (`armed`): replaying
 the log at start-up would stamp old changes with the wrong time. At most `max_events` are kept (the
-oldest go first). Events are plain dicts `{seq, time_ms, kind, severity (info|warn), message,
+oldest go first). With `path`, they are also kept in a bounded file (`ingest_api/event_file.py`)
+and loaded from it at start: a restarted node shows what it saw before (not what happened while it
+was down, which it replays without events; the other nodes saw that), and `seq` goes on from the
+file's last. Events are plain dicts `{seq, time_ms, kind, severity (info|warn), message,
 topic?, partition?, node?}`; `seq` grows by one per event, so a reader can ask for what is new.
 
 Concurrency: `before`/`after` run on the thread that applies the metadata (the event loop);
@@ -24,9 +27,15 @@ Concurrency: `before`/`after` run on the thread that applies the metadata (the e
 from __future__ import annotations
 
 import collections
+import logging
+import os
 import threading
 import time
 from typing import Any, Callable
+
+from lakelog.ingest_api.event_file import EventFile
+
+log = logging.getLogger("lakelog.events")
 
 MAX_EVENTS = 1000
 _BROKER_RECORDS = {"register_broker", "unfence_broker", "fence_broker", "broker_controlled_shutdown",
@@ -42,7 +51,7 @@ def _nodes(ids) -> str:
 class ClusterEvents:
     def __init__(self, *, max_events: int = MAX_EVENTS, armed: Callable[[], bool] = lambda: True,
                  controller_id: Callable[[], int | None] = lambda: None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, path: str | os.PathLike | None = None) -> None:
         if max_events < 1:
             raise ValueError("max_events must be at least 1")
         self._events: collections.deque[dict] = collections.deque(maxlen=max_events)
@@ -53,6 +62,27 @@ class ClusterEvents:
         self._clock = clock
         self._epoch: int | None = None
         self.armed_at_ms: int | None = None
+        self._file: EventFile | None = None
+        if path is not None:
+            self._file = EventFile(path, max_events)
+            try:
+                self._events.extend(self._file.load())
+            except OSError as e:  # the events are a convenience: keep them in memory only
+                log.warning("cluster events will not survive a restart: %s", e)
+                self._file = None
+            self._seq = max((e["seq"] for e in self._events), default=0)
+
+    @property
+    def since_ms(self) -> int | None:
+        """Since when events are known: the oldest kept (from before a restart too), else when this node caught up."""
+        with self._lock:
+            first = self._events[0]["time_ms"] if self._events else None
+        return first if first is not None else self.armed_at_ms
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
 
     # --- the image's observer ------------------------------------------------------------------
 
@@ -96,8 +126,16 @@ class ClusterEvents:
     def _add(self, kind: str, severity: str, message: str, **where: Any) -> None:
         with self._lock:
             self._seq += 1
-            self._events.append({"seq": self._seq, "time_ms": self._now(), "kind": kind, "severity": severity,
-                                 "message": message, **{k: v for k, v in where.items() if v is not None}})
+            event = {"seq": self._seq, "time_ms": self._now(), "kind": kind, "severity": severity,
+                     "message": message, **{k: v for k, v in where.items() if v is not None}}
+            self._events.append(event)
+            if self._file is not None:
+                try:
+                    self._file.append(event)
+                    self._file.compact(list(self._events))
+                except OSError as e:
+                    log.warning("cluster events will not survive a restart: %s", e)
+                    self._file = None
 
     def _broker(self, image, t: str, rec: dict, old) -> None:
         n = rec.get("node_id")

@@ -28,6 +28,7 @@ from lakelog.infra.config import (
     broker_synonyms,
     synonym_map,
 )
+from lakelog.ingest_api.console_sql import CONSOLE_SQL_CONFIG
 from lakelog.ingest_api.groups.config import GROUP_CONFIG
 from lakelog.ingest_api.security.config import SECURITY_CONFIG
 from lakelog.tiering.config import TIERING_CONFIG
@@ -127,6 +128,7 @@ NODE_CONFIG.include(broker_synonyms(LOG_CONFIG))
 NODE_CONFIG.include(TIERING_CONFIG)  # the remote tier's library settings (tiering/config.py)
 NODE_CONFIG.include(GROUP_CONFIG)  # consumer groups and consumer instances (ingest_api/groups/config.py)
 NODE_CONFIG.include(SECURITY_CONFIG)  # authentication, ACLs, TLS, quotas (ingest_api/security/config.py)
+NODE_CONFIG.include(CONSOLE_SQL_CONFIG)  # the console's SQL page (ingest_api/console_sql.py)
 
 #: Broker key -> the topic key it gives the default of.
 BROKER_TO_TOPIC = synonym_map(LOG_CONFIG)

@@ -55,6 +55,7 @@ from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
 from lakelog.ingest_api.cluster.controller import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster_events import ClusterEvents
+from lakelog.ingest_api.event_file import FILE_NAME as EVENTS_FILE
 from lakelog.ingest_api.cluster.quorum import QuorumHost
 from lakelog.ingest_api.cluster.quorum_config import QuorumConfig, parse_voters
 from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS
@@ -106,7 +107,8 @@ class Node:
         self.cluster_id = ""
         self.image = ClusterImage()
         # Recent cluster events for the console (ingest_api/cluster_events.py), from when this node is ready.
-        self.events = ClusterEvents(armed=lambda: self.ready, controller_id=lambda: self.controller_id)
+        self.events = ClusterEvents(armed=lambda: self.ready, controller_id=lambda: self.controller_id,
+                                    path=Path(self.data_dir) / EVENTS_FILE)  # kept across restarts
         self.image.observer = self.events
         self.quorum: QuorumHost | ObserverHost | None = None  # ObserverHost: not a controller voter
         self.peers: PeerClient | None = None

@@ -531,7 +531,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
             spark = remote_session(args.remote, app_name="lakelog-sql-server", master=args.master, conf={
                 "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, **auth,
                 "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)})
-        service = None
+        service = http = None
         try:
             spark.sparkContext.setLogLevel("ERROR")
             if cluster_auth:
@@ -543,6 +543,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
             print(f"lakelog sql-server: Spark SQL on sc://{host}:{port} over {args.remote} (topics from "
                   f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
                   file=sys.stderr, flush=True)
+            http = _start_http_endpoint(spark, args)  # the web console's JSON calls (spark_log/sql_http.py)
             known: list[str] | None = None
             warned = False
             while not stop.is_set():
@@ -561,10 +562,24 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                     known = names
                 stop.wait(args.refresh_ms / 1000)
         finally:
+            if http is not None:
+                http.stop()
             if service is not None:
                 _stop_connect_service(service)
             spark.stop()
     return 0
+
+
+def _start_http_endpoint(spark, args: argparse.Namespace):
+    """`--http-listen`: the JSON endpoint the nodes relay their console's SQL page to (or None)."""
+    if not getattr(args, "http_listen", None):
+        return None
+    from lakelog.spark_log import sql_http
+
+    http = sql_http.start(spark, args.http_listen, _read_token(args.token_file))
+    host, _ = sql_http.parse_listen(args.http_listen)
+    print(f"lakelog sql-server: the web console's SQL calls on http://{host}:{http.port}", file=sys.stderr, flush=True)
+    return http
 
 
 def _start_connect_service(spark):
@@ -694,6 +709,9 @@ def add_commands(sub, add) -> None:
                        ("--api-key", "a cluster API key (or $LAKELOG_API_KEY)")):
         sql.add_argument(flag, metavar=flag[2:].upper().replace("-", "_"), default=None,
                          help=f"{what}: presented to a SQL server of a cluster with authentication on")
+    server.add_argument("--http-listen", metavar="URL", default=None,
+                        help="also answer the web console's SQL calls (JSON) on http://HOST:PORT; needs "
+                             "--token-file (the nodes present the same token)")
     sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
     sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help=f"most rows printed (at most {MAX_SQL_ROWS})")
 
@@ -707,5 +725,7 @@ def resolve_remote(args: argparse.Namespace) -> None:
         raise SystemExit("lakelog sql-server: --refresh-ms must lie between 100 and 3600000")
     if getattr(args, "nodes", "unset") is None:
         args.nodes = os.environ.get("LAKELOG_URL") or "http://127.0.0.1:8082"
+    if getattr(args, "http_listen", None) and not getattr(args, "token_file", None):
+        raise SystemExit("lakelog sql-server: --http-listen needs --token-file")
     if getattr(args, "max_rows", 0) and not 1 <= args.max_rows <= MAX_SQL_ROWS:
         raise SystemExit(f"lakelog sql: --max-rows must lie between 1 and {MAX_SQL_ROWS}")

@@ -153,6 +153,11 @@ class LakelogDataSource(DataSource):
         return "lakelog"
 
     def schema(self) -> str:
+        from lakelog.spark_log.decoded_read import wants_decoding
+
+        if wants_decoding({k.lower(): v for k, v in self.options.items()}):  # the wrapper removes them
+            raise ValueError("option valueFormat / keyFormat of the lakelog data source is applied by Lakelog's "
+                             "DataFrameReader wrapper: call lakelog.spark_log.datasource.register(spark) first")
         return SCHEMA
 
     def reader(self, schema: StructType) -> "LakelogReader":
@@ -422,9 +427,12 @@ class ReferenceDataSource(LakelogDataSource):
 def register(spark) -> None:
     """Make `spark.read.format("lakelog")` available in `spark` (idempotent): the JVM source when
     its jar is on the class path (nothing to register), else this one; this one is also
-    `lakelog_python` either way."""
+    `lakelog_python` either way. Also installs the decoding options (`valueFormat`, ...:
+    spark_log/decoded_read.py), which work with either reader."""
+    from lakelog.spark_log.decoded_read import install as install_decoding
     from lakelog.spark_log.jvm_source import jvm_source_loaded
 
+    install_decoding()
     spark.dataSource.register(ReferenceDataSource)
     if not jvm_source_loaded(spark):
         spark.dataSource.register(LakelogDataSource)

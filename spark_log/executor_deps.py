@@ -4,7 +4,9 @@ cluster's Python needs only pyspark and pyarrow.
 What an executor (and the driver-side Python worker that plans a `lakelog` read) imports beyond
 pyspark and pyarrow: boto3 for an S3 remote root (with botocore, s3transfer, jmespath,
 python-dateutil, urllib3, six), httpx (with its own dependencies) for the nodes' hot tail, the codec libraries of compressed topics (cramjam for snappy,
-lz4, zstandard; gzip is the standard library's) and crc32c (which has fallbacks). They are written
+lz4, zstandard; gzip is the standard library's), crc32c (which has fallbacks), and protobuf
+(`google.protobuf` and its C accelerator `google._upb`) for the Protobuf values of typed tables,
+views and the `valueFormat` option (decoded in Python on the executors: `schema_columns`). They are written
 into one zip, `lakelog_deps.zip`, added to the application with `addFile` (or `--files` under
 spark-submit). botocore reads its service models from files, which it cannot do from inside a zip,
 so the zip is not put on `sys.path` as it is: each executor extracts it once into its SparkFiles
@@ -13,9 +15,14 @@ never see half a folder) and appends that folder to `sys.path`. Appended, not pr
 the executor's Python already has win. Of botocore's models only S3's (and the shared endpoint and
 retry files) are shipped: about 1 MB instead of 30.
 
-The compiled packages (the codecs, crc32c) are the driver's build: an executor whose Python ABI
+The compiled packages (the codecs, crc32c, protobuf's upb) are the driver's build: an executor whose Python ABI
 or platform differs fails to import them, and then only compressed topics of that codec fail
-(gzip and uncompressed topics need none of them).
+(gzip and uncompressed topics need none of them); protobuf then falls back to its pure-Python
+implementation by itself (slower, same results).
+
+Names are import names; a dotted one (`google.protobuf`) is shipped as its folder under its
+parents' (`google/protobuf/`), and `google` stays a namespace package, so an executor's own
+`google.*` packages still import beside it.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ DEPS_ZIP = "lakelog_deps.zip"
 SHIPPED_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six",
                    "crc32c", "cramjam", "lz4", "zstandard",
                    # the nodes' hot tail (`nodes` option, `lakelog.<topic>` in SQL) is read with httpx
-                   "httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi", "typing_extensions")
+                   "httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi", "typing_extensions",
+                   # Protobuf values (typed tables, views, the valueFormat option)
+                   "google.protobuf", "google._upb")
 #: botocore's model folders shipped (`botocore/data/<service>`): only what the S3 store calls.
 BOTOCORE_SERVICES = ("s3",)
 EXTRACTED_DIR = "lakelog_deps"
@@ -41,9 +50,15 @@ _ready: str | None = None
 
 
 def _module_root(name: str) -> Path | None:
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except ImportError:  # a dotted name whose parent is not installed
         return None
+    if spec is None:
+        return None
+    if spec.origin is None or spec.origin == "namespace":  # a namespace package (google._upb): its folder
+        locations = list(spec.submodule_search_locations or [])
+        return Path(locations[0]) if locations else None
     origin = Path(spec.origin)
     return origin.parent if spec.submodule_search_locations else origin
 
@@ -67,11 +82,12 @@ def write_deps_zip(path: Path, modules: tuple[str, ...] = SHIPPED_MODULES) -> Pa
             root = _module_root(name)
             if root is None:
                 continue
+            folder = Path(*name.split("."))
             if root.is_file():
-                z.write(root, root.name)
+                z.write(root, (folder.parent / root.name).as_posix())
                 continue
             for f in sorted(root.rglob("*")):
-                rel = Path(name) / f.relative_to(root)
+                rel = folder / f.relative_to(root)
                 if f.is_file() and _wanted(rel):
                     z.write(f, rel.as_posix())
     return path

@@ -151,7 +151,12 @@ def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress:
                 for stage_id in (info.stageIds if info else []):
                     stage = tracker.getStageInfo(stage_id)
                     done += stage.numCompletedTasks if stage else 0
-            progress(min(done, len(tasks)))
+            try:
+                progress(min(done, len(tasks)))
+            except BaseException:  # the hook stops the run (a cancelled run): so do its Spark tasks
+                sc.cancelJobGroup(group)
+                worker.join(30)
+                raise
     if "error" in out:
         raise out["error"]
     if progress:

@@ -6,6 +6,12 @@ PROGRESS_WRITE_MS, and every HEARTBEAT_MS by a heartbeat thread while a long tas
 written SUCCEEDED with the totals and rows, or FAILED with the error, at the end. Recording never
 fails a run: a store error while writing the record is logged to stderr and the run goes on.
 `serve_queued` runs the QUEUED requests a scheduler finds.
+
+A cancel asked for a RUNNING run (`tiering.job_runs.cancel_run`, the console's Cancel) is a request
+object the heartbeat thread looks for every HEARTBEAT_MS: once seen, it cancels the application's
+Spark jobs (at every heartbeat until the run ends: a job between two Spark actions starts another),
+the next progress report raises `RunCancelled` (which also cancels the task group it waits on), and
+the run is written CANCELLED. A run that finishes before the cancel takes effect is SUCCEEDED.
 """
 
 from __future__ import annotations
@@ -24,14 +30,21 @@ from lakelog.tiering.remote_scan import open_remote
 PROGRESS_WRITE_MS = 1_000
 
 
+class RunCancelled(Exception):
+    """The run was cancelled (through a node: the console's Cancel) while it ran."""
+
+
 def runner_name(role: str) -> str:
     return f"{role}@{socket.gethostname()}:{os.getpid()}"
 
 
 class _Recorder:
-    def __init__(self, store, run: jr.JobRun) -> None:
+    def __init__(self, store, run: jr.JobRun, spark=None) -> None:
         self.store = store
         self.run = run
+        self.spark = spark
+        #: The cancel request ({"by", "at_ms"}) once the heartbeat has seen one.
+        self.cancel: dict | None = None
         self.lock = threading.Lock()
         self.last_write = 0.0
         self.stop = threading.Event()
@@ -51,7 +64,23 @@ class _Recorder:
 
     def _heartbeat(self) -> None:
         while not self.stop.wait(jr.HEARTBEAT_MS / 1000):
+            self.check_cancel()
             self.write(force=True)
+
+    def check_cancel(self) -> None:
+        """Look for a cancel request; once there is one, cancel the Spark jobs running."""
+        if self.cancel is None:
+            try:
+                self.cancel = jr.read_cancel_request(self.store, self.run.id)
+            except (TieringError, OSError) as e:
+                print(f"lakelog jobs: could not look for a cancel of run {self.run.id}: {e}", file=sys.stderr,
+                      flush=True)
+                return
+            if self.cancel is not None:
+                with self.lock:
+                    self.run.add_log(f"cancel asked by {self.cancel['by']}; stopping")
+        if self.cancel is not None and self.spark is not None and not self.stop.is_set():
+            self.spark.sparkContext.cancelAllJobs()
 
     def on_plan(self, n: int) -> None:
         with self.lock:
@@ -60,9 +89,18 @@ class _Recorder:
         self.write(force=True)
 
     def on_progress(self, done: int) -> None:
+        if self.cancel is not None:
+            raise RunCancelled(f"cancelled by {self.cancel['by']}")
         with self.lock:
             self.run.tasks_done = done
         self.write()
+
+    def clear_cancel(self) -> None:
+        try:
+            jr.clear_cancel_request(self.store, self.run.id)
+        except (TieringError, OSError) as e:
+            print(f"lakelog jobs: could not delete the cancel request of run {self.run.id}: {e}", file=sys.stderr,
+                  flush=True)
 
 
 def recorded_run(spark, job: str, remote: str, *, run: jr.JobRun | None = None, requested_by: str = "",
@@ -80,7 +118,7 @@ def recorded_run(spark, job: str, remote: str, *, run: jr.JobRun | None = None, 
             run = jr.JobRun(jr.new_run_id(at), job, kwargs.get("topics") or None, jr.RunState.RUNNING,
                             requested_by or runner, at, started_ms=at, heartbeat_ms=at, runner=runner)
             run.add_log(f"started by {runner}", at)
-        rec = _Recorder(store, run)
+        rec = _Recorder(store, run, spark)
         rec.write(force=True)
         rec.beat.start()
 
@@ -98,15 +136,23 @@ def recorded_run(spark, job: str, remote: str, *, run: jr.JobRun | None = None, 
             summary = run_job(spark, job, remote, progress=progress_hook, on_plan=plan_hook, **kwargs)
         except BaseException as e:
             rec.stop.set()
+            cancelled = rec.cancel is not None
             with rec.lock:
-                run.move(jr.RunState.FAILED)
+                run.move(jr.RunState.CANCELLED if cancelled else jr.RunState.FAILED)
                 run.finished_ms = jr.now_ms()
                 run.seconds = round((run.finished_ms - (run.started_ms or run.finished_ms)) / 1000, 3)
-                run.error = f"{type(e).__name__}: {e}"[:jr.MAX_LINE_CHARS]
-                run.add_log(f"failed: {run.error}")
+                if cancelled:
+                    run.add_log(f"cancelled by {rec.cancel['by']}")
+                else:
+                    run.error = f"{type(e).__name__}: {e}"[:jr.MAX_LINE_CHARS]
+                    run.add_log(f"failed: {run.error}")
             rec.write(force=True)
+            if cancelled:
+                rec.clear_cancel()
+                raise RunCancelled(f"run {run.id} cancelled by {rec.cancel['by']}") from None
             raise
         rec.stop.set()
+        rec.clear_cancel()  # a cancel that came too late (the run had done its work), if any
         with rec.lock:
             run.move(jr.RunState.SUCCEEDED)
             run.finished_ms = jr.now_ms()
@@ -144,6 +190,8 @@ def serve_queued(spark, remote: str, runner: str, overrides: dict[str, str] | No
                                        overrides=dict(overrides or {}))
                 print(f"lakelog jobs schedule: {run.job} (run {run.id}, asked by {run.requested_by}) "
                       f"{summary.totals} in {summary.seconds:.1f}s", file=sys.stderr, flush=True)
+            except RunCancelled as e:  # recorded as CANCELLED; the scheduler goes on
+                print(f"lakelog jobs schedule: {run.job} (run {run.id}): {e}", file=sys.stderr, flush=True)
             except Exception as e:  # recorded as FAILED; the scheduler goes on
                 print(f"lakelog jobs schedule: {run.job} (run {run.id}) failed: {e}", file=sys.stderr, flush=True)
             ran += 1

@@ -14,7 +14,8 @@ the `lakelog` data source; the scan itself stays raw).
   widens its column by Delta type widening (`tables.py`).
 - **Decoding.** Avro and JSON natively (`from_avro`, `from_json` with a corrupt-record column);
   Protobuf in Python over Arrow batches (`mapInArrow`, google.protobuf; spark-protobuf is not on
-  Maven Central for this Spark), so Protobuf topics need the `protobuf` package on the executors.
+  Maven Central for this Spark): the jobs ship the `protobuf` package to the executors in
+  `lakelog_deps.zip` (`executor_deps`), so executors need only pyspark and pyarrow.
   The Confluent header (magic 0, schema id, Protobuf message indexes) is split by SQL
   expressions; Protobuf message indexes are read in Python.
 - **Columns.** A value whose reader is a record (Avro record, JSON object with properties,
@@ -46,16 +47,25 @@ REGISTRY_URL_KEY = "schema.registry.url"
 
 @dataclass
 class RegistryReader:
-    """Reads of a Schema Registry at `url` (any Lakelog node), cached for one decode."""
+    """Reads of a Schema Registry at `url` (any Lakelog node), cached for one decode; `api_key` (Bearer)
+    or `user` / `password` (Basic) when the cluster has authentication on."""
 
     url: str
+    api_key: str | None = None
+    user: str | None = None
+    password: str | None = None
     _schemas: dict[int, dict | None] = field(default_factory=dict)
     _client: Any = None
 
-    def _get(self, path: str, params: dict | None = None) -> dict | None:
+    def _get(self, path: str, params: dict | None = None) -> Any:
         import httpx
         if self._client is None:
-            self._client = httpx.Client(base_url=self.url.rstrip("/"), timeout=REGISTRY_TIMEOUT_S)
+            kw: dict[str, Any] = {}
+            if self.api_key:
+                kw["headers"] = {"Authorization": f"Bearer {self.api_key}"}
+            elif self.user is not None:
+                kw["auth"] = httpx.BasicAuth(self.user, self.password or "")
+            self._client = httpx.Client(base_url=self.url.rstrip("/"), timeout=REGISTRY_TIMEOUT_S, **kw)
         r = self._client.get(path, params=params)
         if r.status_code == 404:
             return None
@@ -80,6 +90,68 @@ class RegistryReader:
         from urllib.parse import quote
         doc = self._get(f"/subjects/{quote(subject, safe='')}/versions/latest")
         return None if doc is None else int(doc["id"])
+
+    def subjects(self) -> set[str]:
+        """The registry's subjects (those with a live version)."""
+        return set(self._get("/subjects") or [])
+
+    def subject_ids(self, subject: str) -> list[int]:
+        """The schema ids of every version of `subject`, soft-deleted ones included (records written
+        with them may still be in the log), in one `GET /schemas?subjectPrefix=`; caches their schemas."""
+        docs = self._get("/schemas", {"subjectPrefix": subject, "deleted": "true"}) or []
+        ids = set()
+        for d in docs:
+            if d.get("subject") != subject:
+                continue
+            ids.add(int(d["id"]))
+            self._schemas.setdefault(int(d["id"]), {"schemaType": d.get("schemaType", AVRO), "schema": d["schema"],
+                                                    "references": d.get("references", [])})
+        return sorted(ids)
+
+    def references(self, schema_id: int) -> dict[str, dict]:
+        """The schemas a schema references, transitively: reference name -> {"schemaType", "schema",
+        "references"} (of `GET /subjects/{subject}/versions/{version}`)."""
+        from urllib.parse import quote
+        out: dict[str, dict] = {}
+
+        def add(doc: dict, depth: int) -> None:
+            if depth > MAX_REFERENCE_DEPTH:
+                raise ValueError("schema references nest too deeply")
+            for ref in doc.get("references", []):
+                if ref["name"] in out:
+                    continue
+                sub = self._get(f"/subjects/{quote(ref['subject'], safe='')}/versions/{int(ref['version'])}")
+                if sub is None:
+                    raise ValueError(f"reference {ref['name']} ({ref['subject']} v{ref['version']}) not found")
+                sub = {"schemaType": sub.get("schemaType", AVRO), "schema": sub["schema"],
+                       "references": sub.get("references", [])}
+                out[ref["name"]] = sub
+                add(sub, depth + 1)
+
+        doc = self.schema(schema_id)
+        if doc is not None:
+            add(doc, 0)
+        return out
+
+    def avro_text(self, schema_id: int) -> str:
+        """The schema text of an Avro id, self-contained: referenced named types inlined (`schema_refs`)."""
+        from lakelog.spark_log.schema_refs import avro_full_name, inline_avro
+        doc = self.schema(schema_id)
+        if doc is None:
+            raise ValueError(f"schema {schema_id} not found")
+        if not doc.get("references"):
+            return doc["schema"]
+        named: dict[str, Any] = {}
+        for name, ref in self.references(schema_id).items():
+            parsed = json.loads(ref["schema"])
+            if isinstance(parsed, dict):
+                named[avro_full_name(parsed, None)[0]] = parsed
+                named.setdefault(name, parsed)
+        return json.dumps(inline_avro(json.loads(doc["schema"]), named))
+
+    def json_refs(self, schema_id: int) -> dict[str, Any]:
+        """The parsed documents a JSON Schema id references, by reference name."""
+        return {name: json.loads(ref["schema"]) for name, ref in self.references(schema_id).items()}
 
     def descriptor_set(self, schema_id: int) -> bytes:
         """A serialized FileDescriptorSet of a Protobuf schema: well-known files, references, the schema last."""
@@ -211,24 +283,43 @@ def read_decoded(spark, remote: str, topic: str, registry_url: str | None = None
     return decode_columns(reader.load(), registry_url, topic, errors="column")
 
 
-def decode_columns(df, registry_url: str, topic: str, *, errors: str = "split"):
+ERROR_MODES = ("split", "column", "drop", "fail")
+
+
+def decode_columns(df, registry_url: "str | RegistryReader", topic: str, *, errors: str = "split",
+                   parts: tuple[str, ...] | None = None, ids_from: str = "data",
+                   subjects: dict[str, str] | None = None):
     """(rows with typed columns, dead letters (partition, offset, timestamp, key, value, schema_id, reason, date
-    when df has it)); with `errors="column"`, one DataFrame: every row, `decode_error` saying why a row
-    did not decode (null when it did). See the module docstring."""
+    when df has it)) with `errors="split"`; with `errors="column"`, one DataFrame: every row, `decode_error`
+    saying why a row did not decode (null when it did); `"drop"`: only the rows that decode; `"fail"`:
+    every row, and the query fails on the first one that does not decode. See the module docstring.
+
+    `parts`: which of "key" / "value" to decode (None: the value, and the key when its subject exists).
+    `ids_from`: "data" collects the schema ids the rows carry (a Spark job, now); "registry" takes the
+    ids of every version of the subjects (nothing read now: for DataFrames made ahead of their
+    queries), and a record with another id gets its `decode_error`. `subjects`: part -> subject
+    (default `<topic>-<part>`, Confluent's TopicNameStrategy)."""
     from pyspark.sql import functions as F
 
-    reader = RegistryReader(registry_url)
+    if errors not in ERROR_MODES:
+        raise ValueError(f"errors must be one of {ERROR_MODES}, not {errors!r}")
+    own = not isinstance(registry_url, RegistryReader)
+    reader = RegistryReader(registry_url) if own else registry_url
+    subjects = {p: (subjects or {}).get(p) or f"{topic}-{p}" for p in ("key", "value")}
     try:
-        parts = ["value"]
-        if reader.latest_id(f"{topic}-key") is not None:
-            parts.insert(0, "key")
+        if parts is None:
+            parts = ("key", "value") if reader.latest_id(subjects["key"]) is not None else ("value",)
+        parts = tuple(p for p in ("key", "value") if p in parts)
         base = list(df.columns)
         added: dict[str, tuple[str, bool]] = {}  # part -> (decoded column, is a record)
         for part in parts:
-            df, decoded, is_record = _decode_part(df, reader, topic, part)
+            df, decoded, is_record = _decode_part(df, reader, subjects[part], part, ids_from)
             added[part] = (decoded, is_record)
     finally:
-        reader.close()
+        if own:
+            reader.close()
+    if not parts:
+        return (df, None) if errors == "split" else df
     why = F.coalesce(*[F.col(f"_why_{p}") for p in parts])
     sid = F.coalesce(*[F.when(F.col(f"_why_{p}").isNotNull(), F.col(f"_sid_{p}")) for p in parts])
     dead_cols = [c for c in ("partition", "offset", "timestamp", "key", "value") if c in base]
@@ -237,6 +328,11 @@ def decode_columns(df, registry_url: str, topic: str, *, errors: str = "split"):
     if errors == "column":
         good = df.withColumn("decode_error", why)
         base = base + ["decode_error"]
+    elif errors == "fail":
+        where = [F.lit("partition "), F.col("partition").cast("string"), F.lit(" offset "),
+                 F.col("offset").cast("string"), F.lit(": ")] if {"partition", "offset"} <= set(base) else []
+        good = df.where(F.when(why.isNull(), F.lit(True))
+                        .otherwise(F.raise_error(F.concat(F.lit(f"{topic}: "), *where, why))).cast("boolean"))
     else:
         good = df.where(why.isNull())
     out_cols = [F.col(c) for c in base]
@@ -253,12 +349,12 @@ def decode_columns(df, registry_url: str, topic: str, *, errors: str = "split"):
             out_cols += [F.when(F.col(f"_why_{part}").isNull(), F.col(f"{decoded}.`{n}`")).alias(n) for n in fields]
         else:
             out_cols.append(F.when(F.col(f"_why_{part}").isNull(), F.col(decoded)).alias(f"{part}_decoded"))
-    if errors == "column":
+    if errors != "split":
         return good.select(*out_cols)
     return good.select(*out_cols), dead
 
 
-def _decode_part(df, reader: RegistryReader, topic: str, part: str):
+def _decode_part(df, reader: RegistryReader, subject: str, part: str, ids_from: str = "data"):
     """df with `_sid_<part>`, `_why_<part>` (reason or null) and the decoded column; (df, column, is_record)."""
     from pyspark.sql import functions as F
 
@@ -266,11 +362,16 @@ def _decode_part(df, reader: RegistryReader, topic: str, part: str):
     framed = col.isNotNull() & (F.length(col) >= 5) & (F.hex(F.substring(col, 1, 1)) == "00")
     sid_name, why_name, dec_name = f"_sid_{part}", f"_why_{part}", f"_dec_{part}"
     df = df.withColumn(sid_name, F.when(framed, F.conv(F.hex(F.substring(col, 2, 4)), 16, 10).cast("long")))
-    ids = sorted(int(r[0]) for r in df.where(framed).select(sid_name).distinct().limit(MAX_SCHEMA_IDS + 1).collect())
-    if len(ids) > MAX_SCHEMA_IDS:
-        raise ValueError(f"more than {MAX_SCHEMA_IDS} schema ids in the {part}s of one sync")
+    if ids_from == "registry":
+        ids = reader.subject_ids(subject)
+        if len(ids) > MAX_SCHEMA_IDS:
+            raise ValueError(f"more than {MAX_SCHEMA_IDS} schema ids in subject {subject}")
+    else:
+        ids = sorted(int(r[0]) for r in df.where(framed).select(sid_name).distinct().limit(MAX_SCHEMA_IDS + 1).collect())
+        if len(ids) > MAX_SCHEMA_IDS:
+            raise ValueError(f"more than {MAX_SCHEMA_IDS} schema ids in the {part}s of one sync")
     sid = F.col(sid_name)
-    reader_id = reader.latest_id(f"{topic}-{part}")
+    reader_id = reader.latest_id(subject)
     known = [i for i in ids if reader.schema(i) is not None]
     if reader_id is None and known:
         reader_id = max(known)
@@ -283,15 +384,20 @@ def _decode_part(df, reader: RegistryReader, topic: str, part: str):
         elif doc["schemaType"] != reader_doc["schemaType"]:
             why = why.when(sid == i, F.lit(f"{part} schema id {i} is {doc['schemaType']}, the reader schema "
                                            f"{reader_id} is {reader_doc['schemaType']}"))
+    # an id not listed (ids from the registry: a record of another subject, or of a version made after
+    # this DataFrame) has no decoder here: said so, never a silent null
+    unlisted = ~sid.isin(*ids) if ids else F.lit(True)
+    why = why.when(framed & unlisted, F.concat(F.lit(f"{part} schema id "), sid.cast("string"),
+                                               F.lit(f" is not a version of subject {subject} known to this read")))
     readable = [i for i in ids if reader.schema(i) is not None and reader_doc is not None
                 and reader.schema(i)["schemaType"] == reader_doc["schemaType"]]
     if reader_doc is None or not readable:
         return df.withColumn(why_name, why), None, False
     kind = reader_doc["schemaType"]
     if kind == AVRO:
-        df, decoded, bad, is_record = _avro(df, part, reader, reader_doc, readable)
+        df, decoded, bad, is_record = _avro(df, part, reader, reader_id, readable)
     elif kind == JSON:
-        df, decoded, bad, is_record = _json(df, part, reader_doc)
+        df, decoded, bad, is_record = _json(df, part, reader, reader_id)
     else:
         df, decoded, bad, is_record = _protobuf(df, part, reader, reader_id, readable)
     why = why.when(framed & sid.isin(readable) & bad,
@@ -301,22 +407,23 @@ def _decode_part(df, reader: RegistryReader, topic: str, part: str):
     return df, dec_name, is_record
 
 
-def _avro(df, part: str, reader: RegistryReader, reader_doc: dict, ids: list[int]):
+def _avro(df, part: str, reader: RegistryReader, reader_id: int, ids: list[int]):
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     payload = F.expr(f"substring(`{part}`, 6)")
     sid = F.col(f"_sid_{part}")
     decoded = None
+    reader_text = reader.avro_text(reader_id)  # references inlined: from_avro takes one schema text
     for i in ids:
-        text = reader.schema(i)["schema"]
+        text = reader.avro_text(i)
         options = {"mode": "PERMISSIVE"}
-        if text != reader_doc["schema"]:
-            options["avroSchema"] = reader_doc["schema"]  # read as the reader: Avro schema resolution
+        if text != reader_text:
+            options["avroSchema"] = reader_text  # read as the reader: Avro schema resolution
         branch = from_avro(payload, text, options)
         decoded = F.when(sid == i, branch) if decoded is None else decoded.when(sid == i, branch)
     try:
-        doc = json.loads(reader_doc["schema"])
+        doc = json.loads(reader_text)
     except ValueError:
         doc = None
     tmp = f"_avro_{part}"
@@ -333,17 +440,17 @@ def _avro(df, part: str, reader: RegistryReader, reader_doc: dict, ids: list[int
     return df, F.col(tmp), bad, is_record
 
 
-def _json(df, part: str, reader_doc: dict):
+def _json(df, part: str, reader: RegistryReader, reader_id: int):
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
     from lakelog.spark_log.schema_types import json_schema_type
 
     try:
-        doc = json.loads(reader_doc["schema"])
+        doc = json.loads(reader.schema(reader_id)["schema"])
     except ValueError:
         doc = {}
-    target = json_schema_type(doc)
+    target = json_schema_type(doc, reader.json_refs(reader_id))
     wrapped = StructType([StructField("v", target), StructField("_corrupt_record", StringType())])
     text = F.concat(F.lit('{"v":'), F.expr(f"cast(substring(`{part}`, 6) as string)"), F.lit("}"))
     tmp = f"_json_{part}"
@@ -380,6 +487,9 @@ class _ProtobufBatches:
         self.target_name = target_name  # the reader's first message: the column's type
 
     def __call__(self, batches):
+        from lakelog.spark_log.executor_deps import load_shipped_deps
+
+        load_shipped_deps()  # protobuf, on a cluster whose executors have only pyspark and pyarrow
         import pyarrow as pa
         from google.protobuf import message_factory
         from pyspark.sql.pandas.types import to_arrow_type

@@ -20,38 +20,42 @@ from __future__ import annotations
 
 from typing import Any
 
+from lakelog.spark_log.schema_refs import json_ref_target
+
 MAX_DEPTH = 32
 
 _JSON_SCALARS = {"integer": "long", "number": "double", "boolean": "boolean", "string": "string"}
 
 
-def json_schema_type(doc: Any):
-    """The Spark DataType of values of the JSON Schema `doc`."""
+def json_schema_type(doc: Any, refs: dict[str, Any] | None = None):
+    """The Spark DataType of values of the JSON Schema `doc`; `refs`: the documents of its registry
+    references by name (a `$ref` to another subject, `schema_refs.json_ref_target`)."""
     from pyspark.sql.types import _parse_datatype_json_value
 
-    return _parse_datatype_json_value(_json_type(doc, doc, 0))
+    return _parse_datatype_json_value(_json_type(doc, doc, 0, refs or {}))
 
 
-def _json_type(node: Any, root: Any, depth: int) -> Any:
+def _json_type(node: Any, root: Any, depth: int, refs: dict[str, Any]) -> Any:
     if depth > MAX_DEPTH or not isinstance(node, dict):
         return "string"
     ref = node.get("$ref")
     if isinstance(ref, str):
-        target = _resolve_ref(root, ref)
-        return _json_type(target, root, depth + 1) if target is not None else "string"
+        target, doc = json_ref_target(ref, root, refs)
+        return _json_type(target, doc, depth + 1, refs) if target is not None else "string"
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
         if isinstance(branches, list):
             real = [b for b in branches if not (isinstance(b, dict) and b.get("type") == "null")]
-            return _json_type(real[0], root, depth + 1) if len(real) == 1 else "string"
+            return _json_type(real[0], root, depth + 1, refs) if len(real) == 1 else "string"
     if isinstance(node.get("allOf"), list):
         merged: dict[str, Any] = {"type": "object", "properties": {}}
         for b in node["allOf"]:
-            b = _resolve_ref(root, b["$ref"]) if isinstance(b, dict) and isinstance(b.get("$ref"), str) else b
+            if isinstance(b, dict) and isinstance(b.get("$ref"), str):
+                b, _ = json_ref_target(b["$ref"], root, refs)  # a $ref to another document: not followed further
             if not isinstance(b, dict) or not isinstance(b.get("properties", {}), dict):
                 return "string"
             merged["properties"].update(b.get("properties", {}))
-        return _json_type(merged, root, depth + 1)
+        return _json_type(merged, root, depth + 1, refs)
     kind = node.get("type")
     if isinstance(kind, list):
         real = [k for k in kind if k != "null"]
@@ -62,33 +66,21 @@ def _json_type(node: Any, root: Any, depth: int) -> Any:
         props = node.get("properties")
         if isinstance(props, dict) and props:
             return {"type": "struct", "fields": [
-                {"name": name, "type": _json_type(sub, root, depth + 1), "nullable": True, "metadata": {}}
+                {"name": name, "type": _json_type(sub, root, depth + 1, refs), "nullable": True, "metadata": {}}
                 for name, sub in props.items()]}
         extra = node.get("additionalProperties")
         if isinstance(extra, dict):
-            return {"type": "map", "keyType": "string", "valueType": _json_type(extra, root, depth + 1),
+            return {"type": "map", "keyType": "string", "valueType": _json_type(extra, root, depth + 1, refs),
                     "valueContainsNull": True}
         return "string"
     if kind == "array":
-        return {"type": "array", "elementType": _json_type(node.get("items", {}), root, depth + 1),
+        return {"type": "array", "elementType": _json_type(node.get("items", {}), root, depth + 1, refs),
                 "containsNull": True}
     if kind == "string":
         return {"date": "date", "date-time": "timestamp"}.get(node.get("format"), "string")
     return _JSON_SCALARS.get(kind, "string") if isinstance(kind, str) else "string"
 
 
-def _resolve_ref(root: Any, ref: str) -> Any:
-    if not ref.startswith("#"):
-        return None
-    node = root
-    for part in ref[1:].split("/"):
-        if not part:
-            continue
-        part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 # ------------------------------------------------------------------------------- Protobuf

@@ -66,13 +66,7 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
                 synced[int(r["partition"])] = max(synced.get(int(r["partition"]), -1), int(r["o"]))
     starts = {p: synced.get(p, -1) + 1 for p in partitions}
     lowest = min(starts.values()) if starts else 0
-    # The jobs read through the Python reader (the reference): the JVM reader planned no remote
-    # segment here after an earlier session of the same process had stopped (see docs/spark.md).
-    from lakelog.spark_log.datasource import register as register_source
-    from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
-
-    register_source(spark)
-    df = (spark.read.format(PYTHON_SOURCE_NAME).option("remote", remote).option("topic", topic)
+    df = (spark.read.format("lakelog").option("remote", remote).option("topic", topic)
           .option("startingOffset", lowest).load())
     condition = None
     for p, start in starts.items():
@@ -260,6 +254,9 @@ def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str
         topics = list_topics(NodeAccess.from_options(nodes, {k.lower(): v for k, v in (node_options or {}).items()}))
     else:
         topics = remote_topics(remote)
+    from lakelog.spark_log.decoded_read import ViewTyping
+
+    typing = ViewTyping(remote, nodes, node_options)  # typed by the Schema Registry, as the tables
     registered = []
     for topic in topics:
         if not _SIMPLE_NAME.match(topic):
@@ -267,7 +264,7 @@ def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str
         reader = spark.read.format("lakelog").option("remote", remote).option("topic", topic)
         if nodes:
             reader = reader.option("nodes", nodes).options(**(node_options or {}))
-        reader.load().createOrReplaceGlobalTempView(topic)
+        typing.apply(reader.load(), topic).createOrReplaceGlobalTempView(topic)
         registered.append(topic)
     for name in table_names(remote):
         view = name if name.startswith("_") or name.endswith(LATEST_SUFFIX) else name + TABLE_SUFFIX

@@ -13,12 +13,22 @@ of "run">, "run": {...}}`; "run" holds `id`, `job`, `topics` (null: every topic)
 (the last MAX_LOG_LINES lines), `error`. A reader refuses another version or a CRC mismatch
 (RemoteCorruptionError). The run id is `<requested_ms, 13 digits>-<8 hex>`: names sort by time.
 
-Lifecycle (RunState): QUEUED -> RUNNING -> SUCCEEDED | FAILED; a run started by the CLI or the
+Lifecycle (RunState): QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED, and QUEUED -> CANCELLED;
+a run started by the CLI or the
 scheduler's own timer is written RUNNING at once. A scheduler claims a QUEUED record with a
 conditional write (`If-Match` on the etag it read), so of two schedulers exactly one runs it. The
 runner rewrites the record as tasks finish and at least every HEARTBEAT_MS; a RUNNING record
 whose heartbeat is older than LOST_AFTER_MS is shown as LOST (its runner died): nothing resumes
 it, the next run of that job does the work (every job is idempotent).
+
+Cancelling (`cancel_run`, the console's Cancel): a QUEUED run is written CANCELLED with a conditional
+write on the etag read (a scheduler claiming it at the same moment wins one way or the other: the
+loser re-reads and sees RUNNING, or CANCELLED). A RUNNING run's record belongs to its runner, which
+rewrites it whole, so a cancel of it is a separate object, `_jobs/cancel/<run id>.json` (who asked
+and when): the runner looks for it with every heartbeat, cancels its Spark jobs, stops at the next
+task boundary and writes the run CANCELLED, then deletes the request. Jobs are idempotent and commit
+through the manifest's compare-and-swap, so a run stopped half way leaves work done or not done,
+never half done. A LOST run (its runner is gone) is written CANCELLED at once.
 
 Crash behaviour: each write is a PUT of the whole object, so a reader sees the old or the new
 record. Bounds: at most MAX_KEPT records are kept (the runner deletes the oldest finished ones
@@ -41,6 +51,7 @@ from lakelog.tiering.store import ObjectStore
 JOB_NAMES = ("compaction", "retention", "rebuild-index", "sync-tables")
 RUNS_DIR = "_jobs/runs/"
 SCHEDULER_KEY = "_jobs/scheduler.json"
+CANCEL_DIR = "_jobs/cancel/"
 VERSION = 1
 MAX_ROWS = 200
 MAX_LOG_LINES = 200
@@ -60,15 +71,17 @@ class RunState(enum.Enum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
 
     @property
     def finished(self) -> bool:
-        return self in (RunState.SUCCEEDED, RunState.FAILED)
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
 
 
-_NEXT = {RunState.QUEUED: {RunState.QUEUED, RunState.RUNNING, RunState.FAILED},
-         RunState.RUNNING: {RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED},
-         RunState.SUCCEEDED: {RunState.SUCCEEDED}, RunState.FAILED: {RunState.FAILED}}
+_NEXT = {RunState.QUEUED: {RunState.QUEUED, RunState.RUNNING, RunState.FAILED, RunState.CANCELLED},
+         RunState.RUNNING: {RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED},
+         RunState.SUCCEEDED: {RunState.SUCCEEDED}, RunState.FAILED: {RunState.FAILED},
+         RunState.CANCELLED: {RunState.CANCELLED}}
 
 
 def now_ms() -> int:
@@ -123,12 +136,18 @@ class JobRun:
         self.rows = [{k: v for k, v in r.items() if isinstance(v, (str, int, float, bool, type(None)))}
                      for r in rows[:MAX_ROWS]]
 
-    def view(self, at_ms: int | None = None, *, full: bool = True) -> dict:
+    def lost(self, at_ms: int) -> bool:
+        """RUNNING, but its runner has not written for LOST_AFTER_MS."""
+        return self.state is RunState.RUNNING and (self.heartbeat_ms or self.started_ms or 0) < at_ms - LOST_AFTER_MS
+
+    def view(self, at_ms: int | None = None, *, full: bool = True, cancel_requested: bool = False) -> dict:
         """What the HTTP API answers: the record, `state` LOST for a RUNNING one whose runner went quiet,
-        `elapsed_s` for a run in progress; without `full`, no rows nor log."""
+        `elapsed_s` for a run in progress, `cancel_requested` while a cancel waits for its runner;
+        without `full`, no rows nor log."""
         doc = self.body()
         now = now_ms() if at_ms is None else at_ms
-        if self.state is RunState.RUNNING and (self.heartbeat_ms or self.started_ms or 0) < now - LOST_AFTER_MS:
+        doc["cancel_requested"] = bool(cancel_requested and self.state is RunState.RUNNING)
+        if self.lost(now):
             doc["state"] = "LOST"
         if self.state is RunState.RUNNING and self.started_ms:
             doc["elapsed_s"] = round((now - self.started_ms) / 1000, 1)
@@ -253,11 +272,80 @@ def queued_runs(store: ObjectStore) -> list[str]:
 
 
 def prune_runs(store: ObjectStore, keep: int = MAX_KEPT) -> int:
-    """Delete the oldest records beyond `keep`; returns how many."""
+    """Delete the oldest records beyond `keep` (and their cancel requests); returns how many."""
     old = run_ids(store)[keep:]
     if old:
-        store.delete_many([run_key(i) for i in old])
+        store.delete_many([run_key(i) for i in old] + [cancel_key(i) for i in old])
     return len(old)
+
+
+class RunFinishedError(ValueError):
+    """The run has already finished: there is nothing to cancel."""
+
+
+def cancel_key(run_id: str) -> str:
+    run_key(run_id)  # checks the id
+    return CANCEL_DIR + run_id + ".json"
+
+
+def cancel_requests(store: ObjectStore) -> set[str]:
+    """Ids of the runs a cancel was asked for and their runner has not acted on yet."""
+    return {info.key[len(CANCEL_DIR):-len(".json")] for info in store.list(CANCEL_DIR) if info.key.endswith(".json")}
+
+
+def read_cancel_request(store: ObjectStore, run_id: str) -> dict | None:
+    """{"by", "at_ms"} of a cancel asked for `run_id`, or None."""
+    try:
+        data, _ = store.get(cancel_key(run_id))
+    except ObjectNotFoundError:
+        return None
+    try:
+        doc = json.loads(data)
+        if doc.get("version") != VERSION:
+            raise ValueError(f"unsupported version {doc.get('version')!r}")
+        return {"by": str(doc["by"]), "at_ms": int(doc["at_ms"])}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise RemoteCorruptionError(f"cancel request {cancel_key(run_id)}: {e}", key=cancel_key(run_id)) from None
+
+
+def clear_cancel_request(store: ObjectStore, run_id: str) -> None:
+    store.delete_many([cancel_key(run_id)])
+
+
+def _write_cancelled(store: ObjectStore, run: JobRun, etag: str, by: str, why: str) -> bool:
+    at = now_ms()
+    run.move(RunState.CANCELLED)
+    run.finished_ms = at
+    if run.started_ms:
+        run.seconds = round((at - run.started_ms) / 1000, 3)
+    run.add_log(f"cancelled by {by}{why}", at)
+    try:
+        store.put_if_match(run_key(run.id), encode_run(run), etag)
+    except (PreconditionFailedError, ObjectNotFoundError):
+        return False
+    return True
+
+
+def cancel_run(store: ObjectStore, run_id: str, by: str, attempts: int = 5) -> tuple[JobRun, bool]:
+    """Cancel a run: (its record now, whether a runner still has to act on it). A QUEUED or LOST run
+    is CANCELLED at once; a RUNNING one gets a cancel request its runner honours within a heartbeat.
+    None-like outcomes raise: KeyError (no such run), RunFinishedError (already finished)."""
+    for _ in range(attempts):
+        found = read_run(store, run_id)
+        if found is None:
+            raise KeyError(run_id)
+        run, etag = found
+        if run.state.finished:
+            raise RunFinishedError(f"run {run_id} has already finished ({run.state.value})")
+        if run.state is RunState.QUEUED or run.lost(now_ms()):
+            why = "" if run.state is RunState.QUEUED else " (its runner had stopped reporting)"
+            if _write_cancelled(store, run, etag, by, why):
+                return run, False
+            continue  # claimed or rewritten meanwhile: look again
+        doc = {"version": VERSION, "by": by, "at_ms": now_ms()}
+        store.put(cancel_key(run_id), json.dumps(doc, sort_keys=True).encode())
+        return run, True
+    raise PreconditionFailedError(f"run {run_id} kept changing; retry the cancel")
 
 
 def write_scheduler_heartbeat(store: ObjectStore, runner: str, intervals: dict[str, float]) -> None:

@@ -9,6 +9,7 @@ import { MessageBrowser } from './messages.js';
 import { GroupList, GroupPage } from './groups.js';
 import { Security } from './security.js';
 import { JobList, JobRun } from './jobs.js';
+import { SqlPage } from './sql.js';
 
 const ROUTES = [
   [/^\/$/, () => html`<${Overview} />`],
@@ -19,10 +20,11 @@ const ROUTES = [
   [/^\/groups\/([^/]+)$/, (m) => html`<${GroupPage} name=${decodeURIComponent(m[1])} />`],
   [/^\/jobs$/, () => html`<${JobList} />`],
   [/^\/jobs\/([^/]+)$/, (m) => html`<${JobRun} id=${decodeURIComponent(m[1])} />`],
+  [/^\/sql$/, () => html`<${SqlPage} />`],
   [/^\/security$/, () => html`<${Security} />`],
 ];
 
-const NAV = [['/', 'Overview'], ['/topics', 'Topics'], ['/groups', 'Consumer groups'], ['/jobs', 'Jobs'], ['/security', 'Security']];
+const NAV = [['/', 'Overview'], ['/topics', 'Topics'], ['/groups', 'Consumer groups'], ['/jobs', 'Jobs'], ['/sql', 'SQL'], ['/security', 'Security']];
 
 function useHashPath() {
   const read = () => (location.hash.replace(/^#/, '').split('?')[0] || '/');

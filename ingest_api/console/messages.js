@@ -49,7 +49,7 @@ async function decodeBySchema(records) {
 
 function schemaLabel(d) {
   const where = d.subjects && d.subjects.length ? ` · ${d.subjects.map((s) => `${s.subject} v${s.version}`).join(', ')}` : '';
-  return `schema ${d.schema_id}${d.schema_type ? ` (${d.schema_type})` : ''}${where}`;
+  return `schema ${d.schema_id}${d.schema_type ? ` (${d.schema_type})` : ''}${where}${d.message ? ` · ${d.message}` : ''}`;
 }
 
 function Value({ bytes, format, decoded }) {

@@ -4,8 +4,9 @@ for the console's message browser.
 The browser sends the bytes it fetched (base64, at most MAX_ITEMS of them); each answer is `null`
 (not in the wire format: no magic byte 0 and schema id), or `{"schema_id", "schema_type",
 "subjects": [{"subject", "version"}], "value"}` (Avro in Avro's JSON encoding, JSON Schema values as
-JSON), or `{"schema_id", "error"}` (an unknown id, a payload that does not match its schema,
-Protobuf, or a schema the principal may not read). Reading a schema needs what `GET
+JSON, Protobuf in Protobuf's JSON mapping with the full name of the message the wire format's
+message indexes name, as `message`), or `{"schema_id", "error"}` (an unknown id, a payload that
+does not match its schema, or a schema the principal may not read). Reading a schema needs what `GET
 /schemas/ids/{id}` needs: READ on a subject that uses it, or DESCRIBE on the cluster.
 """
 
@@ -22,7 +23,7 @@ from pydantic import BaseModel, Field
 from lakelog.ingest_api.errors import InvalidRequestError
 from lakelog.ingest_api.routers.deps import get_node
 from lakelog.ingest_api.schemas import errors as E
-from lakelog.ingest_api.schemas import wire
+from lakelog.ingest_api.schemas import protobuf_values, wire
 from lakelog.ingest_api.schemas.codec import decode_value
 from lakelog.ingest_api.schemas.parsed import PROTOBUF
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
@@ -62,14 +63,24 @@ def _decode_one(request: Request, st, text: str | None, may: dict[int, bool]) ->
         stored = st.schema(sid)
     except E.SchemaRegistryError:
         return {"schema_id": sid, "error": f"schema {sid} is not in the registry"}
-    if stored.schema_type == PROTOBUF:
-        return {"schema_id": sid, "schema_type": PROTOBUF, "subjects": subjects,
-                "error": "Protobuf values are not decoded here yet"}
+    extra: dict = {}
     try:
-        value = decode_value(st.parsed(stored), framed.payload)
+        if stored.schema_type == PROTOBUF:  # message indexes follow the schema id: which message it is
+            try:
+                framed = wire.decode(raw, protobuf=True)
+            except wire.WireFormatError as e:
+                return {"schema_id": sid, "schema_type": PROTOBUF, "subjects": subjects, "error": str(e)}
+            parsed = st.parsed(stored)
+            extra["message"] = protobuf_values.message_class(parsed, framed.message_indexes).DESCRIPTOR.full_name
+            value = decode_value(parsed, framed.payload, message_indexes=framed.message_indexes)
+        else:
+            value = decode_value(st.parsed(stored), framed.payload)
     except (E.SchemaRegistryError, InvalidRequestError) as e:
         return {"schema_id": sid, "schema_type": stored.schema_type, "subjects": subjects, "error": str(e)}
-    return {"schema_id": sid, "schema_type": stored.schema_type, "subjects": subjects, "value": value}
+    except IndexError as e:  # message indexes naming no message of the schema
+        return {"schema_id": sid, "schema_type": stored.schema_type, "subjects": subjects,
+                "error": f"the value names no message of schema {sid}: {e}"}
+    return {"schema_id": sid, "schema_type": stored.schema_type, "subjects": subjects, **extra, "value": value}
 
 
 def may_decode_something(request: Request) -> None:

@@ -3,8 +3,9 @@
 The jobs run outside the nodes (`lakelog jobs run`, `lakelog jobs schedule`, `lakelog up --jobs`);
 they record every run in the remote tier, which every node reads, so any node lists them. Starting a
 run through a node writes a QUEUED record that a scheduler claims and runs; with no scheduler
-running (`scheduler.alive` false) it waits. DESCRIBE on the cluster to see the runs, ALTER to start
-one.
+running (`scheduler.alive` false) it waits. `POST /jobs/runs/{id}/cancel` cancels a queued run at
+once and asks a running one's runner to stop (it does within a heartbeat; `cancel_requested` until
+then). DESCRIBE on the cluster to see the runs, ALTER to start or cancel one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from lakelog.ingest_api.errors import InvalidRequestError, InvalidTopicError, NotFoundError
+from lakelog.ingest_api.groups.errors import IllegalStateError
 from lakelog.ingest_api.names import validate_topic_name
 from lakelog.ingest_api.routers.deps import get_node
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
@@ -47,8 +49,9 @@ async def list_runs(request: Request, limit: int = Query(50, ge=1, le=job_runs.M
     def read() -> dict:
         now = job_runs.now_ms()
         runs = job_runs.list_runs(store, limit=limit, job=job)
+        cancels = job_runs.cancel_requests(store)
         return {"jobs": list(job_runs.JOB_NAMES), "scheduler": job_runs.read_scheduler(store, now),
-                "runs": [r.view(now, full=False) for r in runs]}
+                "runs": [r.view(now, full=False, cancel_requested=r.id in cancels) for r in runs]}
 
     return JSONResponse(await asyncio.to_thread(read))
 
@@ -59,10 +62,30 @@ async def get_run(run_id: str, request: Request):
     if not job_runs.RUN_ID.match(run_id):
         raise NotFoundError(f"no job run {run_id!r}")
     store = _store(request)
-    found = await asyncio.to_thread(job_runs.read_run, store, run_id)
+
+    def read():
+        found = job_runs.read_run(store, run_id)
+        return None if found is None else (found[0], job_runs.read_cancel_request(store, run_id) is not None)
+
+    found = await asyncio.to_thread(read)
     if found is None:
         raise NotFoundError(f"no job run {run_id!r}")
-    return JSONResponse(found[0].view())
+    return JSONResponse(found[0].view(cancel_requested=found[1]))
+
+
+@router.post("/runs/{run_id}/cancel", summary="Cancel a queued run, or ask a running one's runner to stop it")
+async def cancel_run(run_id: str, request: Request):
+    authorize(request, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+    if not job_runs.RUN_ID.match(run_id):
+        raise NotFoundError(f"no job run {run_id!r}")
+    store = _store(request)
+    try:
+        run, pending = await asyncio.to_thread(job_runs.cancel_run, store, run_id, request_principal(request))
+    except KeyError:
+        raise NotFoundError(f"no job run {run_id!r}") from None
+    except job_runs.RunFinishedError as e:
+        raise IllegalStateError(str(e)) from None
+    return JSONResponse(run.view(cancel_requested=pending))
 
 
 @router.post("/runs", status_code=201, summary="Ask for a run (QUEUED until a scheduler claims it)")

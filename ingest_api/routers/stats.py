@@ -61,4 +61,4 @@ async def events(request: Request, limit: int = Query(50, ge=1, le=1000),
     # Node events are the overview's (anyone sees the nodes); a topic's only for who may describe it.
     shown = [e for e in node.events.recent(MAX_EVENTS_READ, after_seq)
              if "topic" not in e or allowed(request, Operation.DESCRIBE, ResourceType.TOPIC, e["topic"])]
-    return JSONResponse({"served_by": node.node_id, "since_ms": node.events.armed_at_ms, "events": shown[:limit]})
+    return JSONResponse({"served_by": node.node_id, "since_ms": node.events.since_ms, "events": shown[:limit]})

@@ -201,7 +201,7 @@ async def list_subjects(request: Request):
     return _answer(out[:MAX_LIST_ITEMS])
 
 
-@router.get("/subjects/{subject}/versions")
+@router.get("/subjects/{subject:path}/versions")
 async def list_versions(subject: str, request: Request):
     st = registry_of(request).state
     versions = st.versions(subject, deleted=_flag(request, "deleted"))
@@ -210,7 +210,7 @@ async def list_versions(subject: str, request: Request):
     return _answer([v.version for v in versions])
 
 
-@router.get("/subjects/{subject}/versions/{version}")
+@router.get("/subjects/{subject:path}/versions/{version}")
 async def get_version(subject: str, version: str, request: Request):
     st = registry_of(request).state
     S.parse_version(version)
@@ -220,7 +220,7 @@ async def get_version(subject: str, version: str, request: Request):
                                id=v.schema_id))
 
 
-@router.get("/subjects/{subject}/versions/{version}/schema")
+@router.get("/subjects/{subject:path}/versions/{version}/schema")
 async def get_version_schema(subject: str, version: str, request: Request):
     st = registry_of(request).state
     S.parse_version(version)
@@ -228,7 +228,7 @@ async def get_version_schema(subject: str, version: str, request: Request):
     return Response(_schema_text(request, st, st.schemas[v.schema_id]).encode(), media_type=CONTENT_TYPE)
 
 
-@router.get("/subjects/{subject}/versions/{version}/referencedby")
+@router.get("/subjects/{subject:path}/versions/{version}/referencedby")
 async def referenced_by(subject: str, version: str, request: Request):
     st = registry_of(request).state
     S.parse_version(version)
@@ -236,7 +236,7 @@ async def referenced_by(subject: str, version: str, request: Request):
     return _answer(st.referenced_by(subject, v.version))
 
 
-@router.post("/subjects/{subject}/versions")
+@router.post("/subjects/{subject:path}/versions")
 async def register(subject: str, request: Request):
     body = await _body(request)
     S.check_subject_name(subject)
@@ -261,7 +261,7 @@ async def register(subject: str, request: Request):
     return _answer(doc)
 
 
-@router.post("/subjects/{subject}")
+@router.post("/subjects/{subject:path}")
 async def lookup(subject: str, request: Request):
     body = await _body(request)
     st = registry_of(request).state
@@ -276,21 +276,23 @@ async def lookup(subject: str, request: Request):
                                id=found.schema_id))
 
 
-@router.delete("/subjects/{subject}")
-async def delete_subject(subject: str, request: Request):
-    S.check_subject_name(subject)
-    result = await registry_of(request).write("schema_delete_subject",
-                                            {"subject": subject, "permanent": _flag(request, "permanent")})
-    return _answer(result["versions"])
-
-
-@router.delete("/subjects/{subject}/versions/{version}")
+@router.delete("/subjects/{subject:path}/versions/{version}")
 async def delete_version(subject: str, version: str, request: Request):
     S.check_subject_name(subject)
     S.parse_version(version)
     result = await registry_of(request).write("schema_delete_version", {
         "subject": subject, "version": version, "permanent": _flag(request, "permanent")})
     return _answer(result["version"])
+
+
+# after delete_version: a subject may hold "/" (Protobuf imports are subjects named by their file path), so
+# "/subjects/{subject:path}" would also match ".../versions/{version}"
+@router.delete("/subjects/{subject:path}")
+async def delete_subject(subject: str, request: Request):
+    S.check_subject_name(subject)
+    result = await registry_of(request).write("schema_delete_subject",
+                                            {"subject": subject, "permanent": _flag(request, "permanent")})
+    return _answer(result["versions"])
 
 
 # ------------------------------------------------------------------------------- compatibility
@@ -313,12 +315,12 @@ async def _compatibility(subject: str, version: str | None, request: Request) ->
     return _answer(doc)
 
 
-@router.post("/compatibility/subjects/{subject}/versions/{version}")
+@router.post("/compatibility/subjects/{subject:path}/versions/{version}")
 async def compatibility_version(subject: str, version: str, request: Request):
     return await _compatibility(subject, version, request)
 
 
-@router.post("/compatibility/subjects/{subject}/versions")
+@router.post("/compatibility/subjects/{subject:path}/versions")
 async def compatibility_all(subject: str, request: Request):
     return await _compatibility(subject, None, request)
 
@@ -347,7 +349,7 @@ async def delete_global_config(request: Request):
     return _answer(await registry_of(request).write("schema_config", {"subject": "", "delete": True}))
 
 
-@router.get("/config/{subject}")
+@router.get("/config/{subject:path}")
 async def get_subject_config(subject: str, request: Request):
     st = registry_of(request).state
     S.check_subject_name(subject)
@@ -362,7 +364,7 @@ async def get_subject_config(subject: str, request: Request):
     return _answer(doc)
 
 
-@router.put("/config/{subject}")
+@router.put("/config/{subject:path}")
 async def put_subject_config(subject: str, request: Request):
     body = await _body(request)
     S.check_subject_name(subject)
@@ -370,7 +372,7 @@ async def put_subject_config(subject: str, request: Request):
         "subject": subject, "compatibility": body.get("compatibility"), "normalize": body.get("normalize")}))
 
 
-@router.delete("/config/{subject}")
+@router.delete("/config/{subject:path}")
 async def delete_subject_config(subject: str, request: Request):
     S.check_subject_name(subject)
     return _answer(await registry_of(request).write("schema_config", {"subject": subject, "delete": True}))
@@ -393,7 +395,7 @@ async def delete_global_mode(request: Request):
     return _answer(await registry_of(request).write("schema_mode", {"subject": "", "delete": True}))
 
 
-@router.get("/mode/{subject}")
+@router.get("/mode/{subject:path}")
 async def get_subject_mode(subject: str, request: Request):
     st = registry_of(request).state
     S.check_subject_name(subject)
@@ -402,7 +404,7 @@ async def get_subject_mode(subject: str, request: Request):
     return _answer({"mode": st.mode(subject)})
 
 
-@router.put("/mode/{subject}")
+@router.put("/mode/{subject:path}")
 async def put_subject_mode(subject: str, request: Request):
     body = await _body(request)
     S.check_subject_name(subject)
@@ -410,7 +412,7 @@ async def put_subject_mode(subject: str, request: Request):
                                                                   "force": _flag(request, "force")}))
 
 
-@router.delete("/mode/{subject}")
+@router.delete("/mode/{subject:path}")
 async def delete_subject_mode(subject: str, request: Request):
     S.check_subject_name(subject)
     return _answer(await registry_of(request).write("schema_mode", {"subject": subject, "delete": True}))

@@ -148,6 +148,8 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/jobs/runs", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/jobs/runs/{run_id}", CLUSTER, None, DESCRIBE, ""),
     ("POST", "/jobs/runs", CLUSTER, None, ALTER, ""),
+    ("POST", "/jobs/runs/{run_id}/cancel", CLUSTER, None, ALTER, ""),
+    ("POST", "/console/sql", None, None, None, "body"),  # READ on each topic the query reads (the router)
     # The Schema Registry (ingest_api/schemas/router.py). A read by schema id ("body": the router
     # checks) needs READ on a subject that uses the id (deserializers know no subject), or DESCRIBE
     # on the cluster.

@@ -333,6 +333,12 @@ def test_a_killed_node_shows_as_down_then_up_again_with_the_cluster_events(page,
     expect(events.locator("tr[data-kind=node_restarted]", has_text="node 3 registered again").first).to_be_visible(
         timeout=WAIT_MS)
     expect(events.locator("tr[data-kind=isr_expanded]", has_text="(in: 3)").first).to_be_visible(timeout=WAIT_MS)
+    # Node 3 was SIGKILLed and restarted: the events it saw before are still its own (its events file),
+    # numbered before the ones it has seen since.
+    own = httpx.get(f"{cluster.node(3).url}/stats/events", params={"limit": 1000}).json()
+    created = [e for e in own["events"] if e["kind"] == "topic_created" and e.get("topic") == "failover"]
+    assert len(created) == 1 and own["since_ms"] <= created[0]["time_ms"], own
+    assert all(e["seq"] > created[0]["seq"] for e in own["events"] if e["time_ms"] > created[0]["time_ms"])
     # What the page shows is what the endpoint answers: newest first, seq growing.
     doc = httpx.get(f"{url}/stats/events", params={"limit": 1000}).json()
     seqs = [e["seq"] for e in doc["events"]]
@@ -545,14 +551,21 @@ def test_values_registered_in_the_schema_registry_are_shown_decoded(page, cluste
                                                                   "schemaType": "JSON"}, timeout=30)
     assert r.status_code == 200, r.text
     json_id = r.json()["id"]
-    framed = [wire.encode(json_id, b'{"x":5}'), wire.encode(999_999, b"\x02\x04"), b"plain text"]
+    proto = ('syntax = "proto3";\npackage shop;\nmessage Order { string id = 1; int64 amount = 2; }\n'
+             'message Refund { string order_id = 1; }\n')
+    r = httpx.post(f"{url}/subjects/shop-value/versions", json={"schema": proto, "schemaType": "PROTOBUF"}, timeout=30)
+    assert r.status_code == 200, r.text
+    proto_id = r.json()["id"]
+    framed = [wire.encode(json_id, b'{"x":5}'), wire.encode(999_999, b"\x02\x04"), b"plain text",
+              wire.encode(proto_id, b"\x0a\x02o1\x10\x05", [0]),  # Order {id: "o1", amount: 5}
+              wire.encode(proto_id, b"\x0a\x02o1", [1])]  # the second message: Refund {order_id: "o1"}
     r = httpx.post(f"{url}/topics/people/partitions/0", headers={"Content-Type": "application/vnd.kafka.binary.v2+json"},
                    json={"records": [{"value": base64.b64encode(v).decode()} for v in framed]}, timeout=30)
     assert r.status_code == 200, r.text
     p = page.page
     p.goto("/#/topics/people/messages")
     rows = p.locator("#records tbody tr")
-    expect(rows).to_have_count(5, timeout=WAIT_MS)
+    expect(rows).to_have_count(7, timeout=WAIT_MS)
     value = rows.nth(0).locator("td").nth(3)
     expect(value.locator(".schema")).to_have_text(f"schema {value_id} (AVRO) · people-value v1")
     expect(value).to_contain_text('{"name":"ada","age":36}')
@@ -563,6 +576,12 @@ def test_values_registered_in_the_schema_registry_are_shown_decoded(page, cluste
     expect(rows.nth(3).locator("td .schema.bad")).to_have_text("schema 999999: schema 999999 is not in the registry")
     expect(rows.nth(3).locator("td .value.hex")).to_contain_text("00 00 0f 42 3f 02 04")
     expect(rows.nth(4).locator("td").nth(3)).to_have_text("plain text")
+    # Protobuf: the message the wire format's message indexes name, in Protobuf's JSON mapping.
+    order = rows.nth(5).locator("td").nth(3)
+    expect(order.locator(".schema")).to_have_text(f"schema {proto_id} (PROTOBUF) · shop-value v1 · shop.Order")
+    expect(order).to_contain_text('{"id":"o1","amount":"5"}')
+    expect(rows.nth(6).locator("td .schema")).to_contain_text("shop.Refund")
+    expect(rows.nth(6).locator("td").nth(3)).to_contain_text('{"orderId":"o1"}')
     p.select_option("#format", "schema")
     expect(value).to_contain_text('"name": "ada"')  # pretty-printed
     screenshot(p, tmp_path, "schema")

@@ -148,7 +148,7 @@ def test_a_run_started_in_the_browser_is_run_by_the_scheduler_and_shows_its_figu
 
         # A run by `lakelog jobs run` is recorded too; sync-tables is incremental: nothing new to add.
         r = subprocess.run([LAKELOG, "jobs", "run", "sync-tables", "--remote", cluster.remote, "--topic", "pageviews"],
-                           cwd=tmp_path, env=env, capture_output=True, timeout=300)
+                           cwd=tmp_path, env=env, capture_output=True, timeout=SPARK_WAIT_MS / 1000)
         assert r.returncode == 0, r.stderr.decode()[-2000:]
         p.goto("/#/jobs")
         expect(p.locator("#runs tbody tr")).to_have_count(2, timeout=WAIT_MS)
@@ -159,3 +159,39 @@ def test_a_run_started_in_the_browser_is_run_by_the_scheduler_and_shows_its_figu
         assert w.problems == []
     finally:
         p.close()
+
+
+def test_a_queued_run_is_cancelled_from_the_browser_and_no_scheduler_runs_it(browser, cluster, tmp_path):
+    url = cluster.node(1).url
+    run = httpx.post(url + "/jobs/runs", json={"job": "retention", "topics": ["pageviews"]}).json()
+    assert run["state"] == "QUEUED" and run["cancel_requested"] is False
+    w = watch(browser, url)
+    p = w.page
+    try:
+        p.on("dialog", lambda d: d.accept())  # "Cancel run ...?"
+        p.goto(f"/#/jobs/{run['id']}")
+        expect(p.locator("#run-state")).to_have_text("queued", timeout=WAIT_MS)
+        p.click(f"button[data-cancel='{run['id']}']")
+        expect(p.locator("#run-state")).to_have_text("cancelled", timeout=WAIT_MS)
+        expect(p.locator("#run-log")).to_contain_text("cancelled by User:ANONYMOUS")
+        expect(p.locator(f"button[data-cancel='{run['id']}']")).to_have_count(0)  # nothing left to cancel
+        screenshot(p, tmp_path, "job-cancelled")
+        p.goto("/#/jobs")
+        expect(p.locator(f"#runs tr[data-run='{run['id']}']")).to_have_attribute("data-state", "CANCELLED",
+                                                                                 timeout=WAIT_MS)
+        assert w.problems == []
+    finally:
+        p.close()
+    # Cancelling it again, or a run that does not exist: Confluent-style refusals.
+    again = httpx.post(f"{url}/jobs/runs/{run['id']}/cancel")
+    assert again.status_code == 409 and again.json()["error_code"] == 40903
+    assert "already finished (CANCELLED)" in again.json()["message"]
+    assert httpx.post(f"{url}/jobs/runs/0000000000000-deadbeef/cancel").json()["error_code"] == 40410
+    # A scheduler never takes it.
+    from lakelog.tiering import job_runs
+
+    store = open_remote(cluster.remote)
+    try:
+        assert job_runs.queued_runs(store) == [] and job_runs.claim_run(store, run["id"], "test") is None
+    finally:
+        store.close()

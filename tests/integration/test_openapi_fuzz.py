@@ -155,6 +155,8 @@ OPERATIONS = [
     ("GET", "/stats/events"), ("POST", "/stats/decode"),
     # Spark job runs (ingest_api/routers/jobs.py)
     ("GET", "/jobs/runs"), ("GET", "/jobs/runs/{run_id}"), ("POST", "/jobs/runs"),
+    ("POST", "/jobs/runs/{run_id}/cancel"),
+    ("POST", "/console/sql"),  # the console's SQL page (no SQL server here: refused, never a 5xx)
     ("GET", "/v3/clusters/{cluster_id}/acls"), ("POST", "/v3/clusters/{cluster_id}/acls"),
     ("DELETE", "/v3/clusters/{cluster_id}/acls"),
     ("GET", "/v3/clusters/{cluster_id}/users"), ("POST", "/v3/clusters/{cluster_id}/users"),

@@ -43,7 +43,8 @@ COMPACT = {"cleanup.policy": "compact", "segment.bytes": "12000", "index.interva
 START_TIMEOUT_S = 120.0
 RUN_TIMEOUT_S = 1800.0  # a bound for a machine under load (a load average of 30 on 2 CPUs: ~15 min); about a minute when quiet
 #: Only these may be importable in the executors' Python (pip adds py4j for pyspark).
-LAKELOG_IMPORTS = ("lakelog", "boto3", "botocore", "httpx", "cramjam", "lz4", "zstandard", "crc32c", "delta", "pandas")
+LAKELOG_IMPORTS = ("lakelog", "boto3", "botocore", "httpx", "cramjam", "lz4", "zstandard", "crc32c", "delta", "pandas",
+                   "google")
 
 
 @pytest.fixture(scope="module")
@@ -339,3 +340,55 @@ def _run_logged(cmd: list[str], env: dict[str, str], cwd: Path) -> str:
             raise AssertionError(f"driver timed out:\n{log.read_text()[-4000:]}") from None
     assert done.returncode == 0, log.read_text()[-4000:]
     return done.stdout
+
+
+PROTOBUF_DRIVER = r'''
+import json, sys
+from lakelog.spark_log.jobs import run_job
+from lakelog.spark_log.session import remote_session
+from lakelog.tiering.remote_scan import tables_path
+
+master, remote, topic, out = sys.argv[1:5]
+spark = remote_session(remote, app_name="lakelog-standalone-protobuf", master=master)
+df = spark.read.format("lakelog").option("remote", remote).option("topic", topic) \
+    .option("valueFormat", "schema-registry").load()
+result = {"app_id": spark.sparkContext.applicationId,
+          "option": [[r["offset"], r["user"], r["count"], r["decode_error"]] for r in df.orderBy("offset").collect()]}
+result["sync"] = run_job(spark, "sync-tables", remote, topics=[topic]).totals
+result["table"] = [[r["user"], r["count"]] for r in
+                   spark.read.format("delta").load(tables_path(remote, topic)).orderBy("offset").collect()]
+json.dump(result, open(out, "w"))
+spark.stop()
+'''
+
+
+def test_protobuf_values_decode_on_executors_without_protobuf(tmp_path, cluster, bare_python, s3):
+    """The executors' Python has no protobuf (see bare_python): the option and sync-tables decode
+    Protobuf values there from the protobuf that lakelog_deps.zip ships."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.integration.test_spark_schema_tables import Remote, _proto_class
+    from tests.support.nodes import start_node
+
+    node = start_node(tmp_path / "registry")
+    try:
+        remote = Remote(tmp_path, node.url)
+        click = _proto_class(1)
+        ser = ProtobufSerializer(click, SchemaRegistryClient({"url": node.url}), {"use.deprecated.format": False})
+        ctx = SerializationContext("clicks_pb", MessageField.VALUE)
+        remote.append("clicks_pb", [(None, ser(click(user=f"u{i}", count=i, tags=["t"]), ctx)) for i in range(3)]
+                      + [(None, b"\x00\x00\x00\x00\x01\x00\x0a\x09ab")])  # truncated: a dead letter
+        script = tmp_path / "driver.py"
+        script.write_text(PROTOBUF_DRIVER)
+        out = tmp_path / "result.json"
+        _run_logged([sys.executable, str(script), cluster.master_url, remote.url, "clicks_pb", str(out)],
+                    _driver_env(cluster, bare_python, s3), tmp_path)
+    finally:
+        node.stop()
+    result = json.loads(out.read_text())
+    assert [r[:3] for r in result["option"]] == [[0, "u0", 0], [1, "u1", 1], [2, "u2", 2], [3, None, None]]
+    assert [r[3] is None for r in result["option"]] == [True, True, True, False]
+    assert result["sync"]["rows_added"] == 3 and result["table"] == [["u0", 0], ["u1", 1], ["u2", 2]]
+    _ran_on_the_executor(cluster, result["app_id"])

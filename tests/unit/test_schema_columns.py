@@ -85,3 +85,61 @@ def test_protobuf_rows_over_arrow():
 def test_message_indexes():
     assert message_indexes(b"\x00\x00\x00\x00\x01\x00rest") == ((0,), 6)
     assert message_indexes(b"\x00\x00\x00\x00\x01\x04\x02\x00rest") == ((1, 0), 8)
+
+
+def test_protobuf_rows_decode_on_an_executor_whose_python_lacks_protobuf(tmp_path):
+    """The executor deps zip carries protobuf: a Python that cannot import the installed one (only
+    pyspark and pyarrow, as a cluster's executors) decodes Protobuf rows from the shipped copy."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from lakelog.spark_log.executor_deps import DEPS_ZIP, write_deps_zip
+
+    fds, click = _click_set()
+    pool = descriptor_pool.DescriptorPool()
+    for f in descriptor_pb2.FileDescriptorSet.FromString(fds).file:
+        pool.Add(f)
+    target = protobuf_type(pool.FindMessageTypeByName("t.Click")).json()
+    (tmp_path / "fds").write_bytes(fds)
+    (tmp_path / "row").write_bytes(b"\x00\x00\x00\x00\x07\x00" + click(user="ada", count=3).SerializeToString())
+    files = tmp_path / "sparkfiles"
+    files.mkdir()
+    write_deps_zip(files / DEPS_ZIP)
+    script = textwrap.dedent(f"""
+        import importlib.machinery, sys
+        from pathlib import Path
+        INSTALLED = [p for p in sys.path if "site-packages" in p]
+
+        class OnlyShipped:  # google.* from anywhere but the installed site-packages
+            def find_spec(self, name, path=None, target=None):
+                if name != "google" and not name.startswith("google."):
+                    return None
+                path = [p for p in (path if path is not None else sys.path)
+                        if not any(str(p).startswith(s) for s in INSTALLED)]
+                spec = importlib.machinery.PathFinder.find_spec(name, path)
+                if spec is None:
+                    raise ImportError("not shipped: " + name)
+                return spec
+
+        sys.meta_path.insert(0, OnlyShipped())
+        try:
+            import google.protobuf
+        except ImportError:
+            pass
+        else:
+            raise AssertionError("the installed protobuf was importable")
+        from lakelog.spark_log.executor_deps import load_shipped_deps
+        shipped = load_shipped_deps({str(files)!r})
+        import pyarrow as pa
+        from lakelog.spark_log.schema_columns import _ProtobufBatches
+        d = Path({str(tmp_path)!r})
+        batch = pa.RecordBatch.from_arrays([pa.array([(d / "row").read_bytes()])], names=["value"])
+        out = list(_ProtobufBatches("value", {{7: (d / "fds").read_bytes()}}, 7, {target!r}, "t.Click")([batch]))[0]
+        import google.protobuf
+        assert google.protobuf.__file__.startswith(shipped), google.protobuf.__file__
+        print(out.column("_pb_value").to_pylist()[0]["user"], out.column("_pb_value").to_pylist()[0]["count"])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ada", "3"]

@@ -57,8 +57,7 @@ final class LakelogStream implements MicroBatchStream {
 
     /** partition -> (remote log start offset, one past the remote end). */
     private TreeMap<Integer, long[]> ends() {
-        try {
-            RemoteTier tier = new RemoteTier(options.remote, LakelogScan.hadoopConf());
+        try (RemoteTier tier = new RemoteTier(options.remote, LakelogScan.hadoopConf())) {
             TreeMap<Integer, long[]> out = new TreeMap<>();
             for (int p : tier.partitions(options.topic)) {
                 if (options.admitsPartition(p)) {
@@ -109,8 +108,7 @@ final class LakelogStream implements MicroBatchStream {
             : deserializeOffset(start.json()))).next;
         TreeMap<Integer, Long> to = ((PartitionOffsets) (end instanceof PartitionOffsets ? end
             : deserializeOffset(end.json()))).next;
-        try {
-            RemoteTier tier = new RemoteTier(options.remote, LakelogScan.hadoopConf());
+        try (RemoteTier tier = new RemoteTier(options.remote, LakelogScan.hadoopConf())) {
             List<InputPartition> out = new ArrayList<>();
             for (Map.Entry<Integer, Long> e : to.entrySet()) {
                 int p = e.getKey();

@@ -47,6 +47,13 @@ final class Options implements Serializable, Cloneable {
         if (topic == null || topic.isEmpty()) {
             throw new IllegalArgumentException("the lakelog data source needs option('topic', NAME)");
         }
+        if (o.containsKey("valueFormat") || o.containsKey("keyFormat")) {
+            // decoded by Lakelog's Python DataFrameReader wrapper (spark_log/decoded_read.py), which
+            // removes these options before the scan: reaching here, they would be silently ignored
+            throw new IllegalArgumentException("option valueFormat / keyFormat of the lakelog data source is applied "
+                + "by Lakelog's DataFrameReader wrapper: call lakelog.spark_log.datasource.register(spark) first "
+                + "(a Spark Connect client: query the typed lakelog.<topic> views)");
+        }
         nodes = emptyToNull(o.get("nodes"));
         apiKey = firstOf(o.get("apiKey"), System.getenv("LAKELOG_API_KEY"));
         user = firstOf(o.get("user"), System.getenv("LAKELOG_USER"));

@@ -18,7 +18,12 @@ final class Planner {
     private Planner() {}
 
     static List<Split> plan(Options o, Configuration conf, int parallelism) throws IOException {
-        RemoteTier tier = new RemoteTier(o.remote, conf);
+        try (RemoteTier tier = new RemoteTier(o.remote, conf)) {
+            return plan(o, tier, parallelism);
+        }
+    }
+
+    private static List<Split> plan(Options o, RemoteTier tier, int parallelism) throws IOException {
         List<Integer> remote = tier.partitions(o.topic);
         TreeSet<Integer> all = new TreeSet<>(remote);
         List<Integer> live = o.nodes != null ? HotTail.partitionIds(o, o.topic) : null;

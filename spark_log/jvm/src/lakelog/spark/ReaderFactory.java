@@ -160,7 +160,13 @@ final class ReaderFactory implements PartitionReaderFactory {
                 }
                 closeStream();
             } finally {
-                cols.close();
+                try {
+                    if (tier != null) {
+                        tier.close();  // its own FileSystem (see RemoteTier)
+                    }
+                } finally {
+                    cols.close();
+                }
             }
         }
     }

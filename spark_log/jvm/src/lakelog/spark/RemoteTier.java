@@ -1,5 +1,6 @@
 package lakelog.spark;
 
+import java.io.Closeable;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.URI;
@@ -21,14 +22,28 @@ import org.apache.hadoop.fs.Path;
  * `s3://bucket/prefix` (read as `s3a://`, the S3A settings of the session apply). Keys as in
  * tiering/layout.py: `<topic>-<partition>/manifest.json`, `<topic>-<partition>/<base offset, 20
  * digits>-<segment id>.{log,index,...}`.
+ *
+ * <p>Each tier opens a FileSystem of its own ({@code FileSystem.newInstance}) with the configuration
+ * it is given, and closes it with {@link #close()}. Not {@code FileSystem.get}: Hadoop's cache is
+ * JVM-wide and keyed by scheme, bucket (authority) and user only, never by the configuration, so
+ * once a session had read {@code s3a://b/...}, a later session of the same JVM (the earlier one
+ * stopped) got the earlier session's instance for a bucket of the same name: the old endpoint and
+ * credentials, another store, read without an error (planning then found that store's manifests,
+ * or none). A tier lives for one planning or one task's reads.
  */
-final class RemoteTier {
+final class RemoteTier implements Closeable {
     final String root;
     private final FileSystem fs;
 
     RemoteTier(String rootUrl, Configuration conf) throws IOException {
         this.root = hadoopRoot(rootUrl);
-        this.fs = FileSystem.get(URI.create(root + "/"), conf);
+        this.fs = FileSystem.newInstance(URI.create(root + "/"), conf);
+    }
+
+    /** Closes this tier's FileSystem (its connections and threads); streams it opened are done. */
+    @Override
+    public void close() throws IOException {
+        fs.close();
     }
 
     /** `s3://b/p` -> `s3a://b/p`; `file:///x` kept; no trailing slash. */

@@ -1,0 +1,392 @@
+"""The SQL server's HTTP JSON endpoint, for the web console (`lakelog sql-server --http-listen`).
+
+A browser cannot speak gRPC (Spark Connect), and the nodes may not import Spark (layers), so the SQL
+server also answers two small JSON calls on loopback, and a node relays its console's `POST
+/console/sql` to them (`ingest_api/console_sql.py`, which checks the principal's ACLs in between):
+
+- `POST /v1/views` `{"query"}` -> `{"views": [...]}`: the `lakelog.<name>` views the query reads,
+  from its analyzed plan, before anything runs.
+- `POST /v1/query` `{"query", "max_rows", "timeout_ms", "views"}` -> `{"columns": [{"name", "type"}],
+  "rows": [[...]], "truncated", "views", "elapsed_ms"}`. With `views` (a list), a query that reads
+  any other view is refused (403): the node names what it checked, so a view cannot change between
+  the check and the run.
+
+Only queries: a statement Spark parses as a command (DDL, DML, SET, CACHE, SQL scripts, EXPLAIN,
+SHOW, DESCRIBE, ...) is refused before it is analyzed. A query may read the `lakelog.<name>` views
+and nothing else that holds data (no `json.`/path``, no catalog table): relations named outside
+`lakelog` are refused before analysis (so no file is even listed), and any leaf of the analyzed plan
+outside a `lakelog` view other than `VALUES`, `range()` and a one-row select is refused after it, as
+is a call of `reflect()` / `java_method()` (any static Java method of the server's JVM).
+
+Every call presents the server's token (`Authorization: Bearer`, the same token as its Spark Connect
+channel); the endpoint does not start without one. Bounded: the body (`MAX_BODY_BYTES`), the query
+text, the rows (`max_rows` <= `MAX_ROWS`), each cell (`MAX_CELL_CHARS`, longer text is cut and
+marked), the answer's bytes (`max_response_bytes`: the rows that fit, `truncated`), the time (the
+query's Spark jobs are cancelled after `timeout_ms` <= `MAX_TIMEOUT_MS`: 408), and the queries at
+once (`max_concurrent`: 429 beyond). Errors are Confluent-style bodies (`error_code`, `message`);
+a SQL error is one line.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import hmac
+import itertools
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+log = logging.getLogger("lakelog.sql_http")
+
+MAX_BODY_BYTES = 64 * 1024
+MAX_QUERY_CHARS = 32 * 1024
+MAX_ROWS = 10_000
+DEFAULT_MAX_ROWS = 1000
+MAX_CELL_CHARS = 2000
+DEFAULT_TIMEOUT_MS = 60_000
+MAX_TIMEOUT_MS = 10 * 60 * 1000
+DEFAULT_MAX_RESPONSE_BYTES = 4 << 20
+DEFAULT_MAX_CONCURRENT = 2
+MAX_VIEWS = 10_000
+MAX_EXPRESSION_NODES = 20_000
+DATABASE = "lakelog"
+
+_LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
+#: Leaves of an analyzed plan that hold no stored data: VALUES, range(), SELECT without FROM, and a
+#: reference to a CTE (whose definition, a child of the `WithCTE` above it, is walked and checked).
+SAFE_LEAVES = frozenset(_LOGICAL + n for n in ("OneRowRelation", "LocalRelation", "Range", "CTERelationRef"))
+#: Parsed plans that are not queries (DDL, DML, SET, scripts, SHOW, DESCRIBE, EXPLAIN, CACHE, ...).
+NOT_QUERIES = (_LOGICAL + "Command", _LOGICAL + "ParsedStatement")
+
+
+class SqlRefused(Exception):
+    """A call the endpoint answers with an error: HTTP status, Confluent-style error_code, message."""
+
+    def __init__(self, status: int, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.error_code = status, error_code
+
+
+def _bad(message: str) -> SqlRefused:
+    return SqlRefused(422, 42201, message)
+
+
+def first_line(e: BaseException) -> str:
+    """A Spark error as one line (its first: the error class and what it says, no stack trace)."""
+    text = str(e).strip()
+    line = text.splitlines()[0].strip() if text else type(e).__name__
+    return line[:1000]
+
+
+def _seq(seq) -> list:
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+class QueryPlanner:
+    """Checks and analyzes one statement with the server's session (py4j calls into its JVM)."""
+
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        forname = spark._jvm.java.lang.Class.forName
+        self._not_queries = [forname(n) for n in NOT_QUERIES]
+
+    def parse_query(self, query: str):
+        """The parsed plan of a query; refuses a command (nothing has run: parsing runs nothing)."""
+        try:
+            parsed = self.spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
+        except Exception as e:
+            raise _bad(first_line(e)) from None
+        if any(c.isInstance(parsed) for c in self._not_queries):
+            raise _bad(f"only queries run here ({parsed.nodeName()} is a statement); use `lakelog sql` for others")
+        self._check_names(parsed)
+        return parsed
+
+    def _check_names(self, plan) -> None:
+        """Relations named with a qualifier must be `lakelog.<name>`: no file or catalog table is even
+        looked up (a one-part name is a CTE's, or fails to resolve, or is caught after analysis)."""
+        for node in self._walk(plan, stop_at_views=False):
+            if node.getClass().getName().endswith(".UnresolvedRelation"):
+                parts = [str(p) for p in _seq(node.multipartIdentifier())]
+                if len(parts) > 1 and (len(parts) != 2 or parts[0].lower() != DATABASE):
+                    raise SqlRefused(403, 40301, f"{'.'.join(parts)} is not a lakelog table: queries here read "
+                                                 f"{DATABASE}.<topic> and the other {DATABASE}.* tables only")
+
+    def analyze(self, query: str):
+        """(DataFrame, the lakelog views it reads, sorted); refuses any other source of data."""
+        self.parse_query(query)
+        try:
+            df = self.spark.sql(query)  # a query: analyzed here, run only when collected
+        except Exception as e:
+            raise _bad(first_line(e)) from None
+        return df, self.views_of(df._jdf.queryExecution().analyzed())
+
+    def views_of(self, analyzed) -> list[str]:
+        views: set[str] = set()
+        for node in self._walk(analyzed, stop_at_views=True):
+            name = node.getClass().getName()
+            if name == _LOGICAL + "View":
+                ident = node.desc().identifier()
+                db = ident.database()
+                if not db.isDefined() or str(db.get()).lower() != DATABASE:
+                    raise SqlRefused(403, 40301, f"{ident.unquotedString()} is not a lakelog table")
+                views.add(str(ident.table()))
+            else:
+                if node.children().size() == 0 and name not in SAFE_LEAVES:
+                    raise SqlRefused(403, 40301, f"the query reads {node.nodeName()}, which is not a lakelog table: "
+                                                 f"queries here read {DATABASE}.<topic> and the other {DATABASE}.* "
+                                                 "tables only")
+                self._check_expressions(node)
+        return sorted(views)
+
+    def _check_expressions(self, node) -> None:
+        """No `reflect` / `java_method` (a call of any static Java method of the server's JVM)."""
+        stack = _seq(node.expressions())
+        seen = 0
+        while stack:
+            e = stack.pop()
+            seen += 1
+            if seen > MAX_EXPRESSION_NODES:
+                raise _bad(f"the query is too large to check (more than {MAX_EXPRESSION_NODES} expression nodes)")
+            if e.getClass().getName().endswith(".CallMethodViaReflection"):
+                raise SqlRefused(403, 40301, "reflect() and java_method() do not run here")
+            stack.extend(_seq(e.children()))
+
+    @staticmethod
+    def _walk(plan, *, stop_at_views: bool):
+        """Every node of a plan, subqueries in expressions included; a `View` node's inside is not
+        entered when `stop_at_views` (it is the view's own definition)."""
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            yield node
+            if stop_at_views and node.getClass().getName() == _LOGICAL + "View":
+                continue
+            stack.extend(_seq(node.children()))
+            stack.extend(_seq(node.subqueries()))
+            stack.extend(p for p in _seq(node.innerChildren()) if hasattr(p, "children"))  # a parsed WITH's CTEs
+
+
+def json_cell(v: Any) -> Any:
+    """A value of a result row as JSON: text cut at MAX_CELL_CHARS, bytes as UTF-8 (escaped where
+    they are not), decimals as text (exact), dates and times in ISO 8601, structs as objects."""
+    if v is None or isinstance(v, (bool, int)):
+        return v
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else str(v)
+    if isinstance(v, (bytes, bytearray)):
+        v = bytes(v).decode("utf-8", "backslashreplace")
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, (datetime.date, datetime.datetime, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, datetime.timedelta):
+        return str(v)
+    if hasattr(v, "asDict"):
+        return {k: json_cell(x) for k, x in v.asDict().items()}
+    if isinstance(v, dict):
+        return {str(k): json_cell(x) for k, x in itertools.islice(v.items(), 1000)}
+    if isinstance(v, (list, tuple)):
+        return [json_cell(x) for x in v[:1000]]
+    text = str(v)
+    return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS] + "…"
+
+
+class SqlEndpoint:
+    """The calls, without HTTP: what tests drive and the handler serves."""
+
+    def __init__(self, spark, token: str, *, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
+        if not token:
+            raise ValueError("the SQL server's HTTP endpoint needs a token (--token-file)")
+        self.spark = spark
+        self.token = token.encode()
+        self.planner = QueryPlanner(spark)
+        self.max_response_bytes = max_response_bytes
+        self.slots = threading.BoundedSemaphore(max_concurrent)
+        self._ids = itertools.count(1)
+
+    def authorized(self, header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), self.token)
+
+    @staticmethod
+    def _query_of(body: dict) -> str:
+        query = body.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise _bad("query: a SQL query is needed")
+        if len(query) > MAX_QUERY_CHARS:
+            raise SqlRefused(413, 41301, f"query: at most {MAX_QUERY_CHARS} characters")
+        return query.strip().rstrip(";")
+
+    @staticmethod
+    def _int(body: dict, key: str, default: int, lo: int, hi: int) -> int:
+        v = body.get(key, default)
+        if v is None:
+            return default
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise _bad(f"{key}: a whole number from {lo} to {hi}")
+        return v
+
+    def views(self, body: dict) -> dict:
+        query = self._query_of(body)
+        with self._slot():
+            _, views = self.planner.analyze(query)
+        return {"views": views}
+
+    def query(self, body: dict) -> dict:
+        query = self._query_of(body)
+        max_rows = self._int(body, "max_rows", DEFAULT_MAX_ROWS, 1, MAX_ROWS)
+        timeout_ms = self._int(body, "timeout_ms", DEFAULT_TIMEOUT_MS, 1, MAX_TIMEOUT_MS)
+        allowed = body.get("views")
+        if allowed is not None and (not isinstance(allowed, list) or len(allowed) > MAX_VIEWS
+                                    or not all(isinstance(v, str) for v in allowed)):
+            raise _bad(f"views: a list of at most {MAX_VIEWS} view names")
+        started = time.monotonic()
+        with self._slot():
+            df, views = self.planner.analyze(query)
+            if allowed is not None:
+                outside = sorted(set(views) - set(allowed))
+                if outside:
+                    raise SqlRefused(403, 40301, f"the query reads {DATABASE}.{outside[0]}, which was not checked")
+            columns = [{"name": f.name, "type": f.dataType.simpleString()} for f in df.schema.fields]
+            rows = self._collect(df, max_rows, timeout_ms)
+        truncated = len(rows) > max_rows
+        rows = rows[:max_rows]
+        out_rows, size = [], 0
+        for r in rows:
+            cells = [json_cell(r[i]) for i in range(len(columns))]
+            size += len(json.dumps(cells, ensure_ascii=False).encode()) + 1
+            if size > self.max_response_bytes:
+                truncated = True
+                break
+            out_rows.append(cells)
+        return {"columns": columns, "rows": out_rows, "truncated": truncated, "views": views,
+                "elapsed_ms": int((time.monotonic() - started) * 1000)}
+
+    def _collect(self, df, max_rows: int, timeout_ms: int) -> list:
+        """The first max_rows + 1 rows; the query's Spark jobs are cancelled after timeout_ms."""
+        sc = self.spark.sparkContext
+        group = f"lakelog-console-sql-{next(self._ids)}"
+        timed_out = threading.Event()
+
+        def cancel() -> None:
+            timed_out.set()
+            sc.cancelJobGroup(group)
+
+        sc.setJobGroup(group, "web console SQL", interruptOnCancel=True)
+        timer = threading.Timer(timeout_ms / 1000, cancel)
+        timer.daemon = True
+        timer.start()
+        try:
+            return df.limit(max_rows + 1).collect()
+        except Exception as e:
+            if timed_out.is_set():
+                raise SqlRefused(408, 40801, f"the query ran longer than {timeout_ms} ms and was cancelled") from None
+            raise _bad(first_line(e)) from None
+        finally:
+            timer.cancel()
+            sc.setLocalProperty("spark.jobGroup.id", None)
+
+    def _slot(self):
+        """One of the `max_concurrent` query slots, or 429."""
+        endpoint = self
+
+        class Slot:
+            def __enter__(self):
+                if not endpoint.slots.acquire(blocking=False):
+                    raise SqlRefused(429, 42901, "the SQL server is running as many console queries as it "
+                                                 "may; retry")
+                return self
+
+            def __exit__(self, *exc) -> None:
+                endpoint.slots.release()
+        return Slot()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "lakelog-sql"
+    protocol_version = "HTTP/1.1"
+    endpoint: SqlEndpoint  # set on the subclass `serve` makes
+
+    def log_message(self, fmt, *args) -> None:  # not to stderr line by line
+        log.debug("%s " + fmt, self.client_address[0], *args)
+
+    def _answer(self, status: int, doc: dict) -> None:
+        body = json.dumps(doc, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._answer(404, {"error_code": 404, "message": f"{self.path} not found"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        try:
+            if not self.endpoint.authorized(self.headers.get("Authorization")):
+                raise SqlRefused(401, 40101, "the SQL server's token is needed (Authorization: Bearer)")
+            call = {"/v1/views": self.endpoint.views, "/v1/query": self.endpoint.query}.get(self.path)
+            if call is None:
+                raise SqlRefused(404, 404, f"{self.path} not found")
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                raise SqlRefused(411, 411, "a Content-Length is needed") from None
+            if not 0 <= length <= MAX_BODY_BYTES:
+                self.close_connection = True
+                raise SqlRefused(413, 41301, f"the body exceeds {MAX_BODY_BYTES} bytes")
+            try:
+                body = json.loads(self.rfile.read(length) or b"null")
+            except ValueError:
+                raise _bad("the body is not JSON") from None
+            if not isinstance(body, dict):
+                raise _bad("the body must be a JSON object")
+            self._answer(200, call(body))
+        except SqlRefused as e:
+            self._answer(e.status, {"error_code": e.error_code, "message": str(e)})
+        except Exception as e:  # a bug: logged here, one line to the caller
+            log.exception("console SQL call failed")
+            self._answer(500, {"error_code": 50001, "message": f"internal error: {first_line(e)}"})
+
+
+class SqlHttpServer:
+    """The endpoint on a thread of its own; `port` is the port bound (0 asks the system for one)."""
+
+    def __init__(self, endpoint: SqlEndpoint, host: str, port: int) -> None:
+        handler = type("Handler", (_Handler,), {"endpoint": endpoint})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="sql-http", daemon=True)
+
+    def start(self) -> "SqlHttpServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def parse_listen(url: str) -> tuple[str, int]:
+    """`http://HOST:PORT` -> (host, port)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or parts.port is None:
+        raise ValueError(f"{url!r} is not http://HOST:PORT")
+    return parts.hostname, parts.port
+
+
+def start(spark, listen: str, token: str) -> SqlHttpServer:
+    host, port = parse_listen(listen)
+    return SqlHttpServer(SqlEndpoint(spark, token), host, port).start()
+
+
+__all__ = ["SqlEndpoint", "SqlHttpServer", "SqlRefused", "QueryPlanner", "json_cell", "start"]
