@@ -50,16 +50,34 @@ final class HotTail {
         this.http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
     }
 
-    private String base() {
-        String u = o.nodes;
-        while (u.endsWith("/")) {
-            u = u.substring(0, u.length() - 1);
+    /** The nodes' base URLs: `nodes` is comma-separated, as the Python reader takes it (any node
+     *  serves any request: one that cannot be reached is skipped for the next). */
+    private List<String> bases() {
+        List<String> out = new ArrayList<>();
+        for (String part : o.nodes.split(",")) {
+            String u = part.trim();
+            while (u.endsWith("/")) {
+                u = u.substring(0, u.length() - 1);
+            }
+            if (!u.isEmpty()) {
+                out.add(u);
+            }
         }
-        return u;
+        return out;
     }
 
     private HttpResponse<byte[]> get(String path, String accept) {
-        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(base() + path)).timeout(Duration.ofSeconds(30)).GET();
+        for (String base : bases()) {
+            HttpResponse<byte[]> r = getFrom(base, path, accept);
+            if (r != null) {
+                return r;
+            }
+        }
+        return null;
+    }
+
+    private HttpResponse<byte[]> getFrom(String base, String path, String accept) {
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(base + path)).timeout(Duration.ofSeconds(30)).GET();
         if (accept != null) {
             b.header("Accept", accept);
         }
