@@ -157,6 +157,7 @@ OPERATIONS = [
     ("GET", "/jobs/runs"), ("GET", "/jobs/runs/{run_id}"), ("POST", "/jobs/runs"),
     ("POST", "/jobs/runs/{run_id}/cancel"),
     ("POST", "/console/sql"),  # the console's SQL page (no SQL server here: refused, never a 5xx)
+    ("GET", "/sql/access"),  # the SQL server's check of a client's principal and its readable topics
     ("GET", "/v3/clusters/{cluster_id}/acls"), ("POST", "/v3/clusters/{cluster_id}/acls"),
     ("DELETE", "/v3/clusters/{cluster_id}/acls"),
     ("GET", "/v3/clusters/{cluster_id}/users"), ("POST", "/v3/clusters/{cluster_id}/users"),
