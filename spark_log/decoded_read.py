@@ -197,8 +197,12 @@ class ViewTyping:
 
             from lakelog.spark_log.schema_columns import RegistryReader
 
-            o = self.node_options
-            reader = RegistryReader(url, o.get("apikey"), o.get("user"), o.get("password"))
+            import os
+
+            o = self.node_options  # credentials as the hot tail takes them: options, else the environment
+            reader = RegistryReader(url, o.get("apikey") or os.environ.get("LAKELOG_API_KEY") or None,
+                                    o.get("user") or os.environ.get("LAKELOG_USER") or None,
+                                    o.get("password") or os.environ.get("LAKELOG_PASSWORD") or None)
             try:
                 self._subjects[url] = reader.subjects()
             except Exception as e:  # noqa: BLE001 - the views stay raw; the next refresh retries
