@@ -30,10 +30,7 @@ from lakelog.logstore.record_batch import (
     encode_record,
 )
 
-try:
-    import lakelog.logstore._batchbuild as _batchbuild
-except ImportError:  # not built (optional extension): the pure-Python path
-    _batchbuild = None
+from lakelog.logstore.native import batchbuild as _batchbuild
 
 #: One record as the producer holds it: (timestamp ms, key, value, headers).
 RecordTuple = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]

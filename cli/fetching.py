@@ -26,10 +26,7 @@ from lakelog.logstore.record_batch import (
     iter_batches,
 )
 
-try:
-    import lakelog.logstore._batchbuild as _batchbuild
-except ImportError:  # not built (optional extension): the pure-Python path
-    _batchbuild = None
+from lakelog.logstore.native import batchbuild as _batchbuild
 
 NATIVE = _batchbuild is not None
 

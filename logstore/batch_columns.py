@@ -35,10 +35,7 @@ from lakelog.logstore.record_batch import (
     encode_record,
 )
 
-try:
-    import lakelog.logstore._batchbuild as _batchbuild
-except ImportError:  # not built (optional extension): the pure-Python path
-    _batchbuild = None
+from lakelog.logstore.native import batchbuild as _batchbuild
 
 NATIVE = _batchbuild is not None
 _U32 = struct.Struct(">I")
