@@ -13,20 +13,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lakelog.logstore.compression import Compression, compress
+from lakelog.logstore.batch_columns import build_batch_columns
+from lakelog.logstore.compression import Compression
 from lakelog.logstore.record_batch import (
-    ATTRIBUTES_OFFSET,
-    COMPRESSION_MASK,
-    CRC_OFFSET,
-    HEADER,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
-    crc32c,
     encode_record,
 )
 
@@ -59,15 +51,11 @@ def record_size_estimate(key: bytes | None, value: bytes | None, headers: Sequen
 def build_producer_batch(records: Sequence[RecordTuple], *, compression: Compression = Compression.NONE,
                          producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                          base_sequence: int = NO_SEQUENCE, native: bool = True) -> bytes:
+    """One batch of record tuples: logstore's column builder (`batch_columns.build_batch_columns`)
+    over the tuples' columns, so the header and CRC are assembled in one place."""
     if not records:
         raise ValueError("a batch needs at least one record")
-    base_ts = records[0][0]
-    max_ts = max(r[0] for r in records)
-    payload = compress(compression, encode_records(base_ts, records, native=native))
-    batch = bytearray(HEADER_SIZE + len(payload))
-    HEADER.pack_into(batch, 0, 0, HEADER_SIZE - LOG_OVERHEAD + len(payload), NO_PARTITION_LEADER_EPOCH, MAGIC, 0,
-                     int(compression) & COMPRESSION_MASK, len(records) - 1, base_ts, max_ts, producer_id,
-                     producer_epoch, base_sequence, len(records))
-    batch[HEADER_SIZE:] = payload
-    batch[CRC_OFFSET:CRC_OFFSET + 4] = crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
-    return bytes(batch)
+    return build_batch_columns([r[2] for r in records], timestamps=[r[0] for r in records],
+                               keys=[r[1] for r in records], headers=[list(r[3]) for r in records],
+                               compression=compression, producer_id=producer_id, producer_epoch=producer_epoch,
+                               base_sequence=base_sequence, native=native)
