@@ -14,11 +14,11 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.faults import wait_for
 from tests.support.nodes import LAKELOG, free_port_block
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -47,10 +47,13 @@ class QuickStartCluster:
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen([LAKELOG, "up", "--data-dir", "./data", "--http-port", str(self.port)],
                                          cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while "lakelog up: ready." not in self.out.read_text():
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.out.read_text()
-            time.sleep(0.1)
+
+        def ready() -> bool:
+            if self.proc.poll() is not None:  # it exited: not retried by wait_for
+                raise RuntimeError(f"lakelog up exited: {self.out.read_text()}")
+            return "lakelog up: ready." in self.out.read_text()
+
+        wait_for(ready, READY_TIMEOUT_S, "lakelog up to say it is ready", interval_s=0.1)
 
     def run(self, line: str, timeout_s: float = LINE_TIMEOUT_S) -> subprocess.CompletedProcess:
         line = line.replace("localhost:8082", f"localhost:{self.port}")
