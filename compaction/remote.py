@@ -48,6 +48,7 @@ from lakelog.compaction import vectorized
 from lakelog.compaction.compactor import (
     MAX_GROUP_OFFSET_SPAN,
     CleaningParams,
+    CleaningTrigger,
     CompactionStats,
     OffsetMap,
     SegmentSpan,
@@ -211,7 +212,7 @@ class _Staged:
 
 def _write_group(store: ObjectStore, topic: str, partition: int, group: list[RemoteSegment], offset_map: OffsetMap,
                  map_end: int, params: CleaningParams, config: LogConfig, stats: CompactionStats, now_ms: int,
-                 workdir: str, arrow_map=None) -> _Staged:
+                 workdir: str, arrow_map=None, segment_id: str | None = None) -> _Staged:
     """Compact `group` into a temp file in `workdir`; the caller closes the returned fd. With
     `arrow_map` (compaction/vectorized.py) the records are decided in bulk over decoded columns."""
     fd, path = tempfile.mkstemp(prefix="compacted-", suffix=".log", dir=workdir)
@@ -231,14 +232,16 @@ def _write_group(store: ObjectStore, topic: str, partition: int, group: list[Rem
                     pending, pending_bytes = [], 0
         if pending:
             size += os.pwrite(fd, b"".join(pending), size)
-        return _stage_file(group, fd, path, size, config, now_ms)
+        return _stage_file(group, fd, path, size, config, now_ms, segment_id)
     except BaseException:
         os.close(fd)
         raise
 
 
-def _stage_file(group: list[RemoteSegment], fd: int, path: str, size: int, config: LogConfig, now_ms: int) -> _Staged:
-    """The manifest entry and indexes of a replacement written to `fd` (covering `group`'s offsets)."""
+def _stage_file(group: list[RemoteSegment], fd: int, path: str, size: int, config: LogConfig, now_ms: int,
+                segment_id: str | None = None) -> _Staged:
+    """The manifest entry and indexes of a replacement written to `fd` (covering `group`'s offsets),
+    under `segment_id` (a new one when None)."""
     base, end = group[0].base_offset, group[-1].end_offset
     scan = scan_segment(fd, size, base_offset=base, end_offset=end,
                         index_interval_bytes=config.index_interval_bytes, path=path)
@@ -249,7 +252,7 @@ def _stage_file(group: list[RemoteSegment], fd: int, path: str, size: int, confi
                 merged.append((epoch, start))
     epochs_bytes = epochs_format.encode(merged)
     entry = RemoteSegment(
-        segment_id=new_segment_id(), base_offset=base, end_offset=end,
+        segment_id=segment_id or new_segment_id(), base_offset=base, end_offset=end,
         max_timestamp=scan.max_timestamp if scan.batch_count else NO_TIMESTAMP, size_in_bytes=size,
         leader_epochs=tuple(merged), state=SegmentState.COPY_STARTED, state_epoch=-1, origin=COMPACTION_ORIGIN,
         index_bytes=len(scan.index), index_crc32c=crc32c(scan.index),
@@ -263,7 +266,8 @@ def _merge_small(staged: list[_Staged], config: LogConfig, now_ms: int, workdir:
     groups by the input's sizes, so a round that drops most records would otherwise leave as many
     nearly empty segments as it read): consecutive outputs are concatenated while the total stays
     within `segment.bytes`, the indexes within `segment.index.bytes` and the offsets within an
-    int32 of the first base offset. Closes the fds of merged inputs."""
+    int32 of the first base offset. A merged replacement keeps the first one's segment id. Closes
+    the fds of merged inputs."""
     out: list[_Staged] = []
     for st in staged:
         prev = out[-1] if out else None
@@ -283,7 +287,8 @@ def _merge_small(staged: list[_Staged], config: LogConfig, now_ms: int, workdir:
                             raise OSError(f"{path}: a staged replacement is shorter than written")
                         size += os.pwrite(fd, chunk, size)
                         pos += len(chunk)
-                merged = _stage_file(prev.group + st.group, fd, path, size, config, now_ms)
+                merged = _stage_file(prev.group + st.group, fd, path, size, config, now_ms,
+                                     segment_id=prev.entry.segment_id)
             except BaseException:
                 os.close(fd)
                 raise
@@ -317,13 +322,25 @@ def compact_partition(store: ObjectStore, topic: str, partition: int, config: Lo
                                   max_map_entries=max_map_entries))
 
 
-def _compact(job: _PartitionJob, config: LogConfig, *, force: bool, delete_delay_ms: int,
-             max_map_entries: int) -> None:
+@dataclass
+class DirtySection:
+    """What a compaction round works on, once it decided to run (steps 2-3 of the docstring)."""
+
+    segments: list[RemoteSegment]  # the COPY_FINISHED segments at or above the log start offset
+    first_dirty: int
+    uncleanable: int  # the first uncleanable offset: the dirty section is [first_dirty, uncleanable)
+    trigger: CleaningTrigger | None  # None: forced
+    params: CleaningParams
+
+
+def plan_round(job: _PartitionJob, config: LogConfig, *, force: bool) -> DirtySection | None:
+    """Abandon this job's staged leftovers and decide whether a round runs: its dirty section, or
+    None with the reason written in the report. Used by the one-task round and by the split one."""
     store, topic, partition, now, report, meta = job.store, job.topic, job.partition, job.now, job.report, job.meta
     m = job.manifest
     if m.deleted:
         report.reason = "the topic was deleted"
-        return
+        return None
     if any(s.is_staged and s.origin == COMPACTION_ORIGIN for s in m.segments):
         m = _job_commit(meta, lambda cur: mf.abandon_copies(cur, epoch=cur.leader_epoch, now_ms=now,
                                                             origin=COMPACTION_ORIGIN))
@@ -332,13 +349,13 @@ def _compact(job: _PartitionJob, config: LogConfig, *, force: bool, delete_delay
     report.cleaner_checkpoint = m.cleaner_checkpoint
     if not segments:
         report.reason = "no remote segments"
-        return
+        return None
     remote_end = segments[-1].end_offset + 1
     first_dirty = min(remote_end, max(m.log_start_offset, m.cleaner_checkpoint or 0))
     horizon = _read_state(store, topic, partition).get("earliest_delete_horizon_ms")
     if first_dirty >= remote_end and not force and (horizon is None or now < horizon):
         report.reason = "nothing dirty"
-        return
+        return None
     params = CleaningParams.from_config(config, now)
     cutoff = now - config.min_compaction_lag_ms
     young, earliest_dirty = _first_young_offset(store, topic, partition, segments, first_dirty, cutoff) \
@@ -355,7 +372,29 @@ def _compact(job: _PartitionJob, config: LogConfig, *, force: bool, delete_delay
         report.reason = (f"dirty ratio {dirty_bytes / max(1, clean_bytes + dirty_bytes):.2f} below "
                          f"min.cleanable.dirty.ratio {config.min_cleanable_dirty_ratio}"
                          if uncleanable > first_dirty else "every dirty record is younger than min.compaction.lag.ms")
+        return None
+    return DirtySection(segments, first_dirty, uncleanable, trigger, params)
+
+
+def group_below(segments: list[RemoteSegment], map_end: int, config: LogConfig) -> list[list[RemoteSegment]]:
+    """The segments below the map end, grouped by `segment.bytes` (Kafka's groupSegmentsBySize)."""
+    to_clean = [s for s in segments if s.base_offset < map_end]
+    spans = [SegmentSpan(s.base_offset, s.end_offset + 1, s.size_in_bytes, s.index_bytes, s.time_index_bytes)
+             for s in to_clean]
+    by_base = {s.base_offset: s for s in to_clean}
+    return [[by_base[x.base_offset] for x in g]
+            for g in group_segments(spans, max_segment_bytes=config.segment_bytes,
+                                    max_index_bytes=config.segment_index_bytes)]
+
+
+def _compact(job: _PartitionJob, config: LogConfig, *, force: bool, delete_delay_ms: int,
+             max_map_entries: int) -> None:
+    store, topic, partition, now, report, meta = job.store, job.topic, job.partition, job.now, job.report, job.meta
+    section = plan_round(job, config, force=force)
+    if section is None:
         return
+    segments, first_dirty, uncleanable = section.segments, section.first_dirty, section.uncleanable
+    trigger, params = section.trigger, section.params
 
     # An empty dirty section (a round for expired tombstones) maps nothing: map end = first dirty.
     def dirty_batches():
@@ -376,13 +415,7 @@ def _compact(job: _PartitionJob, config: LogConfig, *, force: bool, delete_delay
                                   max_entries=max_map_entries,
                                   max_uncompressed_bytes=config.max_uncompressed_batch_bytes)
     map_end = mapped.map_end_offset
-    to_clean = [s for s in segments if s.base_offset < map_end]
-    spans = [SegmentSpan(s.base_offset, s.end_offset + 1, s.size_in_bytes, s.index_bytes, s.time_index_bytes)
-             for s in to_clean]
-    by_base = {s.base_offset: s for s in to_clean}
-    groups = [[by_base[x.base_offset] for x in g]
-              for g in group_segments(spans, max_segment_bytes=config.segment_bytes,
-                                      max_index_bytes=config.segment_index_bytes)]
+    groups = group_below(segments, map_end, config)
     stats = CompactionStats()
     staged: list[_Staged] = []
     with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:

@@ -1,7 +1,10 @@
 """Lakelog's Spark jobs over the remote tier: the runner behind `lakelog jobs run NAME` and
 `spark-submit spark_log/jobs.py NAME ...`.
 
-    compaction      compacted topics: latest value per key (compaction/remote.py), one task per partition
+    compaction      compacted topics: latest value per key, each partition's round spread over map
+                    tasks (key -> latest offset per run of segments, merged) and rewrite tasks
+                    (per run of segment groups), one manifest swap per partition
+                    (spark_log/compaction_job.py, compaction/remote_split.py)
     retention       retention.ms / retention.bytes by whole remote segments, one task per partition
     rebuild-index   regenerate .index / .timeindex (missing or damaged ones, or all with --all),
                     one task per segment; writes the partition-level remote index Delta table
@@ -50,6 +53,7 @@ class JobSummary:
     seconds: float = 0.0
     totals: dict = field(default_factory=dict)
     phases: dict = field(default_factory=dict)  # seconds per phase, where a job has several
+    spark_job_groups: list[str] = field(default_factory=list)  # the Spark job groups its tasks ran in
 
 
 def topic_configs(store, topics: Iterable[str], overrides: dict[str, str]) -> dict[str, dict[str, str]]:
@@ -79,18 +83,6 @@ def _executor_store(remote: str):
 
     prepare_executor()
     return open_remote(remote)
-
-
-def _compaction_task(args: tuple) -> dict:
-    remote, topic, partition, cfg, owner, force, delete_delay_ms = args
-    from lakelog.compaction.remote import compact_partition
-
-    store = _executor_store(remote)
-    try:
-        return asdict(compact_partition(store, topic, partition, LogConfig(cfg), owner=owner, force=force,
-                                        delete_delay_ms=delete_delay_ms))
-    finally:
-        store.close()
 
 
 def _retention_task(args: tuple) -> dict:
@@ -123,13 +115,17 @@ def _rebuild_task(args: tuple) -> dict:
 # the runner
 
 
-def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress: Callable[[int], None] | None) -> list[dict]:
+def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress: Callable[[int], None] | None,
+               job_groups: list[str] | None = None) -> list[dict]:
     """Run one Spark task per element of `tasks` (all in one job, in parallel) and return their
-    rows; `progress(done)` is called with the number of finished tasks as they finish."""
+    rows; `progress(done)` is called with the number of finished tasks as they finish. The job's
+    group is appended to `job_groups`."""
     if not tasks:
         return []
     sc = spark.sparkContext
     group = f"lakelog-{uuid.uuid4().hex}"
+    if job_groups is not None:
+        job_groups.append(group)
     out: dict = {}
 
     def collect() -> None:
@@ -210,18 +206,30 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
     size_shuffle_partitions(spark)
     store = open_remote(remote)
     try:
-        names, partitions, configs = plan(store, job, topics, overrides or {})
+        from lakelog.compaction.config import split_overrides
+
+        job_keys, overrides = split_overrides(overrides or {})
+        if job_keys and job != "compaction":
+            raise ValueError(f"{', '.join(job_keys)}: settings of the compaction job, not of {job}")
+        names, partitions, configs = plan(store, job, topics, overrides)
         summary.topics = names
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         if job in ("compaction", "retention"):
             from lakelog.tiering.config import TieringConfig
 
             delay = TieringConfig().remote_segment_delete_delay_ms if delete_delay_ms is None else delete_delay_ms
-            tasks = [(remote, t, p, configs[t], owner, force, delay) for t in names for p in partitions[t]]
-            if on_plan:
-                on_plan(len(tasks))
-            fn = _compaction_task if job == "compaction" else _retention_task
-            summary.rows = _run_tasks(spark, fn, tasks, progress)
+            if job == "compaction":
+                from lakelog.spark_log.compaction_job import run_compaction
+
+                summary.rows = run_compaction(spark, _run_tasks, store, remote, names, partitions, configs,
+                                              owner=owner, force=force, delete_delay_ms=delay, job_config=job_keys,
+                                              progress=progress, on_plan=on_plan,
+                                              job_groups=summary.spark_job_groups)
+            else:
+                tasks = [(remote, t, p, configs[t], owner, force, delay) for t in names for p in partitions[t]]
+                if on_plan:
+                    on_plan(len(tasks))
+                summary.rows = _run_tasks(spark, _retention_task, tasks, progress, summary.spark_job_groups)
         elif job == "rebuild-index":
             tasks = []
             for t in names:
@@ -233,7 +241,7 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
             if on_plan:
                 on_plan(len(tasks))
             t = time.monotonic()
-            summary.rows = _run_tasks(spark, _rebuild_task, tasks, progress)
+            summary.rows = _run_tasks(spark, _rebuild_task, tasks, progress, summary.spark_job_groups)
             summary.phases["tasks_s"] = time.monotonic() - t
             t = time.monotonic()
             write_remote_index_table(spark, remote, [r for r in summary.rows if "segment_id" in r and "base_offset" in r])

@@ -1,0 +1,39 @@
+"""Settings of the remote compaction job, declared once (job-level keys, not topic keys).
+
+`lakelog jobs run compaction --config KEY=VALUE` takes these beside topic keys: a key declared
+here configures the job, any other is a topic key (`infra.config.LogConfig`).
+"""
+
+from __future__ import annotations
+
+from lakelog.infra.config import INT_MAX, ConfigDef, TypedConfig
+
+MIB = 1024 * 1024
+
+COMPACTION_JOB_CONFIG = (
+    ConfigDef()
+    .define("compaction.offset.map.max.bytes", int, 128 * MIB,
+            "Bound of a partition's key -> latest offset map in one compaction round (what Kafka's "
+            "log.cleaner.dedupe.buffer.size bounds for its cleaner): the map's Arrow buffers (key bytes, "
+            "a 4-byte key position and an 8-byte offset per key), in each map task, in the merge on the "
+            "driver and in each rewrite task. When the dirty section's keys do not fit, the round maps "
+            "a prefix and the rest stays dirty for the next round.",
+            min=64 * 1024, max=INT_MAX, unit="bytes")
+    .define("compaction.task.max.bytes", int, 128 * MIB,
+            "Most bytes of remote .log one compaction task reads: a partition's offset map is built by "
+            "tasks over runs of whole segments of at most this size (merged on the driver, latest "
+            "offset wins), and its rewrite by tasks over runs of segment groups of at most this size.",
+            min=1024, max=1 << 40, unit="bytes")
+)
+
+
+class CompactionJobConfig(TypedConfig):
+    """Validated compaction job settings (`compaction.task.max.bytes` -> `cfg.compaction_task_max_bytes`)."""
+
+    DEFINITION = COMPACTION_JOB_CONFIG
+
+
+def split_overrides(overrides: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(job keys, topic keys) of a job run's `--config` overrides."""
+    job = {k: v for k, v in overrides.items() if k in COMPACTION_JOB_CONFIG.keys}
+    return job, {k: v for k, v in overrides.items() if k not in job}

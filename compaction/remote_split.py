@@ -1,0 +1,431 @@
+"""One partition's remote compaction round split over several tasks (no pyspark here).
+
+`compaction/remote.py`'s `compact_partition` runs a whole round in one task: on a large partition
+that is one core reading every byte twice. The same round, with the same rules and the same
+lease / stage / swap protocol, in steps that `spark_log/compaction_job.py` runs as Spark stages:
+
+  1. driver, `open_round`: take the partition's job lease, abandon this job's staged leftovers and
+     decide the dirty section (`remote.plan_round`); cut the dirty segments into runs of at most
+     `compaction.task.max.bytes` (`map_runs`);
+  2. map tasks, `map_segments`: key -> latest offset over one run's batches of the dirty section,
+     over decoded columns, bounded by `compaction.offset.map.max.bytes`; a task whose map fills
+     up stops at a chunk's first batch and says where (`PartialMap.cut_offset`);
+  3. driver, `SplitRound.merge`: the partial maps in offset order, latest offset wins per key
+     (offsets only grow along the log, so the max is the latest); the merged map keeps the same
+     bound: where adding a run's map would pass it, the map ends at that run's first offset, as
+     the reference's map ends at the first batch whose keys do not fit, and the rest stays dirty.
+     Then the segments below the map end grouped by `segment.bytes` (as in one task), the groups
+     cut into rewrite runs of at most `compaction.task.max.bytes`, and one CAS stages one
+     placeholder entry per group (COPY_STARTED, job origin: never readable, owns its objects);
+  4. rewrite tasks, `rewrite_run`: each group of a run compacted against the merged map, adjacent
+     small outputs merged up to `segment.bytes` (a merged output keeps its first group's id),
+     uploaded under the placeholder ids. A run where nothing is dropped or stamped uploads nothing
+     (its segments are already clean) and says so;
+  5. driver, `SplitRound.finish`: ONE CAS swaps every changed run's outputs in (a group the
+     leader's retention moved meanwhile is abandoned, as in one task), abandons the placeholders
+     no output used, and stores the new cleaner checkpoint when every replacement swapped; then
+     the note for the next round and the deletion of due objects.
+
+Tombstone, delete horizon, `min.compaction.lag.ms` and transaction (control batch) rules are
+compactor.py's, applied per batch exactly as in one task; the map's merge is the only new step.
+The record set after a split round equals the one-task round's (tests/integration/
+test_compaction_tasks.py); segment boundaries may differ, since small outputs are merged within a
+run, not across runs, and an unchanged run is not rewritten.
+
+Memory: a map task holds its partial map (at most the bound) plus one decoded chunk
+(vectorized.CHUNK_ROWS / CHUNK_BYTES); the driver holds the partial maps of the round it merges
+and the merged map (the bound); a rewrite task holds the merged map and one chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakelog.compaction import vectorized
+from lakelog.compaction.compactor import CleaningParams, CompactionStats, next_first_dirty_offset
+from lakelog.compaction.errors import OffsetMapTooSmallError
+from lakelog.compaction.remote import (
+    COMPACTION_ORIGIN,
+    DirtySection,
+    PartitionReport,
+    _job_commit,
+    _merge_small,
+    _now_ms,
+    _PartitionJob,
+    _upload,
+    _write_group,
+    _write_state,
+    delete_due_objects,
+    group_below,
+    plan_round,
+)
+from lakelog.infra.config import LogConfig
+from lakelog.infra.errors import invariant
+from lakelog.tiering import manifest as mf
+from lakelog.tiering.layout import new_segment_id
+from lakelog.tiering.lease import Lease, LeaseHeldError, acquire
+from lakelog.tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, Replacement, SegmentState
+from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.remote_scan import iter_segment_batches
+from lakelog.tiering.store import ObjectStore
+
+#: Bytes a map entry costs beside its key: the key's 4-byte position in the key buffer, the offset.
+ENTRY_OVERHEAD_BYTES = 12
+
+
+def map_bytes(keys: pa.Array, offsets: pa.Array | None = None) -> int:
+    """The bounded size of a map: key bytes + ENTRY_OVERHEAD_BYTES per key."""
+    if len(keys) == 0:
+        return 0
+    return int(pc.sum(pc.binary_length(keys)).as_py() or 0) + ENTRY_OVERHEAD_BYTES * len(keys)
+
+
+def _latest(table: pa.Table) -> pa.Table:
+    """key -> max(offset) over a (key, offset) table, as a (key, offset) table."""
+    out = table.group_by("key").aggregate([("offset", "max")])
+    return pa.table({"key": out.column("key").combine_chunks(), "offset": out.column("offset_max").combine_chunks()})
+
+
+def _merge(a: pa.Table | None, b: pa.Table) -> pa.Table:
+    return b if a is None else _latest(pa.concat_tables([a, b]))
+
+
+def _to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+EMPTY_MAP = pa.table({"key": pa.array([], pa.binary()), "offset": pa.array([], pa.int64())})
+
+
+# ---------------------------------------------------------------------------------------------
+# step 2: a map task
+
+
+@dataclass
+class PartialMap:
+    """What a map task returns (plain data): its run's key -> latest offset and where it stopped."""
+
+    first_offset: int  # the first offset the run maps
+    map_ipc: bytes  # Arrow IPC stream of (key binary, offset int64), keys distinct
+    cut_offset: int | None = None  # the map ends here (a batch's base offset); None: the run is mapped whole
+    full: bool = False  # cut because the bound was reached (else: the dirty section ended)
+    batches: int = 0
+    records: int = 0
+    bytes_read: int = 0
+
+
+def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[RemoteSegment], *,
+                 start_offset: int, end_offset: int, max_bytes: int, max_uncompressed_bytes: int) -> PartialMap:
+    """key -> latest offset over the batches of `segments` inside the dirty section
+    [start_offset, end_offset), in offset order, bounded by `max_bytes` (see the module docstring)."""
+    invariant(start_offset <= end_offset, f"dirty section [{start_offset}, {end_offset}) is reversed")
+    first = max(start_offset, segments[0].base_offset)
+    state = {"cut": None, "batches": 0, "bytes": 0}
+
+    def mapped():
+        for seg in segments:
+            if seg.end_offset < start_offset or seg.base_offset >= end_offset:
+                continue
+            from_offset = start_offset if seg.base_offset < start_offset else None
+            for _, batch in iter_segment_batches(store, topic, partition, seg, from_offset=from_offset):
+                if batch.last_offset < start_offset:
+                    continue
+                if batch.last_offset >= end_offset:
+                    state["cut"] = min(end_offset, max(start_offset, batch.base_offset))
+                    return
+                state["batches"] += 1
+                state["bytes"] += batch.size_in_bytes
+                yield batch
+
+    running: pa.Table | None = None
+    records = 0
+    if vectorized.available():
+        for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes):
+            table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
+            merged = _merge(running, _latest(table))
+            if map_bytes(merged["key"].combine_chunks()) > max_bytes:
+                return PartialMap(first, _to_ipc(running if running is not None else EMPTY_MAP),
+                                  spans[0][0].base_offset, True, state["batches"] - len(spans), records,
+                                  state["bytes"])
+            running = merged
+            records += table.num_rows
+    else:  # the reference decoder, batch by batch
+        latest: dict[bytes, int] = {}
+        size = 0
+        for batch in mapped():
+            if batch.is_control:
+                continue
+            keyed = [(r.key, r.offset) for r in batch.records(max_uncompressed_bytes) if r.key is not None]
+            new = {k for k, _ in keyed if k not in latest}
+            grown = size + sum(len(k) + ENTRY_OVERHEAD_BYTES for k in new)
+            if grown > max_bytes:
+                return PartialMap(first, _to_ipc(_table(latest)), batch.base_offset, True, state["batches"] - 1,
+                                  records, state["bytes"])
+            latest.update(keyed)
+            size, records = grown, records + len(keyed)
+        running = _table(latest)
+    return PartialMap(first, _to_ipc(running if running is not None else EMPTY_MAP), state["cut"], False,
+                      state["batches"], records, state["bytes"])
+
+
+def _table(latest: dict[bytes, int]) -> pa.Table:
+    return pa.table({"key": pa.array(list(latest), pa.binary()), "offset": pa.array(list(latest.values()), pa.int64())})
+
+
+def merge_partials(partials: list[PartialMap], *, start_offset: int, end_offset: int, max_bytes: int
+                   ) -> tuple[vectorized.ArrowOffsetMap, int]:
+    """(merged map, map end offset) of the runs' maps in offset order; OffsetMapTooSmallError when
+    not even the section's first decoded chunk fits the bound (as the reference raises when not
+    even one batch fits)."""
+    too_small = OffsetMapTooSmallError(f"the keys of the first decoded chunk at offset {start_offset} do not "
+                                       f"fit compaction.offset.map.max.bytes={max_bytes}")
+    running: pa.Table | None = None
+    map_end = end_offset
+    for p in partials:
+        merged = _merge(running, _from_ipc(p.map_ipc))
+        if map_bytes(merged["key"].combine_chunks()) > max_bytes:
+            if running is None:
+                raise too_small
+            map_end = p.first_offset
+            break
+        running = merged
+        if p.cut_offset is not None:
+            if p.full and p.cut_offset <= start_offset:
+                raise too_small
+            map_end = p.cut_offset
+            break
+    running = running if running is not None else EMPTY_MAP
+    arrow_map = vectorized.ArrowOffsetMap(running["key"].combine_chunks(), running["offset"].combine_chunks())
+    return arrow_map, max(start_offset, map_end)
+
+
+def map_runs(segments: list[RemoteSegment], *, start_offset: int, end_offset: int, max_bytes: int
+             ) -> list[list[RemoteSegment]]:
+    """The dirty segments cut into consecutive runs of at most `max_bytes` (at least one segment each)."""
+    dirty = [s for s in segments if s.end_offset >= start_offset and s.base_offset < end_offset]
+    return _runs(dirty, lambda s: s.size_in_bytes, max_bytes)
+
+
+def _runs(items: list, size, max_bytes: int) -> list[list]:
+    runs: list[list] = []
+    total = 0
+    for item in items:
+        if runs and total + size(item) <= max_bytes:
+            runs[-1].append(item)
+            total += size(item)
+        else:
+            runs.append([item])
+            total = size(item)
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# step 4: a rewrite task
+
+
+@dataclass
+class RunResult:
+    """What a rewrite task returns: its uploaded outputs and the counts of its batches."""
+
+    outputs: list[tuple[RemoteSegment, tuple[str, ...]]]  # (final entry, ids of the segments it replaces)
+    stats: CompactionStats
+    changed: bool  # something was dropped or stamped: the outputs replace the run's segments
+
+
+def rewrite_run(store: ObjectStore, topic: str, partition: int, groups: list[list[RemoteSegment]], ids: list[str],
+                map_ipc: bytes, map_end: int, config: LogConfig, now_ms: int) -> RunResult:
+    """Compact each group of a run against the merged map; upload the outputs under `ids` (one per
+    group, staged by the driver) unless nothing changed."""
+    invariant(len(groups) == len(ids), "one placeholder id per group")
+    params = CleaningParams.from_config(config, now_ms)
+    table = _from_ipc(map_ipc)
+    arrow_map = vectorized.ArrowOffsetMap(table["key"].combine_chunks(), table["offset"].combine_chunks())
+    native = vectorized.available()
+    offset_map = None if native else arrow_map.to_offset_map(len(arrow_map))
+    stats = CompactionStats()
+    staged = []
+    with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:
+        try:
+            for g, sid in zip(groups, ids):
+                staged.append(_write_group(store, topic, partition, g, offset_map, map_end, params, config, stats,
+                                           now_ms, workdir, arrow_map=arrow_map if native else None, segment_id=sid))
+            if stats.batches_rewritten == 0 and stats.batches_dropped == 0:
+                return RunResult([], stats, False)
+            staged = _merge_small(staged, config, now_ms, workdir)
+            for st in staged:
+                _upload(store, topic, partition, st)
+            return RunResult([(st.entry, tuple(s.segment_id for s in st.group)) for st in staged], stats, True)
+        finally:
+            for st in staged:
+                with contextlib.suppress(OSError):
+                    os.close(st.fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# steps 1, 3 and 5: the driver
+
+
+@dataclass
+class RewriteTask:
+    """One rewrite task's work (plain data)."""
+
+    groups: list[list[str]]  # segment ids per group
+    ids: list[str]  # the placeholder id of each group
+
+
+@dataclass
+class SplitRound:
+    """A round in progress on the driver: holds the partition's lease until `finish` or `release`."""
+
+    job: _PartitionJob
+    config: LogConfig
+    section: DirtySection
+    max_map_bytes: int
+    task_max_bytes: int
+    delete_delay_ms: int
+    map_end: int = 0
+    arrow_map: vectorized.ArrowOffsetMap | None = None
+    rewrites: list[RewriteTask] = field(default_factory=list)
+    groups: list[list[RemoteSegment]] = field(default_factory=list)
+
+    @property
+    def report(self) -> PartitionReport:
+        return self.job.report
+
+    def map_tasks(self) -> list[list[str]]:
+        """The segment ids of each map task's run."""
+        s = self.section
+        return [[x.segment_id for x in run] for run in map_runs(s.segments, start_offset=s.first_dirty,
+                                                                end_offset=s.uncleanable, max_bytes=self.task_max_bytes)]
+
+    def merge(self, partials: list[PartialMap]) -> None:
+        """Step 3: merge the map tasks' maps, plan the rewrite runs and stage their placeholders."""
+        s, job = self.section, self.job
+        self.arrow_map, self.map_end = merge_partials(partials, start_offset=s.first_dirty,
+                                                            end_offset=s.uncleanable, max_bytes=self.max_map_bytes)
+        self.groups = group_below(s.segments, self.map_end, self.config)
+        placeholders = [_placeholder(g, job.now) for g in self.groups]
+        runs = _runs(list(zip(self.groups, placeholders)), lambda gp: sum(x.size_in_bytes for x in gp[0]),
+                     self.task_max_bytes)
+        self.rewrites = [RewriteTask([[x.segment_id for x in g] for g, _ in run], [p.segment_id for _, p in run])
+                         for run in runs]
+        if placeholders:
+            _job_commit(job.meta, lambda cur: mf.stage_replacements(cur, placeholders))
+
+    def map_ipc(self) -> bytes:
+        return _to_ipc(pa.table({"key": self.arrow_map.keys, "offset": self.arrow_map.offsets}))  # type: ignore[union-attr]
+
+    def renew(self) -> None:
+        """Extend the lease; raises LeaseHeldError when it was lost."""
+        self.job.lease.renew()
+
+    def release(self) -> None:
+        self.job.lease.release()
+
+    def finish(self, results: list[RunResult]) -> PartitionReport:
+        """Step 5: one CAS for the whole partition, then the note and due deletions. Releases the lease."""
+        job, report, now = self.job, self.job.report, self.job.now
+        store, topic, partition, meta = job.store, job.topic, job.partition, job.meta
+        try:
+            stats = CompactionStats()
+            for r in results:
+                _add_stats(stats, r.stats)
+            changed = [r for r in results if r.changed]
+            checkpoint = next_first_dirty_offset(self.map_end, stats.first_kept_for_lag_offset)
+            report.records_read, report.records_kept = stats.records_read, stats.records_kept
+            report.bytes_read, report.bytes_written = stats.bytes_read, stats.bytes_written
+            report.extra.update(map_tasks=len(self.map_tasks()), rewrite_tasks=len(self.rewrites),
+                                map_keys=len(self.arrow_map or ()), map_end_offset=self.map_end,
+                                earliest_delete_horizon_ms=stats.earliest_delete_horizon_ms)
+            outputs = [o for r in changed for o in r.outputs]
+            replacements = [Replacement(old, (e.segment_id,)) for e, old in outputs]
+            final = {e.segment_id: e for e, _ in outputs}
+
+            def swap(cur: PartitionManifest) -> PartitionManifest | None:
+                out = cur
+                if replacements:
+                    out = mf.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
+                                               delete_after_ms=now + self.delete_delay_ms, updates=final) or cur
+                swapped = all((x := out.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED
+                              for i in final)
+                # Placeholders no output took (merged into an earlier one, or a run with nothing
+                # to drop): never written, abandoned at once. Ours are the only staged entries of
+                # this origin: the lease is held and leftovers were abandoned when the round began.
+                out = mf.abandon_copies(out, epoch=cur.leader_epoch, now_ms=now, origin=COMPACTION_ORIGIN) or out
+                if swapped:  # the checkpoint only holds if every group was cleaned
+                    out = mf.set_cleaner_checkpoint(out, checkpoint) or out
+                return out if out is not cur else None
+
+            after = _job_commit(meta, swap)
+            done = {i for i in final if (x := after.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED}
+            if changed:
+                report.action = "compacted"
+                report.reason = self.section.trigger.value if self.section.trigger else "forced"
+            else:
+                report.reason = "nothing to drop"
+            report.segments_replaced = sum(len(old) for e, old in outputs if e.segment_id in done)
+            report.segments_written = len(done)
+            report.groups_abandoned = len(final) - len(done)
+            report.cleaner_checkpoint = after.cleaner_checkpoint
+            report.log_start_offset = after.log_start_offset
+            if not report.groups_abandoned:
+                _write_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
+            report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
+            return report
+        finally:
+            self.release()
+
+
+def _placeholder(group: list[RemoteSegment], now_ms: int) -> RemoteSegment:
+    """The staged entry of a group's replacement before it is written (its range; sizes come at the swap)."""
+    return RemoteSegment(segment_id=new_segment_id(), base_offset=group[0].base_offset, end_offset=group[-1].end_offset,
+                         max_timestamp=NO_TIMESTAMP, size_in_bytes=0, leader_epochs=(),
+                         state=SegmentState.COPY_STARTED, state_epoch=-1, origin=COMPACTION_ORIGIN,
+                         created_ms=now_ms, updated_ms=now_ms)
+
+
+def _add_stats(total: CompactionStats, part: CompactionStats) -> None:
+    for name in ("batches_read", "batches_written", "batches_rewritten", "batches_dropped", "records_read",
+                 "records_kept", "dropped_superseded", "dropped_tombstones", "dropped_without_key", "kept_for_lag",
+                 "tombstone_batches_stamped", "bytes_read", "bytes_written"):
+        setattr(total, name, getattr(total, name) + getattr(part, name))
+    for name in ("first_kept_for_lag_offset", "earliest_delete_horizon_ms"):
+        a, b = getattr(total, name), getattr(part, name)
+        setattr(total, name, b if a is None else a if b is None else min(a, b))
+
+
+def open_round(store: ObjectStore, topic: str, partition: int, config: LogConfig, *, owner: str,
+               force: bool = False, now_ms: int | None = None, delete_delay_ms: int, max_map_bytes: int,
+               task_max_bytes: int, lease_ttl_ms: int = 10 * 60 * 1000) -> SplitRound | PartitionReport:
+    """Step 1: a round holding the partition's lease, or the report of a round that does not run."""
+    report = PartitionReport(topic, partition)
+    try:
+        lease: Lease = acquire(store, topic, partition, owner=owner, job="compaction", ttl_ms=lease_ttl_ms)
+    except LeaseHeldError as e:
+        report.action, report.reason = "skipped", str(e)
+        return report
+    try:
+        meta = ManifestStore(store, topic, partition)
+        job = _PartitionJob(store, topic, partition, _now_ms() if now_ms is None else now_ms, lease, meta,
+                            meta.load(), report)
+        section = plan_round(job, config, force=force)
+    except BaseException:
+        lease.release()
+        raise
+    if section is None:
+        lease.release()
+        return report
+    return SplitRound(job, config, section, max_map_bytes, task_max_bytes, delete_delay_ms)

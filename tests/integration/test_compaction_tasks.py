@@ -1,0 +1,174 @@
+"""Compaction of one partition spread over several tasks (compaction/remote_split.py, run as Spark
+stages by spark_log/compaction_job.py): the result equals the one-task round's
+(`compact_partition`), more than one Spark task works on one partition, and the offset map keeps
+its configured bound by mapping a prefix, as the one-task round does."""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow as pa
+import pytest
+
+from lakelog.compaction.errors import OffsetMapTooSmallError
+from lakelog.compaction.remote import compact_partition
+from lakelog.compaction.remote_split import PartialMap, _to_ipc, map_segments, merge_partials, open_round, rewrite_run
+from lakelog.tiering.fs_store import FileSystemStore
+from lakelog.tiering.remote_scan import load_manifest
+from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
+from tests.integration.test_remote_compaction import DAY, TOPIC, build_remote, config, reference, remote_records
+
+COMPACT = {"cleanup.policy": "compact", "segment.bytes": "12000", "index.interval.bytes": "512"}
+
+
+def _partial(first: int, pairs: list[tuple[bytes, int]], cut: int | None = None, full: bool = False) -> PartialMap:
+    table = pa.table({"key": pa.array([k for k, _ in pairs], pa.binary()),
+                      "offset": pa.array([o for _, o in pairs], pa.int64())})
+    return PartialMap(first, _to_ipc(table), cut, full)
+
+
+def test_merged_maps_keep_the_latest_offset_and_stop_where_the_bound_is_reached():
+    a = _partial(0, [(b"a", 3), (b"b", 5)])
+    b = _partial(10, [(b"a", 12), (b"c", 11)])
+    merged, end = merge_partials([a, b], start_offset=0, end_offset=20, max_bytes=1 << 20)
+    assert dict(zip(merged.keys.to_pylist(), merged.offsets.to_pylist())) == {b"a": 12, b"b": 5, b"c": 11}
+    assert end == 20
+    # A bound that holds the first run's keys but not both runs': the map ends where the second run starts.
+    merged, end = merge_partials([a, b], start_offset=0, end_offset=20, max_bytes=2 * 13)
+    assert dict(zip(merged.keys.to_pylist(), merged.offsets.to_pylist())) == {b"a": 3, b"b": 5}
+    assert end == 10
+    # A run that stopped inside (its own bound, or the end of the dirty section) ends the map there.
+    merged, end = merge_partials([a, _partial(10, [(b"d", 10)], cut=11, full=True), b], start_offset=0,
+                                 end_offset=20, max_bytes=1 << 20)
+    assert end == 11 and sorted(merged.keys.to_pylist()) == [b"a", b"b", b"d"]
+    with pytest.raises(OffsetMapTooSmallError):
+        merge_partials([_partial(0, [], cut=0, full=True)], start_offset=0, end_offset=20, max_bytes=100)
+
+
+def _split_round(store, cfg, *, now_ms, task_bytes, map_bytes=1 << 30, force=False):
+    """A split round driven without Spark: the same steps the job's stages run, in this process."""
+    r = open_round(store, TOPIC, 0, cfg, owner="test", now_ms=now_ms, force=force, delete_delay_ms=0,
+                   max_map_bytes=map_bytes, task_max_bytes=task_bytes)
+    if not hasattr(r, "merge"):
+        return r, 0, 0
+    segs = {s.segment_id: s for s in load_manifest(store, TOPIC, 0).segments}
+    s = r.section
+    runs = r.map_tasks()
+    r.merge([map_segments(store, TOPIC, 0, [segs[i] for i in ids], start_offset=s.first_dirty,
+                          end_offset=s.uncleanable, max_bytes=map_bytes,
+                          max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes) for ids in runs])
+    segs = {s.segment_id: s for s in load_manifest(store, TOPIC, 0).segments}
+    results = [rewrite_run(store, TOPIC, 0, [[segs[i] for i in g] for g in t.groups], t.ids, r.map_ipc(), r.map_end,
+                           cfg, now_ms) for t in r.rewrites]
+    return r.finish(results), len(runs), len(r.rewrites)
+
+
+@pytest.mark.parametrize("lag", [0, 1], ids=["no-lag", "min.compaction.lag.ms"])
+def test_a_split_round_equals_the_one_task_round(tmp_path, lag):
+    """Tombstones, delete horizons and min.compaction.lag.ms through several rounds: the records
+    after each split round are the one-task round's, and so are the cleaner checkpoints."""
+    store, _, _, written = build_remote(tmp_path, batches=500, keys=60)
+    twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
+    before = remote_records(store)
+    end = load_manifest(store, TOPIC, 0).end_offset
+    boundary_ts = written[len(written) * 2 // 3][1]
+    now = 2_000_000
+    cfg = config(**({"min.compaction.lag.ms": now - boundary_ts} if lag else {}))
+    report, maps, rewrites = _split_round(store, cfg, now_ms=now, task_bytes=9000)
+    one = compact_partition(twin, TOPIC, 0, cfg, owner="test", now_ms=now, delete_delay_ms=0)
+    assert report.action == one.action == "compacted", (report, one)
+    assert maps > 1 and rewrites > 1
+    assert remote_records(store) == remote_records(twin)
+    assert load_manifest(store, TOPIC, 0).cleaner_checkpoint == load_manifest(twin, TOPIC, 0).cleaner_checkpoint
+    if not lag:
+        assert remote_records(store) == reference(before, end + 1, drop_tombstones=False)
+    assert report.records_read == one.records_read and report.records_kept == one.records_kept
+    # After delete.retention.ms the tombstones go, in both.
+    later = now + DAY + 1
+    report, _, _ = _split_round(store, cfg, now_ms=later, task_bytes=9000, force=True)
+    compact_partition(twin, TOPIC, 0, cfg, owner="test", now_ms=later, delete_delay_ms=0, force=True)
+    assert remote_records(store) == remote_records(twin)
+    if not lag:
+        assert remote_records(store) == reference(before, end + 1, drop_tombstones=True)
+    # Nothing left to drop: the split round writes nothing.
+    ids = [s.segment_id for s in load_manifest(store, TOPIC, 0).copy_finished]
+    again, _, _ = _split_round(store, cfg, now_ms=later + 1, task_bytes=9000, force=True)
+    assert again.action == "none" and again.reason == "nothing to drop", again
+    assert [s.segment_id for s in load_manifest(store, TOPIC, 0).copy_finished] == ids
+    assert not [s for s in load_manifest(store, TOPIC, 0).segments if s.is_staged]
+
+
+def test_a_bounded_map_compacts_a_prefix_and_the_next_round_the_rest(tmp_path):
+    """More distinct keys than compaction.offset.map.max.bytes holds: a round maps a prefix (its
+    checkpoint lands before the end, below it every key is at its latest), the next rounds go on."""
+    store, _, _, _ = build_remote(tmp_path, batches=3000, keys=6000, tombstone_every=10_000)
+    before = remote_records(store)
+    end = load_manifest(store, TOPIC, 0).end_offset
+    cfg = config()
+    bound = 64 * 1024  # about 3,400 keys of `key-NNNN`: fewer than the partition holds
+    seg = load_manifest(store, TOPIC, 0).copy_finished[0]
+    one = map_segments(store, TOPIC, 0, [seg], start_offset=0, end_offset=end + 1, max_bytes=bound,
+                       max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes)
+    assert one.cut_offset is None  # one small segment fits
+    report, _, _ = _split_round(store, cfg, now_ms=2_000_000, task_bytes=9000, map_bytes=bound)
+    checkpoint = load_manifest(store, TOPIC, 0).cleaner_checkpoint
+    assert report.action == "compacted" and 0 < checkpoint < end + 1, (report, checkpoint)
+    assert report.extra["map_keys"] * 17 <= bound
+    assert remote_records(store) == reference(before, checkpoint, drop_tombstones=False)
+    rounds = 1
+    while load_manifest(store, TOPIC, 0).cleaner_checkpoint < end + 1:
+        _split_round(store, cfg, now_ms=2_000_000 + rounds, task_bytes=9000, map_bytes=bound, force=True)
+        rounds += 1
+        assert rounds < 10
+    # Each round compacted its own dirty section: every key's latest record is there, every
+    # record kept is the latest of its key within the round that mapped it.
+    after = remote_records(store)
+    assert {k: o for o, _, k, _ in after}.items() >= {k: o for o, _, k, _ in before}.items()
+    assert len(after) < len(before)
+
+
+# ---------------------------------------------------------------------------------------------
+# the job on Spark
+
+
+@pytest.fixture(scope="module")
+def spark(spark_s3):
+    from lakelog.spark_log.session import remote_session
+
+    session = remote_session("s3://lakelog-spark/x", app_name="lakelog-compaction-tasks-test")
+    yield session
+    session.stop()
+
+
+@pytest.mark.spark
+def test_the_job_spreads_one_partition_over_several_tasks_and_equals_the_one_task_round(tmp_path, spark):
+    from lakelog.spark_log.jobs import run_job
+
+    store, _, _, _ = build_remote(tmp_path, batches=600, keys=50)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    before = remote_records(store)
+    m0 = load_manifest(store, TOPIC, 0)
+    assert len(m0.copy_finished) >= 10
+    twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
+    one = compact_partition(twin, TOPIC, 0, config(**{"segment.bytes": 12000}), owner="test", delete_delay_ms=0)
+
+    summary = run_job(spark, "compaction", (tmp_path / "remote").as_uri(), delete_delay_ms=0,
+                      overrides={"compaction.task.max.bytes": "9000"})
+    assert summary.totals["compacted"] == 1, summary
+    assert remote_records(store) == remote_records(twin) == reference(before, m0.end_offset + 1,
+                                                                      drop_tombstones=False)
+    assert load_manifest(store, TOPIC, 0).cleaner_checkpoint == load_manifest(twin, TOPIC, 0).cleaner_checkpoint
+    assert summary.rows[0]["records_kept"] == one.records_kept
+    # Spark's own account of the tasks: the map stage and the rewrite stage of this one partition
+    # each ran more than one task.
+    tracker = spark.sparkContext.statusTracker()
+    assert len(summary.spark_job_groups) == 2
+    for group in summary.spark_job_groups:
+        stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup(group)
+                  for s in tracker.getJobInfo(j).stageIds]
+        assert sum(s.numCompletedTasks for s in stages) > 1, (group, stages)
+    again = run_job(spark, "compaction", (tmp_path / "remote").as_uri(), delete_delay_ms=0,
+                    overrides={"compaction.task.max.bytes": "9000"})
+    assert again.totals["compacted"] == 0 and again.rows[0]["reason"] == "nothing dirty"
+    with pytest.raises(ValueError, match="compaction job"):
+        run_job(spark, "retention", (tmp_path / "remote").as_uri(), overrides={"compaction.task.max.bytes": "9000"})
