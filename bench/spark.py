@@ -19,8 +19,10 @@ value for all rows:
   rebuild-index   `rebuild-index --all` vs Spark tasks that only read the same `.log` objects
 
     .venv/bin/python bench/spark.py [--records N] [--value-bytes B] [--stores fs,s3] [--no-write] [--note "..."]
+    .venv/bin/python bench/spark.py --jobs-only [--partitions P] [--compaction-task-bytes B] ...
 
-Writes the "spark" section of docs/benchmarks.md.
+Writes the "spark" section of docs/benchmarks.md; with `--jobs-only` (compaction and rebuild-index
+only), the "spark-jobs" section.
 """
 
 from __future__ import annotations
@@ -53,15 +55,16 @@ CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(8 * 1024 * 1024), "
            "min.cleanable.dirty.ratio": "0.0"}
 
 
-def build_remote(root: Path, records: int, value_bytes: int, keys: int) -> tuple[str, int]:
-    """A compacted topic of `records` keyed records over PARTITIONS partitions, tiered into a
+def build_remote(root: Path, records: int, value_bytes: int, keys: int, partitions: int = PARTITIONS
+                 ) -> tuple[str, int]:
+    """A compacted topic of `records` keyed records over `partitions` partitions, tiered into a
     filesystem store under root/remote; returns (remote URL, bytes of .log objects)."""
     rng = random.Random(1)
     store = FileSystemStore(root / "remote")
     tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000}))
     cfg = LogConfig({**CONFIGS, "segment.bytes": str(4 * 1024 * 1024), "retention.ms": "-1"})
-    per = records // PARTITIONS
-    for p in range(PARTITIONS):
+    per = records // partitions
+    for p in range(partitions):
         log = PartitionLog(root / "local" / f"{TOPIC}-{p}", cfg)
         ts = 1_700_000_000_000
         for start in range(0, per, 200):
@@ -71,7 +74,7 @@ def build_remote(root: Path, records: int, value_bytes: int, keys: int) -> tuple
         log.roll()
         tier.partition(TOPIC, p).copy_segments(log, 1, log.log_end_offset)
         log.close()
-    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, PARTITIONS, CONFIGS))
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, partitions, CONFIGS))
     size = sum(i.size for i in store.list("") if i.key.endswith(".log"))
     shutil.rmtree(root / "local")
     return (root / "remote").as_uri(), size
@@ -132,11 +135,9 @@ def best(cases: dict, repeat: int) -> dict[str, float]:
 
 def run_store(spark, label: str, remote_src: str, fresh, parquet_root: str, log_bytes: int, args,
               rows: list[list[str]], where: list[str]) -> None:
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from lakelog.spark_log.jobs import run_job
-    from lakelog.tiering.remote_scan import load_manifest, open_remote
 
     df = spark.read.format("lakelog").option("remote", remote_src).option("topic", TOPIC).load()
     narrow = spark.read.format("lakelog").schema("offset BIGINT").option("remote", remote_src) \
@@ -146,6 +147,8 @@ def run_store(spark, label: str, remote_src: str, fresh, parquet_root: str, log_
     pq = spark.read.parquet(parquet)
     n = pq.count()
     pq_mb = stored_bytes(spark, parquet) / MB
+    if args.jobs_only:
+        return run_jobs(spark, label, pq, parquet_root, fresh, log_bytes, args, rows)
 
     # -- scan touching value, and count()
     t = best({"lakelog": lambda: df.agg(F.sum(F.length("value"))).collect(),
@@ -174,6 +177,18 @@ def run_store(spark, label: str, remote_src: str, fresh, parquet_root: str, log_
     rows.append([f"{label}: sync-tables (rows/s)", f"{added / sync_s:,.0f}", f"{n / base_s:,.0f}",
                  f"{base_s / sync_s:.2f}x", f"{added:,} rows; includes rewriting `{TOPIC}_latest`"])
 
+    run_jobs(spark, label, pq, parquet_root, fresh, log_bytes, args, rows)
+
+
+def run_jobs(spark, label: str, pq, parquet_root: str, fresh, log_bytes: int, args, rows: list[list[str]]) -> None:
+    """compaction and rebuild-index against their baselines over the same rows."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from lakelog.spark_log.jobs import run_job
+    from lakelog.tiering.remote_scan import load_manifest, open_remote
+
+    job_config = {"compaction.task.max.bytes": str(args.compaction_task_bytes)} if args.compaction_task_bytes else {}
     # -- compaction vs a plain latest-value-per-key rewrite
     w = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
     t0 = time.perf_counter()
@@ -182,17 +197,18 @@ def run_store(spark, label: str, remote_src: str, fresh, parquet_root: str, log_
     base_s = time.perf_counter() - t0
     remote = fresh("compaction")
     t0 = time.perf_counter()
-    summary = run_job(spark, "compaction", remote, force=True, delete_delay_ms=0)
+    summary = run_job(spark, "compaction", remote, force=True, delete_delay_ms=0, overrides=job_config)
     comp_s = time.perf_counter() - t0
     rows.append([f"{label}: compaction (MB/s of log)", f"{log_bytes / MB / comp_s:.1f}", f"{log_bytes / MB / base_s:.1f}",
                  f"{base_s / comp_s:.2f}x",
-                 f"records {summary.totals['records_read']:,} -> {summary.totals['records_kept']:,}"])
+                 f"records {summary.totals['records_read']:,} -> {summary.totals['records_kept']:,}; "
+                 f"{_tasks(spark, summary.spark_job_groups)} tasks (map, rewrite)"])
 
     # -- rebuild-index vs raw read
     remote = fresh("rebuild")
     store = open_remote(remote)
     tasks = [(remote, TOPIC, p, s.base_offset, s.segment_id, s.size_in_bytes)
-             for p in range(PARTITIONS) for s in load_manifest(store, TOPIC, p).copy_finished]
+             for p in range(args.partitions) for s in load_manifest(store, TOPIC, p).copy_finished]
     store.close()
     t0 = time.perf_counter()
     read = sum(spark.sparkContext.parallelize(tasks, len(tasks)).map(_read_task).collect())
@@ -205,6 +221,21 @@ def run_store(spark, label: str, remote_src: str, fresh, parquet_root: str, log_
                  f"{log_bytes / MB / raw_s:.1f}", f"{raw_s / rebuild_s:.2f}x",
                  f"{rb.totals['segments']} segments; tasks {rb.phases['tasks_s']:.1f} s, the _remote_index "
                  f"Delta table {rb.phases['table_s']:.1f} s"])
+
+
+def _tasks(spark, groups: list[str]) -> str:
+    """Tasks Spark ran in each job group (its status tracker), as "a + b"."""
+    tracker = spark.sparkContext.statusTracker()
+    counts = []
+    for g in groups:
+        n = 0
+        for j in tracker.getJobIdsForGroup(g):
+            info = tracker.getJobInfo(j)
+            for sid in (info.stageIds if info else []):
+                st = tracker.getStageInfo(sid)
+                n += st.numCompletedTasks if st else 0
+        counts.append(str(n))
+    return " + ".join(counts) or "0"
 
 
 def run_source(spark, label: str, remote_src: str, parquet_root: str, args, rows: list[list[str]]) -> None:
@@ -361,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-bytes", default="100", help="value size; with --source-only, a list: 100,1024")
     ap.add_argument("--source-only", action="store_true", help="only the data source's scans (JVM, Python, Parquet)")
     ap.add_argument("--keys", type=int, default=40_000)
+    ap.add_argument("--partitions", type=int, default=PARTITIONS)
+    ap.add_argument("--jobs-only", action="store_true", help="only compaction and rebuild-index (section spark-jobs)")
+    ap.add_argument("--compaction-task-bytes", type=int, default=0,
+                    help="compaction.task.max.bytes of the compaction job (default: the key's default)")
     ap.add_argument("--stores", default="fs,s3")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--dir", default="/tmp")
@@ -386,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         src = work / "pristine"
         print(f"building {args.records} records ...", flush=True)
-        remote_src, log_bytes = build_remote(src, args.records, args.value_bytes, args.keys)
+        remote_src, log_bytes = build_remote(src, args.records, args.value_bytes, args.keys, args.partitions)
         if "s3" in stores:
             sys.path.insert(0, str(ROOT))
             from tests.support.s3server import S3Server
@@ -437,14 +472,18 @@ def main(argv: list[str] | None = None) -> int:
             f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {m['nproc']} CPUs "
             f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`; stores: {', '.join(stores)}"
             + (" (s3: moto's S3 server through S3A). " if "s3" in stores else ". ") +
-            f"{args.records:,} records of {args.value_bytes} B values over {args.keys:,} keys in {PARTITIONS} "
+            f"{args.records:,} records of {args.value_bytes} B values over {args.keys:,} keys in {args.partitions} "
             f"partitions ({log_bytes / MB:.0f} MB of remote `.log` objects). Load average {load_before} at the "
             f"start, {load_average()} at the end; " + conditions(m["nproc"], others.cpus(), args.note), "",
             markdown_table(headers, rows), "",
             "Where the time goes: " + "; ".join(where) + ".",
         ])
-        rewrite_section(DOC_PATH, SECTION, body)
-        print(f"wrote the '{SECTION}' section of docs/benchmarks.md")
+        section = "spark-jobs" if args.jobs_only else SECTION
+        if args.jobs_only:
+            body = body.replace("## Spark jobs and the data source (`bench/spark.py`)",
+                                "## Spark jobs: compaction and rebuild-index (`bench/spark.py --jobs-only`)")
+        rewrite_section(DOC_PATH, section, body)
+        print(f"wrote the '{section}' section of docs/benchmarks.md")
     return 0
 
 

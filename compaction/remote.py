@@ -1,7 +1,9 @@
 """Key compaction and retention of one partition's remote tier (the work of one Spark task).
 
-No pyspark here: `spark_log/jobs.py` runs these functions in Spark tasks, one per partition; tests
-call them directly. The record and batch rules are compactor.py's, unchanged (the same functions
+No pyspark here: `spark_log/jobs.py` runs retention in Spark tasks, one per partition; the
+compaction job runs the same round split over several tasks (`compaction/remote_split.py`, which
+reuses this module's steps), and `compact_partition` is the one-task reference it is tested
+against; tests call these functions directly. The record and batch rules are compactor.py's, unchanged (the same functions
 the local cleaner uses); this module supplies the remote side:
 
 Compaction round of a partition (`compact_partition`):

@@ -12,6 +12,7 @@ import pytest
 
 from lakelog.compaction.errors import OffsetMapTooSmallError
 from lakelog.compaction.remote import compact_partition
+from lakelog.infra.config import ConfigError
 from lakelog.compaction.remote_split import PartialMap, _to_ipc, map_segments, merge_partials, open_round, rewrite_run
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.remote_scan import load_manifest
@@ -170,5 +171,5 @@ def test_the_job_spreads_one_partition_over_several_tasks_and_equals_the_one_tas
     again = run_job(spark, "compaction", (tmp_path / "remote").as_uri(), delete_delay_ms=0,
                     overrides={"compaction.task.max.bytes": "9000"})
     assert again.totals["compacted"] == 0 and again.rows[0]["reason"] == "nothing dirty"
-    with pytest.raises(ValueError, match="compaction job"):
-        run_job(spark, "retention", (tmp_path / "remote").as_uri(), overrides={"compaction.task.max.bytes": "9000"})
+    with pytest.raises(ConfigError, match="compaction.task.max.bytes"):
+        run_job(spark, "compaction", (tmp_path / "remote").as_uri(), overrides={"compaction.task.max.bytes": "10"})
