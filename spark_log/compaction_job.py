@@ -21,11 +21,9 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from lakelog.compaction.config import CompactionJobConfig
-from lakelog.compaction.remote import PartitionReport
-from lakelog.compaction.remote_split import SplitRound, open_round
 from lakelog.infra.config import LogConfig
-from lakelog.tiering.lease import LeaseHeldError
+# As jobs.py: only what executors import before `prepare_executor` made the shipped packages
+# importable; the compaction modules are imported inside the functions.
 from lakelog.tiering.remote_scan import load_manifest, open_remote
 
 #: How often the driver renews the leases of the rounds in flight (their TTL is 10 minutes).
@@ -80,6 +78,11 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
     """One compaction round of every partition of `names`; one report row per partition.
 
     `run_tasks(spark, fn, tasks, progress, job_groups)` runs one Spark job (jobs.py's runner)."""
+    from lakelog.compaction.config import CompactionJobConfig
+    from lakelog.compaction.remote import PartitionReport
+    from lakelog.compaction.remote_split import SplitRound, open_round
+    from lakelog.tiering.lease import LeaseHeldError
+
     jc = CompactionJobConfig(job_config)
     keys = [(t, p) for t in names for p in partitions[t]]
     if on_plan:
