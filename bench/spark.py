@@ -448,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
 
         # Warm-up: a JVM and Python workers that have run a job once.
         run_job(spark, "retention", fresh_fs("warm"), overrides={"cleanup.policy": "compact,delete", "retention.ms": "-1"})
+        if args.jobs_only:  # the first Delta write of a JVM loads Delta's classes: not the commit's cost
+            from lakelog.spark_log.jobs import write_remote_index_table
+
+            write_remote_index_table(spark, fresh_fs("warm-delta"), [])
         where.append(decode_profile(remote_src))
         if "fs" in stores:
             print("filesystem store ...", flush=True)
