@@ -288,6 +288,10 @@ REMOTE_INDEX_SCHEMA = ("topic STRING, partition INT, segment_id STRING, base_off
                        "index_action STRING, detail STRING")
 
 
+REMOTE_INDEX_WRITE_CONF = {"spark.databricks.delta.snapshotPartitions": "1",
+                           "spark.databricks.delta.writeChecksumFile.enabled": "false"}
+
+
 def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
     """Replace `<remote>/tables/_remote_index` with `rows` (one per remote segment).
 
@@ -303,8 +307,21 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
     table = pa.Table.from_pylist([{c: r.get(c) for c in schema.fieldNames()} for r in rows],
                                  schema=to_arrow_schema(schema))
     df = spark.createDataFrame(table)
-    (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-     .partitionBy("topic").save(path))
+    # A table of one row per segment: Delta's log replay in one task rather than the session's
+    # snapshotPartitions (sized for topic tables), and no post-commit checksum file (readers do
+    # without it). Overwriting an existing table: median 9.6 -> 5.9 s at load ~12 (benchmarks.md).
+    old = {k: spark.conf.get(k, None) for k in REMOTE_INDEX_WRITE_CONF}
+    for k, v in REMOTE_INDEX_WRITE_CONF.items():
+        spark.conf.set(k, v)
+    try:
+        (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .partitionBy("topic").save(path))
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
     return path
 
 
