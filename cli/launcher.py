@@ -507,10 +507,12 @@ class NodeChild:
         self.restart_at: float | None = None
         #: After a restart: not yet answering /readyz.
         self.coming_back = False
+        #: Added to the child's environment (the SQL server's service credentials: cli/sql_service.py).
+        self.extra_env: dict[str, str] = {}
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.extra_env)
         self.killed = False
         self.tail.clear()
         self.proc = subprocess.Popen(
@@ -715,6 +717,14 @@ class LocalCluster:
         if spec.sql_port is not None and not spec.added_nodes:
             load_or_create_sql_token(spec.sql_token_path)
             sql = SqlServerChild(spec, self.console)
+            try:  # with authentication on, a service user of its own to read the nodes (cli/sql_service.py)
+                from lakelog.cli.sql_service import SqlServiceError, service_environment
+
+                sql.extra_env = service_environment(spec.node_url(1), spec.data_dir,
+                                                    load_or_create_cluster_properties(spec.data_dir)[1])
+            except (SqlServiceError, httpx.HTTPError) as e:
+                self._say(f"lakelog up: cannot give the SQL server credentials of its own ({e}); stopping")
+                return self._finish(1)
             self.children.append(sql)
             sql.start()
             sql.coming_back = True  # announced when its port answers (its JVM takes a few seconds)

@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 from lakelog.infra.errors import ErrorKind, LakelogError
-from lakelog.spark_log.jobs import JOB_NAMES, REMOTE_ENV
+
+#: = spark_log.jobs.REMOTE_ENV, not imported from there: `lakelog sql` does not load the jobs (a unit test checks).
+REMOTE_ENV = "LAKELOG_REMOTE"
 
 #: Default intervals of `lakelog jobs schedule` (seconds); `--every JOB=SECONDS` overrides, 0 disables.
 DEFAULT_INTERVALS_S = {"retention": 300, "compaction": 600, "rebuild-index": 0, "sync-tables": 300}
@@ -134,6 +136,7 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
     """Run the jobs at their intervals, and the runs asked for through a node (QUEUED records in the
     remote tier, looked for every --poll-ms), until SIGINT/SIGTERM (one Spark session, one run at a
     time). Every run is recorded in the remote tier (spark_log/runs.py)."""
+    from lakelog.spark_log.jobs import JOB_NAMES
     from lakelog.spark_log.runs import recorded_run, runner_name, serve_queued
     from lakelog.tiering import job_runs
     from lakelog.tiering.remote_scan import open_remote
@@ -701,8 +704,9 @@ def _print_rows(columns: list[str], rows, fmt: str) -> None:
         print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
 
 
-def add_commands(sub, add) -> None:
-    """Add `jobs` and `sql` to the top-level parser (`add` is cli/main.py's `_add`)."""
+def add_commands(sub, add, *, only_sql: bool = False) -> None:
+    """Add `jobs`, `sql` and `sql-server` to the top-level parser (`add` is cli/main.py's `_add`);
+    `only_sql`: `sql` alone (what `lakelog sql` builds, so it loads nothing else)."""
     remote = argparse.ArgumentParser(add_help=False)
     remote.add_argument("--remote", default=None, metavar="URL",
                         help=f"remote root: s3://bucket/prefix or file:///path (default ${REMOTE_ENV}, "
@@ -710,6 +714,14 @@ def add_commands(sub, add) -> None:
     remote.add_argument("--master", metavar="URL", help="Spark master (default $LAKELOG_SPARK_MASTER, else local[*])")
     remote.add_argument("--config", action="append", type=_key_value, metavar="KEY=VALUE",
                         help="override a topic config for this run (e.g. min.cleanable.dirty.ratio=0.1)")
+
+    if not only_sql:
+        _add_jobs_commands(sub, add, remote)
+    _add_sql_commands(sub, add, remote)
+
+
+def _add_jobs_commands(sub, add, remote: argparse.ArgumentParser) -> None:
+    from lakelog.spark_log.jobs import JOB_NAMES
 
     jobs = sub.add_parser("jobs", help="Spark jobs over the remote tier: compaction, retention, rebuild-index, sync-tables")
     jsub = jobs.add_subparsers(dest="jobs_command", required=True)
@@ -732,6 +744,9 @@ def add_commands(sub, add) -> None:
     package = add(jsub, "package", "jobs package", cmd_jobs_package, parents=[remote],
                   help="write Lakelog's packages for spark-submit --py-files and print the spark-submit command")
     package.add_argument("--output", default="dist", metavar="DIR", help="where to write the zip (default ./dist)")
+
+
+def _add_sql_commands(sub, add, remote: argparse.ArgumentParser) -> None:
 
     sql = add(sub, "sql", "sql", cmd_sql, parents=[remote],
               help="run Spark SQL over the topics (lakelog.<topic>: every record up to the high watermark; "
