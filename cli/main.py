@@ -72,7 +72,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
                 except ValueError:
                     args.parser.error(f"--jobs-every {job}={seconds}: seconds must be a number")
         spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []), jobs,
-                          args.sql_port if args.sql else None, add_node=args.add_node)
+                          args.sql_port if args.sql else None, add_node=args.add_node,
+                          sql_thrift_port=args.sql_thrift_port)
     except LauncherConfigError as e:
         args.parser.error(str(e))  # exits 2, as argparse's own usage errors do
     return LocalCluster(spec, exit_on_death=args.exit_on_node_death,
@@ -447,6 +448,9 @@ def build_parser(only_sql: bool = False) -> argparse.ArgumentParser:
                          "`lakelog sql` answers without starting a JVM")
     up.add_argument("--sql-port", type=_port, default=15002, metavar="PORT",
                     help="the SQL server's port with --sql (default 15002, where `lakelog sql` looks)")
+    up.add_argument("--sql-thrift-port", type=_port, default=None, metavar="PORT",
+                    help="with --sql: also the Thrift JDBC/ODBC server on this loopback port "
+                         "(jdbc:hive2://127.0.0.1:PORT/default, password: DATA_DIR/sql.token's token)")
 
     node = _add(sub, "node", "node", _cmd_node, help="run one ingest node")
     node.add_argument("--config", help="node.toml with broker keys (Kafka names)")

@@ -581,6 +581,10 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
 
     cluster_auth = args.cluster_auth == "on" or (args.cluster_auth == "auto"
                                                  and sql_security.cluster_authentication(args.nodes))
+    if args.thrift_port is not None:  # refused before a JVM starts (spark_log/sql_thrift.py)
+        from lakelog.spark_log import sql_thrift
+
+        sql_thrift.check_startable(host, args.thrift_port, cluster_auth)
     with tempfile.TemporaryDirectory(prefix="lakelog-sql-server-") as warehouse:
         with _quiet_jvm(warehouse, args.verbose):
             if cluster_auth:  # the cluster's credentials and READ ACLs instead of the shared token
@@ -592,7 +596,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
             spark = remote_session(args.remote, app_name="lakelog-sql-server", master=args.master, conf={
                 "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, **auth,
                 "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)})
-        service = http = None
+        service = http = thrift = None
         try:
             spark.sparkContext.setLogLevel("ERROR")
             if cluster_auth:
@@ -605,6 +609,11 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                   f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
                   file=sys.stderr, flush=True)
             http = _start_http_endpoint(spark, args, cluster_auth, f"sc://{host}:{port}")  # spark_log/sql_http.py
+            if args.thrift_port is not None:  # BI tools over JDBC/ODBC (HiveServer2's protocol)
+                thrift = sql_thrift.start(spark, host, args.thrift_port,
+                                          _read_token(args.token_file) if args.token_file else None, warehouse)
+                print(f"lakelog sql-server: Thrift JDBC/ODBC server on jdbc:hive2://{host}:{args.thrift_port}/default"
+                      f"{' (the token is the password)' if args.token_file else ''}", file=sys.stderr, flush=True)
             known: list[str] | None = None
             warned = False
             while not stop.is_set():
@@ -623,6 +632,8 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                     known = names
                 stop.wait(args.refresh_ms / 1000)
         finally:
+            if thrift is not None:
+                sql_thrift.stop(thrift)
             if http is not None:
                 http.stop()
                 from lakelog.spark_log import sql_address
@@ -796,6 +807,10 @@ def _add_sql_commands(sub, add, remote: argparse.ArgumentParser) -> None:
                        ("--api-key", "a cluster API key (or $LAKELOG_API_KEY)")):
         sql.add_argument(flag, metavar=flag[2:].upper().replace("-", "_"), default=None,
                          help=f"{what}: presented to a SQL server of a cluster with authentication on")
+    server.add_argument("--thrift-port", type=int, default=None, metavar="PORT",
+                        help="also run Spark's Thrift JDBC/ODBC server (HiveServer2 protocol) on the --listen host: "
+                             "jdbc:hive2://HOST:PORT/default, the token of --token-file as the password; not with "
+                             "the cluster's authentication on")
     server.add_argument("--http-listen", metavar="URL", default=None,
                         help="also answer the web console's SQL calls (JSON) on http://HOST:PORT; needs "
                              "--token-file (the nodes present the same token)")

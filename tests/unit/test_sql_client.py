@@ -132,3 +132,35 @@ def test_the_cli_names_the_remote_environment_variable_as_the_jobs_do():
     from lakelog.spark_log import cli, datasource, jobs
 
     assert cli.REMOTE_ENV == jobs.REMOTE_ENV == datasource.REMOTE_ENV
+
+
+def test_up_passes_its_thrift_port_to_the_sql_server_and_refuses_it_with_authentication_on(tmp_path):
+    from lakelog.cli.launcher import LauncherConfigError, build_spec
+
+    spec = build_spec(nodes=1, data_dir=tmp_path, http_port=18000, sql_port=15002, sql_thrift_port=10000)
+    args = spec.sql_server_args()
+    assert args[args.index("--thrift-port") + 1] == "10000"
+    assert "--thrift-port" not in build_spec(nodes=1, data_dir=tmp_path, http_port=18000, sql_port=15002).sql_server_args()
+    with pytest.raises(LauncherConfigError, match="only with --sql"):
+        build_spec(nodes=1, data_dir=tmp_path, http_port=18000, sql_thrift_port=10000)
+    with pytest.raises(LauncherConfigError, match="authentication is on"):
+        build_spec(nodes=1, data_dir=tmp_path, http_port=18000, sql_port=15002, sql_thrift_port=10000,
+                   node_overrides={"authentication.enabled": "true"})
+    with pytest.raises(LauncherConfigError, match="--sql-thrift-port 15003"):
+        build_spec(nodes=1, data_dir=tmp_path, http_port=18000, sql_port=15002, sql_thrift_port=15003)
+
+
+def test_the_thrift_server_is_refused_before_anything_starts():
+    import socket
+
+    from lakelog.spark_log.sql_thrift import ThriftNotSupported, check_startable
+
+    with pytest.raises(ThriftNotSupported, match="authentication is on"):
+        check_startable("127.0.0.1", 10000, cluster_auth=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(ThriftNotSupported, match="cannot listen"):
+            check_startable("127.0.0.1", s.getsockname()[1], cluster_auth=False)
+    with pytest.raises(ThriftNotSupported, match="a TCP port"):
+        check_startable("127.0.0.1", 0, cluster_auth=False)
