@@ -54,29 +54,31 @@ class SqlServer:
 
 
 def start_sql_server(cwd: Path, env: dict[str, str], *args: str, http: bool = True,
-                     wait_for_table: str | None = None) -> SqlServer:
-    """`lakelog sql-server --listen sc://127.0.0.1:0 ARGS...`; with `http`, also its HTTP endpoint
-    with a fresh token in `cwd/data/sql.token` (where `lakelog sql` looks, and the address file
-    `data/sql.http` beside it). Returns once it listens (and lists `lakelog.<wait_for_table>`)."""
-    token_file = None
+                     wait_for_table: str | None = None, connect_port: int = 0, http_port: int = 0,
+                     token_file: Path | None = None, timeout_s: float = READY_TIMEOUT_S) -> SqlServer:
+    """`lakelog sql-server --listen sc://127.0.0.1:PORT ARGS...` (port 0: one the system picks); with
+    `http`, also its HTTP endpoint with a fresh token in `token_file` (default `cwd/data/sql.token`,
+    where `lakelog sql` looks, and the address file `data/sql.http` beside it). Returns once it
+    listens (and lists `lakelog.<wait_for_table>`)."""
     extra: list[str] = []
     if http:
-        token_file = Path(cwd, "data", "sql.token")
+        token_file = token_file or Path(cwd, "data", "sql.token")
         token_file.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.write(fd, secrets.token_hex(32).encode())
         os.close(fd)
-        extra = ["--token-file", str(token_file), "--http-listen", "http://127.0.0.1:0"]
-    proc = subprocess.Popen([LAKELOG, "sql-server", "--listen", "sc://127.0.0.1:0", *extra, *args], cwd=cwd, env=env,
+        extra = ["--token-file", str(token_file), "--http-listen", f"http://127.0.0.1:{http_port}"]
+    proc = subprocess.Popen([LAKELOG, "sql-server", "--listen", f"sc://127.0.0.1:{connect_port}", *extra, *args],
+                            cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    server = SqlServer(proc, token_file)
+    server = SqlServer(proc, token_file if http else None)
     try:
-        line = server.wait_until("Spark SQL on sc://")
+        line = server.wait_until("Spark SQL on sc://", timeout_s)
         server.address = "sc://" + line.split("sc://", 1)[1].split()[0]
         if http:
             server.http_url = server.wait_until("SQL calls and `lakelog sql` on http://").rsplit(" ", 1)[1].strip()
         if wait_for_table is not None:
-            server.wait_until(f"lakelog.{wait_for_table}")
+            server.wait_until(f"lakelog.{wait_for_table}", timeout_s)
     except BaseException:
         server.stop()
         raise
