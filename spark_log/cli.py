@@ -8,7 +8,6 @@ The remote root defaults to `LAKELOG_REMOTE`, then the embedded default of `lake
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -698,6 +697,8 @@ def _print_rows(columns: list[str], rows, fmt: str) -> None:
         for vs in values:
             print(json.dumps(dict(zip(columns, vs)), default=str))
     elif fmt == "csv":
+        import csv
+
         w = csv.writer(sys.stdout)
         w.writerow(columns)
         for vs in values:
