@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.integration.test_launcher import STOP_BOUND_S, Launcher, cli
+from tests.integration.test_sql_thrift import jdbc
 from tests.support.faults import wait_for
 from tests.support.nodes import LAKELOG, free_port
 
@@ -55,9 +56,9 @@ def count_when_ready(address: str, query: str, cwd, token: str, timeout_s: float
 
 
 def test_up_with_sql_runs_a_supervised_sql_server_that_lakelog_sql_uses(tmp_path):
-    port = free_port()
+    port, thrift_port = free_port(), free_port()
     address = f"sc://127.0.0.1:{port}"
-    up = Launcher(tmp_path, "--sql", "--sql-port", str(port), nodes=1)
+    up = Launcher(tmp_path, "--sql", "--sql-port", str(port), "--sql-thrift-port", str(thrift_port), nodes=1)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     try:
@@ -82,6 +83,11 @@ def test_up_with_sql_runs_a_supervised_sql_server_that_lakelog_sql_uses(tmp_path
             refused = sql(address, "SELECT count(*) AS n FROM lakelog.orders", elsewhere, wrong)
             assert refused.returncode == 1 and "refused the connection" in refused.stderr, refused.stderr
             assert refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
+        # A JDBC client of the Thrift server `--sql-thrift-port` adds, with the token as its password.
+        jdbc_url = f"jdbc:hive2://127.0.0.1:{thrift_port}/default"
+        counted = wait_for(lambda: (lambda o: o if o.returncode == 0 else None)(
+            jdbc(jdbc_url, "analyst", token, "SELECT count(*) FROM lakelog.orders")), 120, "a JDBC answer", 1.0)
+        assert counted.stdout.split() == ["500"], counted.stdout
 
         # Supervised: killed, it is restarted and answers again.
         pid = int(re.search(rf"sql: {re.escape(address)} \(pid (\d+)", up.output()).group(1))
