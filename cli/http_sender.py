@@ -63,6 +63,22 @@ class Answer:
         return json.loads(self.content)
 
 
+def _as_httpx_auth(auth: Any) -> Any:
+    """`auth` as httpx.Client takes it (an httpx.Auth, a (user, password) tuple, or a function of
+    the request) -> an httpx.Auth, or None."""
+    if auth is None:
+        return None
+    import httpx
+
+    if isinstance(auth, httpx.Auth):
+        return auth
+    if isinstance(auth, tuple):
+        return httpx.BasicAuth(*auth)
+    if callable(auth):
+        return httpx.FunctionAuth(auth)
+    raise TypeError(f"auth must be an httpx.Auth, a (user, password) tuple or a function, not {type(auth).__name__}")
+
+
 def _readable(sock: socket.socket) -> bool:
     """True when an idle connection has something to read: its end of file, or bytes nobody asked for."""
     import select
@@ -95,7 +111,7 @@ class HttpSender:
                  user_agent: str = "lakelog-producer") -> None:
         self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
         self.max_connections = max(1, max_connections)
-        self.auth = auth
+        self.auth = _as_httpx_auth(auth)
         self.headers = {"User-Agent": user_agent, **(headers or {})}
         self._verify = verify
         self._ssl: ssl.SSLContext | None = None

@@ -173,7 +173,7 @@ def test_an_unreachable_node_is_a_transport_error():
 
 def test_api_key_basic_and_cluster_signature_are_sent(server_factory):
     server = server_factory(lambda r: _ok())
-    for opts in ({"headers": {"Authorization": "Bearer k-123"}}, {"auth": httpx.BasicAuth("alice", "pw")},
+    for opts in ({"headers": {"Authorization": "Bearer k-123"}}, {"auth": ("alice", "pw")},
                  {"auth": ClusterAuth(SECRET, 0, principal="User:__cluster")}):
         assert HttpSender.supports(opts)
         sender = HttpSender(timeout_s=10, headers=opts.get("headers"), auth=opts.get("auth"))
