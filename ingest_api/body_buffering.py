@@ -8,9 +8,11 @@ record").
 
 `whole_body_protocol(base, max_body_bytes)` is `base` (uvicorn's `HttpToolsProtocol` or a subclass
 of it) changed for a request that declares its `Content-Length` of at most `max_body_bytes`
-(`max.request.bytes`): its body is gathered while it arrives, the socket is not paused, and the
-application is woken once, when the parser reports the request complete (uvicorn's
-`on_message_complete`), so `receive()` answers the whole body as one event. Any other request
+(`max.request.bytes`): the parser's pieces of its body are kept as they arrive (uvicorn appended
+each to a growing bytearray, which realloc may move as it grows, then copied the whole for the
+event), the socket is not paused, and the application is woken once, when the parser reports the
+request complete (uvicorn's `on_message_complete`): the pieces are joined into one `bytes` there
+(one copy; none for a body that came in one piece), which `receive()` answers as one event. Any other request
 (chunked, no body, over the bound, an upgrade) goes through uvicorn's own code unchanged.
 
 Bounds: what one connection holds is at most the declared length, itself at most
@@ -20,7 +22,8 @@ answer has been sent are dropped, as uvicorn does. The body deadline (`request.b
 is unchanged: it bounds the application's wait in `receive()`.
 
 It relies on uvicorn's `HttpToolsProtocol` attributes `cycle` (with `body`, `response_complete`),
-`headers`, `parser` and `on_headers_complete` / `on_body`.
+`headers`, `parser`, its callbacks `on_headers_complete` / `on_body` / `on_message_complete`, and on
+`RequestResponseCycle.receive` answering `bytes(self.body)` and resetting it (uvicorn 0.2x-0.5x).
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from typing import Any
 def whole_body_protocol(base: type, max_body_bytes: int) -> type:
     class WholeBodyProtocol(base):  # type: ignore[misc, valid-type]
         _gather = False  # the current request's body is gathered whole (declared, within the bound)
+        _pieces: list | None = None
 
         def on_headers_complete(self) -> None:
             self._gather = not self.parser.should_upgrade() and _declared_length(self.headers, max_body_bytes) > 0
+            self._pieces = [] if self._gather else None
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
@@ -41,10 +46,17 @@ def whole_body_protocol(base: type, max_body_bytes: int) -> type:
             if not self._gather or cycle is None or cycle.response_complete:
                 super().on_body(body)
                 return
-            # No event and no pause: on_message_complete wakes the application once, with all of it.
-            cycle.body += body
+            # No event, no pause, no copy: the parser's pieces are kept as they came.
+            self._pieces.append(body)  # type: ignore[union-attr]
 
         def on_message_complete(self) -> None:
+            if self._gather:
+                pieces, self._pieces = self._pieces, None
+                cycle: Any = self.cycle
+                if pieces and cycle is not None and not cycle.response_complete:
+                    # uvicorn's receive() answers `bytes(cycle.body)`, which is the object itself
+                    # when it is bytes: the body is copied once here (not at all in one piece).
+                    cycle.body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             self._gather = False
             super().on_message_complete()
 
