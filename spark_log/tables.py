@@ -66,14 +66,11 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
                 synced[int(r["partition"])] = max(synced.get(int(r["partition"]), -1), int(r["o"]))
     starts = {p: synced.get(p, -1) + 1 for p in partitions}
     lowest = min(starts.values()) if starts else 0
-    # The jobs read through the Python reader (the reference): in the CI's order of test modules the
-    # JVM reader still planned no remote segment here after an earlier session of the same process
-    # had stopped (see docs/spark.md, "Not done yet").
+    # "lakelog": the JVM reader when its jar is on the session's class path, else the Python reader.
     from lakelog.spark_log.datasource import register as register_source
-    from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
 
     register_source(spark)
-    df = (spark.read.format(PYTHON_SOURCE_NAME).option("remote", remote).option("topic", topic)
+    df = (spark.read.format("lakelog").option("remote", remote).option("topic", topic)
           .option("startingOffset", lowest).load())
     condition = None
     for p, start in starts.items():
