@@ -60,8 +60,10 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
     path = tables_path(remote, topic)
     synced: dict[int, int] = {}
     errors_path = tables_path(remote, topic + ERRORS_SUFFIX)
+    table_existed = False
     for done in (path, errors_path):  # a record is synced once it is in the table or in its dead letters
         if _table_exists(spark, done):
+            table_existed = table_existed or done == path
             for r in spark.read.format("delta").load(done).groupBy("partition").agg(F.max("offset").alias("o")).collect():
                 synced[int(r["partition"])] = max(synced.get(int(r["partition"]), -1), int(r["o"]))
     starts = {p: synced.get(p, -1) + 1 for p in partitions}
@@ -106,6 +108,9 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
             _append_typed(spark, new, path, topic, version, widen=bool(registry))
             if latest_exists:
                 latest_path = merge_latest_table(spark, remote, topic, new)
+            elif compacted and not table_existed:
+                # the table is exactly these rows: its latest table from them (cached), not read back
+                latest_path = write_latest_table(spark, remote, topic, source=new)
         if dead is not None:
             dead = dead.persist()
             errors_added = dead.count()
@@ -117,7 +122,7 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
         new.unpersist()
         if dead is not None:
             dead.unpersist()
-    if compacted and not latest_exists and _table_exists(spark, path):
+    if compacted and latest_path is None and not latest_exists and _table_exists(spark, path):
         latest_path = write_latest_table(spark, remote, topic)
     return {"topic": topic, "table": path, "rows_added": added, "latest_table": latest_path,
             "errors_added": errors_added, "seconds": time.monotonic() - started}
@@ -184,12 +189,16 @@ def merge_latest_table(spark, remote: str, topic: str, new) -> str:
     return path
 
 
-def write_latest_table(spark, remote: str, topic: str) -> str:
-    """Rewrite `<topic>_latest`: the newest record per (partition, key), tombstoned keys left out."""
+def write_latest_table(spark, remote: str, topic: str, source=None) -> str:
+    """Rewrite `<topic>_latest`: the newest record per (partition, key), tombstoned keys left out;
+    taken from `source` when given (the rows of a table that did not exist before this sync: all of
+    it), else from the whole table."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    full = spark.read.format("delta").load(tables_path(remote, topic)).where(F.col("key").isNotNull())
+    if source is None:
+        source = spark.read.format("delta").load(tables_path(remote, topic))
+    full = source.where(F.col("key").isNotNull())
     w = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
     latest = (full.withColumn("_rank", F.row_number().over(w)).where("_rank = 1").drop("_rank")
               .where(F.col("value").isNotNull()))
