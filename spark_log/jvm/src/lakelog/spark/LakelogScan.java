@@ -20,6 +20,7 @@ import org.apache.spark.util.SerializableConfiguration;
 final class LakelogScan implements Scan, Batch {
     private final StructType schema;
     private final Options options;
+    private InputPartition[] planned;  // Spark may ask more than once per query: plan once
 
     LakelogScan(StructType schema, Options options) {
         this.schema = schema;
@@ -63,11 +64,15 @@ final class LakelogScan implements Scan, Batch {
     }
 
     @Override
-    public InputPartition[] planInputPartitions() {
+    public synchronized InputPartition[] planInputPartitions() {
+        if (planned != null) {
+            return planned.clone();
+        }
         try {
             int parallelism = SparkSession.active().sparkContext().defaultParallelism();
             List<Split> splits = Planner.plan(options, hadoopConf(), parallelism);
-            return splits.toArray(new InputPartition[0]);
+            planned = splits.toArray(new InputPartition[0]);
+            return planned.clone();
         } catch (IOException e) {
             throw new UncheckedIOException("planning the lakelog scan of " + options.topic + ": " + e.getMessage(), e);
         }
