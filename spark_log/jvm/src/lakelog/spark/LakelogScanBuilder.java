@@ -8,6 +8,12 @@ import java.util.TreeSet;
 
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.aggregate.AggregateFunc;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
+import org.apache.spark.sql.connector.expressions.aggregate.Count;
+import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.And;
@@ -28,10 +34,12 @@ import org.apache.spark.sql.types.StructType;
  * the scan, so a predicate this source reads loosely never changes a result. A scan builder
  * lives for one query: what one query pushes never narrows another (unlike Python sources).
  */
-final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
+final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters,
+                                         SupportsPushDownAggregates {
     private StructType schema;
     private final Options options;
     private Filter[] pushed = new Filter[0];
+    private boolean count;
 
     LakelogScanBuilder(StructType schema, Options options) {
         this.schema = schema;
@@ -200,8 +208,27 @@ final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
         }
     }
 
+    /** `count(*)` (or the count of a column that is never null) with no GROUP BY: each split
+     *  answers one row of its row count ({@link CountReader}), Spark adds them up. Spark offers
+     *  it only when no filter stays to evaluate after the scan. */
+    @Override
+    public boolean pushAggregation(Aggregation aggregation) {
+        if (!options.countFromManifest || aggregation.groupByExpressions().length != 0
+            || aggregation.aggregateExpressions().length != 1) {
+            return false;
+        }
+        AggregateFunc f = aggregation.aggregateExpressions()[0];
+        boolean rows = f instanceof CountStar;
+        if (f instanceof Count && !((Count) f).isDistinct() && ((Count) f).column() instanceof NamedReference) {
+            String[] name = ((NamedReference) ((Count) f).column()).fieldNames();
+            rows = name.length == 1 && (name[0].equals("offset") || name[0].equals("partition"));
+        }
+        count = rows;
+        return rows;
+    }
+
     @Override
     public Scan build() {
-        return new LakelogScan(schema, options);
+        return new LakelogScan(schema, options, count);
     }
 }
