@@ -132,6 +132,24 @@ def test_the_pushed_count_is_the_count_of_a_full_read(spark, topic):
     assert counts(spark, url, partitions="1")[0] == counts(spark, url, partitions="1")[2]
 
 
+@pytest.mark.parametrize("where, pushed", [
+    ("partition = 1", True), ("partition IN (0, 1)", True), ("offset >= 40", True),
+    ("partition = 0 AND offset BETWEEN 17 AND 301", True), ("offset > 5 AND offset < 120", True),
+    ("partition = 1 AND offset > 9223372036854775806", True), ("offset IN (3, 50, 100)", False),
+    ("timestamp >= TIMESTAMP_MILLIS(1700000040000)", False), ("partition >= 1", False),
+    ("offset > 10 OR partition = 0", False)])
+def test_partition_and_offset_filters_are_counted_exactly(spark, topic, where, pushed):
+    """Filters the reader applies exactly (offset bounds, partition = / IN) stay pushed with the
+    count; any other filter is evaluated by Spark after the scan, and the count is not pushed."""
+    _, url = topic
+    assert len(set(counts(spark, url, where))) == 1
+    assert _pushed(_df(spark, url).where(where).groupBy().count()) == pushed
+    # the rows themselves: filters not evaluated again by Spark must still select exactly
+    rows = sorted(tuple(r) for r in _df(spark, url).where(where).select("partition", "offset").collect())
+    ref = sorted(tuple(r) for r in _df(spark, url, PYTHON_SOURCE_NAME).where(where).select("partition", "offset").collect())
+    assert rows == ref
+
+
 def test_older_entries_and_a_log_start_offset_inside_a_segment_are_read(spark, tmp_path):
     store = build_topic(tmp_path)
     url = (tmp_path / "remote").as_uri()
