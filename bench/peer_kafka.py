@@ -437,7 +437,7 @@ def main() -> int:
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; " + ", ".join(f"{k} {v}" for k, v in info.items()),
              "", f"Load (`uptime`, 1/5/15 min): {load_start[0]:.1f} / {load_start[1]:.1f} / {load_start[2]:.1f} at the "
              f"start, {load_end[0]:.1f} / {load_end[1]:.1f} / {load_end[2]:.1f} at the end; 1-min load after each case "
-             f"{min(loads):.1f}-{max(loads):.1f}. The machine ({os.cpu_count()} cores) is shared by 8 engineers: the "
+             f"{min(loads):.1f}-{max(loads):.1f}. The machine ({os.cpu_count()} cores) is shared with other engineers (their test runs): the "
              "absolute rates move with their load; the ratios compare cases of the same run, alternated.", "",
              "| case | Kafka 4.1 records/s | Lakelog records/s | ratio | target | | CPU ms / 1k records: Kafka | Lakelog "
              "| Kafka / Lakelog CPU |", "|---|---|---|---|---|---|---|---|---|"]

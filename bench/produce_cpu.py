@@ -10,7 +10,9 @@ system), which a shared machine's load inflates far less than it divides records
     5 in flight, the peer bench's settings), N x 1 KiB to one partition, acks=all: CPU of the
     caller's thread in `produce()` alone, of the whole client process, and of the node;
   - JSON v2 REST produce: `application/vnd.kafka.json.v2+json`, 500 records of a 1 KiB JSON string
-    per request, 4 client threads: CPU of the node per record.
+    per request, 4 client threads: CPU of the node per record;
+  - consume: `lakelog.cli.Consumer` (a group member, binary fetch, native decoding) reading the
+    client case's records back: CPU of the client process and of the node per record.
 One `lakelog node` on loopback per tree and round (log cleaner off), a fresh topic per case. Each
 tree runs in its own worker process (`--worker`), its `lakelog` package taken from that checkout
 (a folder of symlinks put first on PYTHONPATH, C extensions built in the checkout), so the node and
@@ -64,7 +66,7 @@ def worker(records: int) -> dict[str, float]:
     import httpx
 
     from bench.peer_kafka import LakelogCluster
-    from lakelog.cli import Producer
+    from lakelog.cli import Consumer, Producer
 
     work = Path(tempfile.mkdtemp(prefix="produce-cpu-"))
     node = LakelogCluster(work, 1)
@@ -117,6 +119,24 @@ def worker(records: int) -> dict[str, float]:
             raise RuntimeError(f"JSON produce failed: {errors[0]}")
         out.update({"json_node_us": 1e6 * (s1 - s0) / (requests * per_request),
                     "json_rate": requests * per_request / (w1 - w0)})
+
+        # Consume what the client case wrote, as a group member (the peer bench's consume case).
+        c = Consumer({"bootstrap.servers": node.url, "group.id": "produce-cpu", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False})
+        try:
+            c.assign([("client", 0)])
+            got = 0
+            s0, c0, w0 = _proc_cpu_s(pid), _self_cpu_s(), time.perf_counter()
+            while got < records:
+                batch = c.poll(10)
+                if not batch:
+                    raise RuntimeError(f"the consumer stopped at {got} of {records} records")
+                got += len(batch)
+            w1, c1, s1 = time.perf_counter(), _self_cpu_s(), _proc_cpu_s(pid)
+        finally:
+            c.close()
+        out.update({"consume_client_us": 1e6 * (c1 - c0) / got, "consume_node_us": 1e6 * (s1 - s0) / got,
+                    "consume_rate": got / (w1 - w0)})
     finally:
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -165,7 +185,9 @@ def main() -> int:
     rows = [("client produce: `produce()` call, caller's thread", "client_produce_call_us"),
             ("client produce: whole client process", "client_total_us"),
             ("client produce: node", "client_node_us"),
-            ("JSON v2 produce (500/request, 4 clients): node", "json_node_us")]
+            ("JSON v2 produce (500/request, 4 clients): node", "json_node_us"),
+            ("consume (`Consumer`, binary fetch): whole client process", "consume_client_us"),
+            ("consume (`Consumer`, binary fetch): node", "consume_node_us")]
     names = list(trees)
     best = {n: {k: min(r[k] for r in results[n]) for k in results[n][0]} for n in names}
     head = "| µs of CPU per record (lowest of the rounds) | " + " | ".join(names) + \
@@ -181,10 +203,12 @@ def main() -> int:
         ratio = f" {best[names[1]][key] / best[names[0]][key]:.2f}x |" if len(names) > 1 else ""
         lines.append(f"| {label} | " + " | ".join(cells) + " |" + ratio)
     lines += ["", "records/s (best round; they move with the machine's load): " + "; ".join(
-        f"{n}: client {max(r['client_rate'] for r in results[n]):,.0f}, JSON {max(r['json_rate'] for r in results[n]):,.0f}"
+        f"{n}: client {max(r['client_rate'] for r in results[n]):,.0f}, JSON {max(r['json_rate'] for r in results[n]):,.0f}, "
+        f"consume {max(r['consume_rate'] for r in results[n]):,.0f}"
         for n in names),
         "", "All rounds: " + "; ".join(f"{n}: " + ", ".join(
             f"[client {r['client_total_us']:.2f} + node {r['client_node_us']:.2f}, JSON node {r['json_node_us']:.2f}, "
+            f"consume {r['consume_client_us']:.2f} + node {r['consume_node_us']:.2f}, "
             f"load {r['load']:.1f}]" for r in results[n]) for n in names)]
     text = "\n".join(lines)
     print(text)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
@@ -49,6 +48,7 @@ from urllib.parse import quote
 import httpx
 
 from lakelog.cli.fetching import Message, decode_fetch
+from lakelog.cli.http_sender import HttpSender, TransportError
 from lakelog.infra.errors import ErrorKind, LakelogError
 
 V2 = "application/vnd.kafka.v2+json"
@@ -126,6 +126,13 @@ class Consumer:
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s + 35, connect=5),
                                   limits=httpx.Limits(max_connections=parallel + 2,
                                                       max_keepalive_connections=parallel + 2), **opts)
+        # Binary fetches go through the plain-socket sender (cli/http_sender.py) unless the options
+        # ask for something only httpx does (a transport, event hooks); group calls stay on httpx.
+        self._fast: HttpSender | None = None
+        if HttpSender.supports(opts):
+            self._fast = HttpSender(timeout_s=timeout_s + 35, connect_timeout_s=5, max_connections=parallel + 2,
+                                    headers=opts.get("headers"), auth=opts.get("auth"),
+                                    verify=opts.get("verify", True), user_agent="lakelog-consumer")
         self._pool = ThreadPoolExecutor(parallel, thread_name_prefix="lakelog-consumer-fetch")
         name = (str(cfg["client.id"]) or "lakelog-consumer") + "-" + uuid.uuid4().hex[:12]
         body: dict[str, Any] = {"name": name, "format": "binary", "auto.commit.enable": "false"}
@@ -141,7 +148,7 @@ class Consumer:
         self._assignment_read = 0.0
         self._positions: dict[TP, int] = {}  # next offset poll returns
         self._fetch_at: dict[TP, int] = {}  # next offset to fetch (past what is buffered)
-        self._buffered: dict[TP, deque[Message]] = {}
+        self._buffered: dict[TP, _Buffered] = {}
         self._next_auto_commit = time.monotonic() + self.auto_commit_s
         self._lock = threading.Lock()
 
@@ -213,10 +220,10 @@ class Consumer:
         out: list[Message] = []
         for tp in self._assignment:
             q = self._buffered.get(tp)
-            while q and len(out) < self.max_poll_records:
-                m = q.popleft()
-                out.append(m)
-                self._positions[tp] = m.offset + 1
+            if q:
+                taken = q.take(self.max_poll_records - len(out))  # a slice, not a loop per record
+                out += taken
+                self._positions[tp] = taken[-1].offset + 1
             if len(out) >= self.max_poll_records:
                 break
         return out
@@ -236,16 +243,24 @@ class Consumer:
                 results = list(self._pool.map(lambda tp: self._fetch_one(tp, wait_ms, per), todo))
         for tp, got in zip(todo, results):
             if got is not None and tp in self._fetch_at:  # still assigned
-                self._buffered.setdefault(tp, deque()).extend(got)
+                q = self._buffered.get(tp)
+                if q:
+                    q.extend(got)
+                elif got:
+                    self._buffered[tp] = _Buffered(got)
 
     def _fetch_one(self, tp: TP, wait_ms: int, max_bytes: int) -> list[Message] | None:
         topic, partition = tp
         offset = self._fetch_at[tp]
         url = f"{self.server}/topics/{quote(topic, safe='')}/partitions/{partition}/records"
         try:
-            r = self._http.get(url, params={"offset": offset, "max_bytes": max_bytes, "timeout": wait_ms},
-                               headers={"Accept": RECORDBATCH})
-        except httpx.HTTPError as e:
+            if self._fast is not None:
+                r = self._fast.get(f"{url}?offset={offset}&max_bytes={max_bytes}&timeout={wait_ms}",
+                                   {"Accept": RECORDBATCH})
+            else:
+                r = self._http.get(url, params={"offset": offset, "max_bytes": max_bytes, "timeout": wait_ms},
+                                   headers={"Accept": RECORDBATCH})
+        except (httpx.HTTPError, TransportError) as e:
             raise ConsumeError(f"cannot reach {url}: {e}") from None
         if r.status_code == 416:  # out of range: reset as auto.offset.reset says
             self._fetch_at[tp] = self._positions[tp] = self._reset_offset(tp)
@@ -366,6 +381,8 @@ class Consumer:
                 pass  # the instance expires on the node (consumer.instance.timeout.ms)
             self._pool.shutdown(wait=False)
             self._http.close()
+            if self._fast is not None:
+                self._fast.close()
 
     def __enter__(self) -> "Consumer":
         return self
@@ -399,3 +416,32 @@ def _error(r: httpx.Response) -> ConsumeError:
         return ConsumeError(str(doc.get("message", r.text[:200])), r.status_code, int(doc.get("error_code", 0)))
     except (ValueError, AttributeError):
         return ConsumeError(r.text[:200], r.status_code)
+
+
+class _Buffered:
+    """A partition's fetched messages not yet returned by poll: a list and the index of the next one
+    (poll takes a slice; no object per record is moved twice)."""
+
+    __slots__ = ("messages", "start")
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages, self.start = messages, 0
+
+    def __len__(self) -> int:
+        return len(self.messages) - self.start
+
+    def take(self, n: int) -> list[Message]:
+        start, msgs = self.start, self.messages
+        if start == 0 and n >= len(msgs):
+            self.messages = []
+            return msgs
+        taken = msgs[start:start + n]
+        self.start = start + len(taken)
+        if self.start >= len(msgs):
+            self.messages, self.start = [], 0
+        return taken
+
+    def extend(self, more: list[Message]) -> None:
+        if self.start:
+            self.messages, self.start = self.messages[self.start:], 0
+        self.messages.extend(more)

@@ -57,6 +57,7 @@ import httpx
 
 from lakelog.infra.errors import ErrorKind, LakelogError
 from lakelog.cli.batching import CODECS, record_size_estimate
+from lakelog.cli.http_sender import HttpSender, TransportError
 from lakelog.ingest_api.partitioner import partition_for_key
 from lakelog.logstore.batch_columns import build_batch_columns
 
@@ -170,7 +171,7 @@ class _Batch:
     list appends, not an object."""
 
     __slots__ = ("topic", "partition", "created", "timestamps", "keys", "values", "headers", "any_key", "outcome",
-                 "callbacks", "size", "attempts", "payload", "producer", "sequence", "pred")
+                 "callbacks", "size", "attempts", "payload", "producer", "sequence", "pred", "written")
 
     def __init__(self, topic: str, partition: int, created: float) -> None:
         self.topic, self.partition, self.created = topic, partition, created
@@ -187,6 +188,9 @@ class _Batch:
         self.producer: tuple[int, int] | None = None
         self.sequence = -1
         self.pred: "_Batch | None" = None  # the batch of the same partition and producer id sent just before
+        # Set once this batch's request was written whole (or will not be): the next batch of the
+        # partition starts writing only then, so the node reads them in sequence order.
+        self.written = threading.Event()
 
 
 class Producer:
@@ -234,6 +238,14 @@ class Producer:
                                   limits=httpx.Limits(max_connections=self.max_in_flight + 1,
                                                       max_keepalive_connections=self.max_in_flight + 1),
                                   **(http_options or {}))
+        # Produce requests go through a plain-socket sender (cli/http_sender.py: a fraction of httpx's
+        # CPU per 1 MiB request) unless the options ask for something only httpx does (a transport).
+        self._fast: HttpSender | None = None
+        if HttpSender.supports(http_options):
+            opts = http_options or {}
+            self._fast = HttpSender(timeout_s=self.request_timeout_s + 5, connect_timeout_s=5,
+                                    max_connections=self.max_in_flight + 1, headers=opts.get("headers"),
+                                    auth=opts.get("auth"), verify=opts.get("verify", True))
         self.requests = 0  # produce requests sent (retries included)
         self._node = 0  # index into servers: where requests go; moves on a retriable failure
         # produce() takes the lock itself (C), not through the Condition (a Python-level __enter__).
@@ -382,6 +394,8 @@ class Producer:
         self._sender.join(5)
         self._pool.shutdown(wait=True)
         self._http.close()
+        if self._fast is not None:
+            self._fast.close()
 
     def __enter__(self) -> "Producer":
         return self
@@ -502,11 +516,15 @@ class Producer:
         base = -1
         while True:
             try:
-                base = self._send(b.topic, b.partition, self._payload(b))
+                payload = self._payload(b)
+                pred = b.pred
+                if pred is not None and b.attempts == 0:  # keep the partition's writes in sequence order
+                    pred.written.wait(self.request_timeout_s)
+                base = self._send(b.topic, b.partition, payload, b.written.set)
                 break
             except ProduceError as e:
                 error = e
-            except httpx.HTTPError as e:
+            except (httpx.HTTPError, TransportError) as e:
                 error = ProduceError(f"cannot reach {self.servers[self._node]}: {e}", retriable=True)
             except Exception as e:  # building the batch: not retriable
                 error = e
@@ -529,6 +547,7 @@ class Producer:
             self._node = (self._node + 1) % len(self.servers)  # retry through another node
             time.sleep(min(self.backoff_max_s, self.backoff_s * 2 ** min(b.attempts - 1, 10)))
             error = None
+        b.written.set()  # also when it never was: the next batch must not wait for it
         if b.pred is not None:  # a partition's futures and callbacks complete in order
             b.pred.outcome.event.wait(max(0.0, self.delivery_timeout_s - (time.monotonic() - b.created)))
         self._complete(b, base, error)
@@ -572,11 +591,15 @@ class Producer:
                 self._acked_pid.clear()
             self._cond.notify_all()
 
-    def _send(self, topic: str, partition: int, payload: bytes) -> int:
+    def _send(self, topic: str, partition: int, payload: bytes, on_written: Callable[[], Any]) -> int:
         url = f"{self.servers[self._node]}/topics/{quote(topic, safe='')}/partitions/{partition}"
         self.requests += 1
-        r = self._http.post(url, params={"acks": self.acks}, content=payload,
-                            headers={"Content-Type": RECORDBATCH, "Accept": "application/vnd.kafka.v2+json"})
+        headers = {"Content-Type": RECORDBATCH, "Accept": "application/vnd.kafka.v2+json"}
+        if self._fast is not None:
+            r = self._fast.post(f"{url}?acks={self.acks}", payload, headers, on_written)
+        else:
+            on_written()  # httpx does not say when a body is written: no ordering of the writes
+            r = self._http.post(url, params={"acks": self.acks}, content=payload, headers=headers)
         if r.status_code != 200:
             raise _error(r)
         offsets = r.json().get("offsets") or []

@@ -12,6 +12,7 @@ import uvicorn
 
 from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
 from lakelog.ingest_api.app import create_app
+from lakelog.ingest_api.body_buffering import whole_body_protocol
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.security import tls as tls_settings
@@ -105,7 +106,8 @@ def run_node(config: NodeConfig) -> int:
     # Slow headers close the connection; too many header bytes are answered 431 as they arrive.
     guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000, config.max_header_bytes)
     if guarded is not None:
-        tls["http"] = guarded
+        # A declared body reaches the routers in one piece, not in 64 KiB steps (body_buffering.py).
+        tls["http"] = whole_body_protocol(guarded, config.max_request_bytes)
     config = resolve_cluster_secret(config)  # refuses a missing or published secret before anything starts
     node = Node(config)
     node.start()

@@ -74,22 +74,15 @@ dumped up to its size when opened).
 from __future__ import annotations
 
 import os
-import re
 import struct
 import sys
 import zlib
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, TextIO
 
-import crc32c as _crc32c
-
-from lakelog.index import offset_index, time_index
 from lakelog.infra.errors import LakelogError
 from lakelog.logstore.compression import Compression
 from lakelog.logstore.record_batch import (
     ATTRIBUTES_OFFSET,
-    HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -99,31 +92,25 @@ from lakelog.logstore.record_batch import (
     RecordBatch,
     TimestampType,
 )
-from lakelog.logstore.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    parse_base_offset,
+from lakelog.logstore.dump_index import dump_offset_index, dump_time_index
+from lakelog.logstore.dump_paths import (
+    EXIT_BROKEN_PIPE,
+    EXIT_NOT_A_SEGMENT,
+    EXIT_OK,
+    MAGIC_BYTE,
+    MIN_V2_LENGTH,
+    DumpPathError,
+    FileWindow,
+    SegmentFile,
+    classify,
+    open_segment,
 )
-
-EXIT_OK = 0
-EXIT_NOT_A_SEGMENT = 1
-EXIT_UNKNOWN_SUFFIX = 2
-#: What a shell reports for a process killed by SIGPIPE; returned when the reader went away.
-EXIT_BROKEN_PIPE = 141
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX
 
 #: Bytes read at a time from a file.
 DEFAULT_CHUNK_BYTES = 1024 * 1024
 #: Largest batch whose records are decoded; larger ones print their header line only.
 DEFAULT_MAX_DECODED_BATCH_BYTES = 64 * 1024 * 1024
-#: Most notes kept per index file; the rest are counted.
-MAX_NOTES = 100
-
-_TRANSIENT_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
-_KNOWN_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 #: Magic 0 and 1 messages: offset int64, size int32, crc uint32 (CRC-32 of magic .. end), magic int8.
 _LEGACY_CRC = struct.Struct(">I")
@@ -131,7 +118,6 @@ _LEGACY_CRC_OFFSET = 12
 _LEGACY_MIN_SIZE = {0: 14, 1: 22}  # crc + magic + attributes (+ timestamp) + key and value lengths
 #: Shortest length field any magic can have: what framing needs before it can read the magic.
 _MIN_ANY_LENGTH = min(_LEGACY_MIN_SIZE.values())
-_MIN_V2_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _END_TXN_VALUE = struct.Struct(">hi")  # version, coordinator epoch
@@ -140,64 +126,10 @@ _CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEAD
 _END_TXN_TYPES = (0, 1)
 
 _INT32_MAX = 0x7FFFFFFF
-_MAGIC = struct.Struct(">b")
 
 #: Keeps one record on one line: C0 controls, DEL, and what str.splitlines also splits on.
 _ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, 0x85] if c != 0x09}
 _ESCAPES.update({0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"})
-
-
-class DumpPathError(Exception):
-    """A path cannot be dumped; carries the exit code."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-#: A remote tier object's stem (tiering/layout.py): the base offset, '-', a 32-hex-digit segment id.
-_REMOTE_STEM = re.compile(r"^\d{20}-[0-9a-f]{32}$")
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentFile:
-    """A path recognised as a segment file."""
-
-    path: Path
-    suffix: str  # LOG_SUFFIX, INDEX_SUFFIX or TIME_INDEX_SUFFIX
-    transient_suffix: str  # "" or one of .cleaned / .swap / .deleted
-    base_offset: int
-    #: The name before the suffix: the 20-digit base offset, or `<base offset>-<segment id>` (remote).
-    stem: str = ""
-
-    def sibling(self, suffix: str) -> Path:
-        return self.path.with_name((self.stem or self.path.name[:20]) + suffix + self.transient_suffix)
-
-
-def classify(path: str | os.PathLike) -> SegmentFile:
-    """Recognise a segment file by its name; raise DumpPathError (with its exit code) otherwise."""
-    p = Path(path)
-    if not p.exists():
-        raise DumpPathError(f"{path}: no such file", EXIT_NOT_A_SEGMENT)
-    if p.is_dir():
-        raise DumpPathError(f"{path}: is a directory; pass the segment files in it", EXIT_NOT_A_SEGMENT)
-    name = p.name
-    transient = next((s for s in _TRANSIENT_SUFFIXES if name.endswith(s)), "")
-    core = name[:len(name) - len(transient)]
-    suffix = next((s for s in _KNOWN_SUFFIXES if core.endswith(s)), None)
-    if suffix is None:
-        dot = core.find(".")
-        shown = core[dot:] if dot >= 0 else "(none)"
-        raise DumpPathError(f"{path}: unknown file suffix {shown}; dump-log reads .log, .index and "
-                            f".timeindex segment files", EXIT_UNKNOWN_SUFFIX)
-    stem = core[:len(core) - len(suffix)]
-    base_offset = parse_base_offset(stem[:20]) if len(stem) == 20 or _REMOTE_STEM.match(stem) else None
-    if base_offset is None:
-        raise DumpPathError(f"{path}: not a segment file: the name must be the base offset in 20 digits, "
-                            f"e.g. 00000000000000000000{suffix}, or a remote segment object's "
-                            f"<base offset>-<segment id>{suffix}", EXIT_NOT_A_SEGMENT)
-    return SegmentFile(p, suffix, transient, base_offset, stem)
-
 
 def dump_files(paths: Iterable[str | os.PathLike], *, print_data_log: bool, out: TextIO,
                verify_index_only: bool = False, err: TextIO | None = None,
@@ -219,9 +151,9 @@ def dump_files(paths: Iterable[str | os.PathLike], *, print_data_log: bool, out:
                 if seg.suffix == LOG_SUFFIX:
                     _dump_log(seg, str(path), print_data_log, out, chunk_bytes, max_decoded_batch_bytes)
                 elif seg.suffix == INDEX_SUFFIX:
-                    _dump_offset_index(seg, str(path), verify_index_only, out, chunk_bytes)
+                    dump_offset_index(seg, str(path), verify_index_only, out, chunk_bytes)
                 else:
-                    _dump_time_index(seg, str(path), verify_index_only, out, chunk_bytes)
+                    dump_time_index(seg, str(path), verify_index_only, out, chunk_bytes)
             except DumpPathError as e:
                 out.flush()
                 err.write(f"lakelog dump-log: {e}\n")
@@ -245,56 +177,15 @@ def dump_files(paths: Iterable[str | os.PathLike], *, print_data_log: bool, out:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading
-
-
-class _FileWindow:
-    """A bounded view of a file: one buffer holding the bytes [start, start + len(buffer))."""
-
-    def __init__(self, fd: int, size: int, chunk_bytes: int) -> None:
-        self.fd = fd
-        self.size = size
-        self._chunk_bytes = chunk_bytes
-        self._start = 0
-        self._buf = b""
-
-    def get(self, position: int, length: int) -> memoryview:
-        """`length` bytes at `position`, fewer only if the file ends (or shrank) before."""
-        length = max(0, min(length, self.size - position))
-        if not (self._start <= position and position + length <= self._start + len(self._buf)):
-            self._buf = os.pread(self.fd, max(self._chunk_bytes, length), position)
-            self._start = position
-        rel = position - self._start
-        return memoryview(self._buf)[rel:rel + length]
-
-    def crc32c(self, start: int, end: int) -> int:
-        """CRC-32C of [start, end), read chunk by chunk (for batches too large to hold)."""
-        crc = 0
-        pos = start
-        while pos < end:
-            data = os.pread(self.fd, min(self._chunk_bytes, end - pos), pos)
-            if not data:
-                break
-            crc = _crc32c.crc32c(data, crc)
-            pos += len(data)
-        return crc
-
-
-def _open(seg: SegmentFile) -> tuple[int, int]:
-    fd = os.open(seg.path, os.O_RDONLY)
-    return fd, os.fstat(fd).st_size
-
-
-# ---------------------------------------------------------------------------------------------
 # .log
 
 
 def _dump_log(seg: SegmentFile, shown: str, print_data_log: bool, out: TextIO, chunk_bytes: int,
               max_decoded_batch_bytes: int) -> None:
     out.write(f"Log starting offset: {seg.base_offset}\n")
-    fd, size = _open(seg)
+    fd, size = open_segment(seg)
     try:
-        window = _FileWindow(fd, size, chunk_bytes)
+        window = FileWindow(fd, size, chunk_bytes)
         pos = 0
         while pos < size:
             reason = _dump_one(window, pos, print_data_log, out, max_decoded_batch_bytes)
@@ -307,7 +198,7 @@ def _dump_log(seg: SegmentFile, shown: str, print_data_log: bool, out: TextIO, c
         os.close(fd)
 
 
-def _dump_one(window: _FileWindow, pos: int, print_data_log: bool, out: TextIO,
+def _dump_one(window: FileWindow, pos: int, print_data_log: bool, out: TextIO,
               max_decoded_batch_bytes: int) -> int | str:
     """Print the batch at `pos`; return its size, or why no batch can be framed there."""
     left = window.size - pos
@@ -324,11 +215,11 @@ def _dump_one(window: _FileWindow, pos: int, print_data_log: bool, out: TextIO,
         return f"a batch of {size} bytes runs past the end of the file ({left} bytes left)"
     if len(head) <= MAGIC_OFFSET:
         return "the file shrank while it was read"
-    (magic,) = _MAGIC.unpack_from(head, MAGIC_OFFSET)
+    (magic,) = MAGIC_BYTE.unpack_from(head, MAGIC_OFFSET)
     if magic != MAGIC:
         _print_other_magic(window, pos, base_offset, size, magic, out, max_decoded_batch_bytes)
         return size
-    if length < _MIN_V2_LENGTH:
+    if length < MIN_V2_LENGTH:
         return f"batch length {length} is shorter than a magic 2 batch header"
     if size <= max_decoded_batch_bytes:
         buf = window.get(pos, size)
@@ -355,7 +246,7 @@ def _dump_one(window: _FileWindow, pos: int, print_data_log: bool, out: TextIO,
     return size
 
 
-def _print_other_magic(window: _FileWindow, pos: int, offset: int, size: int, magic: int,
+def _print_other_magic(window: FileWindow, pos: int, offset: int, size: int, magic: int,
                        out: TextIO, max_decoded_batch_bytes: int) -> None:
     if magic not in _LEGACY_MIN_SIZE:
         out.write(f"offset: {offset} position: {pos} size: {size} magic: {magic} isvalid: false "
@@ -452,200 +343,3 @@ def _control_text(record: Record) -> str:
         return f" endTxnMarker: {name} coordinatorEpoch: ? (marker value of {len(value)} bytes)"
     _, coordinator_epoch = _END_TXN_VALUE.unpack_from(value, 0)
     return f" endTxnMarker: {name} coordinatorEpoch: {coordinator_epoch}"
-
-
-# ---------------------------------------------------------------------------------------------
-# .index and .timeindex
-
-
-class _Notes:
-    """Problems found in an index, printed after its entries; at most MAX_NOTES kept."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.dropped = 0
-
-    def add(self, line: str) -> None:
-        if len(self.lines) < MAX_NOTES:
-            self.lines.append(line)
-        else:
-            self.dropped += 1
-
-    def write(self, out: TextIO) -> None:
-        for line in self.lines:
-            out.write(line + "\n")
-        if self.dropped:
-            out.write(f"... and {self.dropped} more problems\n")
-
-    def __bool__(self) -> bool:
-        return bool(self.lines)
-
-
-def _iter_entries(fd: int, size: int, entry_size: int, chunk_bytes: int, unpack) -> Iterable[tuple[int, int]]:
-    step = max(1, chunk_bytes // entry_size) * entry_size
-    whole = size - size % entry_size
-    pos = 0
-    while pos < whole:
-        data = os.pread(fd, min(step, whole - pos), pos)
-        usable = len(data) - len(data) % entry_size
-        if usable == 0:
-            return
-        yield from unpack(data[:usable])
-        pos += usable
-
-
-class _LogHeaders:
-    """Batch headers of the `.log` an index belongs to, for checking index entries."""
-
-    def __init__(self, path: Path, chunk_bytes: int) -> None:
-        self.fd = os.open(path, os.O_RDONLY)
-        self.window = _FileWindow(self.fd, os.fstat(self.fd).st_size, chunk_bytes)
-        self._scan_pos = 0
-        self._scan_batch: tuple[int, int, int] | None = None  # base offset, last offset, max ts
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-    def header_at(self, position: int) -> tuple[int, int, int] | None:
-        """(base offset, last offset, max timestamp) of a magic 2 batch at `position`, else None."""
-        if position + HEADER_SIZE > self.window.size:
-            return None
-        head = self.window.get(position, HEADER_SIZE)
-        if len(head) < HEADER_SIZE or _MAGIC.unpack_from(head, MAGIC_OFFSET)[0] != MAGIC:
-            return None
-        (base, length, _, _, _, _, last_delta, _, max_ts, *_) = HEADER.unpack_from(head, 0)
-        if length < _MIN_V2_LENGTH:
-            return None
-        return base, base + last_delta, max_ts
-
-    def batch_holding(self, offset: int) -> tuple[int, int, int] | None:
-        """The batch whose offsets include `offset`, scanning forward (restarting when asked back)."""
-        if self._scan_batch is not None and offset < self._scan_batch[0]:
-            self._scan_pos, self._scan_batch = 0, None
-        if self._scan_batch is not None and offset <= self._scan_batch[1]:
-            return self._scan_batch
-        while True:
-            if self._scan_pos + LOG_OVERHEAD > self.window.size:
-                return None
-            head = self.window.get(self._scan_pos, LOG_OVERHEAD)
-            _, length = struct.unpack_from(">qi", head, 0)
-            found = self.header_at(self._scan_pos)
-            if found is None or length < _MIN_V2_LENGTH:
-                return None
-            self._scan_batch = found
-            self._scan_pos += length + LOG_OVERHEAD
-            if found[0] > offset:
-                return None
-            if offset <= found[1]:
-                return found
-
-
-def _open_log_headers(seg: SegmentFile, chunk_bytes: int, notes: _Notes) -> _LogHeaders | None:
-    log_path = seg.sibling(LOG_SUFFIX)
-    try:
-        return _LogHeaders(log_path, chunk_bytes)
-    except OSError as e:
-        notes.add(f"Not checked against the log: cannot open {log_path}: {e.strerror or e}")
-        return None
-
-
-def _dump_offset_index(seg: SegmentFile, shown: str, verify_only: bool, out: TextIO, chunk_bytes: int) -> None:
-    notes = _Notes()
-    fd, size = _open(seg)
-    log = _open_log_headers(seg, chunk_bytes, notes)
-    try:
-        count = 0
-        zeros_pending = 0  # all-zero entries after the first: unused preallocated space if last
-        prev: tuple[int, int] | None = None
-
-        def emit(offset: int, position: int) -> None:
-            nonlocal prev
-            if not verify_only:
-                out.write(f"offset: {offset} position: {position}\n")
-            if prev is not None and (offset <= prev[0] or position <= prev[1]):
-                notes.add(f"Out of order: entry offset: {offset} position: {position} follows "
-                          f"offset: {prev[0]} position: {prev[1]}")
-            if log is not None:
-                # As LogSegment.translate_offset checks: the batch at P must hold O.
-                batch = log.header_at(position)
-                if batch is None:
-                    notes.add(f"Does not match the log: entry offset: {offset} position: {position} "
-                              f"points at no batch in {log_name}")
-                elif not batch[0] <= offset <= batch[1]:
-                    notes.add(f"Does not match the log: entry offset: {offset} position: {position} "
-                              f"points at the batch of offsets {batch[0]}..{batch[1]}")
-            prev = (offset, position)
-
-        log_name = seg.sibling(LOG_SUFFIX).name
-        for rel, position in _iter_entries(fd, size, offset_index.ENTRY_SIZE, chunk_bytes,
-                                           offset_index.ENTRY.iter_unpack):
-            if count > 0 and rel == 0 and position == 0:
-                zeros_pending += 1
-            else:
-                for _ in range(zeros_pending):
-                    emit(seg.base_offset, 0)
-                zeros_pending = 0
-                emit(seg.base_offset + rel, position)
-            count += 1
-        _finish_index(shown, size, offset_index.ENTRY_SIZE, count, zeros_pending, verify_only, notes, out)
-    finally:
-        os.close(fd)
-        if log is not None:
-            log.close()
-
-
-def _dump_time_index(seg: SegmentFile, shown: str, verify_only: bool, out: TextIO, chunk_bytes: int) -> None:
-    notes = _Notes()
-    fd, size = _open(seg)
-    log = _open_log_headers(seg, chunk_bytes, notes)
-    try:
-        count = 0
-        zeros_pending = 0
-        prev: tuple[int, int] | None = None
-
-        def emit(timestamp: int, offset: int) -> None:
-            nonlocal prev
-            if not verify_only:
-                out.write(f"timestamp: {timestamp} offset: {offset}\n")
-            if prev is not None and (timestamp <= prev[0] or offset < prev[1]):
-                notes.add(f"Out of order: entry timestamp: {timestamp} offset: {offset} follows "
-                          f"timestamp: {prev[0]} offset: {prev[1]}")
-            if log is not None:
-                batch = log.batch_holding(offset)
-                if batch is None:
-                    notes.add(f"Does not match the log: entry timestamp: {timestamp} offset: {offset}: "
-                              f"no batch in {log_name} holds that offset")
-                elif batch[2] != timestamp:
-                    notes.add(f"Does not match the log: entry timestamp: {timestamp} offset: {offset}: "
-                              f"the batch holding it has max timestamp {batch[2]}")
-            prev = (timestamp, offset)
-
-        log_name = seg.sibling(LOG_SUFFIX).name
-        for timestamp, rel in _iter_entries(fd, size, time_index.ENTRY_SIZE, chunk_bytes,
-                                            time_index.ENTRY.iter_unpack):
-            if count > 0 and timestamp == 0 and rel == 0:
-                zeros_pending += 1
-            else:
-                for _ in range(zeros_pending):
-                    emit(0, seg.base_offset)
-                zeros_pending = 0
-                emit(timestamp, seg.base_offset + rel)
-            count += 1
-        _finish_index(shown, size, time_index.ENTRY_SIZE, count, zeros_pending, verify_only, notes, out)
-    finally:
-        os.close(fd)
-        if log is not None:
-            log.close()
-
-
-def _finish_index(shown: str, size: int, entry_size: int, count: int, zeros: int, verify_only: bool,
-                  notes: _Notes, out: TextIO) -> None:
-    if size % entry_size:
-        notes.add(f"Torn entry: the last {size % entry_size} bytes are not a whole {entry_size}-byte entry")
-    if zeros:
-        notes.add(f"{zeros} all-zero entries at the end are unused (preallocated) space, not shown")
-    if count == 0 and not size % entry_size:
-        out.write(f"{shown} is empty.\n")
-    notes.write(out)
-    if verify_only and not notes and count:
-        out.write(f"{shown}: {count} entries, in order and matching the log.\n")

@@ -42,19 +42,8 @@ and this controller's activation (a new controller grants everyone a full sessio
 (`want_fence`), or when its controlled shutdown completes. A fenced broker is unfenced by a heartbeat
 that shows it has applied the metadata log up to its own register record.
 
-Partition reconciliation (`tick`, and after every broker-state change, for that broker's partitions):
-  1. dead ISR members leave the ISR, except the last one (Kafka's KIP-841): it stays, with leader
-     -1, so that when it comes back it leads again without losing the records only it had;
-  2. shutting-down ISR members leave the ISR when an eligible member remains;
-  3. a leader that is not eligible is replaced by the first replica, in replica-list order, that is
-     in the ISR and eligible; if none, a shutting-down leader keeps leading (Kafka), else the
-     partition goes offline (leader -1) — unless unclean leader election is enabled (topic config
-     `unclean.leader.election.enable` over the controller's default): then the first eligible
-     replica leads with ISR = [it];
-  4. when preferred-leader rebalancing is due, leadership moves back to the first replica when it is
-     eligible, in the ISR and not leading;
-  5. when none of that changes anything, a reassignment in progress takes its next step
-     (`reassignment.progress`: leadership off a leaving replica, then the leaving replicas go).
+Partition reconciliation (`tick`, and after every broker-state change, for that broker's partitions)
+follows the rules in `partition_change.py`.
 """
 
 from __future__ import annotations
@@ -91,12 +80,12 @@ from lakelog.ingest_api.cluster.image_values import (
     MAX_PRODUCER_ID_BLOCK,
     MAX_RACK_LENGTH,
     MAX_TOPIC_ID_LENGTH,
-    NO_LEADER,
     BrokerRegistration,
     PartitionState,
     TopicImage,
     encode_record,
 )
+from lakelog.ingest_api.cluster.partition_change import LivenessView, change_record, fresh_partition, target_state
 from lakelog.ingest_api.cluster.placement import assign_replicas
 from lakelog.ingest_api.cluster import reassignment
 from lakelog.ingest_api.errors import (
@@ -176,33 +165,6 @@ class HeartbeatReply:
     should_shut_down: bool
 
 
-class _View:
-    """The image's broker states with the changes of the records being built laid over them."""
-
-    def __init__(self, image: ClusterImage) -> None:
-        self.image = image
-        self._fenced: dict[int, bool] = {}
-        self._shutting_down: set[int] = set()
-
-    def fence(self, node_id: int) -> None:
-        self._fenced[node_id] = True
-
-    def unfence(self, node_id: int) -> None:
-        self._fenced[node_id] = False
-
-    def shut_down(self, node_id: int) -> None:
-        self._shutting_down.add(node_id)
-
-    def alive(self, node_id: int) -> bool:
-        reg = self.image.brokers.get(node_id)
-        return reg is not None and not self._fenced.get(node_id, reg.fenced)
-
-    def eligible(self, node_id: int) -> bool:
-        if not self.alive(node_id):
-            return False
-        return node_id not in self._shutting_down and not self.image.brokers[node_id].in_controlled_shutdown
-
-
 class Controller:
     """The active controller: validates requests against the image and returns the records to propose."""
 
@@ -279,7 +241,7 @@ class Controller:
             "type": "register_broker", "node_id": node_id, "broker_epoch": epoch,
             "incarnation_id": incarnation_id, "host": host, "port": port, "rack": rack}]
         if old is not None:
-            view = _View(self.image)
+            view = LivenessView(self.image)
             view.fence(node_id)
             records += self._reconcile(view, nodes={node_id})
         return self._proposed(records, now_ms), epoch
@@ -290,7 +252,7 @@ class Controller:
         reg = self.image.brokers.get(node_id)
         if reg is None:
             raise BrokerNotRegisteredError(f"node {node_id} is not registered")
-        view = _View(self.image)
+        view = LivenessView(self.image)
         view.fence(node_id)
         self._last_contact_ms.pop(node_id, None)
         return self._proposed([_broker_record("unregister_broker", reg)] + self._reconcile(view, nodes={node_id}))
@@ -309,7 +271,7 @@ class Controller:
         reg = self._check_broker(node_id, broker_epoch)
         self._last_contact_ms[node_id] = now_ms
         self._now_ms = max(self._now_ms, now_ms)
-        view = _View(self.image)
+        view = LivenessView(self.image)
         if reg.fenced:
             if want_shutdown or reg.in_controlled_shutdown:
                 return [], HeartbeatReply(True, reg.in_controlled_shutdown, True)
@@ -332,7 +294,7 @@ class Controller:
                 records.append(_broker_record("fence_broker", reg))
                 records += self._reconcile(view, nodes={node_id})
                 return self._proposed(records), HeartbeatReply(True, True, True)
-            records += [_change_record(t, p, old, new) for t, p, old, new in moves]
+            records += [change_record(t, p, old, new) for t, p, old, new in moves]
             return self._proposed(records), HeartbeatReply(False, True, False)
         if want_fence:
             view.fence(node_id)
@@ -349,7 +311,7 @@ class Controller:
         self._require_active()
         self._expire_in_flight(now_ms)
         records: list[dict[str, Any]] = []
-        view = _View(self.image)
+        view = LivenessView(self.image)
         fenced_now = False
         for node_id, reg in sorted(self.image.brokers.items()):
             if reg.fenced:
@@ -375,12 +337,12 @@ class Controller:
             changes = [c for c in self._reconcile_changes(view, rebalance=rebalance) if not self._is_in_flight(c)]
             if rebalance:
                 changes = self._pace_rebalance(changes, view, now_ms)
-            records += [_change_record(t, p, old, new) for t, p, old, new in changes[:room]]
+            records += [change_record(t, p, old, new) for t, p, old, new in changes[:room]]
             self._scanned_index = self.image.last_applied_index if len(changes) <= room else -1
             self._scanned_ms = now_ms
         return self._proposed(records, now_ms)
 
-    def _pace_rebalance(self, changes: list, view: _View, now_ms: int) -> list:
+    def _pace_rebalance(self, changes: list, view: LivenessView, now_ms: int) -> list:
         """At most `rebalance_moves_per_tick` moves made only to restore preferred leaders; the rest
         on the next ticks. Every leader move is a Raft entry the controller waits for while holding
         its lock, and heartbeats wait on that lock: a few hundred moves at once would make brokers'
@@ -388,7 +350,7 @@ class Controller:
         needed, moves = [], []
         for c in changes:
             t, p, old, new = c
-            (moves if _target_state(old, view, unclean=self._unclean(t), rebalance=False) == old else needed).append(c)
+            (moves if target_state(old, view, unclean=self._unclean(t), rebalance=False) == old else needed).append(c)
         if len(moves) > self.config.rebalance_moves_per_tick:
             moves = moves[:self.config.rebalance_moves_per_tick]
             self._rebalance_due_ms = now_ms  # the next tick moves the next ones
@@ -399,7 +361,7 @@ class Controller:
         self._require_active()
         if topic is not None and topic not in self.image.topics:
             raise TopicNotFoundError(f"Topic '{topic}' not found.")
-        return self._proposed(self._reconcile(_View(self.image), rebalance=True, topic=topic))
+        return self._proposed(self._reconcile(LivenessView(self.image), rebalance=True, topic=topic))
 
     # --- topics --------------------------------------------------------------------------------
 
@@ -422,7 +384,7 @@ class Controller:
         assignment = assign_replicas(self._placement_brokers(), partitions, rf, start_index=h & 0xFFFF,
                                      next_replica_shift=h >> 16)
         record = {"type": "create_topic", "name": name, "topic_id": topic_id, "configs": configs,
-                  "partitions": [_fresh_partition(replicas).to_dict() for replicas in assignment]}
+                  "partitions": [fresh_partition(replicas).to_dict() for replicas in assignment]}
         self._check_size(record, f"topic {name!r} with {partitions} partitions")
         return [record]
 
@@ -443,7 +405,7 @@ class Controller:
         assignment = assign_replicas(brokers, total - current, len(t.partitions[0].replicas),
                                      start_index=start, next_replica_shift=start, start_partition_id=current)
         record = {"type": "create_partitions", "name": name, "topic_id": t.topic_id,
-                  "partitions": [_fresh_partition(replicas).to_dict() for replicas in assignment]}
+                  "partitions": [fresh_partition(replicas).to_dict() for replicas in assignment]}
         self._check_size(record, f"{total - current} new partitions of topic {name!r}")
         return [record]
 
@@ -507,7 +469,7 @@ class Controller:
             raise InvalidIsrError(f"{where}: ISR {list(isr)} lacks the leader {node_id}")
         if not set(isr) <= set(state.replicas):
             raise InvalidIsrError(f"{where}: ISR {list(isr)} names nodes outside replicas {list(state.replicas)}")
-        view = _View(self.image)
+        view = LivenessView(self.image)
         ineligible = [r for r in isr if r not in state.isr and not view.eligible(r)]
         if ineligible:
             raise IneligibleReplicaError(f"{where}: replicas {ineligible} are fenced, shutting down or "
@@ -520,7 +482,7 @@ class Controller:
             # Each such expansion pushes the rebalance back: after a restart they come in a burst,
             # and the leaderships move once, when it is over, in one tick.
             self._rebalance_due_ms = self._now_ms + self.config.preferred_leader_return_delay_ms
-        return self._proposed([_change_record(t, partition, state, new)]), new
+        return self._proposed([change_record(t, partition, state, new)]), new
 
     def alter_partition_reassignments(self, changes: Iterable[tuple[str, int, list[int] | None]]
                                       ) -> list[dict[str, Any]]:
@@ -543,14 +505,14 @@ class Controller:
             else:
                 new = reassignment.start(state, reassignment.check_target(target, self.image.brokers, where))
             if new != state:
-                records.append(_change_record(t, partition, state, new))
+                records.append(change_record(t, partition, state, new))
         return self._proposed(records)
 
     def elect_leaders(self, partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
         """Kafka's ElectLeaders (PREFERRED) for the named partitions: leadership to each one's first
         replica where it is eligible, in the ISR and not leading already (else unchanged)."""
         self._require_active()
-        view = _View(self.image)
+        view = LivenessView(self.image)
         records: list[dict[str, Any]] = []
         for topic, partition in partitions:
             t = self._topic(topic)
@@ -561,7 +523,7 @@ class Controller:
             if preferred != state.leader and preferred in state.isr and view.eligible(preferred):
                 new = dataclasses.replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,
                                           partition_epoch=state.partition_epoch + 1)
-                records.append(_change_record(t, partition, state, new))
+                records.append(change_record(t, partition, state, new))
         return self._proposed(records)
 
     # --- producer ids --------------------------------------------------------------------------
@@ -637,7 +599,7 @@ class Controller:
                                        f"{self.config.max_record_bytes} bytes")
 
     def _placement_brokers(self) -> list[tuple[int, str | None]]:
-        view = _View(self.image)
+        view = LivenessView(self.image)
         return [(n, reg.rack) for n, reg in sorted(self.image.brokers.items()) if view.eligible(n)]
 
     def _unclean(self, topic: TopicImage) -> bool:
@@ -646,12 +608,12 @@ class Controller:
             return self.config.unclean_leader_election_enable
         return value.strip().lower() == "true"
 
-    def _reconcile(self, view: _View, *, nodes: set[int] | None = None, rebalance: bool = False,
+    def _reconcile(self, view: LivenessView, *, nodes: set[int] | None = None, rebalance: bool = False,
                    topic: str | None = None) -> list[dict[str, Any]]:
-        return [_change_record(t, p, old, new)
+        return [change_record(t, p, old, new)
                 for t, p, old, new in self._reconcile_changes(view, nodes=nodes, rebalance=rebalance, topic=topic)]
 
-    def _reconcile_changes(self, view: _View, *, nodes: set[int] | None = None, rebalance: bool = False,
+    def _reconcile_changes(self, view: LivenessView, *, nodes: set[int] | None = None, rebalance: bool = False,
                            topic: str | None = None
                            ) -> list[tuple[TopicImage, int, PartitionState, PartitionState]]:
         """(topic, partition, old, new) for each partition whose target state differs from its state."""
@@ -663,66 +625,14 @@ class Controller:
             for p, state in enumerate(t.partitions):
                 if nodes is not None and nodes.isdisjoint(state.replicas):
                     continue
-                new = _target_state(state, view, unclean=unclean, rebalance=rebalance)
+                new = target_state(state, view, unclean=unclean, rebalance=rebalance)
                 if new != state:
                     out.append((t, p, state, new))
         return out
 
 
-def _target_state(state: PartitionState, view: _View, *, unclean: bool, rebalance: bool) -> PartitionState:
-    """Where a partition should be given broker liveness (the rules in the module docstring)."""
-    isr = tuple(r for r in state.isr if view.alive(r))
-    if not isr:
-        # KIP-841: the last ISR member stays (the leader, if it was one) so it can lead again.
-        isr = (state.leader,) if state.leader in state.isr else state.isr[:1]
-    ready = tuple(r for r in isr if view.eligible(r))
-    if ready:
-        isr = ready  # shutting-down members leave while someone eligible remains
-    leader = state.leader
-    if not (leader in isr and view.eligible(leader)):
-        candidates = [r for r in state.replicas if r in isr and view.eligible(r)]
-        if candidates:
-            leader = candidates[0]
-        elif leader in isr and view.alive(leader):
-            pass  # shutting down, nobody can take over: it keeps leading until it must stop
-        elif unclean:
-            live = [r for r in state.replicas if view.eligible(r) and r not in state.adding]
-            leader, isr = (live[0], (live[0],)) if live else (NO_LEADER, isr)
-        else:
-            leader = NO_LEADER
-    if rebalance and leader != NO_LEADER:
-        preferred = state.preferred_leader
-        if preferred != leader and preferred in isr and view.eligible(preferred):
-            leader = preferred
-    if (leader, isr) == (state.leader, state.isr):
-        return reassignment.progress(state, view.eligible)
-    return dataclasses.replace(state, isr=isr, leader=leader,
-                               leader_epoch=state.leader_epoch + (1 if leader != state.leader else 0),
-                               partition_epoch=state.partition_epoch + 1)
-
-
-def _fresh_partition(replicas: list[int]) -> PartitionState:
-    return PartitionState(replicas, replicas, replicas[0], 0, 0)
-
-
 def _broker_record(kind: str, reg: BrokerRegistration) -> dict[str, Any]:
     return {"type": kind, "node_id": reg.node_id, "broker_epoch": reg.broker_epoch}
-
-
-def _change_record(t: TopicImage, partition: int, old: PartitionState, new: PartitionState) -> dict[str, Any]:
-    record: dict[str, Any] = {"type": "partition_change", "topic": t.name, "topic_id": t.topic_id,
-                              "partition": partition, "leader_epoch": new.leader_epoch,
-                              "partition_epoch": new.partition_epoch}
-    if new.leader != old.leader:
-        record["leader"] = new.leader
-    if new.isr != old.isr:
-        record["isr"] = list(new.isr)
-    if new.replicas != old.replicas:
-        record["replicas"] = list(new.replicas)
-    if (new.adding, new.removing) != (old.adding, old.removing):
-        record["adding_replicas"] = list(new.adding)
-        record["removing_replicas"] = list(new.removing)
-    return record
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:

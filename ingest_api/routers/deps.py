@@ -6,8 +6,9 @@ from fastapi import Request
 
 from fastapi import Response
 
-from lakelog.ingest_api.errors import LeaderNotAvailableError, RequestTooLargeError
+from lakelog.ingest_api.errors import LeaderNotAvailableError
 from lakelog.ingest_api.node import FORWARDED_HEADER, Node
+from lakelog.ingest_api.request_body import read_body_buffer
 from lakelog.ingest_api.security.middleware import request_principal
 
 #: Request headers passed on when a request is forwarded to the partition's leader.
@@ -21,21 +22,13 @@ def get_node(request: Request) -> Node:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it passes `limit` bytes."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise RequestTooLargeError(f"request body of {length} bytes exceeds max.request.bytes={limit}")
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestTooLargeError(f"request body exceeds max.request.bytes={limit}")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The request body as bytes, refused with 413 over `limit` bytes (request_body.py)."""
+    body = await read_body_buffer(request, limit)
+    return body if body.__class__ is bytes else bytes(body)
 
 
-async def forward_to_leader(request: Request, node: Node, topic: str, partition: int, body: bytes = b"",
+async def forward_to_leader(request: Request, node: Node, topic: str, partition: int,
+                            body: bytes | bytearray = b"",
                             *, wait_ms: int = 0) -> Response | None:
     """When another node leads the partition, send the request there (one hop) and relay its answer.
 
@@ -53,7 +46,8 @@ async def forward_to_leader(request: Request, node: Node, topic: str, partition:
     headers = {h: request.headers[h] for h in _FORWARD_REQUEST_HEADERS if h in request.headers}
     headers[FORWARDED_HEADER] = str(node.node_id)
     assert node.peers is not None
-    resp = await node.peers.request(leader, request.method, path, body, headers=headers,
+    resp = await node.peers.request(leader, request.method, path, bytes(body) if body.__class__ is bytearray else body,
+                                    headers=headers,
                                     timeout_s=(wait_ms + node.config.request_timeout_ms) / 1000 + 5,
                                     principal=request_principal(request))
     relay = {k: v for k, v in resp.headers.items() if k.lower().startswith("x-lakelog-") or k.lower() == "retry-after"}

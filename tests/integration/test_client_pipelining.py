@@ -112,3 +112,52 @@ def test_pipelined_batches_survive_a_leader_kill_in_order_and_once(tmp_path):
 def test_max_in_flight_is_bounded_with_idempotence():
     with pytest.raises(ValueError, match="at most 5"):
         Producer({"bootstrap.servers": "http://127.0.0.1:1", "max.in.flight.requests.per.connection": 6})
+
+
+def test_a_partitions_batches_are_written_whole_in_sequence_order(tmp_path):
+    """With the producer's own sender, a batch's request starts only once its predecessor's request
+    was written whole: the node reads them in order and has no reason to refuse one as out of order."""
+    node = start_node(tmp_path)
+    try:
+        cid = httpx.get(f"{node.url}/v3/clusters", timeout=10).json()["data"][0]["cluster_id"]
+        assert httpx.post(f"{node.url}/v3/clusters/{cid}/topics", timeout=30,
+                          json={"topic_name": "ordered", "partitions_count": 1}).status_code == 201
+        events: list[tuple[str, int]] = []
+        lock = threading.Lock()
+        with Producer({"bootstrap.servers": node.url, "linger.ms": 0, "batch.size": 20_000,
+                       "max.in.flight.requests.per.connection": 5}) as p:
+            assert p._fast is not None  # no httpx options: the plain-socket sender
+            real = p._fast.post
+
+            def post(url, body, headers, on_written=None):
+                seq = BASE_SEQUENCE.unpack_from(body, 53)[0]
+                with lock:
+                    events.append(("start", seq))
+
+                def written():
+                    with lock:
+                        events.append(("end", seq))
+                    on_written()
+
+                return real(url, body, headers, written)
+
+            p._fast.post = post
+            p.partitions_for("ordered")
+            futures = [p.produce("ordered", value=b"%06d" % i + b"." * 500, partition=0) for i in range(4000)]
+            assert p.flush(60) == 0
+            offsets = [f.result(5).offset for f in futures]
+            peak = p.in_flight_peak
+        assert peak > 1 and offsets == list(range(4000))
+        firsts = sorted({seq for kind, seq in events if kind == "start"})
+        assert len(firsts) > 10
+        position = {}
+        for i, (kind, seq) in enumerate(events):
+            position.setdefault((kind, seq), i)
+        for before, after in zip(firsts, firsts[1:]):
+            assert position[("end", before)] < position[("start", after)], (before, after)
+        assert [v[:6] for _, v in _stored(node.url, "ordered")] == [b"%06d" % i for i in range(4000)]
+    finally:
+        try:
+            node.stop()
+        finally:
+            node.kill()
