@@ -15,12 +15,9 @@ A real node (filesystem remote tier) and a real `lakelog sql-server --http-liste
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -31,12 +28,10 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 
 from bench.harness import OtherCpu, conditions, git_revision, machine_info, markdown_table, rewrite_section  # noqa: E402
-from tests.support.nodes import free_port, start_node  # noqa: E402
+from bench.sql_setup import GROUP_BY, RECORDS, orders_node, sql_server  # noqa: E402
+from tests.support.nodes import free_port  # noqa: E402
 
-LAKELOG = str(Path(sys.executable).with_name("lakelog"))
-QUERIES = {"SELECT 1": "SELECT 1",
-           "group-by": "SELECT partition, count(*) AS n, max(offset) FROM lakelog.orders GROUP BY partition"}
-TOKEN = "bench-console-sql-token-0123456789"
+QUERIES = {"SELECT 1": "SELECT 1", "group-by": GROUP_BY}
 
 
 def main() -> int:
@@ -48,39 +43,19 @@ def main() -> int:
     others = OtherCpu()
     times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="lakelog-bench-console-sql-") as tmp:
-        remote = Path(tmp, "remote").as_uri()
         token_file = Path(tmp, "sql.token")
-        token_file.write_text(TOKEN + "\n")
         connect_port, http_port = free_port(), free_port()
-        node = start_node(Path(tmp), **{"remote.storage.url": remote, "console.sql.url": f"http://127.0.0.1:{http_port}",
-                                        "console.sql.token.file": str(token_file)})
+        node, env = orders_node(Path(tmp), **{"console.sql.url": f"http://127.0.0.1:{http_port}",
+                                              "console.sql.token.file": str(token_file)})
         server = None
         spark = None
         try:
-            env = dict(os.environ, LAKELOG_URL=node.url, LAKELOG_REMOTE=remote, PYSPARK_PYTHON=sys.executable)
-            subprocess.run([LAKELOG, "topics", "create", "orders", "--partitions", "2", "--config",
-                            "remote.storage.enable=true", "--config", "segment.bytes=65536"], env=env, check=True,
-                           capture_output=True, timeout=60)
-            lines = "".join(f"order-{i}\n" for i in range(1, 20_001))
-            subprocess.run([LAKELOG, "produce", "orders", "--batch-size", "200"], input=lines, text=True, env=env,
-                           check=True, capture_output=True, timeout=300)
-            server = subprocess.Popen([LAKELOG, "sql-server", "--listen", f"sc://127.0.0.1:{connect_port}",
-                                       "--refresh-ms", "1000", "--token-file", str(token_file),
-                                       "--http-listen", f"http://127.0.0.1:{http_port}"],
-                                      env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True)
-            said: list[str] = []
-            threading.Thread(target=lambda: said.extend(iter(server.stderr.readline, "")), daemon=True).start()
-            deadline = time.monotonic() + 600
-            while not any("lakelog.orders" in s for s in said):
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("the SQL server did not start: " + "".join(said[-20:]))
-                time.sleep(0.2)
+            server = sql_server(Path(tmp), env, connect_port=connect_port, http_port=http_port, token_file=token_file)
             from pyspark.sql import SparkSession
 
-            spark = SparkSession.builder.remote(f"sc://localhost:{connect_port}/;token={TOKEN}").getOrCreate()
+            spark = SparkSession.builder.remote(f"sc://localhost:{connect_port}/;token={server.token}").getOrCreate()
             client = httpx.Client(timeout=600)
-            auth = {"Authorization": f"Bearer {TOKEN}"}
+            auth = {"Authorization": f"Bearer {server.token}"}
 
             def relay(q: str) -> list:
                 r = client.post(node.url + "/console/sql", json={"query": q})
@@ -99,7 +74,7 @@ def main() -> int:
                      "Spark Connect client": connect}
             for fn in paths.values():  # warm-up: each path's first query compiles its code
                 rows = fn(QUERIES["group-by"])
-                assert sum(int(r[1]) for r in rows) == 20_000, rows
+                assert sum(int(r[1]) for r in rows) == RECORDS, rows
             for _ in range(rounds):  # alternated: a change of load falls on every path alike
                 for qname, q in QUERIES.items():
                     for pname, fn in paths.items():
@@ -111,8 +86,7 @@ def main() -> int:
             if spark is not None:
                 spark.stop()
             if server is not None:
-                server.terminate()
-                server.wait(120)
+                server.stop()
             node.stop()
     busy = others.cpus()
     info = machine_info(tempfile.gettempdir())

@@ -1,5 +1,6 @@
-"""How long a SQL answer takes: `lakelog sql` through a running `lakelog sql-server` (warm) against
-a one-shot run that starts its own JVM (cold), over the README's topic.
+"""How long a SQL answer takes: `lakelog sql` through a running `lakelog sql-server` (warm: its HTTP
+endpoint `POST /v1/sql`, the default way, and its Spark Connect endpoint, the next one) against a
+one-shot run that starts its own JVM (cold), over the README's topic.
 
     python bench/sql.py            # a few minutes on 2 cores (`make bench-sql`)
     python bench/sql.py --quick    # fewer repetitions
@@ -7,8 +8,10 @@ a one-shot run that starts its own JVM (cold), over the README's topic.
 A real node (filesystem remote tier, uploads every 30 s as `lakelog up` does), the topic `orders`
 with 2 partitions and 20,000 records produced as the README does (`lakelog produce`), then, each
 timed as a whole command from the shell's point of view (process start to exit):
-* warm `lakelog sql "SELECT 1"` and the README's group-by, through the SQL server (goals: < 1 s and
-  < 3 s);
+* warm `lakelog sql "SELECT 1"` and the README's group-by, through the SQL server's HTTP endpoint
+  (found through the address file beside the token, as after `lakelog up --sql`; goals: < 1 s and
+  < 3 s), and the same through Spark Connect (no address file), alternated;
+* `lakelog --help` (the CLI's own start);
 * cold `lakelog sql --local` of the same group-by (a JVM start, the views registered, the query).
 The figures go to docs/benchmarks.md (section "sql"); the goals are absolute, so the load of the
 machine during the run is written beside them.
@@ -17,12 +20,10 @@ machine during the run is written beside them.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -31,10 +32,7 @@ if str(ROOT) not in sys.path:  # `python bench/sql.py` puts bench/ on the path, 
     sys.path.insert(0, str(ROOT))
 
 from bench.harness import OtherCpu, conditions, git_revision, machine_info, markdown_table, rewrite_section  # noqa: E402
-from tests.support.nodes import start_node  # noqa: E402
-
-LAKELOG = str(Path(sys.executable).with_name("lakelog"))
-GROUP_BY = "SELECT partition, count(*) AS n, max(offset) FROM lakelog.orders GROUP BY partition"
+from bench.sql_setup import GROUP_BY, LAKELOG, RECORDS, orders_node, sql_server  # noqa: E402
 
 
 def timed(args: list[str], env: dict[str, str], cwd: str) -> tuple[float, str]:
@@ -46,6 +44,16 @@ def timed(args: list[str], env: dict[str, str], cwd: str) -> tuple[float, str]:
     return elapsed, done.stdout
 
 
+def _total(out: str) -> int:
+    return sum(int(line.split(",")[1]) for line in out.splitlines()[1:])
+
+
+def _row(name: str, t: list[float], goal: str = "", limit: float | None = None) -> list[str]:
+    med = statistics.median(t)
+    verdict = "" if limit is None else ("met" if med < limit else "MISSED")
+    return [name, f"{med:.2f} s", f"{min(t):.2f}-{max(t):.2f} s", goal, verdict]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -53,57 +61,51 @@ def main() -> int:
     args = ap.parse_args()
     repeat = 3 if args.quick else 7
     others = OtherCpu()
+    uptime_before = Path("/proc/loadavg").read_text().split()[:3]
+    times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="lakelog-bench-sql-") as tmp:
-        remote = Path(tmp, "remote").as_uri()
-        node = start_node(Path(tmp), **{"remote.storage.url": remote})
+        node, env = orders_node(Path(tmp))
         server = None
         try:
-            env = dict(os.environ, LAKELOG_URL=node.url, LAKELOG_REMOTE=remote, PYSPARK_PYTHON=sys.executable)
-            subprocess.run([LAKELOG, "topics", "create", "orders", "--partitions", "2", "--config",
-                            "remote.storage.enable=true", "--config", "segment.bytes=65536"], env=env, check=True,
-                           capture_output=True, timeout=60)
-            lines = "".join(f"order-{i}\n" for i in range(1, 20_001))
-            subprocess.run([LAKELOG, "produce", "orders", "--batch-size", "200"], input=lines, text=True, env=env,
-                           check=True, capture_output=True, timeout=300)
             cold, out = timed(["sql", "--local", GROUP_BY, "--format", "csv"], env, tmp)
-            total = sum(int(line.split(",")[1]) for line in out.splitlines()[1:])
-            assert total == 20_000, out
-
-            server = subprocess.Popen([LAKELOG, "sql-server", "--listen", "sc://127.0.0.1:0", "--refresh-ms", "1000"],
-                                      env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True)
-            said: list[str] = []
-            threading.Thread(target=lambda: said.extend(iter(server.stderr.readline, "")), daemon=True).start()
-            deadline = time.monotonic() + 300
-            while not any("lakelog.orders" in s for s in said):
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("the SQL server did not start: " + "".join(said[-20:]))
-                time.sleep(0.2)
-            address = "sc://" + next(s for s in said if "Spark SQL on sc://" in s).split("sc://", 1)[1].split()[0]
-            env["LAKELOG_SQL_URL"] = address
-            timed(["sql", GROUP_BY], env, tmp)  # warm-up: the server's first query compiles its code paths
-            select_one = [timed(["sql", "SELECT 1"], env, tmp)[0] for _ in range(repeat)]
-            group_by = [timed(["sql", GROUP_BY], env, tmp)[0] for _ in range(repeat)]
+            assert _total(out) == RECORDS, out
+            server = sql_server(Path(tmp), env)
+            warm_env = dict(env, LAKELOG_SQL_URL=server.address)
+            # Spark Connect: from a folder without the address file, the token from the environment.
+            elsewhere = Path(tmp, "elsewhere")
+            elsewhere.mkdir()
+            connect_env = dict(warm_env, LAKELOG_SQL_TOKEN=server.token)
+            for e, cwd in ((warm_env, tmp), (connect_env, str(elsewhere))):  # warm-up: the first queries compile
+                assert _total(timed(["sql", GROUP_BY, "--format", "csv"], e, cwd)[1]) == RECORDS
+            for _ in range(repeat):  # alternated: a change of load falls on every way alike
+                for name, query, e, cwd in (("http SELECT 1", "SELECT 1", warm_env, tmp),
+                                            ("http group-by", GROUP_BY, warm_env, tmp),
+                                            ("connect SELECT 1", "SELECT 1", connect_env, str(elsewhere)),
+                                            ("connect group-by", GROUP_BY, connect_env, str(elsewhere))):
+                    times.setdefault(name, []).append(timed(["sql", query], e, cwd)[0])
+                times.setdefault("help", []).append(timed(["--help"], env, tmp)[0])
         finally:
             if server is not None:
-                server.terminate()
-                server.wait(60)
+                server.stop()
             node.stop()
     busy = others.cpus()
+    uptime_after = Path("/proc/loadavg").read_text().split()[:3]
     info = machine_info(tempfile.gettempdir())
     rows = [
-        ["warm `lakelog sql \"SELECT 1\"` (SQL server)", f"{statistics.median(select_one):.2f} s",
-         f"{min(select_one):.2f}-{max(select_one):.2f} s", "< 1 s", "met" if statistics.median(select_one) < 1 else "MISSED"],
-        ["warm README group-by (SQL server)", f"{statistics.median(group_by):.2f} s",
-         f"{min(group_by):.2f}-{max(group_by):.2f} s", "< 3 s", "met" if statistics.median(group_by) < 3 else "MISSED"],
+        _row("warm `lakelog sql \"SELECT 1\"` (SQL server, HTTP `/v1/sql`)", times["http SELECT 1"], "< 1 s", 1.0),
+        _row("warm README group-by (SQL server, HTTP `/v1/sql`)", times["http group-by"], "< 3 s", 3.0),
+        _row("warm `lakelog sql \"SELECT 1\"` (SQL server, Spark Connect)", times["connect SELECT 1"], "(comparison)"),
+        _row("warm README group-by (SQL server, Spark Connect)", times["connect group-by"], "(comparison)"),
+        _row("`lakelog --help`", times["help"], "(the CLI's start)"),
         ["cold one-shot `lakelog sql --local` group-by", f"{cold:.2f} s", "1 run", "(comparison)", ""],
     ]
     table = markdown_table(["command", "median", "range", "goal", ""], rows)
     body = "\n".join([
         "## SQL (`bench/sql.py`)", "",
-        f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {git_revision(ROOT)}, {repeat} runs each, "
-        f"whole commands timed from process start to exit; 20,000 records in 2 partitions, most of them still "
-        f"on the node (read over the hot-tail path).", "",
+        f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {git_revision(ROOT)}, {repeat} runs each "
+        f"(the four warm ways alternated), whole commands timed from process start to exit; {RECORDS:,} records in 2 "
+        f"partitions, most of them still on the node (read over the hot-tail path). Load average (1, 5, 15 min) "
+        f"{' '.join(uptime_before)} before, {' '.join(uptime_after)} after.", "",
         table, "",
         f"Machine: {info['nproc']} CPUs ({info['cpu']}), {info['memory']}, {info['python']}. "
         + conditions(info["nproc"], busy, args.note), ""])

@@ -28,7 +28,10 @@ without stopping it (PR_SET_PDEATHSIG), so a killed launcher leaves no orphan ho
 `--sql` also runs `lakelog sql-server` (Spark Connect on loopback, `--sql-port`, default 15002)
 once the nodes are ready, supervised like them, its output in `DATA_DIR/sql.log`; its clients
 present the token kept in `DATA_DIR/sql.token` (0600). It also answers the web console's SQL page
-(JSON on `--sql-port` + 1, same token): the nodes get `console.sql.url` and `console.sql.token.file`.
+and `lakelog sql` (JSON on `--sql-port` + 1, same token; its address in `DATA_DIR/sql.http`): the
+nodes get `console.sql.url` and `console.sql.token.file`. With the cluster's authentication on, the
+SQL server gets a service user of its own (cli/sql_service.py). `--sql-thrift-port N` adds the
+Thrift JDBC/ODBC server (the token as the password; not with authentication on).
 
 Every node is a controller voter (`controller.quorum.voters` lists them all, up to
 MAX_VOTERS; more nodes than that is refused for now), and the nodes share a cluster id and a cluster
@@ -167,7 +170,8 @@ class ClusterSpec:
         nodes = ",".join(self.node_url(i) for i in range(1, self.nodes + 1))
         return [sys.executable, "-m", "lakelog.cli.main", "sql-server", "--remote", self.remote.url,
                 "--nodes", nodes, "--listen", self.sql_url, "--token-file", str(self.sql_token_path),
-                "--http-listen", self.sql_http_url]
+                "--http-listen", self.sql_http_url] + (
+                    ["--thrift-port", str(self.sql_thrift_port)] if self.sql_thrift_port is not None else [])
 
     @property
     def sql_http_url(self) -> str:
@@ -180,6 +184,8 @@ class ClusterSpec:
     #: `lakelog up --add-node`: run only these node ids (brokers beyond the `nodes` voters, joining the
     #: cluster the voters' `lakelog up` runs); empty: run the voters 1..nodes.
     added_nodes: tuple[int, ...] = ()
+    #: `lakelog up --sql --sql-thrift-port N`: the SQL server's Thrift JDBC/ODBC server (loopback); None: none.
+    sql_thrift_port: int | None = None
 
     @property
     def run_ids(self) -> list[int]:
@@ -271,7 +277,7 @@ def load_or_create_sql_token(path: Path) -> str:
 def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
                remote: str | None = None, node_overrides: Mapping[str, str] | None = None,
                jobs_every: Mapping[str, float] | None = None, sql_port: int | None = None,
-               add_node: int | None = None) -> ClusterSpec:
+               add_node: int | None = None, sql_thrift_port: int | None = None) -> ClusterSpec:
     validate_node_count(nodes)
     if add_node is not None:
         return _added_node_spec(build_spec(nodes, data_dir, http_port, remote, node_overrides), add_node)
@@ -292,7 +298,16 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
     if sql_port is not None and (not 1 <= sql_port < 65535 or http_port - 1 <= sql_port < http_port + nodes):
         raise LauncherConfigError(f"--sql-port {sql_port}: a port in 1..65534 that no node uses, nor the one "
                                   f"after it (the console's SQL calls)")
-    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port)
+    if sql_thrift_port is not None:
+        if sql_port is None:
+            raise LauncherConfigError("--sql-thrift-port: only with --sql (the Thrift server runs in the SQL server)")
+        if overrides.get("authentication.enabled", "false").strip().lower() == "true":
+            raise LauncherConfigError("--sql-thrift-port: the Thrift JDBC/ODBC server does not run while the cluster's "
+                                      "authentication is on (it cannot apply the users' READ ACLs)")
+        if sql_thrift_port in (sql_port, sql_port + 1) or http_port <= sql_thrift_port < http_port + nodes:
+            raise LauncherConfigError(f"--sql-thrift-port {sql_thrift_port}: a port no node nor the SQL server uses")
+    spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port,
+                       sql_thrift_port=sql_thrift_port)
     from lakelog.ingest_api.config import NodeConfig
 
     for i in range(1, nodes + 1):
@@ -507,10 +522,12 @@ class NodeChild:
         self.restart_at: float | None = None
         #: After a restart: not yet answering /readyz.
         self.coming_back = False
+        #: Added to the child's environment (the SQL server's service credentials: cli/sql_service.py).
+        self.extra_env: dict[str, str] = {}
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.extra_env)
         self.killed = False
         self.tail.clear()
         self.proc = subprocess.Popen(
@@ -671,7 +688,8 @@ class LocalCluster:
             if _port_in_use(spec.node_port(i)):
                 raise LauncherConfigError(f"port {spec.node_port(i)} (node {i}) is already in use; "
                                           "choose another --http-port")
-        for port in ((spec.sql_port, spec.sql_port + 1) if spec.sql_port is not None else ()):
+        sql_ports = (spec.sql_port, spec.sql_port + 1) if spec.sql_port is not None else ()
+        for port in sql_ports + ((spec.sql_thrift_port,) if spec.sql_thrift_port is not None else ()):
             if _port_in_use(port):
                 raise LauncherConfigError(f"port {port} (the SQL server) is already in use; "
                                           "choose another --sql-port")
@@ -715,6 +733,14 @@ class LocalCluster:
         if spec.sql_port is not None and not spec.added_nodes:
             load_or_create_sql_token(spec.sql_token_path)
             sql = SqlServerChild(spec, self.console)
+            try:  # with authentication on, a service user of its own to read the nodes (cli/sql_service.py)
+                from lakelog.cli.sql_service import SqlServiceError, service_environment
+
+                sql.extra_env = service_environment(spec.node_url(1), spec.data_dir,
+                                                    load_or_create_cluster_properties(spec.data_dir)[1])
+            except (SqlServiceError, httpx.HTTPError) as e:
+                self._say(f"lakelog up: cannot give the SQL server credentials of its own ({e}); stopping")
+                return self._finish(1)
             self.children.append(sql)
             sql.start()
             sql.coming_back = True  # announced when its port answers (its JVM takes a few seconds)

@@ -25,7 +25,6 @@ import sys
 import time
 from typing import Any, Iterator
 
-from lakelog.cli.client import client_from_args
 from lakelog.infra.errors import ErrorKind, LakelogError
 
 #: Most records the producer puts in one request (the node's max.records.per.request default).
@@ -38,6 +37,14 @@ PRODUCE_LINGER_S = 0.1
 #: Long-poll wait of one fetch when the consumer runs until Ctrl-C.
 CONSUME_POLL_MS = 5000
 READ_CHUNK_BYTES = 64 * 1024
+
+
+def client_from_args(args: argparse.Namespace):
+    """`lakelog.cli.client.client_from_args`, imported when a command talks to a node (httpx is not
+    loaded by commands that do not)."""
+    from lakelog.cli.client import client_from_args as make
+
+    return make(args)
 
 
 # ---------------------------------------------------------------------------------------- node, up
@@ -65,7 +72,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
                 except ValueError:
                     args.parser.error(f"--jobs-every {job}={seconds}: seconds must be a number")
         spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []), jobs,
-                          args.sql_port if args.sql else None, add_node=args.add_node)
+                          args.sql_port if args.sql else None, add_node=args.add_node,
+                          sql_thrift_port=args.sql_thrift_port)
     except LauncherConfigError as e:
         args.parser.error(str(e))  # exits 2, as argparse's own usage errors do
     return LocalCluster(spec, exit_on_death=args.exit_on_node_death,
@@ -398,9 +406,14 @@ def _add(sub, name: str, command: str, func, **kw) -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only_sql: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakelog", description="Lakelog: a Spark-native distributed log on object storage")
     sub = parser.add_subparsers(dest="command", required=True)
+    if only_sql:  # `lakelog sql ...`: its parser alone, so a quick query loads nothing it does not use
+        from lakelog.spark_log.cli import add_commands as add_spark_commands
+
+        add_spark_commands(sub, _add, only_sql=True)
+        return parser
     client_opts = _client_options()
 
     up = _add(sub, "up", "up", _cmd_up, help="run a local cluster in the foreground (Ctrl-C stops it)",
@@ -435,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "`lakelog sql` answers without starting a JVM")
     up.add_argument("--sql-port", type=_port, default=15002, metavar="PORT",
                     help="the SQL server's port with --sql (default 15002, where `lakelog sql` looks)")
+    up.add_argument("--sql-thrift-port", type=_port, default=None, metavar="PORT",
+                    help="with --sql: also the Thrift JDBC/ODBC server on this loopback port "
+                         "(jdbc:hive2://127.0.0.1:PORT/default, password: DATA_DIR/sql.token's token)")
 
     node = _add(sub, "node", "node", _cmd_node, help="run one ingest node")
     node.add_argument("--config", help="node.toml with broker keys (Kafka names)")
@@ -518,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(only_sql=argv[:1] == ["sql"]).parse_args(argv)
     if args.command in ("jobs", "sql", "sql-server"):
         from lakelog.spark_log.cli import resolve_remote
 

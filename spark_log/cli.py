@@ -8,7 +8,6 @@ The remote root defaults to `LAKELOG_REMOTE`, then the embedded default of `lake
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
@@ -19,7 +18,9 @@ import time
 from pathlib import Path
 
 from lakelog.infra.errors import ErrorKind, LakelogError
-from lakelog.spark_log.jobs import JOB_NAMES, REMOTE_ENV
+
+#: = spark_log.jobs.REMOTE_ENV, not imported from there: `lakelog sql` does not load the jobs (a unit test checks).
+REMOTE_ENV = "LAKELOG_REMOTE"
 
 #: Default intervals of `lakelog jobs schedule` (seconds); `--every JOB=SECONDS` overrides, 0 disables.
 DEFAULT_INTERVALS_S = {"retention": 300, "compaction": 600, "rebuild-index": 0, "sync-tables": 300}
@@ -134,6 +135,7 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
     """Run the jobs at their intervals, and the runs asked for through a node (QUEUED records in the
     remote tier, looked for every --poll-ms), until SIGINT/SIGTERM (one Spark session, one run at a
     time). Every run is recorded in the remote tier (spark_log/runs.py)."""
+    from lakelog.spark_log.jobs import JOB_NAMES
     from lakelog.spark_log.runs import recorded_run, runner_name, serve_queued
     from lakelog.tiering import job_runs
     from lakelog.tiering.remote_scan import open_remote
@@ -249,6 +251,12 @@ SQL_SERVER_ENV = "LAKELOG_SQL_URL"
 DEFAULT_SQL_SERVER = "sc://127.0.0.1:15002"
 
 
+#: The SQL server's HTTP endpoint `lakelog sql` asks first (else the address file beside the token).
+SQL_HTTP_ENV = "LAKELOG_SQL_HTTP_URL"
+#: How long `lakelog sql` lets a query run through the HTTP endpoint (ms; the server cancels it then).
+DEFAULT_SQL_TIMEOUT_MS = 600_000
+
+
 #: A shared secret clients of `lakelog sql-server --token-file` present (bearer token on the Connect channel).
 SQL_TOKEN_ENV = "LAKELOG_SQL_TOKEN"
 #: Where `lakelog up --sql` keeps its server's token (0600), and where `lakelog sql` looks for one.
@@ -316,10 +324,12 @@ def cmd_sql(args: argparse.Namespace) -> int:
     import tempfile
 
     server = args.server or os.environ.get(SQL_SERVER_ENV) or DEFAULT_SQL_SERVER
+    if not args.local and args.query is not None:
+        done = _sql_over_http(args, server)  # no pyspark import on this path
+        if done is not None:
+            return done
     if not args.local and _server_reachable(server):
-        token = _read_token(args.token_file) if args.token_file else os.environ.get(SQL_TOKEN_ENV)
-        if token is None and Path(DEFAULT_SQL_TOKEN_FILE).is_file():  # what `lakelog up --sql` wrote here
-            token = _read_token(DEFAULT_SQL_TOKEN_FILE)
+        token = _client_token(args)
         creds = _cluster_credentials(args)
         with _quiet_jvm(tempfile.gettempdir(), args.verbose):
             from pyspark.sql import SparkSession
@@ -364,6 +374,60 @@ def cmd_sql(args: argparse.Namespace) -> int:
         finally:
             spark.stop()
     return 0
+
+
+def _client_token(args: argparse.Namespace) -> str | None:
+    token = _read_token(args.token_file) if args.token_file else os.environ.get(SQL_TOKEN_ENV)
+    if token is None and Path(DEFAULT_SQL_TOKEN_FILE).is_file():  # what `lakelog up --sql` wrote here
+        token = _read_token(DEFAULT_SQL_TOKEN_FILE)
+    return token
+
+
+def _sql_over_http(args: argparse.Namespace, server: str) -> int | None:
+    """The query through the SQL server's `POST /v1/sql` (spark_log/sql_client.py); None when that
+    path cannot answer it and Spark Connect is next."""
+    from lakelog.spark_log import sql_address, sql_client
+
+    url = args.http_server or os.environ.get(SQL_HTTP_ENV)
+    if not url:
+        url = sql_address.http_for(sql_address.path_beside(args.token_file or DEFAULT_SQL_TOKEN_FILE), server)
+    if not url:
+        return None
+    token = _client_token(args)
+    creds = _cluster_credentials(args)
+    answer = sql_client.ask(url, args.query, max_rows=args.max_rows, timeout_ms=args.timeout_ms,
+                            header=sql_client.authorization(creds, token))
+    if answer is None:
+        return None
+    if isinstance(answer, sql_client.Refusal):
+        if answer.status in (401, 403):
+            reason = answer.message.removeprefix("lakelog: ")
+            if creds:
+                raise CommandError(f"the SQL server at {url} refused the connection: {reason} (--user and "
+                                   f"$LAKELOG_PASSWORD, or --api-key)")
+            why = "a token is needed" if token is None else "its token differs"
+            raise CommandError(f"the SQL server at {url} refused the connection: {why} (--token-file, "
+                               f"${SQL_TOKEN_ENV})")
+        if answer.tables is not None:
+            raise _query_error(args.query, answer.message, answer.tables)
+        raise CommandError(answer.message)
+    _print_rows(answer.columns, answer.rows, args.format)
+    if answer.truncated:
+        if len(answer.rows) >= args.max_rows:
+            print(f"lakelog sql: output truncated at {args.max_rows} rows (--max-rows)", file=sys.stderr)
+        else:
+            print(f"lakelog sql: output truncated at {len(answer.rows)} rows (the SQL server's answer size limit; "
+                  f"--local for more)", file=sys.stderr)
+    return 0
+
+
+def _query_error(query: str, first: str, names: list[str]) -> CommandError:
+    """A failed query as one line with its hint: the tables there are."""
+    known = ", ".join(f"lakelog.{n}" for n in names) or "none yet: create a topic"
+    missing = sorted({m.lower() for m in _LAKELOG_NAME.findall(query)} - {n.lower() for n in names})
+    if missing:  # Spark words it as a table not found, or a "direct query on files" of format lakelog
+        return CommandError(f"no table lakelog.{missing[0]} (tables: {known})")
+    return CommandError(f"{first} (tables: {known})")
 
 
 _LAKELOG_NAME = re.compile(r"\blakelog\s*\.\s*`?([A-Za-z0-9_]+)`?", re.IGNORECASE)
@@ -418,12 +482,8 @@ def _run_query(spark, query: str, names: list[str], args: argparse.Namespace) ->
         df = spark.sql(query)
         rows = df.limit(args.max_rows + 1).collect()
     except PySparkException as e:
-        known = ", ".join(f"lakelog.{n}" for n in names) or "none yet: create a topic"
-        missing = sorted({m.lower() for m in _LAKELOG_NAME.findall(query)} - {n.lower() for n in names})
-        if missing:  # Spark words it as a table not found, or a "direct query on files" of format lakelog
-            raise CommandError(f"no table lakelog.{missing[0]} (tables: {known})") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CommandError(f"{first} (tables: {known})") from None
+        raise _query_error(query, first, names) from None
     truncated = len(rows) > args.max_rows
     rows = rows[:args.max_rows]
     _print_rows(df.columns, rows, args.format)
@@ -520,6 +580,10 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
 
     cluster_auth = args.cluster_auth == "on" or (args.cluster_auth == "auto"
                                                  and sql_security.cluster_authentication(args.nodes))
+    if args.thrift_port is not None:  # refused before a JVM starts (spark_log/sql_thrift.py)
+        from lakelog.spark_log import sql_thrift
+
+        sql_thrift.check_startable(host, args.thrift_port, cluster_auth)
     with tempfile.TemporaryDirectory(prefix="lakelog-sql-server-") as warehouse:
         with _quiet_jvm(warehouse, args.verbose):
             if cluster_auth:  # the cluster's credentials and READ ACLs instead of the shared token
@@ -531,7 +595,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
             spark = remote_session(args.remote, app_name="lakelog-sql-server", master=args.master, conf={
                 "spark.sql.warehouse.dir": warehouse, **QUIET_CONF, **auth,
                 "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)})
-        service = http = None
+        service = http = thrift = None
         try:
             spark.sparkContext.setLogLevel("ERROR")
             if cluster_auth:
@@ -543,7 +607,12 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
             print(f"lakelog sql-server: Spark SQL on sc://{host}:{port} over {args.remote} (topics from "
                   f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
                   file=sys.stderr, flush=True)
-            http = _start_http_endpoint(spark, args)  # the web console's JSON calls (spark_log/sql_http.py)
+            http = _start_http_endpoint(spark, args, cluster_auth, f"sc://{host}:{port}")  # spark_log/sql_http.py
+            if args.thrift_port is not None:  # BI tools over JDBC/ODBC (HiveServer2's protocol)
+                thrift = sql_thrift.start(spark, host, args.thrift_port,
+                                          _read_token(args.token_file) if args.token_file else None, warehouse)
+                print(f"lakelog sql-server: Thrift JDBC/ODBC server on jdbc:hive2://{host}:{args.thrift_port}/default"
+                      f"{' (the token is the password)' if args.token_file else ''}", file=sys.stderr, flush=True)
             known: list[str] | None = None
             warned = False
             while not stop.is_set():
@@ -562,23 +631,33 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                     known = names
                 stop.wait(args.refresh_ms / 1000)
         finally:
+            if thrift is not None:
+                sql_thrift.stop(thrift)
             if http is not None:
                 http.stop()
+                from lakelog.spark_log import sql_address
+
+                sql_address.remove(http.address_file)
             if service is not None:
                 _stop_connect_service(service)
             spark.stop()
     return 0
 
 
-def _start_http_endpoint(spark, args: argparse.Namespace):
-    """`--http-listen`: the JSON endpoint the nodes relay their console's SQL page to (or None)."""
+def _start_http_endpoint(spark, args: argparse.Namespace, cluster_auth: bool, connect_url: str):
+    """`--http-listen`: the JSON endpoint the nodes relay their console's SQL page to, and that
+    `lakelog sql` asks first (`/v1/sql`, found through the address file beside the token); or None."""
     if not getattr(args, "http_listen", None):
         return None
-    from lakelog.spark_log import sql_http
+    from lakelog.spark_log import sql_address, sql_http
+    from lakelog.spark_log.sql_users import UserSql
 
     http = sql_http.start(spark, args.http_listen, _read_token(args.token_file))
+    http.endpoint.users = UserSql(http.endpoint, cluster_auth=cluster_auth)
     host, _ = sql_http.parse_listen(args.http_listen)
-    print(f"lakelog sql-server: the web console's SQL calls on http://{host}:{http.port}", file=sys.stderr, flush=True)
+    url = f"http://{host}:{http.port}"
+    http.address_file = sql_address.write(sql_address.path_beside(args.token_file), connect_url, url)
+    print(f"lakelog sql-server: the web console's SQL calls and `lakelog sql` on {url}", file=sys.stderr, flush=True)
     return http
 
 
@@ -618,6 +697,8 @@ def _print_rows(columns: list[str], rows, fmt: str) -> None:
         for vs in values:
             print(json.dumps(dict(zip(columns, vs)), default=str))
     elif fmt == "csv":
+        import csv
+
         w = csv.writer(sys.stdout)
         w.writerow(columns)
         for vs in values:
@@ -635,8 +716,9 @@ def _print_rows(columns: list[str], rows, fmt: str) -> None:
         print(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
 
 
-def add_commands(sub, add) -> None:
-    """Add `jobs` and `sql` to the top-level parser (`add` is cli/main.py's `_add`)."""
+def add_commands(sub, add, *, only_sql: bool = False) -> None:
+    """Add `jobs`, `sql` and `sql-server` to the top-level parser (`add` is cli/main.py's `_add`);
+    `only_sql`: `sql` alone (what `lakelog sql` builds, so it loads nothing else)."""
     remote = argparse.ArgumentParser(add_help=False)
     remote.add_argument("--remote", default=None, metavar="URL",
                         help=f"remote root: s3://bucket/prefix or file:///path (default ${REMOTE_ENV}, "
@@ -644,6 +726,14 @@ def add_commands(sub, add) -> None:
     remote.add_argument("--master", metavar="URL", help="Spark master (default $LAKELOG_SPARK_MASTER, else local[*])")
     remote.add_argument("--config", action="append", type=_key_value, metavar="KEY=VALUE",
                         help="override a topic config for this run (e.g. min.cleanable.dirty.ratio=0.1)")
+
+    if not only_sql:
+        _add_jobs_commands(sub, add, remote)
+    _add_sql_commands(sub, add, remote)
+
+
+def _add_jobs_commands(sub, add, remote: argparse.ArgumentParser) -> None:
+    from lakelog.spark_log.jobs import JOB_NAMES
 
     jobs = sub.add_parser("jobs", help="Spark jobs over the remote tier: compaction, retention, rebuild-index, sync-tables")
     jsub = jobs.add_subparsers(dest="jobs_command", required=True)
@@ -667,6 +757,9 @@ def add_commands(sub, add) -> None:
                   help="write Lakelog's packages for spark-submit --py-files and print the spark-submit command")
     package.add_argument("--output", default="dist", metavar="DIR", help="where to write the zip (default ./dist)")
 
+
+def _add_sql_commands(sub, add, remote: argparse.ArgumentParser) -> None:
+
     sql = add(sub, "sql", "sql", cmd_sql, parents=[remote],
               help="run Spark SQL over the topics (lakelog.<topic>: every record up to the high watermark; "
                    "lakelog.<topic>_table: the synced Delta table); no QUERY: an interactive prompt")
@@ -679,6 +772,12 @@ def add_commands(sub, add) -> None:
                      help=f"a lakelog sql-server to use when reachable (default ${SQL_SERVER_ENV}, else "
                           f"{DEFAULT_SQL_SERVER})")
     sql.add_argument("--local", action="store_true", help="always start a Spark session in this process")
+    sql.add_argument("--http-server", metavar="URL", default=None,
+                     help=f"the SQL server's HTTP endpoint to ask first (default ${SQL_HTTP_ENV}, else the address "
+                          f"file beside the token file, data/sql.http, when it names the --server)")
+    sql.add_argument("--timeout-ms", type=int, default=DEFAULT_SQL_TIMEOUT_MS, metavar="MS",
+                     help="longest a query runs through the SQL server's HTTP endpoint (1-600000, default 600000; "
+                          "the server then cancels it)")
     sql.add_argument("--token-file", metavar="PATH", default=None,
                      help=f"the SQL server's token (default ${SQL_TOKEN_ENV}, else ./{DEFAULT_SQL_TOKEN_FILE} when "
                           f"it exists: `lakelog up --sql` writes it)")
@@ -709,6 +808,10 @@ def add_commands(sub, add) -> None:
                        ("--api-key", "a cluster API key (or $LAKELOG_API_KEY)")):
         sql.add_argument(flag, metavar=flag[2:].upper().replace("-", "_"), default=None,
                          help=f"{what}: presented to a SQL server of a cluster with authentication on")
+    server.add_argument("--thrift-port", type=int, default=None, metavar="PORT",
+                        help="also run Spark's Thrift JDBC/ODBC server (HiveServer2 protocol) on the --listen host: "
+                             "jdbc:hive2://HOST:PORT/default, the token of --token-file as the password; not with "
+                             "the cluster's authentication on")
     server.add_argument("--http-listen", metavar="URL", default=None,
                         help="also answer the web console's SQL calls (JSON) on http://HOST:PORT; needs "
                              "--token-file (the nodes present the same token)")
@@ -727,5 +830,7 @@ def resolve_remote(args: argparse.Namespace) -> None:
         args.nodes = os.environ.get("LAKELOG_URL") or "http://127.0.0.1:8082"
     if getattr(args, "http_listen", None) and not getattr(args, "token_file", None):
         raise SystemExit("lakelog sql-server: --http-listen needs --token-file")
+    if args.command == "sql" and not 1 <= args.timeout_ms <= DEFAULT_SQL_TIMEOUT_MS:
+        raise SystemExit(f"lakelog sql: --timeout-ms must lie between 1 and {DEFAULT_SQL_TIMEOUT_MS}")
     if getattr(args, "max_rows", 0) and not 1 <= args.max_rows <= MAX_SQL_ROWS:
         raise SystemExit(f"lakelog sql: --max-rows must lie between 1 and {MAX_SQL_ROWS}")

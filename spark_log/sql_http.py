@@ -64,11 +64,13 @@ NOT_QUERIES = (_LOGICAL + "Command", _LOGICAL + "ParsedStatement")
 
 
 class SqlRefused(Exception):
-    """A call the endpoint answers with an error: HTTP status, Confluent-style error_code, message."""
+    """A call the endpoint answers with an error: HTTP status, Confluent-style error_code, message.
+    `elsewhere`: what is refused is a statement or a source this endpoint does not serve, which the
+    Spark Connect endpoint may (`lakelog sql` then asks it; `try_spark_connect` in the answer)."""
 
-    def __init__(self, status: int, error_code: int, message: str) -> None:
+    def __init__(self, status: int, error_code: int, message: str, *, elsewhere: bool = False) -> None:
         super().__init__(message)
-        self.status, self.error_code = status, error_code
+        self.status, self.error_code, self.elsewhere = status, error_code, elsewhere
 
 
 def _bad(message: str) -> SqlRefused:
@@ -76,8 +78,10 @@ def _bad(message: str) -> SqlRefused:
 
 
 def first_line(e: BaseException) -> str:
-    """A Spark error as one line (its first: the error class and what it says, no stack trace)."""
-    text = str(e).strip()
+    """A Spark error as one line (its first: the error class and what it says, no stack trace); a
+    Java exception py4j did not convert, by its own message."""
+    java = getattr(e, "java_exception", None)
+    text = str(java.getMessage() if java is not None else e).strip()
     line = text.splitlines()[0].strip() if text else type(e).__name__
     return line[:1000]
 
@@ -101,7 +105,8 @@ class QueryPlanner:
         except Exception as e:
             raise _bad(first_line(e)) from None
         if any(c.isInstance(parsed) for c in self._not_queries):
-            raise _bad(f"only queries run here ({parsed.nodeName()} is a statement); use `lakelog sql` for others")
+            raise SqlRefused(422, 42201, f"only queries run here ({parsed.nodeName()} is a statement); use `lakelog "
+                                         f"sql` for others", elsewhere=True)
         self._check_names(parsed)
         return parsed
 
@@ -113,7 +118,8 @@ class QueryPlanner:
                 parts = [str(p) for p in _seq(node.multipartIdentifier())]
                 if len(parts) > 1 and (len(parts) != 2 or parts[0].lower() != DATABASE):
                     raise SqlRefused(403, 40301, f"{'.'.join(parts)} is not a lakelog table: queries here read "
-                                                 f"{DATABASE}.<topic> and the other {DATABASE}.* tables only")
+                                                 f"{DATABASE}.<topic> and the other {DATABASE}.* tables only",
+                                     elsewhere=True)
 
     def analyze(self, query: str):
         """(DataFrame, the lakelog views it reads, sorted); refuses any other source of data."""
@@ -138,7 +144,7 @@ class QueryPlanner:
                 if node.children().size() == 0 and name not in SAFE_LEAVES:
                     raise SqlRefused(403, 40301, f"the query reads {node.nodeName()}, which is not a lakelog table: "
                                                  f"queries here read {DATABASE}.<topic> and the other {DATABASE}.* "
-                                                 "tables only")
+                                                 "tables only", elsewhere=True)
                 self._check_expressions(node)
         return sorted(views)
 
@@ -152,7 +158,7 @@ class QueryPlanner:
             if seen > MAX_EXPRESSION_NODES:
                 raise _bad(f"the query is too large to check (more than {MAX_EXPRESSION_NODES} expression nodes)")
             if e.getClass().getName().endswith(".CallMethodViaReflection"):
-                raise SqlRefused(403, 40301, "reflect() and java_method() do not run here")
+                raise SqlRefused(403, 40301, "reflect() and java_method() do not run here", elsewhere=True)
             stack.extend(_seq(e.children()))
 
     @staticmethod
@@ -170,9 +176,10 @@ class QueryPlanner:
             stack.extend(p for p in _seq(node.innerChildren()) if hasattr(p, "children"))  # a parsed WITH's CTEs
 
 
-def json_cell(v: Any) -> Any:
-    """A value of a result row as JSON: text cut at MAX_CELL_CHARS, bytes as UTF-8 (escaped where
-    they are not), decimals as text (exact), dates and times in ISO 8601, structs as objects."""
+def json_cell(v: Any, limit: int = MAX_CELL_CHARS) -> Any:
+    """A value of a result row as JSON: text cut at `limit` characters (MAX_CELL_CHARS), bytes as
+    UTF-8 (escaped where they are not), decimals as text (exact), dates and times in ISO 8601,
+    structs as objects."""
     if v is None or isinstance(v, (bool, int)):
         return v
     if isinstance(v, float):
@@ -186,13 +193,13 @@ def json_cell(v: Any) -> Any:
     if isinstance(v, datetime.timedelta):
         return str(v)
     if hasattr(v, "asDict"):
-        return {k: json_cell(x) for k, x in v.asDict().items()}
+        return {k: json_cell(x, limit) for k, x in v.asDict().items()}
     if isinstance(v, dict):
-        return {str(k): json_cell(x) for k, x in itertools.islice(v.items(), 1000)}
+        return {str(k): json_cell(x, limit) for k, x in itertools.islice(v.items(), 1000)}
     if isinstance(v, (list, tuple)):
-        return [json_cell(x) for x in v[:1000]]
+        return [json_cell(x, limit) for x in v[:1000]]
     text = str(v)
-    return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS] + "…"
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class SqlEndpoint:
@@ -208,6 +215,8 @@ class SqlEndpoint:
         self.max_response_bytes = max_response_bytes
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self._ids = itertools.count(1)
+        #: `POST /v1/sql` for `lakelog sql` (spark_log/sql_users.py), when the server serves it.
+        self.users = None
 
     def authorized(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
@@ -239,27 +248,32 @@ class SqlEndpoint:
         return {"views": views}
 
     def query(self, body: dict) -> dict:
-        query = self._query_of(body)
-        max_rows = self._int(body, "max_rows", DEFAULT_MAX_ROWS, 1, MAX_ROWS)
-        timeout_ms = self._int(body, "timeout_ms", DEFAULT_TIMEOUT_MS, 1, MAX_TIMEOUT_MS)
         allowed = body.get("views")
         if allowed is not None and (not isinstance(allowed, list) or len(allowed) > MAX_VIEWS
                                     or not all(isinstance(v, str) for v in allowed)):
             raise _bad(f"views: a list of at most {MAX_VIEWS} view names")
-        started = time.monotonic()
         with self._slot():
-            df, views = self.planner.analyze(query)
-            if allowed is not None:
-                outside = sorted(set(views) - set(allowed))
-                if outside:
-                    raise SqlRefused(403, 40301, f"the query reads {DATABASE}.{outside[0]}, which was not checked")
-            columns = [{"name": f.name, "type": f.dataType.simpleString()} for f in df.schema.fields]
-            rows = self._collect(df, max_rows, timeout_ms)
+            return self.run(self.planner, body, allowed)
+
+    def run(self, planner: QueryPlanner, body: dict, allowed: list | None = None,
+            cell_chars: int = MAX_CELL_CHARS) -> dict:
+        """Analyze and run the body's query with `planner`'s session (the caller holds a slot)."""
+        query = self._query_of(body)
+        max_rows = self._int(body, "max_rows", DEFAULT_MAX_ROWS, 1, MAX_ROWS)
+        timeout_ms = self._int(body, "timeout_ms", DEFAULT_TIMEOUT_MS, 1, MAX_TIMEOUT_MS)
+        started = time.monotonic()
+        df, views = planner.analyze(query)
+        if allowed is not None:
+            outside = sorted(set(views) - set(allowed))
+            if outside:
+                raise SqlRefused(403, 40301, f"the query reads {DATABASE}.{outside[0]}, which was not checked")
+        columns = [{"name": f.name, "type": f.dataType.simpleString()} for f in df.schema.fields]
+        rows = self._collect(df, max_rows, timeout_ms, planner.spark)
         truncated = len(rows) > max_rows
         rows = rows[:max_rows]
         out_rows, size = [], 0
         for r in rows:
-            cells = [json_cell(r[i]) for i in range(len(columns))]
+            cells = [json_cell(r[i], cell_chars) for i in range(len(columns))]
             size += len(json.dumps(cells, ensure_ascii=False).encode()) + 1
             if size > self.max_response_bytes:
                 truncated = True
@@ -268,9 +282,9 @@ class SqlEndpoint:
         return {"columns": columns, "rows": out_rows, "truncated": truncated, "views": views,
                 "elapsed_ms": int((time.monotonic() - started) * 1000)}
 
-    def _collect(self, df, max_rows: int, timeout_ms: int) -> list:
+    def _collect(self, df, max_rows: int, timeout_ms: int, spark=None) -> list:
         """The first max_rows + 1 rows; the query's Spark jobs are cancelled after timeout_ms."""
-        sc = self.spark.sparkContext
+        sc = (spark or self.spark).sparkContext
         group = f"lakelog-console-sql-{next(self._ids)}"
         timed_out = threading.Event()
 
@@ -292,19 +306,18 @@ class SqlEndpoint:
             timer.cancel()
             sc.setLocalProperty("spark.jobGroup.id", None)
 
-    def _slot(self):
-        """One of the `max_concurrent` query slots, or 429."""
-        endpoint = self
+    def _slot(self, slots: threading.BoundedSemaphore | None = None, what: str = "console queries"):
+        """One of the `max_concurrent` query slots (or of `slots`), or 429."""
+        sem = slots or self.slots
 
         class Slot:
             def __enter__(self):
-                if not endpoint.slots.acquire(blocking=False):
-                    raise SqlRefused(429, 42901, "the SQL server is running as many console queries as it "
-                                                 "may; retry")
+                if not sem.acquire(blocking=False):
+                    raise SqlRefused(429, 42901, f"the SQL server is running as many {what} as it may; retry")
                 return self
 
             def __exit__(self, *exc) -> None:
-                endpoint.slots.release()
+                sem.release()
         return Slot()
 
 
@@ -329,36 +342,51 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         try:
+            users = self.endpoint.users
+            if self.path == "/v1/sql" and users is not None:  # `lakelog sql`: checks its own credentials
+                header = self.headers.get("Authorization")
+                self._answer(200, users.call(header, self._body()))
+                return
             if not self.endpoint.authorized(self.headers.get("Authorization")):
                 raise SqlRefused(401, 40101, "the SQL server's token is needed (Authorization: Bearer)")
             call = {"/v1/views": self.endpoint.views, "/v1/query": self.endpoint.query}.get(self.path)
             if call is None:
                 raise SqlRefused(404, 404, f"{self.path} not found")
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                raise SqlRefused(411, 411, "a Content-Length is needed") from None
-            if not 0 <= length <= MAX_BODY_BYTES:
-                self.close_connection = True
-                raise SqlRefused(413, 41301, f"the body exceeds {MAX_BODY_BYTES} bytes")
-            try:
-                body = json.loads(self.rfile.read(length) or b"null")
-            except ValueError:
-                raise _bad("the body is not JSON") from None
-            if not isinstance(body, dict):
-                raise _bad("the body must be a JSON object")
-            self._answer(200, call(body))
+            self._answer(200, call(self._body()))
         except SqlRefused as e:
-            self._answer(e.status, {"error_code": e.error_code, "message": str(e)})
+            doc = {"error_code": e.error_code, "message": str(e)}
+            if e.elsewhere:
+                doc["try_spark_connect"] = True
+            if getattr(e, "tables", None) is not None:
+                doc["tables"] = e.tables
+            self._answer(e.status, doc)
         except Exception as e:  # a bug: logged here, one line to the caller
-            log.exception("console SQL call failed")
+            log.exception("SQL call failed")
             self._answer(500, {"error_code": 50001, "message": f"internal error: {first_line(e)}"})
+
+    def _body(self) -> dict:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise SqlRefused(411, 411, "a Content-Length is needed") from None
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True
+            raise SqlRefused(413, 41301, f"the body exceeds {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+        except ValueError:
+            raise _bad("the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise _bad("the body must be a JSON object")
+        return body
 
 
 class SqlHttpServer:
     """The endpoint on a thread of its own; `port` is the port bound (0 asks the system for one)."""
 
     def __init__(self, endpoint: SqlEndpoint, host: str, port: int) -> None:
+        self.endpoint = endpoint
+        self.address_file = None  # where `lakelog sql-server` wrote this endpoint's address (sql_address.py)
         handler = type("Handler", (_Handler,), {"endpoint": endpoint})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True

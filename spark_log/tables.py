@@ -60,20 +60,19 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
     path = tables_path(remote, topic)
     synced: dict[int, int] = {}
     errors_path = tables_path(remote, topic + ERRORS_SUFFIX)
+    table_existed = False
     for done in (path, errors_path):  # a record is synced once it is in the table or in its dead letters
         if _table_exists(spark, done):
+            table_existed = table_existed or done == path
             for r in spark.read.format("delta").load(done).groupBy("partition").agg(F.max("offset").alias("o")).collect():
                 synced[int(r["partition"])] = max(synced.get(int(r["partition"]), -1), int(r["o"]))
     starts = {p: synced.get(p, -1) + 1 for p in partitions}
     lowest = min(starts.values()) if starts else 0
-    # The jobs read through the Python reader (the reference): in the CI's order of test modules the
-    # JVM reader still planned no remote segment here after an earlier session of the same process
-    # had stopped (see docs/spark.md, "Not done yet").
+    # "lakelog": the JVM reader when its jar is on the session's class path, else the Python reader.
     from lakelog.spark_log.datasource import register as register_source
-    from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
 
     register_source(spark)
-    df = (spark.read.format(PYTHON_SOURCE_NAME).option("remote", remote).option("topic", topic)
+    df = (spark.read.format("lakelog").option("remote", remote).option("topic", topic)
           .option("startingOffset", lowest).load())
     condition = None
     for p, start in starts.items():
@@ -109,6 +108,9 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
             _append_typed(spark, new, path, topic, version, widen=bool(registry))
             if latest_exists:
                 latest_path = merge_latest_table(spark, remote, topic, new)
+            elif compacted and not table_existed:
+                # the table is exactly these rows: its latest table from them (cached), not read back
+                latest_path = write_latest_table(spark, remote, topic, source=new)
         if dead is not None:
             dead = dead.persist()
             errors_added = dead.count()
@@ -120,7 +122,7 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
         new.unpersist()
         if dead is not None:
             dead.unpersist()
-    if compacted and not latest_exists and _table_exists(spark, path):
+    if compacted and latest_path is None and not latest_exists and _table_exists(spark, path):
         latest_path = write_latest_table(spark, remote, topic)
     return {"topic": topic, "table": path, "rows_added": added, "latest_table": latest_path,
             "errors_added": errors_added, "seconds": time.monotonic() - started}
@@ -187,12 +189,16 @@ def merge_latest_table(spark, remote: str, topic: str, new) -> str:
     return path
 
 
-def write_latest_table(spark, remote: str, topic: str) -> str:
-    """Rewrite `<topic>_latest`: the newest record per (partition, key), tombstoned keys left out."""
+def write_latest_table(spark, remote: str, topic: str, source=None) -> str:
+    """Rewrite `<topic>_latest`: the newest record per (partition, key), tombstoned keys left out;
+    taken from `source` when given (the rows of a table that did not exist before this sync: all of
+    it), else from the whole table."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    full = spark.read.format("delta").load(tables_path(remote, topic)).where(F.col("key").isNotNull())
+    if source is None:
+        source = spark.read.format("delta").load(tables_path(remote, topic))
+    full = source.where(F.col("key").isNotNull())
     w = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
     latest = (full.withColumn("_rank", F.row_number().over(w)).where("_rank = 1").drop("_rank")
               .where(F.col("value").isNotNull()))

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,6 +20,7 @@ from lakelog.ingest_api.cluster.auth import ClusterAuth
 from tests.integration.test_sql_views import FAST_TIER, TIERED
 from tests.support.faults import wait_for
 from tests.support.nodes import LAKELOG, start_node
+from tests.support.sql_server import start_sql_server
 
 pytestmark = pytest.mark.spark
 SECRET = "sql-security-test-secret-8d2e"
@@ -145,17 +145,13 @@ def test_cluster_credentials_and_topic_read_acls_on_the_sql_server(cluster, tmp_
     assert sync.returncode == 0, sync.stderr[-3000:]
 
     server_env = dict(env, LAKELOG_USER="admin", LAKELOG_PASSWORD=PASSWORDS["admin"])  # its own reads of the nodes
-    server = subprocess.Popen([LAKELOG, "sql-server", "--remote", cluster.remote, "--nodes", cluster.url, "--listen",
-                               "sc://127.0.0.1:0", "--refresh-ms", "500", "--master", "local[2]",
-                               "--access-cache-ms", "1000"], cwd=tmp_path, env=server_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(iter(server.stderr.readline, "")), daemon=True).start()
+    # Also its HTTP endpoint (`lakelog sql` asks it first, through tmp_path/data/sql.http).
+    server = start_sql_server(tmp_path, server_env, "--remote", cluster.remote, "--nodes", cluster.url,
+                              "--refresh-ms", "500", "--master", "local[2]", "--access-cache-ms", "1000")
+    lines = server.lines
     try:
-        listening = wait_for(lambda: next((ln for ln in lines if "Spark SQL on sc://" in ln), None), timeout_s=240,
-                             what="the SQL server")
         assert any("authentication is on" in ln for ln in lines), lines
-        port = listening.split("sc://", 1)[1].split()[0].rsplit(":", 1)[1]
+        port = server.address.rsplit(":", 1)[1]
         wait_for(lambda: any("lakelog.orders_table" in ln and "lakelog.payroll" in ln for ln in lines), timeout_s=60,
                  what="the views")
         cases = [
@@ -200,22 +196,53 @@ def test_cluster_credentials_and_topic_read_acls_on_the_sql_server(cluster, tmp_
                            ("alice_transform", "ScriptTransformation")):
             assert f"may not run {what}" in got[case].get("error", ""), (case, got[case])
 
-        # `lakelog sql` presents the user's credentials ($LAKELOG_USER / $LAKELOG_PASSWORD, or --api-key).
+        # `lakelog sql` presents the user's credentials ($LAKELOG_USER / $LAKELOG_PASSWORD, or --api-key): through
+        # the SQL server's HTTP endpoint (pyspark cannot even be imported), and through Spark Connect (nothing
+        # listens at the HTTP address it is given), with the same answers.
         address = f"sc://127.0.0.1:{port}"
+        no_pyspark = tmp_path / "no-pyspark"
+        (no_pyspark / "pyspark").mkdir(parents=True)
+        (no_pyspark / "pyspark" / "__init__.py").write_text("raise ImportError('pyspark was imported')\n")
+        http_only = {"PYTHONPATH": str(no_pyspark)}
+        connect_only = {"LAKELOG_SQL_HTTP_URL": "http://127.0.0.1:9"}
 
-        def sql(*args, **extra):
+        def sql(*args, way=http_only, **extra):
             return subprocess.run([LAKELOG, "sql", *args, "--server", address, "--format", "csv"], cwd=tmp_path,
-                                  capture_output=True, text=True, timeout=300, env=dict(env, **extra))
+                                  capture_output=True, text=True, timeout=300, env=dict(env, **way, **extra))
 
-        out = sql("SELECT count(*) AS n FROM lakelog.orders", LAKELOG_USER="alice", LAKELOG_PASSWORD=PASSWORDS["alice"])
-        assert out.returncode == 0 and out.stdout.splitlines() == ["n", "300"], out.stderr
-        out = sql("SELECT count(*) AS n FROM lakelog.orders", "--api-key", cluster.alice_key)
-        assert out.returncode == 0 and out.stdout.splitlines() == ["n", "300"], out.stderr
-        out = sql("SELECT count(*) AS n FROM lakelog.orders", LAKELOG_USER="bob", LAKELOG_PASSWORD=PASSWORDS["bob"])
-        assert out.returncode == 1 and "not authorized to READ topic 'orders'" in out.stderr, out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
-        out = sql("SELECT 1", LAKELOG_USER="alice", LAKELOG_PASSWORD="wrong")
-        assert out.returncode == 1 and "refused the connection" in out.stderr and "credentials" in out.stderr, out.stderr
+        for way in (http_only, connect_only):
+            alice = dict(way=way, LAKELOG_USER="alice", LAKELOG_PASSWORD=PASSWORDS["alice"])
+            out = sql("SELECT count(*) AS n FROM lakelog.orders", **alice)
+            assert out.returncode == 0 and out.stdout.splitlines() == ["n", "300"], (way, out.stderr)
+            out = sql("SELECT count(*) AS n FROM lakelog.orders", "--api-key", cluster.alice_key, way=way)
+            assert out.returncode == 0 and out.stdout.splitlines() == ["n", "300"], (way, out.stderr)
+            for query, topic in (("SELECT count(*) AS n FROM lakelog.payroll", "payroll"),
+                                 ("SELECT count(*) AS n FROM lakelog.payroll_table", "payroll"),
+                                 ("SELECT count(*) FROM lakelog.orders WHERE EXISTS (SELECT 1 FROM lakelog.payroll)",
+                                  "payroll")):
+                out = sql(query, **alice)
+                assert out.returncode == 1 and f"User:alice is not authorized to READ topic '{topic}'" in out.stderr, \
+                    (way, query, out.stderr)
+            out = sql("SELECT count(*) AS n FROM lakelog.orders", way=way, LAKELOG_USER="bob",
+                      LAKELOG_PASSWORD=PASSWORDS["bob"])
+            assert out.returncode == 1 and "not authorized to READ topic 'orders'" in out.stderr, (way, out.stderr)
+            assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+            out = sql("SELECT 1", way=way, LAKELOG_USER="alice", LAKELOG_PASSWORD="wrong")
+            assert out.returncode == 1 and "refused the connection" in out.stderr and "credentials" in out.stderr, \
+                (way, out.stderr)
+            out = sql("SELECT 1", way=way, LAKELOG_USER="mallory", LAKELOG_PASSWORD=PASSWORDS["mallory"])
+            assert out.returncode == 1 and "refused the connection" in out.stderr and "may read no topic" in out.stderr, \
+                (way, out.stderr)
+        # The HTTP endpoint leaves reflect() to Spark Connect, whose checks refuse it.
+        out = sql("SELECT reflect('java.lang.System', 'getenv', 'LAKELOG_PASSWORD')", way={},
+                  LAKELOG_USER="alice", LAKELOG_PASSWORD=PASSWORDS["alice"])
+        assert out.returncode == 1 and "may not run CallMethodViaReflection" in out.stderr, out.stderr
+        # With the cluster's authentication on, the server's own token is no way in for a user.
+        r = httpx.post(f"{server.http_url}/v1/sql", json={"query": "SELECT count(*) FROM lakelog.payroll"},
+                       headers={"Authorization": f"Bearer {server.token}"}, timeout=60)
+        assert r.status_code == 401 and r.json()["error_code"] == 40101, r.text
+        r = httpx.post(f"{server.http_url}/v1/sql", json={"query": "SELECT 1"}, timeout=60)
+        assert r.status_code == 401 and "credentials required" in r.json()["message"], r.text
 
         # An ACL removed applies to the next query once the server's answer for bob is older than --access-cache-ms.
         bob = dict(LAKELOG_USER="bob", LAKELOG_PASSWORD=PASSWORDS["bob"])
@@ -230,11 +257,7 @@ def test_cluster_credentials_and_topic_read_acls_on_the_sql_server(cluster, tmp_
             sql("SELECT count(*) AS n FROM lakelog.payroll", **bob)), timeout_s=120, what="the revoked ACL applied")
         assert "User:bob is not authorized to READ topic 'payroll'" in refused.stderr, refused.stderr
     finally:
-        server.terminate()
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
-    assert server.returncode == 0, "".join(lines[-20:])
+        code = server.stop()
+    assert code == 0, "".join(lines[-20:])
+    assert not (tmp_path / "data" / "sql.http").exists()  # the address file goes with the server
     assert not any(pw in "".join(lines) for pw in PASSWORDS.values())  # no credential in the server's output

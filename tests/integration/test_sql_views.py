@@ -17,6 +17,7 @@ import pytest
 from lakelog.spark_log.jobs import run_job
 from lakelog.spark_log.session import remote_session
 from lakelog.spark_log.tables import register_topics
+from lakelog.tiering.remote_scan import load_manifest, open_remote
 from tests.support.faults import wait_for
 from tests.support.nodes import start_node
 
@@ -47,6 +48,17 @@ def produce(url: str, topic: str, partition: int, values: list[str]) -> None:
 
 def tiered_count(remote: Path) -> int:
     return len(list(remote.rglob("*.log")))
+
+
+def tiered_end(remote: str, topic: str, partition: int) -> int:
+    """One past the last offset the partition's manifest lists as COPY_FINISHED (0: none yet): what a
+    sync can read. A `.log` object appears before its manifest entry commits, so count this."""
+    store = open_remote(remote)
+    try:
+        end = load_manifest(store, topic, partition).end_offset
+    finally:
+        store.close()
+    return 0 if end is None else end + 1
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +146,12 @@ def test_counts_never_go_down_nor_double_while_producing_tiering_and_syncing(nod
             assert not seen or n >= seen[-1], f"the count went down: {seen} then {n}"
             seen.append(n)
             if round_ == 1:
-                run_job(spark, "sync-tables", node.remote)
+                # A sync reads only what is tiered: with a warm JVM the two queries above can finish
+                # before the first segment is sealed and uploaded (the table then rightly does not
+                # exist yet), so wait for one.
+                wait_for(lambda: tiered_end(node.remote, topic, 0) > 0, what="a segment of the topic tiered")
+                summary = run_job(spark, "sync-tables", node.remote, topics=[topic])
+                assert summary.totals["rows_added"] > 0, summary.rows
                 register_topics(spark, node.remote, nodes=url)
     finally:
         stop.set()
@@ -144,6 +161,35 @@ def test_counts_never_go_down_nor_double_while_producing_tiering_and_syncing(nod
     # The synced table is there beside the topic, and trails it.
     synced = spark.sql(f"SELECT count(*) AS n FROM lakelog.{topic}_table").collect()[0]["n"]
     assert 0 < synced <= final
+
+
+def test_sync_tables_adds_exactly_the_tiered_records_and_nothing_before_the_first_tiered_segment(node, spark):
+    """sync-tables (the JVM reader when its jar is built) over the filesystem store, in a process
+    whose earlier modules started and stopped other sessions: nothing tiered yet adds no table; then
+    exactly the records of the tiered segment, offsets 0..n-1 with none twice."""
+    from lakelog.spark_log.jvm_source import jar_path, jvm_source_loaded
+    from lakelog.tiering.remote_scan import tables_path
+
+    assert jvm_source_loaded(spark) == (jar_path() is not None)  # the reader this test checks
+    url, topic = node.url, "synced"
+    create_topic(url, topic, 1, TIERED)
+    produce(url, topic, 0, [f"early-{j}-" + "e" * 100 for j in range(50)])  # one batch > segment.bytes
+    path = tables_path(node.remote, topic)
+    assert tiered_end(node.remote, topic, 0) == 0  # the only segment is the active one: nothing sealed
+    try:
+        early = run_job(spark, "sync-tables", node.remote, topics=[topic]).totals["rows_added"]
+    except ValueError as e:  # no manifest yet: "no remote data for topic(s) synced"
+        assert topic in str(e)
+        early = 0
+    assert early == 0 and f"{topic}_table" not in register_topics(spark, node.remote)
+    produce(url, topic, 0, [f"late-{j}" for j in range(7)])  # rolls: the first segment is sealed, then tiered
+    wait_for(lambda: tiered_end(node.remote, topic, 0) == 50, what="the sealed segment tiered")
+    summary = run_job(spark, "sync-tables", node.remote, topics=[topic])
+    assert summary.totals["rows_added"] == 50, summary.rows
+    rows = spark.read.format("delta").load(path).selectExpr(
+        "count(*) AS n", "count(DISTINCT offset) AS d", "min(offset) AS lo", "max(offset) AS hi").collect()[0]
+    assert (rows["n"], rows["d"], rows["lo"], rows["hi"]) == (50, 50, 0, 49)
+    assert run_job(spark, "sync-tables", node.remote, topics=[topic]).totals["rows_added"] == 0  # idempotent
 
 
 def test_a_dataframe_queried_again_sees_new_records(node, spark):

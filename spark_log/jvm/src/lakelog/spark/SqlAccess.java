@@ -221,6 +221,32 @@ public final class SqlAccess {
         }
     }
 
+    /**
+     * For the SQL server's own HTTP endpoint (`spark_log/sql_http.py`, `POST /v1/sql`): the principal
+     * of an `authorization` header, checked exactly as {@link SqlAuthInterceptor} checks a Spark
+     * Connect call (same node question, same cache). A refusal is an IllegalStateException whose
+     * message starts with its gRPC status name and ": " (UNAUTHENTICATED, PERMISSION_DENIED, UNAVAILABLE).
+     */
+    public static String principalOfHeader(String header) {
+        try {
+            return authenticate(header).principal;
+        } catch (Refused e) {
+            throw new IllegalStateException(e.status + ": " + e.getMessage());
+        }
+    }
+
+    /**
+     * Make `session` (a session of the server's, used for this principal's HTTP queries only)
+     * checked as `principal`'s: {@link SqlAccessExtension} then applies to its plans the checks it
+     * applies to that principal's Spark Connect sessions.
+     */
+    public static void bindSession(SparkSession session, String principal) {
+        if (principal == null || principal.isEmpty()) {
+            throw new IllegalArgumentException("a principal is needed");
+        }
+        sessionPrincipal.put(session, principal);
+    }
+
     /** `message` with `user_context.user_id` set to `principal` (generated protobuf messages: by
      *  their public accessors); a message without a user context is returned as it is. */
     static Object withUserId(Object message, String principal) {
