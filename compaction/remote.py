@@ -259,7 +259,8 @@ def _stage_file(group: list[RemoteSegment], fd: int, path: str, size: int, confi
         leader_epochs=tuple(merged), state=SegmentState.COPY_STARTED, state_epoch=-1, origin=COMPACTION_ORIGIN,
         index_bytes=len(scan.index), index_crc32c=crc32c(scan.index),
         time_index_bytes=len(scan.time_index), time_index_crc32c=crc32c(scan.time_index),
-        epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now_ms, updated_ms=now_ms)
+        epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now_ms, updated_ms=now_ms,
+        record_count=scan.record_count)
     return _Staged(group, entry, fd, scan.index, scan.time_index, epochs_bytes)
 
 

@@ -23,6 +23,10 @@ Layout: canonical JSON (keys sorted, no spaces, ASCII), UTF-8 bytes:
             "index": [bytes, crc32c], "time_index": [bytes, crc32c], "epochs": [bytes, crc32c],
             "created_ms": int, "updated_ms": int,
             "delete_after_ms": int  DELETE_STARTED: objects are deleted from this time on; else -1
+            "record_count": int     optional: the records of the segment's data batches (control
+                                    batches not counted), as the writer's CRC-checked scan found
+                                    them; absent in entries written before it existed (readers
+                                    then count by reading). The `lakelog` source's count() uses it.
         }, ...]},
      "version": 1}
 
@@ -125,6 +129,7 @@ class RemoteSegment:
     created_ms: int = 0
     updated_ms: int = 0
     delete_after_ms: int = -1
+    record_count: int | None = None  # None: not recorded (older writers)
 
     @property
     def stem(self) -> str:
@@ -255,6 +260,9 @@ def validate(m: PartitionManifest) -> None:
             _fail(f"segment {s.segment_id} has offsets [{s.base_offset}, {s.end_offset}]")
         if s.size_in_bytes < 0 or min(s.index_bytes, s.time_index_bytes, s.epochs_bytes) < 0:
             _fail(f"segment {s.segment_id} has a negative size")
+        if s.record_count is not None and not 0 <= s.record_count <= s.end_offset - s.base_offset + 1:
+            _fail(f"segment {s.segment_id} of offsets [{s.base_offset}, {s.end_offset}] cannot hold "
+                  f"{s.record_count} records")
         if s.base_offset < prev_base:
             _fail(f"segment {s.segment_id} at {s.base_offset} is out of order")
         prev_base = s.base_offset
@@ -295,13 +303,16 @@ def _canonical(obj: Any) -> bytes:
 
 
 def _segment_to_dict(s: RemoteSegment) -> dict:
-    return {"id": s.segment_id, "base_offset": s.base_offset, "end_offset": s.end_offset,
+    out = {"id": s.segment_id, "base_offset": s.base_offset, "end_offset": s.end_offset,
             "max_timestamp": s.max_timestamp, "size_in_bytes": s.size_in_bytes,
             "leader_epochs": [list(e) for e in s.leader_epochs], "state": int(s.state),
             "state_epoch": s.state_epoch, "origin": s.origin,
             "index": [s.index_bytes, s.index_crc32c], "time_index": [s.time_index_bytes, s.time_index_crc32c],
             "epochs": [s.epochs_bytes, s.epochs_crc32c], "created_ms": s.created_ms,
             "updated_ms": s.updated_ms, "delete_after_ms": s.delete_after_ms}
+    if s.record_count is not None:  # absent, not null, when unknown: older manifests' bytes stay as they were
+        out["record_count"] = s.record_count
+    return out
 
 
 def to_dict(m: PartitionManifest) -> dict:
@@ -371,7 +382,8 @@ def _segment_from_dict(doc: Any, i: int, where: str) -> RemoteSegment:
         time_index_bytes=time_index[0], time_index_crc32c=time_index[1],
         epochs_bytes=epochs_file[0], epochs_crc32c=epochs_file[1],
         created_ms=f.get("created_ms", int), updated_ms=f.get("updated_ms", int),
-        delete_after_ms=f.get("delete_after_ms", int))
+        delete_after_ms=f.get("delete_after_ms", int),
+        record_count=f.get("record_count", int) if "record_count" in doc else None)
 
 
 def decode(buf: bytes, *, key: str | None = None) -> PartitionManifest:

@@ -30,6 +30,7 @@ class SegmentScan:
     last_offset: int | None
     max_timestamp: int
     batch_count: int
+    record_count: int  # records of the data batches (control batches not counted)
     index: bytes  # .index entries relative to the remote base offset and start position
     time_index: bytes
     leader_epochs: list[tuple[int, int]]
@@ -55,6 +56,7 @@ def scan_segment(fd: int, size: int, *, base_offset: int, end_offset: int, index
     max_ts, off_of_max = NO_TIMESTAMP, base_offset
     bytes_since_entry = 0
     count = 0
+    records = 0
     pos = 0
     while pos < size:
         data = os.pread(fd, min(SCAN_CHUNK_BYTES, size - pos), pos)
@@ -102,6 +104,8 @@ def scan_segment(fd: int, size: int, *, base_offset: int, end_offset: int, index
                 first = batch.base_offset
             last = batch.last_offset
             count += 1
+            if not batch.is_control:
+                records += batch.record_count
             rel_position = position - start_position
             if batch.max_timestamp > max_ts:
                 max_ts, off_of_max = batch.max_timestamp, batch.last_offset
@@ -117,7 +121,7 @@ def scan_segment(fd: int, size: int, *, base_offset: int, end_offset: int, index
         pos += at
     if count and max_ts > NO_TIMESTAMP and (not time_entries or max_ts > time_entries[-1][0]):
         time_entries.append((max_ts, off_of_max - base_offset))  # as LogSegment.on_become_inactive
-    return SegmentScan(start_position, size, first, last, max_ts, count, offset_index.encode(index_entries),
+    return SegmentScan(start_position, size, first, last, max_ts, count, records, offset_index.encode(index_entries),
                        time_index.encode(time_entries), epochs)
 
 

@@ -352,7 +352,8 @@ class SegmentUploader:
                 state=SegmentState.COPY_STARTED, state_epoch=epoch, origin=ORIGIN_UPLOAD,
                 index_bytes=len(scan.index), index_crc32c=crc32c(scan.index),
                 time_index_bytes=len(scan.time_index), time_index_crc32c=crc32c(scan.time_index),
-                epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now, updated_ms=now)
+                epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now, updated_ms=now,
+                record_count=scan.record_count)
             previous = carry[0] if carry else None
 
             def change(m: PartitionManifest) -> PartitionManifest | None:

@@ -6,13 +6,16 @@
         ...
         s3.pause()                              # outage: the port refuses connections, objects are kept
         s3.resume()                             # back on the same port with the same objects
+        s3.requests()                           # {"GET": 3, "HEAD": 1, ...} since the last call
 
 moto's console script `moto_server` is `moto.server:main`: it serves moto's WSGI app
 (`moto.moto_server.werkzeug_app.DomainDispatcherApplication`) with werkzeug and keeps every object
 in the process's memory, so restarting it loses the bucket. To simulate an outage that the store
 survives, the child here (`python -m infra.s3server --serve`) serves that same app itself and obeys
 commands on stdin: `pause` closes the listening socket (clients get "connection refused"),
-`resume` listens again on the same port, `stop` (or EOF: the parent died) exits. `plain=True` runs
+`resume` listens again on the same port, `requests` answers the count of requests by HTTP method
+since the last `requests` (one JSON line; what tests use to check how many HEADs and GETs a reader
+sends), `stop` (or EOF: the parent died) exits. `plain=True` runs
 the `moto_server` script instead (no pause/resume).
 
 The free port is chosen by the child binding port 0, so two test runs never race for a port
@@ -22,6 +25,8 @@ The free port is chosen by the child binding port 0, so two test runs never race
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import queue
 import shutil
@@ -136,6 +141,15 @@ class S3Server:
         self._command("resume", "listening")
         self.paused = False
 
+    def requests(self) -> dict[str, int]:
+        """The requests the server answered since the last call (or its start), by HTTP method,
+        and by method and object-key suffix (`"GET .log"`); the counts start again at zero."""
+        if self.plain or self._proc is None or self._proc.stdin is None:
+            raise RuntimeError("request counts need a started, non-plain S3 server")
+        self._proc.stdin.write("requests\n")
+        self._proc.stdin.flush()
+        return json.loads(self._expect("requests", self.start_timeout_s)[len("requests"):])
+
     def stop(self) -> None:
         """Stop the server: ask, then SIGTERM, then SIGKILL. Idempotent."""
         proc, self._proc = self._proc, None
@@ -194,8 +208,20 @@ def _serve(host: str) -> int:
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    app = DomainDispatcherApplication(create_backend_app)
+    moto_app = DomainDispatcherApplication(create_backend_app)
     state: dict = {"server": None, "thread": None, "port": 0}
+    counts: collections.Counter = collections.Counter()
+    counts_lock = threading.Lock()
+
+    def app(environ, start_response):
+        method = environ.get("REQUEST_METHOD", "?")
+        name = environ.get("PATH_INFO", "").rsplit("/", 1)[-1]
+        suffix = name[name.rfind("."):] if "." in name else ""
+        with counts_lock:
+            counts[method] += 1
+            if suffix:
+                counts[f"{method} {suffix}"] += 1
+        return moto_app(environ, start_response)
 
     def listen() -> None:
         server = make_server(host, state["port"], app, threaded=True, request_handler=MotoRequestHandler)
@@ -233,6 +259,11 @@ def _serve(host: str) -> int:
                     time.sleep(0.05)
             else:
                 print("error cannot listen again", flush=True)
+        elif command == "requests":
+            with counts_lock:
+                answer = dict(counts)
+                counts.clear()
+            print("requests " + json.dumps(answer, sort_keys=True), flush=True)
         elif command == "stop":
             break
     close()

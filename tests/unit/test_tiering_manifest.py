@@ -343,3 +343,32 @@ def test_a_replacement_must_cover_exactly_its_group():
 def test_staging_refuses_upload_origin_entries():
     with pytest.raises(InvalidStateTransitionError):
         mf.stage_replacements(manifest(seg(0, 9)), [seg(0, 9, S.COPY_STARTED, n=5)])
+
+
+# ---------------------------------------------------------------------------------------------
+# record_count: an optional field (the `lakelog` source's count() without reading)
+
+
+def test_record_count_round_trips_and_older_entries_keep_their_bytes():
+    counted = manifest(seg(0, 9, record_count=7), seg(10, 19))
+    back = mf.decode(mf.encode(counted))
+    assert [s.record_count for s in back.segments] == [7, None]
+    doc = json.loads(mf.encode(counted))
+    assert doc["manifest"]["segments"][0]["record_count"] == 7
+    assert "record_count" not in doc["manifest"]["segments"][1]  # absent, not null: as older writers wrote it
+    # an entry written before the field existed decodes to None and encodes to the same bytes
+    old = mf.encode(manifest(seg(0, 9), seg(10, 19)))
+    assert mf.encode(mf.decode(old)) == old
+    # a state change keeps the count
+    assert back.segments[0].with_state(S.DELETE_STARTED, epoch=2, now_ms=5).record_count == 7
+
+
+@pytest.mark.parametrize("count", [-1, 11])
+def test_a_record_count_the_offsets_cannot_hold_is_refused(count):
+    with pytest.raises(ManifestInvariantError, match="cannot hold"):
+        mf.encode(manifest(seg(0, 9, record_count=count)))
+    data = mf.encode(manifest(seg(0, 9)))
+    with pytest.raises(ManifestFormatError, match="cannot hold"):
+        mf.decode(_tamper(data, lambda d: (d["manifest"]["segments"][0].update(record_count=count), _recrc(d))))
+    with pytest.raises(ManifestFormatError, match="record_count"):
+        mf.decode(_tamper(data, lambda d: (d["manifest"]["segments"][0].update(record_count="7"), _recrc(d))))

@@ -555,3 +555,29 @@ def test_the_next_segment_is_scanned_ahead_once(tmp_path, store, tier, monkeypat
     assert len(report.uploaded) == sealed and len(scans) == sealed  # each segment scanned once
     assert sum(1 for name in scans if name.startswith("lakelog-remote-upload")) == sealed - 1
     assert_contiguous_and_clean(store, rp, first=0, end=log.active_segment.base_offset - 1)
+
+
+def test_entries_record_their_data_records_without_control_batches(tmp_path, store, tier):
+    """The manifest's record_count is what a reader returns from the segment: the records of its
+    data batches; a transaction's marker (a control batch) is not one."""
+    from lakelog.logstore.record_batch import Record, build_batch
+
+    log = make_log(tmp_path)
+    fill_log(log, 40, records_per_batch=3, leader_epoch=1)
+    first = log.log_end_offset
+    log.append_as_follower(build_batch([Record(first, 5, b"k", b"v"), Record(first + 1, 6, b"k", b"w")],
+                                       base_offset=first, producer_id=7, producer_epoch=0, base_sequence=0,
+                                       is_transactional=True, partition_leader_epoch=1))
+    log.append_as_follower(build_batch([Record(first + 2, 7, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")],
+                                       base_offset=first + 2, producer_id=7, producer_epoch=0, is_transactional=True,
+                                       is_control=True, partition_leader_epoch=1))
+    assert log.log_end_offset == first + 3
+    log.roll()
+    rp = tier.partition(TOPIC, 0)
+    rp.copy_segments(log, 1, log.log_end_offset)
+    entries = rp.meta.load().copy_finished
+    assert entries and all(s.record_count is not None for s in entries)
+    assert sum(s.record_count for s in entries) == 40 * 3 + 2
+    for s in entries:
+        data = store.get(f"{TOPIC}-0/{s.base_offset:020d}-{s.segment_id}.log")[0]
+        assert s.record_count == sum(b.record_count for _, b in iter_batches(data) if not b.is_control)

@@ -20,10 +20,17 @@ import org.apache.spark.util.SerializableConfiguration;
 final class LakelogScan implements Scan, Batch {
     private final StructType schema;
     private final Options options;
+    private final boolean count;  // count() pushed (LakelogScanBuilder#pushAggregation)
+    private InputPartition[] planned;  // Spark may ask more than once per query: plan once
 
     LakelogScan(StructType schema, Options options) {
-        this.schema = schema;
+        this(schema, options, false);
+    }
+
+    LakelogScan(StructType schema, Options options, boolean count) {
+        this.schema = count ? CountReader.SCHEMA : schema;
         this.options = options;
+        this.count = count;
     }
 
     @Override
@@ -36,7 +43,7 @@ final class LakelogScan implements Scan, Batch {
         return "lakelog topic " + options.topic + " at " + options.remote + (options.nodes != null ? " + nodes" : "")
             + " [partitions " + (options.partitions == null ? "all" : options.partitions) + ", offsets "
             + bound(options.offsetLow) + ".." + bound(options.offsetHigh) + ", timestamps " + bound(options.timestampLow)
-            + ".." + bound(options.timestampHigh) + "]";
+            + ".." + bound(options.timestampHigh) + "]" + (count ? " count pushed" : "");
     }
 
     private static String bound(long v) {
@@ -63,11 +70,15 @@ final class LakelogScan implements Scan, Batch {
     }
 
     @Override
-    public InputPartition[] planInputPartitions() {
+    public synchronized InputPartition[] planInputPartitions() {
+        if (planned != null) {
+            return planned.clone();
+        }
         try {
             int parallelism = SparkSession.active().sparkContext().defaultParallelism();
             List<Split> splits = Planner.plan(options, hadoopConf(), parallelism);
-            return splits.toArray(new InputPartition[0]);
+            planned = splits.toArray(new InputPartition[0]);
+            return planned.clone();
         } catch (IOException e) {
             throw new UncheckedIOException("planning the lakelog scan of " + options.topic + ": " + e.getMessage(), e);
         }
@@ -75,7 +86,7 @@ final class LakelogScan implements Scan, Batch {
 
     @Override
     public PartitionReaderFactory createReaderFactory() {
-        return new ReaderFactory(schema, options, broadcastConf(hadoopConf()));
+        return new ReaderFactory(schema, options, broadcastConf(hadoopConf()), count);
     }
 
 }

@@ -8,6 +8,12 @@ import java.util.TreeSet;
 
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.aggregate.AggregateFunc;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
+import org.apache.spark.sql.connector.expressions.aggregate.Count;
+import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.And;
@@ -16,6 +22,7 @@ import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.sources.GreaterThan;
 import org.apache.spark.sql.sources.GreaterThanOrEqual;
 import org.apache.spark.sql.sources.In;
+import org.apache.spark.sql.sources.IsNotNull;
 import org.apache.spark.sql.sources.LessThan;
 import org.apache.spark.sql.sources.LessThanOrEqual;
 import org.apache.spark.sql.types.StructType;
@@ -23,15 +30,18 @@ import org.apache.spark.sql.types.StructType;
 /**
  * Column pruning (only the columns the query uses are decoded; none for `count()`) and pruning by
  * `partition`, `offset` and `timestamp` predicates: comparisons with a literal, IN, AND. Pushed
- * predicates only narrow what is read (partitions, segments by the manifest, the first batch by
- * the offset index, rows by offset and timestamp); every filter is still evaluated by Spark after
- * the scan, so a predicate this source reads loosely never changes a result. A scan builder
+ * predicates narrow what is read (partitions, segments by the manifest, the first batch by the
+ * offset index, rows by offset and timestamp); Spark evaluates every filter again after the scan
+ * except those the reader applies exactly ({@link #exact}), so a predicate this source reads
+ * loosely never changes a result, and count() is pushed over partition and offset filters. A scan builder
  * lives for one query: what one query pushes never narrows another (unlike Python sources).
  */
-final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
+final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters,
+                                         SupportsPushDownAggregates {
     private StructType schema;
     private final Options options;
     private Filter[] pushed = new Filter[0];
+    private boolean count;
 
     LakelogScanBuilder(StructType schema, Options options) {
         this.schema = schema;
@@ -46,13 +56,63 @@ final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
     @Override
     public Filter[] pushFilters(Filter[] filters) {
         List<Filter> used = new ArrayList<>();
+        List<Filter> after = new ArrayList<>();
         for (Filter f : filters) {
-            if (apply(f)) {
+            boolean applied = apply(f);
+            if (applied) {
                 used.add(f);
+            }
+            if (!applied || !exact(f)) {
+                after.add(f);
             }
         }
         pushed = used.toArray(new Filter[0]);
-        return filters;  // all of them are evaluated again after the scan
+        return after.toArray(new Filter[0]);  // evaluated again after the scan
+    }
+
+    /** True when reading with `f` applied returns exactly the rows `f` admits, so Spark need not
+     *  evaluate it again (and may push count() over it): comparisons of `offset` with a BIGINT
+     *  (rows are cut to [offsetLow, offsetHigh] in every segment and in the hot tail), `partition`
+     *  = or IN INT literals, IS NOT NULL of these two (never null), and ANDs of those. Timestamps, IN on offsets (read as their range) and
+     *  everything else are evaluated again. */
+    static boolean exact(Filter f) {
+        if (f instanceof And) {
+            return exact(((And) f).left()) && exact(((And) f).right());
+        }
+        if (f instanceof IsNotNull) {
+            String c = ((IsNotNull) f).attribute();
+            return "offset".equals(c) || "partition".equals(c);
+        }
+        if (f instanceof EqualTo) {
+            EqualTo e = (EqualTo) f;
+            return ("offset".equals(e.attribute()) && e.value() instanceof Long)
+                || ("partition".equals(e.attribute()) && e.value() instanceof Integer);
+        }
+        if (f instanceof GreaterThan) {
+            GreaterThan g = (GreaterThan) f;
+            return "offset".equals(g.attribute()) && g.value() instanceof Long && (Long) g.value() != Long.MAX_VALUE;
+        }
+        if (f instanceof GreaterThanOrEqual) {
+            GreaterThanOrEqual g = (GreaterThanOrEqual) f;
+            return "offset".equals(g.attribute()) && g.value() instanceof Long;
+        }
+        if (f instanceof LessThan) {
+            LessThan l = (LessThan) f;
+            return "offset".equals(l.attribute()) && l.value() instanceof Long && (Long) l.value() != Long.MIN_VALUE;
+        }
+        if (f instanceof LessThanOrEqual) {
+            LessThanOrEqual l = (LessThanOrEqual) f;
+            return "offset".equals(l.attribute()) && l.value() instanceof Long;
+        }
+        if (f instanceof In && "partition".equals(((In) f).attribute())) {
+            for (Object x : ((In) f).values()) {
+                if (!(x instanceof Integer)) {
+                    return false;
+                }
+            }
+            return true;
+        }
+        return false;
     }
 
     @Override
@@ -66,6 +126,10 @@ final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
             boolean a = apply(((And) f).left());
             boolean b = apply(((And) f).right());
             return a || b;
+        }
+        if (f instanceof IsNotNull) {  // what Spark infers from a comparison; these columns are never null
+            String c = ((IsNotNull) f).attribute();
+            return "offset".equals(c) || "partition".equals(c);
         }
         String col;
         Object v;
@@ -200,8 +264,27 @@ final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
         }
     }
 
+    /** `count(*)` (or the count of a column that is never null) with no GROUP BY: each split
+     *  answers one row of its row count ({@link CountReader}), Spark adds them up. Spark offers
+     *  it only when no filter stays to evaluate after the scan. */
+    @Override
+    public boolean pushAggregation(Aggregation aggregation) {
+        if (!options.countFromManifest || aggregation.groupByExpressions().length != 0
+            || aggregation.aggregateExpressions().length != 1) {
+            return false;
+        }
+        AggregateFunc f = aggregation.aggregateExpressions()[0];
+        boolean rows = f instanceof CountStar;
+        if (f instanceof Count && !((Count) f).isDistinct() && ((Count) f).column() instanceof NamedReference) {
+            String[] name = ((NamedReference) ((Count) f).column()).fieldNames();
+            rows = name.length == 1 && (name[0].equals("offset") || name[0].equals("partition"));
+        }
+        count = rows;
+        return rows;
+    }
+
     @Override
     public Scan build() {
-        return new LakelogScan(schema, options);
+        return new LakelogScan(schema, options, count);
     }
 }

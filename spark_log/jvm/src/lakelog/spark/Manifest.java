@@ -13,8 +13,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 /**
  * A partition manifest (`<topic>-<partition>/manifest.json`, format in tiering/manifest.py) as the
  * reader needs it: version 1, the CRC-32C of the canonical JSON of "manifest" checked, the log
- * start offset and the segments with their state, offsets, max timestamp, size and offset index
- * (bytes, CRC-32C).
+ * start offset and the segments with their state, offsets, max timestamp, size, offset index
+ * (bytes, CRC-32C) and, where the writer recorded it, the record count.
  *
  * <p>The writer stores canonical JSON (keys sorted, no spaces, ASCII), so the "manifest" value is
  * the exact byte range between {@code {"crc32c":N,"manifest":} and {@code ,"version":1}}: the CRC
@@ -34,9 +34,11 @@ final class Manifest {
         final long baseOffset, endOffset, maxTimestamp, sizeInBytes;
         final int state;
         final long indexBytes, indexCrc;
+        /** The records of its data batches as its writer counted them; -1: not recorded. */
+        final long recordCount;
 
         Segment(String id, long baseOffset, long endOffset, long maxTimestamp, long sizeInBytes, int state,
-                long indexBytes, long indexCrc) {
+                long indexBytes, long indexCrc, long recordCount) {
             this.id = id;
             this.baseOffset = baseOffset;
             this.endOffset = endOffset;
@@ -45,6 +47,7 @@ final class Manifest {
             this.state = state;
             this.indexBytes = indexBytes;
             this.indexCrc = indexCrc;
+            this.recordCount = recordCount;
         }
 
         String stem() {
@@ -132,13 +135,25 @@ final class Manifest {
                 segments.add(new Segment(need(s, "id", key).asText(), need(s, "base_offset", key).asLong(),
                                          need(s, "end_offset", key).asLong(), need(s, "max_timestamp", key).asLong(),
                                          need(s, "size_in_bytes", key).asLong(), need(s, "state", key).asInt(),
-                                         index.get(0).asLong(), index.get(1).asLong()));
+                                         index.get(0).asLong(), index.get(1).asLong(), recordCount(s, key)));
             }
             return new Manifest(need(m, "topic", key).asText(), need(m, "partition", key).asInt(),
                                 need(m, "log_start_offset", key).asLong(), segments);
         } catch (java.io.IOException | NullPointerException e) {
             throw new RemoteCorruptionException(key, -1, key + ": malformed manifest: " + e);
         }
+    }
+
+    /** The optional "record_count" (-1 when absent: written before it existed). */
+    private static long recordCount(JsonNode s, String key) {
+        JsonNode v = s.get("record_count");
+        if (v == null) {
+            return -1;
+        }
+        if (!v.isIntegralNumber() || v.asLong() < 0) {
+            throw new RemoteCorruptionException(key, -1, key + ": manifest field record_count is " + v);
+        }
+        return v.asLong();
     }
 
     private static JsonNode need(JsonNode node, String field, String key) {

@@ -13,7 +13,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * (segments read by one task, 1..1 TiB), `arrowBatchRows` (rows per columnar batch, 1..1,048,576;
  * the JVM reader's default is 4,096 as Spark's Parquet reader), `prefetchChunks` (read chunks a
  * task's background thread may hold ahead of its decoder, 0..64, default 0: inline; see
- * {@link Prefetcher}), `nodes` (the hot tail).
+ * {@link Prefetcher}), `countFromManifest` (true by default: `count()` adds up the record counts
+ * the manifests hold, see {@link CountReader}), `nodes` (the hot tail).
  */
 final class Options implements Serializable, Cloneable {
     private static final long serialVersionUID = 1L;
@@ -32,6 +33,7 @@ final class Options implements Serializable, Cloneable {
     final boolean maxPartitionBytesGiven;
     final int batchRows;
     final int prefetchChunks;
+    final boolean countFromManifest;
     /** Inclusive bounds (Long.MIN_VALUE / MAX_VALUE: none) and the partitions wanted (null: all). */
     long offsetLow = Long.MIN_VALUE, offsetHigh = Long.MAX_VALUE;
     long timestampLow = Long.MIN_VALUE, timestampHigh = Long.MAX_VALUE;
@@ -63,6 +65,11 @@ final class Options implements Serializable, Cloneable {
         maxPartitionBytes = bounded(o, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES, 1, 1L << 40);
         batchRows = (int) bounded(o, "arrowBatchRows", DEFAULT_BATCH_ROWS, 1, 1 << 20);
         prefetchChunks = (int) bounded(o, "prefetchChunks", DEFAULT_PREFETCH_CHUNKS, 0, 64);
+        String cm = o.getOrDefault("countFromManifest", "true").trim();
+        if (!cm.equalsIgnoreCase("true") && !cm.equalsIgnoreCase("false")) {
+            throw new IllegalArgumentException("countFromManifest must be true or false");
+        }
+        countFromManifest = Boolean.parseBoolean(cm);
         String ps = o.get("partitions");
         if (ps != null && !ps.isEmpty()) {
             partitions = new TreeSet<>();

@@ -18,20 +18,29 @@ final class ReaderFactory implements PartitionReaderFactory {
     private final StructType schema;
     private final Options options;
     private final Broadcast<SerializableConfiguration> conf;
+    private final boolean count;  // count() pushed: one row of the split's row count (CountReader)
 
     ReaderFactory(StructType schema, Options options, Broadcast<SerializableConfiguration> conf) {
+        this(schema, options, conf, false);
+    }
+
+    ReaderFactory(StructType schema, Options options, Broadcast<SerializableConfiguration> conf, boolean count) {
         this.schema = schema;
         this.options = options;
         this.conf = conf;
+        this.count = count;
     }
 
     @Override
     public boolean supportColumnarReads(InputPartition partition) {
-        return true;
+        return !count;
     }
 
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
+        if (count) {
+            return new CountReader((Split) partition, options, conf);
+        }
         throw new UnsupportedOperationException("the lakelog reader is columnar");
     }
 

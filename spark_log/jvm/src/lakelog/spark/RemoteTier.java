@@ -30,14 +30,25 @@ import org.apache.hadoop.fs.Path;
  * stopped) got the earlier session's instance for a bucket of the same name: the old endpoint and
  * credentials, another store, read without an error (planning then found that store's manifests,
  * or none). A tier lives for one planning or one task's reads.
+ *
+ * <p>Objects whose length the manifest gives (`.log`, `.index`) are opened with that length
+ * ({@code fs.option.openfile.length}) through S3A's classic input stream: a GET and nothing
+ * else. Hadoop 3.5's default S3A stream, the analytics accelerator's, skips its HEAD only when
+ * given the object's etag too (`AnalyticsStream.buildOpenStreamInformation`), which the manifest
+ * does not hold: it sent a HEAD before every segment's GET (counted at the S3 server:
+ * tests/integration/test_spark_jvm_s3_requests.py). The setting applies to this tier's own
+ * FileSystem only, never to Spark's or Delta's.
  */
 final class RemoteTier implements Closeable {
+    static final String S3A_STREAM_TYPE = "fs.s3a.input.stream.type";
     final String root;
     private final FileSystem fs;
 
     RemoteTier(String rootUrl, Configuration conf) throws IOException {
         this.root = hadoopRoot(rootUrl);
-        this.fs = FileSystem.newInstance(URI.create(root + "/"), conf);
+        Configuration own = new Configuration(conf);
+        own.set(S3A_STREAM_TYPE, "classic");
+        this.fs = FileSystem.newInstance(URI.create(root + "/"), own);
     }
 
     /** Closes this tier's FileSystem (its connections and threads); streams it opened are done. */
@@ -105,9 +116,9 @@ final class RemoteTier implements Closeable {
     /** The whole object `key`, checked against the size and CRC-32C the manifest gives. */
     byte[] checkedObject(String key, long size, long crc) throws IOException {
         byte[] data;
-        try (FSDataInputStream in = fs.open(path(key))) {
+        try (FSDataInputStream in = openKnown(key, size, "whole-file")) {
             data = in.readNBytes((int) Math.min(size, Integer.MAX_VALUE - 8));
-        } catch (java.io.FileNotFoundException e) {
+        } catch (java.io.FileNotFoundException e) {  // S3: found missing by the GET, there is no HEAD
             throw new RemoteCorruptionException(key, -1, key + " is missing");
         }
         CRC32C c = new CRC32C();
@@ -150,12 +161,49 @@ final class RemoteTier implements Closeable {
         return pos;
     }
 
-    /** The `.log` object read sequentially from `from` (one streaming GET on S3). */
+    /** The `.log` object read sequentially from `from` (one streaming GET on S3, sent at the
+     *  first read: a missing object is found there, and named as {@link #openKnown} does). */
     InputStream openLog(String key, long from, long size) throws IOException {
-        Path p = path(key);
-        FSDataInputStream in;
+        FSDataInputStream in = openKnown(key, size, "sequential");
+        if (from > 0) {
+            in.seek(from);
+        }
+        return new MissingNamed(in, key);
+    }
+
+    /** Reads of an object opened without a HEAD: the GET's "no such key" becomes the typed error. */
+    private static final class MissingNamed extends java.io.FilterInputStream {
+        private final String key;
+
+        MissingNamed(InputStream in, String key) {
+            super(in);
+            this.key = key;
+        }
+
+        @Override
+        public int read() throws IOException {
+            try {
+                return in.read();
+            } catch (java.io.FileNotFoundException e) {
+                throw new RemoteCorruptionException(key, -1, key + " is missing");
+            }
+        }
+
+        @Override
+        public int read(byte[] b, int off, int len) throws IOException {
+            try {
+                return in.read(b, off, len);
+            } catch (java.io.FileNotFoundException e) {
+                throw new RemoteCorruptionException(key, -1, key + " is missing");
+            }
+        }
+    }
+
+    /** `key` opened with the length the manifest gives (no HEAD on S3, see above) and a read
+     *  policy; a missing object is a {@link RemoteCorruptionException} naming it. */
+    private FSDataInputStream openKnown(String key, long size, String policy) throws IOException {
         try {
-            in = fs.openFile(p).opt("fs.option.openfile.read.policy", "sequential")
+            return fs.openFile(path(key)).opt("fs.option.openfile.read.policy", policy)
                 .opt("fs.option.openfile.length", Long.toString(size)).build().get();
         } catch (java.util.concurrent.ExecutionException e) {
             if (e.getCause() instanceof java.io.FileNotFoundException) {
@@ -168,9 +216,5 @@ final class RemoteTier implements Closeable {
         } catch (java.io.FileNotFoundException e) {
             throw new RemoteCorruptionException(key, -1, key + " is missing");
         }
-        if (from > 0) {
-            in.seek(from);
-        }
-        return in;
     }
 }
