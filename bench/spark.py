@@ -238,6 +238,13 @@ def _tasks(spark, groups: list[str]) -> str:
     return " + ".join(counts) or "0"
 
 
+def spark_run_line(started: dt.datetime, seconds: float, machine: dict[str, str], stores: list[str]) -> str:
+    """The opening of a Spark bench report: when, how long, which commit, the machine and the stores."""
+    return (f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {machine['nproc']} CPUs "
+            f"({machine['cpu']}), {machine['memory']}, {machine['python']}; local Spark `local[*]`; stores: "
+            f"{', '.join(stores)}" + (" (s3: moto's S3 server through S3A)" if "s3" in stores else ""))
+
+
 def run_source(spark, label: str, remote_src: str, parquet_root: str, args, rows: list[list[str]], s3=None) -> None:
     """The data source alone: the JVM reader (`lakelog`), the Python reader (`lakelog_python`,
     the reference) and Parquet over the same rows in the same store."""
@@ -365,9 +372,7 @@ def source_main(args, stores: list[str]) -> int:
         m = machine_info(args.dir)
         body = "\n".join([
             "## The `lakelog` data source: JVM reader, Python reader, Parquet (`bench/spark.py --source-only`)", "",
-            f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {m['nproc']} CPUs "
-            f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`; stores: {', '.join(stores)}"
-            + (" (s3: moto's S3 server through S3A)" if "s3" in stores else "") +
+            spark_run_line(started, seconds, m, stores) +
             f"; over {args.keys:,} keys in {PARTITIONS} partitions, 4 MiB "
             f"segments ({'; '.join(built)}). Best of {args.repeat} after a first run for the JVM reader and "
             f"Parquet, one run for the Python reader (where run). Load average {load_before} at the start, {load_average()} "
@@ -491,9 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         m = machine_info(args.dir)
         body = "\n".join([
             "## Spark jobs and the data source (`bench/spark.py`)", "",
-            f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {m['nproc']} CPUs "
-            f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`; stores: {', '.join(stores)}"
-            + (" (s3: moto's S3 server through S3A). " if "s3" in stores else ". ") +
+            spark_run_line(started, seconds, m, stores) + ". " +
             f"{args.records:,} records of {args.value_bytes} B values over {args.keys:,} keys in {args.partitions} "
             f"partitions ({log_bytes / MB:.0f} MB of remote `.log` objects). Load average {load_before} at the "
             f"start, {load_average()} at the end; " + conditions(m["nproc"], others.cpus(), args.note), "",

@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import OtherCpu, conditions, git_revision, load_average, machine_info, markdown_table, rewrite_section, text_table  # noqa: E402
-from bench.spark import PARTITIONS, TOPIC, build_remote, copy_store  # noqa: E402
+from bench.harness import OtherCpu, conditions, load_average, machine_info, markdown_table, rewrite_section, text_table  # noqa: E402
+from bench.spark import PARTITIONS, TOPIC, build_remote, copy_store, spark_run_line  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
 SECTION = "spark-sync"
@@ -190,10 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         m = machine_info(args.dir)
         body = "\n".join([
             "## sync-tables against a Parquet -> Delta append (`bench/spark_sync.py`)", "",
-            f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {m['nproc']} CPUs "
-            f"({m['cpu']}), {m['memory']}, {m['python']}; local Spark `local[*]`; sync-tables read through "
-            f"{reader} (jar {'built' if jar_path() else 'absent'}); stores: {', '.join(stores)}"
-            + (" (s3: moto's S3 server through S3A). " if "s3" in stores else ". ") +
+            spark_run_line(started, seconds, m, stores) + f"; sync-tables read through {reader} (jar "
+            f"{'built' if jar_path() else 'absent'}). " +
             f"{args.records:,} records of {args.value_bytes} B values over {args.keys:,} keys in {PARTITIONS} "
             f"partitions ({log_bytes / 1e6:.0f} MB of remote `.log` objects), a compacted topic (the first "
             f"sync also writes `{TOPIC}_latest`). Load average {load_before} at the start, {load_average()} "
