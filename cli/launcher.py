@@ -250,8 +250,7 @@ def load_or_create_cluster_properties(data_dir: Path) -> tuple[str, str]:
         return props["cluster.id"].strip(), props["cluster.secret"].strip()
     data_dir.mkdir(parents=True, exist_ok=True)
     cluster_id, secret = uuid.uuid4().hex[:22], secrets.token_hex(32)
-    atomic_write(path, f"cluster.id={cluster_id}\ncluster.secret={secret}\n".encode())
-    os.chmod(path, 0o600)
+    atomic_write(path, f"cluster.id={cluster_id}\ncluster.secret={secret}\n".encode(), mode=0o600)
     return cluster_id, secret
 
 
@@ -259,18 +258,13 @@ def load_or_create_sql_token(path: Path) -> str:
     """The SQL server's token: only who can read the data directory can query the topics."""
     import secrets
 
+    from lakelog.logstore.fileutil import atomic_write
+
     if path.exists():
         return path.read_text().strip()
     token = secrets.token_hex(32)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
-    try:
-        os.write(fd, f"{token}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    atomic_write(path, f"{token}\n".encode(), mode=0o600)
     return token
 
 

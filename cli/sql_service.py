@@ -21,11 +21,12 @@ With authentication off nothing is made and the server gets no credentials.
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
 import httpx
+
+from lakelog.logstore.fileutil import atomic_write
 
 SERVICE_USER = "lakelog-sql"
 SERVICE_FILE = "sql-service.properties"
@@ -42,14 +43,7 @@ def _load_or_create_password(path: Path) -> str:
         if props.get("user", "").strip() == SERVICE_USER and props.get("password", "").strip():
             return props["password"].strip()
     password = secrets.token_urlsafe(32)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
-    try:
-        os.write(fd, f"user={SERVICE_USER}\npassword={password}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    atomic_write(path, f"user={SERVICE_USER}\npassword={password}\n".encode(), mode=0o600)
     return password
 
 
