@@ -80,13 +80,18 @@ def _as_httpx_auth(auth: Any) -> Any:
 
 
 def _readable(sock: socket.socket) -> bool:
-    """True when an idle connection has something to read: its end of file, or bytes nobody asked for."""
+    """True when an idle connection has something to read: its end of file, or bytes nobody asked for.
+
+    poll, not select: select refuses descriptors numbered 1024 and above (FD_SETSIZE), which a
+    process holding many files reaches, and every idle connection would then look broken."""
     import select
 
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
     try:
-        return bool(select.select([sock], [], [], 0)[0])
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
 

@@ -98,7 +98,8 @@ def test_every_page_loads_without_errors(page, cluster, tmp_path):
     expect(p.locator("#nodes-up")).to_have_text("3 / 3", timeout=WAIT_MS)
     expect(p.locator("#nodes")).to_contain_text("active controller")
     for _ in range(2):  # traffic between samples: the charts have something to show
-        cli(url, "produce", "clicks", stdin="\n".join(f"more-{i}" for i in range(3000)).encode())
+        # to partition 0, which the consume below reads: keyless records go to one sticky partition per batch
+        cli(url, "produce", "clicks", "--partition", "0", stdin="\n".join(f"more-{i}" for i in range(3000)).encode())
         cli(url, "consume", "clicks", "--partition", "0", "--from-beginning", "--max-messages", "500")
         p.wait_for_timeout(2200)
     screenshot(p, tmp_path, "overview")

@@ -186,3 +186,26 @@ def test_api_key_basic_and_cluster_signature_are_sent(server_factory):
     assert basic["headers"]["authorization"] == httpx.BasicAuth("alice", "pw")._auth_header
     assert verify(SECRET, "POST", signed["target"], signed["headers"], signed["body"], now_ms()) == 0
     assert not HttpSender.supports({"transport": httpx.MockTransport(lambda r: None)})
+
+
+def test_idle_connections_are_reused_when_descriptors_are_numbered_above_1024(server_factory):
+    """A long-lived process (a test run, an application with many files open) holds descriptors
+    above FD_SETSIZE; the idle check must still see a healthy connection as healthy."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, hard), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # the next sockets get numbers above 1024
+    server = server_factory(lambda r: _ok())
+    sender = HttpSender(timeout_s=10)
+    try:
+        for i in range(3):
+            assert sender.post(f"{server.url}/a", bytes([i]) * 10, {}).status_code == 200
+    finally:
+        sender.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert server.connections == 1
