@@ -8,13 +8,13 @@ import json
 import os
 import socket
 import threading
-import time
 
 import pytest
 import uvicorn
 
 from lakelog.ingest_api.body_buffering import whole_body_protocol
 from lakelog.ingest_api.security.connections import guarded_http_protocol
+from tests.support.faults import wait_for
 
 MiB = 1 << 20
 
@@ -58,10 +58,7 @@ def serve():
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         started.append((server, thread))
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.01)
+        wait_for(lambda: server.started, what="the server to start", interval_s=0.01)
         return sock.getsockname()[1]
 
     yield start
@@ -129,8 +126,5 @@ def test_a_client_gone_mid_body_is_a_disconnect_for_the_application(serve):
     port = serve(app, 8 * MiB)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % MiB + os.urandom(MiB // 2))
-    deadline = time.monotonic() + 30
-    while app.disconnects == 0:
-        assert time.monotonic() < deadline, "the application never saw the disconnect"
-        time.sleep(0.01)
+    wait_for(lambda: app.disconnects > 0, what="the application to see the disconnect", interval_s=0.01)
     assert app.disconnects == 1
