@@ -238,6 +238,24 @@ def _tasks(spark, groups: list[str]) -> str:
     return " + ".join(counts) or "0"
 
 
+def store_copiers(work: Path, src: Path):
+    """Two functions that give each measured run its own copy of the built remote tier: one under
+    `work` on the filesystem, one in the `bench` bucket from `s3://bench/pristine`; each returns its URL."""
+    counter = iter(range(1_000_000))
+
+    def fresh_fs(name: str) -> str:
+        dst = work / f"{name}-{next(counter)}"
+        shutil.copytree(src / "remote", dst / "remote")
+        return (dst / "remote").as_uri()
+
+    def fresh_s3(name: str) -> str:
+        url = f"s3://bench/{name}-{next(counter)}"
+        copy_store("s3://bench/pristine", url)
+        return url
+
+    return fresh_fs, fresh_s3
+
+
 def spark_run_line(started: dt.datetime, seconds: float, machine: dict[str, str], stores: list[str]) -> str:
     """The opening of a Spark bench report: when, how long, which commit, the machine and the stores."""
     return (f"Run {started:%Y-%m-%d %H:%M} UTC, {seconds:.0f} s, commit {git_revision(ROOT)}; {machine['nproc']} CPUs "
@@ -457,17 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = remote_session("s3://bench/x" if s3 else remote_src, app_name="lakelog-bench",
                                conf={"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
-        counter = iter(range(1_000_000))
-
-        def fresh_fs(name: str) -> str:
-            dst = work / f"{name}-{next(counter)}"
-            shutil.copytree(src / "remote", dst / "remote")
-            return (dst / "remote").as_uri()
-
-        def fresh_s3(name: str) -> str:
-            url = f"s3://bench/{name}-{next(counter)}"
-            copy_store("s3://bench/pristine", url)
-            return url
+        fresh_fs, fresh_s3 = store_copiers(work, src)
 
         # Warm-up: a JVM and Python workers that have run a job once.
         run_job(spark, "retention", fresh_fs("warm"), overrides={"cleanup.policy": "compact,delete", "retention.ms": "-1"})

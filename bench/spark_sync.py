@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.harness import OtherCpu, conditions, load_average, machine_info, markdown_table, rewrite_section, text_table  # noqa: E402
-from bench.spark import PARTITIONS, TOPIC, build_remote, copy_store, spark_run_line  # noqa: E402
+from bench.spark import PARTITIONS, TOPIC, build_remote, copy_store, spark_run_line, store_copiers  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
 SECTION = "spark-sync"
@@ -161,17 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                                conf={"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
         reader = "the JVM reader" if jvm_source_loaded(spark) else "the Python reader (no jar: `make jvm`)"
-        counter = iter(range(1_000_000))
-
-        def fresh_fs(name: str) -> str:
-            dst = work / f"{name}-{next(counter)}"
-            shutil.copytree(src / "remote", dst / "remote")
-            return (dst / "remote").as_uri()
-
-        def fresh_s3(name: str) -> str:
-            url = f"s3://bench/{name}-{next(counter)}"
-            copy_store("s3://bench/pristine", url)
-            return url
+        fresh_fs, fresh_s3 = store_copiers(work, src)
 
         if "fs" in stores:
             rows += run_store(spark, "fs", remote_src, fresh_fs, (work / "fs-parquet").as_uri(), args.repeat)
