@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import time
 
+from lakelog.spark_log.delta_commits import SYNC_WRITE_CONF, appended_rows, session_conf
 from lakelog.tiering.remote_scan import TABLES_DIR, open_remote, tables_path
 
 LATEST_SUFFIX = "_latest"
@@ -45,29 +46,85 @@ TYPE_WIDENING_DEFAULT = "spark.databricks.delta.properties.defaults.enableTypeWi
 SQL_DATABASE = "lakelog"
 
 
-def _table_exists(spark, path: str) -> bool:
-    from delta.tables import DeltaTable
+class _TableStates:
+    """Whether each Delta table exists, asked once per sync (`DeltaTable.isDeltaTable` lists or
+    replays the table's log every time) and updated by the sync's own writes."""
 
-    return DeltaTable.isDeltaTable(spark, path)
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        self.known: dict[str, bool] = {}
+
+    def exists(self, path: str) -> bool:
+        if path not in self.known:
+            from delta.tables import DeltaTable
+
+            self.known[path] = bool(DeltaTable.isDeltaTable(self.spark, path))
+        return self.known[path]
+
+    def written(self, path: str) -> None:
+        self.known[path] = True
+
+
+def _has_records_from(remote: str, topic: str, starts: dict[int, int]) -> bool:
+    """Whether some partition's remote tier (COPY_FINISHED segments, what the data source reads)
+    reaches its start offset: without, there is nothing to append and no Spark job runs."""
+    from lakelog.tiering.remote_scan import load_manifest
+
+    store = open_remote(remote)
+    try:
+        for p, start in starts.items():
+            end = load_manifest(store, topic, p).end_offset
+            if end is not None and end >= start:
+                return True
+        return False
+    finally:
+        store.close()
 
 
 def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitions: list[int], *,
                owner: str = "sync") -> dict:
     """Append the topic's new remote records to its Delta table; returns a summary row."""
+    with session_conf(spark, SYNC_WRITE_CONF):
+        return _sync_topic(spark, remote, topic, config, partitions, _TableStates(spark))
+
+
+def _sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitions: list[int],
+                tables: _TableStates) -> dict:
     from pyspark.sql import functions as F
 
     started = time.monotonic()
     path = tables_path(remote, topic)
     synced: dict[int, int] = {}
     errors_path = tables_path(remote, topic + ERRORS_SUFFIX)
-    table_existed = False
+    latest_table = tables_path(remote, topic + LATEST_SUFFIX)
     for done in (path, errors_path):  # a record is synced once it is in the table or in its dead letters
-        if _table_exists(spark, done):
-            table_existed = table_existed or done == path
+        if tables.exists(done):
             for r in spark.read.format("delta").load(done).groupBy("partition").agg(F.max("offset").alias("o")).collect():
                 synced[int(r["partition"])] = max(synced.get(int(r["partition"]), -1), int(r["o"]))
+    table_existed = tables.exists(path)
+    compacted = "compact" in {p.strip() for p in config.get("cleanup.policy", "delete").split(",")}
     starts = {p: synced.get(p, -1) + 1 for p in partitions}
-    lowest = min(starts.values()) if starts else 0
+    added = errors_added = 0
+    latest_path = None
+    if starts and _has_records_from(remote, topic, starts):
+        added, errors_added, latest_path = _append_new(spark, remote, topic, config, starts, tables,
+                                                       table_existed=table_existed, compacted=compacted)
+    if compacted and latest_path is None and not tables.exists(latest_table) and tables.exists(path):
+        latest_path = write_latest_table(spark, remote, topic)
+    return {"topic": topic, "table": path, "rows_added": added, "latest_table": latest_path,
+            "errors_added": errors_added, "seconds": time.monotonic() - started}
+
+
+def _append_new(spark, remote: str, topic: str, config: dict[str, str], starts: dict[int, int],
+                tables: _TableStates, *, table_existed: bool, compacted: bool) -> tuple[int, int, str | None]:
+    """Append the records from `starts` on; returns (rows added, dead letters added, the latest
+    table's path when written). The rows are cached for the latest table's step; their count is the
+    append commit's `numOutputRows` (`delta_commits.appended_rows`), not a pass of its own."""
+    from pyspark.sql import functions as F
+
+    path = tables_path(remote, topic)
+    errors_path = tables_path(remote, topic + ERRORS_SUFFIX)
+    lowest = min(starts.values())
     # "lakelog": the JVM reader when its jar is on the session's class path, else the Python reader.
     from lakelog.spark_log.datasource import register as register_source
 
@@ -78,8 +135,6 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
     for p, start in starts.items():
         c = (F.col("partition") == p) & (F.col("offset") >= start)
         condition = c if condition is None else condition | c
-    if condition is None:
-        return {"topic": topic, "table": path, "rows_added": 0, "seconds": time.monotonic() - started}
     new = df.where(condition).withColumn(
         "date", F.date_from_unix_date(F.floor(F.unix_millis(F.col("timestamp")) / 86_400_000).cast("int")))
     dead = None
@@ -96,39 +151,45 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
         if clash:
             raise ValueError(f"value.schema of {topic} names columns the table already has: {sorted(clash)}")
         new = new.withColumn("_parsed", parsed).select(*new.columns, *[F.col("_parsed." + n).alias(n) for n in names])
-    compacted = "compact" in {p.strip() for p in config.get("cleanup.policy", "delete").split(",")}
-    latest_exists = compacted and _table_exists(spark, tables_path(remote, topic + LATEST_SUFFIX))
+    latest_exists = compacted and tables.exists(tables_path(remote, topic + LATEST_SUFFIX))
+    version = sum(starts.values())
+    app_id = f"lakelog-sync-{topic}"
     new = new.persist()
     errors_added = 0
     latest_path = None
     try:
-        added = new.count()
-        version = sum(starts.values())
+        # Registry-decoded rows may all be dead letters: no append (and no empty table) then.
+        added = 0
+        if dead is None or new.count():
+            _append_typed(spark, new, path, topic, version, widen=bool(registry), tables=tables)
+            store = open_remote(remote)
+            try:
+                added = appended_rows(store, topic, app_id, version)
+            finally:
+                store.close()
         if added:
-            _append_typed(spark, new, path, topic, version, widen=bool(registry))
+            tables.written(path)
             if latest_exists:
                 latest_path = merge_latest_table(spark, remote, topic, new)
             elif compacted and not table_existed:
                 # the table is exactly these rows: its latest table from them (cached), not read back
                 latest_path = write_latest_table(spark, remote, topic, source=new)
+                tables.written(latest_path)
         if dead is not None:
             dead = dead.persist()
             errors_added = dead.count()
             if errors_added:
                 (dead.write.format("delta").mode("append").partitionBy("partition", "date")
-                 .option("txnAppId", f"lakelog-sync-{topic}{ERRORS_SUFFIX}").option("txnVersion", version)
+                 .option("txnAppId", f"{app_id}{ERRORS_SUFFIX}").option("txnVersion", version)
                  .save(errors_path))
     finally:
         new.unpersist()
         if dead is not None:
             dead.unpersist()
-    if compacted and latest_path is None and not latest_exists and _table_exists(spark, path):
-        latest_path = write_latest_table(spark, remote, topic)
-    return {"topic": topic, "table": path, "rows_added": added, "latest_table": latest_path,
-            "errors_added": errors_added, "seconds": time.monotonic() - started}
+    return added, errors_added, latest_path
 
 
-def _append_typed(spark, new, path: str, topic: str, version: int, *, widen: bool) -> None:
+def _append_typed(spark, new, path: str, topic: str, version: int, *, widen: bool, tables: _TableStates) -> None:
     """Append with schema merge. With `widen` (registry-typed tables), a compatible schema change widens a
     column in place (int -> long, float -> double) by Delta type widening: a new table is created with
     `delta.enableTypeWidening` (the session default for new tables, set around its creation), and a
@@ -143,7 +204,7 @@ def _append_typed(spark, new, path: str, topic: str, version: int, *, widen: boo
 
     if not widen:
         return append()
-    if not _table_exists(spark, path):
+    if not tables.exists(path):
         saved = spark.conf.get(TYPE_WIDENING_DEFAULT, None)
         spark.conf.set(TYPE_WIDENING_DEFAULT, "true")
         try:
@@ -164,12 +225,18 @@ def _append_typed(spark, new, path: str, topic: str, version: int, *, widen: boo
 
 
 def _latest_per_key(df):
-    from pyspark.sql import Window
+    """The newest record of each (partition, key) of `df`, keyless records left out. One aggregate
+    (`max_by` the offset): its partial step keeps one row per key of each task's rows before the
+    shuffle, so only those are shuffled and sorted, where a window over the rows moved every one."""
     from pyspark.sql import functions as F
 
-    w = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
-    return df.where(F.col("key").isNotNull()).withColumn("_rank", F.row_number().over(w)) \
-        .where("_rank = 1").drop("_rank")
+    def col(name: str):
+        return F.col("`" + name.replace("`", "``") + "`")
+
+    names = df.columns
+    newest = F.max_by(F.struct(*[col(c) for c in names]), col("offset")).alias("_newest")
+    return (df.where(col("key").isNotNull()).groupBy(col("partition"), col("key")).agg(newest)
+            .select(*[F.col("_newest").getField(c).alias(c) for c in names]))
 
 
 def merge_latest_table(spark, remote: str, topic: str, new) -> str:
@@ -193,15 +260,11 @@ def write_latest_table(spark, remote: str, topic: str, source=None) -> str:
     """Rewrite `<topic>_latest`: the newest record per (partition, key), tombstoned keys left out;
     taken from `source` when given (the rows of a table that did not exist before this sync: all of
     it), else from the whole table."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if source is None:
         source = spark.read.format("delta").load(tables_path(remote, topic))
-    full = source.where(F.col("key").isNotNull())
-    w = Window.partitionBy("partition", "key").orderBy(F.col("offset").desc())
-    latest = (full.withColumn("_rank", F.row_number().over(w)).where("_rank = 1").drop("_rank")
-              .where(F.col("value").isNotNull()))
+    latest = _latest_per_key(source).where(F.col("value").isNotNull())
     path = tables_path(remote, topic + LATEST_SUFFIX)
     latest.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
     return path
