@@ -28,6 +28,15 @@ same range has the same one, so Delta skips it. Running sync twice adds nothing.
 
 Records reach a table once they are in the remote tier (COPY_FINISHED), so a table trails the
 log by what the nodes have not tiered yet.
+
+What one sync costs: each table's existence is asked once (`_TableStates`); when no partition's
+manifest reaches its start offset, no Spark job runs. Otherwise the new rows are read once, cached
+by the append (for `<topic>_latest`), and counted from the append's own Delta commit
+(`delta_commits.appended_rows`: its `numOutputRows`; 0 when Delta skipped the append as already
+made). The latest record per key is one `max_by` aggregate. The writes make no Delta checksum files
+(`delta_commits.SYNC_WRITE_CONF`). The rare append of no rows (a manifest whose last offsets are
+control records or compacted away) commits an empty version once: its transaction id then repeats
+and Delta skips it.
 """
 
 from __future__ import annotations
