@@ -119,7 +119,7 @@ def _sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitio
         added, errors_added, latest_path = _append_new(spark, remote, topic, config, starts, tables,
                                                        table_existed=table_existed, compacted=compacted)
     if compacted and latest_path is None and not tables.exists(latest_table) and tables.exists(path):
-        latest_path = write_latest_table(spark, remote, topic)
+        latest_path = write_latest_table(spark, remote, topic, exists=False)
     return {"topic": topic, "table": path, "rows_added": added, "latest_table": latest_path,
             "errors_added": errors_added, "seconds": time.monotonic() - started}
 
@@ -182,7 +182,8 @@ def _append_new(spark, remote: str, topic: str, config: dict[str, str], starts: 
                 latest_path = merge_latest_table(spark, remote, topic, new)
             elif compacted and not table_existed:
                 # the table is exactly these rows: its latest table from them (cached), not read back
-                latest_path = write_latest_table(spark, remote, topic, source=new)
+                latest_path = write_latest_table(spark, remote, topic, source=new,
+                                                 exists=tables.exists(tables_path(remote, topic + LATEST_SUFFIX)))
                 tables.written(latest_path)
         if dead is not None:
             dead = dead.persist()
@@ -265,17 +266,30 @@ def merge_latest_table(spark, remote: str, topic: str, new) -> str:
     return path
 
 
-def write_latest_table(spark, remote: str, topic: str, source=None) -> str:
+def write_latest_table(spark, remote: str, topic: str, source=None, *, exists: bool = True) -> str:
     """Rewrite `<topic>_latest`: the newest record per (partition, key), tombstoned keys left out;
     taken from `source` when given (the rows of a table that did not exist before this sync: all of
-    it), else from the whole table."""
+    it), else from the whole table. Without the table (`exists` false) it is created, sparing
+    Delta's search for files to remove (as rebuild-index's `_remote_index`); if another run created
+    it meanwhile, it is overwritten."""
+    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     if source is None:
         source = spark.read.format("delta").load(tables_path(remote, topic))
     latest = _latest_per_key(source).where(F.col("value").isNotNull())
     path = tables_path(remote, topic + LATEST_SUFFIX)
-    latest.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+
+    def save(mode: str) -> None:
+        latest.write.format("delta").mode(mode).option("overwriteSchema", "true").save(path)
+
+    if exists:
+        save("overwrite")
+    else:
+        try:
+            save("errorifexists")
+        except AnalysisException:
+            save("overwrite")
     return path
 
 
