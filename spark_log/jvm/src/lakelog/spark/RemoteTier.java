@@ -3,7 +3,6 @@ package lakelog.spark;
 import java.io.Closeable;
 import java.io.IOException;
 import java.io.InputStream;
-import java.net.URI;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.TreeSet;
@@ -23,13 +22,14 @@ import org.apache.hadoop.fs.Path;
  * tiering/layout.py: `<topic>-<partition>/manifest.json`, `<topic>-<partition>/<base offset, 20
  * digits>-<segment id>.{log,index,...}`.
  *
- * <p>Each tier opens a FileSystem of its own ({@code FileSystem.newInstance}) with the configuration
- * it is given, and closes it with {@link #close()}. Not {@code FileSystem.get}: Hadoop's cache is
- * JVM-wide and keyed by scheme, bucket (authority) and user only, never by the configuration, so
- * once a session had read {@code s3a://b/...}, a later session of the same JVM (the earlier one
- * stopped) got the earlier session's instance for a bucket of the same name: the old endpoint and
+ * <p>Each tier takes a FileSystem from {@link TierFileSystems} for the configuration it is given,
+ * and gives it back with {@link #close()}. Not {@code FileSystem.get}: Hadoop's cache is JVM-wide
+ * and keyed by scheme, bucket (authority) and user only, never by the configuration, so once a
+ * session had read {@code s3a://b/...}, a later session of the same JVM (the earlier one stopped)
+ * got the earlier session's instance for a bucket of the same name: the old endpoint and
  * credentials, another store, read without an error (planning then found that store's manifests,
- * or none). A tier lives for one planning or one task's reads.
+ * or none). {@link TierFileSystems} keys its FileSystems by the configuration's {@code fs.*}
+ * entries too. A tier lives for one planning or one task's reads.
  *
  * <p>Objects whose length the manifest gives (`.log`, `.index`) are opened with that length
  * ({@code fs.option.openfile.length}) through S3A's classic input stream: a GET and nothing
@@ -44,19 +44,25 @@ final class RemoteTier implements Closeable {
     /** Bytes of the first read of a manifest (see {@link #manifestOrNull}): about 3,000 segments. */
     static final int MANIFEST_PROBE_BYTES = 1 << 20;
     final String root;
+    private final TierFileSystems.Lease lease;
     private final FileSystem fs;
+    private boolean closed;
 
     RemoteTier(String rootUrl, Configuration conf) throws IOException {
         this.root = hadoopRoot(rootUrl);
         Configuration own = new Configuration(conf);
         own.set(S3A_STREAM_TYPE, "classic");
-        this.fs = FileSystem.newInstance(URI.create(root + "/"), own);
+        this.lease = TierFileSystems.acquire(root, own);
+        this.fs = lease.fs;
     }
 
-    /** Closes this tier's FileSystem (its connections and threads); streams it opened are done. */
+    /** Gives this tier's FileSystem back to {@link TierFileSystems}; streams it opened are done. */
     @Override
-    public void close() throws IOException {
-        fs.close();
+    public synchronized void close() throws IOException {
+        if (!closed) {
+            closed = true;
+            TierFileSystems.release(lease);
+        }
     }
 
     /** `s3://b/p` -> `s3a://b/p`; `file:///x` kept; no trailing slash. */
