@@ -92,22 +92,6 @@ final class RemoteTier implements Closeable {
         return partitionDir(topic, partition) + "/" + s.stem() + suffix;
     }
 
-    /** The partitions of `topic` that have a manifest, sorted. */
-    List<Integer> partitions(String topic) throws IOException {
-        Pattern dir = Pattern.compile("^" + Pattern.quote(topic) + "-(\\d+)$");
-        TreeSet<Integer> out = new TreeSet<>();
-        FileStatus[] found = fs.globStatus(path(topic + "-*/manifest.json"));
-        if (found != null) {
-            for (FileStatus st : found) {
-                Matcher m = dir.matcher(st.getPath().getParent().getName());
-                if (m.matches()) {
-                    out.add(Integer.parseInt(m.group(1)));
-                }
-            }
-        }
-        return new ArrayList<>(out);
-    }
-
     /** The manifest of `topic`-`partition` (see {@link #manifestOrNull}); a missing one is an error. */
     Manifest manifest(String topic, int partition) throws IOException {
         Manifest m = manifestOrNull(topic, partition);
