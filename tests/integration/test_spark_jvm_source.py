@@ -225,9 +225,9 @@ def test_damaged_bytes_fail_both_paths_alike(spark, topic, tmp_path):
 
 def test_read_ahead_in_small_chunks_returns_the_same_rows_and_errors(spark, topic, tmp_path, s3):
     """The JVM reader reads a task's objects ahead on background threads (`prefetchChunks` chunks
-    of `chunkBytes` per thread, `prefetchSegments` segments at once): segments many chunks long, a scan that stops inside a segment, and a
-    missing object in the middle of a task's split give what reading inline (`prefetchChunks=0`)
-    and the reference give."""
+    of `chunkBytes` per thread, `prefetchSegments` segments at once): segments many chunks long,
+    a scan that stops inside a segment, and a missing object in the middle of a task's split give
+    what reading inline (`prefetchChunks=0`) and the reference give."""
     store = FileSystemStore(tmp_path / "remote")
     tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000}))
     rng = random.Random(7)
