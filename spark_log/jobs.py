@@ -7,7 +7,8 @@
                     (spark_log/compaction_job.py, compaction/remote_split.py)
     retention       retention.ms / retention.bytes by whole remote segments, one task per partition
     rebuild-index   regenerate .index / .timeindex (missing or damaged ones, or all with --all),
-                    one task per segment; writes the partition-level remote index Delta table
+                    each task over runs of segments (tiering/index_rebuild_tasks.py), one manifest
+                    CAS per run; writes the partition-level remote index Delta table
                     `<remote>/tables/_remote_index`
     sync-tables     each topic into the Delta table `<remote>/tables/<topic>` (spark_log/tables.py)
 
@@ -97,16 +98,14 @@ def _retention_task(args: tuple) -> dict:
         store.close()
 
 
-def _rebuild_task(args: tuple) -> dict:
-    remote, topic, partition, segment_id, interval, mode = args
-    from lakelog.tiering.index_rebuild import rebuild_segment
+def _rebuild_task(args: tuple) -> list[dict]:
+    """One rebuild-index task: its runs of segments (tiering/index_rebuild_tasks.py), a row each."""
+    remote, runs, mode = args
+    from lakelog.tiering.index_rebuild_tasks import rebuild_run
 
     store = _executor_store(remote)
     try:
-        seg = load_manifest(store, topic, partition).segment(segment_id)
-        if seg is None:
-            return {"topic": topic, "partition": partition, "segment_id": segment_id, "index_action": "gone"}
-        return rebuild_segment(store, topic, partition, seg, index_interval_bytes=interval, mode=mode).to_dict()
+        return [row for run in runs for row in rebuild_run(store, run, mode=mode)]
     finally:
         store.close()
 
@@ -210,6 +209,9 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
 
         # The compaction job's own keys beside topic keys (a schedule passes one --config to every job).
         job_keys, overrides = split_overrides(overrides or {})
+        from lakelog.tiering.index_rebuild_tasks import split_rebuild_overrides
+
+        rebuild_keys, overrides = split_rebuild_overrides(overrides)
         names, partitions, configs = plan(store, job, topics, overrides)
         summary.topics = names
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -230,17 +232,20 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
                     on_plan(len(tasks))
                 summary.rows = _run_tasks(spark, _retention_task, tasks, progress, summary.spark_job_groups)
         elif job == "rebuild-index":
-            tasks = []
-            for t in names:
-                interval = LogConfig(configs[t]).index_interval_bytes
-                for p in partitions[t]:
-                    m = load_manifest(store, t, p)
-                    tasks += [(remote, t, p, s.segment_id, interval, "all" if rebuild_all else "missing")
-                              for s in m.copy_finished]
+            from lakelog.tiering.index_rebuild_tasks import RebuildJobConfig, plan_rebuild_tasks
+
+            # Runs of segments per task, not one task per segment (see index_rebuild_tasks.py).
+            planned = plan_rebuild_tasks(
+                ((t, p, LogConfig(configs[t]).index_interval_bytes, load_manifest(store, t, p).copy_finished)
+                 for t in names for p in partitions[t]),
+                max_bytes=RebuildJobConfig(rebuild_keys).rebuild_task_max_bytes,
+                cores=int(spark.sparkContext.defaultParallelism))
+            tasks = [(remote, [tuple(r) for r in runs], "all" if rebuild_all else "missing") for runs in planned]
             if on_plan:
                 on_plan(len(tasks))
             t = time.monotonic()
-            summary.rows = _run_tasks(spark, _rebuild_task, tasks, progress, summary.spark_job_groups)
+            summary.rows = [row for rows in _run_tasks(spark, _rebuild_task, tasks, progress, summary.spark_job_groups)
+                            for row in rows]
             summary.phases["tasks_s"] = time.monotonic() - t
             t = time.monotonic()
             write_remote_index_table(spark, remote, [r for r in summary.rows if "segment_id" in r and "base_offset" in r])
