@@ -297,8 +297,10 @@ REMOTE_INDEX_WRITE_CONF = {"spark.databricks.delta.snapshotPartitions": "1",
                            "spark.databricks.delta.writeChecksumFile.enabled": "false"}
 
 
-def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
-    """Replace `<remote>/tables/_remote_index` with `rows` (one per remote segment).
+def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
+    """Replace `<remote>/tables/_remote_index` with `rows` (one per remote segment); leave it as it
+    is when its latest commit already holds exactly these rows (spark_log/remote_index_table.py:
+    a fingerprint in the commit's userMetadata). True when the table was written.
 
     The rows go to the JVM as one Arrow table (a local relation): built from Python rows, the
     DataFrame's write ran Python workers to unpickle them, which cost ~2 s of a 2.5 s commit on a
@@ -307,8 +309,17 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
+    from lakelog.spark_log.remote_index_table import latest_fingerprint, rows_fingerprint
+
     path = tables_path(remote, REMOTE_INDEX_TABLE)
     schema = _parse_datatype_string(REMOTE_INDEX_SCHEMA)
+    fingerprint = rows_fingerprint(REMOTE_INDEX_SCHEMA, schema.fieldNames(), rows)
+    store = open_remote(remote)
+    try:
+        if latest_fingerprint(store) == fingerprint:
+            return False
+    finally:
+        store.close()
     table = pa.Table.from_pylist([{c: r.get(c) for c in schema.fieldNames()} for r in rows],
                                  schema=to_arrow_schema(schema))
     df = spark.createDataFrame(table)
@@ -320,14 +331,14 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
         spark.conf.set(k, v)
     try:
         (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-         .partitionBy("topic").save(path))
+         .option("userMetadata", fingerprint).partitionBy("topic").save(path))
     finally:
         for k, v in old.items():
             if v is None:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
-    return path
+    return True
 
 
 # ---------------------------------------------------------------------------------------------

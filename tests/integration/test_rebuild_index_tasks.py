@@ -82,3 +82,40 @@ def test_rebuild_index_runs_segments_in_few_tasks_with_one_manifest_write(tmp_pa
 
     with pytest.raises(ConfigError, match="rebuild.task.max.bytes"):
         run_job(spark, "rebuild-index", remote, overrides={"rebuild.task.max.bytes": "10"})
+
+
+def _versions(store) -> list[str]:
+    return [o.key for o in store.list("tables/_remote_index/_delta_log/") if o.key.endswith(".json")]
+
+
+def test_a_run_that_finds_the_same_rows_leaves_the_remote_index_table_as_it_is(tmp_path, spark):
+    store, _, _, _ = build_remote(tmp_path, batches=150, log_cfg={"cleanup.policy": "delete"})
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, {"index.interval.bytes": "512"}))
+    remote = (tmp_path / "remote").as_uri()
+    segs = load_manifest(store, TOPIC, 0).copy_finished
+    path = f"{remote}/tables/_remote_index"
+
+    run_job(spark, "rebuild-index", remote)
+    assert len(_versions(store)) == 1
+    first = sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
+    # Nothing changed in the tier: the same rows, so no new Delta version.
+    summary = run_job(spark, "rebuild-index", remote)
+    assert summary.totals == {"segments": len(segs), "ok": len(segs)}
+    assert len(_versions(store)) == 1
+    assert sorted(tuple(r) for r in spark.read.format("delta").load(path).collect()) == first
+
+    # A lost index: the row says "rebuilt", so the table is written; and --all rows differ again.
+    store.delete(segment_key(TOPIC, 0, segs[0].base_offset, segs[0].segment_id, INDEX_SUFFIX))
+    run_job(spark, "rebuild-index", remote)
+    assert len(_versions(store)) == 2
+    actions = {r["segment_id"]: r["index_action"] for r in spark.read.format("delta").load(path).collect()}
+    assert actions == {s.segment_id: "rebuilt" if i == 0 else "ok" for i, s in enumerate(segs)}
+    run_job(spark, "rebuild-index", remote, rebuild_all=True)
+    run_job(spark, "rebuild-index", remote, rebuild_all=True)
+    assert len(_versions(store)) == 3
+    # Another writer's commit after ours (a user's DELETE): the next run writes the table again.
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE base_offset = {segs[1].base_offset}")
+    assert len(_versions(store)) == 4
+    run_job(spark, "rebuild-index", remote, rebuild_all=True)
+    assert len(_versions(store)) == 5
+    assert spark.read.format("delta").load(path).count() == len(segs)
