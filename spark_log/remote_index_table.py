@@ -45,12 +45,25 @@ def rows_fingerprint(schema: str, columns: list[str], rows: list[dict]) -> str:
 def latest_fingerprint(store: ObjectStore) -> str | None:
     """The fingerprint in the `userMetadata` of the table's latest commit, or None (no table, the
     latest commit is not a rebuild-index overwrite, or it could not be read)."""
+    return table_state(store)[1]
+
+
+def table_state(store: ObjectStore) -> tuple[bool, str | None]:
+    """(whether the table may exist, `latest_fingerprint`): False only when the listing of
+    `_delta_log/` succeeded and is empty (the writer then creates the table rather than
+    overwriting one, which spares Delta's search for files to remove)."""
     try:
-        commits = [(int(m.group(1)), o) for o in store.list(LOG_DIR)
-                   if (m := _COMMIT.fullmatch(o.key[len(LOG_DIR):]))]
-        if not commits:
-            return None
-        _, info = max(commits, key=lambda c: c[0])
+        listed = store.list(LOG_DIR)
+    except (TieringError, OSError):
+        return True, None
+    commits = [(int(m.group(1)), o) for o in listed if (m := _COMMIT.fullmatch(o.key[len(LOG_DIR):]))]
+    if not commits:
+        return bool(listed), None
+    return True, _fingerprint_of(store, max(commits, key=lambda c: c[0])[1])
+
+
+def _fingerprint_of(store: ObjectStore, info) -> str | None:
+    try:
         if info.size > MAX_COMMIT_BYTES:
             return None
         data, _ = store.get(info.key)

@@ -45,3 +45,15 @@ def test_only_the_latest_commit_of_the_table_is_read(tmp_path):
     assert latest_fingerprint(store) == f
     store.put(f"{LOG_DIR}{14:020d}.json", b"\xff not json")  # unreadable: write the table
     assert latest_fingerprint(store) is None
+
+
+def test_the_table_is_created_only_where_its_log_is_empty(tmp_path):
+    from lakelog.spark_log.remote_index_table import table_state
+
+    store = FileSystemStore(tmp_path)
+    assert table_state(store) == (False, None)
+    store.put(f"{LOG_DIR}00000000000000000010.checkpoint.parquet", b"PAR1")  # a log without commit files
+    assert table_state(store) == (True, None)
+    f = rows_fingerprint("s", COLUMNS, ROWS)
+    _commit(store, 10, {"commitInfo": {"userMetadata": f}})
+    assert table_state(store) == (True, f)
