@@ -5,7 +5,7 @@ that is one core reading every byte twice. The same round, with the same rules a
 lease / stage / swap protocol, in steps that `spark_log/compaction_job.py` runs as Spark stages:
 
   1. driver, `open_round`: take the partition's job lease, abandon this job's staged leftovers and
-     decide the dirty section (`remote.plan_round`); cut the dirty segments into runs of at most
+     decide the dirty section (`remote_common.plan_round`); cut the dirty segments into runs of at most
      `compaction.task.max.bytes` (`map_runs`);
   2. map tasks, `map_segments`: key -> latest offset over one run's batches of the dirty section,
      over decoded columns, bounded by `compaction.offset.map.max.bytes`; a task whose map fills
@@ -50,20 +50,20 @@ import pyarrow.compute as pc
 from lakelog.compaction import vectorized
 from lakelog.compaction.compactor import CleaningParams, CompactionStats, next_first_dirty_offset
 from lakelog.compaction.errors import OffsetMapTooSmallError
-from lakelog.compaction.remote import (
+from lakelog.compaction.remote_common import (
     COMPACTION_ORIGIN,
     DirtySection,
+    PartitionJob,
     PartitionReport,
-    _job_commit,
-    _merge_small,
-    _now_ms,
-    _PartitionJob,
-    _upload,
-    _write_group,
-    _write_state,
+    current_time_ms,
     delete_due_objects,
     group_below,
+    job_commit,
+    merge_small,
     plan_round,
+    upload_replacement,
+    write_group,
+    write_job_state,
 )
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
@@ -260,13 +260,13 @@ def rewrite_run(store: ObjectStore, topic: str, partition: int, groups: list[lis
     with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:
         try:
             for g, sid in zip(groups, ids):
-                staged.append(_write_group(store, topic, partition, g, offset_map, map_end, params, config, stats,
+                staged.append(write_group(store, topic, partition, g, offset_map, map_end, params, config, stats,
                                            now_ms, workdir, arrow_map=arrow_map if native else None, segment_id=sid))
             if stats.batches_rewritten == 0 and stats.batches_dropped == 0:
                 return RunResult([], stats, False)
-            staged = _merge_small(staged, config, now_ms, workdir)
+            staged = merge_small(staged, config, now_ms, workdir)
             for st in staged:
-                _upload(store, topic, partition, st)
+                upload_replacement(store, topic, partition, st)
             return RunResult([(st.entry, tuple(s.segment_id for s in st.group)) for st in staged], stats, True)
         finally:
             for st in staged:
@@ -290,7 +290,7 @@ class RewriteTask:
 class SplitRound:
     """A round in progress on the driver: holds the partition's lease until `finish` or `release`."""
 
-    job: _PartitionJob
+    job: PartitionJob
     config: LogConfig
     section: DirtySection
     max_map_bytes: int
@@ -323,7 +323,7 @@ class SplitRound:
         self.rewrites = [RewriteTask([[x.segment_id for x in g] for g, _ in run], [p.segment_id for _, p in run])
                          for run in runs]
         if placeholders:
-            _job_commit(job.meta, lambda cur: mf.stage_replacements(cur, placeholders))
+            job_commit(job.meta, lambda cur: mf.stage_replacements(cur, placeholders))
 
     def map_ipc(self) -> bytes:
         return _to_ipc(pa.table({"key": self.arrow_map.keys, "offset": self.arrow_map.offsets}))  # type: ignore[union-attr]
@@ -369,7 +369,7 @@ class SplitRound:
                     out = mf.set_cleaner_checkpoint(out, checkpoint) or out
                 return out if out is not cur else None
 
-            after = _job_commit(meta, swap)
+            after = job_commit(meta, swap)
             done = {i for i in final if (x := after.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED}
             if changed:
                 report.action = "compacted"
@@ -382,7 +382,7 @@ class SplitRound:
             report.cleaner_checkpoint = after.cleaner_checkpoint
             report.log_start_offset = after.log_start_offset
             if not report.groups_abandoned:
-                _write_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
+                write_job_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
             report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
             return report
         finally:
@@ -419,7 +419,7 @@ def open_round(store: ObjectStore, topic: str, partition: int, config: LogConfig
         return report
     try:
         meta = ManifestStore(store, topic, partition)
-        job = _PartitionJob(store, topic, partition, _now_ms() if now_ms is None else now_ms, lease, meta,
+        job = PartitionJob(store, topic, partition, current_time_ms() if now_ms is None else now_ms, lease, meta,
                             meta.load(), report)
         section = plan_round(job, config, force=force)
     except BaseException:
