@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakelog.compaction import vectorized
+from lakelog.compaction.bounded_map import ENTRY_OVERHEAD_BYTES, BoundedLatestMap, latest
 from lakelog.compaction.compactor import CleaningParams, CompactionStats, next_first_dirty_offset
 from lakelog.compaction.errors import OffsetMapTooSmallError
 from lakelog.compaction.remote_common import (
@@ -75,27 +76,6 @@ from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering.store import ObjectStore
 
-#: Bytes a map entry costs beside its key: the key's 4-byte position in the key buffer, the offset.
-ENTRY_OVERHEAD_BYTES = 12
-
-
-def map_bytes(keys: pa.Array, offsets: pa.Array | None = None) -> int:
-    """The bounded size of a map: key bytes + ENTRY_OVERHEAD_BYTES per key."""
-    if len(keys) == 0:
-        return 0
-    return int(pc.sum(pc.binary_length(keys)).as_py() or 0) + ENTRY_OVERHEAD_BYTES * len(keys)
-
-
-def _latest(table: pa.Table) -> pa.Table:
-    """key -> max(offset) over a (key, offset) table, as a (key, offset) table."""
-    out = table.group_by("key").aggregate([("offset", "max")])
-    return pa.table({"key": out.column("key").combine_chunks(), "offset": out.column("offset_max").combine_chunks()})
-
-
-def _merge(a: pa.Table | None, b: pa.Table) -> pa.Table:
-    return b if a is None else _latest(pa.concat_tables([a, b]))
-
-
 def _to_ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
@@ -105,9 +85,6 @@ def _to_ipc(table: pa.Table) -> bytes:
 
 def _from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-
-
-EMPTY_MAP = pa.table({"key": pa.array([], pa.binary()), "offset": pa.array([], pa.int64())})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +102,7 @@ class PartialMap:
     batches: int = 0
     records: int = 0
     bytes_read: int = 0
+    rows_grouped: int = 0  # rows the map's merges aggregated (bounded_map.BoundedLatestMap.rows_grouped)
 
 
 def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[RemoteSegment], *,
@@ -150,39 +128,47 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
                 state["bytes"] += batch.size_in_bytes
                 yield batch
 
-    running: pa.Table | None = None
     records = 0
     if vectorized.available():
+        # Each chunk's keys go to the map as one part; the part's tag is where the map ends and
+        # what it counted if that part is the first that does not fit.
+        builder: BoundedLatestMap[tuple[int, int, int, int]] = BoundedLatestMap(max_bytes)
+        failed = None
         for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes):
             table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
-            merged = _merge(running, _latest(table))
-            if map_bytes(merged["key"].combine_chunks()) > max_bytes:
-                return PartialMap(first, _to_ipc(running if running is not None else EMPTY_MAP),
-                                  spans[0][0].base_offset, True, state["batches"] - len(spans), records,
-                                  state["bytes"])
-            running = merged
+            tag = (spans[0][0].base_offset, state["batches"] - len(spans), records, state["bytes"])
             records += table.num_rows
+            failed = builder.add(latest(table), tag)
+            if failed is not None:
+                break
+        failed = builder.finish() if failed is None else failed
+        running = builder.table
+        if failed is not None:
+            cut, batches, mapped_records, bytes_read = failed
+            return PartialMap(first, _to_ipc(running), cut, True, batches, mapped_records, bytes_read,
+                              rows_grouped=builder.rows_grouped)
+        return PartialMap(first, _to_ipc(running), state["cut"], False, state["batches"], records, state["bytes"],
+                          rows_grouped=builder.rows_grouped)
     else:  # the reference decoder, batch by batch
-        latest: dict[bytes, int] = {}
+        seen: dict[bytes, int] = {}
         size = 0
         for batch in mapped():
             if batch.is_control:
                 continue
             keyed = [(r.key, r.offset) for r in batch.records(max_uncompressed_bytes) if r.key is not None]
-            new = {k for k, _ in keyed if k not in latest}
+            new = {k for k, _ in keyed if k not in seen}
             grown = size + sum(len(k) + ENTRY_OVERHEAD_BYTES for k in new)
             if grown > max_bytes:
-                return PartialMap(first, _to_ipc(_table(latest)), batch.base_offset, True, state["batches"] - 1,
+                return PartialMap(first, _to_ipc(_table(seen)), batch.base_offset, True, state["batches"] - 1,
                                   records, state["bytes"])
-            latest.update(keyed)
+            seen.update(keyed)
             size, records = grown, records + len(keyed)
-        running = _table(latest)
-    return PartialMap(first, _to_ipc(running if running is not None else EMPTY_MAP), state["cut"], False,
+    return PartialMap(first, _to_ipc(_table(seen)), state["cut"], False,
                       state["batches"], records, state["bytes"])
 
 
-def _table(latest: dict[bytes, int]) -> pa.Table:
-    return pa.table({"key": pa.array(list(latest), pa.binary()), "offset": pa.array(list(latest.values()), pa.int64())})
+def _table(seen: dict[bytes, int]) -> pa.Table:
+    return pa.table({"key": pa.array(list(seen), pa.binary()), "offset": pa.array(list(seen.values()), pa.int64())})
 
 
 def merge_partials(partials: list[PartialMap], *, start_offset: int, end_offset: int, max_bytes: int
@@ -192,22 +178,26 @@ def merge_partials(partials: list[PartialMap], *, start_offset: int, end_offset:
     even one batch fits)."""
     too_small = OffsetMapTooSmallError(f"the keys of the first decoded chunk at offset {start_offset} do not "
                                        f"fit compaction.offset.map.max.bytes={max_bytes}")
-    running: pa.Table | None = None
+    builder: BoundedLatestMap[int] = BoundedLatestMap(max_bytes)
     map_end = end_offset
-    for p in partials:
-        merged = _merge(running, _from_ipc(p.map_ipc))
-        if map_bytes(merged["key"].combine_chunks()) > max_bytes:
-            if running is None:
-                raise too_small
-            map_end = p.first_offset
+    failed = None
+    for i, p in enumerate(partials):
+        failed = builder.add(_from_ipc(p.map_ipc), i)
+        if failed is not None:
             break
-        running = merged
         if p.cut_offset is not None:
-            if p.full and p.cut_offset <= start_offset:
-                raise too_small
-            map_end = p.cut_offset
+            failed = builder.finish()
+            if failed is None:
+                if p.full and p.cut_offset <= start_offset:
+                    raise too_small
+                map_end = p.cut_offset
             break
-    running = running if running is not None else EMPTY_MAP
+    failed = builder.finish() if failed is None else failed
+    if failed is not None:
+        if failed == 0:
+            raise too_small
+        map_end = partials[failed].first_offset
+    running = builder.table
     arrow_map = vectorized.ArrowOffsetMap(running["key"].combine_chunks(), running["offset"].combine_chunks())
     return arrow_map, max(start_offset, map_end)
 
