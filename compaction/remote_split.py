@@ -171,35 +171,70 @@ def _table(seen: dict[bytes, int]) -> pa.Table:
     return pa.table({"key": pa.array(list(seen), pa.binary()), "offset": pa.array(list(seen.values()), pa.int64())})
 
 
+class MapMerge:
+    """The driver's merge of one partition's map-task maps, taken one at a time in offset order
+    (step 3): latest offset wins per key, within `max_bytes` (bounded_map.BoundedLatestMap), so
+    the driver holds the merged map and the maps waiting to be merged into it (at most twice the
+    bound), never every task's map at once. `add` says when the map has ended: the maps of later
+    runs are not needed (their segments stay dirty for the next round)."""
+
+    def __init__(self, *, start_offset: int, end_offset: int, max_bytes: int) -> None:
+        self.start_offset, self.max_bytes = start_offset, max_bytes
+        self.map_end = end_offset
+        self.ended = False
+        self.merged = 0  # maps taken
+        self._firsts: list[int] = []
+        self._builder: BoundedLatestMap[int] = BoundedLatestMap(max_bytes)
+
+    def _too_small(self) -> OffsetMapTooSmallError:
+        return OffsetMapTooSmallError(f"the keys of the first decoded chunk at offset {self.start_offset} do not "
+                                      f"fit compaction.offset.map.max.bytes={self.max_bytes}")
+
+    def _ended_at(self, failed: int) -> None:
+        if failed == 0:
+            raise self._too_small()
+        self.map_end = self._firsts[failed]
+        self.ended = True
+
+    def add(self, p: PartialMap) -> bool:
+        """Take the next run's map; True when the merged map has ended (take no more)."""
+        invariant(not self.ended, "a map was added after the merged map ended")
+        self._firsts.append(p.first_offset)
+        self.merged += 1
+        failed = self._builder.add(_from_ipc(p.map_ipc), len(self._firsts) - 1)
+        if failed is None and p.cut_offset is not None:
+            # The run stopped inside (its own bound, or the end of the dirty section): the map
+            # ends there, if everything up to it fits.
+            failed = self._builder.finish()
+            if failed is None:
+                if p.full and p.cut_offset <= self.start_offset:
+                    raise self._too_small()
+                self.map_end = p.cut_offset
+                self.ended = True
+        if failed is not None:
+            self._ended_at(failed)
+        return self.ended
+
+    def result(self) -> tuple[vectorized.ArrowOffsetMap, int]:
+        """(merged map, map end offset)."""
+        failed = self._builder.finish()
+        if failed is not None and not self.ended:
+            self._ended_at(failed)
+        table = self._builder.table
+        arrow_map = vectorized.ArrowOffsetMap(table["key"].combine_chunks(), table["offset"].combine_chunks())
+        return arrow_map, max(self.start_offset, self.map_end)
+
+
 def merge_partials(partials: list[PartialMap], *, start_offset: int, end_offset: int, max_bytes: int
                    ) -> tuple[vectorized.ArrowOffsetMap, int]:
     """(merged map, map end offset) of the runs' maps in offset order; OffsetMapTooSmallError when
     not even the section's first decoded chunk fits the bound (as the reference raises when not
     even one batch fits)."""
-    too_small = OffsetMapTooSmallError(f"the keys of the first decoded chunk at offset {start_offset} do not "
-                                       f"fit compaction.offset.map.max.bytes={max_bytes}")
-    builder: BoundedLatestMap[int] = BoundedLatestMap(max_bytes)
-    map_end = end_offset
-    failed = None
-    for i, p in enumerate(partials):
-        failed = builder.add(_from_ipc(p.map_ipc), i)
-        if failed is not None:
+    merge = MapMerge(start_offset=start_offset, end_offset=end_offset, max_bytes=max_bytes)
+    for p in partials:
+        if merge.add(p):
             break
-        if p.cut_offset is not None:
-            failed = builder.finish()
-            if failed is None:
-                if p.full and p.cut_offset <= start_offset:
-                    raise too_small
-                map_end = p.cut_offset
-            break
-    failed = builder.finish() if failed is None else failed
-    if failed is not None:
-        if failed == 0:
-            raise too_small
-        map_end = partials[failed].first_offset
-    running = builder.table
-    arrow_map = vectorized.ArrowOffsetMap(running["key"].combine_chunks(), running["offset"].combine_chunks())
-    return arrow_map, max(start_offset, map_end)
+    return merge.result()
 
 
 def map_runs(segments: list[RemoteSegment], *, start_offset: int, end_offset: int, max_bytes: int
@@ -290,6 +325,7 @@ class SplitRound:
     arrow_map: vectorized.ArrowOffsetMap | None = None
     rewrites: list[RewriteTask] = field(default_factory=list)
     groups: list[list[RemoteSegment]] = field(default_factory=list)
+    map_merge: MapMerge | None = None
 
     @property
     def report(self) -> PartitionReport:
@@ -301,12 +337,26 @@ class SplitRound:
         return [[x.segment_id for x in run] for run in map_runs(s.segments, start_offset=s.first_dirty,
                                                                 end_offset=s.uncleanable, max_bytes=self.task_max_bytes)]
 
-    def merge(self, partials: list[PartialMap]) -> None:
-        """Step 3: merge the map tasks' maps, plan the rewrite runs and stage their placeholders."""
-        s, job = self.section, self.job
-        self.arrow_map, self.map_end = merge_partials(partials, start_offset=s.first_dirty,
-                                                            end_offset=s.uncleanable, max_bytes=self.max_map_bytes)
-        self.groups = group_below(s.segments, self.map_end, self.config)
+    def add_partial(self, partial: PartialMap) -> bool:
+        """Step 3, one map task's map at a time, in offset order; True when the merged map has
+        ended (the partition's later map tasks need not run)."""
+        if self.map_merge is None:
+            s = self.section
+            self.map_merge = MapMerge(start_offset=s.first_dirty, end_offset=s.uncleanable, max_bytes=self.max_map_bytes)
+        return self.map_merge.ended or self.map_merge.add(partial)
+
+    def merge(self, partials: list[PartialMap] | None = None) -> None:
+        """Step 3: merge the map tasks' maps (the rest of them, after `add_partial`), plan the
+        rewrite runs and stage their placeholders."""
+        job = self.job
+        for p in partials or []:
+            if self.add_partial(p):
+                break
+        if self.map_merge is None:  # no map task (an empty dirty section): the map ends where it starts
+            s = self.section
+            self.map_merge = MapMerge(start_offset=s.first_dirty, end_offset=s.uncleanable, max_bytes=self.max_map_bytes)
+        self.arrow_map, self.map_end = self.map_merge.result()
+        self.groups = group_below(self.section.segments, self.map_end, self.config)
         placeholders = [_placeholder(g, job.now) for g in self.groups]
         runs = _runs(list(zip(self.groups, placeholders)), lambda gp: sum(x.size_in_bytes for x in gp[0]),
                      self.task_max_bytes)
@@ -337,7 +387,9 @@ class SplitRound:
             checkpoint = next_first_dirty_offset(self.map_end, stats.first_kept_for_lag_offset)
             report.records_read, report.records_kept = stats.records_read, stats.records_kept
             report.bytes_read, report.bytes_written = stats.bytes_read, stats.bytes_written
-            report.extra.update(map_tasks=len(self.map_tasks()), rewrite_tasks=len(self.rewrites),
+            report.extra.update(map_tasks=len(self.map_tasks()),
+                                map_tasks_merged=self.map_merge.merged if self.map_merge else 0,
+                                rewrite_tasks=len(self.rewrites),
                                 map_keys=len(self.arrow_map or ()), map_end_offset=self.map_end,
                                 earliest_delete_horizon_ms=stats.earliest_delete_horizon_ms)
             outputs = [o for r in changed for o in r.outputs]

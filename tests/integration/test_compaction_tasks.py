@@ -220,3 +220,41 @@ def test_the_job_spreads_one_partition_over_several_tasks_and_equals_the_one_tas
     assert again.totals["compacted"] == 0 and again.rows[0]["reason"] == "nothing dirty"
     with pytest.raises(ConfigError, match="compaction.task.max.bytes"):
         run_job(spark, "compaction", (tmp_path / "remote").as_uri(), overrides={"compaction.task.max.bytes": "10"})
+
+
+@pytest.mark.spark
+def test_the_map_stage_runs_in_waves_and_a_partition_whose_map_ended_gets_no_more_map_tasks(tmp_path, spark):
+    """compaction.map.tasks.per.wave bounds the task maps the driver holds: the map stage runs as
+    one Spark job per wave, with the same records after the round as the one-task round. With a
+    map bound that the first runs fill, the later runs' map tasks never run: the map ends where
+    the first run that does not fit starts, and the next rounds compact the rest."""
+    from lakelog.spark_log.jobs import run_job
+
+    store, _, _, _ = build_remote(tmp_path / "a", batches=600, keys=50)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    twin = FileSystemStore(shutil.copytree(tmp_path / "a" / "remote", tmp_path / "twin"))
+    compact_partition(twin, TOPIC, 0, config(**{"segment.bytes": 12000}), owner="test", delete_delay_ms=0)
+    summary = run_job(spark, "compaction", (tmp_path / "a" / "remote").as_uri(), delete_delay_ms=0,
+                      overrides={"compaction.task.max.bytes": "9000", "compaction.map.tasks.per.wave": "2"})
+    extra = summary.rows[0]["extra"]
+    assert summary.totals["compacted"] == 1 and extra["map_tasks"] > 4, summary
+    assert extra["map_tasks_merged"] == extra["map_tasks"]
+    assert len(summary.spark_job_groups) == -(-extra["map_tasks"] // 2) + 1  # the map waves, then the rewrite
+    assert remote_records(store) == remote_records(twin)
+
+    store, _, _, _ = build_remote(tmp_path / "b", batches=3000, keys=6000, tombstone_every=10_000)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    before = remote_records(store)
+    end = load_manifest(store, TOPIC, 0).end_offset + 1
+    bound = 64 * 1024  # about 3,400 keys of `key-NNNN`: fewer than the partition holds
+    overrides = {"compaction.task.max.bytes": "9000", "compaction.map.tasks.per.wave": "1",
+                 "compaction.offset.map.max.bytes": str(bound)}
+    summary = run_job(spark, "compaction", (tmp_path / "b" / "remote").as_uri(), delete_delay_ms=0,
+                      overrides=overrides)
+    extra = summary.rows[0]["extra"]
+    checkpoint = load_manifest(store, TOPIC, 0).cleaner_checkpoint
+    assert summary.totals["compacted"] == 1 and 0 < checkpoint < end, (summary, checkpoint)
+    assert extra["map_tasks_merged"] < extra["map_tasks"], extra
+    assert len(summary.spark_job_groups) == extra["map_tasks_merged"] + 1
+    assert extra["map_keys"] * 17 <= bound
+    assert remote_records(store) == reference(before, checkpoint, drop_tombstones=False)
