@@ -5,15 +5,18 @@ that is one core reading every byte twice. The same round, with the same rules a
 lease / stage / swap protocol, in steps that `spark_log/compaction_job.py` runs as Spark stages:
 
   1. driver, `open_round`: take the partition's job lease, abandon this job's staged leftovers and
-     decide the dirty section (`remote_common.plan_round`); cut the dirty segments into runs of at most
-     `compaction.task.max.bytes` (`map_runs`);
+     decide the dirty section (`remote_common.plan_round`); cut the dirty segments into runs of
+     at most `compaction.task.max.bytes` (`map_runs`);
   2. map tasks, `map_segments`: key -> latest offset over one run's batches of the dirty section,
-     over decoded columns, bounded by `compaction.offset.map.max.bytes`; a task whose map fills
-     up stops at a chunk's first batch and says where (`PartialMap.cut_offset`);
-  3. driver, `SplitRound.merge`: the partial maps in offset order, latest offset wins per key
+     over decoded columns, each chunk's keys merged in (bounded_map.BoundedLatestMap: linear
+     work), bounded by `compaction.offset.map.max.bytes`; a task whose map fills up stops at a
+     chunk's first batch and says where (`PartialMap.cut_offset`);
+  3. driver, `SplitRound.add_partial` (as each wave of map tasks returns) then `SplitRound.merge`:
+     the partial maps in offset order (`MapMerge`), latest offset wins per key
      (offsets only grow along the log, so the max is the latest); the merged map keeps the same
      bound: where adding a run's map would pass it, the map ends at that run's first offset, as
-     the reference's map ends at the first batch whose keys do not fit, and the rest stays dirty.
+     the reference's map ends at the first batch whose keys do not fit, and the rest stays dirty
+     (`add_partial` says so, and the partition's later map tasks are not run).
      Then the segments below the map end grouped by `segment.bytes` (as in one task), the groups
      cut into rewrite runs of at most `compaction.task.max.bytes`, and one CAS stages one
      placeholder entry per group (COPY_STARTED, job origin: never readable, owns its objects);
@@ -32,9 +35,10 @@ The record set after a split round equals the one-task round's (tests/integratio
 test_compaction_tasks.py); segment boundaries may differ, since small outputs are merged within a
 run, not across runs, and an unchanged run is not rewritten.
 
-Memory: a map task holds its partial map (at most the bound) plus one decoded chunk
-(vectorized.CHUNK_ROWS / CHUNK_BYTES); the driver holds the partial maps of the round it merges
-and the merged map (the bound); a rewrite task holds the merged map and one chunk.
+Memory (B = the bound): a map task holds its map and the chunk maps waiting to be merged into it
+(at most 2 B) plus one decoded chunk (vectorized.CHUNK_ROWS / CHUNK_BYTES); the driver holds,
+per partition, the merged map and the maps waiting (at most 2 B), plus the maps of the wave it
+is merging (compaction_job.py); a rewrite task holds the merged map (B) and one chunk.
 """
 
 from __future__ import annotations
