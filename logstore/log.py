@@ -45,10 +45,11 @@ On open, `.cleaned` files are removed and `.swap` files are completed.
 Concurrency: every public method takes the log's lock, so calls from several threads are safe;
 a read returns bytes copied out of the files, so it is unaffected by later truncation or deletion.
 
-Where the code is: this module holds the state, the properties and the lifecycle; appends, roll and
-flush are `LogAppender` (log_append.py), reads and lookups `LogReader` (log_read.py), truncation,
-deletion and the compaction swap `LogTruncation` (log_truncation.py), opening and recovery
-`LogLoader` (log_loader.py). They work on the same fields, under the same lock.
+Where the code is: this module holds the constructor, the properties and the lifecycle; the fields
+and the primitives every part uses are `LogState` (log_state.py); appends, roll and flush are
+`LogAppender` (log_append.py), reads and lookups `LogReader` (log_read.py), truncation, deletion
+and the compaction swap `LogTruncation` (log_truncation.py), opening and recovery `LogLoader`
+(log_loader.py). They work on the same fields, under the same lock.
 """
 
 from __future__ import annotations
@@ -62,9 +63,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from lakelog.infra.config import LogConfig
-from lakelog.infra.errors import invariant
 from lakelog.logstore.fileutil import atomic_write
-from lakelog.logstore.errors import LogClosedError
 from lakelog.logstore.leader_epoch import LeaderEpochCache
 from lakelog.logstore.log_append import LogAppender
 from lakelog.logstore.log_loader import CLEAN_SHUTDOWN_FILE, CLEAN_SHUTDOWN_VERSION, LogLoader
@@ -77,7 +76,7 @@ from lakelog.logstore.producer_state import (
     ProducerStateEntry,
     ProducerStateManager,
 )
-from lakelog.logstore.segment import LogSegment, SegmentConfig
+from lakelog.logstore.segment import LogSegment
 
 
 class PartitionLog(LogAppender, LogReader, LogTruncation):
@@ -110,34 +109,12 @@ class PartitionLog(LogAppender, LogReader, LogTruncation):
                                                snapshots_to_keep=producer_snapshots_to_keep)
         self.recovery = LogLoader(self).load()
 
-    # ------------------------------------------------------------------ opening and recovery
-
-    def _segment_config(self) -> SegmentConfig:
-        return SegmentConfig(self.config.index_interval_bytes, self.config.segment_index_bytes)
-
-    def _add_segment(self, seg: LogSegment) -> None:
-        invariant(not self._bases or seg.base_offset > self._bases[-1], "segments must be added in order")
-        self._segments.append(seg)
-        self._bases.append(seg.base_offset)
-
     # ------------------------------------------------------------------ properties
-
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
-
-    @property
-    def active_segment(self) -> LogSegment:
-        return self._segments[-1]
 
     @property
     def segments(self) -> list[LogSegment]:
         with self._lock:
             return list(self._segments)
-
-    @property
-    def log_end_offset(self) -> int:
-        """LEO: the offset the next appended record will get."""
-        return self._segments[-1].next_offset
 
     @property
     def size_in_bytes(self) -> int:
@@ -177,10 +154,6 @@ class PartitionLog(LogAppender, LogReader, LogTruncation):
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosedError(f"log {self.directory} is closed")
 
     # ------------------------------------------------------------------ config and lifecycle
 

@@ -13,18 +13,15 @@ Concurrency: every public method takes the log's lock (`_locked` methods expect 
 from __future__ import annotations
 
 import struct
-import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
-from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
 from lakelog.logstore.errors import CorruptBatchError, CorruptRecordError, InvalidRecordError, RecordTooLargeError
-from lakelog.logstore.leader_epoch import LeaderEpochCache
 from lakelog.logstore.log_loader import RECOVERY_POINT_FILE
-from lakelog.logstore.producer_state import BatchMetadata, ProducerStateManager
+from lakelog.logstore.log_state import LogState
+from lakelog.logstore.producer_state import BatchMetadata
 from lakelog.logstore.record_batch import (
     NO_TIMESTAMP,
     RecordBatch,
@@ -63,24 +60,12 @@ class AppendInfo:
 
 
 
-class LogAppender:
+class LogAppender(LogState):
     """Appends, roll and flush of `PartitionLog` (module doc); the log's state is made in log.py."""
 
-    # Made by PartitionLog.__init__ and the loader (log.py, log_loader.py).
-    directory: Path
-    config: LogConfig
-    epochs: LeaderEpochCache
-    log_start_offset: int
-    recovery_point: int
-    _lock: threading.RLock
-    _segments: list[LogSegment]
-    _bases: list[int]
-    _producers: ProducerStateManager
     _unflushed_records: int
     _last_flush_ms: int
     _listeners: list[Callable[[int], None]]
-    # PartitionLog's own (log.py): _now_ms, _check_open, _segment_config, _add_segment,
-    # active_segment, log_end_offset.
 
     def append_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int, *,
                          consecutive_offsets: bool = True) -> AppendInfo:

@@ -6,25 +6,21 @@ offset, bounded in bytes and below a max offset, as a fetch), `batches` and `ope
 `offset_for_timestamp` and `end_offset_for_epoch` (OffsetsForLeaderEpoch). Lookups follow the
 design: binary search of segments by base offset, the floor entry of the sparse offset index, then a
 forward scan; an index that proves wrong on a read is rebuilt and the lookup run again
-(`_repairing`, recorded in `index_rebuilds_on_read`). `FetchResult` is what a read answers.
+(`LogState._repairing`, log_state.py; recorded in `index_rebuilds_on_read`). `FetchResult` is what a read answers.
 
 Concurrency: every public method takes the log's lock; what it returns is copied out of the files.
 """
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_right
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-from lakelog.infra.config import LogConfig
-from lakelog.logstore.errors import CorruptIndexError, OffsetOutOfRangeError, SegmentsChangedError
-from lakelog.logstore.leader_epoch import LeaderEpochCache
-from lakelog.logstore.producer_state import ProducerStateManager
+from lakelog.logstore.errors import OffsetOutOfRangeError, SegmentsChangedError
+from lakelog.logstore.log_state import LogState
 from lakelog.logstore.record_batch import RecordBatch
-from lakelog.logstore.segment import LogSegment, SegmentReader
+from lakelog.logstore.segment import SegmentReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,21 +33,8 @@ class FetchResult:
     log_end_offset: int
 
 
-class LogReader:
+class LogReader(LogState):
     """Reads and lookups of `PartitionLog` (module doc); the log's state is made in log.py."""
-
-    # Made by PartitionLog.__init__ and the loader (log.py, log_loader.py).
-    directory: Path
-    config: LogConfig
-    epochs: LeaderEpochCache
-    log_start_offset: int
-    recovery_point: int
-    _lock: threading.RLock
-    _segments: list[LogSegment]
-    _bases: list[int]
-    _producers: ProducerStateManager
-    index_rebuilds_on_read: list[int]
-    # PartitionLog's own (log.py): _check_open, log_end_offset.
 
     def _segment_index_for(self, offset: int) -> int:
         return max(0, bisect_right(self._bases, offset) - 1)
@@ -135,15 +118,6 @@ class LogReader:
             if i < 0 or self._bases[i] != base_offset:
                 raise SegmentsChangedError(f"no segment of {self.directory} starts at offset {base_offset}")
             return self._segments[i].open_reader()
-
-    def _repairing(self, seg: LogSegment, lookup: Callable):
-        """Run an index-guided lookup; if the index proves wrong, rebuild it and run it again."""
-        try:
-            return lookup()
-        except CorruptIndexError:
-            seg.rebuild_indexes()
-            self.index_rebuilds_on_read.append(seg.base_offset)
-            return lookup()
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`, from the indexes."""

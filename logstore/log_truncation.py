@@ -12,37 +12,21 @@ Concurrency: every public method takes the log's lock.
 
 from __future__ import annotations
 
-import threading
-from pathlib import Path
 from typing import Callable
 
-from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
-from lakelog.logstore.fileutil import fsync_dir
 from lakelog.logstore.errors import SegmentsChangedError
-from lakelog.logstore.leader_epoch import LeaderEpochCache
+from lakelog.logstore.fileutil import fsync_dir
 from lakelog.logstore.log_loader import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, LogLoader
-from lakelog.logstore.producer_state import ProducerStateManager
+from lakelog.logstore.log_state import LogState
 from lakelog.logstore.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment
 
 
-class LogTruncation:
+class LogTruncation(LogState):
     """Truncation, log start offset, deletion and swaps of `PartitionLog` (module doc); state made in log.py."""
 
-    # Made by PartitionLog.__init__ and the loader (log.py, log_loader.py).
-    directory: Path
-    config: LogConfig
-    epochs: LeaderEpochCache
-    log_start_offset: int
-    recovery_point: int
-    _lock: threading.RLock
-    _segments: list[LogSegment]
-    _bases: list[int]
-    _producers: ProducerStateManager
     _truncation_listeners: list[Callable[[int], None]]
-    # PartitionLog's own (log.py): _now_ms, _check_open, _segment_config, _add_segment, _repairing
-    # (log_read.py), active_segment, log_end_offset.
 
     def truncate_to(self, offset: int) -> int:
         """Remove every record at or above `offset` (a follower's truncation). Returns the new LEO.
