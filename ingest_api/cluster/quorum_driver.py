@@ -80,16 +80,20 @@ PERSIST_EFFECTS = (PersistState, PersistEntries, PersistSnapshot)
 
 @dataclass
 class Proposal:
+    """A proposal in the inbox: its payload and the future `QuorumHost.propose` awaits."""
+
     payload: bytes
     future: asyncio.Future
 
 
+#: Put in the inbox by `stop()`: the driver ends after the group it is in.
 STOP = object()
+#: The host's lifecycle (`_state`): NEW -> RUNNING -> STOPPING -> STOPPED, or FAILED (fail-stop).
 RUNNING, NEW, STOPPING, STOPPED, FAILED = "running", "new", "stopping", "stopped", "failed"
 
 
 class FailStop(Exception):
-    """Internal: the driver stops after a failed persist / apply (already logged and recorded)."""
+    """Internal to the host: the driver stops after a failed persist / apply (already logged and recorded)."""
 
 
 class QuorumDriver:
