@@ -88,7 +88,7 @@ class Proposal:
 
 #: Put in the inbox by `stop()`: the driver ends after the group it is in.
 STOP = object()
-#: The host's lifecycle (`_state`): NEW -> RUNNING -> STOPPING -> STOPPED, or FAILED (fail-stop).
+#: The host's lifecycle (`_state`): NEW -> RUNNING [-> FAILED, at a fail-stop] -> STOPPING -> STOPPED.
 RUNNING, NEW, STOPPING, STOPPED, FAILED = "running", "new", "stopping", "stopped", "failed"
 
 
