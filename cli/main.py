@@ -63,7 +63,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     try:
         jobs = {}
         if args.jobs or args.jobs_every:
-            from lakelog.spark_log.cli import DEFAULT_INTERVALS_S
+            from lakelog.spark_log.cli_jobs import DEFAULT_INTERVALS_S
 
             jobs = dict(DEFAULT_INTERVALS_S)
             for job, seconds in args.jobs_every or []:
