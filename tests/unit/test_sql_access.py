@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakelog.cli.launcher import LauncherConfigError, build_spec, load_or_create_sql_token
+from lakelog.cli.cluster_spec import LauncherConfigError, build_spec, load_or_create_sql_token
 from lakelog.spark_log.cli_common import CommandError
 from lakelog.spark_log.sql_server_access import read_token, with_token
 from lakelog.spark_log.hot_tail import NodeAccess
