@@ -277,8 +277,9 @@ def run_source(spark, label: str, remote_src: str, parquet_root: str, args, rows
         return r.option("remote", remote_src).option("topic", TOPIC).load()
 
     jvm, py = source("lakelog"), source(PYTHON_SOURCE_NAME)
-    # the JVM reader with its read-ahead thread (off by default): what it gains, in the same run
-    ahead = spark.read.format("lakelog").option("prefetchChunks", "2").option("remote", remote_src) \
+    # the JVM reader reading 2 segments at once ahead of its decoder (off by default): what it gains,
+    # in the same run
+    ahead = spark.read.format("lakelog").option("prefetchSegments", "2").option("remote", remote_src) \
         .option("topic", TOPIC).load()
     parquet = parquet_root + "/rows"
     jvm.write.mode("overwrite").parquet(parquet)
@@ -297,12 +298,15 @@ def run_source(spark, label: str, remote_src: str, parquet_root: str, args, rows
         asked = (f"; requests of one scan: {_requests(scan_req)}, of one count(): {_requests(count_req)}")
     assert jvm.agg(agg).collect() == expect and jvm.count() == n
     t = best({"jvm": lambda: jvm.agg(agg).collect(), "parquet": lambda: pq.agg(agg).collect(),
-              "ahead": lambda: ahead.agg(agg).collect()}, args.repeat)
+              "ahead": lambda: ahead.agg(agg).collect(),
+              # the driver's planning alone (listing, manifests, splits): a new query's input partitions
+              "planning": lambda: jvm.select("value").rdd.getNumPartitions()}, args.repeat)
     t["python"] = best({"python": lambda: py.agg(agg).collect()}, 1)["python"] if args.python_reader else None
     rows.append([f"{label}: scan value (rows/s)", f"{n / t['jvm']:,.0f}", _rate(n, t['python']),
                  f"{n / t['parquet']:,.0f}", f"**{t['parquet'] / t['jvm']:.2f}x**", _ratio(t['parquet'], t['python']),
                  f"`sum(length(value))`; target 0.8x; the Parquet copy is {pq_mb:.0f} MB; reading ahead "
-                 f"(`prefetchChunks=2`): {t['parquet'] / t['ahead']:.2f}x{asked}"])
+                 f"(`prefetchSegments=2`): {t['parquet'] / t['ahead']:.2f}x; planning alone "
+                 f"{t['planning'] * 1000:,.0f} ms{asked}"])
     # count() pushed into the scan adds up the manifests' record counts; reading every byte, in the same run
     read_all = spark.read.format("lakelog").option("countFromManifest", "false").option("remote", remote_src) \
         .option("topic", TOPIC).load()
@@ -324,8 +328,9 @@ def run_source(spark, label: str, remote_src: str, parquet_root: str, args, rows
 
 
 def _requests(counts: dict[str, int]) -> str:
+    keyed = sum(v for k, v in counts.items() if k.startswith("GET ."))
     return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("GET .log", "HEAD .log", "GET .json", "HEAD .json")) + \
-        f" ({counts.get('GET', 0)} GET, {counts.get('HEAD', 0)} HEAD in all)"
+        f", {counts.get('GET', 0) - keyed} LIST ({counts.get('GET', 0)} GET, {counts.get('HEAD', 0)} HEAD in all)"
 
 
 def _rate(n: int, seconds: float | None) -> str:

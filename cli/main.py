@@ -58,12 +58,13 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from lakelog.cli.launcher import LauncherConfigError, LocalCluster, build_spec
+    from lakelog.cli.cluster_spec import LauncherConfigError, build_spec
+    from lakelog.cli.launcher import LocalCluster
 
     try:
         jobs = {}
         if args.jobs or args.jobs_every:
-            from lakelog.spark_log.cli import DEFAULT_INTERVALS_S
+            from lakelog.spark_log.cli_jobs import DEFAULT_INTERVALS_S
 
             jobs = dict(DEFAULT_INTERVALS_S)
             for job, seconds in args.jobs_every or []:
@@ -352,7 +353,7 @@ def _non_negative_int(text: str) -> int:
 
 
 def _node_count(text: str) -> int:
-    from lakelog.cli.launcher import LauncherConfigError, validate_node_count
+    from lakelog.cli.cluster_spec import LauncherConfigError, validate_node_count
 
     try:
         return validate_node_count(_positive_int(text))

@@ -41,6 +41,11 @@ raises BufferError), `max.request.size` (a bigger record is refused), `batch.siz
 
 Threads: `produce()` may be called from any thread; one sender thread seals and ships batches on a
 small worker pool; futures complete and `on_delivery(err, metadata)` callbacks run on those threads.
+
+Where the code is: this module holds the configuration, the public API and the accumulator (open
+batches per partition, sealing, the sticky partition); `ProducerSender` (cli/producer_sender.py)
+the sender thread, dispatch, shipping and retries; `ProducerBatch`, `RecordFuture`,
+`RecordMetadata` and `ProduceError` are in cli/producer_batch.py.
 """
 
 from __future__ import annotations
@@ -50,20 +55,18 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import quote
 
 import httpx
 
-from lakelog.infra.errors import ErrorKind, LakelogError
 from lakelog.cli.batching import CODECS, record_size_estimate
-from lakelog.cli.http_sender import HttpSender, TransportError
+from lakelog.cli.http_sender import HttpSender
+from lakelog.cli.producer_batch import ProduceError, ProducerBatch, RecordFuture, RecordMetadata
+from lakelog.cli.producer_sender import ProducerSender
 from lakelog.ingest_api.partitioner import partition_for_key
-from lakelog.logstore.batch_columns import build_batch_columns
 
-RECORDBATCH = "application/vnd.kafka.recordbatch"
 _monotonic, _time = time.monotonic, time.time
-_SEQUENCE_MOD = 2**31
 
 #: Kafka's producer configs this client takes, with Kafka's defaults.
 DEFAULTS: dict[str, Any] = {
@@ -85,115 +88,15 @@ DEFAULTS: dict[str, Any] = {
     "max.request.size": 1024 * 1024,
     "metadata.max.age.ms": 300000,
 }
-_RETRIABLE_STATUS = (408, 429, 500, 502, 503, 504)
 #: Kafka's bound with idempotence: the broker remembers a producer's last 5 batches.
 MAX_IN_FLIGHT_IDEMPOTENT = 5
-#: OUT_OF_ORDER_SEQUENCE_NUMBER: a batch reached the leader before its predecessor.
-_OUT_OF_ORDER = 40908
-
-
-class RecordMetadata(NamedTuple):
-    topic: str
-    partition: int
-    offset: int  # -1 with acks=0
-    timestamp: int
-
-
-class ProduceError(LakelogError):
-    """A produce failed: the node's status, Confluent error code and message (or a transport error)."""
-
-    kind = ErrorKind.TRANSIENT
-
-    def __init__(self, message: str, status: int = 0, error_code: int = 0, retriable: bool = False) -> None:
-        super().__init__(message)
-        self.status, self.error_code, self.retriable = status, error_code, retriable
 
 
 def _bool(v: Any) -> bool:
     return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1", "yes")
 
 
-class _BatchOutcome:
-    """What every record of one batch waits for: one event, the base offset or the error."""
-
-    __slots__ = ("event", "base", "error", "waiters", "topic", "partition")
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic, self.partition = topic, partition
-        self.event = threading.Event()
-        self.base = -1
-        self.error: Exception | None = None
-        self.waiters: list[tuple["RecordFuture", Callable]] | None = None
-
-
-class RecordFuture:
-    """The delivery of one record: `result(timeout)` -> RecordMetadata (or raises the error),
-    `exception(timeout)`, `done()`, `add_done_callback(fn)` (fn(future), on the sender's thread or
-    at once when already done). Lighter than concurrent.futures.Future: the records of a batch
-    share one event."""
-
-    __slots__ = ("_outcome", "_index", "_timestamp")
-
-    def __init__(self, outcome: _BatchOutcome, index: int, timestamp: int) -> None:
-        self._outcome, self._index, self._timestamp = outcome, index, timestamp
-
-    def done(self) -> bool:
-        return self._outcome.event.is_set()
-
-    def exception(self, timeout: float | None = None) -> Exception | None:
-        if not self._outcome.event.wait(timeout):
-            raise TimeoutError("the record is not delivered yet")
-        return self._outcome.error
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        error = self.exception(timeout)
-        if error is not None:
-            raise error
-        o = self._outcome
-        return RecordMetadata(o.topic, o.partition, o.base + self._index if o.base >= 0 else -1, self._timestamp)
-
-    def add_done_callback(self, fn: Callable[["RecordFuture"], Any]) -> None:
-        o = self._outcome
-        with _CALLBACK_LOCK:
-            if not o.event.is_set():
-                if o.waiters is None:
-                    o.waiters = []
-                o.waiters.append((self, fn))
-                return
-        fn(self)
-
-
-_CALLBACK_LOCK = threading.Lock()
-
-
-class _Batch:
-    """One partition's batch as columns (what `_batchbuild.encode_columns` takes): a record is three
-    list appends, not an object."""
-
-    __slots__ = ("topic", "partition", "created", "timestamps", "keys", "values", "headers", "any_key", "outcome",
-                 "callbacks", "size", "attempts", "payload", "producer", "sequence", "pred", "written")
-
-    def __init__(self, topic: str, partition: int, created: float) -> None:
-        self.topic, self.partition, self.created = topic, partition, created
-        self.timestamps: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.headers: list[tuple[tuple[str, bytes | None], ...]] | None = None  # None until a record has headers
-        self.any_key = False
-        self.outcome = _BatchOutcome(topic, partition)
-        self.callbacks: list[tuple[int, Callable]] = []
-        self.size = 0
-        self.attempts = 0
-        self.payload: bytes | None = None  # built once: a retry resends the same bytes and sequence
-        self.producer: tuple[int, int] | None = None
-        self.sequence = -1
-        self.pred: "_Batch | None" = None  # the batch of the same partition and producer id sent just before
-        # Set once this batch's request was written whole (or will not be): the next batch of the
-        # partition starts writing only then, so the node reads them in sequence order.
-        self.written = threading.Event()
-
-
-class Producer:
+class Producer(ProducerSender):
     def __init__(self, config: dict[str, Any] | None = None, *, http_options: dict[str, Any] | None = None,
                  **kwargs: Any) -> None:
         """`config`: Kafka's producer config names (or keyword arguments with `_` for `.`);
@@ -251,9 +154,9 @@ class Producer:
         # produce() takes the lock itself (C), not through the Condition (a Python-level __enter__).
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._open: dict[tuple[str, int], _Batch] = {}
-        self._queued: dict[tuple[str, int], deque[_Batch]] = {}
-        self._in_flight: dict[tuple[str, int], list[_Batch]] = {}  # per partition, in sequence order
+        self._open: dict[tuple[str, int], ProducerBatch] = {}
+        self._queued: dict[tuple[str, int], deque[ProducerBatch]] = {}
+        self._in_flight: dict[tuple[str, int], list[ProducerBatch]] = {}  # per partition, in sequence order
         self._in_flight_count = 0
         self._acked_pid: dict[tuple[str, int], tuple[int, int]] = {}  # producer id of the last acknowledged batch
         self.out_of_order_retries = 0  # batches sent again after arriving before their predecessor
@@ -329,7 +232,7 @@ class Producer:
                 self._seal(tp)
                 b, wake = None, True
             if b is None:
-                b = self._open[tp] = _Batch(topic, partition, now)
+                b = self._open[tp] = ProducerBatch(topic, partition, now)
                 wake = True
             i = len(b.values)
             fut = RecordFuture(b.outcome, i, ts)
@@ -422,223 +325,6 @@ class Producer:
         if self._sticky.get(topic) == tp[1] and n > 1:  # Kafka's sticky partitioner: a new one per batch
             self._sticky[topic] = random.choice([p for p in range(n) if p != tp[1]])
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._closed and not self._pending:
-                    return
-                now = time.monotonic()
-                next_wake = 0.05
-                for tp, b in list(self._open.items()):
-                    age = now - b.created
-                    if age >= self.linger_s:
-                        self._seal(tp)
-                    else:
-                        next_wake = min(next_wake, self.linger_s - age)
-                need_pid = self.idempotent and self._producer_id is None and any(self._queued.values())
-                if not need_pid:
-                    self._dispatch()
-                    self._cond.wait(next_wake)
-                    continue
-            error = self._init_producer_id()  # a request: outside the lock
-            if error is not None:
-                self._fail_queued(error)
-
-    def _dispatch(self) -> None:
-        """Send what the in-flight limits allow, each partition's batches in queue order (caller holds
-        the lock). Sequences are given here, in that order, so a partition's sequence order is its
-        queue order whatever thread sends what."""
-        for tp, q in self._queued.items():
-            flying = self._in_flight.setdefault(tp, [])
-            while q and self._in_flight_count < self.max_in_flight:
-                pipelined = self.idempotent and self._producer_id is not None and \
-                    self._acked_pid.get(tp) == self._producer_id
-                limit = self.max_in_flight if pipelined else 1
-                if len(flying) >= limit:
-                    break
-                b = q.popleft()
-                if self.idempotent and self._producer_id is not None:
-                    b.producer = self._producer_id
-                    b.sequence = self._sequences.get(tp, 0)
-                    self._sequences[tp] = (b.sequence + len(b.values)) % _SEQUENCE_MOD
-                    b.pred = flying[-1] if flying and flying[-1].producer == b.producer else None
-                flying.append(b)
-                self.in_flight_peak = max(self.in_flight_peak, len(flying))
-                self._in_flight_count += 1
-                self._pool.submit(self._ship, b)
-
-    def _init_producer_id(self) -> Exception | None:
-        """Ask for a producer id; None when there is one now (or idempotence was given up), else the
-        error (after the backoff when it is retriable and the queued batches still have time)."""
-        try:
-            doc = self._post_json("/producers")
-        except ProduceError as e:
-            if e.status == 403 and not self._idempotence_explicit:
-                with self._cond:
-                    self.idempotent = False  # not allowed a producer id: plain batches from now on
-                return None
-            if e.retriable and not self._queued_expired():
-                time.sleep(self.backoff_s)
-                return None
-            return e
-        except Exception as e:  # an answer that is not what InitProducerId answers: fail what waits for it
-            return ProduceError(f"cannot get a producer id: {e}")
-        with self._cond:
-            self._producer_id = (int(doc["producer_id"]), int(doc["producer_epoch"]))
-            self._sequences.clear()
-        return None
-
-    def _queued_expired(self) -> bool:
-        now = time.monotonic()
-        with self._cond:
-            return any(now - b.created >= self.delivery_timeout_s for q in self._queued.values() for b in q)
-
-    def _fail_queued(self, error: Exception) -> None:
-        with self._cond:
-            batches = [b for q in self._queued.values() for b in q]
-            for q in self._queued.values():
-                q.clear()
-        for b in batches:
-            self._complete(b, -1, error)
-
-    # ------------------------------------------------------------------ sending
-
-    def _payload(self, b: _Batch) -> bytes:
-        if b.payload is None:
-            pid, epoch = b.producer if b.producer is not None else (-1, -1)
-            b.payload = build_batch_columns(b.values, timestamps=b.timestamps, keys=b.keys if b.any_key else None,
-                                            headers=b.headers, compression=self.compression, producer_id=pid,
-                                            producer_epoch=epoch, base_sequence=b.sequence)
-        return b.payload
-
-    def _ship(self, b: _Batch) -> None:
-        error: Exception | None = None
-        base = -1
-        while True:
-            try:
-                payload = self._payload(b)
-                pred = b.pred
-                if pred is not None and b.attempts == 0:  # keep the partition's writes in sequence order
-                    pred.written.wait(self.request_timeout_s)
-                base = self._send(b.topic, b.partition, payload, b.written.set)
-                break
-            except ProduceError as e:
-                error = e
-            except (httpx.HTTPError, TransportError) as e:
-                error = ProduceError(f"cannot reach {self.servers[self._node]}: {e}", retriable=True)
-            except Exception as e:  # building the batch: not retriable
-                error = e
-            b.attempts += 1
-            expired = time.monotonic() - b.created >= self.delivery_timeout_s
-            if getattr(error, "error_code", 0) == _OUT_OF_ORDER and b.pred is not None and not expired:
-                # It overtook its predecessor: send it again once that one is settled.
-                b.pred.outcome.event.wait(max(0.0, self.delivery_timeout_s - (time.monotonic() - b.created)))
-                if b.pred.outcome.error is not None:
-                    error = ProduceError(f"an earlier batch of {b.topic}-{b.partition} failed: {b.pred.outcome.error}",
-                                         getattr(b.pred.outcome.error, "status", 0),
-                                         getattr(b.pred.outcome.error, "error_code", 0))
-                    break
-                b.pred = None  # settled: from now on an out-of-order answer is a real hole
-                self.out_of_order_retries += 1
-                error = None
-                continue
-            if not getattr(error, "retriable", False) or b.attempts > self.retries or expired:
-                break
-            self._node = (self._node + 1) % len(self.servers)  # retry through another node
-            time.sleep(min(self.backoff_max_s, self.backoff_s * 2 ** min(b.attempts - 1, 10)))
-            error = None
-        b.written.set()  # also when it never was: the next batch must not wait for it
-        if b.pred is not None:  # a partition's futures and callbacks complete in order
-            b.pred.outcome.event.wait(max(0.0, self.delivery_timeout_s - (time.monotonic() - b.created)))
-        self._complete(b, base, error)
-
-    def _complete(self, b: _Batch, base: int, error: Exception | None) -> None:
-        # Futures and callbacks complete before the records stop counting as pending: when flush()
-        # returns, every future is done and every callback has run (as Kafka's flush).
-        tp = (b.topic, b.partition)
-        o = b.outcome
-        o.base, o.error = base, error
-        with _CALLBACK_LOCK:
-            o.event.set()
-            waiters, o.waiters = o.waiters or [], None
-        b.pred = None  # no chain of finished batches kept alive
-        for i, cb in b.callbacks:
-            md = None if error is not None else RecordMetadata(b.topic, b.partition, base + i if base >= 0 else -1,
-                                                               b.timestamps[i])
-            try:
-                cb(error, md)
-            except Exception:  # a failing callback must not stop the sender
-                pass
-        for fut, fn in waiters:
-            try:
-                fn(fut)
-            except Exception:
-                pass
-        with self._cond:
-            flying = self._in_flight.get(tp)
-            if flying is not None and b in flying:
-                flying.remove(b)
-                self._in_flight_count -= 1
-            self._buffered -= b.size
-            self._pending -= len(b.values)
-            if error is None and b.producer is not None:
-                self._acked_pid[tp] = b.producer
-            if error is not None and self.idempotent and b.producer is not None and b.producer == self._producer_id:
-                # The sequence of this partition has a hole now: start over with a new producer id
-                # (batches not yet sent get it; those in flight keep their bytes for their retries).
-                self._producer_id = None
-                self._sequences.clear()
-                self._acked_pid.clear()
-            self._cond.notify_all()
-
-    def _send(self, topic: str, partition: int, payload: bytes, on_written: Callable[[], Any]) -> int:
-        url = f"{self.servers[self._node]}/topics/{quote(topic, safe='')}/partitions/{partition}"
-        self.requests += 1
-        headers = {"Content-Type": RECORDBATCH, "Accept": "application/vnd.kafka.v2+json"}
-        if self._fast is not None:
-            r = self._fast.post(f"{url}?acks={self.acks}", payload, headers, on_written)
-        else:
-            on_written()  # httpx does not say when a body is written: no ordering of the writes
-            r = self._http.post(url, params={"acks": self.acks}, content=payload, headers=headers)
-        if r.status_code != 200:
-            raise _error(r)
-        offsets = r.json().get("offsets") or []
-        return int(offsets[0]["offset"]) if offsets else -1
-
-    def _get_json(self, path: str) -> dict[str, Any]:
-        return self._request("GET", path)
-
-    def _post_json(self, path: str) -> dict[str, Any]:
-        return self._request("POST", path)
-
-    def _request(self, method: str, path: str) -> dict[str, Any]:
-        """A metadata request (partition count, producer id): every node in turn, passes over them
-        with backoff while the answers are retriable (a node starting or catching up answers 503),
-        up to max.block.ms — as Kafka's producer waits for metadata."""
-        last: Exception | None = None
-        deadline = time.monotonic() + self.max_block_s
-        attempt = 0
-        while True:
-            for i in range(len(self.servers)):
-                server = self.servers[(self._node + i) % len(self.servers)]
-                try:
-                    r = self._http.request(method, server + path)
-                except httpx.HTTPError as e:
-                    last = ProduceError(f"cannot reach {server}: {e}", retriable=True)
-                    continue
-                if r.status_code == 200:
-                    return r.json()
-                err = _error(r)
-                if not err.retriable:
-                    raise err
-                last = err
-            assert last is not None
-            pause = min(self.backoff_max_s, self.backoff_s * 2 ** min(attempt, 10))
-            if time.monotonic() + pause >= deadline:
-                raise last
-            time.sleep(pause)
-            attempt += 1
-
 
 def _as_bytes(v: Any, what: str) -> bytes | None:
     if v is None or isinstance(v, bytes):
@@ -648,12 +334,3 @@ def _as_bytes(v: Any, what: str) -> bytes | None:
     if isinstance(v, str):
         return v.encode("utf-8")
     raise TypeError(f"{what} must be bytes, str or None")
-
-
-def _error(r: httpx.Response) -> ProduceError:
-    try:
-        doc = r.json()
-        code, message = int(doc.get("error_code", r.status_code)), str(doc.get("message", r.text[:200]))
-    except ValueError:
-        code, message = r.status_code, r.text[:200]
-    return ProduceError(message, r.status_code, code, retriable=r.status_code in _RETRIABLE_STATUS)

@@ -24,6 +24,13 @@ COMPACTION_JOB_CONFIG = (
             "tasks over runs of whole segments of at most this size (merged on the driver, latest "
             "offset wins), and its rewrite by tasks over runs of segment groups of at most this size.",
             min=1024, max=1 << 40, unit="bytes")
+    .define("compaction.map.tasks.per.wave", int, 16,
+            "Most map tasks of one Spark job: the map stage runs in waves of at most this many tasks, "
+            "and the driver merges each wave's maps into the partitions' maps before the next, so it "
+            "holds at most this many task maps (each within compaction.offset.map.max.bytes) besides "
+            "each partition's merged map. A partition whose map has ended (the bound was reached) "
+            "gets no more map tasks. Set it to at least the cluster's task slots.",
+            min=1, max=100_000, unit="tasks")
 )
 
 

@@ -5,15 +5,18 @@ that is one core reading every byte twice. The same round, with the same rules a
 lease / stage / swap protocol, in steps that `spark_log/compaction_job.py` runs as Spark stages:
 
   1. driver, `open_round`: take the partition's job lease, abandon this job's staged leftovers and
-     decide the dirty section (`remote.plan_round`); cut the dirty segments into runs of at most
-     `compaction.task.max.bytes` (`map_runs`);
+     decide the dirty section (`remote_common.plan_round`); cut the dirty segments into runs of
+     at most `compaction.task.max.bytes` (`map_runs`);
   2. map tasks, `map_segments`: key -> latest offset over one run's batches of the dirty section,
-     over decoded columns, bounded by `compaction.offset.map.max.bytes`; a task whose map fills
-     up stops at a chunk's first batch and says where (`PartialMap.cut_offset`);
-  3. driver, `SplitRound.merge`: the partial maps in offset order, latest offset wins per key
+     over decoded columns, each chunk's keys merged in (bounded_map.BoundedLatestMap: linear
+     work), bounded by `compaction.offset.map.max.bytes`; a task whose map fills up stops at a
+     chunk's first batch and says where (`PartialMap.cut_offset`);
+  3. driver, `SplitRound.add_partial` (as each wave of map tasks returns) then `SplitRound.merge`:
+     the partial maps in offset order (`MapMerge`), latest offset wins per key
      (offsets only grow along the log, so the max is the latest); the merged map keeps the same
      bound: where adding a run's map would pass it, the map ends at that run's first offset, as
-     the reference's map ends at the first batch whose keys do not fit, and the rest stays dirty.
+     the reference's map ends at the first batch whose keys do not fit, and the rest stays dirty
+     (`add_partial` says so, and the partition's later map tasks are not run).
      Then the segments below the map end grouped by `segment.bytes` (as in one task), the groups
      cut into rewrite runs of at most `compaction.task.max.bytes`, and one CAS stages one
      placeholder entry per group (COPY_STARTED, job origin: never readable, owns its objects);
@@ -32,9 +35,10 @@ The record set after a split round equals the one-task round's (tests/integratio
 test_compaction_tasks.py); segment boundaries may differ, since small outputs are merged within a
 run, not across runs, and an unchanged run is not rewritten.
 
-Memory: a map task holds its partial map (at most the bound) plus one decoded chunk
-(vectorized.CHUNK_ROWS / CHUNK_BYTES); the driver holds the partial maps of the round it merges
-and the merged map (the bound); a rewrite task holds the merged map and one chunk.
+Memory (B = the bound): a map task holds its map and the chunk maps waiting to be merged into it
+(at most 2 B) plus one decoded chunk (vectorized.CHUNK_ROWS / CHUNK_BYTES); the driver holds,
+per partition, the merged map and the maps waiting (at most 2 B), plus the maps of the wave it
+is merging (compaction_job.py); a rewrite task holds the merged map (B) and one chunk.
 """
 
 from __future__ import annotations
@@ -48,22 +52,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakelog.compaction import vectorized
+from lakelog.compaction.bounded_map import ENTRY_OVERHEAD_BYTES, BoundedLatestMap, latest
 from lakelog.compaction.compactor import CleaningParams, CompactionStats, next_first_dirty_offset
 from lakelog.compaction.errors import OffsetMapTooSmallError
-from lakelog.compaction.remote import (
+from lakelog.compaction.remote_common import (
     COMPACTION_ORIGIN,
     DirtySection,
+    PartitionJob,
     PartitionReport,
-    _job_commit,
-    _merge_small,
-    _now_ms,
-    _PartitionJob,
-    _upload,
-    _write_group,
-    _write_state,
+    current_time_ms,
     delete_due_objects,
     group_below,
+    job_commit,
+    merge_small,
     plan_round,
+    upload_replacement,
+    write_group,
+    write_job_state,
 )
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
@@ -75,27 +80,6 @@ from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering.store import ObjectStore
 
-#: Bytes a map entry costs beside its key: the key's 4-byte position in the key buffer, the offset.
-ENTRY_OVERHEAD_BYTES = 12
-
-
-def map_bytes(keys: pa.Array, offsets: pa.Array | None = None) -> int:
-    """The bounded size of a map: key bytes + ENTRY_OVERHEAD_BYTES per key."""
-    if len(keys) == 0:
-        return 0
-    return int(pc.sum(pc.binary_length(keys)).as_py() or 0) + ENTRY_OVERHEAD_BYTES * len(keys)
-
-
-def _latest(table: pa.Table) -> pa.Table:
-    """key -> max(offset) over a (key, offset) table, as a (key, offset) table."""
-    out = table.group_by("key").aggregate([("offset", "max")])
-    return pa.table({"key": out.column("key").combine_chunks(), "offset": out.column("offset_max").combine_chunks()})
-
-
-def _merge(a: pa.Table | None, b: pa.Table) -> pa.Table:
-    return b if a is None else _latest(pa.concat_tables([a, b]))
-
-
 def _to_ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
@@ -105,9 +89,6 @@ def _to_ipc(table: pa.Table) -> bytes:
 
 def _from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-
-
-EMPTY_MAP = pa.table({"key": pa.array([], pa.binary()), "offset": pa.array([], pa.int64())})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +106,7 @@ class PartialMap:
     batches: int = 0
     records: int = 0
     bytes_read: int = 0
+    rows_grouped: int = 0  # rows the map's merges aggregated (bounded_map.BoundedLatestMap.rows_grouped)
 
 
 def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[RemoteSegment], *,
@@ -150,39 +132,101 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
                 state["bytes"] += batch.size_in_bytes
                 yield batch
 
-    running: pa.Table | None = None
     records = 0
     if vectorized.available():
+        # Each chunk's keys go to the map as one part; the part's tag is where the map ends and
+        # what it counted if that part is the first that does not fit.
+        builder: BoundedLatestMap[tuple[int, int, int, int]] = BoundedLatestMap(max_bytes)
+        failed = None
         for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes):
             table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
-            merged = _merge(running, _latest(table))
-            if map_bytes(merged["key"].combine_chunks()) > max_bytes:
-                return PartialMap(first, _to_ipc(running if running is not None else EMPTY_MAP),
-                                  spans[0][0].base_offset, True, state["batches"] - len(spans), records,
-                                  state["bytes"])
-            running = merged
+            tag = (spans[0][0].base_offset, state["batches"] - len(spans), records, state["bytes"])
             records += table.num_rows
+            failed = builder.add(latest(table), tag)
+            if failed is not None:
+                break
+        failed = builder.finish() if failed is None else failed
+        running = builder.table
+        if failed is not None:
+            cut, batches, mapped_records, bytes_read = failed
+            return PartialMap(first, _to_ipc(running), cut, True, batches, mapped_records, bytes_read,
+                              rows_grouped=builder.rows_grouped)
+        return PartialMap(first, _to_ipc(running), state["cut"], False, state["batches"], records, state["bytes"],
+                          rows_grouped=builder.rows_grouped)
     else:  # the reference decoder, batch by batch
-        latest: dict[bytes, int] = {}
+        seen: dict[bytes, int] = {}
         size = 0
         for batch in mapped():
             if batch.is_control:
                 continue
             keyed = [(r.key, r.offset) for r in batch.records(max_uncompressed_bytes) if r.key is not None]
-            new = {k for k, _ in keyed if k not in latest}
+            new = {k for k, _ in keyed if k not in seen}
             grown = size + sum(len(k) + ENTRY_OVERHEAD_BYTES for k in new)
             if grown > max_bytes:
-                return PartialMap(first, _to_ipc(_table(latest)), batch.base_offset, True, state["batches"] - 1,
+                return PartialMap(first, _to_ipc(_table(seen)), batch.base_offset, True, state["batches"] - 1,
                                   records, state["bytes"])
-            latest.update(keyed)
+            seen.update(keyed)
             size, records = grown, records + len(keyed)
-        running = _table(latest)
-    return PartialMap(first, _to_ipc(running if running is not None else EMPTY_MAP), state["cut"], False,
+    return PartialMap(first, _to_ipc(_table(seen)), state["cut"], False,
                       state["batches"], records, state["bytes"])
 
 
-def _table(latest: dict[bytes, int]) -> pa.Table:
-    return pa.table({"key": pa.array(list(latest), pa.binary()), "offset": pa.array(list(latest.values()), pa.int64())})
+def _table(seen: dict[bytes, int]) -> pa.Table:
+    return pa.table({"key": pa.array(list(seen), pa.binary()), "offset": pa.array(list(seen.values()), pa.int64())})
+
+
+class MapMerge:
+    """The driver's merge of one partition's map-task maps, taken one at a time in offset order
+    (step 3): latest offset wins per key, within `max_bytes` (bounded_map.BoundedLatestMap), so
+    the driver holds the merged map and the maps waiting to be merged into it (at most twice the
+    bound), never every task's map at once. `add` says when the map has ended: the maps of later
+    runs are not needed (their segments stay dirty for the next round)."""
+
+    def __init__(self, *, start_offset: int, end_offset: int, max_bytes: int) -> None:
+        self.start_offset, self.max_bytes = start_offset, max_bytes
+        self.map_end = end_offset
+        self.ended = False
+        self.merged = 0  # maps taken
+        self._firsts: list[int] = []
+        self._builder: BoundedLatestMap[int] = BoundedLatestMap(max_bytes)
+
+    def _too_small(self) -> OffsetMapTooSmallError:
+        return OffsetMapTooSmallError(f"the keys of the first decoded chunk at offset {self.start_offset} do not "
+                                      f"fit compaction.offset.map.max.bytes={self.max_bytes}")
+
+    def _ended_at(self, failed: int) -> None:
+        if failed == 0:
+            raise self._too_small()
+        self.map_end = self._firsts[failed]
+        self.ended = True
+
+    def add(self, p: PartialMap) -> bool:
+        """Take the next run's map; True when the merged map has ended (take no more)."""
+        invariant(not self.ended, "a map was added after the merged map ended")
+        self._firsts.append(p.first_offset)
+        self.merged += 1
+        failed = self._builder.add(_from_ipc(p.map_ipc), len(self._firsts) - 1)
+        if failed is None and p.cut_offset is not None:
+            # The run stopped inside (its own bound, or the end of the dirty section): the map
+            # ends there, if everything up to it fits.
+            failed = self._builder.finish()
+            if failed is None:
+                if p.full and p.cut_offset <= self.start_offset:
+                    raise self._too_small()
+                self.map_end = p.cut_offset
+                self.ended = True
+        if failed is not None:
+            self._ended_at(failed)
+        return self.ended
+
+    def result(self) -> tuple[vectorized.ArrowOffsetMap, int]:
+        """(merged map, map end offset)."""
+        failed = self._builder.finish()
+        if failed is not None and not self.ended:
+            self._ended_at(failed)
+        table = self._builder.table
+        arrow_map = vectorized.ArrowOffsetMap(table["key"].combine_chunks(), table["offset"].combine_chunks())
+        return arrow_map, max(self.start_offset, self.map_end)
 
 
 def merge_partials(partials: list[PartialMap], *, start_offset: int, end_offset: int, max_bytes: int
@@ -190,26 +234,11 @@ def merge_partials(partials: list[PartialMap], *, start_offset: int, end_offset:
     """(merged map, map end offset) of the runs' maps in offset order; OffsetMapTooSmallError when
     not even the section's first decoded chunk fits the bound (as the reference raises when not
     even one batch fits)."""
-    too_small = OffsetMapTooSmallError(f"the keys of the first decoded chunk at offset {start_offset} do not "
-                                       f"fit compaction.offset.map.max.bytes={max_bytes}")
-    running: pa.Table | None = None
-    map_end = end_offset
+    merge = MapMerge(start_offset=start_offset, end_offset=end_offset, max_bytes=max_bytes)
     for p in partials:
-        merged = _merge(running, _from_ipc(p.map_ipc))
-        if map_bytes(merged["key"].combine_chunks()) > max_bytes:
-            if running is None:
-                raise too_small
-            map_end = p.first_offset
+        if merge.add(p):
             break
-        running = merged
-        if p.cut_offset is not None:
-            if p.full and p.cut_offset <= start_offset:
-                raise too_small
-            map_end = p.cut_offset
-            break
-    running = running if running is not None else EMPTY_MAP
-    arrow_map = vectorized.ArrowOffsetMap(running["key"].combine_chunks(), running["offset"].combine_chunks())
-    return arrow_map, max(start_offset, map_end)
+    return merge.result()
 
 
 def map_runs(segments: list[RemoteSegment], *, start_offset: int, end_offset: int, max_bytes: int
@@ -260,13 +289,13 @@ def rewrite_run(store: ObjectStore, topic: str, partition: int, groups: list[lis
     with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:
         try:
             for g, sid in zip(groups, ids):
-                staged.append(_write_group(store, topic, partition, g, offset_map, map_end, params, config, stats,
+                staged.append(write_group(store, topic, partition, g, offset_map, map_end, params, config, stats,
                                            now_ms, workdir, arrow_map=arrow_map if native else None, segment_id=sid))
             if stats.batches_rewritten == 0 and stats.batches_dropped == 0:
                 return RunResult([], stats, False)
-            staged = _merge_small(staged, config, now_ms, workdir)
+            staged = merge_small(staged, config, now_ms, workdir)
             for st in staged:
-                _upload(store, topic, partition, st)
+                upload_replacement(store, topic, partition, st)
             return RunResult([(st.entry, tuple(s.segment_id for s in st.group)) for st in staged], stats, True)
         finally:
             for st in staged:
@@ -290,7 +319,7 @@ class RewriteTask:
 class SplitRound:
     """A round in progress on the driver: holds the partition's lease until `finish` or `release`."""
 
-    job: _PartitionJob
+    job: PartitionJob
     config: LogConfig
     section: DirtySection
     max_map_bytes: int
@@ -300,6 +329,7 @@ class SplitRound:
     arrow_map: vectorized.ArrowOffsetMap | None = None
     rewrites: list[RewriteTask] = field(default_factory=list)
     groups: list[list[RemoteSegment]] = field(default_factory=list)
+    map_merge: MapMerge | None = None
 
     @property
     def report(self) -> PartitionReport:
@@ -311,19 +341,33 @@ class SplitRound:
         return [[x.segment_id for x in run] for run in map_runs(s.segments, start_offset=s.first_dirty,
                                                                 end_offset=s.uncleanable, max_bytes=self.task_max_bytes)]
 
-    def merge(self, partials: list[PartialMap]) -> None:
-        """Step 3: merge the map tasks' maps, plan the rewrite runs and stage their placeholders."""
-        s, job = self.section, self.job
-        self.arrow_map, self.map_end = merge_partials(partials, start_offset=s.first_dirty,
-                                                            end_offset=s.uncleanable, max_bytes=self.max_map_bytes)
-        self.groups = group_below(s.segments, self.map_end, self.config)
+    def add_partial(self, partial: PartialMap) -> bool:
+        """Step 3, one map task's map at a time, in offset order; True when the merged map has
+        ended (the partition's later map tasks need not run)."""
+        if self.map_merge is None:
+            s = self.section
+            self.map_merge = MapMerge(start_offset=s.first_dirty, end_offset=s.uncleanable, max_bytes=self.max_map_bytes)
+        return self.map_merge.ended or self.map_merge.add(partial)
+
+    def merge(self, partials: list[PartialMap] | None = None) -> None:
+        """Step 3: merge the map tasks' maps (the rest of them, after `add_partial`), plan the
+        rewrite runs and stage their placeholders."""
+        job = self.job
+        for p in partials or []:
+            if self.add_partial(p):
+                break
+        if self.map_merge is None:  # no map task (an empty dirty section): the map ends where it starts
+            s = self.section
+            self.map_merge = MapMerge(start_offset=s.first_dirty, end_offset=s.uncleanable, max_bytes=self.max_map_bytes)
+        self.arrow_map, self.map_end = self.map_merge.result()
+        self.groups = group_below(self.section.segments, self.map_end, self.config)
         placeholders = [_placeholder(g, job.now) for g in self.groups]
         runs = _runs(list(zip(self.groups, placeholders)), lambda gp: sum(x.size_in_bytes for x in gp[0]),
                      self.task_max_bytes)
         self.rewrites = [RewriteTask([[x.segment_id for x in g] for g, _ in run], [p.segment_id for _, p in run])
                          for run in runs]
         if placeholders:
-            _job_commit(job.meta, lambda cur: mf.stage_replacements(cur, placeholders))
+            job_commit(job.meta, lambda cur: mf.stage_replacements(cur, placeholders))
 
     def map_ipc(self) -> bytes:
         return _to_ipc(pa.table({"key": self.arrow_map.keys, "offset": self.arrow_map.offsets}))  # type: ignore[union-attr]
@@ -347,7 +391,9 @@ class SplitRound:
             checkpoint = next_first_dirty_offset(self.map_end, stats.first_kept_for_lag_offset)
             report.records_read, report.records_kept = stats.records_read, stats.records_kept
             report.bytes_read, report.bytes_written = stats.bytes_read, stats.bytes_written
-            report.extra.update(map_tasks=len(self.map_tasks()), rewrite_tasks=len(self.rewrites),
+            report.extra.update(map_tasks=len(self.map_tasks()),
+                                map_tasks_merged=self.map_merge.merged if self.map_merge else 0,
+                                rewrite_tasks=len(self.rewrites),
                                 map_keys=len(self.arrow_map or ()), map_end_offset=self.map_end,
                                 earliest_delete_horizon_ms=stats.earliest_delete_horizon_ms)
             outputs = [o for r in changed for o in r.outputs]
@@ -369,7 +415,7 @@ class SplitRound:
                     out = mf.set_cleaner_checkpoint(out, checkpoint) or out
                 return out if out is not cur else None
 
-            after = _job_commit(meta, swap)
+            after = job_commit(meta, swap)
             done = {i for i in final if (x := after.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED}
             if changed:
                 report.action = "compacted"
@@ -382,7 +428,7 @@ class SplitRound:
             report.cleaner_checkpoint = after.cleaner_checkpoint
             report.log_start_offset = after.log_start_offset
             if not report.groups_abandoned:
-                _write_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
+                write_job_state(store, topic, partition, {"earliest_delete_horizon_ms": stats.earliest_delete_horizon_ms})
             report.objects_deleted = delete_due_objects(store, meta, topic, partition, now)
             return report
         finally:
@@ -419,7 +465,7 @@ def open_round(store: ObjectStore, topic: str, partition: int, config: LogConfig
         return report
     try:
         meta = ManifestStore(store, topic, partition)
-        job = _PartitionJob(store, topic, partition, _now_ms() if now_ms is None else now_ms, lease, meta,
+        job = PartitionJob(store, topic, partition, current_time_ms() if now_ms is None else now_ms, lease, meta,
                             meta.load(), report)
         section = plan_round(job, config, force=force)
     except BaseException:

@@ -82,7 +82,8 @@ from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, PeerClient, json_or_empty
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.logstore.errors import OffsetOutOfRangeError
-from lakelog.logstore.log import AppendInfo, FetchResult
+from lakelog.logstore.log_append import AppendInfo
+from lakelog.logstore.log_read import FetchResult
 
 log = logging.getLogger("lakelog.node")
 

@@ -5,8 +5,10 @@ partition of a job run at once:
 
   driver     open each partition's round (its lease, its dirty section)
   stage 1    map tasks, one per run of dirty segments (<= compaction.task.max.bytes) of every
-             partition: partial key -> latest offset maps
-  driver     per partition: merge the maps (bounded), stage the rewrite placeholders (one CAS),
+             partition: partial key -> latest offset maps; in waves of at most
+             compaction.map.tasks.per.wave tasks, each wave's maps merged into the partitions'
+             maps (bounded) before the next; a partition whose map ended gets no more tasks
+  driver     per partition: the merged map, stage the rewrite placeholders (one CAS),
              broadcast the merged map
   stage 2    rewrite tasks, one per run of segment groups of every partition
   driver     per partition: ONE swap CAS, the cleaner checkpoint, due deletions; leases released
@@ -114,19 +116,23 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
             else:
                 rounds[(t, p)] = r
 
-        # stage 1: the partial maps
-        map_args, map_of = [], []
-        for (t, p), r in rounds.items():
-            s = r.section
-            for ids in r.map_tasks():
-                map_args.append((remote, t, p, ids, s.first_dirty, s.uncleanable, r.max_map_bytes,
+        # stage 1: the partial maps, in waves of at most compaction.map.tasks.per.wave tasks; each
+        # wave's maps are merged (in offset order: collect keeps the tasks' order, and a wave is a
+        # prefix of what is left) before the next, so the driver never holds every task's map.
+        pending = [((t, p), ids) for (t, p), r in rounds.items() for ids in r.map_tasks()]
+        while pending := [task for task in pending if task[0] in rounds]:  # a lost lease drops its round
+            wave, pending = pending[:jc.compaction_map_tasks_per_wave], pending[jc.compaction_map_tasks_per_wave:]
+            map_args = []
+            for (t, p), ids in wave:
+                r = rounds[(t, p)]
+                map_args.append((remote, t, p, ids, r.section.first_dirty, r.section.uncleanable, r.max_map_bytes,
                                  r.config.max_uncompressed_batch_bytes))
-                map_of.append((t, p))
-        partials: dict[tuple[str, int], list] = {key: [] for key in rounds}
-        for key, partial in zip(map_of, run_tasks(spark, _map_task, map_args, renew_all, job_groups)):
-            partials[key].append(partial)  # in offset order: collect keeps the tasks' order
+            for ((t, p), _), partial in zip(wave, run_tasks(spark, _map_task, map_args, renew_all, job_groups)):
+                if (t, p) in rounds and rounds[(t, p)].add_partial(partial):
+                    ended = (t, p)
+                    pending = [task for task in pending if task[0] != ended]  # its later runs stay dirty
         for key, r in list(rounds.items()):
-            r.merge(partials.pop(key, []))
+            r.merge()
 
         # stage 2: the rewrites, against each partition's merged map
         sc = spark.sparkContext

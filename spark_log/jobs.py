@@ -7,7 +7,8 @@
                     (spark_log/compaction_job.py, compaction/remote_split.py)
     retention       retention.ms / retention.bytes by whole remote segments, one task per partition
     rebuild-index   regenerate .index / .timeindex (missing or damaged ones, or all with --all),
-                    one task per segment; writes the partition-level remote index Delta table
+                    each task over runs of segments (tiering/index_rebuild_tasks.py), one manifest
+                    CAS per run; writes the partition-level remote index Delta table
                     `<remote>/tables/_remote_index`
     sync-tables     each topic into the Delta table `<remote>/tables/<topic>` (spark_log/tables.py)
 
@@ -97,16 +98,14 @@ def _retention_task(args: tuple) -> dict:
         store.close()
 
 
-def _rebuild_task(args: tuple) -> dict:
-    remote, topic, partition, segment_id, interval, mode = args
-    from lakelog.tiering.index_rebuild import rebuild_segment
+def _rebuild_task(args: tuple) -> list[dict]:
+    """One rebuild-index task: its runs of segments (tiering/index_rebuild_tasks.py), a row each."""
+    remote, runs, mode = args
+    from lakelog.tiering.index_rebuild_tasks import rebuild_run
 
     store = _executor_store(remote)
     try:
-        seg = load_manifest(store, topic, partition).segment(segment_id)
-        if seg is None:
-            return {"topic": topic, "partition": partition, "segment_id": segment_id, "index_action": "gone"}
-        return rebuild_segment(store, topic, partition, seg, index_interval_bytes=interval, mode=mode).to_dict()
+        return [row for run in runs for row in rebuild_run(store, run, mode=mode)]
     finally:
         store.close()
 
@@ -210,6 +209,9 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
 
         # The compaction job's own keys beside topic keys (a schedule passes one --config to every job).
         job_keys, overrides = split_overrides(overrides or {})
+        from lakelog.tiering.index_rebuild_tasks import split_rebuild_overrides
+
+        rebuild_keys, overrides = split_rebuild_overrides(overrides)
         names, partitions, configs = plan(store, job, topics, overrides)
         summary.topics = names
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -230,17 +232,20 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
                     on_plan(len(tasks))
                 summary.rows = _run_tasks(spark, _retention_task, tasks, progress, summary.spark_job_groups)
         elif job == "rebuild-index":
-            tasks = []
-            for t in names:
-                interval = LogConfig(configs[t]).index_interval_bytes
-                for p in partitions[t]:
-                    m = load_manifest(store, t, p)
-                    tasks += [(remote, t, p, s.segment_id, interval, "all" if rebuild_all else "missing")
-                              for s in m.copy_finished]
+            from lakelog.tiering.index_rebuild_tasks import RebuildJobConfig, plan_rebuild_tasks
+
+            # Runs of segments per task, not one task per segment (see index_rebuild_tasks.py).
+            planned = plan_rebuild_tasks(
+                ((t, p, LogConfig(configs[t]).index_interval_bytes, load_manifest(store, t, p).copy_finished)
+                 for t in names for p in partitions[t]),
+                max_bytes=RebuildJobConfig(rebuild_keys).rebuild_task_max_bytes,
+                cores=int(spark.sparkContext.defaultParallelism))
+            tasks = [(remote, [tuple(r) for r in runs], "all" if rebuild_all else "missing") for runs in planned]
             if on_plan:
                 on_plan(len(tasks))
             t = time.monotonic()
-            summary.rows = _run_tasks(spark, _rebuild_task, tasks, progress, summary.spark_job_groups)
+            summary.rows = [row for rows in _run_tasks(spark, _rebuild_task, tasks, progress, summary.spark_job_groups)
+                            for row in rows]
             summary.phases["tasks_s"] = time.monotonic() - t
             t = time.monotonic()
             write_remote_index_table(spark, remote, [r for r in summary.rows if "segment_id" in r and "base_offset" in r])
@@ -292,8 +297,10 @@ REMOTE_INDEX_WRITE_CONF = {"spark.databricks.delta.snapshotPartitions": "1",
                            "spark.databricks.delta.writeChecksumFile.enabled": "false"}
 
 
-def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
-    """Replace `<remote>/tables/_remote_index` with `rows` (one per remote segment).
+def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
+    """Replace `<remote>/tables/_remote_index` with `rows` (one per remote segment); leave it as it
+    is when its latest commit already holds exactly these rows (spark_log/remote_index_table.py:
+    a fingerprint in the commit's userMetadata). True when the table was written.
 
     The rows go to the JVM as one Arrow table (a local relation): built from Python rows, the
     DataFrame's write ran Python workers to unpickle them, which cost ~2 s of a 2.5 s commit on a
@@ -302,27 +309,48 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> str:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
+    from lakelog.spark_log.remote_index_table import rows_fingerprint, table_state
+
     path = tables_path(remote, REMOTE_INDEX_TABLE)
     schema = _parse_datatype_string(REMOTE_INDEX_SCHEMA)
+    fingerprint = rows_fingerprint(REMOTE_INDEX_SCHEMA, schema.fieldNames(), rows)
+    store = open_remote(remote)
+    try:
+        exists, latest = table_state(store)
+        if latest == fingerprint:
+            return False
+    finally:
+        store.close()
     table = pa.Table.from_pylist([{c: r.get(c) for c in schema.fieldNames()} for r in rows],
                                  schema=to_arrow_schema(schema))
-    df = spark.createDataFrame(table)
+    df = spark.createDataFrame(table).coalesce(1)  # one small Parquet file per topic, one write task
     # A table of one row per segment: Delta's log replay in one task rather than the session's
     # snapshotPartitions (sized for topic tables), and no post-commit checksum file (readers do
     # without it). Overwriting an existing table: median 9.6 -> 5.9 s at load ~12 (benchmarks.md).
     old = {k: spark.conf.get(k, None) for k in REMOTE_INDEX_WRITE_CONF}
     for k, v in REMOTE_INDEX_WRITE_CONF.items():
         spark.conf.set(k, v)
+    def save(mode: str) -> None:
+        (df.write.format("delta").mode(mode).option("overwriteSchema", "true")
+         .option("userMetadata", fingerprint).partitionBy("topic").save(path))
+
     try:
-        (df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-         .partitionBy("topic").save(path))
+        if exists:
+            save("overwrite")
+        else:
+            # No table yet: create it (no search for files to remove: ~1/3 of a fresh write at
+            # load ~13, docs/benchmarks.md); a run that created it meanwhile -> overwrite theirs.
+            try:
+                save("errorifexists")
+            except Exception:  # noqa: BLE001 - any failure: the overwrite below raises a real one again
+                save("overwrite")
     finally:
         for k, v in old.items():
             if v is None:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
-    return path
+    return True
 
 
 # ---------------------------------------------------------------------------------------------

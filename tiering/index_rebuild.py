@@ -1,4 +1,5 @@
-"""Rebuild of a remote segment's `.index` and `.timeindex` from its `.log` (one Spark task each).
+"""Rebuild of a remote segment's `.index` and `.timeindex` from its `.log` (the work of the
+`rebuild-index` job's Spark tasks, each over a run of segments: tiering/index_rebuild_tasks.py).
 
 The indexes are regenerated exactly as a node builds them (tiering/segment_scan.py `scan_segment`:
 one offset index entry per `index.interval.bytes` of batches, a time index entry whenever the max
@@ -13,7 +14,8 @@ with the topic's `index.interval.bytes` the result is byte for byte the index th
     never indexed);
   * a rebuilt index equal to the manifest's record (size and CRC) is written back under its key;
     one that differs (the topic's `index.interval.bytes` changed since the upload) is written and
-    the manifest entry updated by compare-and-swap;
+    the manifest entry updated by compare-and-swap (`commit_index_updates`: one CAS for all the
+    segments of a partition one task rebuilt, tiering/index_rebuild_tasks.py);
   * it returns a row of the partition-level remote index (segment, offset range, timestamp range,
     size, leader epochs, state, what was done) for the `_remote_index` Delta table.
 
@@ -54,7 +56,7 @@ class SegmentIndexRow:
     last_leader_epoch: int
     leader_epochs: str  # "epoch:start_offset,..." (compact and stable for a Delta column)
     state: str
-    index_action: str  # ok | rebuilt | manifest-updated | corrupt-log
+    index_action: str  # ok | rebuilt | manifest-updated | corrupt-log | gone
     detail: str = ""
 
     def to_dict(self) -> dict:
@@ -82,9 +84,61 @@ def _object_ok(store: ObjectStore, key: str, size: int, crc: int) -> bool:
     return len(data) == size and crc32c(data) == crc
 
 
+@dataclass(frozen=True)
+class IndexUpdate:
+    """New (size, CRC-32C) of a segment's index objects, written to the store, for the manifest."""
+
+    segment_id: str
+    index: tuple[int, int]
+    time_index: tuple[int, int]
+
+
 def rebuild_segment(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, *,
                     index_interval_bytes: int, mode: str = "missing") -> SegmentIndexRow:
     """Check and, as needed, rebuild the indexes of one COPY_FINISHED segment (see above)."""
+    row, update = rebuild_segment_objects(store, topic, partition, seg, index_interval_bytes=index_interval_bytes,
+                                          mode=mode)
+    if update is not None:
+        commit_index_updates(store, topic, partition, [(row, update)])
+    return row
+
+
+def commit_index_updates(store: ObjectStore, topic: str, partition: int,
+                         pending: list[tuple[SegmentIndexRow, IndexUpdate]]) -> int:
+    """Record the new index objects of `pending` segments in the manifest with ONE compare-and-swap
+    and mark their rows "manifest-updated"; a segment that left COPY_FINISHED meanwhile (compacted
+    or expired) is left out and its row marked "gone". Returns the number of manifest commits (0 or 1)."""
+    if not pending:
+        return 0
+
+    def change(m: mf.PartitionManifest) -> mf.PartitionManifest | None:
+        out = None
+        for _, u in pending:
+            s = (out or m).segment(u.segment_id)
+            if s is None or s.state != mf.SegmentState.COPY_FINISHED:
+                continue  # re-checked on every CAS attempt: the manifest may have moved on
+            out = mf.replace_index_objects(out or m, u.segment_id, index=u.index, time_index=u.time_index) or out
+        return out
+
+    manifests = ManifestStore(store, topic, partition)
+    new = manifests.commit(-1, change, force=True)
+    live = {s.segment_id: s for s in new.segments if s.state == mf.SegmentState.COPY_FINISHED}
+    for row, u in pending:
+        s = live.get(u.segment_id)
+        if s is not None and (s.index_bytes, s.index_crc32c) == u.index \
+                and (s.time_index_bytes, s.time_index_crc32c) == u.time_index:
+            row.index_action = "manifest-updated"
+            row.detail = "the stored indexes differed from a rebuild with this index.interval.bytes"
+        else:
+            row.index_action, row.detail = "gone", "the segment left COPY_FINISHED before the manifest update"
+    return manifests.commits
+
+
+def rebuild_segment_objects(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, *,
+                            index_interval_bytes: int, mode: str = "missing"
+                            ) -> tuple[SegmentIndexRow, IndexUpdate | None]:
+    """`rebuild_segment` without its manifest update: the row, and the update the manifest still
+    needs (None when the rebuilt objects equal the manifest's record, or nothing was rebuilt)."""
     if mode not in ("missing", "all"):
         raise ValueError(f"mode must be 'missing' or 'all', not {mode!r}")
     ikey = segment_key(topic, partition, seg.base_offset, seg.segment_id, INDEX_SUFFIX)
@@ -119,11 +173,11 @@ def rebuild_segment(store: ObjectStore, topic: str, partition: int, seg: RemoteS
                 size += _write_all(fd, b"".join(pending), size)
         except RemoteCorruptionError as e:
             row.index_action, row.detail = "corrupt-log", str(e)
-            return row
+            return row, None
         row.min_timestamp = NO_TIMESTAMP if min_ts is None else min_ts
         row.batch_count = count
         if not need:
-            return row
+            return row, None
         # Every batch was CRC-checked by the remote reader above: the scan only frames and indexes.
         scan = scan_segment(fd, size, base_offset=seg.base_offset, end_offset=seg.end_offset,
                             index_interval_bytes=index_interval_bytes, path=ikey, check_crc=False)
@@ -133,11 +187,7 @@ def rebuild_segment(store: ObjectStore, topic: str, partition: int, seg: RemoteS
     store.put(tkey, scan.time_index)
     new_index = (len(scan.index), crc32c(scan.index))
     new_time = (len(scan.time_index), crc32c(scan.time_index))
+    row.index_action = "rebuilt"
     if new_index == (seg.index_bytes, seg.index_crc32c) and new_time == (seg.time_index_bytes, seg.time_index_crc32c):
-        row.index_action = "rebuilt"
-        return row
-    ManifestStore(store, topic, partition).commit(
-        -1, lambda m: mf.replace_index_objects(m, seg.segment_id, index=new_index, time_index=new_time), force=True)
-    row.index_action = "manifest-updated"
-    row.detail = "the stored indexes differed from a rebuild with this index.interval.bytes"
-    return row
+        return row, None
+    return row, IndexUpdate(seg.segment_id, new_index, new_time)

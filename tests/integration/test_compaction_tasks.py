@@ -13,7 +13,15 @@ import pytest
 from lakelog.compaction.errors import OffsetMapTooSmallError
 from lakelog.compaction.remote import compact_partition
 from lakelog.infra.config import ConfigError
-from lakelog.compaction.remote_split import PartialMap, _to_ipc, map_segments, merge_partials, open_round, rewrite_run
+from lakelog.compaction.remote_split import (
+    PartialMap,
+    _from_ipc,
+    _to_ipc,
+    map_segments,
+    merge_partials,
+    open_round,
+    rewrite_run,
+)
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.remote_scan import load_manifest
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
@@ -128,6 +136,45 @@ def test_a_bounded_map_compacts_a_prefix_and_the_next_round_the_rest(tmp_path):
     assert len(after) < len(before)
 
 
+def test_a_map_task_merges_its_chunks_in_linear_work(tmp_path, monkeypatch):
+    """A map task over many small decoded chunks (most keys new in each): the same map as over one
+    chunk, with the rows its merges aggregated counted (not timed): a small multiple of the keyed
+    records, where merging every chunk into the whole map would take chunks x map size. Bounded,
+    it stops where a chunk no longer fits, at a chunk's first batch, within the bound."""
+    from lakelog.compaction import vectorized
+    from lakelog.compaction.bounded_map import map_bytes
+
+    if not vectorized.available():
+        pytest.fail("the native decoder is not built (make native)")
+    store, _, _, _ = build_remote(tmp_path, batches=3000, keys=6000, tombstone_every=10_000)
+    cfg = config()
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    end = segments[-1].end_offset + 1
+
+    def mapped(max_bytes):
+        return map_segments(store, TOPIC, 0, segments, start_offset=0, end_offset=end, max_bytes=max_bytes,
+                            max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes)
+
+    whole = mapped(1 << 30)
+    monkeypatch.setattr(vectorized, "CHUNK_ROWS", 64)
+    chunked = mapped(1 << 30)
+    assert chunked.cut_offset is None and chunked.records == whole.records > 5000
+    assert _from_ipc(chunked.map_ipc).sort_by("key").equals(_from_ipc(whole.map_ipc).sort_by("key"))
+    chunks = chunked.records // 64
+    keys = _from_ipc(whole.map_ipc).num_rows
+    assert chunks > 50 and keys > 3000
+    assert chunked.rows_grouped <= 3 * chunked.records, (chunked.rows_grouped, chunked.records)
+    assert chunked.rows_grouped * 10 < chunks * keys // 2
+    bound = 64 * 1024
+    cut = mapped(bound)
+    table = _from_ipc(cut.map_ipc)
+    assert cut.full and 0 < cut.cut_offset < end and map_bytes(table.column("key")) <= bound
+    assert max(table.column("offset").to_pylist()) < cut.cut_offset
+    # The end of a full map is found by bisection over the chunks not yet merged: log2(chunks) more
+    # merges of the map, once.
+    assert cut.rows_grouped * 3 < (cut.records // 64) * table.num_rows // 2, (cut.rows_grouped, table.num_rows)
+
+
 # ---------------------------------------------------------------------------------------------
 # the job on Spark
 
@@ -173,3 +220,41 @@ def test_the_job_spreads_one_partition_over_several_tasks_and_equals_the_one_tas
     assert again.totals["compacted"] == 0 and again.rows[0]["reason"] == "nothing dirty"
     with pytest.raises(ConfigError, match="compaction.task.max.bytes"):
         run_job(spark, "compaction", (tmp_path / "remote").as_uri(), overrides={"compaction.task.max.bytes": "10"})
+
+
+@pytest.mark.spark
+def test_the_map_stage_runs_in_waves_and_a_partition_whose_map_ended_gets_no_more_map_tasks(tmp_path, spark):
+    """compaction.map.tasks.per.wave bounds the task maps the driver holds: the map stage runs as
+    one Spark job per wave, with the same records after the round as the one-task round. With a
+    map bound that the first runs fill, the later runs' map tasks never run: the map ends where
+    the first run that does not fit starts, and the next rounds compact the rest."""
+    from lakelog.spark_log.jobs import run_job
+
+    store, _, _, _ = build_remote(tmp_path / "a", batches=600, keys=50)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    twin = FileSystemStore(shutil.copytree(tmp_path / "a" / "remote", tmp_path / "twin"))
+    compact_partition(twin, TOPIC, 0, config(**{"segment.bytes": 12000}), owner="test", delete_delay_ms=0)
+    summary = run_job(spark, "compaction", (tmp_path / "a" / "remote").as_uri(), delete_delay_ms=0,
+                      overrides={"compaction.task.max.bytes": "9000", "compaction.map.tasks.per.wave": "2"})
+    extra = summary.rows[0]["extra"]
+    assert summary.totals["compacted"] == 1 and extra["map_tasks"] > 4, summary
+    assert extra["map_tasks_merged"] == extra["map_tasks"]
+    assert len(summary.spark_job_groups) == -(-extra["map_tasks"] // 2) + 1  # the map waves, then the rewrite
+    assert remote_records(store) == remote_records(twin)
+
+    store, _, _, _ = build_remote(tmp_path / "b", batches=3000, keys=6000, tombstone_every=10_000)
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    before = remote_records(store)
+    end = load_manifest(store, TOPIC, 0).end_offset + 1
+    bound = 64 * 1024  # about 3,400 keys of `key-NNNN`: fewer than the partition holds
+    overrides = {"compaction.task.max.bytes": "9000", "compaction.map.tasks.per.wave": "1",
+                 "compaction.offset.map.max.bytes": str(bound)}
+    summary = run_job(spark, "compaction", (tmp_path / "b" / "remote").as_uri(), delete_delay_ms=0,
+                      overrides=overrides)
+    extra = summary.rows[0]["extra"]
+    checkpoint = load_manifest(store, TOPIC, 0).cleaner_checkpoint
+    assert summary.totals["compacted"] == 1 and 0 < checkpoint < end, (summary, checkpoint)
+    assert extra["map_tasks_merged"] < extra["map_tasks"], extra
+    assert len(summary.spark_job_groups) == extra["map_tasks_merged"] + 1
+    assert extra["map_keys"] * 17 <= bound
+    assert remote_records(store) == reference(before, checkpoint, drop_tombstones=False)

@@ -533,10 +533,10 @@ def test_a_group_with_a_refused_proposal_fails_only_that_proposal(tmp_path):
             follower = next(v for v in voters if v is not leader)
             # The follower's propose() refuses at once; go around it to queue proposals into its driver.
             loop = asyncio.get_running_loop()
-            from lakelog.ingest_api.cluster.quorum import _Proposal
+            from lakelog.ingest_api.cluster.quorum_driver import Proposal
             futures = [loop.create_future() for _ in range(5)]
             for i, f in enumerate(futures):
-                follower.host._enqueue(_Proposal(put(f"x{i}", "1"), f))
+                follower.host._enqueue(Proposal(put(f"x{i}", "1"), f))
             done, _ = await asyncio.wait(futures, timeout=WAIT_S)
             assert len(done) == 5
             for f in futures:

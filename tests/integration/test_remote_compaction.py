@@ -168,7 +168,7 @@ def test_compaction_yields_to_the_leaders_retention(tmp_path, monkeypatch):
     store, tier, log, _ = build_remote(tmp_path)
     import lakelog.compaction.remote as cr
 
-    real_upload = cr._upload
+    real_upload = cr.upload_replacement
     rp = tier.partition(TOPIC, 0)
     m0 = load_manifest(store, TOPIC, 0)
     fired = []
@@ -180,7 +180,7 @@ def test_compaction_yields_to_the_leaders_retention(tmp_path, monkeypatch):
             rp.enforce_retention(1, retention_ms=-1, retention_bytes=m0.size_in_bytes - m0.copy_finished[0].size_in_bytes,
                                  now_ms=3_000_000)
 
-    monkeypatch.setattr(cr, "_upload", upload_then_expire)
+    monkeypatch.setattr(cr, "upload_replacement", upload_then_expire)
     report = compact_partition(store, TOPIC, 0, config(), owner="test", now_ms=2_000_000, delete_delay_ms=0)
     assert report.groups_abandoned >= 1
     m = load_manifest(store, TOPIC, 0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import uuid
 
 import pytest
 
@@ -17,14 +16,13 @@ from lakelog.compaction.remote import compact_partition
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import Record, build_batch
-from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME, jvm_source_loaded
-from lakelog.spark_log.session import remote_session
+from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
 from lakelog.tiering import RemoteTier, TieringConfig
 from lakelog.tiering import manifest as mf
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.layout import manifest_key
 from lakelog.tiering.remote_scan import load_manifest
-from lakelog.tiering.s3_store import S3Store
+from tests.support.spark_jvm import copy_to_s3, jvm_session, lists
 
 pytestmark = pytest.mark.spark
 TOPIC = "jvm-count"
@@ -34,10 +32,7 @@ TS0 = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def spark(spark_s3):
-    session = remote_session("s3://lakelog-jvm-count/x", app_name="lakelog-jvm-count-test")
-    assert jvm_source_loaded(session), "make jvm builds spark_log/jvm/lakelog-spark.jar"
-    yield session
-    session.stop()
+    yield from jvm_session("s3://lakelog-jvm-count/x", "lakelog-jvm-count-test")
 
 
 def build_topic(root, *, keys: int = 1000) -> FileSystemStore:
@@ -189,14 +184,11 @@ def test_after_compaction_the_count_is_of_the_records_present(spark, tmp_path):
 
 def test_on_s3_counted_segments_are_not_fetched(spark, spark_s3, topic):
     store, _ = topic
-    bucket = f"lakelog-{uuid.uuid4().hex[:10]}"
-    spark_s3.create_bucket(bucket)
-    target = S3Store(bucket, "tier")
-    for info in store.list(""):
-        target.put(info.key, store.get(info.key)[0])
-    url = f"s3://{bucket}/tier"
+    _, url = copy_to_s3(spark_s3, store)
     ref = counts(spark, url)[2]
     spark_s3.requests()
     assert _df(spark, url).count() == ref
     asked = spark_s3.requests()
-    assert "GET .log" not in asked and "HEAD .log" not in asked and asked.get("GET .json") == PARTITIONS
+    # the planning's LIST and one GET per manifest: nothing else, no HEAD
+    assert "GET .log" not in asked and asked.get("GET .json") == PARTITIONS and lists(asked) == 1
+    assert "HEAD" not in asked, asked

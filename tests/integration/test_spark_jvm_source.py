@@ -8,7 +8,6 @@ fail with RemoteCorruptionError naming the object (never rows) or both return th
 from __future__ import annotations
 
 import random
-import uuid
 
 import pytest
 
@@ -21,7 +20,7 @@ from lakelog.spark_log.session import remote_session
 from lakelog.tiering import RemoteTier, TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.remote_scan import load_manifest
-from lakelog.tiering.s3_store import S3Store
+from tests.support.spark_jvm import copy_to_s3
 
 pytestmark = pytest.mark.spark
 TOPIC = "jvm-orders"
@@ -123,12 +122,7 @@ def same(spark, remote: str, **kw) -> list[dict]:
 def topic(tmp_path_factory, s3):
     root = tmp_path_factory.mktemp("jvm-source")
     store = build_topic(root)
-    bucket = f"lakelog-{uuid.uuid4().hex[:10]}"
-    s3.create_bucket(bucket)
-    target = S3Store(bucket, "tier")
-    for info in store.list(""):
-        target.put(info.key, store.get(info.key)[0])
-    return store, (root / "remote").as_uri(), f"s3://{bucket}/tier"
+    return store, (root / "remote").as_uri(), copy_to_s3(s3, store)[1]
 
 
 def test_jvm_rows_equal_the_reference_on_both_stores(spark, topic):
@@ -230,10 +224,10 @@ def test_damaged_bytes_fail_both_paths_alike(spark, topic, tmp_path):
 
 
 def test_read_ahead_in_small_chunks_returns_the_same_rows_and_errors(spark, topic, tmp_path, s3):
-    """The JVM reader reads a task's objects ahead on a background thread (`prefetchChunks`, in
-    chunks of `chunkBytes`): segments many chunks long, a scan that stops inside a segment, and a
-    missing object in the middle of a task's split give what reading inline (`prefetchChunks=0`)
-    and the reference give."""
+    """The JVM reader reads a task's objects ahead on background threads (`prefetchChunks` chunks
+    of `chunkBytes` per thread, `prefetchSegments` segments at once): segments many chunks long,
+    a scan that stops inside a segment, and a missing object in the middle of a task's split give
+    what reading inline (`prefetchChunks=0`) and the reference give."""
     store = FileSystemStore(tmp_path / "remote")
     tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000}))
     rng = random.Random(7)
@@ -252,24 +246,24 @@ def test_read_ahead_in_small_chunks_returns_the_same_rows_and_errors(spark, topi
     segments = load_manifest(store, TOPIC, 0).copy_finished
     assert len(segments) >= 3 and max(s.size_in_bytes for s in segments) > 4 * 65536
     remote = (tmp_path / "remote").as_uri()
-    bucket = f"lakelog-{uuid.uuid4().hex[:10]}"
-    s3.create_bucket(bucket)
-    target = S3Store(bucket, "tier")
-    for info in store.list(""):
-        target.put(info.key, store.get(info.key)[0])
+    _, s3_url = copy_to_s3(s3, store)
     one_task = {"chunkBytes": 65536, "maxPartitionBytes": 1 << 30}
     ahead = {**one_task, "prefetchChunks": 2}
+    # three segments read at once, each lane holding at most 2 chunks: a lane waits for the decoder
+    lanes = {**one_task, "prefetchSegments": 3, "prefetchChunks": 1}
     for where in (None, "offset BETWEEN 100 AND 300"):  # the second stops inside the first segment
-        for url in (remote, f"s3://{bucket}/tier"):
+        for url in (remote, s3_url):
             ref = read(spark, PYTHON_SOURCE_NAME, url, where=where)
             assert len(ref) == (480 if where is None else 201)
             assert read(spark, "lakelog", url, where=where, **ahead) == ref
+            assert read(spark, "lakelog", url, where=where, **lanes) == ref
+            assert read(spark, "lakelog", url, where=where, prefetchSegments=2, maxPartitionBytes=1 << 30) == ref
             assert read(spark, "lakelog", url, where=where, **one_task) == ref  # inline, the default
             assert read(spark, "lakelog", url, where=where, prefetchChunks=1, chunkBytes=65536) == ref
     # A missing object in the middle of the task's split: the error names it, read ahead or not.
     missing = f"{TOPIC}-0/{segments[1].base_offset:020d}-{segments[1].segment_id}.log"
     (tmp_path / "remote" / missing).unlink()
-    for depth in (2, 0):
+    for ahead_options in ({"prefetchChunks": 2}, {"prefetchChunks": 0}, {"prefetchSegments": 2}):
         with pytest.raises(Exception) as e:
-            read(spark, "lakelog", remote, prefetchChunks=depth, **one_task)
+            read(spark, "lakelog", remote, **ahead_options, **one_task)
         assert "RemoteCorruptionError" in str(e.value) and missing in str(e.value) and "missing" in str(e.value)

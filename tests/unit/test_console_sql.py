@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lakelog.cli.launcher import LauncherConfigError, build_spec
+from lakelog.cli.cluster_spec import LauncherConfigError, build_spec
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.console_sql import ConsoleSql, SqlNotConfiguredError, required_reads
 from lakelog.ingest_api.errors import PeerUnavailableError, RemoteError

@@ -19,7 +19,8 @@ from lakelog.logstore.errors import (
     RecordTooLargeError,
     UnsupportedFormatVersionError,
 )
-from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, PartitionLog
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.log_loader import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE
 from lakelog.logstore.record_batch import (
     NO_TIMESTAMP,
     Record,

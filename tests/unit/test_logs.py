@@ -6,7 +6,9 @@ import io
 import json
 import logging
 
-from lakelog.cli.launcher import Backoff, Console, command_hint
+from lakelog.cli.launcher import command_hint
+from lakelog.cli.launcher_children import Backoff
+from lakelog.cli.launcher_console import Console
 from lakelog.infra.logs import (NOTICE, JsonLogFormatter, RepeatFilter, RepeatLimiter, human_line, is_notice,
                                 parse_json_line, template_key)
 from lakelog.ingest_api.cluster.backoff import RetryBackoff

@@ -4,27 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from lakelog.cli.launcher import LauncherConfigError, build_spec, load_or_create_sql_token
-from lakelog.spark_log.cli import CommandError, _read_token, _with_token
+from lakelog.cli.cluster_spec import LauncherConfigError, build_spec, load_or_create_sql_token
+from lakelog.spark_log.cli_common import CommandError
+from lakelog.spark_log.sql_server_access import read_token, with_token
 from lakelog.spark_log.hot_tail import NodeAccess
 
 
 def test_a_token_goes_to_localhost_as_pyspark_sends_it_over_a_plain_channel_only_there():
-    assert _with_token("sc://127.0.0.1:15002", None) == "sc://127.0.0.1:15002"
-    assert _with_token("sc://127.0.0.1:16000", "abc") == "sc://localhost:16000/;token=abc"
-    assert _with_token("sc://db.example:15002", "abc") == "sc://db.example:15002/;token=abc"
+    assert with_token("sc://127.0.0.1:15002", None) == "sc://127.0.0.1:15002"
+    assert with_token("sc://127.0.0.1:16000", "abc") == "sc://localhost:16000/;token=abc"
+    assert with_token("sc://db.example:15002", "abc") == "sc://db.example:15002/;token=abc"
 
 
 def test_token_files_are_checked(tmp_path):
     good = tmp_path / "t"
     good.write_text("s3cret\n")
-    assert _read_token(str(good)) == "s3cret"
+    assert read_token(str(good)) == "s3cret"
     for bad in ("", "a;b", "x" * 2000, "two\nlines"):
         (tmp_path / "b").write_text(bad)
         with pytest.raises(CommandError):
-            _read_token(str(tmp_path / "b"))
+            read_token(str(tmp_path / "b"))
     with pytest.raises(CommandError, match="cannot read"):
-        _read_token(str(tmp_path / "missing"))
+        read_token(str(tmp_path / "missing"))
 
 
 def test_up_makes_its_sql_token_once_readable_by_its_owner_only(tmp_path):

@@ -129,13 +129,13 @@ def test_lakelog_sql_loads_neither_pyspark_nor_httpx_nor_the_jobs():
 
 
 def test_the_cli_names_the_remote_environment_variable_as_the_jobs_do():
-    from lakelog.spark_log import cli, datasource, jobs
+    from lakelog.spark_log import cli_common, datasource, jobs
 
-    assert cli.REMOTE_ENV == jobs.REMOTE_ENV == datasource.REMOTE_ENV
+    assert cli_common.REMOTE_ENV == jobs.REMOTE_ENV == datasource.REMOTE_ENV
 
 
 def test_up_passes_its_thrift_port_to_the_sql_server_and_refuses_it_with_authentication_on(tmp_path):
-    from lakelog.cli.launcher import LauncherConfigError, build_spec
+    from lakelog.cli.cluster_spec import LauncherConfigError, build_spec
 
     spec = build_spec(nodes=1, data_dir=tmp_path, http_port=18000, sql_port=15002, sql_thrift_port=10000)
     args = spec.sql_server_args()

@@ -83,26 +83,18 @@ final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
             String c = ((IsNotNull) f).attribute();
             return "offset".equals(c) || "partition".equals(c);
         }
-        if (f instanceof EqualTo) {
-            EqualTo e = (EqualTo) f;
-            return ("offset".equals(e.attribute()) && e.value() instanceof Long)
-                || ("partition".equals(e.attribute()) && e.value() instanceof Integer);
-        }
-        if (f instanceof GreaterThan) {
-            GreaterThan g = (GreaterThan) f;
-            return "offset".equals(g.attribute()) && g.value() instanceof Long && (Long) g.value() != Long.MAX_VALUE;
-        }
-        if (f instanceof GreaterThanOrEqual) {
-            GreaterThanOrEqual g = (GreaterThanOrEqual) f;
-            return "offset".equals(g.attribute()) && g.value() instanceof Long;
-        }
-        if (f instanceof LessThan) {
-            LessThan l = (LessThan) f;
-            return "offset".equals(l.attribute()) && l.value() instanceof Long && (Long) l.value() != Long.MIN_VALUE;
-        }
-        if (f instanceof LessThanOrEqual) {
-            LessThanOrEqual l = (LessThanOrEqual) f;
-            return "offset".equals(l.attribute()) && l.value() instanceof Long;
+        String col = attribute(f);
+        if (col != null) {  // a comparison with a literal
+            Object v = value(f);
+            if ("partition".equals(col)) {
+                return f instanceof EqualTo && v instanceof Integer;
+            }
+            if (!"offset".equals(col) || !(v instanceof Long)) {
+                return false;
+            }
+            // a strict bound at the end of BIGINT's range has no inclusive form: not applied
+            long x = (Long) v;
+            return !(f instanceof GreaterThan && x == Long.MAX_VALUE) && !(f instanceof LessThan && x == Long.MIN_VALUE);
         }
         if (f instanceof In && "partition".equals(((In) f).attribute())) {
             for (Object x : ((In) f).values()) {
@@ -113,6 +105,36 @@ final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
             return true;
         }
         return false;
+    }
+
+    /** The column of `f` when it compares a column with a literal (=, >, >=, <, <=), else null. */
+    private static String attribute(Filter f) {
+        if (f instanceof EqualTo) {
+            return ((EqualTo) f).attribute();
+        } else if (f instanceof GreaterThan) {
+            return ((GreaterThan) f).attribute();
+        } else if (f instanceof GreaterThanOrEqual) {
+            return ((GreaterThanOrEqual) f).attribute();
+        } else if (f instanceof LessThan) {
+            return ((LessThan) f).attribute();
+        } else if (f instanceof LessThanOrEqual) {
+            return ((LessThanOrEqual) f).attribute();
+        }
+        return null;
+    }
+
+    /** The literal of a comparison that {@link #attribute} names. */
+    private static Object value(Filter f) {
+        if (f instanceof EqualTo) {
+            return ((EqualTo) f).value();
+        } else if (f instanceof GreaterThan) {
+            return ((GreaterThan) f).value();
+        } else if (f instanceof GreaterThanOrEqual) {
+            return ((GreaterThanOrEqual) f).value();
+        } else if (f instanceof LessThan) {
+            return ((LessThan) f).value();
+        }
+        return ((LessThanOrEqual) f).value();
     }
 
     @Override
@@ -131,21 +153,17 @@ final class LakelogScanBuilder implements ScanBuilder, SupportsPushDownRequiredC
             String c = ((IsNotNull) f).attribute();
             return "offset".equals(c) || "partition".equals(c);
         }
-        String col;
-        Object v;
-        if (f instanceof EqualTo) {
-            col = ((EqualTo) f).attribute();
-            v = ((EqualTo) f).value();
-            return bound(col, v, v, true, true);
-        } else if (f instanceof GreaterThan) {
-            return bound(((GreaterThan) f).attribute(), ((GreaterThan) f).value(), null, false, true);
-        } else if (f instanceof GreaterThanOrEqual) {
-            return bound(((GreaterThanOrEqual) f).attribute(), ((GreaterThanOrEqual) f).value(), null, true, true);
-        } else if (f instanceof LessThan) {
-            return bound(((LessThan) f).attribute(), null, ((LessThan) f).value(), true, false);
-        } else if (f instanceof LessThanOrEqual) {
-            return bound(((LessThanOrEqual) f).attribute(), null, ((LessThanOrEqual) f).value(), true, true);
-        } else if (f instanceof In && "partition".equals(((In) f).attribute())) {
+        String col = attribute(f);
+        if (col != null) {
+            Object v = value(f);
+            if (f instanceof EqualTo) {
+                return bound(col, v, v, true, true);
+            } else if (f instanceof GreaterThan || f instanceof GreaterThanOrEqual) {
+                return bound(col, v, null, f instanceof GreaterThanOrEqual, true);
+            }
+            return bound(col, null, v, true, f instanceof LessThanOrEqual);
+        }
+        if (f instanceof In && "partition".equals(((In) f).attribute())) {
             TreeSet<Integer> set = new TreeSet<>();
             for (Object x : ((In) f).values()) {
                 if (!(x instanceof Integer)) {

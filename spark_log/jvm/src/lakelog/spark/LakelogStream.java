@@ -59,13 +59,11 @@ final class LakelogStream implements MicroBatchStream {
     private TreeMap<Integer, long[]> ends() {
         try (RemoteTier tier = new RemoteTier(options.remote, LakelogScan.hadoopConf())) {
             TreeMap<Integer, long[]> out = new TreeMap<>();
-            for (int p : tier.partitions(options.topic)) {
-                if (options.admitsPartition(p)) {
-                    Manifest m = tier.manifest(options.topic, p);
-                    Long end = m.endOffset();
-                    out.put(p, new long[] {m.logStartOffset, end == null ? m.logStartOffset : end + 1});
-                }
-            }
+            // as a batch query's planning: one listing, the manifests read in parallel (no HEAD on S3)
+            tier.manifests(options.topic, options::admitsPartition, options.planningThreads).forEach((p, m) -> {
+                Long end = m.endOffset();
+                out.put(p, new long[] {m.logStartOffset, end == null ? m.logStartOffset : end + 1});
+            });
             return out;
         } catch (IOException e) {
             throw new UncheckedIOException(e);

@@ -12,9 +12,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * (inclusive, ms), `chunkBytes` (read buffer, 64 KiB..256 MiB, default 8 MiB), `maxPartitionBytes`
  * (segments read by one task, 1..1 TiB), `arrowBatchRows` (rows per columnar batch, 1..1,048,576;
  * the JVM reader's default is 4,096 as Spark's Parquet reader), `prefetchChunks` (read chunks a
- * task's background thread may hold ahead of its decoder, 0..64, default 0: inline; see
- * {@link Prefetcher}), `countFromManifest` (true by default: `count()` adds up the record counts
- * the manifests hold, see {@link CountReader}), `nodes` (the hot tail).
+ * task's read-ahead threads may hold ahead of its decoder, per thread, 0..64, default 0),
+ * `prefetchSegments` (segments a task reads at once ahead of its decoder, one thread each, 0..16,
+ * default 0; either option above 0 turns reading ahead on, see {@link Prefetcher}), `countFromManifest` (true by default: `count()` adds up the record counts
+ * the manifests hold, see {@link CountReader}), `planningThreads` (manifests read at once while
+ * planning, 1..64, default 8, see {@link Planner}), `nodes` (the hot tail).
  */
 final class Options implements Serializable, Cloneable {
     private static final long serialVersionUID = 1L;
@@ -23,6 +25,9 @@ final class Options implements Serializable, Cloneable {
     static final int DEFAULT_BATCH_ROWS = 4096;
     // 0: inline. Reading ahead measured no steady gain on 2 shared CPUs (docs/benchmarks.md, issue 14).
     static final int DEFAULT_PREFETCH_CHUNKS = 0;
+    static final int DEFAULT_PREFETCH_SEGMENTS = 0;
+    // the partitions' manifests read at once while planning (one GET each on S3, in the driver)
+    static final int DEFAULT_PLANNING_THREADS = 8;
 
     final String remote;
     final String topic;
@@ -33,7 +38,9 @@ final class Options implements Serializable, Cloneable {
     final boolean maxPartitionBytesGiven;
     final int batchRows;
     final int prefetchChunks;
+    final int prefetchSegments;
     final boolean countFromManifest;
+    final int planningThreads;
     /** Inclusive bounds (Long.MIN_VALUE / MAX_VALUE: none) and the partitions wanted (null: all). */
     long offsetLow = Long.MIN_VALUE, offsetHigh = Long.MAX_VALUE;
     long timestampLow = Long.MIN_VALUE, timestampHigh = Long.MAX_VALUE;
@@ -65,6 +72,8 @@ final class Options implements Serializable, Cloneable {
         maxPartitionBytes = bounded(o, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES, 1, 1L << 40);
         batchRows = (int) bounded(o, "arrowBatchRows", DEFAULT_BATCH_ROWS, 1, 1 << 20);
         prefetchChunks = (int) bounded(o, "prefetchChunks", DEFAULT_PREFETCH_CHUNKS, 0, 64);
+        prefetchSegments = (int) bounded(o, "prefetchSegments", DEFAULT_PREFETCH_SEGMENTS, 0, 16);
+        planningThreads = (int) bounded(o, "planningThreads", DEFAULT_PLANNING_THREADS, 1, 64);
         String cm = o.getOrDefault("countFromManifest", "true").trim();
         if (!cm.equalsIgnoreCase("true") && !cm.equalsIgnoreCase("false")) {
             throw new IllegalArgumentException("countFromManifest must be true or false");

@@ -3,13 +3,17 @@ package lakelog.spark;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.SortedMap;
 import java.util.TreeSet;
 
 import org.apache.hadoop.conf.Configuration;
 
 /**
  * Planning, in the driver, each time a query runs (so a view sees what was tiered since the last
- * query): each wanted partition's manifest is read once; every COPY_FINISHED segment at or above
+ * query): one listing of the remote root, then each wanted partition's manifest read once, the
+ * partitions' manifests in parallel on a pool of at most `planningThreads` threads that lives for
+ * this planning (on S3: one LIST, then one GET per manifest and no HEAD, see
+ * {@link RemoteTier#manifests}); every COPY_FINISHED segment at or above
  * the log start offset that can hold a wanted row becomes a {@link Split.Part}, and consecutive
  * parts are grouped into splits of at most the group size. With `nodes`, each topic partition also
  * gets a hot-tail split from one past its last remote offset.
@@ -24,9 +28,10 @@ final class Planner {
     }
 
     private static List<Split> plan(Options o, RemoteTier tier, int parallelism) throws IOException {
-        List<Integer> remote = tier.partitions(o.topic);
-        TreeSet<Integer> all = new TreeSet<>(remote);
         List<Integer> live = o.nodes != null ? HotTail.partitionIds(o, o.topic) : null;
+        SortedMap<Integer, Manifest> manifests = tier.manifests(
+            o.topic, p -> o.admitsPartition(p) && (live == null || live.contains(p)), o.planningThreads);
+        TreeSet<Integer> all = new TreeSet<>(manifests.keySet());
         if (live != null) {
             all.addAll(live);
         }
@@ -38,8 +43,8 @@ final class Planner {
                 continue;
             }
             Long nextRemote = null;
-            if (remote.contains(p)) {
-                Manifest m = tier.manifest(o.topic, p);
+            Manifest m = manifests.get(p);
+            if (m != null) {
                 for (Manifest.Segment s : m.readable(o.offsetLow, o.offsetHigh, o.timestampLow)) {
                     long start = Math.max(Math.max(s.baseOffset, m.logStartOffset), o.offsetLow == Long.MIN_VALUE ? 0 : o.offsetLow);
                     long end = Math.min(s.endOffset, o.offsetHigh);

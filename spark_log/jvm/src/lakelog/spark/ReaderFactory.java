@@ -57,7 +57,7 @@ final class ReaderFactory implements PartitionReaderFactory {
         private Split.Part part;
         private InputStream in;
         private SegmentScanner scanner;
-        private Prefetcher prefetch;    // with prefetchChunks > 0: the split's objects read ahead
+        private Prefetcher prefetch;    // with prefetchSegments or prefetchChunks > 0: objects read ahead
         private byte[] spare;           // the last scanner's read buffer, for the next one
         private HotTail.Reader hot;
         private boolean hotDone;
@@ -80,10 +80,10 @@ final class ReaderFactory implements PartitionReaderFactory {
             Manifest.Segment s = part.segment;
             String key = RemoteTier.segmentKey(options.topic, part.partition, s, ".log");
             long from;
-            if (options.prefetchChunks > 0) {
+            if (options.prefetchSegments > 0 || options.prefetchChunks > 0) {
                 if (prefetch == null) {
-                    prefetch = new Prefetcher(options.topic, split.parts.size(), options.prefetchChunks,
-                                              options.chunkBytes, this::openPart);
+                    prefetch = new Prefetcher(options.topic, split.parts.size(), Math.max(1, options.prefetchSegments),
+                                              Math.max(1, options.prefetchChunks), options.chunkBytes, this::openPart);
                 }
                 Prefetcher.Segment segment = prefetch.next();
                 if (segment == null || segment.index != index) {

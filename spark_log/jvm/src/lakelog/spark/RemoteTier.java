@@ -3,7 +3,6 @@ package lakelog.spark;
 import java.io.Closeable;
 import java.io.IOException;
 import java.io.InputStream;
-import java.net.URI;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.TreeSet;
@@ -23,13 +22,14 @@ import org.apache.hadoop.fs.Path;
  * tiering/layout.py: `<topic>-<partition>/manifest.json`, `<topic>-<partition>/<base offset, 20
  * digits>-<segment id>.{log,index,...}`.
  *
- * <p>Each tier opens a FileSystem of its own ({@code FileSystem.newInstance}) with the configuration
- * it is given, and closes it with {@link #close()}. Not {@code FileSystem.get}: Hadoop's cache is
- * JVM-wide and keyed by scheme, bucket (authority) and user only, never by the configuration, so
- * once a session had read {@code s3a://b/...}, a later session of the same JVM (the earlier one
- * stopped) got the earlier session's instance for a bucket of the same name: the old endpoint and
+ * <p>Each tier takes a FileSystem from {@link TierFileSystems} for the configuration it is given,
+ * and gives it back with {@link #close()}. Not {@code FileSystem.get}: Hadoop's cache is JVM-wide
+ * and keyed by scheme, bucket (authority) and user only, never by the configuration, so once a
+ * session had read {@code s3a://b/...}, a later session of the same JVM (the earlier one stopped)
+ * got the earlier session's instance for a bucket of the same name: the old endpoint and
  * credentials, another store, read without an error (planning then found that store's manifests,
- * or none). A tier lives for one planning or one task's reads.
+ * or none). {@link TierFileSystems} keys its FileSystems by the configuration's {@code fs.*}
+ * entries too. A tier lives for one planning or one task's reads.
  *
  * <p>Objects whose length the manifest gives (`.log`, `.index`) are opened with that length
  * ({@code fs.option.openfile.length}) through S3A's classic input stream: a GET and nothing
@@ -41,20 +41,28 @@ import org.apache.hadoop.fs.Path;
  */
 final class RemoteTier implements Closeable {
     static final String S3A_STREAM_TYPE = "fs.s3a.input.stream.type";
+    /** Bytes of the first read of a manifest (see {@link #manifestOrNull}): about 3,000 segments. */
+    static final int MANIFEST_PROBE_BYTES = 1 << 20;
     final String root;
+    private final TierFileSystems.Lease lease;
     private final FileSystem fs;
+    private boolean closed;
 
     RemoteTier(String rootUrl, Configuration conf) throws IOException {
         this.root = hadoopRoot(rootUrl);
         Configuration own = new Configuration(conf);
         own.set(S3A_STREAM_TYPE, "classic");
-        this.fs = FileSystem.newInstance(URI.create(root + "/"), own);
+        this.lease = TierFileSystems.acquire(root, own);
+        this.fs = lease.fs;
     }
 
-    /** Closes this tier's FileSystem (its connections and threads); streams it opened are done. */
+    /** Gives this tier's FileSystem back to {@link TierFileSystems}; streams it opened are done. */
     @Override
-    public void close() throws IOException {
-        fs.close();
+    public synchronized void close() throws IOException {
+        if (!closed) {
+            closed = true;
+            TierFileSystems.release(lease);
+        }
     }
 
     /** `s3://b/p` -> `s3a://b/p`; `file:///x` kept; no trailing slash. */
@@ -84,33 +92,135 @@ final class RemoteTier implements Closeable {
         return partitionDir(topic, partition) + "/" + s.stem() + suffix;
     }
 
-    /** The partitions of `topic` that have a manifest, sorted. */
-    List<Integer> partitions(String topic) throws IOException {
-        Pattern dir = Pattern.compile("^" + Pattern.quote(topic) + "-(\\d+)$");
-        TreeSet<Integer> out = new TreeSet<>();
-        FileStatus[] found = fs.globStatus(path(topic + "-*/manifest.json"));
-        if (found != null) {
-            for (FileStatus st : found) {
-                Matcher m = dir.matcher(st.getPath().getParent().getName());
-                if (m.matches()) {
-                    out.add(Integer.parseInt(m.group(1)));
-                }
-            }
+    /** The manifest of `topic`-`partition` (see {@link #manifestOrNull}); a missing one is an error. */
+    Manifest manifest(String topic, int partition) throws IOException {
+        Manifest m = manifestOrNull(topic, partition);
+        if (m == null) {
+            String key = partitionDir(topic, partition) + "/manifest.json";
+            throw new java.io.FileNotFoundException(key + " is missing");
         }
-        return new ArrayList<>(out);
+        return m;
     }
 
-    Manifest manifest(String topic, int partition) throws IOException {
+    /**
+     * The manifest of `topic`-`partition`, or null when there is none. Read without a HEAD: the
+     * object is opened with a declared length of {@link #MANIFEST_PROBE_BYTES} (S3A's classic
+     * stream then sends one GET of that range, which S3 answers with the whole object when it is
+     * shorter, and the stream ends at the object's end). A manifest that fills the probe may be
+     * longer: it is read again whole (a HEAD for its length, then one GET). Either way
+     * the bytes pass the manifest's own checks (canonical form, version, CRC-32C, topic and
+     * partition), so a short or stale read can never be taken for a manifest.
+     */
+    Manifest manifestOrNull(String topic, int partition) throws IOException {
         String key = partitionDir(topic, partition) + "/manifest.json";
         byte[] raw;
-        try (FSDataInputStream in = fs.open(path(key))) {
-            raw = in.readAllBytes();
+        try {
+            try (FSDataInputStream in = openWithLength(key, MANIFEST_PROBE_BYTES, "whole-file")) {
+                raw = in.readNBytes(MANIFEST_PROBE_BYTES);
+            }
+            if (raw.length >= MANIFEST_PROBE_BYTES) {
+                long length = fs.getFileStatus(path(key)).getLen();
+                if (length > Integer.MAX_VALUE - 8) {
+                    throw new RemoteCorruptionException(key, -1, key + ": a manifest of " + length + " bytes");
+                }
+                try (FSDataInputStream in = openWithLength(key, length, "whole-file")) {
+                    raw = in.readNBytes((int) length);
+                }
+            }
+        } catch (java.io.FileNotFoundException e) {
+            return null;
         }
         Manifest m = Manifest.parse(key, raw);
         if (!m.topic.equals(topic) || m.partition != partition) {
             throw new RemoteCorruptionException(key, -1, key + ": the manifest is for " + m.topic + "-" + m.partition);
         }
         return m;
+    }
+
+    /**
+     * The manifests of the partitions of `topic` that `wanted` admits, by partition: one LIST of
+     * the root (the `<topic>-<n>` directories), then each manifest read ({@link #manifestOrNull},
+     * one GET on S3) on a pool of at most `threads` threads that lives for this call. Partitions
+     * with a directory but no manifest are left out, as before any segment was tiered. The first
+     * error of any read is thrown (a corrupt manifest names its object).
+     */
+    java.util.SortedMap<Integer, Manifest> manifests(String topic, java.util.function.IntPredicate wanted, int threads)
+            throws IOException {
+        List<Integer> found = new ArrayList<>();
+        for (int p : partitionDirs(topic)) {
+            if (wanted.test(p)) {
+                found.add(p);
+            }
+        }
+        java.util.TreeMap<Integer, Manifest> out = new java.util.TreeMap<>();
+        if (found.isEmpty()) {
+            return out;
+        }
+        int n = Math.max(1, Math.min(threads, found.size()));
+        if (n == 1) {
+            for (int p : found) {
+                Manifest m = manifestOrNull(topic, p);
+                if (m != null) {
+                    out.put(p, m);
+                }
+            }
+            return out;
+        }
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(n, r -> {
+            Thread t = new Thread(r, "lakelog-planning " + topic);
+            t.setDaemon(true);
+            return t;
+        });
+        try {
+            List<java.util.concurrent.Future<Manifest>> reads = new ArrayList<>();
+            for (int p : found) {
+                reads.add(pool.submit(() -> manifestOrNull(topic, p)));
+            }
+            for (int i = 0; i < found.size(); i++) {
+                Manifest m;
+                try {
+                    m = reads.get(i).get();
+                } catch (java.util.concurrent.ExecutionException e) {
+                    Throwable c = e.getCause();
+                    if (c instanceof IOException) {
+                        throw (IOException) c;
+                    }
+                    if (c instanceof RuntimeException) {
+                        throw (RuntimeException) c;
+                    }
+                    throw new IOException(c);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new java.io.InterruptedIOException("interrupted while reading the manifests of " + topic);
+                }
+                if (m != null) {
+                    out.put(found.get(i), m);
+                }
+            }
+            return out;
+        } finally {
+            pool.shutdownNow();
+        }
+    }
+
+    /** The partitions of `topic` that have a directory under the root, sorted (one listing of the
+     *  root: a LIST on S3). */
+    List<Integer> partitionDirs(String topic) throws IOException {
+        Pattern dir = Pattern.compile("^" + Pattern.quote(topic) + "-(\\d+)$");
+        TreeSet<Integer> out = new TreeSet<>();
+        FileStatus[] found;
+        try {
+            found = fs.listStatus(new Path(root + "/"));
+        } catch (java.io.FileNotFoundException e) {
+            return new ArrayList<>();
+        }
+        for (FileStatus st : found) {
+            Matcher m = dir.matcher(st.getPath().getName());
+            if (st.isDirectory() && m.matches()) {
+                out.add(Integer.parseInt(m.group(1)));
+            }
+        }
+        return new ArrayList<>(out);
     }
 
     /** The whole object `key`, checked against the size and CRC-32C the manifest gives. */
@@ -203,18 +313,26 @@ final class RemoteTier implements Closeable {
      *  policy; a missing object is a {@link RemoteCorruptionException} naming it. */
     private FSDataInputStream openKnown(String key, long size, String policy) throws IOException {
         try {
+            return openWithLength(key, size, policy);
+        } catch (java.io.FileNotFoundException e) {
+            throw new RemoteCorruptionException(key, -1, key + " is missing");
+        }
+    }
+
+    /** `key` opened with a declared length and a read policy (no HEAD on S3); a missing object
+     *  throws FileNotFoundException, here or at the first read. */
+    private FSDataInputStream openWithLength(String key, long size, String policy) throws IOException {
+        try {
             return fs.openFile(path(key)).opt("fs.option.openfile.read.policy", policy)
                 .opt("fs.option.openfile.length", Long.toString(size)).build().get();
         } catch (java.util.concurrent.ExecutionException e) {
-            if (e.getCause() instanceof java.io.FileNotFoundException) {
-                throw new RemoteCorruptionException(key, -1, key + " is missing");
+            if (e.getCause() instanceof IOException) {
+                throw (IOException) e.getCause();
             }
             throw new IOException(e.getCause());
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new IOException(e);
-        } catch (java.io.FileNotFoundException e) {
-            throw new RemoteCorruptionException(key, -1, key + " is missing");
+            throw new java.io.InterruptedIOException("interrupted while opening " + key);
         }
     }
 }
