@@ -225,17 +225,10 @@ def run_jobs(spark, label: str, pq, parquet_root: str, fresh, log_bytes: int, ar
 
 def _tasks(spark, groups: list[str]) -> str:
     """Tasks Spark ran in each job group (its status tracker), as "a + b"."""
+    from lakelog.spark_log.jobs import completed_tasks
+
     tracker = spark.sparkContext.statusTracker()
-    counts = []
-    for g in groups:
-        n = 0
-        for j in tracker.getJobIdsForGroup(g):
-            info = tracker.getJobInfo(j)
-            for sid in (info.stageIds if info else []):
-                st = tracker.getStageInfo(sid)
-                n += st.numCompletedTasks if st else 0
-        counts.append(str(n))
-    return " + ".join(counts) or "0"
+    return " + ".join(str(completed_tasks(tracker, g)) for g in groups) or "0"
 
 
 def store_copiers(work: Path, src: Path):

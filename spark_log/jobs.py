@@ -114,6 +114,18 @@ def _rebuild_task(args: tuple) -> list[dict]:
 # the runner
 
 
+def completed_tasks(tracker, group: str) -> int:
+    """Tasks finished so far by the Spark jobs of job group `group` (`tracker`: the context's
+    statusTracker())."""
+    done = 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job_id)
+        for stage_id in (info.stageIds if info else []):
+            stage = tracker.getStageInfo(stage_id)
+            done += stage.numCompletedTasks if stage else 0
+    return done
+
+
 def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress: Callable[[int], None] | None,
                job_groups: list[str] | None = None) -> list[dict]:
     """Run one Spark task per element of `tasks` (all in one job, in parallel) and return their
@@ -140,14 +152,8 @@ def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress:
     while worker.is_alive():
         worker.join(0.5)
         if progress:
-            done = 0
-            for job_id in tracker.getJobIdsForGroup(group):
-                info = tracker.getJobInfo(job_id)
-                for stage_id in (info.stageIds if info else []):
-                    stage = tracker.getStageInfo(stage_id)
-                    done += stage.numCompletedTasks if stage else 0
             try:
-                progress(min(done, len(tasks)))
+                progress(min(completed_tasks(tracker, group), len(tasks)))
             except BaseException:  # the hook stops the run (a cancelled run): so do its Spark tasks
                 sc.cancelJobGroup(group)
                 worker.join(30)
