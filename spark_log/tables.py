@@ -234,19 +234,32 @@ def _append_typed(spark, new, path: str, topic: str, version: int, *, widen: boo
         append()
 
 
-def _latest_per_key(df):
-    """The newest record of each (partition, key) of `df`, keyless records left out. One aggregate
-    (`max_by` the offset): its partial step keeps one row per key of each task's rows before the
-    shuffle, so only those are shuffled and sorted, where a window over the rows moved every one."""
+def _latest_per_key(df, *, live_only: bool = False):
+    """The newest record of each (partition, key) of `df`, keyless records left out; with
+    `live_only`, also the keys whose newest record is a tombstone (null value).
+
+    Two steps, neither of which sorts or shuffles whole rows: the newest offset of each key is a
+    hash aggregate of `max(offset)` over (partition, key, offset) alone (a `max_by` or `max` of the
+    row as a struct keeps a non-fixed-width buffer, which Spark runs as a sort aggregate over every
+    whole row); then the rows at those (partition, offset) pairs are kept by a left semi-join. The
+    pairs are one per key, so Spark broadcasts them when they fit `spark.sql.autoBroadcastJoinThreshold`
+    (decided by the plan's size estimate, or by adaptive execution from the shuffle's real size), and
+    joins by shuffling otherwise. An offset appears once per partition in a topic's rows (a sync appends
+    each offset once: its transaction ids), so the join keeps exactly one row per key."""
     from pyspark.sql import functions as F
 
     def col(name: str):
         return F.col("`" + name.replace("`", "``") + "`")
 
-    names = df.columns
-    newest = F.max_by(F.struct(*[col(c) for c in names]), col("offset")).alias("_newest")
-    return (df.where(col("key").isNotNull()).groupBy(col("partition"), col("key")).agg(newest)
-            .select(*[F.col("_newest").getField(c).alias(c) for c in names]))
+    taken = {c.lower() for c in df.columns}
+    p, o = "_newest_partition", "_newest_offset"
+    while p.lower() in taken or o.lower() in taken:  # names of the join's right side: not the rows'
+        p, o = "_" + p, "_" + o
+    newest = (df.where(col("key").isNotNull()).groupBy(col("partition").alias(p), col("key"))
+              .agg(F.max(col("offset")).alias(o)).select(p, o))
+    rows = df.where(col("value").isNotNull()) if live_only else df
+    on = (col("partition") == F.col(p)) & (col("offset") == F.col(o))
+    return rows.join(newest, on, "left_semi").select(*[col(c) for c in df.columns])
 
 
 def merge_latest_table(spark, remote: str, topic: str, new) -> str:
@@ -273,11 +286,10 @@ def write_latest_table(spark, remote: str, topic: str, source=None, *, exists: b
     Delta's search for files to remove (as rebuild-index's `_remote_index`); if another run created
     it meanwhile, it is overwritten."""
     from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
 
     if source is None:
         source = spark.read.format("delta").load(tables_path(remote, topic))
-    latest = _latest_per_key(source).where(F.col("value").isNotNull())
+    latest = _latest_per_key(source, live_only=True)
     path = tables_path(remote, topic + LATEST_SUFFIX)
 
     def save(mode: str) -> None:
