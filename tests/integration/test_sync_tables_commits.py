@@ -46,7 +46,10 @@ def test_rows_from_the_commit_latest_by_aggregate_no_checksum_and_no_empty_commi
     tiered = {p: remote_records(store, p) for p in (0, 1)}
     assert tiered[0] and tiered[1]
 
+    compressed = spark.conf.get("spark.sql.inMemoryColumnarStorage.compressed")
     first = run_job(spark, "sync-tables", remote)
+    # the sync's own settings (uncompressed cache, no checksum files) are the session's again after it
+    assert spark.conf.get("spark.sql.inMemoryColumnarStorage.compressed") == compressed == "true"
     n = len(tiered[0]) + len(tiered[1])
     assert first.totals["rows_added"] == n
     # The count is the append commit's own metric, and that commit carries the sync's transaction.
