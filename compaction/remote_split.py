@@ -8,8 +8,8 @@ lease / stage / swap protocol, in steps that `spark_log/compaction_job.py` runs 
      decide the dirty section (`remote_common.plan_round`); cut the dirty segments into runs of
      at most `compaction.task.max.bytes` (`map_runs`);
   2. map tasks, `map_segments`: key -> latest offset over one run's batches of the dirty section,
-     over decoded columns, each chunk's keys merged in (bounded_map.BoundedLatestMap: linear
-     work), bounded by `compaction.offset.map.max.bytes`; a task whose map fills up stops at a
+     over decoded columns, each chunk's keys merged in (bounded_map.BoundedLatestMap: merged
+     only when the bound forces it), never holding more than `compaction.offset.map.max.bytes`; a task whose map fills up stops at a
      chunk's first batch and says where (`PartialMap.cut_offset`);
   3. driver, `SplitRound.add_partial` (as each wave of map tasks returns) then `SplitRound.merge`:
      the partial maps in offset order (`MapMerge`), latest offset wins per key
@@ -36,9 +36,10 @@ test_compaction_tasks.py); segment boundaries may differ, since small outputs ar
 run, not across runs, and an unchanged run is not rewritten.
 
 Memory (B = the bound): a map task holds its map and the chunk maps waiting to be merged into it
-(at most 2 B) plus one decoded chunk (vectorized.CHUNK_ROWS / CHUNK_BYTES); the driver holds,
-per partition, the merged map and the maps waiting (at most 2 B), plus the maps of the wave it
-is merging (compaction_job.py); a rewrite task holds the merged map (B) and one chunk.
+(at most B together) plus one decoded chunk (vectorized.CHUNK_ROWS / CHUNK_BYTES) and its
+chunk map; the driver holds, per partition, the merged map and the maps waiting (at most B
+together), plus the maps of the wave it is merging (compaction_job.py); a rewrite task holds
+the merged map (B) and one chunk. A merge briefly holds Arrow's result (<= B) beside its inputs.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class PartialMap:
     records: int = 0
     bytes_read: int = 0
     rows_grouped: int = 0  # rows the map's merges aggregated (bounded_map.BoundedLatestMap.rows_grouped)
+    peak_map_bytes: int = 0  # the most bytes the task's map held (merged map + waiting chunk maps): <= the bound
 
 
 def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[RemoteSegment], *,
@@ -150,9 +152,9 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
         if failed is not None:
             cut, batches, mapped_records, bytes_read = failed
             return PartialMap(first, _to_ipc(running), cut, True, batches, mapped_records, bytes_read,
-                              rows_grouped=builder.rows_grouped)
+                              rows_grouped=builder.rows_grouped, peak_map_bytes=builder.peak_bytes)
         return PartialMap(first, _to_ipc(running), state["cut"], False, state["batches"], records, state["bytes"],
-                          rows_grouped=builder.rows_grouped)
+                          rows_grouped=builder.rows_grouped, peak_map_bytes=builder.peak_bytes)
     else:  # the reference decoder, batch by batch
         seen: dict[bytes, int] = {}
         size = 0
@@ -164,11 +166,11 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
             grown = size + sum(len(k) + ENTRY_OVERHEAD_BYTES for k in new)
             if grown > max_bytes:
                 return PartialMap(first, _to_ipc(_table(seen)), batch.base_offset, True, state["batches"] - 1,
-                                  records, state["bytes"])
+                                  records, state["bytes"], peak_map_bytes=size)
             seen.update(keyed)
             size, records = grown, records + len(keyed)
     return PartialMap(first, _to_ipc(_table(seen)), state["cut"], False,
-                      state["batches"], records, state["bytes"])
+                      state["batches"], records, state["bytes"], peak_map_bytes=size)
 
 
 def _table(seen: dict[bytes, int]) -> pa.Table:
@@ -178,8 +180,8 @@ def _table(seen: dict[bytes, int]) -> pa.Table:
 class MapMerge:
     """The driver's merge of one partition's map-task maps, taken one at a time in offset order
     (step 3): latest offset wins per key, within `max_bytes` (bounded_map.BoundedLatestMap), so
-    the driver holds the merged map and the maps waiting to be merged into it (at most twice the
-    bound), never every task's map at once. `add` says when the map has ended: the maps of later
+    the driver holds the merged map and the maps waiting to be merged into it (at most the bound
+    together), never every task's map at once. `add` says when the map has ended: the maps of later
     runs are not needed (their segments stay dirty for the next round)."""
 
     def __init__(self, *, start_offset: int, end_offset: int, max_bytes: int) -> None:

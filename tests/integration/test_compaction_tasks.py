@@ -170,8 +170,10 @@ def test_a_map_task_merges_its_chunks_in_linear_work(tmp_path, monkeypatch):
     table = _from_ipc(cut.map_ipc)
     assert cut.full and 0 < cut.cut_offset < end and map_bytes(table.column("key")) <= bound
     assert max(table.column("offset").to_pylist()) < cut.cut_offset
-    # The end of a full map is found by bisection over the chunks not yet merged: log2(chunks) more
-    # merges of the map, once.
+    # The map never held more than the bound (merged map + chunk maps waiting), though the run's
+    # keys take more; unbounded it held them all.
+    assert 0 < cut.peak_map_bytes <= bound < whole.peak_map_bytes
+    # The chunks wait until the bound forces a merge: a few merges of the map, not one per chunk.
     assert cut.rows_grouped * 3 < (cut.records // 64) * table.num_rows // 2, (cut.rows_grouped, table.num_rows)
 
 
