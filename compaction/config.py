@@ -31,6 +31,15 @@ COMPACTION_JOB_CONFIG = (
             "each partition's merged map. A partition whose map has ended (the bound was reached) "
             "gets no more map tasks. Set it to at least the cluster's task slots.",
             min=1, max=100_000, unit="tasks")
+    .define("compaction.partitions.per.group", int, 8,
+            "Most partitions one compaction run works on at once: the run takes its partitions (in "
+            "topic, partition order) in groups of at most this many, and each group goes through "
+            "every step (leases, map waves, merged maps, rewrites, the swap) before the next starts. "
+            "The driver holds one merged map (within compaction.offset.map.max.bytes) per partition "
+            "of the group, so its worst case is (this + compaction.map.tasks.per.wave + 1) x "
+            "compaction.offset.map.max.bytes. A larger group gives the rewrite stage more tasks per "
+            "Spark job; a smaller one less driver memory.",
+            min=1, max=100_000, unit="partitions")
 )
 
 

@@ -1,7 +1,8 @@
 """The compaction job as Spark stages: a partition's round spread over several tasks.
 
 `compaction/remote_split.py` has the steps and their rules; this module runs them for every
-partition of a job run at once:
+partition of a job run, in groups of at most compaction.partitions.per.group partitions (in
+topic, partition order), each group through every step before the next group starts:
 
   driver     open each partition's round (its lease, its dirty section)
   stage 1    map tasks, one per run of dirty segments (<= compaction.task.max.bytes) of every
@@ -12,6 +13,9 @@ partition of a job run at once:
              broadcast the merged map
   stage 2    rewrite tasks, one per run of segment groups of every partition
   driver     per partition: ONE swap CAS, the cleaner checkpoint, due deletions; leases released
+
+So the driver holds the maps of one group's partitions (at most compaction.offset.map.max.bytes
+each) and of one wave of map tasks, whatever the number of partitions in the run.
 
 The driver renews every held lease while the stages run; a partition whose lease was lost is
 not committed (reported "skipped"), and its staged placeholders are abandoned by the next round.
@@ -90,7 +94,7 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
     if on_plan:
         on_plan(len(keys))
     rows: dict[tuple[str, int], dict] = {}
-    rounds: dict[tuple[str, int], SplitRound] = {}
+    rounds: dict[tuple[str, int], SplitRound] = {}  # the group in flight's rounds only
     renewed = [time.monotonic()]
 
     def renew_all(_done: int) -> None:
@@ -106,8 +110,10 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
         if progress:
             progress(len(rows))
 
-    try:
-        for t, p in keys:
+    def run_group(group: list[tuple[str, int]]) -> None:
+        """Every step of a round for the partitions of one group; their leases are taken here and
+        released (or their rounds finished) before the next group opens any."""
+        for t, p in group:
             r = open_round(store, t, p, LogConfig(configs[t]), owner=owner, force=force, delete_delay_ms=delete_delay_ms,
                            max_map_bytes=jc.compaction_offset_map_max_bytes,
                            task_max_bytes=jc.compaction_task_max_bytes)
@@ -153,6 +159,12 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
         for key, r in list(rounds.items()):
             del rounds[key]
             rows[key] = asdict(r.finish(results.get(key, [])))
+
+    try:
+        # compaction.partitions.per.group bounds the partitions whose maps the driver holds at once.
+        size = jc.compaction_partitions_per_group
+        for first in range(0, len(keys), size):
+            run_group(keys[first:first + size])
     finally:
         for r in rounds.values():  # a failed stage: nothing committed, staging abandoned next round
             r.release()

@@ -260,3 +260,54 @@ def test_the_map_stage_runs_in_waves_and_a_partition_whose_map_ended_gets_no_mor
     assert len(summary.spark_job_groups) == extra["map_tasks_merged"] + 1
     assert extra["map_keys"] * 17 <= bound
     assert remote_records(store) == reference(before, checkpoint, drop_tombstones=False)
+
+
+@pytest.mark.spark
+def test_a_run_takes_its_partitions_in_groups_and_equals_the_one_task_rounds(tmp_path, spark, monkeypatch):
+    """compaction.partitions.per.group bounds the partitions whose maps the driver holds: with a
+    group of 2, a run over 5 partitions works on partitions {0, 1}, then {2, 3}, then {4} (every
+    Spark job's tasks belong to one group, and only that group's leases are held while it runs),
+    and each partition's records after the run are those of the one-task round."""
+    import json
+    import time
+
+    from lakelog.spark_log import jobs
+    from lakelog.tiering.lease import lease_key
+
+    partitions = 5
+    for p in range(partitions):
+        build_remote(tmp_path, batches=300, keys=40, partition=p, seed=p)
+    store = FileSystemStore(tmp_path / "remote")
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, partitions, COMPACT))
+    twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
+    for p in range(partitions):
+        compact_partition(twin, TOPIC, p, config(**{"segment.bytes": 12000}), owner="test", delete_delay_ms=0)
+
+    seen: list[tuple[set[int], set[int]]] = []  # per Spark job: (its tasks' partitions, leases held)
+    run_tasks = jobs._run_tasks
+
+    def spying(spark_, fn, tasks, progress, job_groups=None):
+        now = int(time.time() * 1000)
+        held = set()
+        for p in range(partitions):
+            path = tmp_path / "remote" / lease_key(TOPIC, p)
+            if path.exists() and json.loads(path.read_bytes())["expires_ms"] > now:
+                held.add(p)
+        seen.append(({t[2] for t in tasks}, held))
+        return run_tasks(spark_, fn, tasks, progress, job_groups)
+
+    monkeypatch.setattr(jobs, "_run_tasks", spying)
+    summary = jobs.run_job(spark, "compaction", (tmp_path / "remote").as_uri(), delete_delay_ms=0,
+                           overrides={"compaction.task.max.bytes": "9000", "compaction.partitions.per.group": "2"})
+    assert summary.totals["compacted"] == partitions, summary
+    groups = [{0, 1}, {2, 3}, {4}]
+    # Each group: one map wave (its map tasks are fewer than compaction.map.tasks.per.wave), then
+    # its rewrite stage; the next group's leases are taken only once the previous are released.
+    assert seen == [(g, g) for g in groups for _ in ("map", "rewrite")], seen
+    assert len(summary.spark_job_groups) == 2 * len(groups)
+    for p in range(partitions):
+        assert remote_records(store, p) == remote_records(twin, p)
+        assert load_manifest(store, TOPIC, p).cleaner_checkpoint == load_manifest(twin, TOPIC, p).cleaner_checkpoint
+    with pytest.raises(ConfigError, match="compaction.partitions.per.group"):
+        jobs.run_job(spark, "compaction", (tmp_path / "remote").as_uri(),
+                     overrides={"compaction.partitions.per.group": "0"})
