@@ -5,8 +5,9 @@ partition of a job run, in groups of at most compaction.partitions.per.group par
 topic, partition order), each group through every step before the next group starts:
 
   driver     open each partition's round (its lease, its dirty section)
-  stage 1    map tasks, one per run of dirty segments (<= compaction.task.max.bytes) of every
-             partition: partial key -> latest offset maps; in waves of at most
+  stage 1    map tasks, one per run of dirty segments (<= compaction.task.max.bytes; a larger
+             segment cut into pieces at its offset index's entries) of every partition:
+             partial key -> latest offset maps; in waves of at most
              compaction.map.tasks.per.wave tasks, each wave's maps merged into the partitions'
              maps (bounded) before the next; a partition whose map ended gets no more tasks
   driver     per partition: the merged map, stage the rewrite placeholders (one CAS),
@@ -53,13 +54,15 @@ def _segments(store, topic: str, partition: int, ids: list[str]):
 
 
 def _map_task(args: tuple):
-    remote, topic, partition, ids, start, end, max_bytes, max_uncompressed = args
+    remote, topic, partition, pieces, start, end, max_bytes, max_uncompressed = args
     from lakelog.compaction.remote_split import map_segments
 
     store = _executor_store(remote)
     try:
-        return map_segments(store, topic, partition, _segments(store, topic, partition, ids), start_offset=start,
-                            end_offset=end, max_bytes=max_bytes, max_uncompressed_bytes=max_uncompressed)
+        segments = _segments(store, topic, partition, [i for i, _, _ in pieces])
+        return map_segments(store, topic, partition, segments, start_offset=start, end_offset=end,
+                            max_bytes=max_bytes, max_uncompressed_bytes=max_uncompressed,
+                            pieces=[(lo, hi) for _, lo, hi in pieces])
     finally:
         store.close()
 

@@ -63,9 +63,10 @@ def _split_round(store, cfg, *, now_ms, task_bytes, map_bytes=1 << 30, force=Fal
     segs = {s.segment_id: s for s in load_manifest(store, TOPIC, 0).segments}
     s = r.section
     runs = r.map_tasks()
-    r.merge([map_segments(store, TOPIC, 0, [segs[i] for i in ids], start_offset=s.first_dirty,
+    r.merge([map_segments(store, TOPIC, 0, [segs[i] for i, _, _ in run], start_offset=s.first_dirty,
                           end_offset=s.uncleanable, max_bytes=map_bytes,
-                          max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes) for ids in runs])
+                          max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes,
+                          pieces=[(lo, hi) for _, lo, hi in run]) for run in runs])
     segs = {s.segment_id: s for s in load_manifest(store, TOPIC, 0).segments}
     results = [rewrite_run(store, TOPIC, 0, [[segs[i] for i in g] for g in t.groups], t.ids, r.map_ipc(), r.map_end,
                            cfg, now_ms) for t in r.rewrites]
@@ -73,20 +74,28 @@ def _split_round(store, cfg, *, now_ms, task_bytes, map_bytes=1 << 30, force=Fal
 
 
 @pytest.mark.parametrize("lag", [0, 1], ids=["no-lag", "min.compaction.lag.ms"])
-def test_a_split_round_equals_the_one_task_round(tmp_path, lag):
+@pytest.mark.parametrize("task_bytes", [9000, 1500], ids=["segment-runs", "segment-pieces"])
+def test_a_split_round_equals_the_one_task_round(tmp_path, lag, task_bytes):
     """Tombstones, delete horizons and min.compaction.lag.ms through several rounds: the records
-    after each split round are the one-task round's, and so are the cleaner checkpoints."""
+    after each split round are the one-task round's, and so are the cleaner checkpoints. With
+    compaction.task.max.bytes below the segments' size (4,000 B), each segment's map work is cut
+    into pieces at its offset index (index.interval.bytes 512), one or more map tasks each."""
     store, _, _, written = build_remote(tmp_path, batches=500, keys=60)
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    if task_bytes < 4000:
+        assert max(s.size_in_bytes for s in segments) > 2 * task_bytes
     twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
     before = remote_records(store)
     end = load_manifest(store, TOPIC, 0).end_offset
     boundary_ts = written[len(written) * 2 // 3][1]
     now = 2_000_000
     cfg = config(**({"min.compaction.lag.ms": now - boundary_ts} if lag else {}))
-    report, maps, rewrites = _split_round(store, cfg, now_ms=now, task_bytes=9000)
+    report, maps, rewrites = _split_round(store, cfg, now_ms=now, task_bytes=task_bytes)
     one = compact_partition(twin, TOPIC, 0, cfg, owner="test", now_ms=now, delete_delay_ms=0)
     assert report.action == one.action == "compacted", (report, one)
     assert maps > 1 and rewrites > 1
+    if task_bytes < 4000:
+        assert maps > 2 * len(segments), (maps, len(segments))
     assert remote_records(store) == remote_records(twin)
     assert load_manifest(store, TOPIC, 0).cleaner_checkpoint == load_manifest(twin, TOPIC, 0).cleaner_checkpoint
     if not lag:
@@ -94,14 +103,14 @@ def test_a_split_round_equals_the_one_task_round(tmp_path, lag):
     assert report.records_read == one.records_read and report.records_kept == one.records_kept
     # After delete.retention.ms the tombstones go, in both.
     later = now + DAY + 1
-    report, _, _ = _split_round(store, cfg, now_ms=later, task_bytes=9000, force=True)
+    report, _, _ = _split_round(store, cfg, now_ms=later, task_bytes=task_bytes, force=True)
     compact_partition(twin, TOPIC, 0, cfg, owner="test", now_ms=later, delete_delay_ms=0, force=True)
     assert remote_records(store) == remote_records(twin)
     if not lag:
         assert remote_records(store) == reference(before, end + 1, drop_tombstones=True)
     # Nothing left to drop: the split round writes nothing.
     ids = [s.segment_id for s in load_manifest(store, TOPIC, 0).copy_finished]
-    again, _, _ = _split_round(store, cfg, now_ms=later + 1, task_bytes=9000, force=True)
+    again, _, _ = _split_round(store, cfg, now_ms=later + 1, task_bytes=task_bytes, force=True)
     assert again.action == "none" and again.reason == "nothing to drop", again
     assert [s.segment_id for s in load_manifest(store, TOPIC, 0).copy_finished] == ids
     assert not [s for s in load_manifest(store, TOPIC, 0).segments if s.is_staged]
@@ -311,3 +320,25 @@ def test_a_run_takes_its_partitions_in_groups_and_equals_the_one_task_rounds(tmp
     with pytest.raises(ConfigError, match="compaction.partitions.per.group"):
         jobs.run_job(spark, "compaction", (tmp_path / "remote").as_uri(),
                      overrides={"compaction.partitions.per.group": "0"})
+
+
+@pytest.mark.spark
+def test_the_job_spreads_one_large_segments_map_work_over_several_tasks(tmp_path, spark):
+    """Segments of ~30 KB and compaction.task.max.bytes of 9,000: each segment's map work is cut at
+    its offset index into pieces, more map tasks than segments, and the records after the run are
+    the one-task round's."""
+    from lakelog.spark_log.jobs import run_job
+
+    store, _, _, _ = build_remote(tmp_path, batches=1200, keys=80, log_cfg={"segment.bytes": 30_000})
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    assert len(segments) >= 2 and min(s.size_in_bytes for s in segments) > 2 * 9000
+    twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
+    compact_partition(twin, TOPIC, 0, config(**{"segment.bytes": 12000}), owner="test", delete_delay_ms=0)
+    summary = run_job(spark, "compaction", (tmp_path / "remote").as_uri(), delete_delay_ms=0,
+                      overrides={"compaction.task.max.bytes": "9000"})
+    extra = summary.rows[0]["extra"]
+    assert summary.totals["compacted"] == 1, summary
+    assert extra["map_tasks"] >= 3 * len(segments) and extra["map_tasks_merged"] == extra["map_tasks"], extra
+    assert remote_records(store) == remote_records(twin)
+    assert load_manifest(store, TOPIC, 0).cleaner_checkpoint == load_manifest(twin, TOPIC, 0).cleaner_checkpoint
