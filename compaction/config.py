@@ -21,8 +21,9 @@ COMPACTION_JOB_CONFIG = (
             min=64 * 1024, max=INT_MAX, unit="bytes")
     .define("compaction.task.max.bytes", int, 128 * MIB,
             "Most bytes of remote .log one compaction task reads: a partition's offset map is built by "
-            "tasks over runs of whole segments of at most this size (merged on the driver, latest "
-            "offset wins), and its rewrite by tasks over runs of segment groups of at most this size.",
+            "tasks over runs of whole segments of at most this size, a larger segment cut into pieces "
+            "at its offset index's entries (merged on the driver, latest offset wins), and its rewrite "
+            "by tasks over runs of segment groups of at most this size (a larger group is one task).",
             min=1024, max=1 << 40, unit="bytes")
     .define("compaction.map.tasks.per.wave", int, 16,
             "Most map tasks of one Spark job: the map stage runs in waves of at most this many tasks, "

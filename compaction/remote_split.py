@@ -6,7 +6,9 @@ lease / stage / swap protocol, in steps that `spark_log/compaction_job.py` runs 
 
   1. driver, `open_round`: take the partition's job lease, abandon this job's staged leftovers and
      decide the dirty section (`remote_common.plan_round`); cut the dirty segments into runs of
-     at most `compaction.task.max.bytes` (`map_runs`);
+     at most `compaction.task.max.bytes` (`map_runs`), a larger segment first cut into pieces at
+     batch starts its offset index names (`segment_pieces`: a piece is the batches whose last
+     offset is in [lo, hi), so pieces meet exactly between two batches);
   2. map tasks, `map_segments`: key -> latest offset over one run's batches of the dirty section,
      over decoded columns, each chunk's keys merged in (bounded_map.BoundedLatestMap: merged
      only when the bound forces it), never holding more than `compaction.offset.map.max.bytes`; a task whose map fills up stops at a
