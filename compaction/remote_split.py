@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from array import array
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -80,6 +81,7 @@ from lakelog.tiering.layout import new_segment_id
 from lakelog.tiering.lease import Lease, LeaseHeldError, acquire
 from lakelog.tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, Replacement, SegmentState
 from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.errors import RemoteCorruptionError
 from lakelog.tiering.remote_scan import index_entries, iter_segment_batches
 from lakelog.tiering.store import ObjectStore
 
@@ -418,7 +420,10 @@ class SplitRound:
             s, job = self.section, self.job
 
             def index(seg: RemoteSegment):
-                return index_entries(job.store, job.topic, job.partition, seg)
+                try:
+                    return index_entries(job.store, job.topic, job.partition, seg)
+                except RemoteCorruptionError:  # derived data (rebuild-index restores it): map it whole
+                    return array("I"), array("I")
 
             runs = map_runs(s.segments, start_offset=s.first_dirty, end_offset=s.uncleanable,
                             max_bytes=self.task_max_bytes, index=index)

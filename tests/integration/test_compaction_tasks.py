@@ -116,6 +116,22 @@ def test_a_split_round_equals_the_one_task_round(tmp_path, lag, task_bytes):
     assert not [s for s in load_manifest(store, TOPIC, 0).segments if s.is_staged]
 
 
+def test_a_segment_whose_offset_index_is_damaged_is_mapped_whole(tmp_path):
+    """The offset index is derived data: a large segment whose `.index` object does not match its
+    manifest entry is one map task's work instead of failing the round; the records after the
+    round are still the one-task round's."""
+    store, _, _, _ = build_remote(tmp_path, batches=300, keys=40)
+    twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    for index in (tmp_path / "remote").rglob("*.index"):
+        index.write_bytes(b"\xff" * 8 + index.read_bytes()[8:])
+    cfg = config()
+    report, maps, _ = _split_round(store, cfg, now_ms=2_000_000, task_bytes=1500, force=True)
+    compact_partition(twin, TOPIC, 0, cfg, owner="test", now_ms=2_000_000, delete_delay_ms=0, force=True)
+    assert report.action == "compacted" and maps == len(segments), (report, maps)
+    assert remote_records(store) == remote_records(twin)
+
+
 def test_a_bounded_map_compacts_a_prefix_and_the_next_round_the_rest(tmp_path):
     """More distinct keys than compaction.offset.map.max.bytes holds: a round maps a prefix (its
     checkpoint lands before the end, below it every key is at its latest), the next rounds go on."""
