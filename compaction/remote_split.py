@@ -11,8 +11,9 @@ lease / stage / swap protocol, in steps that `spark_log/compaction_job.py` runs 
      offset is in [lo, hi), so pieces meet exactly between two batches);
   2. map tasks, `map_segments`: key -> latest offset over one run's batches of the dirty section,
      over decoded columns, each chunk's keys merged in (bounded_map.BoundedLatestMap: merged
-     only when the bound forces it), never holding more than `compaction.offset.map.max.bytes`; a task whose map fills up stops at a
-     chunk's first batch and says where (`PartialMap.cut_offset`);
+     only when the bound forces it), never holding more than `compaction.offset.map.max.bytes`;
+     a task whose map fills up stops at a chunk's first batch and says where
+     (`PartialMap.cut_offset`);
   3. driver, `SplitRound.add_partial` (as each wave of map tasks returns) then `SplitRound.merge`:
      the partial maps in offset order (`MapMerge`), latest offset wins per key
      (offsets only grow along the log, so the max is the latest); the merged map keeps the same
@@ -135,7 +136,7 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
         for seg, (lo, hi) in zip(segments, pieces):
             if seg.end_offset < start_offset or seg.base_offset >= end_offset:
                 continue
-            low = max(start_offset if seg.base_offset < start_offset else seg.base_offset, lo or seg.base_offset)
+            low = max(start_offset, seg.base_offset if lo is None else lo)
             from_offset = low if low > seg.base_offset else None
             for _, batch in iter_segment_batches(store, topic, partition, seg, from_offset=from_offset):
                 if batch.last_offset < start_offset or (lo is not None and batch.last_offset < lo):
