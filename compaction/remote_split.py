@@ -158,7 +158,8 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
         # what it counted if that part is the first that does not fit.
         builder: BoundedLatestMap[tuple[int, int, int, int]] = BoundedLatestMap(max_bytes)
         failed = None
-        for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes):
+        for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes,
+                                                 keep_batches=False):
             table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
             tag = (spans[0][0].base_offset, state["batches"] - len(spans), records, state["bytes"])
             records += table.num_rows
@@ -276,7 +277,8 @@ def merge_partials(partials: list[PartialMap], *, start_offset: int, end_offset:
 Piece = tuple[RemoteSegment, "int | None", "int | None"]
 
 
-def segment_pieces(seg: RemoteSegment, rel_offsets, positions, max_bytes: int) -> list[tuple[int | None, int | None, int]]:
+def segment_pieces(seg: RemoteSegment, rel_offsets, positions, max_bytes: int
+                   ) -> list[tuple[int | None, int | None, int]]:
     """`seg` cut into pieces of at most `max_bytes` of `.log` (when its offset index allows) at
     batch starts its offset index names: [(lo, hi, bytes)], lo / hi as in `Piece`. An entry (O, P)
     says the batch at P ends at offset O, so "last offset >= O" starts exactly at P, and every
