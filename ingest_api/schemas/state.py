@@ -203,7 +203,7 @@ class SchemaRegistryState:
         for s in _list(d, "schemas"):
             sid = _int(s, "id", 1, MAX_ID)
             schemas[sid] = StoredSchema(_schema_type(s.get("schema_type")), _text(s.get("schema")),
-                                        _references(s.get("references", [])))
+                                        check_references(s.get("references", [])))
         subjects = {}
         for s in _list(d, "subjects"):
             name = check_subject_name(s.get("subject"))
@@ -243,7 +243,7 @@ class SchemaRegistryState:
         if t == "schema_delete":
             return self._apply_delete(rec)
         if t == "schema_config":
-            subject = _config_subject(rec.get("subject"))
+            subject = check_config_subject(rec.get("subject"))
             configs = dict(self.configs)
             if rec.get("compatibility") is None and rec.get("normalize") is None:
                 if subject not in configs:
@@ -253,7 +253,7 @@ class SchemaRegistryState:
                 configs[subject] = _config_value(rec.get("compatibility"), rec.get("normalize"))
             return replace(self, configs=configs)
         if t == "schema_mode":
-            subject = _config_subject(rec.get("subject"))
+            subject = check_config_subject(rec.get("subject"))
             modes = dict(self.modes)
             mode = rec.get("mode")
             if mode is None:
@@ -272,7 +272,7 @@ class SchemaRegistryState:
         version = _int(rec, "version", 1, MAX_VERSION)
         sid = _int(rec, "id", 1, MAX_ID)
         stored = StoredSchema(_schema_type(rec.get("schema_type")), _text(rec.get("schema")),
-                              _references(rec.get("references", [])))
+                              check_references(rec.get("references", [])))
         for r in stored.references:
             if not any(v.version == r.version for v in self.subjects.get(r.subject, ())):
                 raise ValueError(f"reference {r.name!r}: subject {r.subject!r} has no version {r.version}")
@@ -369,51 +369,51 @@ def check_mode(mode: object) -> str:
     return mode.upper()
 
 
-class _Invalid(ValueError):
-    pass
+class RecordFieldError(ValueError):
+    """A field of a schema record or request is missing, mistyped or out of bounds."""
 
 
 def _int(d: Mapping[str, Any], key: str, lo: int, hi: int) -> int:
     v = d.get(key) if isinstance(d, Mapping) else None
     if type(v) is not int or not lo <= v <= hi:
-        raise _Invalid(f"field {key!r} must be an integer in [{lo}, {hi}], not {v!r}")
+        raise RecordFieldError(f"field {key!r} must be an integer in [{lo}, {hi}], not {v!r}")
     return v
 
 
 def _list(d: Mapping[str, Any], key: str) -> list:
     v = d.get(key, []) if isinstance(d, Mapping) else None
     if not isinstance(v, list) or not all(isinstance(x, (dict, list)) for x in v):
-        raise _Invalid(f"{key} must be a list")
+        raise RecordFieldError(f"{key} must be a list")
     return v
 
 
 def _text(v: object) -> str:
     if not isinstance(v, str) or not 0 < len(v) <= MAX_SCHEMA_CHARS:
-        raise _Invalid(f"a schema is a string of 1..{MAX_SCHEMA_CHARS} characters")
+        raise RecordFieldError(f"a schema is a string of 1..{MAX_SCHEMA_CHARS} characters")
     return v
 
 
 def _schema_type(v: object) -> str:
     if v not in SCHEMA_TYPES:
-        raise _Invalid(f"schema type {v!r} is not one of {', '.join(SCHEMA_TYPES)}")
+        raise RecordFieldError(f"schema type {v!r} is not one of {', '.join(SCHEMA_TYPES)}")
     return v  # type: ignore[return-value]
 
 
-def _references(v: object) -> tuple[SchemaRef, ...]:
+def check_references(v: object) -> tuple[SchemaRef, ...]:
     if not isinstance(v, list) or len(v) > MAX_REFERENCES:
-        raise _Invalid(f"references must be a list of at most {MAX_REFERENCES}")
+        raise RecordFieldError(f"references must be a list of at most {MAX_REFERENCES}")
     out = []
     for r in v:
         if not isinstance(r, dict) or not isinstance(r.get("name"), str) or not r["name"]:
-            raise _Invalid("a reference is {name, subject, version}")
+            raise RecordFieldError("a reference is {name, subject, version}")
         out.append(SchemaRef(r["name"][:MAX_SCHEMA_CHARS], check_subject_name(r.get("subject")),
                              _int(r, "version", 1, MAX_VERSION)))
     if len({r.name for r in out}) != len(out):
-        raise _Invalid("two references have the same name")
+        raise RecordFieldError("two references have the same name")
     return tuple(out)
 
 
-def _config_subject(v: object) -> str:
+def check_config_subject(v: object) -> str:
     return "" if v == "" else check_subject_name(v)
 
 
@@ -421,14 +421,14 @@ def _config_value(level: object, normalize: object) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if level is not None:
         if level not in LEVELS:
-            raise _Invalid(f"compatibility level {level!r} is not one of {', '.join(LEVELS)}")
+            raise RecordFieldError(f"compatibility level {level!r} is not one of {', '.join(LEVELS)}")
         out["compatibilityLevel"] = level
     if normalize is not None:
         if not isinstance(normalize, bool):
-            raise _Invalid("normalize must be a boolean")
+            raise RecordFieldError("normalize must be a boolean")
         out["normalize"] = normalize
     if not out:
-        raise _Invalid("a config sets a compatibility level or normalize")
+        raise RecordFieldError("a config sets a compatibility level or normalize")
     return out
 
 
@@ -455,10 +455,10 @@ def prepare(state: SchemaRegistryState, subject: str, body: Mapping[str, Any], *
     if schema_type not in SCHEMA_TYPES:
         raise E.InvalidSchemaError(f"Invalid schema type {schema_type!r}: one of {', '.join(SCHEMA_TYPES)}")
     try:
-        refs = _references(body.get("references") or [])
+        refs = check_references(body.get("references") or [])
     except E.InvalidSubjectError:
         raise E.InvalidSchemaError("Invalid schema: a reference names an invalid subject") from None
-    except _Invalid as e:
+    except RecordFieldError as e:
         raise E.InvalidSchemaError(f"Invalid schema: {e}") from None
     parsed = parse_schema(schema_type, text, state.resolved_references(refs))
     do_normalize = state.normalize_default(subject) if normalize is None else normalize
@@ -503,7 +503,7 @@ def controller_records(op: str, args: Mapping[str, Any], state: SchemaRegistrySt
     if op in ("schema_delete_version", "schema_delete_subject"):
         return _delete(state, op, args)
     if op == "schema_config":
-        subject = _config_subject(args.get("subject", ""))
+        subject = check_config_subject(args.get("subject", ""))
         if args.get("delete"):
             old = state.configs.get(subject)
             if old is None:
@@ -530,7 +530,7 @@ def controller_records(op: str, args: Mapping[str, Any], state: SchemaRegistrySt
         return ([{"type": "schema_config", "subject": subject, "compatibility": new.get("compatibilityLevel"),
                   "normalize": new.get("normalize")}], result)
     if op == "schema_mode":
-        subject = _config_subject(args.get("subject", ""))
+        subject = check_config_subject(args.get("subject", ""))
         if args.get("delete"):
             old = state.modes.get(subject)
             if old is None:
