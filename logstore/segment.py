@@ -304,5 +304,3 @@ def _pwrite_all(fd: int, buffers: list, position: int) -> int:
                 pending[0] = head[n:]
                 n = 0
     return total
-
-

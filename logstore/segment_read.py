@@ -50,7 +50,6 @@ class BatchPosition:
     partition_leader_epoch: int
 
 
-
 class SegmentRead:
     """Reads and lookups of `LogSegment` (module doc); the segment's fields are made in segment.py."""
 

@@ -55,7 +55,6 @@ class _Prepared:
     epochs: bytes
 
 
-
 class UploaderCopy(UploaderState):
     """The copy rounds of `SegmentUploader` (module doc); its fields are made in uploader.py."""
 

@@ -216,7 +216,6 @@ class ConsumerInstance(InstanceMembership, InstanceRecords):
             self.positions[tp] = bounds[1] if end else bounds[0]
 
 
-
 class ConsumerManager:
     """The consumer instances of this node, their limits and their expiry."""
 
