@@ -85,3 +85,29 @@ def test_session_conf_restores_what_was_set_and_unsets_what_was_not():
         with session_conf(spark, {"a": "9"}):
             raise RuntimeError("boom")
     assert spark.conf.values == {"a": "1"}
+
+
+def test_a_log_cleaned_up_below_a_checkpoint_is_read_back_to_its_first_commit(tmp_path):
+    store = FileSystemStore(tmp_path)
+    for v in range(10, 13):
+        _commit(store, v, txn=(APP, v), rows=v)
+    store.put("tables/t/_delta_log/00000000000000000010.checkpoint.parquet", b"PAR1")
+    store.put("tables/t/_delta_log/_last_checkpoint", json.dumps({"version": 10, "size": 3}).encode())
+    assert appended_rows(store, "t", APP, 12) == 12
+    assert appended_rows(store, "t", APP, 10) == 10
+    assert appended_rows(store, "t", APP, 9) == 0  # commits 0-9 are gone: not an error
+
+
+def test_a_corrupt_log_fails_the_count_instead_of_answering(tmp_path):
+    from lakelog.spark_log.delta_log import DeltaLogCorruptError, DeltaLogGapError
+
+    store = FileSystemStore(tmp_path)
+    for v in (0, 11, 13):
+        _commit(store, v, txn=(APP, v), rows=1)
+    with pytest.raises(DeltaLogGapError, match="commit 1 is missing"):
+        appended_rows(store, "t", APP, 13)
+    store = FileSystemStore(tmp_path / "torn")
+    _commit(store, 0, txn=(APP, 0), rows=1)
+    store.put(commit_key("t", 1), b'{"commitInfo": {"operationMetrics": {"numOutputRows": "3"}}}\n{"txn": {"app')
+    with pytest.raises(DeltaLogCorruptError, match="line 2 is not JSON"):
+        appended_rows(store, "t", APP, 1)
