@@ -73,8 +73,8 @@ MAX_LISTED_FILES = 100_000
 
 _VERSION = r"(\d{20})"
 _COMMIT = re.compile(_VERSION + r"\.json")
-_CHECKPOINT_WHOLE = re.compile(_VERSION + r"\.checkpoint(?:\.[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})?"
-                               r"\.(?:parquet|json)")
+_UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+_CHECKPOINT_WHOLE = re.compile(_VERSION + r"\.checkpoint(?:\.parquet|\." + _UUID + r"\.(?:parquet|json))")
 _CHECKPOINT_PART = re.compile(_VERSION + r"\.checkpoint\.(\d{10})\.(\d{10})\.parquet")
 
 
