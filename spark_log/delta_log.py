@@ -24,7 +24,8 @@ Rules, each with its reason:
      may legitimately start at a checkpoint, with or without that version's commit file.
   3. Hence: the commits after the newest complete checkpoint (from version 0 when there is none)
      must all be there. A missing one is corruption (`DeltaLogGapError`), never a newest version:
-     Delta itself refuses such a log ("versions are not contiguous"), and with commits 0, 11 and 13
+     Delta itself refuses such a log (DELTA_TRUNCATED_TRANSACTION_LOG, or "versions are not
+     contiguous": tests/integration/test_delta_log_tables.py), and with commits 0, 11 and 13
      alone neither 0 (where probing by HEADs stops) nor 13 (where a LIST ends) is the state of a
      table. A gap below a checkpoint is cleanup, not an error.
   4. The newest version is found by ONE LIST that starts at the anchor, the version
