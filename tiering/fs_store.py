@@ -246,20 +246,9 @@ class FileSystemStore(ObjectStore):
             self.stats.record("HEAD", error=not ok)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
-        return self._list(prefix, "", None)
-
-    def list_after(self, prefix: str, start_after: str, limit: int) -> list[ObjectInfo]:
-        if limit < 1:
-            raise ValueError(f"list_after limit must be >= 1, not {limit}")
-        return self._list(prefix, start_after, limit)
-
-    def _list(self, prefix: str, start_after: str, limit: int | None) -> list[ObjectInfo]:
-        """The keys under `prefix` after `start_after`, the first `limit` of them (None: all); only
-        those are stat'ed (a directory is read whole either way: no listing starts mid-way)."""
         check_prefix(prefix)
         directory = prefix[: prefix.rfind("/") + 1]
         base = self.root / directory if directory else self.root
-        found: list[tuple[str, str]] = []
         out: list[ObjectInfo] = []
         ok = False
         try:
@@ -270,15 +259,53 @@ class FileSystemStore(ObjectStore):
                     rel_dir = os.path.relpath(dirpath, self.root)
                     for name in filenames:
                         key = name if rel_dir == "." else f"{rel_dir}/{name}"
-                        if not key.startswith(prefix) or name.startswith(RESERVED_PREFIX) or key <= start_after:
+                        if not key.startswith(prefix) or name.startswith(RESERVED_PREFIX):
                             continue
-                        found.append((key, os.path.join(dirpath, name)))
+                        with contextlib.suppress(FileNotFoundError):  # deleted while listing
+                            st = os.stat(os.path.join(dirpath, name))
+                            out.append(ObjectInfo(key, st.st_size, None, int(st.st_mtime * 1000)))
+            ok = True
+        finally:
+            self.stats.record("LIST", error=not ok)
+        out.sort(key=lambda o: o.key)
+        return out
+
+    def list_after(self, prefix: str, start_after: str, limit: int) -> list[ObjectInfo]:
+        """As `list`, from `start_after` on: directories are read whole (no listing starts
+        mid-way), but a name is compared before anything else is done with it, and only the keys
+        returned are stat'ed."""
+        check_prefix(prefix)
+        if limit < 1:
+            raise ValueError(f"list_after limit must be >= 1, not {limit}")
+        found: list[str] = []
+        out: list[ObjectInfo] = []
+        ok = False
+        try:
+            with _os_errors(prefix):
+                pending = [prefix[: prefix.rfind("/") + 1]]
+                while pending:
+                    directory = pending.pop()
+                    try:
+                        entries = os.scandir(self.root / directory if directory else self.root)
+                    except FileNotFoundError:
+                        continue
+                    with entries:
+                        for e in entries:
+                            key = directory + e.name
+                            if e.is_dir(follow_symlinks=False):
+                                sub = key + "/"
+                                if (sub.startswith(prefix) or prefix.startswith(sub)) \
+                                        and not (not directory and e.name.startswith(RESERVED_PREFIX)):
+                                    pending.append(sub)
+                            elif key > start_after and key.startswith(prefix) \
+                                    and not e.name.startswith(RESERVED_PREFIX):
+                                found.append(key)
                 found.sort()
-                for key, path in found:
-                    if limit is not None and len(out) >= limit:
+                for key in found:
+                    if len(out) >= limit:
                         break
                     with contextlib.suppress(FileNotFoundError):  # deleted while listing
-                        st = os.stat(path)
+                        st = os.stat(self.root / key)
                         out.append(ObjectInfo(key, st.st_size, None, int(st.st_mtime * 1000)))
             ok = True
         finally:

@@ -95,6 +95,11 @@ def test_list_after_starts_after_a_key_and_stops_at_the_limit(store):
     assert all(o.size == 1 for o in store.list_after("log/", "", 10))
     with pytest.raises(ValueError):
         store.list_after("log/", "", 0)
+    # The same keys as `list` after `start_after`, for any prefix (inside a name too) and start.
+    for prefix in ["", "log/", "log/0", "log/00", "log/s", "log/sub/", "o"]:
+        for after in ["", "log/", "log/0002", "log/0002.json", "log/sub", "log/sub/x", "other/", "z"]:
+            for limit in (1, 2, 100):
+                assert keys(prefix, after, limit) == [o.key for o in store.list(prefix) if o.key > after][:limit]
 
 
 def test_delete_is_idempotent_and_prunes_empty_directories(store):
