@@ -8,7 +8,8 @@
     retention       retention.ms / retention.bytes by whole remote segments, one task per partition
     rebuild-index   regenerate .index / .timeindex (missing or damaged ones, or all with --all),
                     each task over runs of segments (tiering/index_rebuild_tasks.py), one manifest
-                    CAS per run; writes the partition-level remote index Delta table
+                    CAS per run, under the partitions' leases, orphan objects swept first
+                    (spark_log/rebuild_job.py); writes the remote index Delta table
                     `<remote>/tables/_remote_index`
     sync-tables     each topic into the Delta table `<remote>/tables/<topic>` (spark_log/tables.py)
 
@@ -17,10 +18,11 @@ the configs the nodes publish in `_topics/<topic>.json`, overridden by `--config
 Compaction runs on topics whose `cleanup.policy` includes compact, retention on those whose policy
 includes delete.
 
-Every job is idempotent (a second run right after the first changes nothing), takes each
-partition's job lease (two runs never work on one partition at once; the loser reports
-"skipped"), and changes manifests only through their compare-and-swap, so it is safe while the
-nodes keep tiering. Tasks carry only names and plain data; executors open the store themselves
+Every job is idempotent (a second run right after the first changes nothing); the jobs that
+change the tier (compaction, retention, rebuild-index) take each partition's job lease (two runs
+never work on one partition at once; the loser reports the partition "skipped"); every job
+changes manifests only through their compare-and-swap, so it is safe while the nodes keep
+tiering. Tasks carry only names and plain data; executors open the store themselves
 from the remote URL and the usual AWS environment.
 """
 
