@@ -22,6 +22,7 @@ gets a row {action: "lease-lost", reason} beside its segment rows, and totals["l
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from lakelog.infra.config import LogConfig
@@ -29,6 +30,8 @@ from lakelog.spark_log.compaction_job import LEASE_RENEW_INTERVAL_S
 from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, tables_path
 
 JOB = "rebuild-index"
+#: Partitions whose lease and orphan sweep the driver handles at once (requests to the store).
+LEASE_THREADS = 8
 
 
 def skipped_row(topic: str, partition: int, action: str, reason: str) -> dict:
@@ -53,19 +56,43 @@ def run_rebuild(spark, run_tasks: Callable, task: Callable, write_table: Callabl
     lost: list[dict] = []
     leases: dict = {}
     orphans = 0
+    t0 = time.monotonic()
+    keys = [(t, p) for t in names for p in partitions[t]]
+
+    def take(key: tuple[str, int]):
+        """(lease or None, why not, orphans deleted, manifest) of one partition."""
+        try:
+            lease = acquire(store, *key, owner=owner, job=JOB)
+        except LeaseHeldError as e:
+            return None, str(e), [], None
+        try:
+            deleted, manifest = sweep_orphans(store, *key)
+        except BaseException:
+            lease.release()
+            raise
+        return lease, "", deleted, manifest
+
     try:
         held = []
-        for t in names:
-            interval = LogConfig(configs[t]).index_interval_bytes
-            for p in partitions[t]:
+        # Each partition's requests (lease GET + PUT, LIST, manifest GET) in parallel with the
+        # others': sequential, they would cost ~4 round trips per partition before any task starts.
+        with ThreadPoolExecutor(max(1, min(LEASE_THREADS, len(keys))), thread_name_prefix="rebuild-lease") as pool:
+            failure: BaseException | None = None
+            for key, future in zip(keys, [pool.submit(take, key) for key in keys]):
                 try:
-                    leases[(t, p)] = acquire(store, t, p, owner=owner, job=JOB)
-                except LeaseHeldError as e:
-                    skipped.append(skipped_row(t, p, "skipped", str(e)))
+                    lease, why_not, deleted, manifest = future.result()
+                except BaseException as e:  # noqa: BLE001 - raised below, once every lease is recorded
+                    failure = failure or e
                     continue
-                deleted, manifest = sweep_orphans(store, t, p)
+                if lease is None:
+                    skipped.append(skipped_row(*key, "skipped", why_not))
+                    continue
+                leases[key] = lease
                 orphans += len(deleted)
-                held.append((t, p, interval, manifest.copy_finished))
+                held.append((*key, LogConfig(configs[key[0]]).index_interval_bytes, manifest.copy_finished))
+            if failure is not None:
+                raise failure
+        phases["leases_s"] = time.monotonic() - t0  # the leases taken and the orphan sweeps
         # Runs of segments per task, not one task per segment (see index_rebuild_tasks.py).
         planned = plan_rebuild_tasks(held, max_bytes=max_task_bytes, cores=int(spark.sparkContext.defaultParallelism))
         tasks = [(remote, [tuple(r) for r in runs], "all" if rebuild_all else "missing") for runs in planned]
@@ -90,8 +117,11 @@ def run_rebuild(spark, run_tasks: Callable, task: Callable, write_table: Callabl
                 for row in task_rows]
         phases["tasks_s"] = time.monotonic() - t0
     finally:
-        for lease in leases.values():
-            lease.release()
+        t0 = time.monotonic()
+        if leases:
+            with ThreadPoolExecutor(max(1, min(LEASE_THREADS, len(leases))), thread_name_prefix="rebuild-lease") as pool:
+                list(pool.map(lambda lease: lease.release(), leases.values()))
+        phases["leases_s"] = phases.get("leases_s", 0.0) + time.monotonic() - t0
     t0 = time.monotonic()
     table_rows = [r for r in rows if "segment_id" in r and "base_offset" in r]
     table_rows += previous_rows(spark, remote, [(r["topic"], r["partition"]) for r in skipped])
