@@ -167,3 +167,27 @@ def test_index_objects_an_interrupted_rebuild_left_are_removed_by_the_next_run(t
 
     again = run_job(spark, "rebuild-index", remote)
     assert "orphans_deleted" not in again.totals
+
+
+def test_a_lease_lost_while_the_tasks_run_is_reported(tmp_path, spark, monkeypatch):
+    import lakelog.spark_log.rebuild_job as rebuild_job
+    from lakelog.tiering.errors import LeaseHeldError
+    from lakelog.tiering.lease import Lease
+
+    store, _, remote = _two_partitions(tmp_path)
+    segs = sum(len(load_manifest(store, TOPIC, p).copy_finished) for p in (0, 1))
+
+    def taken_over(self, now_ms=None):  # partition 1's lease expired and another run took it
+        if self.key == lease_key(TOPIC, 1):
+            raise LeaseHeldError(self.key, "a newer run", 0)
+
+    monkeypatch.setattr(rebuild_job, "LEASE_RENEW_INTERVAL_S", 0.0)
+    monkeypatch.setattr(Lease, "renew", taken_over)
+    summary = run_job(spark, "rebuild-index", remote)
+    assert [r for r in summary.rows if "segment_id" not in r] == [
+        {"topic": TOPIC, "partition": 1, "action": "lease-lost",
+         "reason": f"lease lost: {lease_key(TOPIC, 1)} is held by a newer run until 0"}]
+    assert summary.totals == {"segments": segs, "ok": segs, "lease_lost": 1}
+    # Ours released, the lost one not written by us again (the other run's to release).
+    assert json.loads(store.get(lease_key(TOPIC, 0))[0])["expires_ms"] == 0
+    assert json.loads(store.get(lease_key(TOPIC, 1))[0])["expires_ms"] > 0
