@@ -350,7 +350,7 @@ def bench_upload(ctx: Context) -> None:
 def upload_breakdown(ctx: Context, store: S3Store, tier: RemoteTier, main: UploadRun) -> None:
     """Why the uploader is slower than put_object: its parts timed in one copy round, and a
     small request's round trip."""
-    import lakelog.tiering.uploader as uploader_module
+    import lakelog.tiering.uploader_copy as uploader_module
 
     log = source_log(ctx)
     parts: dict[str, list[float]] = {"scan": [], "scan ahead": [], "commit": [], "puts": []}

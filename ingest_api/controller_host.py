@@ -44,7 +44,7 @@ from lakelog.ingest_api.replication.peers import PeerClient
 from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTROLLER_OPS
 from lakelog.ingest_api.security.records import controller_records as security_controller_records
 from lakelog.ingest_api.schemas.state import CONTROLLER_OPS as SCHEMA_CONTROLLER_OPS
-from lakelog.ingest_api.schemas.state import controller_records as schema_controller_records
+from lakelog.ingest_api.schemas.state_writes import controller_records as schema_controller_records
 
 log = logging.getLogger("lakelog.node")
 

@@ -27,6 +27,20 @@ def key_value(text: str) -> tuple[str, str]:
     return k.strip(), v
 
 
+def bounded_int(low: int, high: int):
+    """An argparse type: an integer in [low, high], else argparse's usage error naming the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: from {low} to {high}")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in its message
+    return parse
+
+
 #: The CLI draws its own progress bar and prints its own summary: Spark's console bar stays off.
 QUIET_CONF = {"spark.ui.showConsoleProgress": "false"}
 

@@ -63,7 +63,9 @@ def _print_summary(summary, out=sys.stdout) -> None:
                 extra = f" {row['segments_expired']} segment(s), log start offset {row['log_start_offset']}"
             print(f"  {row['topic']}-{row['partition']}: {what}{extra}", file=out)
         elif summary.job == "rebuild-index":
-            if row.get("index_action") != "ok":
+            if "segment_id" not in row:  # a partition it did not work on: as compaction and retention print it
+                print(f"  {row['topic']}-{row['partition']}: {row['action']} ({row['reason']})", file=out)
+            elif row.get("index_action") != "ok":
                 print(f"  {row['topic']}-{row['partition']} segment {row.get('base_offset', '?')} "
                       f"{row['segment_id']}: {row['index_action']} {row.get('detail', '')}".rstrip(), file=out)
         else:

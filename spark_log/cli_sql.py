@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from lakelog.spark_log.cli_common import QUIET_CONF, CommandError, quiet_jvm
+from lakelog.spark_log.cli_common import QUIET_CONF, CommandError, bounded_int, quiet_jvm
 from lakelog.spark_log.sql_output import print_rows, query_error, run_query
 from lakelog.spark_log.sql_repl import repl
 from lakelog.spark_log.sql_server_access import (DEFAULT_SQL_SERVER, DEFAULT_SQL_TOKEN_FILE, SQL_SERVER_ENV,
@@ -26,6 +26,8 @@ MAX_SQL_ROWS = 10_000
 SQL_HTTP_ENV = "LAKELOG_SQL_HTTP_URL"
 #: How long `lakelog sql` lets a query run through the HTTP endpoint (ms; the server cancels it then).
 DEFAULT_SQL_TIMEOUT_MS = 600_000
+#: The longest `--timeout-ms` (the SQL server's own limit).
+MAX_SQL_TIMEOUT_MS = 600_000
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -160,7 +162,8 @@ def add_commands(sub, add, remote: argparse.ArgumentParser) -> None:
     sql.add_argument("--http-server", metavar="URL", default=None,
                      help=f"the SQL server's HTTP endpoint to ask first (default ${SQL_HTTP_ENV}, else the address "
                           f"file beside the token file, data/sql.http, when it names the --server)")
-    sql.add_argument("--timeout-ms", type=int, default=DEFAULT_SQL_TIMEOUT_MS, metavar="MS",
+    sql.add_argument("--timeout-ms", type=bounded_int(1, MAX_SQL_TIMEOUT_MS), default=DEFAULT_SQL_TIMEOUT_MS,
+                     metavar="MS",
                      help="longest a query runs through the SQL server's HTTP endpoint (1-600000, default 600000; "
                           "the server then cancels it)")
     sql.add_argument("--token-file", metavar="PATH", default=None,
@@ -172,4 +175,5 @@ def add_commands(sub, add, remote: argparse.ArgumentParser) -> None:
         sql.add_argument(flag, metavar=flag[2:].upper().replace("-", "_"), default=None,
                          help=f"{what}: presented to a SQL server of a cluster with authentication on")
     sql.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    sql.add_argument("--max-rows", type=int, default=1000, metavar="N", help=f"most rows printed (at most {MAX_SQL_ROWS})")
+    sql.add_argument("--max-rows", type=bounded_int(1, MAX_SQL_ROWS), default=1000, metavar="N",
+                     help=f"most rows printed (1-{MAX_SQL_ROWS:,})")

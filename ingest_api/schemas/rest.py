@@ -29,6 +29,7 @@ from lakelog.ingest_api.formats import parse_producer_fields
 from lakelog.ingest_api.node import ProduceRecord
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import state as S
+from lakelog.ingest_api.schemas import state_writes as W
 from lakelog.ingest_api.schemas import protobuf_values, wire
 from lakelog.ingest_api.schemas.codec import decode_value, encode_values
 from lakelog.ingest_api.schemas.parsed import AVRO, JSON, PROTOBUF, ParsedSchema
@@ -60,7 +61,7 @@ async def _schema_for(registry: SchemaRegistry, topic: str, part: str, doc: dict
         raise InvalidRequestError(f"{part}_schema must be a string")
     subject = f"{topic}-{part}"
     args = {"subject": subject, "schema": text, "schemaType": schema_type, "references": [], "normalize": None}
-    _, parsed, _ = S.prepare(registry.state, subject, args, normalize=None)  # bad text refused here, before the controller
+    _, parsed, _ = W.prepare(registry.state, subject, args, normalize=None)  # bad text refused here, before the controller
     if schema_type == PROTOBUF:  # and what protoc refuses (an undefined type), so nothing unusable is registered
         await asyncio.to_thread(protobuf_values.descriptor_set, parsed)
     result = await registry.write("schema_register", args)

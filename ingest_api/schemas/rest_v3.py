@@ -39,6 +39,7 @@ from lakelog.ingest_api.errors import InvalidRequestError
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import protobuf_values
 from lakelog.ingest_api.schemas import state as S
+from lakelog.ingest_api.schemas import state_writes as W
 from lakelog.ingest_api.schemas.codec import SchemaValueError, encode_value
 from lakelog.ingest_api.schemas.parsed import AVRO, JSON, PROTOBUF, ParsedSchema
 from lakelog.ingest_api.schemas.service import SchemaRegistry
@@ -172,13 +173,13 @@ async def resolve(registry: SchemaRegistry, topic: str, part: str, field: dict) 
         subject = _subject(topic, part, field, strategy, parsed)
         args = {"subject": subject, "schema": text, "schemaType": kind, "references": [], "normalize": None}
         try:
-            S.prepare(registry.state, subject, args, normalize=None)
+            W.prepare(registry.state, subject, args, normalize=None)
             result = await registry.write("schema_register", args)
         except E.SchemaRegistryError as e:
             raise V3SerializationError(f"Error serializing message. Error when registering schema. format = "
                                        f"{_V3_NAMES[kind]}, subject = {subject}: {e}") from None
         st = registry.state
-        v = S.find_version(st, subject, st.schema(result["id"]), parsed)
+        v = W.find_version(st, subject, st.schema(result["id"]), parsed)
         resolved = ResolvedSchema(result["id"], subject, v.version if v else result.get("version", 0),
                                   st.parsed(st.schema(result["id"])))
     else:

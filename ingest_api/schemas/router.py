@@ -26,6 +26,7 @@ from lakelog.ingest_api.routers.deps import read_body
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import protobuf_values
 from lakelog.ingest_api.schemas import state as S
+from lakelog.ingest_api.schemas import state_writes as W
 from lakelog.ingest_api.schemas.languages import AVRO, PROTOBUF, SCHEMA_TYPES
 from lakelog.ingest_api.schemas.service import SchemaRegistry
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
@@ -247,7 +248,7 @@ async def register(subject: str, request: Request):
     if body.get("version") is not None:
         args["version"] = body["version"]
     reg = registry_of(request)
-    _, parsed, _ = S.prepare(reg.state, subject, args, normalize=args["normalize"])  # refuse bad input here
+    _, parsed, _ = W.prepare(reg.state, subject, args, normalize=args["normalize"])  # refuse bad input here
     if parsed.schema_type == PROTOBUF and "confluent/" not in parsed.canonical:
         # what protoc refuses (an undefined type, ...) too, as Confluent's registry does; `confluent/` imports
         # (Confluent's own option files) are not files protoc has here
@@ -268,8 +269,8 @@ async def lookup(subject: str, request: Request):
     deleted = _flag(request, "deleted")
     if not st.versions(subject, deleted=deleted):
         raise E.SubjectNotFoundError(f"Subject '{subject}' not found.")
-    stored, parsed, _ = S.prepare(st, subject, body, normalize=_opt_flag(request, "normalize"))
-    found = S.find_version(st, subject, stored, parsed, deleted=deleted)
+    stored, parsed, _ = W.prepare(st, subject, body, normalize=_opt_flag(request, "normalize"))
+    found = W.find_version(st, subject, stored, parsed, deleted=deleted)
     if found is None:
         raise E.SchemaNotFoundError("Schema not found")
     return _answer(_schema_doc(st.schemas[found.schema_id], subject=subject, version=found.version,
@@ -300,7 +301,7 @@ async def delete_subject(subject: str, request: Request):
 async def _compatibility(subject: str, version: str | None, request: Request) -> Response:
     body = await _body(request)
     st = registry_of(request).state
-    _, parsed, _ = S.prepare(st, subject, body, normalize=_opt_flag(request, "normalize"))
+    _, parsed, _ = W.prepare(st, subject, body, normalize=_opt_flag(request, "normalize"))
     level = st.compatibility_level(subject)
     if version is None:
         against = st.versions(subject)
@@ -308,7 +309,7 @@ async def _compatibility(subject: str, version: str | None, request: Request) ->
         S.parse_version(version)
         against = [st.version(subject, version)]
         level = level.removesuffix("_TRANSITIVE")  # one version: the level's direction only
-    errors = S.check_compatibility(st, subject, parsed, against, level)
+    errors = W.check_compatibility(st, subject, parsed, against, level)
     doc: dict[str, Any] = {"is_compatible": not errors}
     if _flag(request, "verbose"):
         doc["messages"] = errors

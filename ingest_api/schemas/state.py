@@ -26,20 +26,23 @@ never parses a schema, so every voter applies them the same whatever its librari
 Invariants: ids are unique per (type, text, references); `next_id` only grows and exceeds every
 id; versions of a subject are unique and increasing in registration order; a version's schema id
 is in `schemas`; a reference names a version that exists.
+
+Where the code is: this module holds the state, its reads, `apply` and the record checks; the
+controller side (`controller_records`, and `prepare`, `find_version`, `check_compatibility`, which
+the routers also call to refuse bad input early) is state_writes.py.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lakelog.ingest_api.schemas import errors as E
-from lakelog.ingest_api.schemas.compatibility import DEFAULT_LEVEL, LEVELS, compatibility_errors
-from lakelog.ingest_api.schemas.languages import AVRO, SCHEMA_TYPES, ParsedSchema, Reference, parse_schema
+from lakelog.ingest_api.schemas.compatibility import DEFAULT_LEVEL, LEVELS
+from lakelog.ingest_api.schemas.languages import SCHEMA_TYPES, ParsedSchema, Reference, parse_schema
 
 # Limits (part of the state machine's definition for `apply`; the controller refuses beyond them).
 MAX_SUBJECT_LENGTH = 255
@@ -203,7 +206,7 @@ class SchemaRegistryState:
         for s in _list(d, "schemas"):
             sid = _int(s, "id", 1, MAX_ID)
             schemas[sid] = StoredSchema(_schema_type(s.get("schema_type")), _text(s.get("schema")),
-                                        _references(s.get("references", [])))
+                                        check_references(s.get("references", [])))
         subjects = {}
         for s in _list(d, "subjects"):
             name = check_subject_name(s.get("subject"))
@@ -243,7 +246,7 @@ class SchemaRegistryState:
         if t == "schema_delete":
             return self._apply_delete(rec)
         if t == "schema_config":
-            subject = _config_subject(rec.get("subject"))
+            subject = check_config_subject(rec.get("subject"))
             configs = dict(self.configs)
             if rec.get("compatibility") is None and rec.get("normalize") is None:
                 if subject not in configs:
@@ -253,7 +256,7 @@ class SchemaRegistryState:
                 configs[subject] = _config_value(rec.get("compatibility"), rec.get("normalize"))
             return replace(self, configs=configs)
         if t == "schema_mode":
-            subject = _config_subject(rec.get("subject"))
+            subject = check_config_subject(rec.get("subject"))
             modes = dict(self.modes)
             mode = rec.get("mode")
             if mode is None:
@@ -272,7 +275,7 @@ class SchemaRegistryState:
         version = _int(rec, "version", 1, MAX_VERSION)
         sid = _int(rec, "id", 1, MAX_ID)
         stored = StoredSchema(_schema_type(rec.get("schema_type")), _text(rec.get("schema")),
-                              _references(rec.get("references", [])))
+                              check_references(rec.get("references", [])))
         for r in stored.references:
             if not any(v.version == r.version for v in self.subjects.get(r.subject, ())):
                 raise ValueError(f"reference {r.name!r}: subject {r.subject!r} has no version {r.version}")
@@ -369,51 +372,51 @@ def check_mode(mode: object) -> str:
     return mode.upper()
 
 
-class _Invalid(ValueError):
-    pass
+class RecordFieldError(ValueError):
+    """A field of a schema record or request is missing, mistyped or out of bounds."""
 
 
 def _int(d: Mapping[str, Any], key: str, lo: int, hi: int) -> int:
     v = d.get(key) if isinstance(d, Mapping) else None
     if type(v) is not int or not lo <= v <= hi:
-        raise _Invalid(f"field {key!r} must be an integer in [{lo}, {hi}], not {v!r}")
+        raise RecordFieldError(f"field {key!r} must be an integer in [{lo}, {hi}], not {v!r}")
     return v
 
 
 def _list(d: Mapping[str, Any], key: str) -> list:
     v = d.get(key, []) if isinstance(d, Mapping) else None
     if not isinstance(v, list) or not all(isinstance(x, (dict, list)) for x in v):
-        raise _Invalid(f"{key} must be a list")
+        raise RecordFieldError(f"{key} must be a list")
     return v
 
 
 def _text(v: object) -> str:
     if not isinstance(v, str) or not 0 < len(v) <= MAX_SCHEMA_CHARS:
-        raise _Invalid(f"a schema is a string of 1..{MAX_SCHEMA_CHARS} characters")
+        raise RecordFieldError(f"a schema is a string of 1..{MAX_SCHEMA_CHARS} characters")
     return v
 
 
 def _schema_type(v: object) -> str:
     if v not in SCHEMA_TYPES:
-        raise _Invalid(f"schema type {v!r} is not one of {', '.join(SCHEMA_TYPES)}")
+        raise RecordFieldError(f"schema type {v!r} is not one of {', '.join(SCHEMA_TYPES)}")
     return v  # type: ignore[return-value]
 
 
-def _references(v: object) -> tuple[SchemaRef, ...]:
+def check_references(v: object) -> tuple[SchemaRef, ...]:
     if not isinstance(v, list) or len(v) > MAX_REFERENCES:
-        raise _Invalid(f"references must be a list of at most {MAX_REFERENCES}")
+        raise RecordFieldError(f"references must be a list of at most {MAX_REFERENCES}")
     out = []
     for r in v:
         if not isinstance(r, dict) or not isinstance(r.get("name"), str) or not r["name"]:
-            raise _Invalid("a reference is {name, subject, version}")
+            raise RecordFieldError("a reference is {name, subject, version}")
         out.append(SchemaRef(r["name"][:MAX_SCHEMA_CHARS], check_subject_name(r.get("subject")),
                              _int(r, "version", 1, MAX_VERSION)))
     if len({r.name for r in out}) != len(out):
-        raise _Invalid("two references have the same name")
+        raise RecordFieldError("two references have the same name")
     return tuple(out)
 
 
-def _config_subject(v: object) -> str:
+def check_config_subject(v: object) -> str:
     return "" if v == "" else check_subject_name(v)
 
 
@@ -421,237 +424,17 @@ def _config_value(level: object, normalize: object) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if level is not None:
         if level not in LEVELS:
-            raise _Invalid(f"compatibility level {level!r} is not one of {', '.join(LEVELS)}")
+            raise RecordFieldError(f"compatibility level {level!r} is not one of {', '.join(LEVELS)}")
         out["compatibilityLevel"] = level
     if normalize is not None:
         if not isinstance(normalize, bool):
-            raise _Invalid("normalize must be a boolean")
+            raise RecordFieldError("normalize must be a boolean")
         out["normalize"] = normalize
     if not out:
-        raise _Invalid("a config sets a compatibility level or normalize")
+        raise RecordFieldError("a config sets a compatibility level or normalize")
     return out
 
 
 @functools.lru_cache(maxsize=1024)
 def _parse_cached(schema_type: str, text: str, references: tuple[Reference, ...]) -> ParsedSchema:
     return parse_schema(schema_type, text, references)
-
-
-# ------------------------------------------------------------------------- the controller side
-
-def prepare(state: SchemaRegistryState, subject: str, body: Mapping[str, Any], *, normalize: bool | None
-            ) -> tuple[StoredSchema, ParsedSchema, bool]:
-    """Parse a registration or lookup body against the state: (what would be stored, parsed, normalized?).
-
-    Raises InvalidSchemaError (bad text, unknown reference), SchemaTooLargeError, InvalidSubjectError.
-    """
-    check_subject_name(subject)
-    text = body.get("schema")
-    if not isinstance(text, str):
-        raise E.InvalidSchemaError("Invalid schema: the request has no \"schema\" string")
-    if len(text) > MAX_SCHEMA_CHARS:
-        raise E.SchemaTooLargeError(f"Schema too large: {len(text)} characters, above {MAX_SCHEMA_CHARS}")
-    schema_type = body.get("schemaType") or AVRO
-    if schema_type not in SCHEMA_TYPES:
-        raise E.InvalidSchemaError(f"Invalid schema type {schema_type!r}: one of {', '.join(SCHEMA_TYPES)}")
-    try:
-        refs = _references(body.get("references") or [])
-    except E.InvalidSubjectError:
-        raise E.InvalidSchemaError("Invalid schema: a reference names an invalid subject") from None
-    except _Invalid as e:
-        raise E.InvalidSchemaError(f"Invalid schema: {e}") from None
-    parsed = parse_schema(schema_type, text, state.resolved_references(refs))
-    do_normalize = state.normalize_default(subject) if normalize is None else normalize
-    stored_text = parsed.normalized() if do_normalize else parsed.canonical
-    if len(stored_text) > MAX_SCHEMA_CHARS:
-        raise E.SchemaTooLargeError(f"Schema too large: {len(stored_text)} characters, above {MAX_SCHEMA_CHARS}")
-    return StoredSchema(schema_type, stored_text, refs), parsed, do_normalize
-
-
-def find_version(state: SchemaRegistryState, subject: str, stored: StoredSchema, parsed: ParsedSchema,
-                 *, deleted: bool = False) -> SubjectVersion | None:
-    """The subject's version holding this schema (same text, or same normalized text), or None."""
-    versions = state.versions(subject, deleted=deleted)
-    for v in reversed(versions):
-        if state.schemas[v.schema_id].key == stored.key:
-            return v
-    normalized = parsed.normalized()
-    for v in reversed(versions):
-        s = state.schemas[v.schema_id]
-        if s.schema_type == stored.schema_type and s.references == stored.references:
-            try:
-                if state.parsed(s).normalized() == normalized:
-                    return v
-            except E.SchemaRegistryError:
-                continue
-    return None
-
-
-def check_compatibility(state: SchemaRegistryState, subject: str, parsed: ParsedSchema,
-                        against: Sequence[SubjectVersion] | None = None, level: str | None = None) -> list[str]:
-    """The reasons `parsed` breaks the subject's level against its live versions ([] = compatible)."""
-    level = level or state.compatibility_level(subject)
-    versions = state.versions(subject) if against is None else list(against)
-    previous = [(v.version, state.parsed(state.schemas[v.schema_id])) for v in versions]
-    return compatibility_errors(level, parsed, previous)
-
-
-def controller_records(op: str, args: Mapping[str, Any], state: SchemaRegistryState) -> tuple[list[dict], dict]:
-    """(records to propose, result) for a registry write; raises a SchemaRegistryError when refused."""
-    if op == "schema_register":
-        return _register(state, args)
-    if op in ("schema_delete_version", "schema_delete_subject"):
-        return _delete(state, op, args)
-    if op == "schema_config":
-        subject = _config_subject(args.get("subject", ""))
-        if args.get("delete"):
-            old = state.configs.get(subject)
-            if old is None:
-                if subject:
-                    raise E.SubjectCompatibilityNotConfiguredError(
-                        f"Subject '{subject}' does not have subject-level compatibility configured")
-                return [], {"compatibilityLevel": DEFAULT_LEVEL}
-            return ([{"type": "schema_config", "subject": subject, "compatibility": None, "normalize": None}],
-                    {"compatibilityLevel": old.get("compatibilityLevel", state.compatibility_level(""))})
-        level = None if args.get("compatibility") is None else check_level(args.get("compatibility"))
-        normalize = args.get("normalize")
-        if normalize is not None and not isinstance(normalize, bool):
-            raise E.InvalidSchemaError("normalize must be a boolean")
-        if level is None and normalize is None:
-            raise E.InvalidCompatibilityLevelError("Invalid compatibility level: the request sets nothing")
-        old = dict(state.configs.get(subject, {}))
-        new = {**old, **({"compatibilityLevel": level} if level else {}),
-               **({"normalize": normalize} if normalize is not None else {})}
-        result = {"compatibility": new.get("compatibilityLevel", state.compatibility_level(subject))}
-        if normalize is not None:
-            result["normalize"] = normalize
-        if new == old:
-            return [], result
-        return ([{"type": "schema_config", "subject": subject, "compatibility": new.get("compatibilityLevel"),
-                  "normalize": new.get("normalize")}], result)
-    if op == "schema_mode":
-        subject = _config_subject(args.get("subject", ""))
-        if args.get("delete"):
-            old = state.modes.get(subject)
-            if old is None:
-                if subject:
-                    raise E.SubjectModeNotConfiguredError(f"Subject '{subject}' does not have subject-level mode "
-                                                          f"configured")
-                return [], {"mode": DEFAULT_MODE}
-            return [{"type": "schema_mode", "subject": subject, "mode": None}], {"mode": old}
-        mode = check_mode(args.get("mode"))
-        if mode == "IMPORT" and not args.get("force"):
-            has = state.versions(subject, deleted=True) if subject else state.schemas
-            if has:
-                raise E.OperationNotPermittedError(
-                    "Cannot import since found existing subjects" if not subject else
-                    f"Cannot import since subject '{subject}' has versions")
-        if state.modes.get(subject) == mode:
-            return [], {"mode": mode}
-        return [{"type": "schema_mode", "subject": subject, "mode": mode}], {"mode": mode}
-    raise E.SchemaRegistryError(f"unknown schema registry request {op!r}")
-
-
-def _register(state: SchemaRegistryState, args: Mapping[str, Any]) -> tuple[list[dict], dict]:
-    subject = check_subject_name(args.get("subject"))
-    mode = state.mode(subject)
-    if mode in ("READONLY", "READONLY_OVERRIDE"):
-        raise E.OperationNotPermittedError(f"Subject {subject} is in read-only mode")
-    explicit_id, explicit_version = args.get("id"), args.get("version")
-    if explicit_id is not None and mode != "IMPORT":
-        raise E.OperationNotPermittedError(f"Subject {subject} is not in import mode: an id cannot be given")
-    stored, parsed, _ = prepare(state, subject, args, normalize=args.get("normalize"))
-    found = find_version(state, subject, stored, parsed)
-    if found is not None:
-        return [], _registered(state, subject, found)
-    if len(json.dumps(stored.schema)) > MAX_SCHEMA_CHARS * 2:  # escaping can grow it: keep a record below 1 MiB
-        raise E.SchemaTooLargeError("Schema too large once escaped for the metadata log")
-    if mode != "IMPORT":
-        errors = check_compatibility(state, subject, parsed)
-        if errors:
-            level = state.compatibility_level(subject)
-            raise E.IncompatibleSchemaError(
-                f"Schema being registered is incompatible with an earlier schema for subject \"{subject}\", "
-                f"details: [{'; '.join(errors[:20])}] (compatibility level {level})")
-    sid = state.by_key.get(stored.key)
-    if explicit_id is not None:
-        if type(explicit_id) is not int or not 1 <= explicit_id <= MAX_ID:
-            raise E.InvalidSchemaError(f"Invalid id {explicit_id!r}")
-        if sid is not None and sid != explicit_id or (explicit_id in state.schemas and sid != explicit_id):
-            raise E.IdDoesNotMatchError(f"Schema already registered with id {sid} instead of input id {explicit_id}"
-                                        if sid is not None else f"Id {explicit_id} is taken by another schema")
-        sid = explicit_id
-    if sid is None:
-        sid = state.next_id
-        if sid > MAX_ID:
-            raise E.SchemaRegistryError("schema ids are exhausted")
-    versions = state.versions(subject, deleted=True)
-    latest = versions[-1].version if versions else 0
-    version = latest + 1
-    if explicit_version is not None:
-        version = parse_version(explicit_version)
-        if version <= latest:
-            raise E.InvalidVersionError(f"Version {version} is not above the subject's latest version {latest}")
-    if len(versions) >= MAX_VERSIONS_PER_SUBJECT:
-        raise E.OperationNotPermittedError(f"Subject {subject} has {MAX_VERSIONS_PER_SUBJECT} versions, the limit")
-    if not versions and len(state.subjects) >= MAX_SUBJECTS:
-        raise E.OperationNotPermittedError(f"The registry holds {MAX_SUBJECTS} subjects, the limit")
-    record = {"type": "schema_register", "subject": subject, "version": version, "id": sid,
-              "schema_type": stored.schema_type, "schema": stored.schema,
-              "references": [r.to_dict() for r in stored.references]}
-    return [record], {"id": sid, "version": version, "subject": subject}
-
-
-def _registered(state: SchemaRegistryState, subject: str, v: SubjectVersion) -> dict:
-    return {"id": v.schema_id, "version": v.version, "subject": subject}
-
-
-def _delete(state: SchemaRegistryState, op: str, args: Mapping[str, Any]) -> tuple[list[dict], dict]:
-    subject = check_subject_name(args.get("subject"))
-    permanent = bool(args.get("permanent"))
-    if state.mode(subject) in ("READONLY", "READONLY_OVERRIDE"):
-        raise E.OperationNotPermittedError(f"Subject {subject} is in read-only mode")
-    all_versions = state.versions(subject, deleted=True)
-    if not all_versions:
-        raise E.SubjectNotFoundError(f"Subject '{subject}' not found.")
-    live = [v for v in all_versions if not v.deleted]
-    if op == "schema_delete_subject":
-        if permanent:
-            if live:
-                raise E.SubjectNotSoftDeletedError(f"Subject '{subject}' was not deleted first before being "
-                                                   f"permanently deleted")
-            targets = all_versions
-        else:
-            if not live:
-                raise E.SubjectSoftDeletedError(f"Subject '{subject}' was soft deleted.Set permanent=true to "
-                                                f"delete permanently")
-            targets = live
-        for v in targets:
-            _check_unreferenced(state, subject, v.version)
-        return ([{"type": "schema_delete", "subject": subject, "version": None, "permanent": permanent}],
-                {"versions": [v.version for v in targets]})
-    n = parse_version(args.get("version"))
-    if n == -1:
-        if not live and not permanent:
-            raise E.SubjectNotFoundError(f"Subject '{subject}' not found.")
-        target = (live or all_versions)[-1] if not permanent else all_versions[-1]
-    else:
-        target = next((v for v in all_versions if v.version == n), None)
-        if target is None:
-            raise E.VersionNotFoundError(f"Version {n} not found.")
-    if permanent and not target.deleted:
-        raise E.VersionNotSoftDeletedError(f"Subject '{subject}' Version {target.version} was not deleted first "
-                                           f"before being permanently deleted")
-    if not permanent and target.deleted:
-        raise E.VersionSoftDeletedError(f"Subject '{subject}' Version {target.version} was soft deleted.Set "
-                                        f"permanent=true to delete permanently")
-    _check_unreferenced(state, subject, target.version)
-    return ([{"type": "schema_delete", "subject": subject, "version": target.version, "permanent": permanent}],
-            {"version": target.version})
-
-
-def _check_unreferenced(state: SchemaRegistryState, subject: str, version: int) -> None:
-    ids = state.referenced_by(subject, version)
-    if ids:
-        raise E.ReferenceExistsError(f"One or more references exist to the schema {{subject={subject}, "
-                                     f"version={version}}}: ids {ids}")

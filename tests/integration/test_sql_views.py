@@ -113,6 +113,27 @@ def test_the_cli_counts_every_acknowledged_record_at_once(node, tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr and "WARN" not in bad.stderr
 
 
+def test_the_interactive_prompt_runs_statements_over_lines_describes_tables_and_survives_errors(node, tmp_path):
+    create_topic(node.url, "prompted", 1, {})
+    produce(node.url, "prompted", 0, [f"p-{j}" for j in range(23)])
+    script = "\\d\n\\d prompted\nSELECT count(*) AS n,\n  max(offset) AS m\nFROM lakelog.prompted;\n" \
+             "SELECT * FROM lakelog.nope;\n;\nSELECT 7 AS seven;\n\\q\nSELECT 8 AS after_quit;\n"
+    out = subprocess.run([LAKELOG, "sql", "--local", "--remote", node.remote, "--nodes", node.url, "--format", "csv"],
+                         cwd=tmp_path, input=script, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYSPARK_PYTHON=sys.executable, HOME=str(tmp_path)))
+    assert out.returncode == 0, out.stderr
+    lines = [line.split("> ")[-1] for line in out.stdout.splitlines()]  # input()'s prompts share stdout's lines
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("|")]
+    assert ["lakelog.prompted"] in cells  # \d: the tables (drawn as a table, whatever --format)
+    assert ["offset", "bigint"] in cells and ["value", "binary"] in cells  # \d prompted: its columns
+    assert lines[lines.index("n,m") + 1] == "23,22"  # one statement over three lines
+    assert "seven" in lines and lines[lines.index("seven") + 1] == "7"  # an error does not end the prompt
+    assert "after_quit" not in out.stdout  # \q ends it
+    errors = [line for line in out.stderr.splitlines() if line.startswith("lakelog sql: ") and "nope" in line]
+    assert len(errors) == 1 and "Traceback" not in out.stderr
+    assert (tmp_path / ".lakelog_sql_history").exists()
+
+
 def test_counts_never_go_down_nor_double_while_producing_tiering_and_syncing(node, spark):
     url, topic = node.url, "stream"
     create_topic(url, topic, 1, {**TIERED, "segment.bytes": "16384"})

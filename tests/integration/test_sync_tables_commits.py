@@ -1,6 +1,7 @@
-"""sync-tables' row counts from the Delta commit (spark_log/delta_commits.py), its latest table from
-one aggregate, and the Delta work it leaves out, against real Delta writes on the filesystem store:
-two partitions sharing keys, a first sync, a no-op sync, then an incremental one."""
+"""sync-tables' row counts from the Delta commit (spark_log/delta_commits.py, reading the log through
+spark_log/delta_log.py), its latest table from one aggregate, and the Delta work it leaves out,
+against real Delta writes on the filesystem store: two partitions sharing keys, a first sync, a
+no-op sync, then an incremental one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 import pytest
 
 from lakelog.logstore.record_batch import Record, build_batch
-from lakelog.spark_log.delta_commits import appended_rows, newest_version, read_commit
+from lakelog.spark_log.delta_commits import appended_rows
+from lakelog.spark_log.delta_log import newest_version, read_commit
 from lakelog.spark_log.jobs import run_job
 from lakelog.spark_log.session import remote_session
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ANSWERING = [*sorted((ROOT / "ingest_api" / "routers").glob("*.py")),
              ROOT / "ingest_api" / "security" / "router.py", ROOT / "ingest_api" / "security" / "middleware.py",
              ROOT / "ingest_api" / "app.py", ROOT / "ingest_api" / "node.py",
-             ROOT / "ingest_api" / "groups" / "consumer.py", ROOT / "ingest_api" / "groups" / "service.py"]
+             *sorted((ROOT / "ingest_api" / "groups").glob("consumer*.py")), ROOT / "ingest_api" / "groups" / "service.py"]
 #: Errors that carry an answer already made (another node's, the framework's) instead of a row.
 RELAYS = (RemoteError, RouteError)
 #: Roots of the node's error trees: never raised themselves.

@@ -10,7 +10,8 @@ from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas.compatibility import compatibility_errors
 from lakelog.ingest_api.schemas.languages import parse_schema
-from lakelog.ingest_api.schemas.state import SchemaRegistryState, controller_records
+from lakelog.ingest_api.schemas.state import SchemaRegistryState
+from lakelog.ingest_api.schemas.state_writes import controller_records
 from lakelog.ingest_api.security.access import requirement
 from lakelog.ingest_api.security.acl import Operation, ResourceType
 

@@ -164,3 +164,20 @@ def test_the_thrift_server_is_refused_before_anything_starts():
             check_startable("127.0.0.1", s.getsockname()[1], cluster_auth=False)
     with pytest.raises(ThriftNotSupported, match="a TCP port"):
         check_startable("127.0.0.1", 0, cluster_auth=False)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-rows", "0"], "argument --max-rows: 0 is out of range: from 1 to 10000"),
+    (["--max-rows", "10001"], "argument --max-rows: 10001 is out of range: from 1 to 10000"),
+    (["--max-rows", "ten"], "argument --max-rows: expected an integer, got 'ten'"),
+    (["--timeout-ms", "0"], "argument --timeout-ms: 0 is out of range: from 1 to 600000"),
+])
+def test_sql_refuses_row_and_time_limits_outside_their_range_before_starting_anything(argv, message, capsys):
+    from lakelog.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser(only_sql=True).parse_args(["sql", *argv, "SELECT 1"])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    args = build_parser(only_sql=True).parse_args(["sql", "--max-rows", "10000", "--timeout-ms", "600000", "SELECT 1"])
+    assert (args.max_rows, args.timeout_ms) == (10000, 600000)

@@ -537,7 +537,7 @@ def test_open_segment_reader_refuses_a_segment_that_is_gone(tmp_path):
 def test_the_next_segment_is_scanned_ahead_once(tmp_path, store, tier, monkeypatch):
     import threading
 
-    import lakelog.tiering.uploader as uploader_module
+    import lakelog.tiering.uploader_copy as uploader_module
 
     log = make_log(tmp_path)
     fill_log(log, 60, leader_epoch=1)
