@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakelog.compaction import vectorized
+from lakelog.compaction import task_memory, vectorized
 from lakelog.compaction.bounded_map import ENTRY_OVERHEAD_BYTES, BoundedLatestMap, latest
 from lakelog.compaction.compactor import CleaningParams, CompactionStats, next_first_dirty_offset
 from lakelog.compaction.errors import OffsetMapTooSmallError
@@ -158,12 +158,15 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
         # what it counted if that part is the first that does not fit.
         builder: BoundedLatestMap[tuple[int, int, int, int]] = BoundedLatestMap(max_bytes)
         failed = None
+        task_memory.bound_retention()
         for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes,
                                                  keep_batches=False):
             table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
             tag = (spans[0][0].base_offset, state["batches"] - len(spans), records, state["bytes"])
             records += table.num_rows
             failed = builder.add(latest(table), tag)
+            del table, cols
+            task_memory.release_unused()
             if failed is not None:
                 break
         failed = builder.finish() if failed is None else failed

@@ -11,7 +11,14 @@ import random
 import pyarrow as pa
 import pytest
 
-from lakelog.compaction.bounded_map import ENTRY_OVERHEAD_BYTES, BoundedLatestMap, latest, map_bytes
+from lakelog.compaction.bounded_map import (
+    ENTRY_OVERHEAD_BYTES,
+    TABLE_OVERHEAD_BYTES,
+    BoundedLatestMap,
+    latest,
+    map_bytes,
+    merge_working_bytes,
+)
 from lakelog.compaction.errors import OffsetMapTooSmallError
 from lakelog.compaction.remote_split import PartialMap, _to_ipc, merge_partials
 
@@ -30,7 +37,7 @@ def _reference(parts: list[pa.Table], max_bytes: int) -> tuple[dict[bytes, int],
     merged: dict[bytes, int] = {}
     for i, part in enumerate(parts):
         grown = {**merged, **{k: max(o, merged.get(k, -1)) for k, o in _as_dict(part).items()}}
-        if sum(len(k) + ENTRY_OVERHEAD_BYTES for k in grown) > max_bytes:
+        if sum(len(k) + ENTRY_OVERHEAD_BYTES for k in grown) + TABLE_OVERHEAD_BYTES > max_bytes:
             return merged, i
         merged = grown
     return merged, None
@@ -115,7 +122,7 @@ def test_the_map_never_holds_more_than_its_bound(seed):
 
 def test_a_part_larger_than_the_bound_is_refused_without_a_merge():
     small, big = _part([(b"a", 0)]), _part([(b"k%d" % i, i + 1) for i in range(10)])
-    builder, failed = _build([small, big], 10 * 14 - 1)
+    builder, failed = _build([small, big], 10 * 14 + TABLE_OVERHEAD_BYTES - 1)
     assert failed == 1 and _as_dict(builder.table) == {b"a": 0}
     assert builder.rows_grouped == 1  # the small part's merge at finish(); never the big one's
 
@@ -125,7 +132,8 @@ def test_the_merges_do_linear_work_when_every_part_brings_new_keys():
     (here 200 parts of 100 new keys: about 2,000,000); the waiting parts keep it linear."""
     parts = [_part([(b"key-%06d" % (i * 100 + j), i * 100 + j) for j in range(100)]) for i in range(200)]
     total = sum(p.num_rows for p in parts)
-    for max_bytes in (1 << 30, map_bytes(pa.concat_tables(parts).column("key"))):  # roomy, and exactly full
+    # roomy, and exactly full (every part waiting holds its own table's overhead)
+    for max_bytes in (1 << 30, map_bytes(pa.concat_tables(parts).column("key")) + (len(parts) - 1) * TABLE_OVERHEAD_BYTES):
         builder, failed = _build(parts, max_bytes)
         assert failed is None and builder.table.num_rows == total
         assert builder.rows_grouped <= 3 * total, builder.rows_grouped
@@ -161,7 +169,7 @@ def test_the_merges_cost_one_map_per_part_when_a_full_map_sees_its_keys_again():
 
 def test_a_part_that_does_not_fit_ends_the_map_and_no_part_is_taken_after_it():
     a, b, c = _part([(b"a", 0), (b"b", 1)]), _part([(b"c", 2)]), _part([(b"a", 3)])
-    builder, failed = _build([a, b, c], 2 * 13)
+    builder, failed = _build([a, b, c], 2 * 13 + TABLE_OVERHEAD_BYTES)
     assert failed == 1 and _as_dict(builder.table) == {b"a": 0, b"b": 1}
     with pytest.raises(ValueError):
         builder.add(c, 2)
@@ -181,7 +189,7 @@ def test_the_merged_map_keeps_the_bound_though_every_task_map_fits_it():
     where the first run that does not fit starts; the rest stays dirty."""
     runs = [[(b"key-%04d" % (r * 100 + j), r * 1000 + j) for j in range(100)] for r in range(10)]
     partials = [_partial(r * 1000, pairs) for r, pairs in enumerate(runs)]
-    one_run = 100 * (8 + ENTRY_OVERHEAD_BYTES)
+    one_run = 100 * (8 + ENTRY_OVERHEAD_BYTES) + TABLE_OVERHEAD_BYTES
     bound = 4 * one_run + one_run // 2
     assert all(map_bytes(_part(pairs).column("key")) <= bound for pairs in runs)
     merged, end = merge_partials(partials, start_offset=0, end_offset=10_000, max_bytes=bound)
@@ -195,3 +203,24 @@ def test_the_merged_map_keeps_the_bound_though_every_task_map_fits_it():
     # Not even the first run fits: a clear error naming the setting.
     with pytest.raises(OffsetMapTooSmallError, match="compaction.offset.map.max.bytes"):
         merge_partials(partials, start_offset=0, end_offset=10_000, max_bytes=one_run - 1)
+
+
+@pytest.mark.parametrize("n,key_len,repeat", [(1, 1, 1), (1_000, 3, 1), (50_000, 10, 1), (200_000, 10, 4),
+                                             (20_000, 100, 1), (5_000, 1_000, 2)])
+def test_the_accounted_bytes_cover_what_arrow_allocates_for_the_map_and_its_merge(n, key_len, repeat):
+    """Counted, not timed: for N distinct keys (each seen `repeat` times), Arrow's memory pool
+    allocates for the map `latest` returns at most `map_bytes` of it, and `latest`'s peak beside
+    its input at most `merge_working_bytes` of the input (sort, not a hash aggregation whose
+    working memory was 6x the map's)."""
+    keys = [b"%0*d" % (key_len, i % n) for i in range(n * repeat)]
+    table = pa.table({"key": pa.array(keys, pa.binary()), "offset": pa.array(range(n * repeat), pa.int64())})
+    pool = pa.proxy_memory_pool(pa.system_memory_pool())  # its own peak: this call's alone
+    out = latest(table, memory_pool=pool)
+    peak, held = pool.max_memory(), pool.bytes_allocated()
+    assert out.num_rows == n
+    assert _as_dict(out) == {k: max(o for o in range(i, n * repeat, n)) for i, k in enumerate(keys[:n])}
+    assert held <= map_bytes(out.column("key")), (held, map_bytes(out.column("key")))
+    assert peak <= merge_working_bytes(sum(len(k) for k in keys), len(keys)), (peak, merge_working_bytes(
+        sum(len(k) for k in keys), len(keys)))
+
+    del out  # before its pool
