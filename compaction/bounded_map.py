@@ -2,8 +2,8 @@
 
 A compaction map task adds one part per decoded chunk (the chunk's keys, each with its latest
 offset); the driver adds one part per map task. The map of a prefix of parts is kept: the
-longest prefix whose merged map fits `max_bytes` (`map_bytes`: key bytes + ENTRY_OVERHEAD_BYTES
-per distinct key), and the first part that does not fit is reported (`add` / `finish` return
+longest prefix whose merged map fits `max_bytes` (`map_bytes`, see "Accounting" below), and the
+first part that does not fit is reported (`add` / `finish` return
 its tag), so the caller ends the map where that part starts, as Kafka's cleaner ends its offset
 map where it filled (and cleans up to the offset the map covers).
 
@@ -31,9 +31,19 @@ worst case is a map close to its bound whose later parts repeat its keys, where 
 costs one aggregation of the map (parts x map rows; a map task's parts are its decoded chunks,
 vectorized.CHUNK_ROWS rows each).
 
-Memory: at most max_bytes held between calls; during a merge, Arrow's aggregation builds the
-merged map (at most max_bytes, it replaces the inputs) beside its inputs, plus the part the
-caller passed in, which the caller holds anyway.
+Accounting: an entry is counted at what it holds in Arrow's buffers (its key, a 4-byte key
+position, an 8-byte offset: ENTRY_OVERHEAD_BYTES) plus what merging it costs (`latest`'s working
+memory: MERGE_KEY_FACTOR x its key + MERGE_ROW_BYTES, `merge_working_bytes`), and a table at
+TABLE_OVERHEAD_BYTES: `entry_bytes`, `map_bytes`. Both parts are checked against Arrow's memory
+pool in tests/unit/test_compaction_bounded_map.py. So the bound covers what a merge of all that
+is held really allocates, not only the map it leaves: with ~10-byte keys an entry counts ~82
+bytes, where the map itself keeps ~22 (measured before this accounting, 2026-11-26: a map task
+whose map counted 23 MiB added 152 MiB to its worker; a hash aggregation merged then, at ~127
+bytes per key of working memory).
+
+Memory: at most max_bytes between calls and during a merge of what waits; a merge forced by a
+new part that does not fit for sure takes the map and that part, so at most max_bytes plus
+that part's own count (the caller's chunk map: bounded by vectorized.CHUNK_ROWS, not by the map).
 
 Pure apart from Arrow's buffers; not thread-safe.
 """
@@ -47,24 +57,35 @@ import pyarrow.compute as pc
 
 from lakelog.infra.errors import invariant
 
-#: Bytes a map entry costs beside its key: the key's 4-byte position in the key buffer, the offset.
+#: Bytes a map entry holds beside its key: the key's 4-byte position in the key buffer, the offset.
 ENTRY_OVERHEAD_BYTES = 12
-#: Bytes a map (or a waiting part) costs beside its entries: the key buffer's extra end position
-#: and Arrow's padding of its three buffers to 64 bytes.
-TABLE_OVERHEAD_BYTES = 4 + 3 * 64
+#: What `latest` allocates beside its input per input row, beside MERGE_KEY_FACTOR x its key bytes:
+#: the sort's indices (8), the sorted keys' positions (4), the result's position and offset (12),
+#: the combined input's (12), Arrow's scratch (see merge_working_bytes).
+MERGE_ROW_BYTES = 40
+MERGE_KEY_FACTOR = 2
+#: Bytes a map (or a waiting part) costs beside its entries: the key buffer's extra end position,
+#: Arrow's padding of its three buffers to 64 bytes, and the padding of a merge's buffers.
+TABLE_OVERHEAD_BYTES = 4 + 3 * 64 + 16 * 64
 
 EMPTY_MAP = pa.table({"key": pa.array([], pa.binary()), "offset": pa.array([], pa.int64())})
 
 Tag = TypeVar("Tag")
 
 
+def entry_bytes(key_len: int) -> int:
+    """What one map entry with a key of `key_len` bytes counts: held + its share of a merge."""
+    return (1 + MERGE_KEY_FACTOR) * key_len + ENTRY_OVERHEAD_BYTES + MERGE_ROW_BYTES
+
+
 def map_bytes(keys: pa.Array | pa.ChunkedArray) -> int:
-    """The bounded size of a map with these (distinct) keys: key bytes + ENTRY_OVERHEAD_BYTES per key
-    + TABLE_OVERHEAD_BYTES, at least what Arrow's memory pool allocates for the map `latest` builds
-    (tests/unit/test_compaction_bounded_map.py checks it)."""
+    """The counted size of a map with these (distinct) keys: `entry_bytes` per key +
+    TABLE_OVERHEAD_BYTES. At least what Arrow's memory pool holds for the map `latest` builds
+    plus what `latest` allocates to merge it with others (tests/unit/test_compaction_bounded_map.py)."""
     if len(keys) == 0:
         return 0
-    return int(pc.sum(pc.binary_length(keys)).as_py() or 0) + ENTRY_OVERHEAD_BYTES * len(keys) + TABLE_OVERHEAD_BYTES
+    key_bytes = int(pc.sum(pc.binary_length(keys)).as_py() or 0)
+    return (1 + MERGE_KEY_FACTOR) * key_bytes + (ENTRY_OVERHEAD_BYTES + MERGE_ROW_BYTES) * len(keys) + TABLE_OVERHEAD_BYTES
 
 
 def latest(table: pa.Table, memory_pool: pa.MemoryPool | None = None) -> pa.Table:
@@ -99,16 +120,11 @@ def latest(table: pa.Table, memory_pool: pa.MemoryPool | None = None) -> pa.Tabl
 
 
 def merge_working_bytes(key_bytes: int, rows: int) -> int:
-    """An upper bound of what `latest` allocates beside its input for `rows` rows holding
+    """An upper bound of the most `latest` allocates beside its input for `rows` rows holding
     `key_bytes` key bytes (tests/unit/test_compaction_bounded_map.py checks it against Arrow's
-    memory pool): the combined key and offset columns (key bytes + 12 per row), the sort's
-    indices and scratch (16 per row), the sorted keys (key bytes + 4 per row), the result
-    (at most key bytes + 12 per row) and Arrow's 64-byte padding of each buffer."""
-    return 3 * key_bytes + MERGE_ROW_BYTES * rows + 16 * 64
-
-
-#: Bytes per input row `latest` allocates besides the key bytes (see merge_working_bytes).
-MERGE_ROW_BYTES = 12 + 16 + 4 + 12 + 8
+    memory pool): the combined key and offset columns, the sort's indices, the sorted keys, then
+    the result, with Arrow's 64-byte padding of each buffer."""
+    return MERGE_KEY_FACTOR * key_bytes + MERGE_ROW_BYTES * rows + 16 * 64
 
 
 class BoundedLatestMap(Generic[Tag]):

@@ -57,7 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakelog.compaction import task_memory, vectorized
-from lakelog.compaction.bounded_map import ENTRY_OVERHEAD_BYTES, BoundedLatestMap, latest
+from lakelog.compaction.bounded_map import BoundedLatestMap, entry_bytes, latest
 from lakelog.compaction.compactor import CleaningParams, CompactionStats, next_first_dirty_offset
 from lakelog.compaction.errors import OffsetMapTooSmallError
 from lakelog.compaction.remote_common import (
@@ -186,7 +186,7 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
                 continue
             keyed = [(r.key, r.offset) for r in batch.records(max_uncompressed_bytes) if r.key is not None]
             new = {k for k, _ in keyed if k not in seen}
-            grown = size + sum(len(k) + ENTRY_OVERHEAD_BYTES for k in new)
+            grown = size + sum(entry_bytes(len(k)) for k in new)
             if grown > max_bytes:
                 return PartialMap(_first(state, segments[0], lo0, start_offset), _to_ipc(_table(seen)),
                                   batch.base_offset, True, state["batches"] - 1, records, state["bytes"],

@@ -10,7 +10,7 @@ import shutil
 import pyarrow as pa
 import pytest
 
-from lakelog.compaction.bounded_map import TABLE_OVERHEAD_BYTES
+from lakelog.compaction.bounded_map import TABLE_OVERHEAD_BYTES, entry_bytes
 from lakelog.compaction.errors import OffsetMapTooSmallError
 from lakelog.compaction.remote import compact_partition
 from lakelog.infra.config import ConfigError
@@ -44,7 +44,7 @@ def test_merged_maps_keep_the_latest_offset_and_stop_where_the_bound_is_reached(
     assert dict(zip(merged.keys.to_pylist(), merged.offsets.to_pylist())) == {b"a": 12, b"b": 5, b"c": 11}
     assert end == 20
     # A bound that holds the first run's keys but not both runs': the map ends where the second run starts.
-    merged, end = merge_partials([a, b], start_offset=0, end_offset=20, max_bytes=2 * 13 + TABLE_OVERHEAD_BYTES)
+    merged, end = merge_partials([a, b], start_offset=0, end_offset=20, max_bytes=2 * entry_bytes(1) + TABLE_OVERHEAD_BYTES)
     assert dict(zip(merged.keys.to_pylist(), merged.offsets.to_pylist())) == {b"a": 3, b"b": 5}
     assert end == 10
     # A run that stopped inside (its own bound, or the end of the dirty section) ends the map there.
@@ -191,7 +191,7 @@ def test_a_map_task_merges_its_chunks_in_linear_work(tmp_path, monkeypatch):
     assert chunks > 50 and keys > 3000
     assert chunked.rows_grouped <= 3 * chunked.records, (chunked.rows_grouped, chunked.records)
     assert chunked.rows_grouped * 10 < chunks * keys // 2
-    bound = 64 * 1024
+    bound = map_bytes(_from_ipc(whole.map_ipc).column("key")) * 2 // 3  # two thirds of the run's keys
     cut = mapped(bound)
     table = _from_ipc(cut.map_ipc)
     assert cut.full and 0 < cut.cut_offset < end and map_bytes(table.column("key")) <= bound

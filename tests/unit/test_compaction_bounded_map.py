@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from lakelog.compaction.bounded_map import (
-    ENTRY_OVERHEAD_BYTES,
     TABLE_OVERHEAD_BYTES,
     BoundedLatestMap,
+    entry_bytes,
     latest,
     map_bytes,
     merge_working_bytes,
@@ -37,7 +37,7 @@ def _reference(parts: list[pa.Table], max_bytes: int) -> tuple[dict[bytes, int],
     merged: dict[bytes, int] = {}
     for i, part in enumerate(parts):
         grown = {**merged, **{k: max(o, merged.get(k, -1)) for k, o in _as_dict(part).items()}}
-        if sum(len(k) + ENTRY_OVERHEAD_BYTES for k in grown) + TABLE_OVERHEAD_BYTES > max_bytes:
+        if sum(entry_bytes(len(k)) for k in grown) + TABLE_OVERHEAD_BYTES > max_bytes:
             return merged, i
         merged = grown
     return merged, None
@@ -98,7 +98,7 @@ def test_the_map_never_holds_more_than_its_bound(seed):
     max_bytes = rng.choice([500, 3_000, 20_000, 100_000])
     first = []
     offset = 0
-    while sum(len(k) + ENTRY_OVERHEAD_BYTES for k, _ in first) < max_bytes * rng.uniform(0.3, 0.95):
+    while sum(entry_bytes(len(k)) for k, _ in first) < max_bytes * rng.uniform(0.3, 0.95):
         first.append((b"base-%d" % len(first), offset))
         offset += 1
     parts = [_part(first)]
@@ -122,7 +122,7 @@ def test_the_map_never_holds_more_than_its_bound(seed):
 
 def test_a_part_larger_than_the_bound_is_refused_without_a_merge():
     small, big = _part([(b"a", 0)]), _part([(b"k%d" % i, i + 1) for i in range(10)])
-    builder, failed = _build([small, big], 10 * 14 + TABLE_OVERHEAD_BYTES - 1)
+    builder, failed = _build([small, big], 10 * entry_bytes(2) + TABLE_OVERHEAD_BYTES - 1)
     assert failed == 1 and _as_dict(builder.table) == {b"a": 0}
     assert builder.rows_grouped == 1  # the small part's merge at finish(); never the big one's
 
@@ -169,7 +169,7 @@ def test_the_merges_cost_one_map_per_part_when_a_full_map_sees_its_keys_again():
 
 def test_a_part_that_does_not_fit_ends_the_map_and_no_part_is_taken_after_it():
     a, b, c = _part([(b"a", 0), (b"b", 1)]), _part([(b"c", 2)]), _part([(b"a", 3)])
-    builder, failed = _build([a, b, c], 2 * 13 + TABLE_OVERHEAD_BYTES)
+    builder, failed = _build([a, b, c], 2 * entry_bytes(1) + TABLE_OVERHEAD_BYTES)
     assert failed == 1 and _as_dict(builder.table) == {b"a": 0, b"b": 1}
     with pytest.raises(ValueError):
         builder.add(c, 2)
@@ -189,8 +189,8 @@ def test_the_merged_map_keeps_the_bound_though_every_task_map_fits_it():
     where the first run that does not fit starts; the rest stays dirty."""
     runs = [[(b"key-%04d" % (r * 100 + j), r * 1000 + j) for j in range(100)] for r in range(10)]
     partials = [_partial(r * 1000, pairs) for r, pairs in enumerate(runs)]
-    one_run = 100 * (8 + ENTRY_OVERHEAD_BYTES) + TABLE_OVERHEAD_BYTES
-    bound = 4 * one_run + one_run // 2
+    one_run = 100 * entry_bytes(8) + TABLE_OVERHEAD_BYTES
+    bound = 450 * entry_bytes(8) + TABLE_OVERHEAD_BYTES  # four runs' keys and half a run's
     assert all(map_bytes(_part(pairs).column("key")) <= bound for pairs in runs)
     merged, end = merge_partials(partials, start_offset=0, end_offset=10_000, max_bytes=bound)
     assert map_bytes(merged.keys) <= bound
