@@ -86,11 +86,19 @@ from lakelog.tiering.errors import RemoteCorruptionError
 from lakelog.tiering.remote_scan import index_entries, iter_segment_batches
 from lakelog.tiering.store import ObjectStore
 
-def _to_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
+def _to_ipc(table: pa.Table) -> bytearray:
+    """The table as an Arrow IPC stream, written straight into the returned bytearray (sized by a
+    first pass that only counts): one copy of the map beside it, not an Arrow buffer and a bytes
+    copy of it (a map task's peak was the map three times over here)."""
+    def write(sink) -> None:
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+
+    counter = pa.MockOutputStream()
+    write(counter)
+    out = bytearray(counter.size())
+    write(pa.FixedSizeBufferWriter(pa.py_buffer(out)))
+    return out
 
 
 def _from_ipc(data: bytes) -> pa.Table:
@@ -106,7 +114,7 @@ class PartialMap:
     """What a map task returns (plain data): its run's key -> latest offset and where it stopped."""
 
     first_offset: int  # the first offset the run maps
-    map_ipc: bytes  # Arrow IPC stream of (key binary, offset int64), keys distinct
+    map_ipc: bytes | bytearray  # Arrow IPC stream of (key binary, offset int64), keys distinct
     cut_offset: int | None = None  # the map ends here (a batch's base offset); None: the run is mapped whole
     full: bool = False  # cut because the bound was reached (else: the dirty section ended)
     batches: int = 0
@@ -160,7 +168,7 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
         failed = None
         task_memory.bound_retention()
         for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes,
-                                                 keep_batches=False):
+                                                 keep_batches=False, max_rows=map_chunk_rows(max_bytes)):
             table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
             tag = (spans[0][0].base_offset, state["batches"] - len(spans), records, state["bytes"])
             records += table.num_rows
@@ -195,6 +203,20 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
             size, records = grown, records + len(keyed)
     return PartialMap(_first(state, segments[0], lo0, start_offset), _to_ipc(_table(seen)), state["cut"], False,
                       state["batches"], records, state["bytes"], peak_map_bytes=size)
+
+
+#: A map task decodes at most max_bytes / MAP_CHUNK_ROW_DIVISOR rows at a time (at least
+#: MIN_MAP_CHUNK_ROWS, at most vectorized.CHUNK_ROWS): a chunk's map, each key counted at
+#: bounded_map.entry_bytes (52 bytes + 3x the key), then takes at most a quarter of the bound
+#: with keys of up to ~20 bytes, so the bound, not the chunk, decides where a map ends; and the
+#: decoded chunk itself shrinks with the bound.
+MAP_CHUNK_ROW_DIVISOR = 512
+MIN_MAP_CHUNK_ROWS = 64
+
+
+def map_chunk_rows(max_bytes: int) -> int:
+    """Rows a map task bounded by `max_bytes` decodes at a time (128 MiB: vectorized.CHUNK_ROWS)."""
+    return max(MIN_MAP_CHUNK_ROWS, min(vectorized.CHUNK_ROWS, max_bytes // MAP_CHUNK_ROW_DIVISOR))
 
 
 def _first(state: dict, seg: RemoteSegment, lo: int | None, start_offset: int) -> int:
@@ -358,7 +380,7 @@ class RunResult:
 
 
 def rewrite_run(store: ObjectStore, topic: str, partition: int, groups: list[list[RemoteSegment]], ids: list[str],
-                map_ipc: bytes, map_end: int, config: LogConfig, now_ms: int) -> RunResult:
+                map_ipc: bytes | bytearray, map_end: int, config: LogConfig, now_ms: int) -> RunResult:
     """Compact each group of a run against the merged map; upload the outputs under `ids` (one per
     group, staged by the driver) unless nothing changed."""
     invariant(len(groups) == len(ids), "one placeholder id per group")
@@ -464,7 +486,7 @@ class SplitRound:
         if placeholders:
             job_commit(job.meta, lambda cur: mf.stage_replacements(cur, placeholders))
 
-    def map_ipc(self) -> bytes:
+    def map_ipc(self) -> bytearray:
         return _to_ipc(pa.table({"key": self.arrow_map.keys, "offset": self.arrow_map.offsets}))  # type: ignore[union-attr]
 
     def renew(self) -> None:

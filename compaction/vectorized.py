@@ -84,15 +84,17 @@ class BatchStart:
 
 
 def _chunks(batches: Iterable[RecordBatch], columns: list[str], max_uncompressed_bytes: int, *,
-            keep_batches: bool = True) -> Iterator[tuple[list[tuple[RecordBatch, int, int]], int, dict]]:
-    """Decode `batches` in chunks: ([(batch, first row, end row)], rows, name -> array).
+            keep_batches: bool = True, max_rows: int | None = None
+            ) -> Iterator[tuple[list[tuple[RecordBatch, int, int]], int, dict]]:
+    """Decode `batches` in chunks of at most `max_rows` (default CHUNK_ROWS) rows:
+    ([(batch, first row, end row)], rows, name -> array).
     Control batches have no rows. With `keep_batches=False` a span holds a `BatchStart` instead
     of the batch: the decoder copies what it decodes, and a batch's buffer is a view that keeps
     its whole read of the segment alive, so a map over the keys (which never needs the bytes
     again) holds one batch's read at a time instead of a whole chunk of rows' reads (up to
     CHUNK_ROWS rows of batches: the whole run with large values, whose keys stay far below
     CHUNK_BYTES)."""
-    decoder = ra.NativeDecoder(columns, max_rows=CHUNK_ROWS, max_bytes=CHUNK_BYTES)
+    decoder = ra.NativeDecoder(columns, max_rows=max_rows or CHUNK_ROWS, max_bytes=CHUNK_BYTES)
     spans: list[tuple[RecordBatch, int, int]] = []
     for batch in batches:
         while True:
