@@ -14,9 +14,10 @@ COMPACTION_JOB_CONFIG = (
     ConfigDef()
     .define("compaction.offset.map.max.bytes", int, 128 * MIB,
             "Bound of a partition's key -> latest offset map in one compaction round (what Kafka's "
-            "log.cleaner.dedupe.buffer.size bounds for its cleaner): the map's Arrow buffers (key bytes, "
-            "a 4-byte key position and an 8-byte offset per key), in each map task, in the merge on the "
-            "driver and in each rewrite task. When the dirty section's keys do not fit, the round maps "
+            "log.cleaner.dedupe.buffer.size bounds for its cleaner), in each map task, in the merge on "
+            "the driver and in each rewrite task. A key counts what the map's Arrow buffers hold for it "
+            "(the key, a 4-byte key position, an 8-byte offset) plus what merging it allocates: 3 x "
+            "its bytes + 52 bytes (~82 bytes for a 10-byte key). When the dirty section's keys do not fit, the round maps "
             "a prefix and the rest stays dirty for the next round.",
             min=64 * 1024, max=INT_MAX, unit="bytes")
     .define("compaction.task.max.bytes", int, 128 * MIB,

@@ -203,6 +203,32 @@ def test_a_map_task_merges_its_chunks_in_linear_work(tmp_path, monkeypatch):
     assert cut.rows_grouped * 3 < (cut.records // 64) * table.num_rows // 2, (cut.rows_grouped, table.num_rows)
 
 
+def test_a_map_task_at_the_smallest_bound_maps_a_prefix_of_distinct_keys(tmp_path):
+    """Every key distinct, compaction.offset.map.max.bytes at its minimum (64 KiB): the task
+    decodes chunks sized by the bound (remote_split.map_chunk_rows), so its map ends inside the
+    run with the keys below the cut, instead of at the run's start because the first chunk's
+    keys alone passed the bound (which failed the round)."""
+    from lakelog.compaction import vectorized
+    from lakelog.compaction.bounded_map import map_bytes
+    from lakelog.compaction.remote_split import map_chunk_rows
+
+    if not vectorized.available():
+        pytest.fail("the native decoder is not built (make native)")
+    assert map_chunk_rows(128 << 20) == vectorized.CHUNK_ROWS and map_chunk_rows(64 * 1024) == 128
+    store, _, _, written = build_remote(tmp_path, batches=3000, keys=10_000_000, tombstone_every=10_000)
+    cfg = config()
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    end = segments[-1].end_offset + 1
+    bound = 64 * 1024
+    cut = map_segments(store, TOPIC, 0, segments, start_offset=0, end_offset=end, max_bytes=bound,
+                       max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes)
+    table = _from_ipc(cut.map_ipc)
+    assert cut.full and 0 < cut.cut_offset < end
+    assert 0 < cut.peak_map_bytes <= bound and map_bytes(table.column("key")) <= bound
+    below = {k: o for o, _, k, _ in written if o < cut.cut_offset}
+    assert dict(zip(table.column("key").to_pylist(), table.column("offset").to_pylist())) == below
+
+
 # ---------------------------------------------------------------------------------------------
 # the job on Spark
 
