@@ -4,8 +4,8 @@ The reference (`compactor.build_offset_map`, `compactor.compact_batches`) decode
 a Python object, decides record by record and re-encodes. Here the records of many batches are
 decoded at once by the native decoder (logstore/record_arrow.py) into Arrow columns, and:
 
-  * the offset map is key -> max(offset) over the keyed records of the mapped batches, a hash
-    aggregation per chunk of batches, the chunks' maps merged (`build_offset_map`);
+  * the offset map is key -> max(offset) over the keyed records of the mapped batches, a
+    sort per chunk of batches (`bounded_map.latest`), the chunks' maps merged (`build_offset_map`);
   * each record's verdict is computed for a whole chunk with Arrow compute, by the same numbered
     rules as `compactor.decide_record`: no key -> drop; a later offset for the key -> drop;
     a tombstone past its batch's delete horizon -> drop; else keep; and a record younger than
@@ -31,6 +31,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakelog.compaction.bounded_map import latest
 from lakelog.compaction.compactor import (
     BatchOutcome,
     CleaningParams,
@@ -144,16 +145,13 @@ def build_offset_map(batches: Iterable[RecordBatch], *, start_offset: int, end_o
     for _, _, cols in _chunks(mapped(), ["offset", "key"], max_uncompressed_bytes, keep_batches=False):
         table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
         records += table.num_rows
-        part = table.group_by("key").aggregate([("offset", "max")])
+        part = latest(table)
         parts.append(part)
         if part.num_rows > max_entries:
             return None
     if parts:
-        if len(parts) > 1:
-            merged = pa.concat_tables(parts).group_by("key").aggregate([("offset_max", "max")])
-            keys, offsets = merged.column("key"), merged.column("offset_max_max")
-        else:
-            keys, offsets = parts[0].column("key"), parts[0].column("offset_max")
+        merged = latest(pa.concat_tables(parts)) if len(parts) > 1 else parts[0]
+        keys, offsets = merged.column("key"), merged.column("offset")
         keys, offsets = keys.combine_chunks(), offsets.combine_chunks()
     else:
         keys, offsets = pa.array([], pa.binary()), pa.array([], pa.int64())
