@@ -11,7 +11,7 @@ Invariant (checked after every step): what the map holds -- the merged map plus 
 waiting to be merged into it -- is at most `max_bytes`. `peak_bytes` records the most it held.
 
 Why parts wait before they are merged: the exact size of a merged map needs the distinct keys of
-the map and the part together, which a hash aggregation over both gives (Arrow has no hash table
+the map and the part together, which a sort over both gives (`latest`; Arrow has no hash table
 that lives between calls), so a merge costs the whole map. The parts wait in a list instead; a
 part's keys are distinct, so the sizes summed are an upper bound of what the waiting parts add:
 
@@ -28,8 +28,8 @@ The result equals merging part by part and checking the bound after each (the re
 test compares against). Work (`rows_grouped` counts the rows given to the aggregation): linear in
 the parts' sizes while the map stays at most half the bound, or keeps growing by new keys; the
 worst case is a map close to its bound whose later parts repeat its keys, where each part
-costs one aggregation of the map (parts x map rows; a map task's parts are its decoded chunks,
-vectorized.CHUNK_ROWS rows each).
+costs one sort of the map (parts x map rows; a map task's parts are its decoded chunks,
+remote_split.map_chunk_rows rows each).
 
 Accounting: an entry is counted at what it holds in Arrow's buffers (its key, a 4-byte key
 position, an 8-byte offset: ENTRY_OVERHEAD_BYTES) plus what merging it costs (`latest`'s working
@@ -138,7 +138,7 @@ class BoundedLatestMap(Generic[Tag]):
         self._waiting_bytes = 0
         self._failed: Tag | None = None
         self._closed = False
-        #: Rows given to the hash aggregation so far: the work the merges did.
+        #: Rows given to `latest` by the merges so far: the work the merges did.
         self.rows_grouped = 0
         #: The most bytes the map held (merged map + waiting parts) after any step: <= max_bytes.
         self.peak_bytes = 0
