@@ -229,3 +229,7 @@ def test_on_s3_each_part_is_one_index_get_and_one_log_get_of_its_bytes(spark, sp
     asked = spark_s3.requests()
     assert asked.get("GET .log") == len(parts) and "HEAD" not in asked, asked
     assert _df(spark, s3_url, **CUT).rdd.getNumPartitions() == n_splits
+    # count() from the manifests: a segment its entry counts is not cut, so it is not read at all
+    assert _df(spark, s3_url, **CUT).count() == len(ref)
+    asked = spark_s3.requests()
+    assert "GET .log" not in asked and "GET .index" not in asked and "HEAD" not in asked, asked

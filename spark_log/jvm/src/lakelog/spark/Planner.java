@@ -22,13 +22,15 @@ import org.apache.hadoop.conf.Configuration;
 final class Planner {
     private Planner() {}
 
-    static List<Split> plan(Options o, Configuration conf, int parallelism) throws IOException {
+    /** @param count `count()` is pushed (a segment its manifest entry counts is never cut: its
+     *  count costs no read, its parts' would, see {@link CountReader}) */
+    static List<Split> plan(Options o, Configuration conf, int parallelism, boolean count) throws IOException {
         try (RemoteTier tier = new RemoteTier(o.remote, conf)) {
-            return plan(o, tier, parallelism);
+            return plan(o, tier, parallelism, count);
         }
     }
 
-    private static List<Split> plan(Options o, RemoteTier tier, int parallelism) throws IOException {
+    private static List<Split> plan(Options o, RemoteTier tier, int parallelism, boolean count) throws IOException {
         List<Integer> live = o.nodes != null ? HotTail.partitionIds(o, o.topic) : null;
         SortedMap<Integer, Manifest> manifests = tier.manifests(
             o.topic, p -> o.admitsPartition(p) && (live == null || live.contains(p)), o.planningThreads);
@@ -77,7 +79,8 @@ final class Planner {
         List<Split.Part> current = new ArrayList<>();
         long size = 0;
         for (Split.Part whole : wanted) {
-            List<Split.Part> pieces = cut(whole, group, o.minSplitBytes);
+            List<Split.Part> pieces = count && o.countFromManifest && CountReader.countedByManifest(whole)
+                ? List.of(whole) : cut(whole, group, o.minSplitBytes);
             // a whole part weighs its segment's size, as before parts were cut; a piece its share
             long weight = pieces.size() == 1 ? whole.segment.sizeInBytes : ceilDiv(estimatedBytes(whole), pieces.size());
             for (Split.Part part : pieces) {
