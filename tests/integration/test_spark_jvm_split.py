@@ -233,3 +233,46 @@ def test_on_s3_each_part_is_one_index_get_and_one_log_get_of_its_bytes(spark, sp
     assert _df(spark, s3_url, **CUT).count() == len(ref)
     asked = spark_s3.requests()
     assert "GET .log" not in asked and "GET .index" not in asked and "HEAD" not in asked, asked
+
+
+@pytest.mark.parametrize("value", ["65535", str((1 << 40) + 1), "-4"])
+def test_min_split_bytes_out_of_its_bounds_is_refused(spark, topic, value):
+    _, url, _, _ = topic
+    with pytest.raises(Exception) as e:
+        _df(spark, url, minSplitBytes=value, maxPartitionBytes=GROUP).count()
+    assert "minSplitBytes must lie between 65536 and 1099511627776" in str(e.value)
+
+
+def test_a_segment_written_by_remote_compaction_cut_across_tasks(spark, tmp_path):
+    """Remote compaction's replacement segments (whole batches gone: offset gaps inside and between
+    batches, few rows for some offset ranges) cut across tasks give the rows of the reference."""
+    from lakelog.compaction.remote import compact_partition
+
+    store = FileSystemStore(tmp_path / "remote")
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000,
+                                            "remote.segment.delete.delay.ms": 0}))
+    cfg = LogConfig({"cleanup.policy": "compact", "segment.bytes": 1_000_000, "index.interval.bytes": 4096,
+                     "retention.ms": -1, "delete.retention.ms": 86_400_000, "min.cleanable.dirty.ratio": 0.0})
+    rng = random.Random(7)
+    log = PartitionLog(tmp_path / "log" / f"{TOPIC}-0", cfg)
+    for b in range(2400):
+        # the early keys are overwritten later: whole early batches are compacted away
+        keys = [rng.randrange(4000) if b < 1200 else rng.randrange(4000, 9000) for _ in range(10)]
+        log.append_as_follower(build_batch([Record(b * 10 + i, TS0 + b * 10 + i, b"key-%d" % k, rng.randbytes(200))
+                                            for i, k in enumerate(keys)], base_offset=b * 10, partition_leader_epoch=1))
+    log.roll()
+    tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+    log.close()
+    before = load_manifest(store, TOPIC, 0).copy_finished
+    report = compact_partition(store, TOPIC, 0, cfg, owner="test", now_ms=TS0 + 10**9, delete_delay_ms=0)
+    assert report.action == "compacted", report
+    after = load_manifest(store, TOPIC, 0).copy_finished
+    assert [s.segment_id for s in after] != [s.segment_id for s in before]
+    assert sum(s.size_in_bytes > GROUP for s in after) >= 1
+    url = (tmp_path / "remote").as_uri()
+    ref = read(spark, PYTHON_SOURCE_NAME, url)
+    assert len(ref) < sum(s.end_offset - s.base_offset + 1 for s in after)  # gaps
+    cut_df = _df(spark, url, **CUT)
+    assert cut_df.rdd.getNumPartitions() == expected_parts([(0, s) for s in after])[1] > len(after)
+    assert read(spark, "lakelog", url, **CUT) == ref
+    assert cut_df.count() == _df(spark, url, countFromManifest="false", **CUT).count() == len(ref)

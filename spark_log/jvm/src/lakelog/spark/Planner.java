@@ -73,7 +73,8 @@ final class Planner {
         // that spreads the bytes over the cores (unless maxPartitionBytes was given).
         long group = o.maxPartitionBytes;
         if (!o.maxPartitionBytesGiven) {
-            group = Math.min(group, Math.max(4L * 1024 * 1024, total / Math.max(1, parallelism)));
+            // rounded up: a segment of all the bytes is cut into `parallelism` parts, not one more
+            group = Math.min(group, Math.max(4L * 1024 * 1024, ceilDiv(total, Math.max(1, parallelism))));
         }
         List<Split> out = new ArrayList<>();
         List<Split.Part> current = new ArrayList<>();
