@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--segment-bytes", type=int, default=128 * 1024 * 1024)
     ap.add_argument("--segments", type=int, default=1)
-    ap.add_argument("--value-bytes", type=int, default=1000)
+    ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--stores", default="fs,s3")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default="/tmp")

@@ -157,6 +157,8 @@ def test_cut_segments_give_the_rows_of_a_whole_read_and_of_the_reference(spark, 
     cut_rows = read(spark, "lakelog", url, **CUT)
     assert cut_rows == read(spark, "lakelog", url, **WHOLE)
     assert cut_rows == read(spark, PYTHON_SOURCE_NAME, url)
+    # read ahead on background threads: each part's stream ends at its own byte range too
+    assert read(spark, "lakelog", url, prefetchSegments=2, prefetchChunks=1, chunkBytes=65536, **CUT) == cut_rows
     offsets = [(r["partition"], r["offset"]) for r in cut_rows]
     assert len(offsets) == len(set(offsets)) and len(offsets) > 9000
     # the default plan (no maxPartitionBytes): segments of ~1 MB stay whole below the 4 MiB floor
