@@ -21,8 +21,9 @@ COMPACTION_JOB_CONFIG = (
             min=64 * 1024, max=INT_MAX, unit="bytes")
     .define("compaction.task.max.bytes", int, 128 * MIB,
             "Most bytes of remote .log one compaction task reads: a partition's offset map is built by "
-            "tasks over runs of whole segments of at most this size (merged on the driver, latest "
-            "offset wins), and its rewrite by tasks over runs of segment groups of at most this size.",
+            "tasks over runs of whole segments of at most this size, a larger segment cut into pieces "
+            "at its offset index's entries (merged on the driver, latest offset wins), and its rewrite "
+            "by tasks over runs of segment groups of at most this size (a larger group is one task).",
             min=1024, max=1 << 40, unit="bytes")
     .define("compaction.map.tasks.per.wave", int, 16,
             "Most map tasks of one Spark job: the map stage runs in waves of at most this many tasks, "
@@ -31,6 +32,15 @@ COMPACTION_JOB_CONFIG = (
             "each partition's merged map. A partition whose map has ended (the bound was reached) "
             "gets no more map tasks. Set it to at least the cluster's task slots.",
             min=1, max=100_000, unit="tasks")
+    .define("compaction.partitions.per.group", int, 8,
+            "Most partitions one compaction run works on at once: the run takes its partitions (in "
+            "topic, partition order) in groups of at most this many, and each group goes through "
+            "every step (leases, map waves, merged maps, rewrites, the swap) before the next starts. "
+            "The driver holds one merged map (within compaction.offset.map.max.bytes) per partition "
+            "of the group, so its worst case is (this + compaction.map.tasks.per.wave + 1) x "
+            "compaction.offset.map.max.bytes. A larger group gives the rewrite stage more tasks per "
+            "Spark job; a smaller one less driver memory.",
+            min=1, max=100_000, unit="partitions")
 )
 
 

@@ -6,11 +6,14 @@ lease / stage / swap protocol, in steps that `spark_log/compaction_job.py` runs 
 
   1. driver, `open_round`: take the partition's job lease, abandon this job's staged leftovers and
      decide the dirty section (`remote_common.plan_round`); cut the dirty segments into runs of
-     at most `compaction.task.max.bytes` (`map_runs`);
+     at most `compaction.task.max.bytes` (`map_runs`), a larger segment first cut into pieces at
+     batch starts its offset index names (`segment_pieces`: a piece is the batches whose last
+     offset is in [lo, hi), so pieces meet exactly between two batches);
   2. map tasks, `map_segments`: key -> latest offset over one run's batches of the dirty section,
-     over decoded columns, each chunk's keys merged in (bounded_map.BoundedLatestMap: linear
-     work), bounded by `compaction.offset.map.max.bytes`; a task whose map fills up stops at a
-     chunk's first batch and says where (`PartialMap.cut_offset`);
+     over decoded columns, each chunk's keys merged in (bounded_map.BoundedLatestMap: merged
+     only when the bound forces it), never holding more than `compaction.offset.map.max.bytes`;
+     a task whose map fills up stops at a chunk's first batch and says where
+     (`PartialMap.cut_offset`);
   3. driver, `SplitRound.add_partial` (as each wave of map tasks returns) then `SplitRound.merge`:
      the partial maps in offset order (`MapMerge`), latest offset wins per key
      (offsets only grow along the log, so the max is the latest); the merged map keeps the same
@@ -36,9 +39,10 @@ test_compaction_tasks.py); segment boundaries may differ, since small outputs ar
 run, not across runs, and an unchanged run is not rewritten.
 
 Memory (B = the bound): a map task holds its map and the chunk maps waiting to be merged into it
-(at most 2 B) plus one decoded chunk (vectorized.CHUNK_ROWS / CHUNK_BYTES); the driver holds,
-per partition, the merged map and the maps waiting (at most 2 B), plus the maps of the wave it
-is merging (compaction_job.py); a rewrite task holds the merged map (B) and one chunk.
+(at most B together) plus one decoded chunk (vectorized.CHUNK_ROWS / CHUNK_BYTES) and its
+chunk map; the driver holds, per partition, the merged map and the maps waiting (at most B
+together), plus the maps of the wave it is merging (compaction_job.py); a rewrite task holds
+the merged map (B) and one chunk. A merge briefly holds Arrow's result (<= B) beside its inputs.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from array import array
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -77,7 +82,8 @@ from lakelog.tiering.layout import new_segment_id
 from lakelog.tiering.lease import Lease, LeaseHeldError, acquire
 from lakelog.tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, Replacement, SegmentState
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.remote_scan import iter_segment_batches
+from lakelog.tiering.errors import RemoteCorruptionError
+from lakelog.tiering.remote_scan import index_entries, iter_segment_batches
 from lakelog.tiering.store import ObjectStore
 
 def _to_ipc(table: pa.Table) -> bytes:
@@ -107,24 +113,38 @@ class PartialMap:
     records: int = 0
     bytes_read: int = 0
     rows_grouped: int = 0  # rows the map's merges aggregated (bounded_map.BoundedLatestMap.rows_grouped)
+    peak_map_bytes: int = 0  # the most bytes the task's map held (merged map + waiting chunk maps): <= the bound
 
 
 def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[RemoteSegment], *,
-                 start_offset: int, end_offset: int, max_bytes: int, max_uncompressed_bytes: int) -> PartialMap:
+                 start_offset: int, end_offset: int, max_bytes: int, max_uncompressed_bytes: int,
+                 pieces: list[tuple[int | None, int | None]] | None = None) -> PartialMap:
     """key -> latest offset over the batches of `segments` inside the dirty section
-    [start_offset, end_offset), in offset order, bounded by `max_bytes` (see the module docstring)."""
+    [start_offset, end_offset), in offset order, bounded by `max_bytes` (see the module docstring).
+
+    `pieces` (one per segment, None: every segment whole) limits a segment to the batches whose
+    last offset is in [lo, hi) (either end None: open), a piece of a segment cut by `segment_pieces`."""
     invariant(start_offset <= end_offset, f"dirty section [{start_offset}, {end_offset}) is reversed")
-    first = max(start_offset, segments[0].base_offset)
-    state = {"cut": None, "batches": 0, "bytes": 0}
+    pieces = pieces or [(None, None)] * len(segments)
+    invariant(len(pieces) == len(segments), "one piece per segment")
+    lo0 = pieces[0][0]
+    # A piece that starts inside its segment starts at its first batch (found by the read below).
+    state = {"cut": None, "batches": 0, "bytes": 0,
+             "first": max(start_offset, segments[0].base_offset) if lo0 is None else None}
 
     def mapped():
-        for seg in segments:
+        for seg, (lo, hi) in zip(segments, pieces):
             if seg.end_offset < start_offset or seg.base_offset >= end_offset:
                 continue
-            from_offset = start_offset if seg.base_offset < start_offset else None
+            low = max(start_offset, seg.base_offset if lo is None else lo)
+            from_offset = low if low > seg.base_offset else None
             for _, batch in iter_segment_batches(store, topic, partition, seg, from_offset=from_offset):
-                if batch.last_offset < start_offset:
+                if batch.last_offset < start_offset or (lo is not None and batch.last_offset < lo):
                     continue
+                if hi is not None and batch.last_offset >= hi:
+                    break  # the piece ends here; the next piece of this segment is another task's
+                if state["first"] is None:
+                    state["first"] = max(start_offset, batch.base_offset)
                 if batch.last_offset >= end_offset:
                     state["cut"] = min(end_offset, max(start_offset, batch.base_offset))
                     return
@@ -138,7 +158,8 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
         # what it counted if that part is the first that does not fit.
         builder: BoundedLatestMap[tuple[int, int, int, int]] = BoundedLatestMap(max_bytes)
         failed = None
-        for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes):
+        for spans, _, cols in vectorized._chunks(mapped(), ["offset", "key"], max_uncompressed_bytes,
+                                                 keep_batches=False):
             table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
             tag = (spans[0][0].base_offset, state["batches"] - len(spans), records, state["bytes"])
             records += table.num_rows
@@ -147,12 +168,13 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
                 break
         failed = builder.finish() if failed is None else failed
         running = builder.table
+        first = _first(state, segments[0], lo0, start_offset)
         if failed is not None:
             cut, batches, mapped_records, bytes_read = failed
             return PartialMap(first, _to_ipc(running), cut, True, batches, mapped_records, bytes_read,
-                              rows_grouped=builder.rows_grouped)
+                              rows_grouped=builder.rows_grouped, peak_map_bytes=builder.peak_bytes)
         return PartialMap(first, _to_ipc(running), state["cut"], False, state["batches"], records, state["bytes"],
-                          rows_grouped=builder.rows_grouped)
+                          rows_grouped=builder.rows_grouped, peak_map_bytes=builder.peak_bytes)
     else:  # the reference decoder, batch by batch
         seen: dict[bytes, int] = {}
         size = 0
@@ -163,12 +185,21 @@ def map_segments(store: ObjectStore, topic: str, partition: int, segments: list[
             new = {k for k, _ in keyed if k not in seen}
             grown = size + sum(len(k) + ENTRY_OVERHEAD_BYTES for k in new)
             if grown > max_bytes:
-                return PartialMap(first, _to_ipc(_table(seen)), batch.base_offset, True, state["batches"] - 1,
-                                  records, state["bytes"])
+                return PartialMap(_first(state, segments[0], lo0, start_offset), _to_ipc(_table(seen)),
+                                  batch.base_offset, True, state["batches"] - 1, records, state["bytes"],
+                                  peak_map_bytes=size)
             seen.update(keyed)
             size, records = grown, records + len(keyed)
-    return PartialMap(first, _to_ipc(_table(seen)), state["cut"], False,
-                      state["batches"], records, state["bytes"])
+    return PartialMap(_first(state, segments[0], lo0, start_offset), _to_ipc(_table(seen)), state["cut"], False,
+                      state["batches"], records, state["bytes"], peak_map_bytes=size)
+
+
+def _first(state: dict, seg: RemoteSegment, lo: int | None, start_offset: int) -> int:
+    """The first offset a run maps: its first segment's base (or the dirty section's start), or
+    for a piece cut inside a segment the base offset of the piece's first batch (the previous
+    piece's batches all end below it). A piece with no batch read: its lower bound."""
+    first = state["first"]
+    return first if first is not None else max(start_offset, seg.base_offset if lo is None else lo)
 
 
 def _table(seen: dict[bytes, int]) -> pa.Table:
@@ -178,8 +209,8 @@ def _table(seen: dict[bytes, int]) -> pa.Table:
 class MapMerge:
     """The driver's merge of one partition's map-task maps, taken one at a time in offset order
     (step 3): latest offset wins per key, within `max_bytes` (bounded_map.BoundedLatestMap), so
-    the driver holds the merged map and the maps waiting to be merged into it (at most twice the
-    bound), never every task's map at once. `add` says when the map has ended: the maps of later
+    the driver holds the merged map and the maps waiting to be merged into it (at most the bound
+    together), never every task's map at once. `add` says when the map has ended: the maps of later
     runs are not needed (their segments stay dirty for the next round)."""
 
     def __init__(self, *, start_offset: int, end_offset: int, max_bytes: int) -> None:
@@ -241,11 +272,60 @@ def merge_partials(partials: list[PartialMap], *, start_offset: int, end_offset:
     return merge.result()
 
 
-def map_runs(segments: list[RemoteSegment], *, start_offset: int, end_offset: int, max_bytes: int
-             ) -> list[list[RemoteSegment]]:
-    """The dirty segments cut into consecutive runs of at most `max_bytes` (at least one segment each)."""
-    dirty = [s for s in segments if s.end_offset >= start_offset and s.base_offset < end_offset]
-    return _runs(dirty, lambda s: s.size_in_bytes, max_bytes)
+#: A piece of a segment a map task reads: (segment, lo, hi), its batches whose last offset is in
+#: [lo, hi) (None: open at that end); (segment, None, None) is the whole segment.
+Piece = tuple[RemoteSegment, "int | None", "int | None"]
+
+
+def segment_pieces(seg: RemoteSegment, rel_offsets, positions, max_bytes: int
+                   ) -> list[tuple[int | None, int | None, int]]:
+    """`seg` cut into pieces of at most `max_bytes` of `.log` (when its offset index allows) at
+    batch starts its offset index names: [(lo, hi, bytes)], lo / hi as in `Piece`. An entry (O, P)
+    says the batch at P ends at offset O, so "last offset >= O" starts exactly at P, and every
+    batch before P ends below O. A stretch between two entries larger than `max_bytes` stays one
+    piece; a segment of at most `max_bytes`, or without index, is one piece."""
+    size = seg.size_in_bytes
+    if size <= max_bytes or not len(positions):
+        return [(None, None, size)]
+    pieces: list[tuple[int | None, int | None, int]] = []
+    lo, start = None, 0
+    i, n = 0, len(positions)
+    while size - start > max_bytes:
+        best = None  # the last entry past the piece's start and at most max_bytes from it
+        while i < n and positions[i] <= start + max_bytes:
+            if positions[i] > start:
+                best = i
+            i += 1
+        if best is None:  # none within reach: the first one past it, if any
+            if i == n:
+                break
+            best, i = i, i + 1
+        cut_pos, cut_offset = int(positions[best]), seg.base_offset + int(rel_offsets[best])
+        pieces.append((lo, cut_offset, cut_pos - start))
+        lo, start = cut_offset, cut_pos
+    pieces.append((lo, None, size - start))
+    return pieces
+
+
+def map_runs(segments: list[RemoteSegment], *, start_offset: int, end_offset: int, max_bytes: int,
+             index=None) -> list[list[Piece]]:
+    """The dirty segments cut into consecutive runs of at most `max_bytes` (at least one piece
+    each). With `index` (segment -> (relative offsets, positions) of its offset index), a segment
+    larger than `max_bytes` is cut into pieces first (`segment_pieces`), so one large segment's
+    map work spreads over several tasks."""
+    items: list[tuple[Piece, int]] = []
+    for s in segments:
+        if s.end_offset < start_offset or s.base_offset >= end_offset:
+            continue
+        if index is None or s.size_in_bytes <= max_bytes:
+            items.append(((s, None, None), s.size_in_bytes))
+            continue
+        rel, pos = index(s)
+        for lo, hi, size in segment_pieces(s, rel, pos, max_bytes):
+            if (hi is not None and hi <= start_offset) or (lo is not None and lo >= end_offset):
+                continue  # no batch of the dirty section in it
+            items.append(((s, lo, hi), size))
+    return [[piece for piece, _ in run] for run in _runs(items, lambda it: it[1], max_bytes)]
 
 
 def _runs(items: list, size, max_bytes: int) -> list[list]:
@@ -330,16 +410,28 @@ class SplitRound:
     rewrites: list[RewriteTask] = field(default_factory=list)
     groups: list[list[RemoteSegment]] = field(default_factory=list)
     map_merge: MapMerge | None = None
+    _map_tasks: list[list[tuple[str, int | None, int | None]]] | None = None
 
     @property
     def report(self) -> PartitionReport:
         return self.job.report
 
-    def map_tasks(self) -> list[list[str]]:
-        """The segment ids of each map task's run."""
-        s = self.section
-        return [[x.segment_id for x in run] for run in map_runs(s.segments, start_offset=s.first_dirty,
-                                                                end_offset=s.uncleanable, max_bytes=self.task_max_bytes)]
+    def map_tasks(self) -> list[list[tuple[str, int | None, int | None]]]:
+        """Each map task's run: (segment id, lo, hi) per piece (see `Piece`). A segment larger than
+        `compaction.task.max.bytes` is cut by its offset index (read once per round)."""
+        if self._map_tasks is None:
+            s, job = self.section, self.job
+
+            def index(seg: RemoteSegment):
+                try:
+                    return index_entries(job.store, job.topic, job.partition, seg)
+                except RemoteCorruptionError:  # derived data (rebuild-index restores it): map it whole
+                    return array("I"), array("I")
+
+            runs = map_runs(s.segments, start_offset=s.first_dirty, end_offset=s.uncleanable,
+                            max_bytes=self.task_max_bytes, index=index)
+            self._map_tasks = [[(x.segment_id, lo, hi) for x, lo, hi in run] for run in runs]
+        return self._map_tasks
 
     def add_partial(self, partial: PartialMap) -> bool:
         """Step 3, one map task's map at a time, in offset order; True when the merged map has

@@ -76,10 +76,22 @@ class ArrowOffsetMap:
         return m
 
 
-def _chunks(batches: Iterable[RecordBatch], columns: list[str], max_uncompressed_bytes: int
-            ) -> Iterator[tuple[list[tuple[RecordBatch, int, int]], int, dict]]:
+@dataclass(frozen=True, slots=True)
+class BatchStart:
+    """What `_chunks(keep_batches=False)` keeps of a decoded batch: its base offset only."""
+
+    base_offset: int
+
+
+def _chunks(batches: Iterable[RecordBatch], columns: list[str], max_uncompressed_bytes: int, *,
+            keep_batches: bool = True) -> Iterator[tuple[list[tuple[RecordBatch, int, int]], int, dict]]:
     """Decode `batches` in chunks: ([(batch, first row, end row)], rows, name -> array).
-    Control batches have no rows."""
+    Control batches have no rows. With `keep_batches=False` a span holds a `BatchStart` instead
+    of the batch: the decoder copies what it decodes, and a batch's buffer is a view that keeps
+    its whole read of the segment alive, so a map over the keys (which never needs the bytes
+    again) holds one batch's read at a time instead of a whole chunk of rows' reads (up to
+    CHUNK_ROWS rows of batches: the whole run with large values, whose keys stay far below
+    CHUNK_BYTES)."""
     decoder = ra.NativeDecoder(columns, max_rows=CHUNK_ROWS, max_bytes=CHUNK_BYTES)
     spans: list[tuple[RecordBatch, int, int]] = []
     for batch in batches:
@@ -101,7 +113,8 @@ def _chunks(batches: Iterable[RecordBatch], columns: list[str], max_uncompressed
                 raise InvalidRecordError(detail)
             elif status != ra.DONE:
                 raise CorruptRecordError(f"batch at offset {batch.base_offset}: {detail}", offset=batch.base_offset)
-            spans.append((batch, start, decoder.rows))
+            spans.append((batch if keep_batches else BatchStart(batch.base_offset), start,  # type: ignore[arg-type]
+                          decoder.rows))
             break
     if spans:
         n, cols = decoder.take()
@@ -126,7 +139,7 @@ def build_offset_map(batches: Iterable[RecordBatch], *, start_offset: int, end_o
 
     parts: list[pa.Table] = []
     records = 0
-    for _, _, cols in _chunks(mapped(), ["offset", "key"], max_uncompressed_bytes):
+    for _, _, cols in _chunks(mapped(), ["offset", "key"], max_uncompressed_bytes, keep_batches=False):
         table = pa.table({"key": cols["key"], "offset": cols["offset"]}).filter(pc.is_valid(cols["key"]))
         records += table.num_rows
         part = table.group_by("key").aggregate([("offset", "max")])

@@ -63,7 +63,9 @@ def _print_summary(summary, out=sys.stdout) -> None:
                 extra = f" {row['segments_expired']} segment(s), log start offset {row['log_start_offset']}"
             print(f"  {row['topic']}-{row['partition']}: {what}{extra}", file=out)
         elif summary.job == "rebuild-index":
-            if row.get("index_action") != "ok":
+            if "segment_id" not in row:  # a partition it did not work on: as compaction and retention print it
+                print(f"  {row['topic']}-{row['partition']}: {row['action']} ({row['reason']})", file=out)
+            elif row.get("index_action") != "ok":
                 print(f"  {row['topic']}-{row['partition']} segment {row.get('base_offset', '?')} "
                       f"{row['segment_id']}: {row['index_action']} {row.get('detail', '')}".rstrip(), file=out)
         else:
@@ -99,9 +101,13 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    from lakelog.spark_log.jobs import __doc__ as doc
+    from lakelog.spark_log.jobs import JOB_NAMES, __doc__ as doc
 
-    for line in doc.splitlines()[3:9]:
+    lines = doc.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    ") and line.split()[0] in JOB_NAMES)
+    for line in lines[start:]:  # the docstring's indented list of the jobs, up to its blank line
+        if not line.strip():
+            break
         print(line)
     return 0
 

@@ -1,17 +1,22 @@
 """The compaction job as Spark stages: a partition's round spread over several tasks.
 
 `compaction/remote_split.py` has the steps and their rules; this module runs them for every
-partition of a job run at once:
+partition of a job run, in groups of at most compaction.partitions.per.group partitions (in
+topic, partition order), each group through every step before the next group starts:
 
   driver     open each partition's round (its lease, its dirty section)
-  stage 1    map tasks, one per run of dirty segments (<= compaction.task.max.bytes) of every
-             partition: partial key -> latest offset maps; in waves of at most
+  stage 1    map tasks, one per run of dirty segments (<= compaction.task.max.bytes; a larger
+             segment cut into pieces at its offset index's entries) of every partition:
+             partial key -> latest offset maps; in waves of at most
              compaction.map.tasks.per.wave tasks, each wave's maps merged into the partitions'
              maps (bounded) before the next; a partition whose map ended gets no more tasks
   driver     per partition: the merged map, stage the rewrite placeholders (one CAS),
              broadcast the merged map
   stage 2    rewrite tasks, one per run of segment groups of every partition
   driver     per partition: ONE swap CAS, the cleaner checkpoint, due deletions; leases released
+
+So the driver holds the maps of one group's partitions (at most compaction.offset.map.max.bytes
+each) and of one wave of map tasks, whatever the number of partitions in the run.
 
 The driver renews every held lease while the stages run; a partition whose lease was lost is
 not committed (reported "skipped"), and its staged placeholders are abandoned by the next round.
@@ -49,13 +54,15 @@ def _segments(store, topic: str, partition: int, ids: list[str]):
 
 
 def _map_task(args: tuple):
-    remote, topic, partition, ids, start, end, max_bytes, max_uncompressed = args
+    remote, topic, partition, pieces, start, end, max_bytes, max_uncompressed = args
     from lakelog.compaction.remote_split import map_segments
 
     store = _executor_store(remote)
     try:
-        return map_segments(store, topic, partition, _segments(store, topic, partition, ids), start_offset=start,
-                            end_offset=end, max_bytes=max_bytes, max_uncompressed_bytes=max_uncompressed)
+        segments = _segments(store, topic, partition, [i for i, _, _ in pieces])
+        return map_segments(store, topic, partition, segments, start_offset=start, end_offset=end,
+                            max_bytes=max_bytes, max_uncompressed_bytes=max_uncompressed,
+                            pieces=[(lo, hi) for _, lo, hi in pieces])
     finally:
         store.close()
 
@@ -90,7 +97,7 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
     if on_plan:
         on_plan(len(keys))
     rows: dict[tuple[str, int], dict] = {}
-    rounds: dict[tuple[str, int], SplitRound] = {}
+    rounds: dict[tuple[str, int], SplitRound] = {}  # the group in flight's rounds only
     renewed = [time.monotonic()]
 
     def renew_all(_done: int) -> None:
@@ -106,8 +113,10 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
         if progress:
             progress(len(rows))
 
-    try:
-        for t, p in keys:
+    def run_group(group: list[tuple[str, int]]) -> None:
+        """Every step of a round for the partitions of one group; their leases are taken here and
+        released (or their rounds finished) before the next group opens any."""
+        for t, p in group:
             r = open_round(store, t, p, LogConfig(configs[t]), owner=owner, force=force, delete_delay_ms=delete_delay_ms,
                            max_map_bytes=jc.compaction_offset_map_max_bytes,
                            task_max_bytes=jc.compaction_task_max_bytes)
@@ -153,6 +162,12 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
         for key, r in list(rounds.items()):
             del rounds[key]
             rows[key] = asdict(r.finish(results.get(key, [])))
+
+    try:
+        # compaction.partitions.per.group bounds the partitions whose maps the driver holds at once.
+        size = jc.compaction_partitions_per_group
+        for first in range(0, len(keys), size):
+            run_group(keys[first:first + size])
     finally:
         for r in rounds.values():  # a failed stage: nothing committed, staging abandoned next round
             r.release()

@@ -8,7 +8,8 @@
     retention       retention.ms / retention.bytes by whole remote segments, one task per partition
     rebuild-index   regenerate .index / .timeindex (missing or damaged ones, or all with --all),
                     each task over runs of segments (tiering/index_rebuild_tasks.py), one manifest
-                    CAS per run; writes the partition-level remote index Delta table
+                    CAS per run, under the partitions' leases, orphan objects swept first
+                    (spark_log/rebuild_job.py); writes the remote index Delta table
                     `<remote>/tables/_remote_index`
     sync-tables     each topic into the Delta table `<remote>/tables/<topic>` (spark_log/tables.py)
 
@@ -17,10 +18,11 @@ the configs the nodes publish in `_topics/<topic>.json`, overridden by `--config
 Compaction runs on topics whose `cleanup.policy` includes compact, retention on those whose policy
 includes delete.
 
-Every job is idempotent (a second run right after the first changes nothing), takes each
-partition's job lease (two runs never work on one partition at once; the loser reports
-"skipped"), and changes manifests only through their compare-and-swap, so it is safe while the
-nodes keep tiering. Tasks carry only names and plain data; executors open the store themselves
+Every job is idempotent (a second run right after the first changes nothing); the jobs that
+change the tier (compaction, retention, rebuild-index) take each partition's job lease (two runs
+never work on one partition at once; the loser reports the partition "skipped"); every job
+changes manifests only through their compare-and-swap, so it is safe while the nodes keep
+tiering. Tasks carry only names and plain data; executors open the store themselves
 from the remote URL and the usual AWS environment.
 """
 
@@ -37,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 from lakelog.infra.config import LogConfig
-from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, load_manifest, open_remote, read_topic_descriptor, remote_partitions, tables_path
+from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, open_remote, read_topic_descriptor, remote_partitions, tables_path
 from lakelog.tiering.job_runs import JOB_NAMES  # the run records (tiering/job_runs.py) name the same jobs
 
 REMOTE_ENV = "LAKELOG_REMOTE"
@@ -238,24 +240,15 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
                     on_plan(len(tasks))
                 summary.rows = _run_tasks(spark, _retention_task, tasks, progress, summary.spark_job_groups)
         elif job == "rebuild-index":
-            from lakelog.tiering.index_rebuild_tasks import RebuildJobConfig, plan_rebuild_tasks
+            from lakelog.spark_log.rebuild_job import run_rebuild
+            from lakelog.tiering.index_rebuild_tasks import RebuildJobConfig
 
-            # Runs of segments per task, not one task per segment (see index_rebuild_tasks.py).
-            planned = plan_rebuild_tasks(
-                ((t, p, LogConfig(configs[t]).index_interval_bytes, load_manifest(store, t, p).copy_finished)
-                 for t in names for p in partitions[t]),
-                max_bytes=RebuildJobConfig(rebuild_keys).rebuild_task_max_bytes,
-                cores=int(spark.sparkContext.defaultParallelism))
-            tasks = [(remote, [tuple(r) for r in runs], "all" if rebuild_all else "missing") for runs in planned]
-            if on_plan:
-                on_plan(len(tasks))
-            t = time.monotonic()
-            summary.rows = [row for rows in _run_tasks(spark, _rebuild_task, tasks, progress, summary.spark_job_groups)
-                            for row in rows]
-            summary.phases["tasks_s"] = time.monotonic() - t
-            t = time.monotonic()
-            write_remote_index_table(spark, remote, [r for r in summary.rows if "segment_id" in r and "base_offset" in r])
-            summary.phases["table_s"] = time.monotonic() - t
+            # Under each partition's job lease, like the other jobs (spark_log/rebuild_job.py).
+            summary.rows, extra_totals = run_rebuild(
+                spark, _run_tasks, _rebuild_task, write_remote_index_table, store, remote, names, partitions, configs,
+                owner=owner, rebuild_all=rebuild_all,
+                max_task_bytes=RebuildJobConfig(rebuild_keys).rebuild_task_max_bytes, progress=progress,
+                on_plan=on_plan, job_groups=summary.spark_job_groups, phases=summary.phases)
         else:
             from lakelog.spark_log.tables import sync_topic
 
@@ -270,6 +263,8 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
         store.close()
     summary.seconds = time.monotonic() - started
     summary.totals = _totals(job, summary.rows)
+    if job == "rebuild-index":
+        summary.totals.update(extra_totals)
     return summary
 
 
@@ -287,9 +282,10 @@ def _totals(job: str, rows: list[dict]) -> dict:
                 "skipped": sum(r["action"] == "skipped" for r in rows), "objects_deleted": total("objects_deleted")}
     if job == "rebuild-index":
         actions: dict[str, int] = {}
-        for r in rows:
+        segments = [r for r in rows if "segment_id" in r]  # not the rows of skipped partitions
+        for r in segments:
             actions[r.get("index_action", "?")] = actions.get(r.get("index_action", "?"), 0) + 1
-        return {"segments": len(rows), **actions}
+        return {"segments": len(segments), **actions}
     return {"topics": len(rows), "rows_added": total("rows_added")}
 
 
@@ -315,6 +311,7 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
+    from lakelog.spark_log.delta_commits import session_conf
     from lakelog.spark_log.remote_index_table import rows_fingerprint, table_state
 
     path = tables_path(remote, REMOTE_INDEX_TABLE)
@@ -330,17 +327,15 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
     table = pa.Table.from_pylist([{c: r.get(c) for c in schema.fieldNames()} for r in rows],
                                  schema=to_arrow_schema(schema))
     df = spark.createDataFrame(table).coalesce(1)  # one small Parquet file per topic, one write task
-    # A table of one row per segment: Delta's log replay in one task rather than the session's
-    # snapshotPartitions (sized for topic tables), and no post-commit checksum file (readers do
-    # without it). Overwriting an existing table: median 9.6 -> 5.9 s at load ~12 (benchmarks.md).
-    old = {k: spark.conf.get(k, None) for k in REMOTE_INDEX_WRITE_CONF}
-    for k, v in REMOTE_INDEX_WRITE_CONF.items():
-        spark.conf.set(k, v)
+
     def save(mode: str) -> None:
         (df.write.format("delta").mode(mode).option("overwriteSchema", "true")
          .option("userMetadata", fingerprint).partitionBy("topic").save(path))
 
-    try:
+    # A table of one row per segment: Delta's log replay in one task rather than the session's
+    # snapshotPartitions (sized for topic tables), and no post-commit checksum file (readers do
+    # without it). Overwriting an existing table: median 9.6 -> 5.9 s at load ~12 (benchmarks.md).
+    with session_conf(spark, REMOTE_INDEX_WRITE_CONF):
         if exists:
             save("overwrite")
         else:
@@ -350,12 +345,6 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
                 save("errorifexists")
             except Exception:  # noqa: BLE001 - any failure: the overwrite below raises a real one again
                 save("overwrite")
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
     return True
 
 

@@ -10,9 +10,12 @@ cluster: the log replay, a Parquet write job, the commit) and adds a version to 
     (`commitInfo.userMetadata` in the commit file `_delta_log/<20-digit version>.json`, written by
     Delta from the writer's `userMetadata` option): "lakelog-remote-index:v1:" + SHA-256 over the
     table's schema and the rows, sorted, as canonical JSON;
-  * before writing, the runner reads the LATEST commit file (a LIST of `_delta_log/` and one GET)
-    and skips the write when its fingerprint is this run's. Any other latest commit (another
-    writer's, a user's DELETE, one without the field, an unreadable one) means "write".
+  * before writing, the runner reads the LATEST commit of the table (its newest version and that
+    commit's actions, by the one reader of Delta logs, spark_log/delta_log.py) and skips the write
+    when its fingerprint is this run's. Any other latest commit (another writer's, a user's
+    DELETE, one without the field, an unreadable one) means "write", and so does a log that
+    delta_log refuses (a gap no checkpoint covers: Delta's own write then fails loudly, rather
+    than this job reporting a table it cannot read as up to date).
 
 Only the filesystem and S3 stores' plain `_delta_log/` layout is read (a table with coordinated
 commits, whose latest commits are not there yet, is not one this job creates). No pyspark here.
@@ -22,17 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
+from lakelog.spark_log.delta_log import DeltaLogError, commit_info, log_prefix, log_tail, read_commit
 from lakelog.tiering.errors import TieringError
-from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, TABLES_DIR
+from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE
 from lakelog.tiering.store import ObjectStore
 
 FINGERPRINT_PREFIX = "lakelog-remote-index:v1:"
-LOG_DIR = f"{TABLES_DIR}/{REMOTE_INDEX_TABLE}/_delta_log/"
-_COMMIT = re.compile(r"(\d{20})\.json$")
-#: A commit file larger than this is not one of ours (ours hold a few actions): not read.
-MAX_COMMIT_BYTES = 16 * 1024 * 1024
+LOG_DIR = log_prefix(REMOTE_INDEX_TABLE)
 
 
 def rows_fingerprint(schema: str, columns: list[str], rows: list[dict]) -> str:
@@ -49,29 +49,14 @@ def latest_fingerprint(store: ObjectStore) -> str | None:
 
 
 def table_state(store: ObjectStore) -> tuple[bool, str | None]:
-    """(whether the table may exist, `latest_fingerprint`): False only when the listing of
-    `_delta_log/` succeeded and is empty (the writer then creates the table rather than
-    overwriting one, which spares Delta's search for files to remove)."""
+    """(whether the table may exist, `latest_fingerprint`): False only when `_delta_log/` holds
+    no file (the writer then creates the table rather than overwriting one, which spares Delta's
+    search for files to remove)."""
     try:
-        listed = store.list(LOG_DIR)
-    except (TieringError, OSError):
-        return True, None
-    commits = [(int(m.group(1)), o) for o in listed if (m := _COMMIT.fullmatch(o.key[len(LOG_DIR):]))]
-    if not commits:
-        return bool(listed), None
-    return True, _fingerprint_of(store, max(commits, key=lambda c: c[0])[1])
-
-
-def _fingerprint_of(store: ObjectStore, info) -> str | None:
-    try:
-        if info.size > MAX_COMMIT_BYTES:
-            return None
-        data, _ = store.get(info.key)
-        for line in data.decode("utf-8").splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "commitInfo" in action:
-                meta = action["commitInfo"].get("userMetadata")
-                return meta if isinstance(meta, str) and meta.startswith(FINGERPRINT_PREFIX) else None
-    except (TieringError, OSError, ValueError, AttributeError):
-        return None  # whatever went wrong, the table is written as before
-    return None
+        tail = log_tail(store, REMOTE_INDEX_TABLE)
+        if tail.newest < 0:
+            return tail.exists, None
+        meta = commit_info(read_commit(store, REMOTE_INDEX_TABLE, tail.newest)).get("userMetadata")
+    except (DeltaLogError, TieringError, OSError):
+        return True, None  # whatever went wrong, the table is written as before
+    return True, meta if isinstance(meta, str) and meta.startswith(FINGERPRINT_PREFIX) else None

@@ -270,6 +270,48 @@ class FileSystemStore(ObjectStore):
         out.sort(key=lambda o: o.key)
         return out
 
+    def list_after(self, prefix: str, start_after: str, limit: int) -> list[ObjectInfo]:
+        """As `list`, from `start_after` on: directories are read whole (no listing starts
+        mid-way), but a name is compared before anything else is done with it, and only the keys
+        returned are stat'ed."""
+        check_prefix(prefix)
+        if limit < 1:
+            raise ValueError(f"list_after limit must be >= 1, not {limit}")
+        found: list[str] = []
+        out: list[ObjectInfo] = []
+        ok = False
+        try:
+            with _os_errors(prefix):
+                pending = [prefix[: prefix.rfind("/") + 1]]
+                while pending:
+                    directory = pending.pop()
+                    try:
+                        entries = os.scandir(self.root / directory if directory else self.root)
+                    except FileNotFoundError:
+                        continue
+                    with entries:
+                        for e in entries:
+                            key = directory + e.name
+                            if e.is_dir(follow_symlinks=False):
+                                sub = key + "/"
+                                if (sub.startswith(prefix) or prefix.startswith(sub)) \
+                                        and not (not directory and e.name.startswith(RESERVED_PREFIX)):
+                                    pending.append(sub)
+                            elif key > start_after and key.startswith(prefix) \
+                                    and not e.name.startswith(RESERVED_PREFIX):
+                                found.append(key)
+                found.sort()
+                for key in found:
+                    if len(out) >= limit:
+                        break
+                    with contextlib.suppress(FileNotFoundError):  # deleted while listing
+                        st = os.stat(self.root / key)
+                        out.append(ObjectInfo(key, st.st_size, None, int(st.st_mtime * 1000)))
+            ok = True
+        finally:
+            self.stats.record("LIST", error=not ok)
+        return out
+
     def list_prefixes(self, prefix: str = "") -> list[str]:
         check_prefix(prefix)
         directory = prefix[: prefix.rfind("/") + 1]

@@ -62,6 +62,12 @@ as mf`), as before the split.
 
 from __future__ import annotations
 
+from lakelog.tiering.errors import (  # noqa: F401  (re-exported: the manifest's errors, as before the split)
+    InvalidStateTransitionError,
+    ManifestFormatError,
+    ManifestInvariantError,
+    UnsupportedManifestVersionError,
+)
 from lakelog.tiering.manifest_model import (  # noqa: F401  (re-exported: the manifest's one import path)
     LIVE_STATES,
     MANIFEST_VERSION,

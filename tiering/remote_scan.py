@@ -126,16 +126,24 @@ def _checked_object(store: ObjectStore, key: str, size: int, crc: int) -> bytes:
     return data
 
 
+def index_entries(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment):
+    """(relative offsets, positions) of `seg`'s remote offset index, CRC-checked against the
+    manifest (two empty arrays when the segment has no index)."""
+    if seg.index_bytes == 0:
+        return offset_index.decode(b"")
+    key = segment_key(topic, partition, seg.base_offset, seg.segment_id, INDEX_SUFFIX)
+    data = _checked_object(store, key, seg.index_bytes, seg.index_crc32c)
+    try:
+        return offset_index.decode(data, file=key)
+    except CorruptIndexError as e:
+        raise RemoteCorruptionError(str(e), key=key) from None
+
+
 def start_position(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, offset: int) -> int:
     """File position of the index floor entry of `offset` in `seg` (0 at or below its base)."""
     if offset <= seg.base_offset or seg.index_bytes == 0:
         return 0
-    key = segment_key(topic, partition, seg.base_offset, seg.segment_id, INDEX_SUFFIX)
-    data = _checked_object(store, key, seg.index_bytes, seg.index_crc32c)
-    try:
-        rel, pos = offset_index.decode(data, file=key)
-    except CorruptIndexError as e:
-        raise RemoteCorruptionError(str(e), key=key) from None
+    rel, pos = index_entries(store, topic, partition, seg)
     from bisect import bisect_right
 
     i = bisect_right(rel, offset - seg.base_offset)

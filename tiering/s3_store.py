@@ -226,6 +226,30 @@ class S3Store(ObjectStore):
         out.sort(key=lambda o: o.key)
         return out
 
+    def list_after(self, prefix: str, start_after: str, limit: int) -> list[ObjectInfo]:
+        check_prefix(prefix)
+        if limit < 1:
+            raise ValueError(f"list_after limit must be >= 1, not {limit}")
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        after = f"{self.prefix}/{start_after}" if self.prefix else start_after
+        out: list[ObjectInfo] = []
+        token: str | None = None
+        while len(out) < limit:
+            kwargs = {"Bucket": self.bucket, "Prefix": full, "MaxKeys": min(1000, limit - len(out))}
+            if token:
+                kwargs["ContinuationToken"] = token
+            elif after > full:
+                kwargs["StartAfter"] = after
+            resp = self._call("LIST", prefix, lambda: self._client.list_objects_v2(**kwargs))
+            for obj in resp.get("Contents", []):
+                out.append(ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj.get("ETag"),
+                                      int(obj["LastModified"].timestamp() * 1000)))
+            if not resp.get("IsTruncated"):
+                break
+            token = resp.get("NextContinuationToken")
+        return sorted(out, key=lambda o: o.key)[:limit]
+
     def list_prefixes(self, prefix: str = "") -> list[str]:
         check_prefix(prefix)
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix

@@ -9,6 +9,8 @@
                                                 the object, b"" from its end on
     head(key) -> ObjectInfo                     ObjectNotFoundError if missing
     list(prefix) -> [ObjectInfo]                every key starting with `prefix`, sorted
+    list_after(prefix, start_after, limit)      the first `limit` of those sorted after `start_after`
+                                                (S3's ListObjectsV2 `StartAfter` + `MaxKeys`)
     list_prefixes(prefix) -> [str]              the "directories" right under `prefix` (delimiter '/')
     delete(key), delete_many(keys)              idempotent: a missing key is not an error
 
@@ -227,6 +229,14 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object whose key starts with `prefix`, sorted by key."""
+
+    def list_after(self, prefix: str, start_after: str, limit: int) -> list[ObjectInfo]:
+        """The first `limit` objects (by key) whose key starts with `prefix` and sorts after
+        `start_after`. Stores override this to list only those (S3's `StartAfter`), so that its
+        cost does not grow with the keys before `start_after`; this default lists every key."""
+        if limit < 1:
+            raise ValueError(f"list_after limit must be >= 1, not {limit}")
+        return [o for o in self.list(prefix) if o.key > start_after][:limit]
 
     def list_prefixes(self, prefix: str = "") -> list[str]:
         """The distinct "directories" right under `prefix` (which is empty or ends with '/'): every

@@ -20,6 +20,7 @@ from lakelog.tiering import manifest as mf
 from lakelog.tiering.errors import TransientStoreError
 from lakelog.tiering.layout import parse_segment_file, partition_dir
 from lakelog.tiering.manifest import PartitionManifest, SegmentState
+from lakelog.tiering.orphans import orphan_keys
 from lakelog.tiering.uploader_state import CopyReport, RemoteRetentionReport, UploaderState
 
 
@@ -61,16 +62,7 @@ class UploaderCleanup(UploaderState):
         # List first, then read the manifest: an object listed was written after its entry was
         # committed COPY_STARTED, so that entry is in the manifest read afterwards (or was deleted).
         objects = self.store.list(partition_dir(self.topic, self.partition) + "/")
-        m = self.meta.load()
-        states = {s.segment_id: s.state for s in m.segments}
-        doomed = []
-        for obj in objects:
-            parsed = parse_segment_file(obj.key.rsplit("/", 1)[-1])
-            if parsed is None:
-                continue  # the manifest, or not ours
-            state = states.get(parsed[1])
-            if state is None or state == SegmentState.DELETE_FINISHED:
-                doomed.append(obj.key)
+        doomed = orphan_keys((o.key for o in objects), self.meta.load())  # tiering/orphans.py
         if doomed:
             self.store.delete_many(doomed)
             self.metrics.add("orphans_deleted", len(doomed))

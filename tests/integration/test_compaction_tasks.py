@@ -63,9 +63,10 @@ def _split_round(store, cfg, *, now_ms, task_bytes, map_bytes=1 << 30, force=Fal
     segs = {s.segment_id: s for s in load_manifest(store, TOPIC, 0).segments}
     s = r.section
     runs = r.map_tasks()
-    r.merge([map_segments(store, TOPIC, 0, [segs[i] for i in ids], start_offset=s.first_dirty,
+    r.merge([map_segments(store, TOPIC, 0, [segs[i] for i, _, _ in run], start_offset=s.first_dirty,
                           end_offset=s.uncleanable, max_bytes=map_bytes,
-                          max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes) for ids in runs])
+                          max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes,
+                          pieces=[(lo, hi) for _, lo, hi in run]) for run in runs])
     segs = {s.segment_id: s for s in load_manifest(store, TOPIC, 0).segments}
     results = [rewrite_run(store, TOPIC, 0, [[segs[i] for i in g] for g in t.groups], t.ids, r.map_ipc(), r.map_end,
                            cfg, now_ms) for t in r.rewrites]
@@ -73,20 +74,28 @@ def _split_round(store, cfg, *, now_ms, task_bytes, map_bytes=1 << 30, force=Fal
 
 
 @pytest.mark.parametrize("lag", [0, 1], ids=["no-lag", "min.compaction.lag.ms"])
-def test_a_split_round_equals_the_one_task_round(tmp_path, lag):
+@pytest.mark.parametrize("task_bytes", [9000, 1500], ids=["segment-runs", "segment-pieces"])
+def test_a_split_round_equals_the_one_task_round(tmp_path, lag, task_bytes):
     """Tombstones, delete horizons and min.compaction.lag.ms through several rounds: the records
-    after each split round are the one-task round's, and so are the cleaner checkpoints."""
+    after each split round are the one-task round's, and so are the cleaner checkpoints. With
+    compaction.task.max.bytes below the segments' size (4,000 B), each segment's map work is cut
+    into pieces at its offset index (index.interval.bytes 512), one or more map tasks each."""
     store, _, _, written = build_remote(tmp_path, batches=500, keys=60)
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    if task_bytes < 4000:
+        assert max(s.size_in_bytes for s in segments) > 2 * task_bytes
     twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
     before = remote_records(store)
     end = load_manifest(store, TOPIC, 0).end_offset
     boundary_ts = written[len(written) * 2 // 3][1]
     now = 2_000_000
     cfg = config(**({"min.compaction.lag.ms": now - boundary_ts} if lag else {}))
-    report, maps, rewrites = _split_round(store, cfg, now_ms=now, task_bytes=9000)
+    report, maps, rewrites = _split_round(store, cfg, now_ms=now, task_bytes=task_bytes)
     one = compact_partition(twin, TOPIC, 0, cfg, owner="test", now_ms=now, delete_delay_ms=0)
     assert report.action == one.action == "compacted", (report, one)
     assert maps > 1 and rewrites > 1
+    if task_bytes < 4000:
+        assert maps > 2 * len(segments), (maps, len(segments))
     assert remote_records(store) == remote_records(twin)
     assert load_manifest(store, TOPIC, 0).cleaner_checkpoint == load_manifest(twin, TOPIC, 0).cleaner_checkpoint
     if not lag:
@@ -94,17 +103,33 @@ def test_a_split_round_equals_the_one_task_round(tmp_path, lag):
     assert report.records_read == one.records_read and report.records_kept == one.records_kept
     # After delete.retention.ms the tombstones go, in both.
     later = now + DAY + 1
-    report, _, _ = _split_round(store, cfg, now_ms=later, task_bytes=9000, force=True)
+    report, _, _ = _split_round(store, cfg, now_ms=later, task_bytes=task_bytes, force=True)
     compact_partition(twin, TOPIC, 0, cfg, owner="test", now_ms=later, delete_delay_ms=0, force=True)
     assert remote_records(store) == remote_records(twin)
     if not lag:
         assert remote_records(store) == reference(before, end + 1, drop_tombstones=True)
     # Nothing left to drop: the split round writes nothing.
     ids = [s.segment_id for s in load_manifest(store, TOPIC, 0).copy_finished]
-    again, _, _ = _split_round(store, cfg, now_ms=later + 1, task_bytes=9000, force=True)
+    again, _, _ = _split_round(store, cfg, now_ms=later + 1, task_bytes=task_bytes, force=True)
     assert again.action == "none" and again.reason == "nothing to drop", again
     assert [s.segment_id for s in load_manifest(store, TOPIC, 0).copy_finished] == ids
     assert not [s for s in load_manifest(store, TOPIC, 0).segments if s.is_staged]
+
+
+def test_a_segment_whose_offset_index_is_damaged_is_mapped_whole(tmp_path):
+    """The offset index is derived data: a large segment whose `.index` object does not match its
+    manifest entry is one map task's work instead of failing the round; the records after the
+    round are still the one-task round's."""
+    store, _, _, _ = build_remote(tmp_path, batches=300, keys=40)
+    twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    for index in (tmp_path / "remote").rglob("*.index"):
+        index.write_bytes(b"\xff" * 8 + index.read_bytes()[8:])
+    cfg = config()
+    report, maps, _ = _split_round(store, cfg, now_ms=2_000_000, task_bytes=1500, force=True)
+    compact_partition(twin, TOPIC, 0, cfg, owner="test", now_ms=2_000_000, delete_delay_ms=0, force=True)
+    assert report.action == "compacted" and maps == len(segments), (report, maps)
+    assert remote_records(store) == remote_records(twin)
 
 
 def test_a_bounded_map_compacts_a_prefix_and_the_next_round_the_rest(tmp_path):
@@ -170,8 +195,10 @@ def test_a_map_task_merges_its_chunks_in_linear_work(tmp_path, monkeypatch):
     table = _from_ipc(cut.map_ipc)
     assert cut.full and 0 < cut.cut_offset < end and map_bytes(table.column("key")) <= bound
     assert max(table.column("offset").to_pylist()) < cut.cut_offset
-    # The end of a full map is found by bisection over the chunks not yet merged: log2(chunks) more
-    # merges of the map, once.
+    # The map never held more than the bound (merged map + chunk maps waiting), though the run's
+    # keys take more; unbounded it held them all.
+    assert 0 < cut.peak_map_bytes <= bound < whole.peak_map_bytes
+    # The chunks wait until the bound forces a merge: a few merges of the map, not one per chunk.
     assert cut.rows_grouped * 3 < (cut.records // 64) * table.num_rows // 2, (cut.rows_grouped, table.num_rows)
 
 
@@ -258,3 +285,76 @@ def test_the_map_stage_runs_in_waves_and_a_partition_whose_map_ended_gets_no_mor
     assert len(summary.spark_job_groups) == extra["map_tasks_merged"] + 1
     assert extra["map_keys"] * 17 <= bound
     assert remote_records(store) == reference(before, checkpoint, drop_tombstones=False)
+
+
+@pytest.mark.spark
+def test_a_run_takes_its_partitions_in_groups_and_equals_the_one_task_rounds(tmp_path, spark, monkeypatch):
+    """compaction.partitions.per.group bounds the partitions whose maps the driver holds: with a
+    group of 2, a run over 5 partitions works on partitions {0, 1}, then {2, 3}, then {4} (every
+    Spark job's tasks belong to one group, and only that group's leases are held while it runs),
+    and each partition's records after the run are those of the one-task round."""
+    import json
+    import time
+
+    from lakelog.spark_log import jobs
+    from lakelog.tiering.lease import lease_key
+
+    partitions = 5
+    for p in range(partitions):
+        build_remote(tmp_path, batches=300, keys=40, partition=p, seed=p)
+    store = FileSystemStore(tmp_path / "remote")
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, partitions, COMPACT))
+    twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
+    for p in range(partitions):
+        compact_partition(twin, TOPIC, p, config(**{"segment.bytes": 12000}), owner="test", delete_delay_ms=0)
+
+    seen: list[tuple[set[int], set[int]]] = []  # per Spark job: (its tasks' partitions, leases held)
+    run_tasks = jobs._run_tasks
+
+    def spying(spark_, fn, tasks, progress, job_groups=None):
+        now = int(time.time() * 1000)
+        held = set()
+        for p in range(partitions):
+            path = tmp_path / "remote" / lease_key(TOPIC, p)
+            if path.exists() and json.loads(path.read_bytes())["expires_ms"] > now:
+                held.add(p)
+        seen.append(({t[2] for t in tasks}, held))
+        return run_tasks(spark_, fn, tasks, progress, job_groups)
+
+    monkeypatch.setattr(jobs, "_run_tasks", spying)
+    summary = jobs.run_job(spark, "compaction", (tmp_path / "remote").as_uri(), delete_delay_ms=0,
+                           overrides={"compaction.task.max.bytes": "9000", "compaction.partitions.per.group": "2"})
+    assert summary.totals["compacted"] == partitions, summary
+    groups = [{0, 1}, {2, 3}, {4}]
+    # Each group: one map wave (its map tasks are fewer than compaction.map.tasks.per.wave), then
+    # its rewrite stage; the next group's leases are taken only once the previous are released.
+    assert seen == [(g, g) for g in groups for _ in ("map", "rewrite")], seen
+    assert len(summary.spark_job_groups) == 2 * len(groups)
+    for p in range(partitions):
+        assert remote_records(store, p) == remote_records(twin, p)
+        assert load_manifest(store, TOPIC, p).cleaner_checkpoint == load_manifest(twin, TOPIC, p).cleaner_checkpoint
+    with pytest.raises(ConfigError, match="compaction.partitions.per.group"):
+        jobs.run_job(spark, "compaction", (tmp_path / "remote").as_uri(),
+                     overrides={"compaction.partitions.per.group": "0"})
+
+
+@pytest.mark.spark
+def test_the_job_spreads_one_large_segments_map_work_over_several_tasks(tmp_path, spark):
+    """Segments of ~30 KB and compaction.task.max.bytes of 9,000: each segment's map work is cut at
+    its offset index into pieces, more map tasks than segments, and the records after the run are
+    the one-task round's."""
+    from lakelog.spark_log.jobs import run_job
+
+    store, _, _, _ = build_remote(tmp_path, batches=1200, keys=80, log_cfg={"segment.bytes": 30_000})
+    write_topic_descriptor(store, TopicDescriptor(TOPIC, None, 1, COMPACT))
+    segments = load_manifest(store, TOPIC, 0).copy_finished
+    assert len(segments) >= 2 and min(s.size_in_bytes for s in segments) > 2 * 9000
+    twin = FileSystemStore(shutil.copytree(tmp_path / "remote", tmp_path / "twin"))
+    compact_partition(twin, TOPIC, 0, config(**{"segment.bytes": 12000}), owner="test", delete_delay_ms=0)
+    summary = run_job(spark, "compaction", (tmp_path / "remote").as_uri(), delete_delay_ms=0,
+                      overrides={"compaction.task.max.bytes": "9000"})
+    extra = summary.rows[0]["extra"]
+    assert summary.totals["compacted"] == 1, summary
+    assert extra["map_tasks"] >= 3 * len(segments) and extra["map_tasks_merged"] == extra["map_tasks"], extra
+    assert remote_records(store) == remote_records(twin)
+    assert load_manifest(store, TOPIC, 0).cleaner_checkpoint == load_manifest(twin, TOPIC, 0).cleaner_checkpoint

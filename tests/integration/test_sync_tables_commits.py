@@ -1,6 +1,7 @@
-"""sync-tables' row counts from the Delta commit (spark_log/delta_commits.py), its latest table from
-one aggregate, and the Delta work it leaves out, against real Delta writes on the filesystem store:
-two partitions sharing keys, a first sync, a no-op sync, then an incremental one."""
+"""sync-tables' row counts from the Delta commit (spark_log/delta_commits.py, reading the log through
+spark_log/delta_log.py), its latest table from one aggregate, and the Delta work it leaves out,
+against real Delta writes on the filesystem store: two partitions sharing keys, a first sync, a
+no-op sync, then an incremental one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 import pytest
 
 from lakelog.logstore.record_batch import Record, build_batch
-from lakelog.spark_log.delta_commits import appended_rows, newest_version, read_commit
+from lakelog.spark_log.delta_commits import appended_rows
+from lakelog.spark_log.delta_log import newest_version, read_commit
 from lakelog.spark_log.jobs import run_job
 from lakelog.spark_log.session import remote_session
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
@@ -46,7 +48,10 @@ def test_rows_from_the_commit_latest_by_aggregate_no_checksum_and_no_empty_commi
     tiered = {p: remote_records(store, p) for p in (0, 1)}
     assert tiered[0] and tiered[1]
 
+    compressed = spark.conf.get("spark.sql.inMemoryColumnarStorage.compressed")
     first = run_job(spark, "sync-tables", remote)
+    # the sync's own settings (uncompressed cache, no checksum files) are the session's again after it
+    assert spark.conf.get("spark.sql.inMemoryColumnarStorage.compressed") == compressed == "true"
     n = len(tiered[0]) + len(tiered[1])
     assert first.totals["rows_added"] == n
     # The count is the append commit's own metric, and that commit carries the sync's transaction.
@@ -118,3 +123,38 @@ def test_a_retried_append_is_skipped_by_delta_and_makes_no_commit(tmp_path, spar
     append(2, 17)
     assert (newest_version(store, "t"), appended_rows(store, "t", "app", 17)) == (1, 2)
     assert spark.read.format("delta").load(path).count() == 9
+
+
+def test_latest_per_key_is_a_hash_aggregate_and_keeps_every_column_of_the_newest_row(spark):
+    """`<topic>_latest`'s rows (and the MERGE's source): the newest row of each (partition, key),
+    found by a hash aggregate of max(offset) and a semi-join, never by sorting whole rows; every
+    column of that row, in the input's column order, equal to a plain Python reference."""
+    from lakelog.spark_log.tables import _latest_per_key
+
+    schema = ("partition INT, offset BIGINT, key BINARY, value BINARY, `_newest_partition` STRING, "
+              "`odd name` ARRAY<INT>")
+    rows = []
+    for p in (0, 1):
+        for o in range(60):
+            key = None if o % 7 == 0 else f"k{o % 5}".encode()  # keyless records: never latest
+            value = None if (p, o) in {(0, 58), (1, 44), (1, 59)} else f"v{p}-{o}".encode()
+            rows.append((p, o, key, value, f"s{o}", [p, o]))
+    df = spark.createDataFrame(rows[::-1], schema)  # offsets out of order: the result may not rely on it
+    newest: dict = {}
+    for r in rows:
+        if r[2] is not None and r[1] >= newest.get((r[0], r[2]), (0, -1))[1]:
+            newest[(r[0], r[2])] = r
+    everything = sorted(newest.values())
+    live = [r for r in everything if r[3] is not None]
+    assert len(live) < len(everything)  # some keys end on a tombstone
+
+    def got(frame) -> list:
+        return sorted(tuple(bytes(x) if isinstance(x, (bytes, bytearray)) else x for x in r) for r in frame.collect())
+
+    with_tombstones = _latest_per_key(df)
+    assert with_tombstones.columns == df.columns
+    assert got(with_tombstones) == everything
+    alive = _latest_per_key(df, live_only=True)
+    assert alive.columns == df.columns and got(alive) == live
+    plan = alive._jdf.queryExecution().executedPlan().toString()
+    assert "HashAggregate" in plan and "SortAggregate" not in plan, plan

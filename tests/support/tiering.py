@@ -117,6 +117,10 @@ class InstrumentedStore(ObjectStore):
         self._before("list", prefix)
         return self.inner.list(prefix)
 
+    def list_after(self, prefix: str, start_after: str, limit: int) -> list[ObjectInfo]:
+        self._before("list_after", prefix, (start_after, limit))
+        return self.inner.list_after(prefix, start_after, limit)
+
     def list_prefixes(self, prefix: str = "") -> list[str]:
         self._before("list", prefix)
         return self.inner.list_prefixes(prefix)

@@ -1,6 +1,8 @@
 """compaction/bounded_map.py: the key -> latest offset map merged from parts within a byte bound
-equals merging part by part (checking the bound after each), does linear work, and the driver's
-merge of the map tasks' maps (remote_split.merge_partials) keeps the merged map within the bound."""
+equals merging part by part (checking the bound after each), never holds more than the bound
+(merged map + waiting parts, counted here after every step), does linear work where it can, and
+the driver's merge of the map tasks' maps (remote_split.merge_partials) keeps the merged map
+within the bound."""
 
 from __future__ import annotations
 
@@ -34,14 +36,26 @@ def _reference(parts: list[pa.Table], max_bytes: int) -> tuple[dict[bytes, int],
     return merged, None
 
 
+def _held(builder: BoundedLatestMap) -> int:
+    """What the builder holds, counted from its tables (not from its own counters): the merged
+    map's keys plus every waiting part's."""
+    return map_bytes(builder._map.column("key")) + sum(map_bytes(p.column("key")) for p in builder._waiting)
+
+
 def _build(parts: list[pa.Table], max_bytes: int) -> tuple[BoundedLatestMap, int | None]:
     builder: BoundedLatestMap[int] = BoundedLatestMap(max_bytes)
     failed = None
+    peak = 0
     for i, part in enumerate(parts):
         failed = builder.add(part, i)
+        peak = max(peak, _held(builder))
+        assert _held(builder) <= max_bytes, (i, _held(builder), max_bytes)
         if failed is not None:
             break
-    return builder, builder.finish() if failed is None else failed
+    failed = builder.finish() if failed is None else failed
+    assert _held(builder) <= max_bytes
+    assert builder.peak_bytes == max(peak, _held(builder))
+    return builder, failed
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -63,6 +77,47 @@ def test_the_map_equals_merging_part_by_part(seed):
     assert failed == expected_failed
     assert _as_dict(builder.table) == expected
     assert map_bytes(builder.table.column("key")) <= max_bytes
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_map_never_holds_more_than_its_bound(seed):
+    """Where the earlier merge let parts wait until they held as much as the map (up to twice the
+    bound): a map that fills to a random share of the bound with keys of its own, then parts that
+    repeat some of its keys and bring new ones. After every part, the map and the waiting parts
+    together stay within the bound, the peak reaches at most the bound, and the map and the first
+    part that does not fit are the part-by-part reference's."""
+    rng = random.Random(seed)
+    print("seed", seed)
+    max_bytes = rng.choice([500, 3_000, 20_000, 100_000])
+    first = []
+    offset = 0
+    while sum(len(k) + ENTRY_OVERHEAD_BYTES for k, _ in first) < max_bytes * rng.uniform(0.3, 0.95):
+        first.append((b"base-%d" % len(first), offset))
+        offset += 1
+    parts = [_part(first)]
+    fresh = 0
+    for _ in range(rng.randint(5, 60)):
+        pairs = []
+        for _ in range(rng.randint(1, 80)):
+            if rng.random() < rng.choice([0.0, 0.05, 0.5, 0.95]):
+                pairs.append((b"new-%d" % fresh, offset))
+                fresh += 1
+            else:
+                pairs.append((first[rng.randrange(len(first))][0], offset))
+            offset += 1
+        parts.append(_part(pairs))
+    builder, failed = _build(parts, max_bytes)
+    expected, expected_failed = _reference(parts, max_bytes)
+    assert failed == expected_failed
+    assert _as_dict(builder.table) == expected
+    assert builder.peak_bytes <= max_bytes
+
+
+def test_a_part_larger_than_the_bound_is_refused_without_a_merge():
+    small, big = _part([(b"a", 0)]), _part([(b"k%d" % i, i + 1) for i in range(10)])
+    builder, failed = _build([small, big], 10 * 14 - 1)
+    assert failed == 1 and _as_dict(builder.table) == {b"a": 0}
+    assert builder.rows_grouped == 1  # the small part's merge at finish(); never the big one's
 
 
 def test_the_merges_do_linear_work_when_every_part_brings_new_keys():
@@ -87,6 +142,21 @@ def test_the_merges_do_linear_work_when_every_part_repeats_the_keys_near_the_bou
     assert failed is None
     assert _as_dict(builder.table) == {b"key-%06d" % j: 299 * keys + j for j in range(keys)}
     assert builder.rows_grouped <= 3 * total, builder.rows_grouped
+
+
+def test_the_merges_cost_one_map_per_part_when_a_full_map_sees_its_keys_again():
+    """The price of the hard bound: a map close to its bound, then small parts that repeat its
+    keys. No part can wait (map + part is past the bound), so each part is merged into the map at
+    once: parts x map rows, never more (the earlier merge let them wait, up to twice the bound)."""
+    keys = 2000
+    base = _part([(b"key-%06d" % j, j) for j in range(keys)])
+    parts = [base] + [_part([(b"key-%06d" % ((i * 7 + j) % keys), keys + i * 10 + j) for j in range(10)])
+                      for i in range(100)]
+    max_bytes = map_bytes(base.column("key")) + 50
+    builder, failed = _build(parts, max_bytes)
+    assert failed is None and builder.table.num_rows == keys
+    assert builder.peak_bytes <= max_bytes
+    assert builder.rows_grouped <= 100 * (keys + 10) + keys + 10, builder.rows_grouped
 
 
 def test_a_part_that_does_not_fit_ends_the_map_and_no_part_is_taken_after_it():

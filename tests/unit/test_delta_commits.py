@@ -1,5 +1,5 @@
-"""spark_log/delta_commits.py: the newest version and an append's row count, read from a Delta log
-laid out as Delta's protocol writes it (commit JSON files, `_last_checkpoint`)."""
+"""spark_log/delta_commits.py: an append's row count, read from a Delta log laid out as Delta's
+protocol writes it (the newest version itself: tests/unit/test_delta_log.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,8 @@ import json
 
 import pytest
 
-from lakelog.spark_log.delta_commits import (
-    MAX_COMMITS_BACK,
-    appended_rows,
-    commit_key,
-    newest_version,
-    session_conf,
-)
+from lakelog.spark_log.delta_commits import MAX_COMMITS_BACK, appended_rows, session_conf
+from lakelog.spark_log.delta_log import commit_key
 from lakelog.tiering.fs_store import FileSystemStore
 
 APP = "lakelog-sync-t"
@@ -26,27 +21,6 @@ def _commit(store, version: int, *, txn: tuple[str, int] | None = None, rows: in
         actions.append({"txn": {"appId": txn[0], "version": txn[1], "lastUpdated": 1}})
     actions.append({"add": {"path": f"part-{version}.parquet", "size": 1, "dataChange": True}})
     store.put(commit_key("t", version), "\n".join(json.dumps(a) for a in actions).encode())
-
-
-def test_commit_key_is_the_protocols_zero_padded_version():
-    assert commit_key("orders", 12) == "tables/orders/_delta_log/00000000000000000012.json"
-
-
-@pytest.mark.parametrize("commits", [0, 1, 2, 3, 5, 8, 13, 40])
-def test_newest_version_without_a_checkpoint(tmp_path, commits):
-    store = FileSystemStore(tmp_path)
-    for v in range(commits):
-        _commit(store, v)
-    assert newest_version(store, "t") == commits - 1
-
-
-@pytest.mark.parametrize("checkpoint,commits", [(10, 11), (10, 17), (20, 21), (30, 64)])
-def test_newest_version_from_the_last_checkpoint(tmp_path, checkpoint, commits):
-    store = FileSystemStore(tmp_path)
-    for v in range(checkpoint, commits):  # older commit files cleaned up: only the checkpoint's on
-        _commit(store, v)
-    store.put("tables/t/_delta_log/_last_checkpoint", json.dumps({"version": checkpoint, "size": 3}).encode())
-    assert newest_version(store, "t") == commits - 1
 
 
 def test_appended_rows_is_the_matching_commits_num_output_rows(tmp_path):
@@ -111,3 +85,29 @@ def test_session_conf_restores_what_was_set_and_unsets_what_was_not():
         with session_conf(spark, {"a": "9"}):
             raise RuntimeError("boom")
     assert spark.conf.values == {"a": "1"}
+
+
+def test_a_log_cleaned_up_below_a_checkpoint_is_read_back_to_its_first_commit(tmp_path):
+    store = FileSystemStore(tmp_path)
+    for v in range(10, 13):
+        _commit(store, v, txn=(APP, v), rows=v)
+    store.put("tables/t/_delta_log/00000000000000000010.checkpoint.parquet", b"PAR1")
+    store.put("tables/t/_delta_log/_last_checkpoint", json.dumps({"version": 10, "size": 3}).encode())
+    assert appended_rows(store, "t", APP, 12) == 12
+    assert appended_rows(store, "t", APP, 10) == 10
+    assert appended_rows(store, "t", APP, 9) == 0  # commits 0-9 are gone: not an error
+
+
+def test_a_corrupt_log_fails_the_count_instead_of_answering(tmp_path):
+    from lakelog.spark_log.delta_log import DeltaLogCorruptError, DeltaLogGapError
+
+    store = FileSystemStore(tmp_path)
+    for v in (0, 11, 13):
+        _commit(store, v, txn=(APP, v), rows=1)
+    with pytest.raises(DeltaLogGapError, match="commit 1 is missing"):
+        appended_rows(store, "t", APP, 13)
+    store = FileSystemStore(tmp_path / "torn")
+    _commit(store, 0, txn=(APP, 0), rows=1)
+    store.put(commit_key("t", 1), b'{"commitInfo": {"operationMetrics": {"numOutputRows": "3"}}}\n{"txn": {"app')
+    with pytest.raises(DeltaLogCorruptError, match="line 2 is not JSON"):
+        appended_rows(store, "t", APP, 1)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import json
 
-from lakelog.spark_log.remote_index_table import FINGERPRINT_PREFIX, LOG_DIR, latest_fingerprint, rows_fingerprint
+from lakelog.spark_log.remote_index_table import (
+    FINGERPRINT_PREFIX,
+    LOG_DIR,
+    latest_fingerprint,
+    rows_fingerprint,
+    table_state,
+)
 from lakelog.tiering.fs_store import FileSystemStore
 
 COLUMNS = ["topic", "partition", "base_offset", "detail"]
@@ -37,6 +43,8 @@ def test_only_the_latest_commit_of_the_table_is_read(tmp_path):
     store.put(f"{LOG_DIR}00000000000000000000.checkpoint.parquet", b"PAR1")  # not a commit file
     store.put(f"{LOG_DIR}00000000000000000005.00000000000000000009.compacted.json", b"{}")
     assert latest_fingerprint(store) == f
+    for v in range(1, 11):
+        _commit(store, v, {"commitInfo": {"operation": "WRITE", "userMetadata": f}})
     _commit(store, 11, {"commitInfo": {"operation": "DELETE"}}, {"remove": {"path": "x"}})  # another writer's
     assert latest_fingerprint(store) is None
     _commit(store, 12, {"commitInfo": {"operation": "WRITE", "userMetadata": "someone else's note"}})
@@ -45,11 +53,26 @@ def test_only_the_latest_commit_of_the_table_is_read(tmp_path):
     assert latest_fingerprint(store) == f
     store.put(f"{LOG_DIR}{14:020d}.json", b"\xff not json")  # unreadable: write the table
     assert latest_fingerprint(store) is None
+    store.put(f"{LOG_DIR}{14:020d}.json", b"")  # empty: the same
+    assert latest_fingerprint(store) is None
+
+
+def test_a_log_with_a_gap_is_written_not_trusted(tmp_path):
+    """Commits 0, 11 and 13 only, no checkpoint: a corrupt log (spark_log/delta_log.py, rule 3), so
+    the table is written (Delta's own write then refuses it) even though commit 13 holds this
+    run's fingerprint. Before the one reader of Delta logs, a LIST found 13 and skipped the write."""
+    store = FileSystemStore(tmp_path)
+    f = rows_fingerprint("s", COLUMNS, ROWS)
+    for v in (0, 11, 13):
+        _commit(store, v, {"commitInfo": {"operation": "WRITE", "userMetadata": f}})
+    assert table_state(store) == (True, None)
+    store.put(f"{LOG_DIR}{10:020d}.checkpoint.parquet", b"PAR1")  # still 12 missing after checkpoint 10
+    assert table_state(store) == (True, None)
+    _commit(store, 12, {"commitInfo": {"operation": "WRITE"}})  # a checkpoint covers 1-9: a valid log
+    assert table_state(store) == (True, f)
 
 
 def test_the_table_is_created_only_where_its_log_is_empty(tmp_path):
-    from lakelog.spark_log.remote_index_table import table_state
-
     store = FileSystemStore(tmp_path)
     assert table_state(store) == (False, None)
     store.put(f"{LOG_DIR}00000000000000000010.checkpoint.parquet", b"PAR1")  # a log without commit files

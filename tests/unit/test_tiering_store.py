@@ -84,6 +84,24 @@ def test_list_is_a_key_prefix_and_hides_internals(store):
     assert (store.root / TMP_DIR).is_dir() and (store.root / LOCK_DIR).is_dir()
 
 
+def test_list_after_starts_after_a_key_and_stops_at_the_limit(store):
+    for key in ["log/0001.json", "log/0002.crc", "log/0002.json", "log/0003.json", "log/_last", "log/sub/x", "other/y"]:
+        store.put(key, b"x")
+    keys = lambda prefix, after, limit: [o.key for o in store.list_after(prefix, after, limit)]  # noqa: E731
+    assert keys("log/", "log/0002", 10) == ["log/0002.crc", "log/0002.json", "log/0003.json", "log/_last", "log/sub/x"]
+    assert keys("log/", "log/0002.json", 1) == ["log/0003.json"]
+    assert keys("log/", "log/", 2) == ["log/0001.json", "log/0002.crc"]
+    assert keys("log/", "log/zzz", 5) == [] and keys("nope/", "", 5) == []
+    assert all(o.size == 1 for o in store.list_after("log/", "", 10))
+    with pytest.raises(ValueError):
+        store.list_after("log/", "", 0)
+    # The same keys as `list` after `start_after`, for any prefix (inside a name too) and start.
+    for prefix in ["", "log/", "log/0", "log/00", "log/s", "log/sub/", "o"]:
+        for after in ["", "log/", "log/0002", "log/0002.json", "log/sub", "log/sub/x", "other/", "z"]:
+            for limit in (1, 2, 100):
+                assert keys(prefix, after, limit) == [o.key for o in store.list(prefix) if o.key > after][:limit]
+
+
 def test_delete_is_idempotent_and_prunes_empty_directories(store):
     store.put("a/b/c", b"x")
     store.delete("a/b/c")
