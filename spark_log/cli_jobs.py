@@ -101,9 +101,13 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    from lakelog.spark_log.jobs import __doc__ as doc
+    from lakelog.spark_log.jobs import JOB_NAMES, __doc__ as doc
 
-    for line in doc.splitlines()[3:9]:
+    lines = doc.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    ") and line.split()[0] in JOB_NAMES)
+    for line in lines[start:]:  # the docstring's indented list of the jobs, up to its blank line
+        if not line.strip():
+            break
         print(line)
     return 0
 

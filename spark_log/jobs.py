@@ -311,6 +311,7 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
+    from lakelog.spark_log.delta_commits import session_conf
     from lakelog.spark_log.remote_index_table import rows_fingerprint, table_state
 
     path = tables_path(remote, REMOTE_INDEX_TABLE)
@@ -326,17 +327,15 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
     table = pa.Table.from_pylist([{c: r.get(c) for c in schema.fieldNames()} for r in rows],
                                  schema=to_arrow_schema(schema))
     df = spark.createDataFrame(table).coalesce(1)  # one small Parquet file per topic, one write task
-    # A table of one row per segment: Delta's log replay in one task rather than the session's
-    # snapshotPartitions (sized for topic tables), and no post-commit checksum file (readers do
-    # without it). Overwriting an existing table: median 9.6 -> 5.9 s at load ~12 (benchmarks.md).
-    old = {k: spark.conf.get(k, None) for k in REMOTE_INDEX_WRITE_CONF}
-    for k, v in REMOTE_INDEX_WRITE_CONF.items():
-        spark.conf.set(k, v)
+
     def save(mode: str) -> None:
         (df.write.format("delta").mode(mode).option("overwriteSchema", "true")
          .option("userMetadata", fingerprint).partitionBy("topic").save(path))
 
-    try:
+    # A table of one row per segment: Delta's log replay in one task rather than the session's
+    # snapshotPartitions (sized for topic tables), and no post-commit checksum file (readers do
+    # without it). Overwriting an existing table: median 9.6 -> 5.9 s at load ~12 (benchmarks.md).
+    with session_conf(spark, REMOTE_INDEX_WRITE_CONF):
         if exists:
             save("overwrite")
         else:
@@ -346,12 +345,6 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
                 save("errorifexists")
             except Exception:  # noqa: BLE001 - any failure: the overwrite below raises a real one again
                 save("overwrite")
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
     return True
 
 

@@ -7,6 +7,7 @@
         s3.pause()                              # outage: the port refuses connections, objects are kept
         s3.resume()                             # back on the same port with the same objects
         s3.requests()                           # {"GET": 3, "HEAD": 1, ...} since the last call
+                                                # (+ "bytes GET .log": bytes the Range headers asked)
 
 moto's console script `moto_server` is `moto.server:main`: it serves moto's WSGI app
 (`moto.moto_server.werkzeug_app.DomainDispatcherApplication`) with werkzeug and keeps every object
@@ -15,7 +16,7 @@ survives, the child here (`python -m infra.s3server --serve`) serves that same a
 commands on stdin: `pause` closes the listening socket (clients get "connection refused"),
 `resume` listens again on the same port, `requests` answers the count of requests by HTTP method
 since the last `requests` (one JSON line; what tests use to check how many HEADs and GETs a reader
-sends), `stop` (or EOF: the parent died) exits. `plain=True` runs
+sends, and, as `bytes GET .log`, how many bytes the ranged GETs of each object suffix asked for), `stop` (or EOF: the parent died) exits. `plain=True` runs
 the `moto_server` script instead (no pause/resume).
 
 The free port is chosen by the child binding port 0, so two test runs never race for a port
@@ -143,7 +144,8 @@ class S3Server:
 
     def requests(self) -> dict[str, int]:
         """The requests the server answered since the last call (or its start), by HTTP method,
-        and by method and object-key suffix (`"GET .log"`); the counts start again at zero."""
+        and by method and object-key suffix (`"GET .log"`), and the bytes the ranged ones asked
+        for (`"bytes GET .log"`, from their `Range: bytes=a-b`); the counts start again at zero."""
         if self.plain or self._proc is None or self._proc.stdin is None:
             raise RuntimeError("request counts need a started, non-plain S3 server")
         self._proc.stdin.write("requests\n")
@@ -201,6 +203,16 @@ class S3Server:
 # the child process
 
 
+def _range_bytes(header: str) -> int | None:
+    """The bytes a `Range: bytes=a-b` header asks for (b - a + 1); None without a closed range."""
+    if not header.startswith("bytes="):
+        return None
+    first, _, last = header[len("bytes="):].partition("-")
+    if not first.isdigit() or not last.isdigit():
+        return None
+    return int(last) - int(first) + 1
+
+
 def _serve(host: str) -> int:
     import logging
 
@@ -217,10 +229,13 @@ def _serve(host: str) -> int:
         method = environ.get("REQUEST_METHOD", "?")
         name = environ.get("PATH_INFO", "").rsplit("/", 1)[-1]
         suffix = name[name.rfind("."):] if "." in name else ""
+        asked = _range_bytes(environ.get("HTTP_RANGE", ""))
         with counts_lock:
             counts[method] += 1
             if suffix:
                 counts[f"{method} {suffix}"] += 1
+                if asked is not None:
+                    counts[f"bytes {method} {suffix}"] += asked
         return moto_app(environ, start_response)
 
     def listen() -> None:

@@ -76,7 +76,7 @@ final class LakelogScan implements Scan, Batch {
         }
         try {
             int parallelism = SparkSession.active().sparkContext().defaultParallelism();
-            List<Split> splits = Planner.plan(options, hadoopConf(), parallelism);
+            List<Split> splits = Planner.plan(options, hadoopConf(), parallelism, count);
             planned = splits.toArray(new InputPartition[0]);
             return planned.clone();
         } catch (IOException e) {

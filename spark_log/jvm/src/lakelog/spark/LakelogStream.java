@@ -21,7 +21,8 @@ import org.apache.spark.sql.types.StructType;
  * stream reader: offsets are {"<partition>": next offset}; a batch reads, per partition, [start,
  * end) where end is one past the last COPY_FINISHED offset when it was planned; a partition that
  * appears later starts at its remote log start offset, and a start that retention overtook moves
- * up to the log start (as failOnDataLoss=false). One input partition per segment.
+ * up to the log start (as failOnDataLoss=false). One input partition per segment, or per part of
+ * a segment larger than `maxPartitionBytes` ({@link Planner#cut}).
  */
 final class LakelogStream implements MicroBatchStream {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -117,9 +118,11 @@ final class LakelogStream implements MicroBatchStream {
                     continue;
                 }
                 for (Manifest.Segment s : m.readable(first, stop - 1, Long.MIN_VALUE)) {
-                    out.add(new Split(List.of(new Split.Part(p, s, Math.max(first, s.baseOffset),
-                                                             Math.min(stop - 1, s.endOffset), Long.MIN_VALUE,
-                                                             Long.MAX_VALUE)), null));
+                    Split.Part part = new Split.Part(p, s, Math.max(first, s.baseOffset), Math.min(stop - 1, s.endOffset),
+                                                     Long.MIN_VALUE, Long.MAX_VALUE);
+                    for (Split.Part piece : Planner.cut(part, options.maxPartitionBytes, options.minSplitBytes)) {
+                        out.add(new Split(List.of(piece), null));
+                    }
                 }
             }
             return out.toArray(new InputPartition[0]);

@@ -16,7 +16,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * `prefetchSegments` (segments a task reads at once ahead of its decoder, one thread each, 0..16,
  * default 0; either option above 0 turns reading ahead on, see {@link Prefetcher}), `countFromManifest` (true by default: `count()` adds up the record counts
  * the manifests hold, see {@link CountReader}), `planningThreads` (manifests read at once while
- * planning, 1..64, default 8, see {@link Planner}), `nodes` (the hot tail).
+ * planning, 1..64, default 8, see {@link Planner}), `minSplitBytes` (the least `.log` bytes of one
+ * part of a segment cut across tasks, 64 KiB..1 TiB, default 4 MiB; at most
+ * {@link #MAX_PARTS_PER_SEGMENT} parts a segment, see {@link Planner#cut}), `nodes` (the hot tail).
  */
 final class Options implements Serializable, Cloneable {
     private static final long serialVersionUID = 1L;
@@ -28,6 +30,10 @@ final class Options implements Serializable, Cloneable {
     static final int DEFAULT_PREFETCH_SEGMENTS = 0;
     // the partitions' manifests read at once while planning (one GET each on S3, in the driver)
     static final int DEFAULT_PLANNING_THREADS = 8;
+    // a segment larger than the group size is cut into parts no smaller than this (the floor of
+    // the default group size too: below a few MiB a task's fixed costs outweigh its bytes)
+    static final long DEFAULT_MIN_SPLIT_BYTES = 4L * 1024 * 1024;
+    static final int MAX_PARTS_PER_SEGMENT = 1024;
 
     final String remote;
     final String topic;
@@ -41,6 +47,7 @@ final class Options implements Serializable, Cloneable {
     final int prefetchSegments;
     final boolean countFromManifest;
     final int planningThreads;
+    final long minSplitBytes;
     /** Inclusive bounds (Long.MIN_VALUE / MAX_VALUE: none) and the partitions wanted (null: all). */
     long offsetLow = Long.MIN_VALUE, offsetHigh = Long.MAX_VALUE;
     long timestampLow = Long.MIN_VALUE, timestampHigh = Long.MAX_VALUE;
@@ -74,6 +81,7 @@ final class Options implements Serializable, Cloneable {
         prefetchChunks = (int) bounded(o, "prefetchChunks", DEFAULT_PREFETCH_CHUNKS, 0, 64);
         prefetchSegments = (int) bounded(o, "prefetchSegments", DEFAULT_PREFETCH_SEGMENTS, 0, 16);
         planningThreads = (int) bounded(o, "planningThreads", DEFAULT_PLANNING_THREADS, 1, 64);
+        minSplitBytes = bounded(o, "minSplitBytes", DEFAULT_MIN_SPLIT_BYTES, 64 * 1024, 1L << 40);
         String cm = o.getOrDefault("countFromManifest", "true").trim();
         if (!cm.equalsIgnoreCase("true") && !cm.equalsIgnoreCase("false")) {
             throw new IllegalArgumentException("countFromManifest must be true or false");

@@ -14,20 +14,23 @@ import org.apache.hadoop.conf.Configuration;
  * partitions' manifests in parallel on a pool of at most `planningThreads` threads that lives for
  * this planning (on S3: one LIST, then one GET per manifest and no HEAD, see
  * {@link RemoteTier#manifests}); every COPY_FINISHED segment at or above
- * the log start offset that can hold a wanted row becomes a {@link Split.Part}, and consecutive
- * parts are grouped into splits of at most the group size. With `nodes`, each topic partition also
- * gets a hot-tail split from one past its last remote offset.
+ * the log start offset that can hold a wanted row becomes a {@link Split.Part} (a segment larger
+ * than the group size becomes several, see {@link #cut}), and consecutive parts are grouped into
+ * splits of at most the group size. With `nodes`, each topic partition also gets a hot-tail split
+ * from one past its last remote offset.
  */
 final class Planner {
     private Planner() {}
 
-    static List<Split> plan(Options o, Configuration conf, int parallelism) throws IOException {
+    /** @param count `count()` is pushed (a segment its manifest entry counts is never cut: its
+     *  count costs no read, its parts' would, see {@link CountReader}) */
+    static List<Split> plan(Options o, Configuration conf, int parallelism, boolean count) throws IOException {
         try (RemoteTier tier = new RemoteTier(o.remote, conf)) {
-            return plan(o, tier, parallelism);
+            return plan(o, tier, parallelism, count);
         }
     }
 
-    private static List<Split> plan(Options o, RemoteTier tier, int parallelism) throws IOException {
+    private static List<Split> plan(Options o, RemoteTier tier, int parallelism, boolean count) throws IOException {
         List<Integer> live = o.nodes != null ? HotTail.partitionIds(o, o.topic) : null;
         SortedMap<Integer, Manifest> manifests = tier.manifests(
             o.topic, p -> o.admitsPartition(p) && (live == null || live.contains(p)), o.planningThreads);
@@ -35,7 +38,7 @@ final class Planner {
         if (live != null) {
             all.addAll(live);
         }
-        List<Split.Part> parts = new ArrayList<>();
+        List<Split.Part> wanted = new ArrayList<>();
         List<Split> hot = new ArrayList<>();
         long total = 0;
         for (int p : all) {
@@ -51,7 +54,7 @@ final class Planner {
                     if (start > end) {
                         continue;
                     }
-                    parts.add(new Split.Part(p, s, start, end, o.timestampLow, o.timestampHigh));
+                    wanted.add(new Split.Part(p, s, start, end, o.timestampLow, o.timestampHigh));
                     total += s.sizeInBytes;
                 }
                 Long e = m.endOffset();
@@ -70,24 +73,74 @@ final class Planner {
         // that spreads the bytes over the cores (unless maxPartitionBytes was given).
         long group = o.maxPartitionBytes;
         if (!o.maxPartitionBytesGiven) {
-            group = Math.min(group, Math.max(4L * 1024 * 1024, total / Math.max(1, parallelism)));
+            // rounded up: a segment of all the bytes is cut into `parallelism` parts, not one more
+            group = Math.min(group, Math.max(4L * 1024 * 1024, ceilDiv(total, Math.max(1, parallelism))));
         }
         List<Split> out = new ArrayList<>();
         List<Split.Part> current = new ArrayList<>();
         long size = 0;
-        for (Split.Part part : parts) {
-            if (!current.isEmpty() && size + part.segment.sizeInBytes > group) {
-                out.add(new Split(current, null));
-                current = new ArrayList<>();
-                size = 0;
+        for (Split.Part whole : wanted) {
+            List<Split.Part> pieces = count && o.countFromManifest && CountReader.countedByManifest(whole)
+                ? List.of(whole) : cut(whole, group, o.minSplitBytes);
+            // a whole part weighs its segment's size, as before parts were cut; a piece its share
+            long weight = pieces.size() == 1 ? whole.segment.sizeInBytes : ceilDiv(estimatedBytes(whole), pieces.size());
+            for (Split.Part part : pieces) {
+                if (!current.isEmpty() && size + weight > group) {
+                    out.add(new Split(current, null));
+                    current = new ArrayList<>();
+                    size = 0;
+                }
+                current.add(part);
+                size += weight;
             }
-            current.add(part);
-            size += part.segment.sizeInBytes;
         }
         if (!current.isEmpty()) {
             out.add(new Split(current, null));
         }
         out.addAll(hot);
         return out;
+    }
+
+    /** The `.log` bytes that hold `part`'s offsets, estimated in proportion to its share of the
+     *  segment's offsets (the manifest has no byte position per offset; an offset gap left by
+     *  compaction counts as if it held records, so a part may hold few rows). */
+    static long estimatedBytes(Split.Part part) {
+        Manifest.Segment s = part.segment;
+        double share = (double) (part.to - part.from + 1) / Math.max(1.0, (double) (s.endOffset - s.baseOffset + 1));
+        return (long) Math.ceil(Math.min(1.0, share) * Math.max(0, s.sizeInBytes));
+    }
+
+    /**
+     * `part` cut into consecutive offset ranges, together exactly its [from, to], each estimated at
+     * most `group` bytes when the bounds below allow ({@link #estimatedBytes}); `part` itself when
+     * it fits in one group. Bounds: no piece estimated below `minBytes`, at most
+     * {@link Options#MAX_PARTS_PER_SEGMENT} pieces, at least one offset each. Each piece keeps the
+     * part's timestamp bounds; its task reads the bytes its offsets need (the offset index's
+     * floor entry of its first offset up to the entry past its last, {@link RemoteTier#byteRange}):
+     * a batch across a cut is read by both tasks and each keeps only its own offsets.
+     */
+    static List<Split.Part> cut(Split.Part part, long group, long minBytes) {
+        long bytes = estimatedBytes(part);
+        long span = part.to - part.from + 1;
+        if (bytes <= group || span <= 1) {
+            return List.of(part);
+        }
+        long n = Math.min(Math.min(ceilDiv(bytes, Math.max(1, group)), bytes / Math.max(1, minBytes)),
+                          Math.min(Options.MAX_PARTS_PER_SEGMENT, span));
+        if (n <= 1) {
+            return List.of(part);
+        }
+        List<Split.Part> out = new ArrayList<>((int) n);
+        long step = span / n, extra = span % n, from = part.from;
+        for (long i = 0; i < n; i++) {
+            long to = from + step - 1 + (i < extra ? 1 : 0);
+            out.add(new Split.Part(part.partition, part.segment, from, to, part.minTs, part.maxTs));
+            from = to + 1;
+        }
+        return out;
+    }
+
+    private static long ceilDiv(long a, long b) {
+        return a / b + (a % b == 0 ? 0 : 1);
     }
 }

@@ -48,15 +48,16 @@ final class Prefetcher implements AutoCloseable {
     /** One segment's bytes as the consumer sees them. */
     final class Segment extends InputStream {
         final int index;
-        final long from;
+        final long from, size;    // the bytes [from, size) of the object
         private final Lane lane;
         private byte[] chunk;
         private int at, length;
         private boolean ended;
 
-        private Segment(int index, long from, Lane lane) {
+        private Segment(int index, long from, long size, Lane lane) {
             this.index = index;
             this.from = from;
+            this.size = size;
             this.lane = lane;
         }
 
@@ -122,14 +123,20 @@ final class Prefetcher implements AutoCloseable {
     private static final class Item {
         final int segment;
         final long from;          // header: the segment's start position
+        final long size;          // header: the position its read ends at
         final byte[] data;        // a chunk (null for a header or an end mark)
         final int length;
         final boolean header, end;
         final Throwable error;
 
         Item(int segment, long from, byte[] data, int length, boolean header, boolean end, Throwable error) {
+            this(segment, from, 0, data, length, header, end, error);
+        }
+
+        Item(int segment, long from, long size, byte[] data, int length, boolean header, boolean end, Throwable error) {
             this.segment = segment;
             this.from = from;
+            this.size = size;
             this.data = data;
             this.length = length;
             this.header = header;
@@ -177,7 +184,7 @@ final class Prefetcher implements AutoCloseable {
         if (!item.header || item.segment != next) {
             throw new IllegalStateException("prefetch out of order: expected the start of segment " + next);
         }
-        return new Segment(next++, item.from, lane);
+        return new Segment(next++, item.from, item.size, lane);
     }
 
     private static void rethrow(Throwable t) throws IOException {
@@ -249,7 +256,7 @@ final class Prefetcher implements AutoCloseable {
                 for (; index < count && !closed; index += lanes.length) {
                     Opened o = opener.open(index);
                     try (InputStream in = o.in) {
-                        put(new Item(index, o.from, null, 0, true, false, null));
+                        put(new Item(index, o.from, o.size, null, 0, true, false, null));
                         long remaining = o.size - o.from;
                         while (remaining > 0 && skip != index && !closed) {
                             byte[] chunk = free.poll();

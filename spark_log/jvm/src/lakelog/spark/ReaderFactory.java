@@ -79,7 +79,7 @@ final class ReaderFactory implements PartitionReaderFactory {
             part = split.parts.get(index);
             Manifest.Segment s = part.segment;
             String key = RemoteTier.segmentKey(options.topic, part.partition, s, ".log");
-            long from;
+            long from, end;
             if (options.prefetchSegments > 0 || options.prefetchChunks > 0) {
                 if (prefetch == null) {
                     prefetch = new Prefetcher(options.topic, split.parts.size(), Math.max(1, options.prefetchSegments),
@@ -91,23 +91,29 @@ final class ReaderFactory implements PartitionReaderFactory {
                 }
                 in = segment;
                 from = segment.from;
+                end = segment.size;
             } else {
                 Prefetcher.Opened o = openPart(index);
                 in = o.in;
                 from = o.from;
+                end = o.size;
             }
-            scanner = new SegmentScanner(key, in, from, s.sizeInBytes, s.baseOffset, s.endOffset, part.from, part.to,
+            scanner = new SegmentScanner(key, in, from, end, s.baseOffset, s.endOffset, part.from, part.to,
                                          part.minTs, part.maxTs, options.chunkBytes, spare);
             return true;
         }
 
-        /** Part `index` of the split: its `.log` object opened at the offset index's floor entry. */
+        /** Part `index` of the split: the bytes of its `.log` object that hold its offsets, from
+         *  the offset index's floor entry of its first offset to the entry past its last offset's
+         *  batch ({@link RemoteTier#byteRange}; the whole object for a part that is a whole
+         *  segment). A batch across a part's boundary is read by both parts' tasks, each keeping
+         *  only its own offsets. */
         private Prefetcher.Opened openPart(int index) throws IOException {
             Split.Part p = split.parts.get(index);
             Manifest.Segment s = p.segment;
             String key = RemoteTier.segmentKey(options.topic, p.partition, s, ".log");
-            long from = tier.startPosition(options.topic, p.partition, s, p.from);
-            return new Prefetcher.Opened(tier.openLog(key, from, s.sizeInBytes), from, s.sizeInBytes);
+            long[] range = tier.byteRange(options.topic, p.partition, s, p.from, p.to);
+            return new Prefetcher.Opened(tier.openLog(key, range[0], range[1]), range[0], range[1]);
         }
 
         @Override

@@ -41,6 +41,9 @@ import org.apache.hadoop.fs.Path;
  */
 final class RemoteTier implements Closeable {
     static final String S3A_STREAM_TYPE = "fs.s3a.input.stream.type";
+    static final String S3A_READAHEAD = "fs.s3a.readahead.range";
+    /** The most a closed stream reads to its GET's end to keep the connection (Hadoop's default). */
+    static final long MAX_DRAIN_BYTES = 64 * 1024;
     /** Bytes of the first read of a manifest (see {@link #manifestOrNull}): about 3,000 segments. */
     static final int MANIFEST_PROBE_BYTES = 1 << 20;
     final String root;
@@ -52,6 +55,10 @@ final class RemoteTier implements Closeable {
         this.root = hadoopRoot(rootUrl);
         Configuration own = new Configuration(conf);
         own.set(S3A_STREAM_TYPE, "classic");
+        // A stream closed with more than the readahead range left unread is aborted, at most that
+        // range drained (S3AInputStream.closeStream): a task that stops inside a segment (its
+        // part's end, a LIMIT) never reads the rest of a long GET to reuse the connection.
+        own.setLong(S3A_READAHEAD, Math.min(conf.getLongBytes(S3A_READAHEAD, MAX_DRAIN_BYTES), MAX_DRAIN_BYTES));
         this.lease = TierFileSystems.acquire(root, own);
         this.fs = lease.fs;
     }
@@ -241,11 +248,21 @@ final class RemoteTier implements Closeable {
         return data;
     }
 
-    /** File position of the offset index's floor entry of `offset` in the segment (0 at or below
-     *  its base); the index is 8-byte entries of relative offset u32 + position u32, big-endian. */
-    long startPosition(String topic, int partition, Manifest.Segment s, long offset) throws IOException {
-        if (offset <= s.baseOffset || s.indexBytes == 0) {
-            return 0;
+    /**
+     * The byte range [start, end) of the segment's `.log` that holds its offsets [from, to]: start
+     * is the position of the offset index's floor entry of `from` (0 at or below the base), end
+     * the position of the entry after the first one whose offset reaches `to` (the object's size
+     * when `to` is at or past the segment's end offset, or no such entry). An entry (O, P) says the
+     * batch at P ends at offset O (index/offset_index.py): every batch after the one at P starts
+     * above O, so with O >= to nothing from the next entry's position on is wanted. The index
+     * (8-byte entries of relative offset u32 + position u32, big-endian) is read only when one of
+     * the bounds needs it: one GET of the whole object, checked against the manifest's size and
+     * CRC-32C.
+     */
+    long[] byteRange(String topic, int partition, Manifest.Segment s, long from, long to) throws IOException {
+        boolean needStart = from > s.baseOffset, needEnd = to < s.endOffset;
+        if ((!needStart && !needEnd) || s.indexBytes == 0) {
+            return new long[] {0, s.sizeInBytes};
         }
         String key = segmentKey(topic, partition, s, ".index");
         byte[] idx = checkedObject(key, s.indexBytes, s.indexCrc);
@@ -253,28 +270,49 @@ final class RemoteTier implements Closeable {
             throw new RemoteCorruptionException(key, -1, key + ": offset index of " + idx.length
                                                          + " bytes is not whole 8-byte entries");
         }
-        long rel = offset - s.baseOffset;
-        long pos = 0;
-        int loI = 0, hiI = idx.length / 8;  // first entry with relative offset > rel
-        while (loI < hiI) {
-            int mid = (loI + hiI) >>> 1;
-            long r = Codecs.be32(idx, mid * 8) & 0xFFFFFFFFL;
-            if (r <= rel) {
-                loI = mid + 1;
-            } else {
-                hiI = mid;
+        int entries = idx.length / 8;
+        long start = 0, end = s.sizeInBytes;
+        if (needStart) {
+            int i = firstAbove(idx, entries, from - s.baseOffset);  // first entry with offset > from
+            if (i > 0) {
+                start = Codecs.be32(idx, (i - 1) * 8 + 4) & 0xFFFFFFFFL;
             }
         }
-        if (loI > 0) {
-            pos = Codecs.be32(idx, (loI - 1) * 8 + 4) & 0xFFFFFFFFL;
+        if (needEnd) {
+            int i = firstAbove(idx, entries, to - s.baseOffset - 1);  // first entry with offset >= to
+            if (i + 1 < entries) {
+                end = Codecs.be32(idx, (i + 1) * 8 + 4) & 0xFFFFFFFFL;
+            }
         }
-        return pos;
+        if (start > end || end > s.sizeInBytes) {
+            throw new RemoteCorruptionException(key, -1, key + ": offset index positions [" + start + ", " + end
+                                                         + ") do not lie in the " + s.sizeInBytes + " bytes of the log");
+        }
+        return new long[] {start, end};
     }
 
-    /** The `.log` object read sequentially from `from` (one streaming GET on S3, sent at the
-     *  first read: a missing object is found there, and named as {@link #openKnown} does). */
-    InputStream openLog(String key, long from, long size) throws IOException {
-        FSDataInputStream in = openKnown(key, size, "sequential");
+    /** The first index entry whose relative offset is above `rel` (entries: when none is). */
+    private static int firstAbove(byte[] idx, int entries, long rel) {
+        int lo = 0, hi = entries;
+        while (lo < hi) {
+            int mid = (lo + hi) >>> 1;
+            long r = Codecs.be32(idx, mid * 8) & 0xFFFFFFFFL;
+            if (r <= rel) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        return lo;
+    }
+
+    /** The `.log` object's bytes [from, end) read sequentially (one streaming GET on S3, sent at
+     *  the first read, of that range only: `end` is declared as the object's length, which S3A's
+     *  classic stream asks for as the GET's last byte; a missing object is found there, and named
+     *  as {@link #openKnown} does). `end` is the manifest's size, or a batch boundary below it
+     *  ({@link #byteRange}). */
+    InputStream openLog(String key, long from, long end) throws IOException {
+        FSDataInputStream in = openKnown(key, end, "sequential");
         if (from > 0) {
             in.seek(from);
         }

@@ -6,14 +6,15 @@ import java.util.List;
 import org.apache.spark.sql.connector.read.InputPartition;
 
 /**
- * One Spark input partition: consecutive remote segments (up to maxPartitionBytes of `.log`),
- * each with the offsets and timestamps wanted from it; or one topic partition's hot tail read
- * from the nodes (`hot` set, no parts).
+ * One Spark input partition: consecutive remote segments or parts of one (up to maxPartitionBytes
+ * of `.log`), each with the offsets and timestamps wanted from it; or one topic partition's hot
+ * tail read from the nodes (`hot` set, no parts).
  */
 final class Split implements InputPartition {
     private static final long serialVersionUID = 1L;
 
-    /** The wanted rows of one segment: offsets [from, to], timestamps [minTs, maxTs] (inclusive). */
+    /** The wanted rows of one segment: offsets [from, to], timestamps [minTs, maxTs] (inclusive);
+     *  a segment cut across tasks is several parts with consecutive offset ranges. */
     static final class Part implements Serializable {
         private static final long serialVersionUID = 1L;
         final int partition;
