@@ -42,6 +42,14 @@ DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
+#: Hadoop 3.5's default S3A input stream (the analytics accelerator's) keeps what it read in the
+#: JVM's heap for a few seconds, up to 2 GiB by default: more than a default 1 GiB driver heap.
+#: Reading 117 MB and then 522 MB of Parquet from S3 back to back in one local session failed with
+#: `OutOfMemoryError: Java heap space` inside that stream (bench/spark.py --source-only,
+#: 2026-11-26). Lakelog's sessions cap it at 256 MiB; a `conf` entry of the same key overrides.
+S3A_STREAM_MEMORY_CONF: dict[str, str] = {
+    "spark.hadoop.fs.s3a.analytics.accelerator.physicalio.max.memory.limit": str(256 * 1024 * 1024),
+}
 #: Lakelog's own packages (folders of the repository, `lakelog.<name>` once imported), shipped to
 #: executors of a cluster master (see `ship_packages`).
 SHIPPED_PACKAGES = ("infra", "index", "logstore", "tiering", "compaction", "spark_log")
@@ -102,6 +110,7 @@ def session_conf(
     settings: dict[str, str] = {"spark.master": master}
     settings.update(jar_settings(master, jars_dir, extra))
     settings.update(DELTA_CONF)
+    settings.update(S3A_STREAM_MEMORY_CONF)
     if master.startswith("local"):
         settings.update(LOCAL_DEFAULTS)
         # Sized to the master: 2 shuffle partitions (and Delta log-replay tasks) per core.

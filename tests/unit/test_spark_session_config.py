@@ -71,6 +71,13 @@ def test_local_sessions_are_sized_to_the_master(fake_jars):  # noqa: D103
     assert session_conf(master="local[*]", jars_dir=fake_jars)["spark.sql.shuffle.partitions"] == str(2 * cores)
 
 
+def test_the_default_s3a_streams_memory_is_capped_below_a_default_heap_unless_configured(fake_jars):
+    key = "spark.hadoop.fs.s3a.analytics.accelerator.physicalio.max.memory.limit"
+    for master in ("local[2]", "spark://head:7077"):
+        assert int(session_conf(master=master, jars_dir=fake_jars)[key]) == 256 * 1024 * 1024, master
+    assert session_conf(master="local[2]", jars_dir=fake_jars, conf={key: "1073741824"})[key] == "1073741824"
+
+
 def test_the_jvm_data_source_jar_follows_the_local_jars(fake_jars, monkeypatch, tmp_path):
     jar = tmp_path / "built" / "lakelog-spark.jar"
     jar.parent.mkdir()
