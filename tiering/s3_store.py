@@ -207,39 +207,30 @@ class S3Store(ObjectStore):
                           int(resp["LastModified"].timestamp() * 1000))
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
-        check_prefix(prefix)
-        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
-        strip = len(self.prefix) + 1 if self.prefix else 0
-        out: list[ObjectInfo] = []
-        token: str | None = None
-        while True:
-            kwargs = {"Bucket": self.bucket, "Prefix": full, "MaxKeys": 1000}
-            if token:
-                kwargs["ContinuationToken"] = token
-            resp = self._call("LIST", prefix, lambda: self._client.list_objects_v2(**kwargs))
-            for obj in resp.get("Contents", []):
-                out.append(ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj.get("ETag"),
-                                      int(obj["LastModified"].timestamp() * 1000)))
-            if not resp.get("IsTruncated"):
-                break
-            token = resp.get("NextContinuationToken")
-        out.sort(key=lambda o: o.key)
-        return out
+        return self._listed(prefix)
 
     def list_after(self, prefix: str, start_after: str, limit: int) -> list[ObjectInfo]:
         check_prefix(prefix)
         if limit < 1:
             raise ValueError(f"list_after limit must be >= 1, not {limit}")
+        return self._listed(prefix, start_after=start_after, limit=limit)
+
+    def _listed(self, prefix: str, *, start_after: str | None = None, limit: int | None = None) -> list[ObjectInfo]:
+        """Keys under `prefix` in key order, every page of ListObjectsV2 followed; with `start_after`
+        (S3's StartAfter) only the keys after it, with `limit` at most that many (MaxKeys cut to it)."""
+        check_prefix(prefix)
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
-        after = f"{self.prefix}/{start_after}" if self.prefix else start_after
+        after = None
+        if start_after is not None:
+            after = f"{self.prefix}/{start_after}" if self.prefix else start_after
         out: list[ObjectInfo] = []
         token: str | None = None
-        while len(out) < limit:
-            kwargs = {"Bucket": self.bucket, "Prefix": full, "MaxKeys": min(1000, limit - len(out))}
+        while limit is None or len(out) < limit:
+            kwargs = {"Bucket": self.bucket, "Prefix": full, "MaxKeys": 1000 if limit is None else min(1000, limit - len(out))}
             if token:
                 kwargs["ContinuationToken"] = token
-            elif after > full:
+            elif after is not None and after > full:
                 kwargs["StartAfter"] = after
             resp = self._call("LIST", prefix, lambda: self._client.list_objects_v2(**kwargs))
             for obj in resp.get("Contents", []):
@@ -248,7 +239,8 @@ class S3Store(ObjectStore):
             if not resp.get("IsTruncated"):
                 break
             token = resp.get("NextContinuationToken")
-        return sorted(out, key=lambda o: o.key)[:limit]
+        out.sort(key=lambda o: o.key)
+        return out if limit is None else out[:limit]
 
     def list_prefixes(self, prefix: str = "") -> list[str]:
         check_prefix(prefix)
