@@ -20,7 +20,7 @@ from lakelog.spark_log.session import remote_session
 from lakelog.tiering import RemoteTier, TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.remote_scan import load_manifest
-from tests.support.spark_jvm import copy_to_s3
+from tests.support.spark_jvm import copy_to_s3, plain
 
 pytestmark = pytest.mark.spark
 TOPIC = "jvm-orders"
@@ -98,17 +98,7 @@ def read(spark, fmt: str, remote: str, *, schema: str | None = None, where: str 
     if where:
         df = df.where(where)
     order = [c for c in ("partition", "offset") if c in df.columns]
-    return [_plain(r.asDict(recursive=True)) for r in (df.orderBy(*order) if order else df).collect()]
-
-
-def _plain(v):
-    if isinstance(v, (bytes, bytearray)):
-        return bytes(v)
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
+    return [plain(r.asDict(recursive=True)) for r in (df.orderBy(*order) if order else df).collect()]
 
 
 def same(spark, remote: str, **kw) -> list[dict]:

@@ -23,7 +23,7 @@ from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
 from lakelog.tiering import RemoteTier, TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.remote_scan import load_manifest
-from tests.support.spark_jvm import copy_to_s3, jvm_session, lists
+from tests.support.spark_jvm import copy_to_s3, jvm_session, lists, plain
 
 pytestmark = pytest.mark.spark
 TOPIC = "jvm-split"
@@ -124,17 +124,7 @@ def read(spark, fmt: str, remote: str, *, where: str | None = None, **options) -
     df = reader.load()
     if where:
         df = df.where(where)
-    return [_plain(r.asDict(recursive=True)) for r in df.orderBy("partition", "offset").collect()]
-
-
-def _plain(v):
-    if isinstance(v, (bytes, bytearray)):
-        return bytes(v)
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
+    return [plain(r.asDict(recursive=True)) for r in df.orderBy("partition", "offset").collect()]
 
 
 def _df(spark, url: str, **options):
@@ -200,7 +190,7 @@ def test_streaming_micro_batch_reads_cut_segments_once(spark, topic):
              .queryName("jvm_split_stream").trigger(availableNow=True).start())
     try:
         query.awaitTermination(300)
-        got = [_plain(r.asDict(recursive=True)) for r in spark.sql("SELECT * FROM jvm_split_stream").orderBy(
+        got = [plain(r.asDict(recursive=True)) for r in spark.sql("SELECT * FROM jvm_split_stream").orderBy(
             "partition", "offset").collect()]
     finally:
         query.stop()
@@ -215,7 +205,7 @@ def test_on_s3_each_part_is_one_index_get_and_one_log_get_of_its_bytes(spark, sp
     ref = read(spark, PYTHON_SOURCE_NAME, url)
     spark_s3.requests()  # from here on: the JVM reader's requests only
     # one scan (sorted here: Spark's sort would scan twice, once to sample its ranges)
-    rows = [_plain(r.asDict(recursive=True)) for r in _df(spark, s3_url, **CUT).collect()]
+    rows = [plain(r.asDict(recursive=True)) for r in _df(spark, s3_url, **CUT).collect()]
     asked = spark_s3.requests()
     assert sorted(rows, key=lambda r: (r["partition"], r["offset"])) == ref
     assert asked.get("GET .log") == len(parts)

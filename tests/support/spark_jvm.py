@@ -41,3 +41,15 @@ def lists(asked: dict[str, int]) -> int:
     """The LIST requests among `asked` (S3Server.requests()): GETs of no object key suffix."""
     keyed = sum(v for k, v in asked.items() if k.startswith("GET ."))
     return asked.get("GET", 0) - keyed
+
+
+def plain(v):
+    """A collected Row's value as plain Python (bytearray -> bytes, nested rows and lists too), so
+    rows from two readers compare with ==."""
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v)
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [plain(x) for x in v]
+    return v
