@@ -69,8 +69,6 @@ from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.image_values import PartitionState
 from lakelog.ingest_api.cluster.partition_change import LivenessView
 
-Records = list[dict[str, Any]]
-
 
 class Controller:
     """The active controller: validates requests against the image and returns the records to propose."""
@@ -104,30 +102,31 @@ class Controller:
     # --- brokers -------------------------------------------------------------------------------
 
     def register_broker(self, node_id: int, incarnation_id: str, host: str, port: int, rack: str | None,
-                        now_ms: int) -> tuple[Records, int]:
+                        now_ms: int) -> tuple[list[dict[str, Any]], int]:
         """Register (or re-register) a node; the records and its new broker epoch (`BrokerRegistry`)."""
         self._require_active()
         return self._brokers.register_broker(node_id, incarnation_id, host, port, rack, now_ms)
 
-    def unregister_broker(self, node_id: int) -> Records:
+    def unregister_broker(self, node_id: int) -> list[dict[str, Any]]:
         """Remove a node's registration (operator action); its leaderships and ISR places go too."""
         self._require_active()
         return self._brokers.unregister_broker(node_id)
 
     def heartbeat(self, node_id: int, broker_epoch: int, now_ms: int, *, caught_up_offset: int,
-                  want_fence: bool = False, want_shutdown: bool = False) -> tuple[Records, HeartbeatReply]:
+                  want_fence: bool = False, want_shutdown: bool = False
+                  ) -> tuple[list[dict[str, Any]], HeartbeatReply]:
         """A broker's heartbeat: renews its session; may unfence it, fence it, or drive its controlled
         shutdown (`BrokerRegistry.heartbeat`)."""
         self._require_active()
         return self._brokers.heartbeat(node_id, broker_epoch, now_ms, caught_up_offset=caught_up_offset,
                                        want_fence=want_fence, want_shutdown=want_shutdown)
 
-    def allocate_producer_ids(self, node_id: int, broker_epoch: int) -> tuple[Records, int, int]:
+    def allocate_producer_ids(self, node_id: int, broker_epoch: int) -> tuple[list[dict[str, Any]], int, int]:
         """A block of producer ids for a broker: (records, first id, count); blocks never overlap."""
         self._require_active()
         return self._brokers.allocate_producer_ids(node_id, broker_epoch)
 
-    def tick(self, now_ms: int) -> Records:
+    def tick(self, now_ms: int) -> list[dict[str, Any]]:
         """Fence brokers whose session expired and reconcile partitions (elections, ISR, rebalance).
 
         Changes this controller proposed and has not seen applied are not proposed again until
@@ -144,22 +143,22 @@ class Controller:
     # --- topics --------------------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int | None, replication_factor: int | None,
-                     configs: Mapping[str, str], topic_id: str, now_ms: int) -> Records:
+                     configs: Mapping[str, str], topic_id: str, now_ms: int) -> list[dict[str, Any]]:
         """A new topic placed over the eligible brokers; leader = first replica, ISR = replicas."""
         self._require_active()
         return self._topics.create_topic(name, partitions, replication_factor, configs, topic_id, now_ms)
 
-    def create_partitions(self, name: str, total: int) -> Records:
+    def create_partitions(self, name: str, total: int) -> list[dict[str, Any]]:
         """Grow a topic to `total` partitions (Kafka's `--alter --partitions`); never shrinks."""
         self._require_active()
         return self._topics.create_partitions(name, total)
 
-    def delete_topic(self, name: str) -> Records:
+    def delete_topic(self, name: str) -> list[dict[str, Any]]:
         """Delete a topic."""
         self._require_active()
         return self._topics.delete_topic(name)
 
-    def alter_configs(self, name: str, configs: Mapping[str, str]) -> Records:
+    def alter_configs(self, name: str, configs: Mapping[str, str]) -> list[dict[str, Any]]:
         """Replace a topic's config overrides with `configs` (keys and values validated by the caller)."""
         self._require_active()
         return self._topics.alter_configs(name, configs)
@@ -172,7 +171,7 @@ class Controller:
 
     def alter_partition(self, node_id: int, broker_epoch: int, topic: str, partition: int,
                         leader_epoch: int, partition_epoch: int, new_isr: Iterable[int]
-                        ) -> tuple[Records, PartitionState]:
+                        ) -> tuple[list[dict[str, Any]], PartitionState]:
         """A leader's ISR change, a compare-and-swap on (leader epoch, partition epoch).
 
         Refused unless the requester is the leader of `leader_epoch` (FencedLeaderEpochError,
@@ -185,19 +184,20 @@ class Controller:
         self._brokers.check_broker(node_id, broker_epoch)
         return self._partitions.alter_partition(node_id, topic, partition, leader_epoch, partition_epoch, new_isr)
 
-    def alter_partition_reassignments(self, changes: Iterable[tuple[str, int, list[int] | None]]) -> Records:
+    def alter_partition_reassignments(self, changes: Iterable[tuple[str, int, list[int] | None]]
+                                      ) -> list[dict[str, Any]]:
         """Start, change (a target replica list) or cancel (None) partition reassignments (Kafka's
         AlterPartitionReassignments); all are checked before any record is returned."""
         self._require_active()
         return self._partitions.alter_partition_reassignments(changes)
 
-    def elect_leaders(self, partitions: Iterable[tuple[str, int]]) -> Records:
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
         """Kafka's ElectLeaders (PREFERRED) for the named partitions: leadership to each one's first
         replica where it is eligible, in the ISR and not leading already (else unchanged)."""
         self._require_active()
         return self._partitions.elect_leaders(partitions)
 
-    def elect_preferred_leaders(self, topic: str | None = None) -> Records:
+    def elect_preferred_leaders(self, topic: str | None = None) -> list[dict[str, Any]]:
         """Move leadership back to each partition's first replica where it is eligible and in the ISR."""
         self._require_active()
         return self._partitions.elect_preferred_leaders(topic)
