@@ -26,7 +26,8 @@ from typing import Any, Callable
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_CONFIG_CONTROLLER_OPS
 from lakelog.ingest_api.cluster.broker_configs import controller_records as broker_config_controller_records
-from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
+from lakelog.ingest_api.cluster.controller import Controller
+from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.errors import NotControllerError
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.image_values import encode_record

@@ -20,7 +20,7 @@ import logging
 from typing import Any
 
 from lakelog.ingest_api.cluster.broker_configs import CLUSTER_DEFAULT, BrokerConfigState
-from lakelog.ingest_api.cluster.controller import ControllerConfig
+from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.config import NodeConfig
 
 log = logging.getLogger("lakelog.node")

@@ -52,7 +52,7 @@ from lakelog.compaction.cleaner import LogCleaner
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.admin import AdminService, MetadataWaiters, PartitionStateView
 from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
-from lakelog.ingest_api.cluster.controller import ControllerConfig
+from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster_events import ClusterEvents
 from lakelog.ingest_api.event_file import FILE_NAME as EVENTS_FILE

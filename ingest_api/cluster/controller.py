@@ -45,44 +45,159 @@ that shows it has applied the metadata log up to its own register record.
 Partition reconciliation (`tick`, and after every broker-state change, for that broker's partitions)
 follows the rules in `partition_change.py`.
 
-Where the code is: this module holds `Controller`'s constructor; brokers (registration,
-heartbeats, fencing, `tick`, producer ids) are `ControllerBrokers` (controller_brokers.py, with
-`HeartbeatReply`), topics and partitions `ControllerTopics` (controller_topics.py), the fields,
-leadership and shared helpers `ControllerState` (controller_state.py), the settings
-`ControllerConfig` (controller_config.py). They work on the same fields.
+Where the code is: `Controller` (this module) holds the leadership (`activate`, `deactivate`) and
+checks it before every request, then hands the request to one of three objects it holds, each
+owning its own state: `BrokerRegistry` (controller_brokers.py: registration, heartbeats, sessions
+and fencing, producer ids; `HeartbeatReply`), `PartitionReconciler` (controller_partitions.py: every
+leader election, ISR change and reassignment step, the tick's scan and the rebalance, what is in
+flight) and `TopicManager` (controller_topics.py: the topic records). The registry asks the
+reconciler what a broker-state change does to partitions; neither knows the topics' code. The
+settings are `ControllerConfig` (controller_config.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lakelog.ingest_api.cluster.controller_brokers import ControllerBrokers, HeartbeatReply  # noqa: F401  (HeartbeatReply re-exported)
-from lakelog.ingest_api.cluster.controller_config import (  # noqa: F401  (re-exported: the node, its components and tests import them here)
-    MIN_INSYNC_REPLICAS_KEY,
-    UNCLEAN_LEADER_ELECTION_KEY,
-    ControllerConfig,
-)
-from lakelog.ingest_api.cluster.controller_topics import ControllerTopics
+from lakelog.ingest_api.cluster.controller_brokers import BrokerRegistry, HeartbeatReply
+from lakelog.ingest_api.cluster.controller_config import ControllerConfig
+from lakelog.ingest_api.cluster.controller_partitions import PartitionReconciler
+from lakelog.ingest_api.cluster.controller_topics import TopicManager
+from lakelog.ingest_api.cluster.errors import NotControllerError
 from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.image_values import PartitionState
+from lakelog.ingest_api.cluster.partition_change import LivenessView
 
 
-class Controller(ControllerBrokers, ControllerTopics):
+class Controller:
     """The active controller: validates requests against the image and returns the records to propose."""
 
     def __init__(self, image: ClusterImage, config: ControllerConfig | None = None) -> None:
         self.image = image
         self.config = config or ControllerConfig()
         self.active = False
-        self._active_since_ms = 0
-        self._last_contact_ms: dict[int, int] = {}
-        self._next_broker_epoch = 1
-        self._next_producer_id = 0
-        self._scanned_index = -1  # image index of the last complete reconcile (-1: rescan)
-        self._scanned_ms = 0
-        # What this controller proposed and has not seen applied yet, so `tick` does not propose it
-        # again: ("fence", node_id) -> (broker epoch, proposed at) and
-        # ("partition", topic_id, partition) -> (target partition epoch, proposed at).
-        self._in_flight: dict[tuple[Any, ...], tuple[int, int]] = {}
-        self._now_ms = 0  # the latest time any call brought
-        self._last_rebalance_ms = 0
-        self._rebalance_due_ms: int | None = None  # an earlier rebalance, see preferred_leader_return_delay_ms
+        self._partitions = PartitionReconciler(image, self.config)
+        self._brokers = BrokerRegistry(image, self.config, self._partitions)
+        self._topics = TopicManager(image, self.config)
+
+    # --- leadership ----------------------------------------------------------------------------
+
+    def activate(self, now_ms: int) -> None:
+        """Become the active controller: every registered broker gets a full session from `now_ms`."""
+        self.active = True
+        self._brokers.activate(now_ms)
+        self._partitions.activate(now_ms)
+
+    def deactivate(self) -> None:
+        """Stop being the active controller (leadership lost); the soft state is dropped."""
+        self.active = False
+        self._brokers.deactivate()
+        self._partitions.deactivate()
+
+    def _require_active(self) -> None:
+        if not self.active:
+            raise NotControllerError("this node is not the active controller")
+
+    # --- brokers -------------------------------------------------------------------------------
+
+    def register_broker(self, node_id: int, incarnation_id: str, host: str, port: int, rack: str | None,
+                        now_ms: int) -> tuple[list[dict[str, Any]], int]:
+        """Register (or re-register) a node; the records and its new broker epoch (`BrokerRegistry`)."""
+        self._require_active()
+        return self._brokers.register_broker(node_id, incarnation_id, host, port, rack, now_ms)
+
+    def unregister_broker(self, node_id: int) -> list[dict[str, Any]]:
+        """Remove a node's registration (operator action); its leaderships and ISR places go too."""
+        self._require_active()
+        return self._brokers.unregister_broker(node_id)
+
+    def heartbeat(self, node_id: int, broker_epoch: int, now_ms: int, *, caught_up_offset: int,
+                  want_fence: bool = False, want_shutdown: bool = False
+                  ) -> tuple[list[dict[str, Any]], HeartbeatReply]:
+        """A broker's heartbeat: renews its session; may unfence it, fence it, or drive its controlled
+        shutdown (`BrokerRegistry.heartbeat`)."""
+        self._require_active()
+        return self._brokers.heartbeat(node_id, broker_epoch, now_ms, caught_up_offset=caught_up_offset,
+                                       want_fence=want_fence, want_shutdown=want_shutdown)
+
+    def allocate_producer_ids(self, node_id: int, broker_epoch: int) -> tuple[list[dict[str, Any]], int, int]:
+        """A block of producer ids for a broker: (records, first id, count); blocks never overlap."""
+        self._require_active()
+        return self._brokers.allocate_producer_ids(node_id, broker_epoch)
+
+    def tick(self, now_ms: int) -> list[dict[str, Any]]:
+        """Fence brokers whose session expired and reconcile partitions (elections, ISR, rebalance).
+
+        Changes this controller proposed and has not seen applied are not proposed again until
+        `proposal_timeout_ms` has passed; at most `max_records_per_tick` records, the rest next tick.
+        """
+        self._require_active()
+        self._partitions.expire_in_flight(now_ms)
+        view = LivenessView(self.image)
+        records, fenced_now = self._brokers.expire_sessions(view, now_ms)
+        room = max(0, self.config.max_records_per_tick - len(records))
+        records += self._partitions.tick(view, now_ms, fenced_now=fenced_now, room=room)
+        return self._partitions.proposed(records, now_ms)
+
+    # --- topics --------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int | None, replication_factor: int | None,
+                     configs: Mapping[str, str], topic_id: str, now_ms: int) -> list[dict[str, Any]]:
+        """A new topic placed over the eligible brokers; leader = first replica, ISR = replicas."""
+        self._require_active()
+        return self._topics.create_topic(name, partitions, replication_factor, configs, topic_id, now_ms)
+
+    def create_partitions(self, name: str, total: int) -> list[dict[str, Any]]:
+        """Grow a topic to `total` partitions (Kafka's `--alter --partitions`); never shrinks."""
+        self._require_active()
+        return self._topics.create_partitions(name, total)
+
+    def delete_topic(self, name: str) -> list[dict[str, Any]]:
+        """Delete a topic."""
+        self._require_active()
+        return self._topics.delete_topic(name)
+
+    def alter_configs(self, name: str, configs: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Replace a topic's config overrides with `configs` (keys and values validated by the caller)."""
+        self._require_active()
+        return self._topics.alter_configs(name, configs)
+
+    def min_insync_replicas(self, name: str) -> int:
+        """The topic's effective min.insync.replicas (its override, else the controller default)."""
+        return self._topics.min_insync_replicas(name)
+
+    # --- partitions ----------------------------------------------------------------------------
+
+    def alter_partition(self, node_id: int, broker_epoch: int, topic: str, partition: int,
+                        leader_epoch: int, partition_epoch: int, new_isr: Iterable[int]
+                        ) -> tuple[list[dict[str, Any]], PartitionState]:
+        """A leader's ISR change, a compare-and-swap on (leader epoch, partition epoch).
+
+        Refused unless the requester is the leader of `leader_epoch` (FencedLeaderEpochError,
+        NotPartitionLeaderError) and `partition_epoch` is current (InvalidUpdateVersionError); the
+        new ISR must hold the leader and only replicas (InvalidIsrError), and every member it adds
+        must be eligible (IneligibleReplicaError). Returns the records (none if the ISR is already
+        that set) and the resulting partition state.
+        """
+        self._require_active()
+        self._brokers.check_broker(node_id, broker_epoch)
+        return self._partitions.alter_partition(node_id, topic, partition, leader_epoch, partition_epoch, new_isr)
+
+    def alter_partition_reassignments(self, changes: Iterable[tuple[str, int, list[int] | None]]
+                                      ) -> list[dict[str, Any]]:
+        """Start, change (a target replica list) or cancel (None) partition reassignments (Kafka's
+        AlterPartitionReassignments); all are checked before any record is returned."""
+        self._require_active()
+        return self._partitions.alter_partition_reassignments(changes)
+
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+        """Kafka's ElectLeaders (PREFERRED) for the named partitions: leadership to each one's first
+        replica where it is eligible, in the ISR and not leading already (else unchanged)."""
+        self._require_active()
+        return self._partitions.elect_leaders(partitions)
+
+    def elect_preferred_leaders(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """Move leadership back to each partition's first replica where it is eligible and in the ISR."""
+        self._require_active()
+        return self._partitions.elect_preferred_leaders(topic)

@@ -40,7 +40,7 @@ class ControllerConfig:
     #: the leader rebalance runs this long after the last such expansion (not at the next periodic
     #: check): a restarted node gets its leaderships back once it has caught up, not minutes later.
     preferred_leader_return_delay_ms: int = 5_000
-    #: Leader moves a rebalance proposes per tick (see Controller._pace_rebalance).
+    #: Leader moves a rebalance proposes per tick (see PartitionReconciler._pace_rebalance, controller_partitions.py).
     rebalance_moves_per_tick: int = 8
     producer_id_block_size: int = 1_000
     max_record_bytes: int = 1_000_000  # below the Raft max_entry_bytes (1 MiB)

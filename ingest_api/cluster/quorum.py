@@ -14,9 +14,11 @@ feeds the core every event through one driver task:
     then: report role / term / leader changes, `on_applied`, and snapshot every N applied entries
     (`CompactLog`, which is one more step through the same path).
 
-Group commit, the durability contract of core.py and the fail-stop are the driver's:
-cluster/quorum_driver.py (`QuorumDriver`, the stepping half of this class). The sends go through
-`PeerSender` (cluster/quorum_sender.py).
+The host holds a `QuorumDriver` (cluster/quorum_driver.py), which owns the stepping: the inbox, the
+timer and driver tasks, group commit, the durability contract of core.py, the proposals waiting
+to apply, the applied index, the reported role and the fail-stop. The host opens and closes the
+storage, its I/O thread and the sends (`PeerSender`, cluster/quorum_sender.py), builds the core
+and the lease, and hands them to the driver; its ways in queue events on the driver.
 
 Restart: `start()` opens the directory (`RaftStorage` recovers it), restores the state machine from the
 snapshot if there is one, then builds the core from `RaftStorage.load()`. Entries after the snapshot are
@@ -65,18 +67,9 @@ from lakelog.ingest_api.cluster.errors import (
     QuorumTimeoutError,
     QuorumUnavailableError,
 )
-from lakelog.ingest_api.cluster.metadata_follower import MetadataBatch, cancel_task
+from lakelog.ingest_api.cluster.metadata_follower import MetadataBatch
 from lakelog.ingest_api.cluster.quorum_config import QuorumConfig, format_voters
-from lakelog.ingest_api.cluster.quorum_driver import (
-    NEW,
-    RUNNING,
-    STOP,
-    STOPPED,
-    STOPPING,
-    Proposal,
-    QuorumDriver,
-    now_ms,
-)
+from lakelog.ingest_api.cluster.quorum_driver import NEW, RUNNING, Proposal, QuorumDriver, now_ms
 from lakelog.ingest_api.cluster.quorum_sender import PeerSender, QuorumCounters
 from lakelog.ingest_api.errors import RequestTooLargeError
 from lakelog.ingest_api.raft.core import RaftCore
@@ -103,7 +96,7 @@ log = logging.getLogger("lakelog.quorum")
 PAUSE_MIN_MS = 2000
 
 
-class QuorumHost(QuorumDriver):
+class QuorumHost:
     """One controller voter: core, storage and state machine driven by an asyncio task. See the module doc."""
 
     def __init__(self, config: QuorumConfig, state_machine: StateMachine, *,
@@ -112,25 +105,15 @@ class QuorumHost(QuorumDriver):
                  rng: random.Random | None = None) -> None:
         self.config = config
         self.state_machine = state_machine
-        self.on_role_change = on_role_change
-        self.on_applied = on_applied
         self.counters = QuorumCounters()
-        self.failure: BaseException | None = None
         self._rng = rng or random.Random()
-        self._state = NEW
-        self._core: RaftCore | None = None
+        self._driver = QuorumDriver(config, state_machine, self.counters, on_role_change=on_role_change,
+                                    on_applied=on_applied)
+        self._core: RaftCore | None = None  # this and the next four are made at start
         self._storage: RaftStorage | None = None
         self._io: ThreadPoolExecutor | None = None
-        self._sender: PeerSender | None = None  # made at start
-        self._inbox: asyncio.Queue | None = None
-        self._driver: asyncio.Task | None = None
-        self._timer: asyncio.Task | None = None
-        self._pending: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
-        self._reported = (Role.FOLLOWER, 0, NO_NODE)  # (role, durable term, leader id)
-        self.lease: LeaderLease | None = None  # made at start
-        self._applied_index = 0
-        self._snapshot_index = 0  # of the last snapshot made durable
-        self._changed: asyncio.Event | None = None
+        self._sender: PeerSender | None = None
+        self.lease: LeaderLease | None = None
 
     # --- read-only views (the state after the last completed step)
 
@@ -140,15 +123,20 @@ class QuorumHost(QuorumDriver):
 
     @property
     def running(self) -> bool:
-        return self._state == RUNNING
+        return self._driver.state == RUNNING
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What made this voter fail-stop (None if it did not): a failed persist, apply or invariant."""
+        return self._driver.failure
 
     @property
     def role(self) -> Role:
-        return self._reported[0]
+        return self._driver.reported[0]
 
     @property
     def is_leader(self) -> bool:
-        return self._reported[0] == Role.LEADER
+        return self._driver.reported[0] == Role.LEADER
 
     @property
     def has_lease(self) -> bool:
@@ -159,7 +147,7 @@ class QuorumHost(QuorumDriver):
         if self.lease is None:
             return False
         valid = self.is_leader and self.lease.valid(now_ms())
-        self._step_down_if_paused()
+        self._driver.step_down_if_paused()
         return valid
 
     async def confirm_lease(self, timeout_s: float | None = None) -> bool:
@@ -180,15 +168,15 @@ class QuorumHost(QuorumDriver):
     @property
     def term(self) -> int:
         """The durable Raft term, i.e. the controller epoch this voter knows."""
-        return self._reported[1]
+        return self._driver.reported[1]
 
     @property
     def leader_id(self) -> int:
-        return self._reported[2]
+        return self._driver.reported[2]
 
     @property
     def applied_index(self) -> int:
-        return self._applied_index
+        return self._driver.applied_index
 
     @property
     def commit_index(self) -> int:
@@ -196,13 +184,13 @@ class QuorumHost(QuorumDriver):
 
     @property
     def snapshot_index(self) -> int:
-        return self._snapshot_index
+        return self._driver.snapshot_index
 
     # --- lifecycle
 
     async def start(self) -> None:
         """Open and recover the storage, restore the state machine, start the timer and the driver."""
-        invariant(self._state == NEW, f"quorum host {self.node_id} was already started ({self._state})")
+        invariant(self._driver.state == NEW, f"quorum host {self.node_id} was already started ({self._driver.state})")
         loop = asyncio.get_running_loop()
         cfg = self.config
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"raft-io-{cfg.node_id}")
@@ -210,31 +198,28 @@ class QuorumHost(QuorumDriver):
             self._storage = await loop.run_in_executor(
                 self._io, functools.partial(RaftStorage, cfg.directory, cfg.node_id, fsync=cfg.fsync))
             durable = await loop.run_in_executor(self._io, self._storage.load)
+            snapshot_index = 0
             if durable.snapshot is not None:
                 self.state_machine.restore(durable.snapshot.data)
-                self._applied_index = self._snapshot_index = durable.snapshot.last_index
+                snapshot_index = durable.snapshot.last_index
             self._core = RaftCore(cfg.node_id, tuple(cfg.voters), cfg.raft_config(), self._rng, durable)
         except BaseException:
             await self._close_storage()
-            self._state = STOPPED
+            self._driver.abandon()
             raise
         rec = self._storage.recovery
         if rec.truncated_bytes or rec.dropped_entries or rec.removed_files:
             log.warning("raft voter %d recovered %s: cut %d torn bytes, dropped %d entries, removed %s",
                         cfg.node_id, cfg.directory, rec.truncated_bytes, rec.dropped_entries, rec.removed_files)
         log.info("raft voter %d starting in term %d: snapshot at %d, log to %d, voters %s", cfg.node_id,
-                 durable.term, self._snapshot_index, self._core.last_index, format_voters(cfg.voters))
-        self._reported = (Role.FOLLOWER, durable.term, NO_NODE)
+                 durable.term, snapshot_index, self._core.last_index, format_voters(cfg.voters))
         # The controller's lease: half an election timeout from a quorum's acknowledgements (as sent);
         # a pause of an election timeout (at least PAUSE_MIN_MS) ends the leadership (raft/lease.py).
         self.lease = LeaderLease(cfg.node_id, set(cfg.voters), cfg.election_timeout_ms / 2,
                                  max(cfg.election_timeout_ms, PAUSE_MIN_MS), now_ms())
-        self._changed = asyncio.Event()
-        self._inbox = asyncio.Queue(cfg.max_pending_events)
         self._sender = PeerSender(cfg, self.counters)
-        self._state = RUNNING
-        self._driver = loop.create_task(self._run(), name=f"raft-driver-{cfg.node_id}")
-        self._timer = loop.create_task(self._tick_loop(), name=f"raft-timer-{cfg.node_id}")
+        self._driver.start(self._core, self._storage, self._io, self._sender, self.lease,
+                           applied_index=snapshot_index, snapshot_index=snapshot_index, term=durable.term)
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Stop ticking, finish the step in progress, drop queued events, close the client and the storage.
@@ -242,35 +227,15 @@ class QuorumHost(QuorumDriver):
         Idempotent. Waiting proposals fail with QuorumUnavailableError. The files are left as after a
         completed step (every write the driver started has finished before the storage is closed).
         """
-        if self._state in (NEW, STOPPED):
-            self._state = STOPPED
+        if not await self._driver.halt(timeout_s):
             return
-        if self._state == STOPPING:
-            while self._state == STOPPING:
-                await asyncio.sleep(0.01)
-            return
-        self._state = STOPPING
-        await cancel_task(self._timer)
-        if self._driver is not None and not self._driver.done():
-            try:
-                self._inbox.put_nowait(STOP)
-            except asyncio.QueueFull:
-                pass  # the driver is busy; it looks at the state after the current event
-            try:
-                await asyncio.wait_for(asyncio.shield(self._driver), timeout_s)
-            except (TimeoutError, asyncio.TimeoutError):
-                log.warning("raft voter %d: the driver did not finish within %.1fs; cancelling it", self.node_id,
-                            timeout_s)
-                await cancel_task(self._driver)
         if self._sender is not None:
             await self._sender.close()
-        self._fail_pending(QuorumUnavailableError(f"raft voter {self.node_id} stopped"))
+        self._driver.fail_pending(QuorumUnavailableError(f"raft voter {self.node_id} stopped"))
         await self._close_storage()
-        self._state = STOPPED  # `failure` still tells a fail-stop apart
-        self._publish_state()
-        self._notify()
+        self._driver.stopped()
         log.info("raft voter %d stopped in term %d at applied index %d", self.node_id, self.term,
-                 self._applied_index)
+                 self.applied_index)
 
     async def _close_storage(self) -> None:
         """Close the storage on its own thread (after any write in flight), then let the thread go."""
@@ -295,16 +260,16 @@ class QuorumHost(QuorumDriver):
 
     async def wait_for_applied(self, index: int, timeout_s: float) -> int:
         """Wait until `applied_index >= index`; returns the applied index (QuorumTimeoutError otherwise)."""
-        await self._wait(lambda: self._applied_index >= index, timeout_s, f"applied index {index}")
-        return self._applied_index
+        await self._wait(lambda: self.applied_index >= index, timeout_s, f"applied index {index}")
+        return self.applied_index
 
     async def _wait(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not done():
-            if self._state != RUNNING:
-                raise QuorumUnavailableError(f"raft voter {self.node_id} is {self._state}")
-            changed = self._changed
+            if self._driver.state != RUNNING:
+                raise QuorumUnavailableError(f"raft voter {self.node_id} is {self._driver.state}")
+            changed = self._driver.changed
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise QuorumTimeoutError(f"raft voter {self.node_id}: no {what} within {timeout_s}s")
@@ -344,7 +309,7 @@ class QuorumHost(QuorumDriver):
         failure is raised after its window settles; records before it may have committed, as with
         one `propose` after another.
         """
-        last = self._applied_index
+        last = self.applied_index
         for start in range(0, len(payloads), max(1, window)):
             chunk = payloads[start:start + max(1, window)]
             results = await asyncio.gather(*(self.propose(p, timeout_s) for p in chunk), return_exceptions=True)
@@ -378,22 +343,17 @@ class QuorumHost(QuorumDriver):
             # answer that waited in a socket through a pause is old, not fresh.
             age_ms = max(0.0, time.time() * 1000 - sent_at_ms) if sent_at_ms is not None else 0.0
             self.lease.acknowledged(sender, message.term, now_ms() - age_ms)
-            self._step_down_if_paused()
+            self._driver.step_down_if_paused()
         self._enqueue(Receive(message))
         self.counters.messages_received += 1
 
     def _check_running(self) -> None:
-        if self._state != RUNNING:
-            raise QuorumUnavailableError(f"raft voter {self.node_id} is {self._state}"
+        if self._driver.state != RUNNING:
+            raise QuorumUnavailableError(f"raft voter {self.node_id} is {self._driver.state}"
                                          + (f": {self.failure}" if self.failure else ""))
 
     def _enqueue(self, item: object) -> None:
-        try:
-            self._inbox.put_nowait(item)
-        except asyncio.QueueFull:
-            self.counters.inbox_full += 1
-            raise QuorumUnavailableError(f"raft voter {self.node_id} is busy ({self.config.max_pending_events} "
-                                         f"events queued)") from None
+        self._driver.enqueue(item)
 
     # --- the metadata log for observers
 
@@ -411,7 +371,8 @@ class QuorumHost(QuorumDriver):
         start = snapshot.last_index + 1 if snapshot is not None else from_index + 1
         entries: list[Entry] = []
         size = 0
-        for i in range(start, min(self._applied_index, start + max_entries - 1) + 1):
+        applied = self.applied_index
+        for i in range(start, min(applied, start + max_entries - 1) + 1):
             e = core.entry(i)
             if e is None:
                 break
@@ -419,14 +380,14 @@ class QuorumHost(QuorumDriver):
             if entries and size > max_bytes:
                 break
             entries.append(e)
-        return MetadataBatch(self.node_id, self.term, self.leader_id, core.commit_index, self._applied_index,
+        return MetadataBatch(self.node_id, self.term, self.leader_id, core.commit_index, applied,
                              snapshot, tuple(entries))
 
     async def fetch_metadata(self, from_index: int, max_entries: int | None = None, max_bytes: int | None = None,
                              max_wait_ms: int = 0) -> MetadataBatch:
         """`read_metadata`, after waiting up to `max_wait_ms` (capped) for something past `from_index`."""
         wait_ms = min(max(0, max_wait_ms), self.config.metadata_fetch_max_wait_ms)
-        if wait_ms and self._applied_index <= from_index:
+        if wait_ms and self.applied_index <= from_index:
             try:
                 await self.wait_for_applied(from_index + 1, wait_ms / 1000)
             except QuorumTimeoutError:

@@ -1,10 +1,11 @@
-"""The driver of a controller voter (`QuorumHost`, cluster/quorum.py): one asyncio task steps the core.
+"""The driver of a controller voter: one asyncio task steps the Raft core and carries out its effects.
 
-`QuorumDriver` is the half of `QuorumHost` that owns the stepping: the timer task, the driver task
-that takes events from the bounded inbox, steps `RaftCore` and carries out its effects, and the
-fail-stop. `QuorumHost` (cluster/quorum.py) is the other half: lifecycle, the ways in (`propose`,
-`receive`), waiting and the observers' reads. The sends go through `PeerSender`
-(cluster/quorum_sender.py).
+`QuorumDriver` is held by `QuorumHost` (cluster/quorum.py). It owns the stepping and everything the
+steps change: the bounded inbox, the timer task, the driver task, the proposals waiting for their
+entry to apply, the applied and snapshot indexes, the (role, term, leader) it last reported, the
+voter's lifecycle state and the fail-stop. The host opens the storage, builds the core, the lease
+and the `PeerSender` (cluster/quorum_sender.py) and hands them to `start`; from then on it talks to
+the driver through `enqueue`, `step_down_if_paused`, `halt` / `stopped` and read-only properties.
 
 Group commit. The driver takes the next event and whatever else is already queued behind it (up to
 `append_max_entries`, `controller.quorum.append.max.entries`), steps them one after the other
@@ -30,6 +31,9 @@ Invariants (checked with `invariant()`):
   * a proposal completes successfully only when its index is applied with the term it was proposed in;
   * a snapshot is taken at the applied index, after every Apply up to it.
 
+Lifecycle (`state`): NEW -> RUNNING [-> FAILED, at a fail-stop] -> STOPPING -> STOPPED; the host
+calls `start`, then `halt` and, once it has closed the sender and the storage, `stopped`.
+
 Concurrency: every method runs on the event loop the host was started in; the storage calls run on
 the host's one I/O thread and are awaited.
 """
@@ -46,6 +50,7 @@ from typing import Any, Callable
 
 from lakelog.infra.errors import invariant
 from lakelog.ingest_api.cluster.errors import NotControllerError, QuorumUnavailableError
+from lakelog.ingest_api.cluster.metadata_follower import cancel_task
 from lakelog.ingest_api.cluster.quorum_config import QuorumConfig
 from lakelog.ingest_api.cluster.quorum_sender import PeerSender, QuorumCounters
 from lakelog.ingest_api.raft.core import RaftCore
@@ -88,7 +93,7 @@ class Proposal:
 
 #: Put in the inbox by `stop()`: the driver ends after the group it is in.
 STOP = object()
-#: The host's lifecycle (`_state`): NEW -> RUNNING [-> FAILED, at a fail-stop] -> STOPPING -> STOPPED.
+#: The voter's lifecycle (`QuorumDriver.state`): NEW -> RUNNING [-> FAILED, at a fail-stop] -> STOPPING -> STOPPED.
 RUNNING, NEW, STOPPING, STOPPED, FAILED = "running", "new", "stopping", "stopped", "failed"
 
 
@@ -97,40 +102,144 @@ class FailStop(Exception):
 
 
 class QuorumDriver:
-    """The stepping half of `QuorumHost`: the timer, the driver task, effects and fail-stop (module doc).
+    """Steps one voter's core from a bounded inbox and carries out the effects (module doc)."""
 
-    The attributes below are made by `QuorumHost.__init__` / `start`; `node_id` and `term` are its
-    read-only views.
-    """
+    def __init__(self, config: QuorumConfig, state_machine: StateMachine, counters: QuorumCounters, *,
+                 on_role_change: Callable[[Role, int, int], None] | None = None,
+                 on_applied: Callable[[int], None] | None = None) -> None:
+        self._config = config
+        self._state_machine = state_machine
+        self._counters = counters
+        self._on_role_change = on_role_change
+        self._on_applied = on_applied
+        self._state = NEW
+        self._failure: BaseException | None = None
+        self._core: RaftCore | None = None  # the collaborators, handed over by `start`
+        self._storage: RaftStorage | None = None
+        self._io: ThreadPoolExecutor | None = None
+        self._sender: PeerSender | None = None
+        self._lease: LeaderLease | None = None
+        self._inbox: asyncio.Queue | None = None
+        self._task: asyncio.Task | None = None
+        self._timer: asyncio.Task | None = None
+        self._pending: dict[int, tuple[int, asyncio.Future]] = {}  # index -> (term, future)
+        self._reported = (Role.FOLLOWER, 0, NO_NODE)  # (role, durable term, leader id)
+        self._applied_index = 0
+        self._snapshot_index = 0  # of the last snapshot made durable
+        self._changed: asyncio.Event | None = None
 
-    config: QuorumConfig
-    state_machine: StateMachine
-    on_role_change: Callable[[Role, int, int], None] | None
-    on_applied: Callable[[int], None] | None
-    counters: QuorumCounters
-    failure: BaseException | None
-    lease: LeaderLease | None
-    _state: str
-    _core: RaftCore | None
-    _storage: RaftStorage | None
-    _io: ThreadPoolExecutor | None
-    _sender: PeerSender | None
-    _inbox: asyncio.Queue | None
-    _timer: asyncio.Task | None
-    _pending: dict[int, tuple[int, asyncio.Future]]
-    _reported: tuple[Role, int, int]
-    _applied_index: int
-    _snapshot_index: int
-    _changed: asyncio.Event | None
+    # --- read-only views (the state after the last completed step)
 
-    def _step_down_if_paused(self) -> None:
-        if self.lease is not None and self.lease.take_step_down():
+    @property
+    def state(self) -> str:
+        """The lifecycle state: NEW, RUNNING, FAILED, STOPPING or STOPPED."""
+        return self._state
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What made the voter fail-stop (None if it did not)."""
+        return self._failure
+
+    @property
+    def reported(self) -> tuple[Role, int, int]:
+        """(role, durable term, leader id) as last reported to `on_role_change`."""
+        return self._reported
+
+    @property
+    def applied_index(self) -> int:
+        return self._applied_index
+
+    @property
+    def snapshot_index(self) -> int:
+        return self._snapshot_index
+
+    @property
+    def changed(self) -> asyncio.Event | None:
+        """Set (and replaced by a fresh one) whenever the reported state or the applied index changes."""
+        return self._changed
+
+    @property
+    def _node_id(self) -> int:
+        return self._config.node_id
+
+    # --- lifecycle
+
+    def start(self, core: RaftCore, storage: RaftStorage, io: ThreadPoolExecutor, sender: PeerSender,
+              lease: LeaderLease, *, applied_index: int, snapshot_index: int, term: int) -> None:
+        """Run: the core recovered from `storage` (whose snapshot, at `snapshot_index`, the state machine
+        holds up to `applied_index`), stepped on the running loop; storage calls go to `io`."""
+        invariant(self._state == NEW, f"raft voter {self._node_id} was already started ({self._state})")
+        self._core, self._storage, self._io, self._sender, self._lease = core, storage, io, sender, lease
+        self._applied_index, self._snapshot_index = applied_index, snapshot_index
+        self._reported = (Role.FOLLOWER, term, NO_NODE)
+        self._changed = asyncio.Event()
+        self._inbox = asyncio.Queue(self._config.max_pending_events)
+        self._state = RUNNING
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name=f"raft-driver-{self._node_id}")
+        self._timer = loop.create_task(self._tick_loop(), name=f"raft-timer-{self._node_id}")
+
+    def abandon(self) -> None:
+        """The host could not start: STOPPED without having run."""
+        self._state = STOPPED
+
+    async def halt(self, timeout_s: float) -> bool:
+        """Stop ticking, finish the step in progress, drop queued events (see `_run`).
+
+        True when this call halted a started driver: the host then closes the sender and the storage
+        and calls `stopped`. False when there was nothing to halt (never started: now STOPPED; or
+        stopped) or another call is halting it (after waiting until that stop is complete).
+        """
+        if self._state in (NEW, STOPPED):
+            self._state = STOPPED
+            return False
+        if self._state == STOPPING:
+            while self._state == STOPPING:
+                await asyncio.sleep(0.01)
+            return False
+        self._state = STOPPING
+        await cancel_task(self._timer)
+        if self._task is not None and not self._task.done():
+            try:
+                self._inbox.put_nowait(STOP)
+            except asyncio.QueueFull:
+                pass  # the driver is busy; it looks at the state after the current event
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+            except (TimeoutError, asyncio.TimeoutError):
+                log.warning("raft voter %d: the driver did not finish within %.1fs; cancelling it", self._node_id,
+                            timeout_s)
+                await cancel_task(self._task)
+        return True
+
+    def stopped(self) -> None:
+        """The host closed everything after `halt`: STOPPED (`failure` still tells a fail-stop apart)."""
+        self._state = STOPPED
+        self._publish_state()
+        self._notify()
+
+    # --- the ways in
+
+    def enqueue(self, item: object) -> None:
+        """Queue an event (a `Proposal`, a raft `Receive`); QuorumUnavailableError when the inbox is full."""
+        try:
+            self._inbox.put_nowait(item)
+        except asyncio.QueueFull:
+            self._counters.inbox_full += 1
+            raise QuorumUnavailableError(f"raft voter {self._node_id} is busy ({self._config.max_pending_events} "
+                                         f"events queued)") from None
+
+    def step_down_if_paused(self) -> None:
+        """Queue a StepDown when the lease saw a pause (its clock jumped) during this leadership."""
+        if self._lease is not None and self._lease.take_step_down():
             log.warning("raft voter %d: its clock jumped (a pause); giving up the leadership of term %d",
-                        self.node_id, self.term)
+                        self._node_id, self._reported[1])
             try:
                 self._inbox.put_nowait(StepDown())
             except asyncio.QueueFull:
-                self.counters.inbox_full += 1  # check quorum steps it down an election timeout later
+                self._counters.inbox_full += 1  # check quorum steps it down an election timeout later
+
+    # --- stepping
 
     def _notify(self) -> None:
         if self._changed is not None:
@@ -139,18 +248,18 @@ class QuorumDriver:
 
     async def _tick_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        period = self.config.tick_ms / 1000
+        period = self._config.tick_ms / 1000
         next_at = loop.time() + period
         tick = Tick()
         while self._state == RUNNING:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
-            if self.lease is not None:
-                self.lease.observe(now_ms())
-                self._step_down_if_paused()
+            if self._lease is not None:
+                self._lease.observe(now_ms())
+                self.step_down_if_paused()
             try:
                 self._inbox.put_nowait(tick)
             except asyncio.QueueFull:
-                self.counters.inbox_full += 1
+                self._counters.inbox_full += 1
             # After a stall, do not fire a burst of ticks (that would expire every timeout at once).
             next_at = max(next_at + period, loop.time())
 
@@ -176,8 +285,8 @@ class QuorumDriver:
         finally:
             # The proposals of an interrupted group (a failed persist) and everything queued:
             # proposals fail, messages are lost (Raft resends).
-            gone = QuorumUnavailableError(f"raft voter {self.node_id} stopped"
-                                          + (f" after a failure: {self.failure}" if self.failure else ""))
+            gone = QuorumUnavailableError(f"raft voter {self._node_id} stopped"
+                                          + (f" after a failure: {self._failure}" if self._failure else ""))
             for item in group:
                 if isinstance(item, Proposal):
                     resolve(item.future, error=gone)
@@ -188,7 +297,7 @@ class QuorumDriver:
 
     def _fill_group(self, group: list[object]) -> bool:
         """Group commit: add what is already queued, up to `append_max_entries` events; True at a stop."""
-        while len(group) < self.config.append_max_entries and not self._inbox.empty():
+        while len(group) < self._config.append_max_entries and not self._inbox.empty():
             item = self._inbox.get_nowait()
             if item is STOP:
                 return True
@@ -229,7 +338,7 @@ class QuorumDriver:
                     resolve(prop.future, error=e)
                 continue
             proposals.extend(props)
-            self.counters.steps += 1
+            self._counters.steps += 1
         persists = [e for e in effects if isinstance(e, PERSIST_EFFECTS)]
         if persists:
             try:
@@ -237,12 +346,12 @@ class QuorumDriver:
             except Exception as exc:
                 self._fail(exc)
                 raise FailStop from exc
-            self.counters.persist_groups += 1
+            self._counters.persist_groups += 1
             for e in persists:
                 if isinstance(e, PersistSnapshot):
                     self._snapshot_index = max(self._snapshot_index, e.snapshot.last_index)
                 elif isinstance(e, PersistEntries):
-                    self.counters.entries_persisted += len(e.entries)
+                    self._counters.entries_persisted += len(e.entries)
         applied = False
         for e in effects:
             if isinstance(e, PERSIST_EFFECTS):
@@ -266,11 +375,12 @@ class QuorumDriver:
         invariant(not proposals, f"{len(proposals)} proposals got no outcome from the core")
         self._publish_state()
         if self._pending and not (core.role == Role.LEADER):
-            self._fail_pending(NotControllerError.from_raft(core.leader_id, core.term))
+            self.fail_pending(NotControllerError.from_raft(core.leader_id, core.term))
         if applied:
-            self._callback(self.on_applied, self._applied_index)
+            self._callback(self._on_applied, self._applied_index)
             self._notify()
-        if self._applied_index - max(self._snapshot_index, core.snapshot_index) >= self.config.snapshot_interval_entries:
+        since_snapshot = self._applied_index - max(self._snapshot_index, core.snapshot_index)
+        if since_snapshot >= self._config.snapshot_interval_entries:
             await self._snapshot()
 
     def _persist(self, effects: list) -> None:
@@ -281,7 +391,7 @@ class QuorumDriver:
         invariant(entry.index == self._applied_index + 1,
                   f"apply of {entry.index} after applied index {self._applied_index}")
         try:
-            self.state_machine.apply(entry)
+            self._state_machine.apply(entry)
         except Exception as exc:
             self._fail(exc)  # apply must never fail; a voter that cannot apply must not go on
             raise FailStop from exc
@@ -298,14 +408,14 @@ class QuorumDriver:
 
     def _restore(self, snapshot: Snapshot) -> None:
         try:
-            self.state_machine.restore(snapshot.data)
+            self._state_machine.restore(snapshot.data)
         except Exception as exc:
             self._fail(exc)
             raise FailStop from exc
         invariant(snapshot.last_index >= self._applied_index,
                   f"restore of snapshot {snapshot.last_index} below applied index {self._applied_index}")
         self._applied_index = snapshot.last_index
-        log.info("raft voter %d restored snapshot at %d (term %d)", self.node_id, snapshot.last_index,
+        log.info("raft voter %d restored snapshot at %d (term %d)", self._node_id, snapshot.last_index,
                  snapshot.last_term)
 
     async def _snapshot(self) -> None:
@@ -313,13 +423,13 @@ class QuorumDriver:
         term = self._core.term_at(index)
         invariant(term is not None, f"applied index {index} has no term in the log")
         try:
-            data = self.state_machine.snapshot()
+            data = self._state_machine.snapshot()
         except Exception as exc:
             self._fail(exc)
             raise FailStop from exc
-        self.counters.snapshots += 1
+        self._counters.snapshots += 1
         await self._step(CompactLog(Snapshot(index, term, data)))
-        log.debug("raft voter %d snapshotted at %d (%d bytes)", self.node_id, index, len(data))
+        log.debug("raft voter %d snapshotted at %d (%d bytes)", self._node_id, index, len(data))
 
     def _publish_state(self) -> None:
         core = self._core
@@ -328,13 +438,13 @@ class QuorumDriver:
         if state == self._reported:
             return
         self._reported = state
-        if self.lease is not None:
+        if self._lease is not None:
             if state[0] == Role.LEADER:
-                self.lease.became_leader(state[1], now_ms())
+                self._lease.became_leader(state[1], now_ms())
             else:
-                self.lease.stepped_down()
-        log.info("raft voter %d: %s in term %d, leader %d", self.node_id, state[0].name, state[1], state[2])
-        self._callback(self.on_role_change, *state)
+                self._lease.stepped_down()
+        log.info("raft voter %d: %s in term %d, leader %d", self._node_id, state[0].name, state[1], state[2])
+        self._callback(self._on_role_change, *state)
         self._notify()
 
     def _callback(self, fn: Callable | None, *args: Any) -> None:
@@ -343,22 +453,23 @@ class QuorumDriver:
         try:
             fn(*args)
         except Exception:
-            log.exception("raft voter %d: callback %r failed", self.node_id, fn)
+            log.exception("raft voter %d: callback %r failed", self._node_id, fn)
 
-    def _fail_pending(self, error: Exception) -> None:
+    def fail_pending(self, error: Exception) -> None:
+        """Fail every proposal waiting for its entry to apply."""
         pending, self._pending = self._pending, {}
         for _, future in pending.values():
             resolve(future, error=error)
 
     def _fail(self, exc: BaseException) -> None:
         """Fail-stop: record, log, stop ticking; the driver exits and the node must restart the voter."""
-        if self.failure is None:
-            self.failure = exc
-            log.critical("raft voter %d fails and stops (fail-stop): %s", self.node_id, exc, exc_info=exc)
+        if self._failure is None:
+            self._failure = exc
+            log.critical("raft voter %d fails and stops (fail-stop): %s", self._node_id, exc, exc_info=exc)
         self._state = FAILED
         if self._timer is not None:
             self._timer.cancel()
-        self._fail_pending(QuorumUnavailableError(f"raft voter {self.node_id} failed: {exc}"))
+        self.fail_pending(QuorumUnavailableError(f"raft voter {self._node_id} failed: {exc}"))
         self._publish_state()
         self._notify()
 

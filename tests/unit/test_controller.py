@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakelog.infra.config import ConfigError
-from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig, HeartbeatReply
+from lakelog.ingest_api.cluster.controller import Controller
+from lakelog.ingest_api.cluster.controller_brokers import HeartbeatReply
+from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.errors import (
     BrokerNotRegisteredError,
     FencedBrokerError,

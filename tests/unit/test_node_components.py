@@ -8,7 +8,8 @@ import pytest
 
 from lakelog.infra.errors import InvariantViolation
 from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
-from lakelog.ingest_api.cluster.controller import Controller, ControllerConfig
+from lakelog.ingest_api.cluster.controller import Controller
+from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.image_values import encode_record
 from lakelog.ingest_api.config import NodeConfig
