@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from lakelog.ingest_api.groups.assignors import TopicPartition
-from lakelog.ingest_api.groups.consumer import ConsumerInstance, ConsumerManager, InstanceConfig, partition_bounds
+from lakelog.ingest_api.groups.consumer import ConsumerInstance, ConsumerManager
+from lakelog.ingest_api.groups.consumer_config import InstanceConfig
+from lakelog.ingest_api.groups.consumer_fetch import partition_bounds
 from lakelog.ingest_api.groups.errors import (
     ConsumerAlreadyExistsError,
     ConsumerInstanceNotFoundError,
@@ -172,7 +174,7 @@ class ConsumerInstanceService:
         caller.check_topics(Operation.READ, (o["topic"] for o in offsets))
         tps = [(TopicPartition(o["topic"], o["partition"]), o["offset"]) for o in offsets]
         for tp, _ in tps:  # all or nothing
-            inst._check_assigned(tp)
+            inst.check_assigned(tp)
         for tp, offset in tps:
             inst.seek(tp, offset)
 
