@@ -22,8 +22,9 @@ for records (so records are committed once the client came back for more), befor
 rejoins a rebalance (its partitions may move), and when it is deleted. A client that dies between
 two commits gets the uncommitted records again from whoever owns the partitions next.
 
-Concurrency: everything on the server's event loop. An assignment change bumps `assignment_version`;
-a `records` call that raced with one drops what it fetched for partitions no longer assigned.
+Concurrency: everything on the server's event loop. An assignment change bumps the subscription
+state's `version`; a `records` call that raced with one drops what it fetched for partitions no
+longer assigned.
 
 Where the code is: this module holds `ConsumerInstance` and `ConsumerManager`. An instance is
 composed of objects that each own their state: a `SubscriptionState` (consumer_subscription.py:
