@@ -168,8 +168,6 @@ class ConsumerManager:
         self.node, self.groups = node, groups
         self.config = node.config
         self.instances: dict[tuple[str, str], ConsumerInstance] = {}
-        #: (group, instance) -> the node found holding it (a hint; checked by the forwarded request).
-        self.owners: dict[tuple[str, str], int] = {}
         self._task: asyncio.Task | None = None
         self._counter = 0
 
@@ -274,10 +272,16 @@ class ConsumerManager:
         return inst
 
     def get(self, group: str, name: str) -> ConsumerInstance:
-        inst = self.instances.get((group, name))
+        inst = self.held(group, name)
         if inst is None:
             raise ConsumerInstanceNotFoundError("Consumer instance not found.")
-        inst.touch()
+        return inst
+
+    def held(self, group: str, name: str) -> ConsumerInstance | None:
+        """The instance if this node holds it (then touched: it was used), else None."""
+        inst = self.instances.get((group, name))
+        if inst is not None:
+            inst.touch()
         return inst
 
     async def delete(self, group: str, name: str) -> None:
