@@ -35,8 +35,9 @@ Thrift JDBC/ODBC server (the token as the password; not with authentication on).
 
 Modules: the cluster's shape, validated (voters, cluster id and secret, replication defaults,
 the remote tier, the children's command lines) is `cli/cluster_spec.py`; the child processes and
-their log files `cli/launcher_children.py`; the terminal `cli/launcher_console.py`; this module
-starts them in order and supervises them (`LocalCluster`).
+their log files `cli/launcher_children.py` (`ChildProcess`: a process and its output, nothing of
+restarts); the terminal `cli/launcher_console.py`; this module starts them in order and supervises
+them (`LocalCluster`, holding a `RestartState` per child: its pending restart, backoff and count).
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ import httpx
 
 from lakelog.cli.cluster_spec import (ClusterSpec, LauncherConfigError, load_or_create_cluster_properties,
                                       load_or_create_sql_token, port_in_use)
-from lakelog.cli.launcher_children import NodeChild, SchedulerChild, SqlServerChild, describe_exit
+from lakelog.cli.launcher_children import (Backoff, ChildProcess, NodeChild, SchedulerChild, SqlServerChild,
+                                           describe_exit)
 from lakelog.cli.launcher_console import Console
+from lakelog.cli.sql_service import SqlServiceError, service_environment
 
 READY_TIMEOUT_S = 60.0
 #: A node's own clean stop is bounded by shutdown.timeout.ms (10 s) plus uvicorn's 5 s grace.
@@ -76,6 +79,42 @@ def command_hint(cwd: Path | None = None) -> str:
         return str(mine)
 
 
+class RestartState:
+    """The supervisor's record of one child: the restart it waits for, how many it has had, and
+    whether a child started after the others or restarted has yet to answer its readiness probe."""
+
+    def __init__(self, *, coming_back: bool = False) -> None:
+        self.backoff = Backoff()
+        #: While the child is down: the monotonic time of its restart.
+        self.restart_at: float | None = None
+        self.restarts = 0
+        #: After a (re)start: not yet ready.
+        self.coming_back = coming_back
+
+    @property
+    def pending(self) -> bool:
+        """The child is down and waits for its restart."""
+        return self.restart_at is not None
+
+    def schedule(self, now: float, ran_s: float) -> float:
+        """The child died after running `ran_s` seconds: its restart is due after the returned delay."""
+        delay = self.backoff.after_run(ran_s)
+        self.restart_at = now + delay
+        return delay
+
+    def due(self, now: float) -> bool:
+        return self.restart_at is not None and now >= self.restart_at
+
+    def restarted(self) -> None:
+        self.restart_at = None
+        self.restarts += 1
+        self.coming_back = True
+
+    def cancel(self) -> None:
+        """No restart (the launcher is stopping)."""
+        self.restart_at = None
+
+
 class LocalCluster:
     """Runs a ClusterSpec in the foreground: `run()` returns the exit status of `lakelog up`.
 
@@ -92,13 +131,19 @@ class LocalCluster:
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.exit_on_death = exit_on_death
-        self.children: list[NodeChild] = []
+        self.children: list[ChildProcess] = []
+        self._restarts: dict[ChildProcess, RestartState] = {}
         self._stop = threading.Event()
         self._stop_signal: str | None = None
         self._stopping = False
 
     def _say(self, text: str) -> None:
         self.console.say(text)
+
+    def _add(self, child: ChildProcess, *, coming_back: bool = False) -> None:
+        """Supervise `child`; `coming_back`: announce it once it is ready."""
+        self.children.append(child)
+        self._restarts[child] = RestartState(coming_back=coming_back)
 
     def request_stop(self, signum: int | None = None, _frame: object = None) -> None:
         """Signal handler: the first signal stops the nodes cleanly, a second one during that kills them."""
@@ -140,7 +185,7 @@ class LocalCluster:
         self._say(f"  remote tier {spec.remote.url} (shared by every node; topics opt in with remote.storage.enable)")
         for i in spec.run_ids:
             child = NodeChild(spec, i, self.console)
-            self.children.append(child)
+            self._add(child)
             child.start()
             self._say(f"  node {i}: {child.url}  (pid {child.proc.pid}, data {child.data_dir}, "
                       f"log {child.log_path.name})")
@@ -163,24 +208,21 @@ class LocalCluster:
             self._stop.wait(POLL_INTERVAL_S)
         if spec.jobs_every and not spec.added_nodes:
             scheduler = SchedulerChild(spec, self.console)
-            self.children.append(scheduler)
+            self._add(scheduler)
             scheduler.start()
             self._say(f"  jobs: {', '.join(f'{j} every {s:g}s' for j, s in spec.jobs_every.items() if s)} "
                       f"(pid {scheduler.proc.pid}; Spark in local mode)")
         if spec.sql_port is not None and not spec.added_nodes:
             load_or_create_sql_token(spec.sql_token_path)
-            sql = SqlServerChild(spec, self.console)
             try:  # with authentication on, a service user of its own to read the nodes (cli/sql_service.py)
-                from lakelog.cli.sql_service import SqlServiceError, service_environment
-
-                sql.extra_env = service_environment(spec.node_url(1), spec.data_dir,
-                                                    load_or_create_cluster_properties(spec.data_dir)[1])
+                sql_env = service_environment(spec.node_url(1), spec.data_dir,
+                                              load_or_create_cluster_properties(spec.data_dir)[1])
             except (SqlServiceError, httpx.HTTPError) as e:
                 self._say(f"lakelog up: cannot give the SQL server credentials of its own ({e}); stopping")
                 return self._finish(1)
-            self.children.append(sql)
+            sql = SqlServerChild(spec, self.console, sql_env)
+            self._add(sql, coming_back=True)  # announced when its port answers (its JVM takes a few seconds)
             sql.start()
-            sql.coming_back = True  # announced when its port answers (its JVM takes a few seconds)
             self._say(f"  sql: {sql.url} (pid {sql.proc.pid}, log {sql.log_path.name}; Spark Connect, starting; "
                       f"`lakelog sql` uses it)")
         self._say("")
@@ -198,39 +240,37 @@ class LocalCluster:
                     return 1
         return self._finish(0)
 
-    def _supervise(self, child: NodeChild) -> int | None:
+    def _supervise(self, child: ChildProcess) -> int | None:
         """One look at a child: report and schedule a death, restart when due, announce a comeback.
 
         Returns 1 when `exit_on_death` ends the run.
         """
         now = time.monotonic()
-        if child.restart_at is None and child.poll() is not None:
+        state = self._restarts[child]
+        if not state.pending and child.poll() is not None:
             if self.exit_on_death:
                 return self._report_exit(child)
             child.join_output()
-            delay = child.backoff.after_run(now - child.started_at)
-            child.restart_at = now + delay
+            delay = state.schedule(now, now - child.started_at)
             words = child.last_words() if child.proc.returncode > 0 else ""
             self._say(f"lakelog up: {child.name} (pid {child.proc.pid}) {describe_exit(child.proc.returncode)}"
                       + (f" ({words[:200]})" if words else "")
                       + f"; restarting it in {delay:g} s, with its data")
-        elif child.restart_at is not None and now >= child.restart_at:
-            child.restart_at = None
-            child.restarts += 1
+        elif state.due(now):
+            state.restarted()
             child.start()
-            child.coming_back = True
-        elif child.coming_back and child.poll() is None and child.is_ready():
-            child.coming_back = False
-            if child.restarts == 0:  # a child started after the nodes (the SQL server): ready now
+        elif state.coming_back and child.poll() is None and child.is_ready():
+            state.coming_back = False
+            if state.restarts == 0:  # a child started after the nodes (the SQL server): ready now
                 self._say(f"lakelog up: {child.name} is ready on {child.url} (pid {child.proc.pid})")
             else:
-                self._say(f"lakelog up: {child.name} is back (pid {child.proc.pid}, restart {child.restarts})")
+                self._say(f"lakelog up: {child.name} is back (pid {child.proc.pid}, restart {state.restarts})")
         return None
 
-    def _exited_child(self) -> NodeChild | None:
-        return next((c for c in self.children if c.restart_at is None and c.poll() is not None), None)
+    def _exited_child(self) -> ChildProcess | None:
+        return next((c for c in self.children if not self._restarts[c].pending and c.poll() is not None), None)
 
-    def _report_exit(self, child: NodeChild) -> int:
+    def _report_exit(self, child: ChildProcess) -> int:
         self._say(f"lakelog up: {child.name} (pid {child.proc.pid}) {describe_exit(child.proc.returncode)} "
                   "unexpectedly; stopping the others")
         child.join_output()
@@ -253,8 +293,8 @@ class LocalCluster:
 
     def stop(self) -> bool:
         """SIGTERM every running child, wait up to stop_timeout_s, SIGKILL the rest. True if all exited 0."""
-        for c in self.children:
-            c.restart_at = None  # no restart during the stop
+        for state in self._restarts.values():
+            state.cancel()  # no restart during the stop
         running = [c for c in self.children if c.poll() is None]
         self._stopping = bool(running)
         for c in running:

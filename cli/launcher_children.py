@@ -1,11 +1,13 @@
-"""The processes `lakelog up` launches and supervises: a `lakelog node` per node id (`NodeChild`),
-the `lakelog jobs schedule` of `--jobs` (`SchedulerChild`) and the `lakelog sql-server` of `--sql`
-(`SqlServerChild`).
+"""The processes `lakelog up` launches: a `lakelog node` per node id (`NodeChild`), the `lakelog jobs
+schedule` of `--jobs` (`SchedulerChild`) and the `lakelog sql-server` of `--sql` (`SqlServerChild`),
+each a `ChildProcess` with its own command line, log file and readiness probe.
 
-Each child runs in its own session (a terminal's Ctrl-C reaches the launcher only) and, on Linux,
-gets SIGKILL if the launcher dies without stopping it (PR_SET_PDEATHSIG). A thread copies every
-line it prints to its own log file (`NodeLogFile`, moved to `.1` at 64 MiB) and to the console
-(cli/launcher_console.py). `Backoff` spaces the restarts of a child that keeps dying.
+A `ChildProcess` owns its process and its output, nothing else: each child runs in its own session
+(a terminal's Ctrl-C reaches the launcher only) and, on Linux, gets SIGKILL if the launcher dies
+without stopping it (PR_SET_PDEATHSIG). A thread copies every line it prints to its own log file
+(`NodeLogFile`, moved to `.1` at 64 MiB) and to the console (cli/launcher_console.py). When and
+how often a child is restarted is the supervisor's (`RestartState` in cli/launcher.py), spaced by
+a `Backoff`.
 """
 
 from __future__ import annotations
@@ -112,33 +114,23 @@ class NodeLogFile:
             self._f = None
 
 
-class NodeChild:
-    """One `lakelog node` child: its process, and a thread copying its output to its log file and the console."""
+class ChildProcess:
+    """One child process: started (again) from its command line, its output copied to its log file and
+    the console. Subclasses say how to probe readiness (`is_ready`)."""
 
-    def __init__(self, spec: ClusterSpec, node_id: int, console: Console) -> None:
-        self.node_id = node_id
-        self.name = f"node-{node_id}"
-        self.url = spec.node_url(node_id)
-        self.args = spec.node_args(node_id, *load_or_create_cluster_properties(spec.data_dir))
-        self.data_dir = spec.node_dir(node_id)
-        self.log_path = self.data_dir / NODE_LOG_FILE
-        self._init_runtime(console)
-
-    def _init_runtime(self, console: Console) -> None:
+    def __init__(self, name: str, url: str, args: list[str], data_dir: Path, log_path: Path, console: Console,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.name, self.url, self.args = name, url, args
+        self.data_dir, self.log_path = data_dir, log_path
+        #: Added to the child's environment (the SQL server's service credentials: cli/sql_service.py).
+        self.extra_env = dict(extra_env or {})
         self.tail: collections.deque[bytes] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._console = console
         self.proc: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
         self.killed = False
+        #: Monotonic time of the last start.
         self.started_at = 0.0
-        self.restarts = 0
-        self.backoff = Backoff()
-        #: While the child is down: the monotonic time of its restart.
-        self.restart_at: float | None = None
-        #: After a restart: not yet answering /readyz.
-        self.coming_back = False
-        #: Added to the child's environment (the SQL server's service credentials: cli/sql_service.py).
-        self.extra_env: dict[str, str] = {}
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -168,17 +160,14 @@ class NodeChild:
         return None if self.proc is None else self.proc.poll()
 
     def is_ready(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/readyz", timeout=READY_PROBE_TIMEOUT_S).status_code == 200
-        except httpx.HTTPError:
-            return False
+        raise NotImplementedError
 
     def terminate(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        """SIGKILL the node's process group (it runs in its own session)."""
+        """SIGKILL the child's process group (it runs in its own session)."""
         if self.proc is not None and self.proc.poll() is None:
             self.killed = True
             try:
@@ -187,7 +176,7 @@ class NodeChild:
                 pass
 
     def wait(self, deadline: float) -> int:
-        """Wait for the exit until `deadline` (monotonic); SIGKILL the node's group after it."""
+        """Wait for the exit until `deadline` (monotonic); SIGKILL the child's group after it."""
         if self.proc is None:
             return 0
         try:
@@ -216,35 +205,41 @@ class NodeChild:
         return ""
 
 
-class SchedulerChild(NodeChild):
+class NodeChild(ChildProcess):
+    """One `lakelog node` child: ready when it answers `/readyz`."""
+
+    def __init__(self, spec: ClusterSpec, node_id: int, console: Console) -> None:
+        data_dir = spec.node_dir(node_id)
+        super().__init__(f"node-{node_id}", spec.node_url(node_id),
+                         spec.node_args(node_id, *load_or_create_cluster_properties(spec.data_dir)),
+                         data_dir, data_dir / NODE_LOG_FILE, console)
+        self.node_id = node_id
+
+    def is_ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=READY_PROBE_TIMEOUT_S).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+class SchedulerChild(ChildProcess):
     """The `lakelog jobs schedule` child of `lakelog up --jobs` (Spark jobs over the remote tier)."""
 
-    def __init__(self, spec: ClusterSpec, console: Console) -> None:  # noqa: D107
-        self.node_id = 0
-        self.name = "jobs"
-        self.url = ""
-        self.args = spec.scheduler_args()
-        self.data_dir = spec.data_dir
-        self.log_path = spec.data_dir / "jobs.log"
-        self._init_runtime(console)
+    def __init__(self, spec: ClusterSpec, console: Console) -> None:
+        super().__init__("jobs", "", spec.scheduler_args(), spec.data_dir, spec.data_dir / "jobs.log", console)
 
     def is_ready(self) -> bool:
         return True
 
 
-class SqlServerChild(NodeChild):
+class SqlServerChild(ChildProcess):
     """The `lakelog sql-server` child of `lakelog up --sql`: Spark SQL (Spark Connect) over the
     topics, on loopback. Ready when its port accepts connections (after its JVM started)."""
 
-    def __init__(self, spec: ClusterSpec, console: Console) -> None:  # noqa: D107
-        self.node_id = 0
-        self.name = "sql"
-        self.url = spec.sql_url
+    def __init__(self, spec: ClusterSpec, console: Console, extra_env: dict[str, str] | None = None) -> None:
+        super().__init__("sql", spec.sql_url, spec.sql_server_args(), spec.data_dir, spec.data_dir / "sql.log",
+                         console, extra_env)
         self.port = spec.sql_port
-        self.args = spec.sql_server_args()
-        self.data_dir = spec.data_dir
-        self.log_path = spec.data_dir / "sql.log"
-        self._init_runtime(console)
 
     def is_ready(self) -> bool:
         try:

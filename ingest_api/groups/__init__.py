@@ -6,5 +6,8 @@ and the HTTP consumer instances (Confluent REST Proxy v2) that are clients of th
   * `offsets_codec` — the byte layout of the records of `__consumer_offsets`.
   * `coordinator` — the group state machine (join / sync / heartbeat / leave / commit / tick), pure.
   * `service`     — the coordinator on a node: loading, appending commits, timers, forwarding.
-  * `consumer`    — the REST-proxy-side consumer instances.
+  * `consumer`    — the REST-proxy-side consumer instances and their manager; an instance holds a
+                    `consumer_subscription.SubscriptionState`, a `consumer_membership.InstanceMembership`
+                    and a `consumer_records.InstanceRecords` (settings in `consumer_config`, leader reads
+                    in `consumer_fetch`).
 """

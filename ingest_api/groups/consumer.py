@@ -22,45 +22,37 @@ for records (so records are committed once the client came back for more), befor
 rejoins a rebalance (its partitions may move), and when it is deleted. A client that dies between
 two commits gets the uncommitted records again from whoever owns the partitions next.
 
-Concurrency: everything on the server's event loop. An assignment change bumps `assignment_version`;
-a `records` call that raced with one drops what it fetched for partitions no longer assigned.
+Concurrency: everything on the server's event loop. An assignment change bumps the subscription
+state's `version`; a `records` call that raced with one drops what it fetched for partitions no
+longer assigned.
 
-Where the code is: this module holds `ConsumerInstance` (its fields, subscription and assignment,
-commits and seeks, close) and `ConsumerManager`; the instance's group membership is
-`InstanceMembership` (consumer_membership.py), its positions and fetch rounds `InstanceRecords`
-(consumer_records.py), its settings and limits consumer_config.py, the reads through a partition's
-leader (`fetch_partition`, `partition_bounds`) consumer_fetch.py.
+Where the code is: this module holds `ConsumerInstance` and `ConsumerManager`. An instance is
+composed of objects that each own their state: a `SubscriptionState` (consumer_subscription.py:
+the subscription or manual assignment, the assigned partitions, the positions), an
+`InstanceMembership` (consumer_membership.py: join, sync, heartbeat, leave; given the subscription
+state and the instance's auto-commit) and an `InstanceRecords` (consumer_records.py: fetch rounds
+over the subscription state's positions). The instance itself keeps what spans them: commits,
+auto-commit, seeks and close. Its settings and limits are in consumer_config.py, the reads through
+a partition's leader (`fetch_partition`, `partition_bounds`) in consumer_fetch.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from typing import Any
 
-from lakelog.ingest_api.errors import InvalidRequestError, PartitionNotFoundError, TopicNotFoundError
-from lakelog.ingest_api.groups.assignors import TopicPartition
-from lakelog.ingest_api.groups.consumer_config import (  # noqa: F401  (FORMATS, validate_name, InstanceConfig re-exported: the routers import them here)
-    FORMATS,
-    MAX_PARTITIONS,
-    MAX_PATTERN_CHARS,
-    MAX_TOPICS,
-    STOP_TIMEOUT_S,
-    InstanceConfig,
-    validate_name,
-)
-from lakelog.ingest_api.groups.consumer_fetch import (  # noqa: F401  (re-exported: lag.py and the routers import them here)
-    fetch_partition,
-    partition_bounds,
-)
+from lakelog.ingest_api.errors import InvalidRequestError
+from lakelog.ingest_api.groups.assignors import TopicPartition, parse_strategies
+from lakelog.ingest_api.groups.consumer_config import FORMATS, STOP_TIMEOUT_S, InstanceConfig
+from lakelog.ingest_api.groups.consumer_fetch import partition_bounds
 from lakelog.ingest_api.groups.consumer_membership import InstanceMembership
 from lakelog.ingest_api.groups.consumer_records import InstanceRecords
+from lakelog.ingest_api.groups.consumer_subscription import SubscriptionState
 from lakelog.ingest_api.groups.errors import (
     ConsumerAlreadyExistsError,
     ConsumerInstanceNotFoundError,
-    IllegalStateError,
     RebalanceInProgressError,
     TooManyInstancesError,
 )
@@ -69,34 +61,31 @@ from lakelog.ingest_api.groups.service import GroupService
 log = logging.getLogger("lakelog.consumers")
 
 
-class ConsumerInstance(InstanceMembership, InstanceRecords):
+class ConsumerInstance:
+    """One REST Proxy consumer instance (module doc): its subscription state, membership and fetcher."""
+
     def __init__(self, manager: "ConsumerManager", group: str, name: str, cfg: InstanceConfig,
                  owner: str | None = None) -> None:
-        self.manager = manager
         #: The principal that created the instance (None when security is off): see groups/instances.py.
         self.owner = owner
         self.node = manager.node
         self.groups: GroupService = manager.groups
         self.group, self.name, self.cfg = group, name, cfg
-        self.subscription: list[str] | None = None
-        self.pattern: re.Pattern | None = None
-        self.manual: list[TopicPartition] | None = None
-        self.member_id = ""
-        self.generation = -1
-        self.leader = False
-        self.assignment: list[TopicPartition] = []
-        self.assignment_version = 0
-        self.positions: dict[TopicPartition, int] = {}
+        self.state = SubscriptionState()
+        self.membership = InstanceMembership(self.node, self.groups, group, name, cfg, self.state, self._auto_commit)
+        self.fetcher = InstanceRecords(self.node, self.groups, group, name, cfg, owner, self.state)
         self.closed = False
         self.last_used = time.monotonic()
-        self._rejoin = True
-        #: No membership yet, or it was lost: the next completed join starts every position afresh.
-        self._new_member = True
-        self._joined_topics: list[str] = []
-        self._assigned_counts: dict[str, int] = {}
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
         self._next_auto_commit = time.monotonic() + cfg.auto_commit_interval_ms / 1000
+
+    @property
+    def subscription(self) -> list[str] | None:
+        """The subscribed topics ([] with a pattern); None: no subscription."""
+        return self.state.subscription
+
+    @property
+    def assignment(self) -> list[TopicPartition]:
+        return self.state.assignment
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -104,87 +93,46 @@ class ConsumerInstance(InstanceMembership, InstanceRecords):
     # ------------------------------------------------------------------ subscription and assignment
 
     def subscribe(self, topics: list[str] | None, pattern: str | None) -> None:
-        if self.manual is not None:
-            raise IllegalStateError("Subscription to topics, partitions and pattern are mutually exclusive: "
-                                    "this instance has a manual assignment")
-        if pattern is not None:
-            if len(pattern) > MAX_PATTERN_CHARS:
-                raise InvalidRequestError(f"topic_pattern is longer than {MAX_PATTERN_CHARS} characters")
-            try:
-                self.pattern, self.subscription = re.compile(pattern), []
-            except re.error as e:
-                raise InvalidRequestError(f"topic_pattern is not a valid regular expression: {e}") from None
-        else:
-            if not topics or len(topics) > MAX_TOPICS or not all(isinstance(t, str) and t for t in topics):
-                raise InvalidRequestError(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
-            self.pattern, self.subscription = None, sorted(set(topics))
-        self._rejoin = True
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"consumer-{self.group}-{self.name}")
-        self._wake.set()
+        self.state.subscribe(topics, pattern)
+        self.membership.start()
 
     def subscribed_topics(self) -> list[str]:
-        if self.pattern is not None:
-            return sorted(t for t in self.node.image.topics if not t.startswith("__") and self.pattern.fullmatch(t))
-        return list(self.subscription or [])
+        return self.state.subscribed_topics(self.node.image.topics)
 
     async def unsubscribe(self) -> None:
-        await self._stop_membership()
-        self.subscription, self.pattern = None, None
-        self._set_assignment([])
+        await self.membership.stop()
+        self.state.unsubscribe()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
-        if self.subscription is not None:
-            raise IllegalStateError("Subscription to topics, partitions and pattern are mutually exclusive: "
-                                    "this instance has a subscription")
-        if len(partitions) > MAX_PARTITIONS:
-            raise InvalidRequestError(f"at most {MAX_PARTITIONS} partitions")
-        for tp in partitions:
-            self._check_partition(tp)
-        self.manual = list(dict.fromkeys(partitions))
-        self._set_assignment(self.manual)
+        self.state.assign(partitions, self.node.image.topics)
 
-    def _check_partition(self, tp: TopicPartition) -> None:
-        t = self.node.image.topics.get(tp.topic)
-        if t is None:
-            raise TopicNotFoundError(f"Topic {tp.topic} not found.")
-        if not 0 <= tp.partition < len(t.partitions):
-            raise PartitionNotFoundError(f"Partition {tp.partition} of topic {tp.topic} not found.")
-
-    def _set_assignment(self, new: list[TopicPartition]) -> None:
-        keep = set(new)
-        self.positions = {tp: o for tp, o in self.positions.items() if tp in keep}
-        self.assignment = list(new)
-        self.assignment_version += 1
-
-    def _check_assigned(self, tp: TopicPartition) -> None:
-        if tp not in self.assignment:
-            raise IllegalStateError(f"No current assignment for partition {tp}")
+    def check_assigned(self, tp: TopicPartition) -> None:
+        self.state.check_assigned(tp)
 
     async def close(self) -> None:
         if self.closed:
             return
-        if self.manual is not None and self.cfg.auto_commit_enable and self.positions:
+        if self.state.manual is not None and self.cfg.auto_commit_enable and self.state.positions:
             await self._auto_commit("on close")
-        await self._stop_membership()
+        await self.membership.stop(close=True)
         self.closed = True
 
-    # ------------------------------------------------------------------ offsets
+    # ------------------------------------------------------------------ records and offsets
 
-    def _commit_identity(self) -> dict[str, Any]:
-        if self.subscription is not None:
-            return {"member_id": self.member_id, "generation": self.generation}
-        return {"member_id": "", "generation": -1}
+    async def records(self, timeout_ms: int, max_bytes: int) -> list[dict[str, Any]]:
+        if self.cfg.auto_commit_enable and time.monotonic() >= self._next_auto_commit and self.state.positions:
+            await self._auto_commit("on schedule")
+        return await self.fetcher.records(timeout_ms, max_bytes)
 
     async def commit(self, offsets: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         if offsets is None:
-            offsets = [{"topic": tp.topic, "partition": tp.partition, "offset": o}
-                       for tp, o in self.positions.items() if tp in self.assignment]
+            offsets = self.state.consumed()
         if not offsets:
             return []
-        if self.subscription is not None and not self.member_id:
+        if self.state.subscribed and not self.membership.member_id:
             raise RebalanceInProgressError("the instance is joining its group; commit after it has an assignment")
-        doc = await self.groups.call_with_retry(self.group, "commit", {**self._commit_identity(), "offsets": offsets})
+        doc = await self.groups.call_with_retry(self.group, "commit", {**self.membership.commit_identity(),
+                                                                       "offsets": offsets})
         return doc["offsets"]
 
     async def _auto_commit(self, why: str) -> None:
@@ -195,7 +143,7 @@ class ConsumerInstance(InstanceMembership, InstanceRecords):
             log.info("consumer %s/%s: auto-commit %s failed: %s", self.group, self.name, why, e)
 
     async def committed(self, partitions: list[TopicPartition] | None) -> list[dict[str, Any]]:
-        wanted = partitions if partitions is not None else list(self.assignment)
+        wanted = partitions if partitions is not None else list(self.state.assignment)
         if not wanted:
             return []
         doc = await self.groups.call_with_retry(self.group, "offset_fetch", {
@@ -204,16 +152,13 @@ class ConsumerInstance(InstanceMembership, InstanceRecords):
                 for o in doc["offsets"]]
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        self._check_assigned(tp)
-        if offset < 0:
-            raise InvalidRequestError("offset must be >= 0")
-        self.positions[tp] = offset
+        self.state.seek(tp, offset)
 
     async def seek_to(self, tps: list[TopicPartition], end: bool) -> None:
         for tp in tps:
-            self._check_assigned(tp)
+            self.state.check_assigned(tp)
         for tp, bounds in zip(tps, await asyncio.gather(*(partition_bounds(self.node, tp) for tp in tps))):
-            self.positions[tp] = bounds[1] if end else bounds[0]
+            self.state.positions[tp] = bounds[1] if end else bounds[0]
 
 
 class ConsumerManager:
@@ -223,8 +168,6 @@ class ConsumerManager:
         self.node, self.groups = node, groups
         self.config = node.config
         self.instances: dict[tuple[str, str], ConsumerInstance] = {}
-        #: (group, instance) -> the node found holding it (a hint; checked by the forwarded request).
-        self.owners: dict[tuple[str, str], int] = {}
         self._task: asyncio.Task | None = None
         self._counter = 0
 
@@ -301,7 +244,6 @@ class ConsumerManager:
                           cfg.group_min_session_timeout_ms, cfg.group_max_session_timeout_ms)
         heartbeat = int_opt("heartbeat.interval.ms", min(cfg.consumer_heartbeat_interval_ms, max(1, session // 3)),
                             1, session)
-        from lakelog.ingest_api.groups.assignors import parse_strategies
         try:
             strategies = parse_strategies(opt("partition.assignment.strategy", cfg.consumer_partition_assignment_strategy))
         except ValueError as e:
@@ -330,10 +272,16 @@ class ConsumerManager:
         return inst
 
     def get(self, group: str, name: str) -> ConsumerInstance:
-        inst = self.instances.get((group, name))
+        inst = self.held(group, name)
         if inst is None:
             raise ConsumerInstanceNotFoundError("Consumer instance not found.")
-        inst.touch()
+        return inst
+
+    def held(self, group: str, name: str) -> ConsumerInstance | None:
+        """The instance if this node holds it (then touched: it was used), else None."""
+        inst = self.instances.get((group, name))
+        if inst is not None:
+            inst.touch()
         return inst
 
     async def delete(self, group: str, name: str) -> None:

@@ -3,8 +3,8 @@
 `fetch_partition` returns RecordBatch bytes below the high watermark (the local replica when this
 node leads the partition, else a request to the leader acting for the instance's owner, whose READ
 the leader checks too); `partition_bounds` answers (beginning offset, end offset = HW), asked as
-the node itself. Used by the instances (consumer.py), the group lag (lag.py) and the v3 replicas
-router.
+the node itself. Used by the instances (consumer.py, consumer_records.py), the group lag (lag.py,
+instances.py) and the v3 replicas router.
 
 Concurrency: coroutines on the server's event loop.
 """
@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakelog.ingest_api.errors import LeaderNotAvailableError
+from lakelog.ingest_api.errors import LeaderNotAvailableError, RemoteError
 from lakelog.ingest_api.formats import RECORDBATCH
 from lakelog.ingest_api.groups.assignors import TopicPartition
+from lakelog.ingest_api.replication.peers import FORWARDED_HEADER
+from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
 from lakelog.logstore.errors import OffsetOutOfRangeError
+
 
 async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes: int, wait_ms: int,
                           principal: str | None = None) -> bytes:
@@ -28,8 +31,6 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
         return bytes(res.records)
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
-    from lakelog.ingest_api.errors import RemoteError
-    from lakelog.ingest_api.node import FORWARDED_HEADER
     path = f"/topics/{tp.topic}/partitions/{tp.partition}/records?offset={offset}&max_bytes={max_bytes}&timeout={wait_ms}"
     resp = await node.peers.request(leader, "GET", path, headers={"Accept": RECORDBATCH,
                                                                   FORWARDED_HEADER: str(node.node_id)},
@@ -50,9 +51,6 @@ async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
         return await node.offsets(tp.topic, tp.partition)
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
-    from lakelog.ingest_api.errors import RemoteError
-    from lakelog.ingest_api.node import FORWARDED_HEADER
-    from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
     resp = await node.peers.request(leader, "GET", f"/topics/{tp.topic}/partitions/{tp.partition}/offsets",
                                     headers={FORWARDED_HEADER: str(node.node_id)}, timeout_s=10,
                                     principal=CLUSTER_PRINCIPAL)

@@ -1,11 +1,12 @@
-"""A consumer instance's positions and records: where each partition starts, and the fetch rounds.
+"""A consumer instance's fetch rounds: where each partition starts, and the records of a `records` call.
 
-`InstanceRecords` is the part of `ConsumerInstance` (consumer.py) that reads: `_resolve_positions`
-(a newly assigned partition starts at the group's committed offset, else per `auto.offset.reset`;
-while the coordinator cannot answer, it waits), `_reset_offsets`, `records` (fetch rounds of at
-most `FETCH_ROUND_MS` until records arrive or the timeout passes) and `_fetch_round` (one fetch per
+`InstanceRecords` is what a `ConsumerInstance` (consumer.py) holds to read: `records` (fetch rounds
+of at most `FETCH_ROUND_MS` until records arrive or the timeout passes), `_resolve_positions` (a
+newly assigned partition starts at the group's committed offset, else per `auto.offset.reset`;
+while the coordinator cannot answer, it waits), `reset_offsets` and `_fetch_round` (one fetch per
 assigned partition through its leader, rendered in the instance's format within the bytes and
-`max.poll.records` budgets).
+`max.poll.records` budgets). The assignment and the positions it reads and advances are the
+instance's `SubscriptionState` (consumer_subscription.py); it holds no state of its own.
 
 Concurrency: everything on the server's event loop; a round that raced with an assignment change
 drops what it fetched.
@@ -24,6 +25,7 @@ from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS, render_schema_record
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.consumer_config import FETCH_ROUND_MS, FORMATS, InstanceConfig
 from lakelog.ingest_api.groups.consumer_fetch import fetch_partition, partition_bounds
+from lakelog.ingest_api.groups.consumer_subscription import SubscriptionState
 from lakelog.ingest_api.groups.errors import (
     CoordinatorLoadInProgressError,
     NoOffsetForPartitionError,
@@ -38,27 +40,23 @@ log = logging.getLogger("lakelog.consumers")
 
 
 class InstanceRecords:
-    """Positions and records of `ConsumerInstance` (module doc); its fields are made in consumer.py."""
+    """The fetch rounds of one consumer instance (module doc)."""
 
-    # Made by ConsumerInstance.__init__ (consumer.py); `_auto_commit` is ConsumerInstance's too.
-    node: Any
-    groups: GroupService
-    group: str
-    name: str
-    cfg: InstanceConfig
-    owner: str | None
-    assignment: list[TopicPartition]
-    assignment_version: int
-    positions: dict[TopicPartition, int]
-    _next_auto_commit: float
+    def __init__(self, node: Any, groups: GroupService, group: str, name: str, cfg: InstanceConfig,
+                 owner: str | None, state: SubscriptionState) -> None:
+        self.node, self.groups = node, groups
+        self.group, self.name, self.cfg = group, name, cfg
+        #: The principal the instance reads as (its creator's READ is checked by a remote leader too).
+        self.owner = owner
+        self._state = state
 
     async def _resolve_positions(self, tps: list[TopicPartition]) -> None:
         """Positions of newly assigned partitions: the committed offsets, else auto.offset.reset. While
         the coordinator cannot answer, those partitions wait (never reset: that could skip commits)."""
-        missing = [tp for tp in tps if tp not in self.positions]
+        missing = [tp for tp in tps if tp not in self._state.positions]
         if not missing:
             return
-        version = self.assignment_version
+        version = self._state.version
         try:
             doc = await self.groups.call(self.group, "offset_fetch", {
                 "partitions": [[tp.topic, tp.partition] for tp in missing]}, timeout_s=5)
@@ -68,15 +66,15 @@ class InstanceRecords:
             return
         found = {(o["topic"], o["partition"]): o["offset"] for o in doc["offsets"]}
         resets = [tp for tp in missing if found.get((tp.topic, tp.partition), -1) < 0]
-        reset_to = await self._reset_offsets(resets)
-        if version != self.assignment_version:
+        reset_to = await self.reset_offsets(resets)
+        if version != self._state.version:
             return
         for tp in missing:
-            if tp not in self.positions:
+            if tp not in self._state.positions:
                 committed = found.get((tp.topic, tp.partition), -1)
-                self.positions[tp] = committed if committed >= 0 else reset_to[tp]
+                self._state.positions[tp] = committed if committed >= 0 else reset_to[tp]
 
-    async def _reset_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    async def reset_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         if not tps:
             return {}
         if self.cfg.auto_offset_reset == "none":
@@ -89,18 +87,17 @@ class InstanceRecords:
     # ------------------------------------------------------------------ records
 
     async def records(self, timeout_ms: int, max_bytes: int) -> list[dict[str, Any]]:
-        if self.cfg.auto_commit_enable and time.monotonic() >= self._next_auto_commit and self.positions:
-            await self._auto_commit("on schedule")
         deadline = time.monotonic() + timeout_ms / 1000
         first = True
         while True:
-            tps, version = list(self.assignment), self.assignment_version
+            tps, version = list(self._state.assignment), self._state.version
             if tps:
                 await self._resolve_positions(tps)
                 remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
                 wait_ms = 0 if first else min(remaining_ms, FETCH_ROUND_MS)
                 first = False
-                out = await self._fetch_round([tp for tp in tps if tp in self.positions], wait_ms, max_bytes, version)
+                ready = [tp for tp in tps if tp in self._state.positions]
+                out = await self._fetch_round(ready, wait_ms, max_bytes, version)
                 if out:
                     return out
             if time.monotonic() >= deadline:
@@ -111,27 +108,27 @@ class InstanceRecords:
     async def _fetch_round(self, tps: list[TopicPartition], wait_ms: int, max_bytes: int,
                            version: int) -> list[dict[str, Any]]:
         fetch_bytes = min(max_bytes, self.node.config.fetch_max_bytes)
-        starts = {tp: self.positions[tp] for tp in tps}
+        starts = {tp: self._state.positions[tp] for tp in tps}
         results = await asyncio.gather(*(fetch_partition(self.node, tp, starts[tp], fetch_bytes, wait_ms,
                                                          self.owner or "User:ANONYMOUS")
                                          for tp in tps), return_exceptions=True)
-        if version != self.assignment_version:
+        if version != self._state.version:
             return []  # the assignment changed while fetching: positions of kept partitions stay as they were
         fmt = FORMATS[self.cfg.format]
         out: list[dict[str, Any]] = []
         budget_bytes, budget_records = max_bytes, self.cfg.max_poll_records
         for tp, res in zip(tps, results):
             if isinstance(res, OffsetOutOfRangeError):
-                reset = await self._reset_offsets([tp])
-                if version == self.assignment_version and self.positions.get(tp) == starts[tp]:
+                reset = await self.reset_offsets([tp])
+                if version == self._state.version and self._state.positions.get(tp) == starts[tp]:
                     log.info("consumer %s/%s: %s offset %d out of range; reset to %d", self.group, self.name, tp,
                              starts[tp], reset[tp])
-                    self.positions[tp] = reset[tp]
+                    self._state.positions[tp] = reset[tp]
                 continue
             if isinstance(res, BaseException):
                 log.info("consumer %s/%s: fetch of %s failed: %s", self.group, self.name, tp, res)
                 continue
-            if self.positions.get(tp) != starts[tp]:
+            if self._state.positions.get(tp) != starts[tp]:
                 continue  # a seek happened meanwhile
             pos = starts[tp]
             full = False
@@ -156,7 +153,7 @@ class InstanceRecords:
                 if full:
                     break
                 pos = max(pos, batch.next_offset)
-            self.positions[tp] = pos
+            self._state.positions[tp] = pos
             if full or budget_records <= 0 or budget_bytes <= 0:
                 break
         return out

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from lakelog.ingest_api.groups.assignors import TopicPartition
-from lakelog.ingest_api.groups.consumer import ConsumerInstance, ConsumerManager, InstanceConfig, partition_bounds
+from lakelog.ingest_api.groups.consumer import ConsumerInstance, ConsumerManager
+from lakelog.ingest_api.groups.consumer_config import InstanceConfig
+from lakelog.ingest_api.groups.consumer_fetch import partition_bounds
 from lakelog.ingest_api.groups.errors import (
     ConsumerAlreadyExistsError,
     ConsumerInstanceNotFoundError,
@@ -73,6 +75,8 @@ class ConsumerInstanceService:
     def __init__(self, node: Any, consumers: ConsumerManager, groups: GroupService, forwarded_header: str) -> None:
         self.node, self.consumers, self.groups = node, consumers, groups
         self.forwarded_header = forwarded_header
+        #: (group, instance) -> the node found holding it (a hint; checked by the forwarded request).
+        self._holders: dict[tuple[str, str], int] = {}
 
     # ------------------------------------------------------------------ rules 1 and 2
 
@@ -83,9 +87,8 @@ class ConsumerInstanceService:
     async def route(self, group: str, instance: str, caller: Caller, *, method: str, target: str, body: bytes,
                     headers: dict[str, str]) -> ConsumerInstance | Forwarded:
         """The local instance (owned by `caller`), or its holder's answer to the forwarded request."""
-        held = self.consumers.instances.get((group, instance))
+        held = self.consumers.held(group, instance)
         if held is not None:
-            held.touch()
             return self._owned(held, caller)
         holder = await self.find_holder(group, instance)
         if holder is None:
@@ -97,7 +100,7 @@ class ConsumerInstanceService:
                                              headers={**headers, self.forwarded_header: str(self.node.node_id)},
                                              timeout_s=wait_s, principal=caller.principal)
         if resp.status_code == 404:
-            self.consumers.owners.pop((group, instance), None)
+            self._holders.pop((group, instance), None)
         return Forwarded(resp.status_code, resp.content, resp.headers.get("content-type"))
 
     @staticmethod
@@ -110,7 +113,7 @@ class ConsumerInstanceService:
     async def find_holder(self, group: str, instance: str) -> int | None:
         """The node holding an instance: the remembered hint if it still holds it, else asked of all at once."""
         key = (group, instance)
-        cached = self.consumers.owners.get(key)
+        cached = self._holders.get(key)
         node = self.node
 
         async def holds(b: int) -> bool:
@@ -127,9 +130,9 @@ class ConsumerInstanceService:
                   if b not in (node.node_id, cached) and not node.image.brokers[b].fenced]
         for b, found in zip(others, await asyncio.gather(*(holds(b) for b in others))):
             if found:
-                self.consumers.owners[key] = b
+                self._holders[key] = b
                 return b
-        self.consumers.owners.pop(key, None)
+        self._holders.pop(key, None)
         return None
 
     async def create(self, group: str, name: str, cfg: InstanceConfig, caller: Caller) -> ConsumerInstance:
@@ -172,7 +175,7 @@ class ConsumerInstanceService:
         caller.check_topics(Operation.READ, (o["topic"] for o in offsets))
         tps = [(TopicPartition(o["topic"], o["partition"]), o["offset"]) for o in offsets]
         for tp, _ in tps:  # all or nothing
-            inst._check_assigned(tp)
+            inst.check_assigned(tp)
         for tp, offset in tps:
             inst.seek(tp, offset)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakelog.ingest_api.groups.assignors import TopicPartition
-from lakelog.ingest_api.groups.consumer import partition_bounds
+from lakelog.ingest_api.groups.consumer_fetch import partition_bounds
 from lakelog.ingest_api.groups.errors import GroupNotFoundError
 
 #: Lakelog's group states -> Confluent's ConsumerGroupState.

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from lakelog.infra.errors import LakelogError
-from lakelog.ingest_api.groups.consumer import validate_name
+from lakelog.ingest_api.groups.consumer_config import validate_name
 from lakelog.ingest_api.groups.errors import ConsumerInstanceNotFoundError
 from lakelog.ingest_api.groups.lag import STATES, GroupLagView, PartitionLag, describe
 from lakelog.ingest_api.errors import NotFoundError

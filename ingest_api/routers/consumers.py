@@ -19,7 +19,8 @@ from lakelog.ingest_api.errors import InvalidRequestError, UnsupportedMediaTypeE
 from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS
 from lakelog.ingest_api.formats import BINARY_V2, JSON, JSON_V2, V2, media_type, records_format
 from lakelog.ingest_api.groups.assignors import TopicPartition
-from lakelog.ingest_api.groups.consumer import FORMATS, ConsumerInstance, ConsumerManager, validate_name
+from lakelog.ingest_api.groups.consumer import ConsumerInstance, ConsumerManager
+from lakelog.ingest_api.groups.consumer_config import FORMATS, validate_name
 from lakelog.ingest_api.groups.errors import ConsumerFormatMismatchError, ConsumerInstanceNotFoundError
 from lakelog.ingest_api.groups.instances import Caller, ConsumerInstanceService, Forwarded
 from lakelog.ingest_api.groups.service import GroupService

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from lakelog.ingest_api.errors import BrokerNotFoundError, InvalidRequestError, NotFoundError
 from lakelog.ingest_api.groups.assignors import TopicPartition
-from lakelog.ingest_api.groups.consumer import partition_bounds
+from lakelog.ingest_api.groups.consumer_fetch import partition_bounds
 from lakelog.ingest_api.routers.admin_v3 import _base, _cluster, _list, _meta
 
 router = APIRouter(prefix="/v3", tags=["replicas v3"])

@@ -8,7 +8,8 @@ import pytest
 
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError
-from lakelog.ingest_api.groups.consumer import ConsumerManager, validate_name
+from lakelog.ingest_api.groups.consumer import ConsumerManager
+from lakelog.ingest_api.groups.consumer_config import validate_name
 from lakelog.ingest_api.groups.errors import ConsumerAlreadyExistsError, ConsumerInstanceNotFoundError, TooManyInstancesError
 
 

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from lakelog.cli.launcher import command_hint
+from lakelog.cli.launcher import RestartState, command_hint
 from lakelog.cli.launcher_children import Backoff
 from lakelog.cli.launcher_console import Console
 from lakelog.infra.logs import (NOTICE, JsonLogFormatter, RepeatFilter, RepeatLimiter, human_line, is_notice,
@@ -113,6 +113,18 @@ def test_restart_backoff_doubles_to_a_cap_and_starts_over_after_a_stable_run():
     b = Backoff(initial_s=1, max_s=8, stable_s=60)
     assert [b.after_run(1) for _ in range(5)] == [1, 2, 4, 8, 8]
     assert b.after_run(120) == 1
+
+
+def test_restart_state_schedules_a_restart_after_the_backoff_and_counts_it():
+    r = RestartState()
+    assert not r.pending and not r.due(0.0)
+    assert r.schedule(100.0, ran_s=1.0) == 1.0
+    assert r.pending and not r.due(100.5) and r.due(101.0)
+    r.restarted()
+    assert (r.pending, r.restarts, r.coming_back) == (False, 1, True)
+    assert r.schedule(200.0, ran_s=1.0) == 2.0  # a child that keeps dying waits longer
+    r.cancel()
+    assert not r.pending and not r.due(300.0)
 
 
 def test_retry_backoff_of_refused_requests():
