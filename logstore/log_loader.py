@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import read_checkpoint
-from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError, UnsupportedFormatVersionError
+from lakelog.index.errors import CorruptIndexError
+from lakelog.logstore.errors import CorruptRecordError, UnsupportedFormatVersionError
 from lakelog.logstore.producer_state import SnapshotLoad, snapshot_name
 from lakelog.logstore.record_batch import CONTROL_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD, RecordBatch
 from lakelog.logstore.segment import (

@@ -18,7 +18,8 @@ from typing import Callable
 
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
-from lakelog.logstore.errors import CorruptIndexError, LogClosedError
+from lakelog.index.errors import CorruptIndexError
+from lakelog.logstore.errors import LogClosedError
 from lakelog.logstore.leader_epoch import LeaderEpochCache
 from lakelog.logstore.producer_state import ProducerStateManager
 from lakelog.logstore.segment import LogSegment, SegmentConfig

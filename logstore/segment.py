@@ -31,7 +31,7 @@ from pathlib import Path
 from lakelog.index.offset_index import OffsetIndex
 from lakelog.index.time_index import TimeIndex
 from lakelog.infra.errors import invariant
-from lakelog.logstore.errors import CorruptIndexError
+from lakelog.index.errors import CorruptIndexError
 from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.logstore.segment_read import (  # noqa: F401  (re-exported: the log, the uploader and bench import them here)
     SCAN_CHUNK_BYTES,

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from lakelog.index.offset_index import OffsetIndex
 from lakelog.index.time_index import TimeIndex
-from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError
+from lakelog.index.errors import CorruptIndexError
+from lakelog.logstore.errors import CorruptRecordError
 from lakelog.logstore.record_batch import (
     _OFFSET_AND_LENGTH,
     HEADER,

@@ -16,10 +16,10 @@ import time
 
 from lakelog.logstore.retention import RetentionResult, SegmentInfo, apply_retention, plan_retention
 from lakelog.logstore.record_batch import NO_TIMESTAMP
-from lakelog.tiering import manifest as mf
+from lakelog.tiering import manifest_transitions
 from lakelog.tiering.errors import TransientStoreError
 from lakelog.tiering.layout import parse_segment_file, partition_dir
-from lakelog.tiering.manifest import PartitionManifest, SegmentState
+from lakelog.tiering.manifest_model import PartitionManifest, SegmentState
 from lakelog.tiering.orphans import orphan_keys
 from lakelog.tiering.uploader_state import CopyReport, RemoteRetentionReport, UploaderState
 
@@ -38,7 +38,7 @@ class UploaderCleanup(UploaderState):
         self.store.delete_many([k for s in due for k in self._keys(s)])
         ids = [s.segment_id for s in due]
         keep = self.config.remote_log_metadata_deleted_segments_kept
-        self.meta.commit(epoch, lambda cur: mf.finish_delete(cur, ids, epoch=epoch, now_ms=now, keep_finished=keep),
+        self.meta.commit(epoch, lambda cur: manifest_transitions.finish_delete(cur, ids, epoch=epoch, now_ms=now, keep_finished=keep),
                          force=force, allow_deleted=allow_deleted)
         self.metrics.add("segments_deleted", len(ids))
         self.metrics.add("bytes_deleted", sum(s.size_in_bytes for s in due))
@@ -90,7 +90,7 @@ class UploaderCleanup(UploaderState):
                     planned = set(plan.base_offsets)
                     ids = [s.segment_id for s in done if s.base_offset in planned]
                     delay = self.config.remote_segment_delete_delay_ms
-                    after = self.meta.commit(leader_epoch, lambda cur: mf.start_delete(
+                    after = self.meta.commit(leader_epoch, lambda cur: manifest_transitions.start_delete(
                         cur, ids, epoch=leader_epoch, now_ms=now, delete_after_ms=now + delay,
                         new_log_start_offset=plan.new_log_start_offset))
                     report.segments_expired = ids
@@ -106,14 +106,14 @@ class UploaderCleanup(UploaderState):
         with self._lock:
             now = self._now_ms() if now_ms is None else now_ms
             self.meta.load()
-            self.meta.commit(-1, lambda m: mf.mark_deleted(m, epoch=m.leader_epoch, now_ms=now), force=True,
+            self.meta.commit(-1, lambda m: manifest_transitions.mark_deleted(m, epoch=m.leader_epoch, now_ms=now), force=True,
                              allow_deleted=True)
             objects = [o.key for o in self.store.list(partition_dir(self.topic, self.partition) + "/")
                        if parse_segment_file(o.key.rsplit("/", 1)[-1]) is not None]
             self.store.delete_many(objects)
             m = self.meta.cached or self.meta.load()
             ids = [s.segment_id for s in m.in_state(SegmentState.DELETE_STARTED)]
-            self.meta.commit(-1, lambda cur: mf.finish_delete(cur, ids, epoch=cur.leader_epoch, now_ms=now,
+            self.meta.commit(-1, lambda cur: manifest_transitions.finish_delete(cur, ids, epoch=cur.leader_epoch, now_ms=now,
                                                               keep_finished=0), force=True, allow_deleted=True)
             self.metrics.add("segments_deleted", len(ids))
             self._claimed_epoch = None

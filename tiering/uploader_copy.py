@@ -21,8 +21,7 @@ from typing import Callable
 from lakelog.logstore.errors import LogClosedError, SegmentsChangedError
 from lakelog.logstore.segment import SegmentReader
 from lakelog.logstore.record_batch import crc32c
-from lakelog.tiering import epochs as epochs_format
-from lakelog.tiering import manifest as mf
+from lakelog.tiering import epochs as epochs_format, manifest_transitions
 from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     InvalidStateTransitionError,
@@ -39,7 +38,7 @@ from lakelog.tiering.layout import (
     new_segment_id,
     segment_key,
 )
-from lakelog.tiering.manifest import ORIGIN_UPLOAD, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import ORIGIN_UPLOAD, PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.segment_scan import SegmentScan, scan_segment
 from lakelog.tiering.store import FileSlice
 from lakelog.tiering.uploader_state import CopyReport, UploaderState
@@ -109,7 +108,7 @@ class UploaderCopy(UploaderState):
             m = self.meta.cached
             if m is None:
                 return
-            nxt = self._next_candidate(log, mf.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now) or m, hw)
+            nxt = self._next_candidate(log, manifest_transitions.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now) or m, hw)
             if nxt is None or nxt[3]:
                 return
             plan = (nxt[0].base_offset, nxt[1], nxt[2])
@@ -122,7 +121,7 @@ class UploaderCopy(UploaderState):
             while len(report.uploaded) + len(carry) < limit:
                 m = self.meta.cached or self.meta.load()
                 if carry:  # plan as if the carried segment were finished: the next one continues it
-                    m = mf.finish_copy(m, carry[0].segment_id, epoch=epoch, now_ms=now) or m
+                    m = manifest_transitions.finish_copy(m, carry[0].segment_id, epoch=epoch, now_ms=now) or m
                 planned = self._next_candidate(log, m, hw)
                 if planned is None:
                     break
@@ -132,8 +131,8 @@ class UploaderCopy(UploaderState):
                         raise ManifestInvariantError(f"the remote tier restarted at {report.restarted_at} and "
                                                      f"still does not continue at {from_offset}")
                     self._finish(carry, epoch, now, report)
-                    self.meta.commit(epoch, lambda cur: mf.restart_at(
-                        mf.abandon_copies(cur, epoch=epoch, now_ms=now) or cur, from_offset, epoch=epoch,
+                    self.meta.commit(epoch, lambda cur: manifest_transitions.restart_at(
+                        manifest_transitions.abandon_copies(cur, epoch=epoch, now_ms=now) or cur, from_offset, epoch=epoch,
                         now_ms=now, delete_after_ms=now + self.config.remote_segment_delete_delay_ms))
                     report.restarted_at = from_offset
                     logger.warning("%s-%s: offsets before %d expired locally before they were tiered; the remote "
@@ -190,8 +189,8 @@ class UploaderCopy(UploaderState):
                  if s.origin == ORIGIN_UPLOAD]
 
         def change(m: PartitionManifest) -> PartitionManifest | None:
-            abandoned = mf.abandon_copies(m, epoch=epoch, now_ms=now)
-            return abandoned if abandoned is not None else (mf.claim(m, epoch) if claim else None)
+            abandoned = manifest_transitions.abandon_copies(m, epoch=epoch, now_ms=now)
+            return abandoned if abandoned is not None else (manifest_transitions.claim(m, epoch) if claim else None)
 
         after = self.meta.commit(epoch, change)
         moved = [sid for sid in stale if (s := after.segment(sid)) is not None and s.state != SegmentState.COPY_STARTED]
@@ -258,9 +257,9 @@ class UploaderCopy(UploaderState):
 
             def change(m: PartitionManifest) -> PartitionManifest | None:
                 if previous is not None:
-                    m = mf.finish_copy(m, previous.segment_id, epoch=epoch, now_ms=now) or m
+                    m = manifest_transitions.finish_copy(m, previous.segment_id, epoch=epoch, now_ms=now) or m
                 # Superseded leftovers go in the same CAS: they would overlap the new entry.
-                return mf.start_copy(mf.abandon_copies(m, epoch=epoch, now_ms=now) or m, entry)
+                return manifest_transitions.start_copy(manifest_transitions.abandon_copies(m, epoch=epoch, now_ms=now) or m, entry)
 
             try:
                 self.meta.commit(epoch, change)
@@ -287,7 +286,7 @@ class UploaderCopy(UploaderState):
             return
         entry = carry.pop()
         try:
-            self.meta.commit(epoch, lambda m: mf.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now))
+            self.meta.commit(epoch, lambda m: manifest_transitions.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now))
         except (FencedLeaderEpochError, InvalidStateTransitionError):
             # A newer leader took over (and abandoned this entry): our objects are garbage now.
             with contextlib.suppress(StoreError):

@@ -18,7 +18,7 @@ from typing import Callable
 
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.layout import segment_keys
-from lakelog.tiering.manifest import RemoteSegment
+from lakelog.tiering.manifest_model import RemoteSegment
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics
 from lakelog.tiering.store import ObjectStore

@@ -12,7 +12,7 @@ from lakelog.index import offset_index, time_index
 from lakelog.index.offset_index import OffsetIndex
 from lakelog.index.time_index import TimeIndex
 from lakelog.infra.errors import InvariantViolation
-from lakelog.logstore.errors import CorruptIndexError
+from lakelog.index.errors import CorruptIndexError
 
 BASE = 1000
 
