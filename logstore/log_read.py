@@ -20,7 +20,7 @@ from typing import Iterator
 from lakelog.logstore.errors import OffsetOutOfRangeError, SegmentsChangedError
 from lakelog.logstore.log_state import LogState
 from lakelog.logstore.record_batch import RecordBatch
-from lakelog.logstore.segment import SegmentReader
+from lakelog.logstore.file_records import SegmentReader
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from lakelog.logstore.errors import LogClosedError, SegmentsChangedError
-from lakelog.logstore.segment import SegmentReader
+from lakelog.logstore.file_records import SegmentReader
 from lakelog.logstore.record_batch import crc32c
 from lakelog.tiering import epochs as epochs_format, manifest_transitions
 from lakelog.tiering.errors import (
