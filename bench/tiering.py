@@ -372,7 +372,7 @@ def upload_breakdown(ctx: Context, store: S3Store, tier: RemoteTier, main: Uploa
     scan = uploader_module.scan_segment
     uploader_module.scan_segment = timed("scan", scan)
     rp.meta.commit = timed("commit", rp.meta.commit)  # type: ignore[method-assign]
-    rp.uploader._put_objects = timed("puts", rp.uploader._put_objects)  # type: ignore[method-assign]
+    rp.uploader._copier._put_objects = timed("puts", rp.uploader._copier._put_objects)  # type: ignore[method-assign]
     segments = sealed_segments(log)
     raw_before = raw_upload(ctx, store, segments)
     try:

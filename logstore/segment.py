@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 from lakelog.index.errors import CorruptIndexError
 from lakelog.index.offset_index import OffsetIndex
 from lakelog.index.time_index import TimeIndex
+from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.file_records import BatchPosition, FileRecords, SegmentReader
 from lakelog.logstore.record_batch import HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAMP, RecordBatch
@@ -59,6 +60,11 @@ class SegmentConfig:
 
     index_interval_bytes: int
     max_index_bytes: int
+
+    @classmethod
+    def of(cls, config: LogConfig) -> SegmentConfig:
+        """`index.interval.bytes` and `segment.index.bytes` of a topic's log config."""
+        return cls(config.index_interval_bytes, config.segment_index_bytes)
 
 
 class LogSegment:

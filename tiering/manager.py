@@ -43,7 +43,7 @@ from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics
 from lakelog.tiering.reader import RemoteFetchResult, RemoteLogReader
 from lakelog.tiering.store import ObjectStore
-from lakelog.tiering.uploader_state import CopyReport, RemoteRetentionReport
+from lakelog.tiering.uploader_reports import CopyReport, RemoteRetentionReport
 from lakelog.tiering.uploader import SegmentUploader
 
 logger = logging.getLogger(__name__)
