@@ -66,7 +66,8 @@ from lakelog.logstore.retention import SegmentInfo, plan_retention
 from lakelog.tiering import manifest_transitions
 from lakelog.tiering.errors import LeaseHeldError
 from lakelog.tiering.lease import acquire
-from lakelog.tiering.manifest_model import NO_TIMESTAMP, PartitionManifest, SegmentState
+from lakelog.logstore.record_batch import NO_TIMESTAMP
+from lakelog.tiering.manifest_model import PartitionManifest, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.remote_scan import iter_segment_batches
@@ -182,7 +183,7 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
 
     def swap(cur: PartitionManifest) -> PartitionManifest | None:
         out = manifest_transitions.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
-                                   delete_after_ms=now + delete_delay_ms, updates=final) or cur
+                                                     delete_after_ms=now + delete_delay_ms, updates=final) or cur
         swapped = all((x := out.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED for i in final)
         if swapped:  # the checkpoint only holds if every group was cleaned
             out = manifest_transitions.set_cleaner_checkpoint(out, checkpoint) or out
@@ -239,7 +240,7 @@ def _expire(job: PartitionJob, config: LogConfig, *, delete_delay_ms: int) -> No
                 return None
             last_end = max(cur.segment(i).end_offset for i in still)  # type: ignore[union-attr]
             return manifest_transitions.start_delete(cur, still, epoch=cur.leader_epoch, now_ms=now,
-                                   delete_after_ms=now + delete_delay_ms, new_log_start_offset=last_end + 1)
+                                                     delete_after_ms=now + delete_delay_ms, new_log_start_offset=last_end + 1)
 
         after = job_commit(meta, change)
         report.action = "expired"

@@ -37,12 +37,12 @@ from lakelog.compaction.compactor import (
     group_segments,
 )
 from lakelog.infra.config import LogConfig
-from lakelog.logstore.record_batch import crc32c
+from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
 from lakelog.tiering import epochs as epochs_format, manifest_transitions
 from lakelog.tiering.errors import ObjectNotFoundError
 from lakelog.tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, new_segment_id, segment_key
 from lakelog.tiering.lease import Lease
-from lakelog.tiering.manifest_model import NO_TIMESTAMP, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering.segment_scan import scan_segment
@@ -120,7 +120,7 @@ def delete_due_objects(store: ObjectStore, meta: ManifestStore, topic: str, part
     store.delete_many(keys)
     ids = [s.segment_id for s in due]
     job_commit(meta, lambda cur: manifest_transitions.finish_delete(cur, ids, epoch=cur.leader_epoch, now_ms=now_ms,
-                                                   keep_finished=KEEP_DELETE_FINISHED))
+                                                                     keep_finished=KEEP_DELETE_FINISHED))
     return len(ids)
 
 
@@ -276,7 +276,7 @@ def plan_round(job: PartitionJob, config: LogConfig, *, force: bool) -> DirtySec
         return None
     if any(s.is_staged and s.origin == COMPACTION_ORIGIN for s in m.segments):
         m = job_commit(meta, lambda cur: manifest_transitions.abandon_copies(cur, epoch=cur.leader_epoch, now_ms=now,
-                                                            origin=COMPACTION_ORIGIN))
+                                                                              origin=COMPACTION_ORIGIN))
     job.manifest = m
     segments = job.live_segments()
     report.cleaner_checkpoint = m.cleaner_checkpoint

@@ -81,7 +81,8 @@ from lakelog.tiering import manifest_transitions
 from lakelog.tiering.layout import new_segment_id
 from lakelog.tiering.lease import Lease, acquire
 from lakelog.tiering.errors import LeaseHeldError, RemoteCorruptionError
-from lakelog.tiering.manifest_model import NO_TIMESTAMP, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.logstore.record_batch import NO_TIMESTAMP
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.remote_scan import index_entries, iter_segment_batches
@@ -522,7 +523,7 @@ class SplitRound:
                 out = cur
                 if replacements:
                     out = manifest_transitions.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
-                                               delete_after_ms=now + self.delete_delay_ms, updates=final) or cur
+                                                                 delete_after_ms=now + self.delete_delay_ms, updates=final) or cur
                 swapped = all((x := out.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED
                               for i in final)
                 # Placeholders no output took (merged into an earlier one, or a run with nothing

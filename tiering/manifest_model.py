@@ -34,12 +34,12 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.tiering.errors import InvalidStateTransitionError, ManifestInvariantError
 from lakelog.tiering.layout import is_segment_id, segment_stem
 
 MANIFEST_VERSION = 1
 ORIGIN_UPLOAD = "upload"
-NO_TIMESTAMP = -1
 
 
 class SegmentState(enum.IntEnum):

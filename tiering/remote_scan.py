@@ -28,13 +28,14 @@ from lakelog.index.errors import CorruptIndexError
 from lakelog.logstore.errors import CorruptRecordError, InvalidRecordError
 from lakelog.logstore.record_batch import (
     LOG_OVERHEAD,
+    NO_TIMESTAMP,
     RecordBatch,
     TimestampType,
     TruncatedBatchError,
     crc32c,
     iter_batches,
 )
-from lakelog.tiering.manifest_model import NO_TIMESTAMP, PartitionManifest, RemoteSegment
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
 from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
 from lakelog.tiering.store import ObjectStore

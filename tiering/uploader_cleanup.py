@@ -113,6 +113,6 @@ class SegmentDeleter:
         m = self.meta.cached or self.meta.load()
         ids = [s.segment_id for s in m.in_state(SegmentState.DELETE_STARTED)]
         self.meta.commit(-1, lambda cur: manifest_transitions.finish_delete(cur, ids, epoch=cur.leader_epoch, now_ms=now,
-                                                          keep_finished=0), force=True, allow_deleted=True)
+                                                                            keep_finished=0), force=True, allow_deleted=True)
         self.metrics.add("segments_deleted", len(ids))
         return len(objects)

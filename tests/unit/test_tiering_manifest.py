@@ -245,7 +245,7 @@ def test_abandon_copies_only_moves_copy_started_of_the_origin():
 def test_retention_deletes_leading_segments_and_advances_the_log_start():
     m = manifest(seg(0, 9), seg(10, 19), seg(20, 29))
     out = manifest_transitions.start_delete(m, [f"{0:032x}", f"{10:032x}"], epoch=1, now_ms=5, delete_after_ms=65,
-                          new_log_start_offset=20)
+                                            new_log_start_offset=20)
     assert out.log_start_offset == 20 and [s.base_offset for s in out.copy_finished] == [20]
     assert manifest_transitions.start_delete(out, [f"{0:032x}"], epoch=1, now_ms=6, delete_after_ms=66) is None
     # never backwards
@@ -310,13 +310,13 @@ def test_staged_replacements_may_overlap_and_swap_in_one_commit():
     assert staged.copy_finished == m.copy_finished  # and is not readable
     assert manifest_transitions.stage_replacements(staged, [_staged(0, 19, 1000)]) is None  # retry: no-op
     swapped = manifest_transitions.swap_replacements(staged, [Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
-                                   epoch=1, now_ms=5, delete_after_ms=65)
+                                                     epoch=1, now_ms=5, delete_after_ms=65)
     manifest_model.validate(swapped)
     assert [(s.base_offset, s.end_offset) for s in swapped.copy_finished] == [(0, 19), (20, 29)]
     old = [swapped.segment(f"{b:032x}") for b in (0, 10)]
     assert all(s.state == S.DELETE_STARTED and s.delete_after_ms == 65 for s in old)
     assert manifest_transitions.swap_replacements(swapped, [Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
-                                epoch=1, now_ms=6, delete_after_ms=66) is None  # retried commit: no-op
+                                                  epoch=1, now_ms=6, delete_after_ms=66) is None  # retried commit: no-op
 
 
 def test_a_group_that_moved_under_the_job_is_abandoned_not_swapped():
@@ -325,7 +325,7 @@ def test_a_group_that_moved_under_the_job_is_abandoned_not_swapped():
     expired = manifest_transitions.start_delete(staged, [f"{0:032x}"], epoch=2, now_ms=5, delete_after_ms=5, new_log_start_offset=10)
     manifest_model.validate(expired)  # a staged entry below the log start does not break the invariants
     out = manifest_transitions.swap_replacements(expired, [Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",)),
-                                         Replacement((f"{20:032x}",), (f"{1001:032x}",))],
+                                                           Replacement((f"{20:032x}",), (f"{1001:032x}",))],
                                epoch=2, now_ms=6, delete_after_ms=70)
     manifest_model.validate(out)
     assert out.segment(f"{1000:032x}").state == S.DELETE_STARTED  # abandoned at once
@@ -336,7 +336,7 @@ def test_a_group_that_moved_under_the_job_is_abandoned_not_swapped():
 def test_a_replacement_must_cover_exactly_its_group():
     m = manifest_transitions.stage_replacements(manifest(seg(0, 9), seg(10, 19)), [_staged(0, 15, 1000)])
     out = manifest_transitions.swap_replacements(m, [Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
-                               epoch=1, now_ms=5, delete_after_ms=5)
+                                                 epoch=1, now_ms=5, delete_after_ms=5)
     assert out.segment(f"{1000:032x}").state == S.DELETE_STARTED  # would open a gap: abandoned
     assert [s.segment_id for s in out.copy_finished] == [f"{0:032x}", f"{10:032x}"]
 
