@@ -4,7 +4,7 @@ Files are named by the segment's base offset, zero-padded to 20 digits:
 `00000000000000005376.log`, `00000000000000005376.index`, `00000000000000005376.timeindex`.
 The `.log` holds RecordBatch v2 bytes back to back (see record_batch.py), exactly as received.
 Suffixes `.cleaned` and `.swap` mark replacement segments of a compaction in progress, and
-`.deleted` marks files on their way out (see log.py for the swap protocol).
+`.deleted` marks files on their way out (see local_log.py for the swap protocol).
 
 Invariants: `size` is the length of the whole batches in the `.log`; index entries point at batch
 starts; batches in a segment have increasing offsets, all >= the base offset.
