@@ -62,11 +62,11 @@ from lakelog.compaction.remote_common import (
     write_job_state,
 )
 from lakelog.infra.config import LogConfig
+from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.logstore.retention import SegmentInfo, plan_retention
 from lakelog.tiering import manifest_transitions
 from lakelog.tiering.errors import LeaseHeldError
 from lakelog.tiering.lease import acquire
-from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.tiering.manifest_model import PartitionManifest, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore

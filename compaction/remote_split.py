@@ -77,11 +77,11 @@ from lakelog.compaction.remote_common import (
 )
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
+from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.tiering import manifest_transitions
+from lakelog.tiering.errors import LeaseHeldError, RemoteCorruptionError
 from lakelog.tiering.layout import new_segment_id
 from lakelog.tiering.lease import Lease, acquire
-from lakelog.tiering.errors import LeaseHeldError, RemoteCorruptionError
-from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore

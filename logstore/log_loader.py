@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from lakelog.index.errors import CorruptIndexError
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import read_checkpoint
-from lakelog.index.errors import CorruptIndexError
 from lakelog.logstore.errors import CorruptRecordError, UnsupportedFormatVersionError
 from lakelog.logstore.leader_epoch import LeaderEpochCache
 from lakelog.logstore.log_segments import LogSegments

@@ -29,14 +29,14 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
-from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering import manifest_transitions
-from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
 from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.store import ObjectStore
+from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering.segment_scan import scan_segment
+from lakelog.tiering.store import ObjectStore
 
 
 @dataclass

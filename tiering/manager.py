@@ -43,8 +43,8 @@ from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics
 from lakelog.tiering.reader import RemoteFetchResult, RemoteLogReader
 from lakelog.tiering.store import ObjectStore
-from lakelog.tiering.uploader_reports import CopyReport, RemoteRetentionReport
 from lakelog.tiering.uploader import SegmentUploader
+from lakelog.tiering.uploader_reports import CopyReport, RemoteRetentionReport
 
 logger = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from lakelog.logstore.record_batch import (
     crc32c,
     iter_batches,
 )
-from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
 from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
 from lakelog.tiering.store import ObjectStore
 from lakelog.tiering.stores import open_store
 

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakelog.infra.errors import LakelogError
+from lakelog.logstore.compression import Compression
 from lakelog.logstore.record_batch import (
     HEADER_SIZE,
     Record,
@@ -34,7 +35,6 @@ from lakelog.logstore.record_batch import (
     iter_batches,
     validate_batch,
 )
-from lakelog.logstore.compression import Compression
 
 EXAMPLES = int(os.environ.get("LAKELOG_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

@@ -13,19 +13,19 @@ from tests.support.s3server import S3Server
 from lakelog.logstore.compression import Compression
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import RecordBatch, iter_batches
-from lakelog.tiering.manager import RemoteTier
-from lakelog.tiering.config import TieringConfig
-from lakelog.tiering.stores import open_store
 from lakelog.tiering import manifest_transitions
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     ManifestInvariantError,
     RemoteCorruptionError,
     TransientStoreError,
 )
-from lakelog.tiering.manifest_model import RemoteSegment, SegmentState
 from lakelog.tiering.layout import LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key, segment_keys
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.manifest_model import RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.stores import open_store
 from tests.support.tiering import InstrumentedStore, fill_log
 
 TOPIC = "orders"

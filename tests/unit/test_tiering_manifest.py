@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakelog.tiering import manifest_codec, manifest_model, manifest_transitions
-from lakelog.tiering.manifest_model import MANIFEST_VERSION, PartitionManifest, RemoteSegment, SegmentState
-from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.errors import (
     InvalidStateTransitionError,
     ManifestFormatError,
     ManifestInvariantError,
     UnsupportedManifestVersionError,
 )
+from lakelog.tiering.manifest_model import MANIFEST_VERSION, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_transitions import Replacement
 
 S = SegmentState
 
