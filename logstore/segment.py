@@ -288,12 +288,12 @@ class LogSegment:
         """
         invariant(bool(batches), "append needs at least one batch")
         base_position = self.size
-        max_ts = self.max_timestamp  # loads the tail before the file grows
+        if self._max_timestamp is None:
+            self._load_tail()  # before the file grows: the new batches are indexed below
         self._log.append(data if isinstance(data, list) else [data])
         self._unflushed = True
         if self._rolling_based_timestamp is None and base_position == 0:
             self._rolling_based_timestamp = batches[0][2]
-        self._max_timestamp = max_ts
         self._index_batches(base_position, batches)
         self._next_offset = batches[-1][1] + 1
 
