@@ -189,7 +189,7 @@ class LogLoader:
         """
         max_batch = max(self.config.max_message_bytes, self.config.segment_bytes)
         first = self.segments.index_for(recovery_point)
-        for seg in self.segments[:first]:
+        for seg in self.segments.to_list()[:first]:
             self._check_segment(seg, report)
         self.epochs.truncate_from_end(self.segments[first].base_offset)
         # Snapshots at or below the recovery point were written after everything below them was
