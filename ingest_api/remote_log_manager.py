@@ -41,7 +41,8 @@ from lakelog.logstore.local_log import FetchResult
 from lakelog.tiering.manager import RemoteTier
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.stores import open_store
-from lakelog.tiering.errors import FencedLeaderEpochError as RemoteFencedError, TieringError
+from lakelog.tiering.errors import FencedLeaderEpochError as RemoteFencedError
+from lakelog.tiering.errors import TieringError
 
 log = logging.getLogger(__name__)
 
