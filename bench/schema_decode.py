@@ -82,7 +82,8 @@ def _write_topic(root: Path, remote_dir: Path, topic: str, framed) -> None:
     from lakelog.infra.config import LogConfig
     from lakelog.logstore.log import PartitionLog
     from lakelog.logstore.record_batch import Record, build_batch
-    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.manager import RemoteTier
+    from lakelog.tiering.config import TieringConfig
     from lakelog.tiering.fs_store import FileSystemStore
     from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
 

@@ -51,8 +51,9 @@ from bench.harness import MB, OtherCpu, conditions, git_revision, load_average, 
 from lakelog.infra.config import LogConfig  # noqa: E402
 from lakelog.logstore.log import PartitionLog  # noqa: E402
 from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
-from lakelog.tiering import RemoteTier, TieringConfig  # noqa: E402
+from lakelog.tiering.config import TieringConfig  # noqa: E402
 from lakelog.tiering.fs_store import FileSystemStore  # noqa: E402
+from lakelog.tiering.manager import RemoteTier  # noqa: E402
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"

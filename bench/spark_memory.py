@@ -111,7 +111,8 @@ def build(root: Path, size_mib: int, value_bytes: int, key_repeat: int = 4) -> s
     from lakelog.infra.config import LogConfig
     from lakelog.logstore.log import PartitionLog
     from lakelog.logstore.record_batch import Record, build_batch
-    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.manager import RemoteTier
+    from lakelog.tiering.config import TieringConfig
     from lakelog.tiering.fs_store import FileSystemStore
 
     rng = random.Random(1)

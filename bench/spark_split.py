@@ -40,8 +40,9 @@ from bench.spark import best, copy_store, distinct_value, spark_run_line  # noqa
 from lakelog.infra.config import LogConfig  # noqa: E402
 from lakelog.logstore.log import PartitionLog  # noqa: E402
 from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
-from lakelog.tiering import RemoteTier, TieringConfig  # noqa: E402
+from lakelog.tiering.config import TieringConfig  # noqa: E402
 from lakelog.tiering.fs_store import FileSystemStore  # noqa: E402
+from lakelog.tiering.manager import RemoteTier  # noqa: E402
 from lakelog.tiering.remote_scan import load_manifest  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"

@@ -72,8 +72,9 @@ from bench.harness import (  # noqa: E402
 )
 from lakelog.infra.config import LogConfig  # noqa: E402
 from lakelog.logstore import record_batch  # noqa: E402
-from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog  # noqa: E402
-from lakelog.logstore.segment import SCAN_CHUNK_BYTES  # noqa: E402
+from lakelog.logstore.file_records import SCAN_CHUNK_BYTES  # noqa: E402
+from lakelog.logstore.log import PartitionLog  # noqa: E402
+from lakelog.logstore.log_loader import CLEAN_SHUTDOWN_FILE  # noqa: E402
 from lakelog.logstore.record_batch import RecordBatch, crc32c, iter_batches, simple_batch, validate_batch  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"

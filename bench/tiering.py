@@ -74,11 +74,10 @@ from bench.storage import _profile_lines, fmt_ratio, fmt_size, make_batches  # n
 from lakelog.infra.config import LogConfig  # noqa: E402
 from tests.support.s3server import DEFAULT_REGION, S3Server  # noqa: E402
 from lakelog.logstore.log import PartitionLog  # noqa: E402
-from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
-from lakelog.tiering import RemoteTier, TieringConfig  # noqa: E402
 from lakelog.logstore.record_batch import crc32c  # noqa: E402
-from lakelog.tiering import epochs as epochs_format  # noqa: E402
-from lakelog.tiering import manifest as mf  # noqa: E402
+from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
+from lakelog.tiering import epochs as epochs_format, manifest_codec  # noqa: E402
+from lakelog.tiering.config import TieringConfig  # noqa: E402
 from lakelog.tiering.fs_store import FileSystemStore  # noqa: E402
 from lakelog.tiering.layout import (  # noqa: E402
     EPOCHS_SUFFIX,
@@ -90,9 +89,10 @@ from lakelog.tiering.layout import (  # noqa: E402
     partition_dir,
     segment_key,
 )
-from lakelog.tiering.manifest import PartitionManifest, RemoteSegment, SegmentState  # noqa: E402
-from lakelog.tiering.segment_scan import scan_segment  # noqa: E402
+from lakelog.tiering.manager import RemoteTier  # noqa: E402
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState  # noqa: E402
 from lakelog.tiering.s3_store import S3Store  # noqa: E402
+from lakelog.tiering.segment_scan import scan_segment  # noqa: E402
 from lakelog.tiering.store import ObjectStore  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
@@ -372,7 +372,7 @@ def upload_breakdown(ctx: Context, store: S3Store, tier: RemoteTier, main: Uploa
     scan = uploader_module.scan_segment
     uploader_module.scan_segment = timed("scan", scan)
     rp.meta.commit = timed("commit", rp.meta.commit)  # type: ignore[method-assign]
-    rp.uploader._put_objects = timed("puts", rp.uploader._put_objects)  # type: ignore[method-assign]
+    rp.uploader._copier._put_objects = timed("puts", rp.uploader._copier._put_objects)  # type: ignore[method-assign]
     segments = sealed_segments(log)
     raw_before = raw_upload(ctx, store, segments)
     try:
@@ -592,7 +592,7 @@ def build_remote(log: PartitionLog, store: ObjectStore, topic: str) -> tuple[int
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda kv: store.put(*kv), puts))
     m = PartitionManifest.empty(topic, 0, "bench").replace(generation=1, segments=tuple(entries))
-    encoded = mf.encode(m)
+    encoded = manifest_codec.encode(m)
     store.put(manifest_key(topic, 0), encoded)
     return len(puts) + 1, len(encoded)
 

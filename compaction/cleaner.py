@@ -161,15 +161,11 @@ class CleanResult:
     stats: CompactionStats = field(default_factory=CompactionStats)
 
 
-def _segment_config(config) -> SegmentConfig:
-    return SegmentConfig(config.index_interval_bytes, config.segment_index_bytes)
-
-
 def _new_cleaned_segment(log, base_offset: int) -> LogSegment:
     # LogSegment opens existing files as they are: clear what an abandoned round left behind.
     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
         (log.directory / (segment_name(base_offset) + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)
-    return LogSegment(log.directory, base_offset, _segment_config(log.config), suffix=CLEANED_SUFFIX)
+    return LogSegment(log.directory, base_offset, SegmentConfig.of(log.config), suffix=CLEANED_SUFFIX)
 
 
 def _discard(segment: LogSegment) -> None:

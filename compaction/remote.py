@@ -47,8 +47,7 @@ from typing import Callable
 
 from lakelog.compaction import vectorized
 from lakelog.compaction.compactor import CompactionStats, build_offset_map, next_first_dirty_offset
-from lakelog.compaction.remote_common import (  # noqa: F401  (COMPACTION_ORIGIN, PartitionReport: public here too)
-    COMPACTION_ORIGIN,
+from lakelog.compaction.remote_common import (
     PartitionJob,
     PartitionReport,
     StagedReplacement,
@@ -63,10 +62,13 @@ from lakelog.compaction.remote_common import (  # noqa: F401  (COMPACTION_ORIGIN
     write_job_state,
 )
 from lakelog.infra.config import LogConfig
+from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.logstore.retention import SegmentInfo, plan_retention
-from lakelog.tiering import manifest as mf
-from lakelog.tiering.lease import LeaseHeldError, acquire
-from lakelog.tiering.manifest import NO_TIMESTAMP, PartitionManifest, Replacement, SegmentState
+from lakelog.tiering import manifest_transitions
+from lakelog.tiering.errors import LeaseHeldError
+from lakelog.tiering.lease import acquire
+from lakelog.tiering.manifest_model import PartitionManifest, SegmentState
+from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering.store import ObjectStore
@@ -157,7 +159,7 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
                 # Nothing to drop and no horizon to stamp: the replacements would be the same
                 # bytes. Write nothing; only the checkpoint moves.
                 checkpoint = next_first_dirty_offset(map_end, stats.first_kept_for_lag_offset)
-                after = job_commit(meta, lambda cur: mf.set_cleaner_checkpoint(cur, checkpoint))
+                after = job_commit(meta, lambda cur: manifest_transitions.set_cleaner_checkpoint(cur, checkpoint))
                 report.reason = "nothing to drop"
                 report.records_read, report.records_kept = stats.records_read, stats.records_kept
                 report.bytes_read = stats.bytes_read
@@ -168,7 +170,7 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
             staged = merge_small(staged, config, now, workdir)
             # Staged entries own their objects before the objects exist: no orphan sweep
             # takes them for garbage, and a crash leaves entries the next run abandons.
-            job_commit(meta, lambda cur: mf.stage_replacements(cur, [st.entry for st in staged]))
+            job_commit(meta, lambda cur: manifest_transitions.stage_replacements(cur, [st.entry for st in staged]))
             for st in staged:
                 upload_replacement(store, topic, partition, st)
         finally:
@@ -180,11 +182,11 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
     final = {st.entry.segment_id: st.entry for st in staged}
 
     def swap(cur: PartitionManifest) -> PartitionManifest | None:
-        out = mf.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
-                                   delete_after_ms=now + delete_delay_ms, updates=final) or cur
+        out = manifest_transitions.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
+                                                     delete_after_ms=now + delete_delay_ms, updates=final) or cur
         swapped = all((x := out.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED for i in final)
         if swapped:  # the checkpoint only holds if every group was cleaned
-            out = mf.set_cleaner_checkpoint(out, checkpoint) or out
+            out = manifest_transitions.set_cleaner_checkpoint(out, checkpoint) or out
         return out if out is not cur else None
 
     after = job_commit(meta, swap)
@@ -237,8 +239,8 @@ def _expire(job: PartitionJob, config: LogConfig, *, delete_delay_ms: int) -> No
             if not still:
                 return None
             last_end = max(cur.segment(i).end_offset for i in still)  # type: ignore[union-attr]
-            return mf.start_delete(cur, still, epoch=cur.leader_epoch, now_ms=now,
-                                   delete_after_ms=now + delete_delay_ms, new_log_start_offset=last_end + 1)
+            return manifest_transitions.start_delete(cur, still, epoch=cur.leader_epoch, now_ms=now,
+                                                     delete_after_ms=now + delete_delay_ms, new_log_start_offset=last_end + 1)
 
         after = job_commit(meta, change)
         report.action = "expired"

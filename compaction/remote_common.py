@@ -37,13 +37,12 @@ from lakelog.compaction.compactor import (
     group_segments,
 )
 from lakelog.infra.config import LogConfig
-from lakelog.logstore.record_batch import crc32c
-from lakelog.tiering import epochs as epochs_format
-from lakelog.tiering import manifest as mf
+from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
+from lakelog.tiering import epochs as epochs_format, manifest_transitions
 from lakelog.tiering.errors import ObjectNotFoundError
 from lakelog.tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, new_segment_id, segment_key
 from lakelog.tiering.lease import Lease
-from lakelog.tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering.segment_scan import scan_segment
@@ -120,8 +119,8 @@ def delete_due_objects(store: ObjectStore, meta: ManifestStore, topic: str, part
             for s in due for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, EPOCHS_SUFFIX)]
     store.delete_many(keys)
     ids = [s.segment_id for s in due]
-    job_commit(meta, lambda cur: mf.finish_delete(cur, ids, epoch=cur.leader_epoch, now_ms=now_ms,
-                                                   keep_finished=KEEP_DELETE_FINISHED))
+    job_commit(meta, lambda cur: manifest_transitions.finish_delete(cur, ids, epoch=cur.leader_epoch, now_ms=now_ms,
+                                                                     keep_finished=KEEP_DELETE_FINISHED))
     return len(ids)
 
 
@@ -276,8 +275,8 @@ def plan_round(job: PartitionJob, config: LogConfig, *, force: bool) -> DirtySec
         report.reason = "the topic was deleted"
         return None
     if any(s.is_staged and s.origin == COMPACTION_ORIGIN for s in m.segments):
-        m = job_commit(meta, lambda cur: mf.abandon_copies(cur, epoch=cur.leader_epoch, now_ms=now,
-                                                            origin=COMPACTION_ORIGIN))
+        m = job_commit(meta, lambda cur: manifest_transitions.abandon_copies(cur, epoch=cur.leader_epoch, now_ms=now,
+                                                                              origin=COMPACTION_ORIGIN))
     job.manifest = m
     segments = job.live_segments()
     report.cleaner_checkpoint = m.cleaner_checkpoint

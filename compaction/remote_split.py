@@ -77,12 +77,14 @@ from lakelog.compaction.remote_common import (
 )
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
-from lakelog.tiering import manifest as mf
+from lakelog.logstore.record_batch import NO_TIMESTAMP
+from lakelog.tiering import manifest_transitions
+from lakelog.tiering.errors import LeaseHeldError, RemoteCorruptionError
 from lakelog.tiering.layout import new_segment_id
-from lakelog.tiering.lease import Lease, LeaseHeldError, acquire
-from lakelog.tiering.manifest import NO_TIMESTAMP, PartitionManifest, RemoteSegment, Replacement, SegmentState
+from lakelog.tiering.lease import Lease, acquire
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.errors import RemoteCorruptionError
 from lakelog.tiering.remote_scan import index_entries, iter_segment_batches
 from lakelog.tiering.store import ObjectStore
 
@@ -484,7 +486,7 @@ class SplitRound:
         self.rewrites = [RewriteTask([[x.segment_id for x in g] for g, _ in run], [p.segment_id for _, p in run])
                          for run in runs]
         if placeholders:
-            job_commit(job.meta, lambda cur: mf.stage_replacements(cur, placeholders))
+            job_commit(job.meta, lambda cur: manifest_transitions.stage_replacements(cur, placeholders))
 
     def map_ipc(self) -> bytearray:
         return _to_ipc(pa.table({"key": self.arrow_map.keys, "offset": self.arrow_map.offsets}))  # type: ignore[union-attr]
@@ -520,16 +522,16 @@ class SplitRound:
             def swap(cur: PartitionManifest) -> PartitionManifest | None:
                 out = cur
                 if replacements:
-                    out = mf.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
-                                               delete_after_ms=now + self.delete_delay_ms, updates=final) or cur
+                    out = manifest_transitions.swap_replacements(cur, replacements, epoch=cur.leader_epoch, now_ms=now,
+                                                                 delete_after_ms=now + self.delete_delay_ms, updates=final) or cur
                 swapped = all((x := out.segment(i)) is not None and x.state == SegmentState.COPY_FINISHED
                               for i in final)
                 # Placeholders no output took (merged into an earlier one, or a run with nothing
                 # to drop): never written, abandoned at once. Ours are the only staged entries of
                 # this origin: the lease is held and leftovers were abandoned when the round began.
-                out = mf.abandon_copies(out, epoch=cur.leader_epoch, now_ms=now, origin=COMPACTION_ORIGIN) or out
+                out = manifest_transitions.abandon_copies(out, epoch=cur.leader_epoch, now_ms=now, origin=COMPACTION_ORIGIN) or out
                 if swapped:  # the checkpoint only holds if every group was cleaned
-                    out = mf.set_cleaner_checkpoint(out, checkpoint) or out
+                    out = manifest_transitions.set_cleaner_checkpoint(out, checkpoint) or out
                 return out if out is not cur else None
 
             after = job_commit(meta, swap)

@@ -83,7 +83,7 @@ from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, PeerClient, j
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.logstore.errors import OffsetOutOfRangeError
 from lakelog.logstore.log_append import AppendInfo
-from lakelog.logstore.log_read import FetchResult
+from lakelog.logstore.local_log import FetchResult
 
 log = logging.getLogger("lakelog.node")
 

@@ -36,7 +36,7 @@ from lakelog.ingest_api.replication import core as rc
 from lakelog.ingest_api.replication.core import UNKNOWN_LEO, ProduceOutcome, ProposeIsr, RemoteReplica, Role
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.log_append import AppendInfo
-from lakelog.logstore.log_read import FetchResult
+from lakelog.logstore.local_log import FetchResult
 
 __all__ = ["Partition", "PartitionKey", "ProposeIsr", "RemoteReplica", "Role", "UNKNOWN_LEO", "now_ms"]
 

@@ -37,8 +37,10 @@ from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.partition import Partition, PartitionKey
-from lakelog.logstore.log_read import FetchResult
-from lakelog.tiering import RemoteTier, TieringConfig, open_store
+from lakelog.logstore.local_log import FetchResult
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.stores import open_store
 from lakelog.tiering.errors import FencedLeaderEpochError as RemoteFencedError
 from lakelog.tiering.errors import TieringError
 

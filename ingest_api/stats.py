@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Any
 
-from lakelog.tiering.manifest import SegmentState
+from lakelog.tiering.manifest_model import SegmentState
 
 log = logging.getLogger("lakelog.stats")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from lakelog.index.errors import CorruptIndexError  # noqa: F401  (re-exported: the log raises it on recovery)
 from lakelog.infra.errors import ErrorKind, LakelogError
 
 

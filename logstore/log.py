@@ -45,42 +45,59 @@ On open, `.cleaned` files are removed and `.swap` files are completed.
 Concurrency: every public method takes the log's lock, so calls from several threads are safe;
 a read returns bytes copied out of the files, so it is unaffected by later truncation or deletion.
 
-Where the code is: this module holds the constructor, the properties and the lifecycle; the fields
-and the primitives every part uses are `LogState` (log_state.py); appends, roll and flush are
-`LogAppender` (log_append.py), reads and lookups `LogReader` (log_read.py), truncation, deletion
-and the compaction swap `LogTruncation` (log_truncation.py), opening and recovery `LogLoader`
-(log_loader.py). They work on the same fields, under the same lock.
+Composition (as Kafka's UnifiedLog): `PartitionLog` holds a `LocalLog` (local_log.py: the
+`LogSegments` of the directory and the recovery point; appends, roll, flush, reads, tail
+truncation, segment deletion, the compaction swap), a `LeaderEpochCache` (leader_epoch.py) and a
+`ProducerStateManager` (producer_state.py), and owns the log start offset. It validates appends
+(`split_and_validate`, log_append.py), assigns offsets and keeps the four in step under its lock;
+none of them reads another's fields. `LogLoader` (log_loader.py) fills them on open.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import struct
 import threading
 import time
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 from lakelog.infra.config import LogConfig
+from lakelog.infra.errors import invariant
+from lakelog.logstore.checkpoint import write_checkpoint
+from lakelog.logstore.errors import InvalidRecordError, LogClosedError
+from lakelog.logstore.file_records import SegmentReader
 from lakelog.logstore.fileutil import atomic_write
 from lakelog.logstore.leader_epoch import LeaderEpochCache
-from lakelog.logstore.log_append import LogAppender
-from lakelog.logstore.log_loader import CLEAN_SHUTDOWN_FILE, CLEAN_SHUTDOWN_VERSION, LogLoader
-from lakelog.logstore.log_read import LogReader
-from lakelog.logstore.log_truncation import LogTruncation
+from lakelog.logstore.local_log import FetchResult, LocalLog
+from lakelog.logstore.log_append import AppendInfo, split_and_validate
+from lakelog.logstore.log_loader import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEAN_SHUTDOWN_VERSION,
+    LOG_START_OFFSET_FILE,
+    LogLoader,
+    rebuild_producer_state,
+)
+from lakelog.logstore.log_segments import LogSegments
 from lakelog.logstore.producer_state import (
     DEFAULT_MAX_PRODUCER_IDS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     DEFAULT_SNAPSHOTS_TO_KEEP,
+    BatchMetadata,
     ProducerStateEntry,
     ProducerStateManager,
 )
+from lakelog.logstore.record_batch import NO_TIMESTAMP, RecordBatch, set_log_append_time, set_offset_and_epoch
 from lakelog.logstore.segment import LogSegment
 
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+assert _OFFSET_LENGTH_EPOCH.size == 16
 
-class PartitionLog(LogAppender, LogReader, LogTruncation):
-    """The log of one partition replica."""
+
+class PartitionLog:
+    """The log of one partition replica (see the module docstring)."""
 
     def __init__(self, directory: str | os.PathLike, config: LogConfig | None = None, *,
                  clock: Callable[[], float] = time.time,
@@ -95,31 +112,58 @@ class PartitionLog(LogAppender, LogReader, LogTruncation):
         self.config = config or LogConfig()
         self._clock = clock
         self._lock = threading.RLock()
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
         self._closed = False
         self._listeners: list[Callable[[int], None]] = []
         self._truncation_listeners: list[Callable[[int], None]] = []
-        self.index_rebuilds_on_read: list[int] = []
         self._unflushed_records = 0
         self._last_flush_ms = self._now_ms()
         self.epochs = LeaderEpochCache(self.directory)
         self._producers = ProducerStateManager(self.directory, producer_id_expiration_ms=producer_id_expiration_ms,
                                                max_producer_ids=max_producer_ids,
                                                snapshots_to_keep=producer_snapshots_to_keep)
-        self.recovery = LogLoader(self).load()
+        segments = LogSegments()
+        loaded = LogLoader(self.directory, self.config, segments, self.epochs, self._producers, self._now_ms).load()
+        self.recovery = loaded.recovery
+        self.log_start_offset = loaded.log_start_offset
+        self._local = LocalLog(self.directory, self.config, segments, loaded.recovery_point, self._now_ms)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
 
     # ------------------------------------------------------------------ properties
 
     @property
     def segments(self) -> list[LogSegment]:
         with self._lock:
-            return list(self._segments)
+            return self._local.segments.to_list()
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._local.active_segment
+
+    @property
+    def log_end_offset(self) -> int:
+        """LEO: the offset the next appended record will get."""
+        return self._local.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Offsets below it are known flushed."""
+        return self._local.recovery_point
+
+    @property
+    def index_rebuilds_on_read(self) -> list[int]:
+        """Base offsets of segments whose index a read found wrong and rebuilt."""
+        return self._local.segments.index_rebuilds_on_read
 
     @property
     def size_in_bytes(self) -> int:
         with self._lock:
-            return sum(s.size for s in self._segments)
+            return self._local.segments.size_in_bytes()
 
     @property
     def latest_epoch(self) -> int:
@@ -155,14 +199,363 @@ class PartitionLog(LogAppender, LogReader, LogTruncation):
     def closed(self) -> bool:
         return self._closed
 
+    # ------------------------------------------------------------------ appends
+
+    def append_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int, *,
+                         consecutive_offsets: bool = True) -> AppendInfo:
+        """Validate producer batches, assign offsets from the LEO, stamp `leader_epoch`, append.
+
+        All batches are validated before any byte is written: on any error nothing is appended.
+        Batches of idempotent producers (producer id >= 0) are checked against the producer
+        state: InvalidProducerEpochError, OutOfOrderSequenceError, MixedDuplicateBatchesError;
+        a request of duplicates only appends nothing and returns the original offsets with
+        `duplicate=True`.
+
+        Concurrency: takes the log's lock (validation runs before it).
+        """
+        buf = data if isinstance(data, (bytes, memoryview)) else bytes(data)
+        parsed = split_and_validate(buf, self.config, for_leader=consecutive_offsets)
+        view = memoryview(buf)
+        with self._lock:
+            self._check_open()
+            next_offset = self.log_end_offset
+            first_offset = next_offset
+            now = self._now_ms()
+            log_append = self.config.log_append_time
+            entries = []
+            parts: list = []
+            base_offsets = []
+            max_ts = NO_TIMESTAMP
+            records = 0
+            idempotent: list[tuple[RecordBatch, int, int]] = []  # (batch, base offset, max timestamp)
+            for pos, batch, summary in parsed:
+                size = batch.size_in_bytes
+                if log_append:
+                    copy = bytearray(view[pos:pos + size])
+                    set_offset_and_epoch(copy, 0, next_offset, leader_epoch)
+                    set_log_append_time(copy, 0, size, now)
+                    parts.append(copy)
+                else:
+                    # Patch the 16 bytes before the magic (base offset, length, leader epoch): they
+                    # are outside the CRC, and the payload is written as received, without a copy.
+                    parts.append(_OFFSET_LENGTH_EPOCH.pack(next_offset, batch.batch_length, leader_epoch))
+                    parts.append(view[pos + _OFFSET_LENGTH_EPOCH.size:pos + size])
+                batch_max_ts = now if log_append else batch.max_timestamp
+                if batch.producer_id >= 0:
+                    idempotent.append((batch, next_offset, batch_max_ts))
+                last = next_offset + batch.last_offset_delta
+                entries.append((pos, last, batch_max_ts, batch.size_in_bytes))
+                base_offsets.append(next_offset)
+                max_ts = max(max_ts, batch_max_ts)
+                records += summary.record_count
+                next_offset = last + 1
+            if idempotent:
+                duplicates = self._producers.check_leader_append([b for _, b, _ in parsed])
+                if duplicates is not None:
+                    return self._duplicate_info(duplicates)
+            if leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
+                self.epochs.assign(leader_epoch, first_offset)
+            self._append_locked(parts, entries, max_ts, now, first_offset)
+            for batch, base, batch_max_ts in idempotent:
+                self._producers.apply(batch.producer_id, batch.producer_epoch, batch.base_sequence, base,
+                                      batch.last_offset_delta, batch_max_ts)
+            self._unflushed_records += records
+            info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
+                              len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
+            self._after_append(now)
+            return info
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches that already carry offsets and epochs (replication, restore).
+
+        They must start at or above the LEO and increase; CRCs are checked; bytes are kept as is.
+
+        Concurrency: takes the log's lock (validation runs before it).
+        """
+        buf = bytes(data)
+        parsed = split_and_validate(buf, self.config, for_leader=False)
+        with self._lock:
+            self._check_open()
+            expected = self.log_end_offset
+            entries = []
+            max_ts = NO_TIMESTAMP
+            records = 0
+            for pos, batch, summary in parsed:
+                if batch.base_offset < expected:
+                    raise InvalidRecordError(f"batch offset {batch.base_offset} is below the expected "
+                                             f"next offset {expected}")
+                entries.append((pos, batch.last_offset, batch.max_timestamp, batch.size_in_bytes))
+                expected = batch.last_offset + 1
+                max_ts = max(max_ts, batch.max_timestamp)
+                records += summary.record_count
+            first = parsed[0][1].base_offset
+            if first > self.log_end_offset and self.active_segment.is_empty is False:
+                # A gap (the leader's log start moved past ours): start a fresh segment there.
+                self._roll_locked(first)
+            elif first > self.log_end_offset:
+                self._local.reset_active_to(first)
+            for _, batch, _ in parsed:
+                if batch.partition_leader_epoch > self.epochs.latest_epoch:
+                    self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+            now = self._now_ms()
+            self._append_locked([buf], entries, max_ts, now, first)
+            # Unchecked: the leader checked them, and the state must end as the leader's.
+            for _, batch, _ in parsed:
+                if batch.producer_id >= 0:
+                    self._producers.apply_batch(batch)
+            self._unflushed_records += records
+            info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
+                              self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
+            self._after_append(now)
+            return info
+
+    def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
+        max_ts = max(d.max_timestamp for d in duplicates)
+        return AppendInfo(min(d.first_offset for d in duplicates), max(d.last_offset for d in duplicates), max_ts,
+                          max_ts if self.config.log_append_time else -1, 0, 0, 0, self.log_start_offset,
+                          tuple(d.first_offset for d in duplicates), duplicate=True)
+
+    def _append_locked(self, parts: list, entries: list, max_ts: int, now: int, first_offset: int) -> None:
+        size = sum(e[3] for e in entries)
+        if self._local.should_roll(size, max_ts, entries[-1][1], now):
+            self._roll_locked(first_offset)
+        self._local.append(parts, entries)
+
+    def _after_append(self, now: int) -> None:
+        cfg = self.config
+        if self._unflushed_records >= cfg.flush_messages or now - self._last_flush_ms >= cfg.flush_ms:
+            self._flush_locked()
+        leo = self.log_end_offset
+        for listener in self._listeners:
+            listener(leo)
+
+    # ------------------------------------------------------------------ roll and flush
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the LEO. Takes the log's lock."""
+        with self._lock:
+            self._check_open()
+            return self._roll_locked(self.log_end_offset)
+
+    def _roll_locked(self, new_base: int) -> LogSegment:
+        old = self.active_segment
+        if old.is_empty and old.base_offset == new_base:
+            return old
+        self._local.seal_active(new_base)
+        # The state covers every batch below the LEO, and no batch lies in [LEO, new_base).
+        self._producers.remove_expired(self._now_ms())
+        self._producers.take_snapshot(new_base)
+        return self._local.start_segment(new_base)
+
+    def flush(self) -> None:
+        """fsync every segment with unflushed bytes and advance the recovery point to the LEO.
+        Takes the log's lock."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._local.flush()
+        self._unflushed_records = 0
+        self._last_flush_ms = self._now_ms()
+
+    def flush_if_due(self) -> None:
+        """For a periodic task: flush when `flush.ms` has passed since the last flush. Takes the lock."""
+        with self._lock:
+            if not self._closed and self._unflushed_records and \
+                    self._now_ms() - self._last_flush_ms >= self.config.flush_ms:
+                self._flush_locked()
+
+    # ------------------------------------------------------------------ reads and lookups
+
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FetchResult:
+        """Whole batches from the one holding `start_offset`, at most `max_bytes` (but at least one
+        batch when `min_one_batch`), all below `max_offset` (exclusive; a consumer passes the HW).
+
+        Raises OffsetOutOfRangeError below the log start offset or above the LEO.
+
+        Concurrency: takes the log's lock; the bytes returned are copied out of the files.
+        """
+        with self._lock:
+            self._check_open()
+            return self._local.read(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
+                                    log_start_offset=self.log_start_offset)
+
+    def batches(self, start_offset: int | None = None, *, max_offset: int | None = None
+                ) -> Iterator[RecordBatch]:
+        """Every CRC-checked batch from `start_offset` (default: log start) below `max_offset`.
+
+        Iterates a snapshot of the segments through private file descriptors, so concurrent
+        appends, retention or compaction swaps never break an iteration in progress.
+
+        Concurrency: takes the log's lock only to open the snapshot.
+        """
+        with self._lock:
+            self._check_open()
+            start = self.log_start_offset if start_offset is None else start_offset
+            readers = self._local.open_readers(start)
+        try:
+            for reader in readers:
+                for _, batch in reader.batches():
+                    if batch.last_offset < start:
+                        continue
+                    if max_offset is not None and batch.last_offset >= max_offset:
+                        return
+                    yield RecordBatch(bytes(batch.buffer))
+        finally:
+            for reader in readers:
+                reader.close()
+
+    def open_segment_reader(self, base_offset: int) -> SegmentReader:
+        """A snapshot of the segment starting at `base_offset`: its bytes as they are now, through
+        a private (dup'd) file descriptor, so the reader stays valid if the segment is then deleted
+        by retention, replaced by a compaction swap, or the log is closed. The caller closes it.
+
+        Raises SegmentsChangedError when no segment starts at `base_offset` (deleted or merged
+        meanwhile), LogClosedError when the log is closed.
+
+        Concurrency: takes the log's lock only to look the segment up and dup its descriptor.
+        """
+        with self._lock:
+            self._check_open()
+            return self._local.open_segment_reader(base_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`, from the indexes.
+        Takes the log's lock."""
+        with self._lock:
+            self._check_open()
+            return self._local.offset_for_timestamp(timestamp, self.log_start_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (epoch, end offset) answered from the leader epoch cache. Takes the lock."""
+        with self._lock:
+            return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # ------------------------------------------------------------------ truncation and the log start
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every record at or above `offset` (a follower's truncation). Returns the new LEO.
+
+        A batch that straddles `offset` is removed whole: the LEO may end below `offset`.
+        The producer state becomes the state as of the new LEO (newest snapshot at or below it,
+        then a replay of the batch headers up to it).
+
+        Concurrency: takes the log's lock.
+        """
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                # Nothing to cut, but the epoch cache may still end with an entry at the LEO: a leader
+                # records its epoch when elected and may have lost leadership before appending.
+                # Keeping it would make the batches this replica now fetches from an older epoch look
+                # stale to the cache. (Kafka's truncateTo does the same.)
+                self.epochs.truncate_from_end(self.log_end_offset)
+                return self.log_end_offset
+            invariant(offset >= self.log_start_offset or offset == self._local.segments[0].base_offset,
+                      f"cannot truncate to {offset} below the log start offset {self.log_start_offset}")
+            # Snapshots above the target go first: after a crash part way, none of them can
+            # describe batches that are no longer (or not yet again) in the log.
+            self._producers.delete_snapshots_above(offset)
+            self._local.truncate_to(offset)
+            self.epochs.truncate_from_end(self.log_end_offset)
+            # Snapshots lie at batch boundaries, so none is left in (new LEO, offset].
+            rebuild_producer_state(self._producers, self._local.segments, self.log_start_offset,
+                                   self.log_end_offset)
+            self._local.lower_recovery_point()
+            for listener in self._truncation_listeners:
+                listener(self.log_end_offset)
+            return self.log_end_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log empty at `offset` (and the producer state).
+        Takes the log's lock."""
+        with self._lock:
+            self._check_open()
+            self._producers.delete_all_snapshots()
+            self._producers.clear()
+            self._local.truncate_fully_and_start_at(offset)
+            self.log_start_offset = offset
+            self.epochs.clear()
+            self._write_log_start_offset()
+            for listener in self._truncation_listeners:
+                listener(offset)
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """Advance the log start offset (retention, DeleteRecords); never moves it backwards.
+        Takes the log's lock."""
+        with self._lock:
+            self._check_open()
+            if new_start <= self.log_start_offset:
+                return False
+            invariant(new_start <= self.log_end_offset, f"log start {new_start} above LEO {self.log_end_offset}")
+            self.log_start_offset = new_start
+            self._write_log_start_offset()
+            self.epochs.truncate_from_start(new_start)
+            # Whole segments now entirely below the start are no longer reachable: delete them.
+            self._local.delete_segments_below(new_start)
+            self._prune_producer_snapshots()
+            return True
+
+    def _write_log_start_offset(self) -> None:
+        write_checkpoint(self.directory / LOG_START_OFFSET_FILE, [(self.log_start_offset,)])
+
+    def delete_oldest_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool],
+                               *, upper_bound_offset: int | None = None) -> list[int]:
+        """Delete leading segments while `predicate(segment, next_segment)` holds.
+
+        Never deletes the active segment, nor a segment holding offsets at or above
+        `upper_bound_offset` (the high watermark). Advances the log start offset.
+        Returns the base offsets of deleted segments.
+
+        Concurrency: takes the log's lock.
+        """
+        with self._lock:
+            self._check_open()
+            doomed = self._local.deletable_segments(predicate, upper_bound_offset)
+            if not doomed:
+                return []
+            # Advance (and persist) the log start offset first: after a crash between the two
+            # steps, the files left behind lie below it and are simply unreachable.
+            self.log_start_offset = max(self.log_start_offset, self._local.segments[len(doomed)].base_offset)
+            self._write_log_start_offset()
+            self._local.delete_first(len(doomed))
+            self.epochs.truncate_from_start(self.log_start_offset)
+            self._prune_producer_snapshots()
+            return [seg.base_offset for seg in doomed]
+
+    def _prune_producer_snapshots(self) -> None:
+        """The log start moved: snapshots below it go. Producers stay in the state until they
+        expire (KIP-360); if no snapshot is left, one of the current state at the LEO keeps them
+        across a restart (a replay from the log start would not find their deleted batches)."""
+        self._producers.delete_snapshots_below(self.log_start_offset)
+        if not self._producers.snapshot_offsets():
+            self._producers.take_snapshot(self.log_end_offset)
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        """Swap compacted replacement segments (written with suffix `.cleaned`) for `old_segments`.
+
+        Crash-safe: `.cleaned` -> `.swap`, delete the old segments, `.swap` -> final names.
+        The old segments must be consecutive, sealed and still present. The producer state and
+        its snapshots are left alone: they describe the history, which compaction does not change
+        (the newest snapshot lies at or above the active segment's base, above every sealed one).
+
+        Concurrency: takes the log's lock.
+        """
+        with self._lock:
+            self._check_open()
+            self._local.replace_segments(new_segments, old_segments)
+
     # ------------------------------------------------------------------ config and lifecycle
 
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
             self.config = config
+            self._local.update_config(config)
 
     def close(self) -> None:
-        """Flush, close files and write the clean-shutdown marker."""
+        """Flush, close files and write the clean-shutdown marker. Takes the log's lock."""
         with self._lock:
             if self._closed:
                 return
@@ -170,21 +563,19 @@ class PartitionLog(LogAppender, LogReader, LogTruncation):
             self._flush_locked()
             self._producers.remove_expired(self._now_ms())
             self._producers.take_snapshot(self.log_end_offset)
-            for seg in self._segments:
-                seg.close()
+            self._local.close()
             atomic_write(self.directory / CLEAN_SHUTDOWN_FILE,
                          f"{CLEAN_SHUTDOWN_VERSION}\n{self.log_end_offset}\n".encode("ascii"))
             self._closed = True
 
     def delete(self) -> None:
-        """Close and remove the whole partition directory."""
+        """Close and remove the whole partition directory. Takes the log's lock."""
         with self._lock:
             if not self._closed:
-                for seg in self._segments:
-                    seg.close()
+                self._local.close()
                 self._closed = True
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.directory}, log_start_offset={self.log_start_offset}, "
-                f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})")
+                f"log_end_offset={self.log_end_offset}, segments={len(self._local.segments)})")

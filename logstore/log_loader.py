@@ -1,29 +1,35 @@
-"""Opening a partition log's directory: the loading and crash recovery of `PartitionLog`.
+"""Opening a partition log's directory: loading and crash recovery (Kafka's LogLoader).
 
-`LogLoader(log).load()` runs once, from `PartitionLog.__init__`, before the log is shared: it
-finishes or undoes what a crash interrupted (deletions, compaction outputs, swaps), opens the
-segments, recovers those from the recovery point on after an unclean shutdown (re-read batch by
-batch, CRC-checked, cut at the first torn or corrupt batch, later segments dropped, indexes rebuilt)
-and checks the others structurally, then loads the idempotent producer state (newest snapshot at or
-below the LEO plus a replay of batch headers; folded into the recovery scan where it can be).
-`reload_producer_state` is the same load, used again by `truncate_to`. What was found and cut is
-the `RecoveryReport`.
+`LogLoader(directory, config, segments, epochs, producers, now_ms).load()` runs once, from
+`PartitionLog.__init__`, before the log is shared: it finishes or undoes what a crash interrupted
+(deletions, compaction outputs, swaps), opens the segments into the `LogSegments` it is given,
+recovers those from the recovery point on after an unclean shutdown (re-read batch by batch,
+CRC-checked, cut at the first torn or corrupt batch, later segments dropped, indexes rebuilt) and
+checks the others structurally, rebuilds the leader epoch cache from what it re-read, then loads
+the idempotent producer state (newest snapshot at or below the LEO plus a replay of batch headers;
+folded into the recovery scan where it can be). It answers a `LoadedLog`: the `RecoveryReport`
+(what was found and cut), the log start offset and the recovery point. `rebuild_producer_state`
+is the same producer load, used again by `PartitionLog.truncate_to`.
 
-The loader works on the log's own fields (segments, epoch cache, producer state): it is part of the
-log, in its own file. Callers hold the log's lock or own the log outright (while it opens).
+The checkpoint and marker files of the directory are named here.
+
+Concurrency: the loader owns the objects it fills until `load` returns.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Callable
 
+from lakelog.index.errors import CorruptIndexError
+from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import read_checkpoint
-from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError, UnsupportedFormatVersionError
-from lakelog.logstore.producer_state import SnapshotLoad, snapshot_name
+from lakelog.logstore.errors import CorruptRecordError, UnsupportedFormatVersionError
+from lakelog.logstore.leader_epoch import LeaderEpochCache
+from lakelog.logstore.log_segments import LogSegments
+from lakelog.logstore.producer_state import ProducerStateManager, SnapshotLoad, snapshot_name
 from lakelog.logstore.record_batch import CONTROL_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD, RecordBatch
 from lakelog.logstore.segment import (
     CLEANED_SUFFIX,
@@ -31,11 +37,9 @@ from lakelog.logstore.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     LogSegment,
+    SegmentConfig,
     parse_base_offset,
 )
-
-if TYPE_CHECKING:
-    from lakelog.logstore.log import PartitionLog
 
 #: Bytes read at a time while replaying producer batch headers.
 _REPLAY_READ_BYTES = 64 * 1024
@@ -74,57 +78,74 @@ class RecoveryReport:
                 + producers)
 
 
+@dataclass(frozen=True, slots=True)
+class LoadedLog:
+    """What `LogLoader.load` found: the report, and the offsets the log starts from."""
+
+    recovery: RecoveryReport
+    log_start_offset: int
+    recovery_point: int
+
+
 class LogLoader:
-    """Loads and recovers one `PartitionLog` (see the module docstring)."""
+    """Loads and recovers one partition directory into the `LogSegments`, `LeaderEpochCache` and
+    `ProducerStateManager` it is given (see the module docstring)."""
 
-    def __init__(self, log: PartitionLog) -> None:
-        self.log = log
+    def __init__(self, directory: Path, config: LogConfig, segments: LogSegments, epochs: LeaderEpochCache,
+                 producers: ProducerStateManager, now_ms: Callable[[], int]) -> None:
+        self.directory = directory
+        self.config = config
+        self.segments = segments
+        self.epochs = epochs
+        self.producers = producers
+        self._now_ms = now_ms
+        self._segment_config = SegmentConfig.of(config)
+        self.log_start_offset = 0
 
-    def load(self) -> RecoveryReport:
-        marker = self.log.directory / CLEAN_SHUTDOWN_FILE
+    def load(self) -> LoadedLog:
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
         # A directory without segments is a new log: nothing can need recovery.
-        clean = marker.exists() or not any(p.name.endswith(LOG_SUFFIX) for p in self.log.directory.iterdir())
+        clean = marker.exists() or not any(p.name.endswith(LOG_SUFFIX) for p in self.directory.iterdir())
         if marker.exists():
             self._read_clean_shutdown_marker(marker)
         report = RecoveryReport(clean_shutdown=clean)
         self._remove_leftovers(report)
-        bases = sorted({b for p in self.log.directory.iterdir() if p.name.endswith(LOG_SUFFIX)
+        bases = sorted({b for p in self.directory.iterdir() if p.name.endswith(LOG_SUFFIX)
                         and (b := parse_base_offset(p.name)) is not None})
         for b in bases:
-            self.log._add_segment(LogSegment(self.log.directory, b, self.log._segment_config(), created_ms=self.log._now_ms()))
-        stored_start = read_checkpoint(self.log.directory / LOG_START_OFFSET_FILE, 1)
-        recovery_point = read_checkpoint(self.log.directory / RECOVERY_POINT_FILE, 1)
+            self.segments.add(LogSegment(self.directory, b, self._segment_config, created_ms=self._now_ms()))
+        stored_start = read_checkpoint(self.directory / LOG_START_OFFSET_FILE, 1)
+        recovery_point = read_checkpoint(self.directory / RECOVERY_POINT_FILE, 1)
         rp = recovery_point[0][0] if recovery_point else 0
-        if not self.log._segments:
+        if not self.segments:
             start = stored_start[0][0] if stored_start else 0
-            self.log._add_segment(LogSegment(self.log.directory, start, self.log._segment_config(), created_ms=self.log._now_ms()))
-        self.log.log_start_offset = max(stored_start[0][0] if stored_start else 0, self.log._segments[0].base_offset)
+            self.segments.add(LogSegment(self.directory, start, self._segment_config, created_ms=self._now_ms()))
+        self.log_start_offset = max(stored_start[0][0] if stored_start else 0, self.segments[0].base_offset)
         replayed_from: int | None = None
         if clean:
-            for seg in self.log._segments:
+            for seg in self.segments:
                 self._check_segment(seg, report)
         else:
             replayed_from = self._recover(rp, report)
-        if self.log.log_start_offset > self.log.log_end_offset:
+        if self.log_start_offset > self.segments.active.next_offset:
             # Recovery cut the log below its start offset: nothing readable is left. Restart the
             # log empty at its start offset (as Kafka's loader does) rather than refuse to open.
-            for seg in self.log._segments:
+            for seg in self.segments:
                 report.segments_dropped.append(seg.base_offset)
                 seg.delete_files()
-            self.log._segments.clear()
-            self.log._bases.clear()
-            self.log._add_segment(LogSegment(self.log.directory, self.log.log_start_offset, self.log._segment_config(),
-                                         created_ms=self.log._now_ms()))
-            self.log.epochs.clear()
+            self.segments.clear()
+            self.segments.add(LogSegment(self.directory, self.log_start_offset, self._segment_config,
+                                         created_ms=self._now_ms()))
+            self.epochs.clear()
             replayed_from = None
         self._open_producer_state(report, replayed_from)
         marker.unlink(missing_ok=True)
-        invariant(self.log.log_start_offset <= self.log.log_end_offset,
-                  f"log start offset {self.log.log_start_offset} above log end offset {self.log.log_end_offset}")
-        self.log.epochs.truncate_from_end(self.log.log_end_offset)
-        self.log.epochs.truncate_from_start(self.log.log_start_offset)
-        self.log.recovery_point = self.log.log_end_offset if clean else self.log._segments[-1].base_offset
-        return report
+        invariant(self.log_start_offset <= self.segments.active.next_offset,
+                  f"log start offset {self.log_start_offset} above log end offset {self.segments.active.next_offset}")
+        self.epochs.truncate_from_end(self.segments.active.next_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        recovery_point = self.segments.active.next_offset if clean else self.segments.active.base_offset
+        return LoadedLog(report, self.log_start_offset, recovery_point)
 
     def _read_clean_shutdown_marker(self, marker: Path) -> None:
         lines = marker.read_text("ascii", errors="replace").split()
@@ -133,27 +154,27 @@ class LogLoader:
 
     def _remove_leftovers(self, report: RecoveryReport) -> None:
         """Finish or undo what a crash interrupted: deletions, compaction outputs, swaps."""
-        for p in sorted(self.log.directory.iterdir()):
+        for p in sorted(self.directory.iterdir()):
             name = p.name
             stray_index_swap = name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX) \
-                and not (self.log.directory / (name[:20] + LOG_SUFFIX + SWAP_SUFFIX)).exists()
+                and not (self.directory / (name[:20] + LOG_SUFFIX + SWAP_SUFFIX)).exists()
             if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX) or name.endswith(".tmp") \
                     or stray_index_swap:
                 p.unlink()
                 report.leftovers_removed.append(name)
-        swaps = sorted(p for p in self.log.directory.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX))
+        swaps = sorted(p for p in self.directory.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX))
         for swap in swaps:
             base = parse_base_offset(swap.name)
             if base is None:
                 continue
-            seg = LogSegment(self.log.directory, base, self.log._segment_config(), suffix=SWAP_SUFFIX)
+            seg = LogSegment(self.directory, base, self._segment_config, suffix=SWAP_SUFFIX)
             last = seg.next_offset
             # The swap replaces every old segment whose offsets it covers.
-            for p in list(self.log.directory.iterdir()):
+            for p in list(self.directory.iterdir()):
                 b = parse_base_offset(p.name)
                 if b is not None and p.name.endswith(LOG_SUFFIX) and base <= b < last:
                     for suffix in (".log", ".index", ".timeindex"):
-                        (self.log.directory / (p.name[:20] + suffix)).unlink(missing_ok=True)
+                        (self.directory / (p.name[:20] + suffix)).unlink(missing_ok=True)
             seg.change_suffix(SWAP_SUFFIX, "")
             # Its index files may be missing or half-renamed: regenerate them from the .log.
             seg.rebuild_indexes()
@@ -166,53 +187,50 @@ class LogLoader:
         Returns the offset from which producer batches were applied to the state during the
         scan (on top of the snapshot in `report`), or None when the state still needs loading.
         """
-        max_batch = max(self.log.config.max_message_bytes, self.log.config.segment_bytes)
-        first = max(0, bisect_right(self.log._bases, recovery_point) - 1)
-        for seg in self.log._segments[:first]:
+        max_batch = max(self.config.max_message_bytes, self.config.segment_bytes)
+        first = self.segments.index_for(recovery_point)
+        for seg in self.segments.to_list()[:first]:
             self._check_segment(seg, report)
-        self.log.epochs.truncate_from_end(self.log._segments[first].base_offset)
+        self.epochs.truncate_from_end(self.segments[first].base_offset)
         # Snapshots at or below the recovery point were written after everything below them was
         # flushed. When the newest lies in the segments re-read here, their batches are applied as
         # recovery reads them: no second pass over the active segment.
-        load = self.log._producers.load_latest_snapshot(recovery_point)
+        load = self.producers.load_latest_snapshot(recovery_point)
         report.producer_snapshots_removed += load.removed
-        replay_from = self.log.log_start_offset if load.offset is None else max(load.offset, self.log.log_start_offset)
-        direct = replay_from >= self.log._segments[first].base_offset
+        replay_from = self.log_start_offset if load.offset is None else max(load.offset, self.log_start_offset)
+        direct = replay_from >= self.segments[first].base_offset
         replayed = 0
-        producers = self.log._producers
+        producers = self.producers
 
         def on_batch(batch: RecordBatch) -> None:
             nonlocal replayed
             if batch.partition_leader_epoch >= 0:
-                self.log.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+                self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
             if direct and batch.producer_id >= 0 and batch.base_offset + batch.last_offset_delta >= replay_from:
                 producers.apply_batch(batch)
                 replayed += 1
 
         i = first
-        while i < len(self.log._segments):
-            seg = self.log._segments[i]
+        while i < len(self.segments):
+            seg = self.segments[i]
             cut = seg.recover(on_batch=on_batch, max_batch_bytes=max_batch)
             report.segments_recovered += 1
             report.bytes_truncated += cut
             if cut:
                 # Everything after a corrupt or torn batch is unreliable: drop later segments.
-                for later in self.log._segments[i + 1:]:
+                for later in self.segments.remove_after(i):
                     report.segments_dropped.append(later.base_offset)
                     report.bytes_truncated += later.size
                     later.delete_files()
-                del self.log._segments[i + 1:]
-                del self.log._bases[i + 1:]
                 break
-            if i + 1 < len(self.log._segments) and seg.next_offset > self.log._segments[i + 1].base_offset:
+            if i + 1 < len(self.segments) and seg.next_offset > self.segments[i + 1].base_offset:
                 raise CorruptRecordError(f"segment {seg.base_offset} overlaps the next segment",
                                          file=str(seg.log_path))
             i += 1
         # Drop empty trailing segments other than the first, as they carry no information.
-        while len(self.log._segments) > 1 and self.log._segments[-1].is_empty and \
-                self.log._segments[-2].next_offset < self.log._segments[-1].base_offset:
-            seg = self.log._segments.pop()
-            self.log._bases.pop()
+        while len(self.segments) > 1 and self.segments[-1].is_empty and \
+                self.segments[-2].next_offset < self.segments[-1].base_offset:
+            seg = self.segments.pop_last()
             report.segments_dropped.append(seg.base_offset)
             seg.delete_files()
         if not direct:
@@ -228,67 +246,16 @@ class LogLoader:
         taken at the LEO when the log start moved): recovery cuts the log at the first batch that
         did not reach the disk, and any snapshot above the cut goes.
         """
-        leo = self.log.log_end_offset
-        report.producer_snapshots_removed += [snapshot_name(o) for o in self.log._producers.delete_snapshots_above(leo)]
+        leo = self.segments.active.next_offset
+        report.producer_snapshots_removed += [snapshot_name(o) for o in self.producers.delete_snapshots_above(leo)]
         used = report.producer_snapshot_offset
-        newer = [o for o in self.log._producers.snapshot_offsets() if used is None or o > used]
+        newer = [o for o in self.producers.snapshot_offsets() if used is None or o > used]
         if replayed_from is not None and replayed_from <= leo and not newer:
             return
-        load, replayed = self.reload_producer_state(leo)
+        load, replayed = rebuild_producer_state(self.producers, self.segments, self.log_start_offset, leo)
         report.producer_snapshots_removed += load.removed
         report.producer_snapshot_offset = load.offset
         report.producer_batches_replayed = replayed
-
-    def reload_producer_state(self, end_offset: int) -> tuple[SnapshotLoad, int]:
-        """The state as of `end_offset`: the newest snapshot at or below it, then a replay of the
-        batch headers from there (or from the log start) up to it. Returns (load, batches replayed)."""
-        load = self.log._producers.load_latest_snapshot(end_offset)
-        start = self.log.log_start_offset if load.offset is None else max(load.offset, self.log.log_start_offset)
-        return load, self._replay_producer_batches(start, end_offset)
-
-    def _replay_producer_batches(self, start: int, end: int) -> int:
-        """Apply the producer batches with offsets in [start, end) to the state, reading headers
-        only (64 KiB at a time while batches are small, one header at a time once they are not)."""
-        replayed = 0
-        if start >= end:
-            return 0
-        producers = self.log._producers
-        for seg in self.log._segments[self.log._segment_index_for(start):]:
-            if seg.base_offset >= end:
-                break
-            if seg.is_empty or seg.next_offset <= start:
-                continue
-            pos = 0
-            if seg.base_offset < start:
-                found = self.log._repairing(seg, lambda s=seg: s.translate_offset(start))
-                if found is None:
-                    continue
-                pos = found.position
-            size = seg.size
-            buf, buf_pos = b"", 0
-            read_size = _REPLAY_READ_BYTES
-            while pos < size:
-                rel = pos - buf_pos
-                if rel < 0 or rel + HEADER_SIZE > len(buf):
-                    buf, buf_pos, rel = seg.read_bytes(pos, min(max(read_size, HEADER_SIZE), size - pos)), pos, 0
-                    if len(buf) < HEADER_SIZE:
-                        raise CorruptRecordError("batch header runs past the end of the log",
-                                                 file=str(seg.log_path), position=pos)
-                (base, length, _ple, _magic, _crc, attributes, delta, _bts, max_ts, producer_id,
-                 producer_epoch, base_sequence, _count) = HEADER.unpack_from(buf, rel)
-                if base >= end:
-                    break
-                if length < HEADER_SIZE - LOG_OVERHEAD:
-                    raise CorruptRecordError(f"batch length {length} is impossible", file=str(seg.log_path),
-                                             position=pos, offset=base)
-                if producer_id >= 0 and base + delta >= start:
-                    producers.apply(producer_id, producer_epoch, base_sequence, base, delta, max_ts,
-                                    is_control=bool(attributes & CONTROL_MASK))
-                    replayed += 1
-                pos += length + LOG_OVERHEAD
-                # Large batches: read just the next header rather than 64 KiB of records.
-                read_size = HEADER_SIZE if length + LOG_OVERHEAD > _REPLAY_READ_BYTES // 4 else _REPLAY_READ_BYTES
-        return replayed
 
     def _check_segment(self, seg: LogSegment, report: RecoveryReport) -> None:
         """Structural checks of a flushed segment; rebuild its indexes or cut a damaged tail.
@@ -310,7 +277,63 @@ class LogLoader:
             pass
         else:
             return
-        max_batch = max(self.log.config.max_message_bytes, self.log.config.segment_bytes)
+        max_batch = max(self.config.max_message_bytes, self.config.segment_bytes)
         report.bytes_truncated += seg.recover(max_batch_bytes=max_batch)
         report.segments_recovered += 1
         report.indexes_rebuilt.append(seg.base_offset)
+
+
+def rebuild_producer_state(producers: ProducerStateManager, segments: LogSegments, log_start_offset: int,
+                           end_offset: int) -> tuple[SnapshotLoad, int]:
+    """The producer state as of `end_offset`: the newest snapshot at or below it, then a replay of
+    the batch headers from there (or from the log start) up to it. Returns (load, batches replayed).
+
+    Used on open and by `PartitionLog.truncate_to`; the caller holds the log's lock or owns the log.
+    """
+    load = producers.load_latest_snapshot(end_offset)
+    start = log_start_offset if load.offset is None else max(load.offset, log_start_offset)
+    return load, _replay_producer_batches(producers, segments, start, end_offset)
+
+
+def _replay_producer_batches(producers: ProducerStateManager, segments: LogSegments, start: int, end: int) -> int:
+    """Apply the producer batches with offsets in [start, end) to the state, reading headers
+    only (64 KiB at a time while batches are small, one header at a time once they are not)."""
+    replayed = 0
+    if start >= end:
+        return 0
+    for seg in segments.from_offset(start):
+        if seg.base_offset >= end:
+            break
+        if seg.is_empty or seg.next_offset <= start:
+            continue
+        pos = 0
+        if seg.base_offset < start:
+            found = segments.repairing(seg, lambda s=seg: s.translate_offset(start))
+            if found is None:
+                continue
+            pos = found.position
+        size = seg.size
+        buf, buf_pos = b"", 0
+        read_size = _REPLAY_READ_BYTES
+        while pos < size:
+            rel = pos - buf_pos
+            if rel < 0 or rel + HEADER_SIZE > len(buf):
+                buf, buf_pos, rel = seg.read_bytes(pos, min(max(read_size, HEADER_SIZE), size - pos)), pos, 0
+                if len(buf) < HEADER_SIZE:
+                    raise CorruptRecordError("batch header runs past the end of the log",
+                                             file=str(seg.log_path), position=pos)
+            (base, length, _ple, _magic, _crc, attributes, delta, _bts, max_ts, producer_id,
+             producer_epoch, base_sequence, _count) = HEADER.unpack_from(buf, rel)
+            if base >= end:
+                break
+            if length < HEADER_SIZE - LOG_OVERHEAD:
+                raise CorruptRecordError(f"batch length {length} is impossible", file=str(seg.log_path),
+                                         position=pos, offset=base)
+            if producer_id >= 0 and base + delta >= start:
+                producers.apply(producer_id, producer_epoch, base_sequence, base, delta, max_ts,
+                                is_control=bool(attributes & CONTROL_MASK))
+                replayed += 1
+            pos += length + LOG_OVERHEAD
+            # Large batches: read just the next header rather than 64 KiB of records.
+            read_size = HEADER_SIZE if length + LOG_OVERHEAD > _REPLAY_READ_BYTES // 4 else _REPLAY_READ_BYTES
+    return replayed

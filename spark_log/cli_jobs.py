@@ -101,7 +101,8 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    from lakelog.spark_log.jobs import JOB_NAMES, __doc__ as doc
+    from lakelog.tiering.job_runs import JOB_NAMES
+    from lakelog.spark_log.jobs import __doc__ as doc
 
     lines = doc.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("    ") and line.split()[0] in JOB_NAMES)
@@ -116,7 +117,7 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
     """Run the jobs at their intervals, and the runs asked for through a node (QUEUED records in the
     remote tier, looked for every --poll-ms), until SIGINT/SIGTERM (one Spark session, one run at a
     time). Every run is recorded in the remote tier (spark_log/runs.py)."""
-    from lakelog.spark_log.jobs import JOB_NAMES
+    from lakelog.tiering.job_runs import JOB_NAMES
     from lakelog.spark_log.runs import recorded_run, runner_name, serve_queued
     from lakelog.tiering import job_runs
     from lakelog.tiering.remote_scan import open_remote
@@ -229,7 +230,7 @@ def cmd_jobs_package(args: argparse.Namespace) -> int:
 
 def add_commands(sub, add, remote: argparse.ArgumentParser) -> None:
     """Add `jobs` and its commands (`remote`: the options every Spark command takes, spark_log/cli.py)."""
-    from lakelog.spark_log.jobs import JOB_NAMES
+    from lakelog.tiering.job_runs import JOB_NAMES
 
     jobs = sub.add_parser("jobs", help="Spark jobs over the remote tier: compaction, retention, rebuild-index, sync-tables")
     jsub = jobs.add_subparsers(dest="jobs_command", required=True)

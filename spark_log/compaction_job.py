@@ -88,9 +88,9 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
 
     `run_tasks(spark, fn, tasks, progress, job_groups)` runs one Spark job (jobs.py's runner)."""
     from lakelog.compaction.config import CompactionJobConfig
-    from lakelog.compaction.remote import PartitionReport
+    from lakelog.compaction.remote_common import PartitionReport
     from lakelog.compaction.remote_split import SplitRound, open_round
-    from lakelog.tiering.lease import LeaseHeldError
+    from lakelog.tiering.errors import LeaseHeldError
 
     jc = CompactionJobConfig(job_config)
     keys = [(t, p) for t in names for p in partitions[t]]

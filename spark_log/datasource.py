@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 from lakelog.tiering.remote_scan import ARROW_BATCH_ROWS, DEFAULT_CHUNK_BYTES, iter_segment_arrow, load_manifest, open_remote, readable_segments
 from lakelog.spark_log.hot_tail import NodeAccess, iter_hot_records, partition_ids
-from lakelog.tiering.manifest import RemoteSegment
+from lakelog.tiering.manifest_model import RemoteSegment
 
 REMOTE_ENV = "LAKELOG_REMOTE"
 SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestamp_type INT, key BINARY, "

@@ -60,7 +60,8 @@ def topic_registry_url(remote: str | None, topic: str) -> str | None:
     """The topic's `schema.registry.url` config, from its descriptor in the remote tier (None: none)."""
     if not remote:
         return None
-    from lakelog.tiering.remote_scan import open_remote, read_topic_descriptor
+    from lakelog.tiering.remote_scan import open_remote
+    from lakelog.tiering.topics import read_topic_descriptor
 
     store = open_remote(remote)
     try:

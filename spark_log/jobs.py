@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 from lakelog.infra.config import LogConfig
-from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, open_remote, read_topic_descriptor, remote_partitions, tables_path
+from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, open_remote, remote_partitions, tables_path
+from lakelog.tiering.topics import read_topic_descriptor
 from lakelog.tiering.job_runs import JOB_NAMES  # the run records (tiering/job_runs.py) name the same jobs
 
 REMOTE_ENV = "LAKELOG_REMOTE"

@@ -268,7 +268,8 @@ def read_decoded(spark, remote: str, topic: str, registry_url: str | None = None
     columns and says why in `decode_error` (null for the rows that decode). `registry_url` defaults to
     the topic's `schema.registry.url` config (its descriptor in the remote tier)."""
     if registry_url is None:
-        from lakelog.tiering.remote_scan import open_remote, read_topic_descriptor
+        from lakelog.tiering.remote_scan import open_remote
+        from lakelog.tiering.topics import read_topic_descriptor
         store = open_remote(remote)
         try:
             d = read_topic_descriptor(store, topic)

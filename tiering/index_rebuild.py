@@ -28,15 +28,15 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 
-from lakelog.logstore.record_batch import crc32c
-from lakelog.tiering.remote_scan import iter_segment_batches
-from lakelog.tiering import manifest as mf
+from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
+from lakelog.tiering import manifest_transitions
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
 from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
-from lakelog.tiering.manifest import NO_TIMESTAMP, RemoteSegment
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.store import ObjectStore
+from lakelog.tiering.remote_scan import iter_segment_batches
 from lakelog.tiering.segment_scan import scan_segment
+from lakelog.tiering.store import ObjectStore
 
 
 @dataclass
@@ -111,18 +111,18 @@ def commit_index_updates(store: ObjectStore, topic: str, partition: int,
     if not pending:
         return 0
 
-    def change(m: mf.PartitionManifest) -> mf.PartitionManifest | None:
+    def change(m: PartitionManifest) -> PartitionManifest | None:
         out = None
         for _, u in pending:
             s = (out or m).segment(u.segment_id)
-            if s is None or s.state != mf.SegmentState.COPY_FINISHED:
+            if s is None or s.state != SegmentState.COPY_FINISHED:
                 continue  # re-checked on every CAS attempt: the manifest may have moved on
-            out = mf.replace_index_objects(out or m, u.segment_id, index=u.index, time_index=u.time_index) or out
+            out = manifest_transitions.replace_index_objects(out or m, u.segment_id, index=u.index, time_index=u.time_index) or out
         return out
 
     manifests = ManifestStore(store, topic, partition)
     new = manifests.commit(-1, change, force=True)
-    live = {s.segment_id: s for s in new.segments if s.state == mf.SegmentState.COPY_FINISHED}
+    live = {s.segment_id: s for s in new.segments if s.state == SegmentState.COPY_FINISHED}
     for row, u in pending:
         s = live.get(u.segment_id)
         if s is not None and (s.index_bytes, s.index_crc32c) == u.index \

@@ -27,7 +27,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 from lakelog.infra.config import ConfigDef, TypedConfig
 from lakelog.tiering.index_rebuild import IndexUpdate, SegmentIndexRow, commit_index_updates, rebuild_segment_objects
-from lakelog.tiering.manifest import RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.store import ObjectStore
 

@@ -38,12 +38,13 @@ from lakelog.tiering.cache import ByteLRUCache
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import TieringError
 from lakelog.tiering.layout import parse_segment_file, partition_dir
-from lakelog.tiering.manifest import PartitionManifest
+from lakelog.tiering.manifest_model import PartitionManifest
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics
 from lakelog.tiering.reader import RemoteFetchResult, RemoteLogReader
 from lakelog.tiering.store import ObjectStore
-from lakelog.tiering.uploader import CopyReport, RemoteRetentionReport, SegmentUploader
+from lakelog.tiering.uploader import SegmentUploader
+from lakelog.tiering.uploader_reports import CopyReport, RemoteRetentionReport
 
 logger = logging.getLogger(__name__)
 

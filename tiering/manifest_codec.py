@@ -1,12 +1,46 @@
-"""The partition manifest's codec: canonical JSON with a CRC-32C and a version (manifest.py's layout).
+"""The partition manifest (`<topic>-<partition>/manifest.json`): its format and codec.
 
-`encode` validates the manifest and writes the canonical JSON (keys sorted, no spaces, ASCII) of
-{"version", "crc32c", "manifest"}; the CRC covers the canonical JSON of the "manifest" value.
-`decode` refuses another version (UnsupportedManifestVersionError), a CRC mismatch, a missing or
-mistyped field, or a manifest that breaks an invariant (ManifestFormatError), naming the object.
-`to_dict` is the JSON document of a manifest (for humans and the console).
+Layout: canonical JSON (keys sorted, no spaces, ASCII), UTF-8 bytes:
 
-Pure: bytes in, manifest out and back.
+    {"crc32c": <uint32 CRC-32C of the canonical JSON of "manifest">,
+     "manifest": {
+        "topic": str, "partition": int, "topic_id": str | null,
+        "generation": int,          +1 with every commit (so no two versions have the same bytes)
+        "leader_epoch": int,        highest leader epoch that committed; writers below it are fenced
+        "log_start_offset": int,    lowest offset the remote tier serves
+        "cleaner_checkpoint": int | null,   slot for the remote compaction job (first dirty offset)
+        "deleted": bool,            the topic was deleted: a tombstone that fences its old writers
+        "segments": [ {             sorted by base offset
+            "id": str,              32 hex digits; the objects are <base:020d>-<id>.{log,index,timeindex,epochs}
+            "base_offset": int, "end_offset": int,   the offsets [base, end] the segment covers (end =
+                                    the next local segment's base - 1, as Kafka's RemoteLogSegmentMetadata)
+            "max_timestamp": int,   largest batch max timestamp, -1 if none
+            "size_in_bytes": int,   of the .log object
+            "leader_epochs": [[epoch, start offset], ...],   as in the .epochs object
+            "state": 0..3,          SegmentState
+            "state_epoch": int,     leader epoch of the writer of the last state change
+            "origin": str,          "upload" (the leader's tiering) or the writer's name (a job)
+            "index": [bytes, crc32c], "time_index": [bytes, crc32c], "epochs": [bytes, crc32c],
+            "created_ms": int, "updated_ms": int,
+            "delete_after_ms": int  DELETE_STARTED: objects are deleted from this time on; else -1
+            "record_count": int     optional: the records of the segment's data batches (control
+                                    batches not counted), as the writer's CRC-checked scan found
+                                    them; absent in entries written before it existed (readers
+                                    then count by reading). The `lakelog` source's count() uses it.
+        }, ...]},
+     "version": 1}
+
+The CRC covers the canonical JSON of the "manifest" value. A reader refuses another version, a CRC
+mismatch, a missing or mistyped field, or a manifest that breaks an invariant (ManifestFormatError).
+
+`encode` validates the manifest and writes that canonical JSON; `decode` raises
+UnsupportedManifestVersionError for another version and ManifestFormatError otherwise, naming the
+object. `to_dict` is the JSON document of a manifest (for humans and the console). The states, entries and invariants are manifest_model.py;
+the transitions manifest_transitions.py.
+
+Crash behaviour: a manifest is replaced whole by a conditional PUT (see metadata.py); a crash
+leaves the old or the new version. The codec is pure: bytes in, manifest out and back; the
+transitions take a manifest and return the next one (or None when nothing changes).
 """
 
 from __future__ import annotations

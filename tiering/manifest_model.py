@@ -1,11 +1,27 @@
 """The partition manifest's model: segment states and their transitions, the entries, the invariants.
 
 `SegmentState` (Kafka's RemoteLogSegmentState, explicit values) with its checked transitions
-(`check_transition`; repeating the current state is allowed, so a retried commit is harmless),
-`RemoteSegment` (one entry), `PartitionManifest` (the whole manifest, immutable) and `validate`,
-which checks every invariant listed in manifest.py's docstring and raises
-ManifestInvariantError. The JSON layout, its version and CRC are in manifest.py's docstring; the
-codec is manifest_codec.py, the transitions manifest_transitions.py.
+(`check_transition`), `RemoteSegment` (one entry), `PartitionManifest` (the whole manifest,
+immutable) and `validate`, which checks every invariant below and raises ManifestInvariantError.
+The JSON layout, its version and CRC are in manifest_codec.py's docstring; the transitions are
+manifest_transitions.py.
+
+Segment lifecycle (Kafka's RemoteLogSegmentState), explicit values, checked transitions; repeating
+the current state is allowed so that a retried commit is harmless:
+
+    COPY_STARTED(0) -> COPY_FINISHED(1) -> DELETE_STARTED(2) -> DELETE_FINISHED(3)
+    COPY_STARTED(0) -----------------------> DELETE_STARTED(2)     (an abandoned upload)
+
+Invariants (`validate`, checked on every encode and decode):
+  * segment ids are unique; every segment has base <= end and epochs increasing inside [base, end];
+  * segments are sorted by base offset; live segments (COPY_STARTED, COPY_FINISHED) never overlap
+    (no duplicate offsets);
+  * COPY_FINISHED segments are contiguous: each base is the previous end + 1 (no gap);
+  * with COPY_FINISHED segments, the first's base <= log_start_offset <= its end; COPY_STARTED
+    segments lie at or above the log start offset;
+  * a deleted (tombstone) manifest holds no live segment.
+Transitions that would break one raise ManifestInvariantError and change nothing; the log start
+offset never moves backwards.
 
 Everything here is pure and immutable.
 """
@@ -18,12 +34,12 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.tiering.errors import InvalidStateTransitionError, ManifestInvariantError
 from lakelog.tiering.layout import is_segment_id, segment_stem
 
 MANIFEST_VERSION = 1
 ORIGIN_UPLOAD = "upload"
-NO_TIMESTAMP = -1
 
 
 class SegmentState(enum.IntEnum):

@@ -6,7 +6,7 @@
     2. fence: a writer whose leader epoch is below the manifest's is refused
        (FencedLeaderEpochError — a zombie leader); so is a writer of another incarnation of the
        topic (TopicIdMismatchError) or of a deleted one (RemotePartitionDeletedError);
-    3. `change(manifest)` — a pure function from manifest.py — returns the next manifest, or None
+    3. `change(manifest)` — a pure function from manifest_transitions.py — returns the next manifest, or None
        when there is nothing to do (e.g. a transition that already happened: retries are safe);
     4. stamp generation + 1 and leader epoch = max(manifest's, writer's); PUT it with
        `If-Match: <etag>` (or `If-None-Match: *` when there is no manifest yet);
@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Callable
 
-from lakelog.tiering import manifest as mf
+from lakelog.tiering import manifest_codec
 from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     ManifestConflictError,
@@ -39,7 +39,7 @@ from lakelog.tiering.errors import (
     TopicIdMismatchError,
 )
 from lakelog.tiering.layout import manifest_key
-from lakelog.tiering.manifest import PartitionManifest
+from lakelog.tiering.manifest_model import PartitionManifest
 from lakelog.tiering.store import ObjectStore
 
 Change = Callable[[PartitionManifest], PartitionManifest | None]
@@ -74,7 +74,7 @@ class ManifestStore:
         except ObjectNotFoundError:
             m, etag = PartitionManifest.empty(self.topic, self.partition, self.topic_id), None
         else:
-            m = mf.decode(data, key=self.key)
+            m = manifest_codec.decode(data, key=self.key)
         self._cached = (m, etag, self._clock())
         self._last_known = m
         return m, etag
@@ -146,7 +146,7 @@ class ManifestStore:
                     return m
                 new = (new or base).replace(generation=m.generation + 1,
                                             leader_epoch=max(base.leader_epoch, writer_epoch))
-                data = mf.encode(new)
+                data = manifest_codec.encode(new)
                 try:
                     if etag is None:
                         new_etag = self.store.put_if_absent(self.key, data)

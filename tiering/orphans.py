@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from lakelog.tiering.layout import parse_segment_file, partition_dir
-from lakelog.tiering.manifest import PartitionManifest, SegmentState
+from lakelog.tiering.manifest_model import PartitionManifest, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.store import ObjectStore
 

@@ -39,13 +39,14 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from lakelog.index import offset_index, time_index
-from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError
+from lakelog.index.errors import CorruptIndexError
+from lakelog.logstore.errors import CorruptRecordError
 from lakelog.logstore.record_batch import _OFFSET_AND_LENGTH, HEADER, HEADER_SIZE, LOG_OVERHEAD, MAGIC, RecordBatch, crc32c
 from lakelog.tiering.cache import ByteLRUCache
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError, RemoteOffsetOutOfRangeError, TieringError
 from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key
-from lakelog.tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics
 from lakelog.tiering.store import ObjectStore

@@ -24,22 +24,22 @@ from typing import Iterator, Sequence
 from urllib.parse import urlparse
 
 from lakelog.index import offset_index
-from lakelog.logstore.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError
+from lakelog.index.errors import CorruptIndexError
+from lakelog.logstore.errors import CorruptRecordError, InvalidRecordError
 from lakelog.logstore.record_batch import (
     LOG_OVERHEAD,
+    NO_TIMESTAMP,
     RecordBatch,
     TimestampType,
     TruncatedBatchError,
     crc32c,
     iter_batches,
 )
-from lakelog.tiering import manifest as mf
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
 from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
-from lakelog.tiering.manifest import PartitionManifest, RemoteSegment
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
 from lakelog.tiering.store import ObjectStore
 from lakelog.tiering.stores import open_store
-from lakelog.tiering.topics import TopicDescriptor, read_topic_descriptor, write_topic_descriptor  # noqa: F401
 
 TABLES_DIR = "tables"
 REMOTE_INDEX_TABLE = "_remote_index"
@@ -353,7 +353,7 @@ def readable_segments(m: PartitionManifest, *, from_offset: int | None = None, t
             continue
         if to_offset is not None and s.base_offset > to_offset:
             continue
-        if min_timestamp is not None and s.max_timestamp != mf.NO_TIMESTAMP and s.max_timestamp < min_timestamp:
+        if min_timestamp is not None and s.max_timestamp != NO_TIMESTAMP and s.max_timestamp < min_timestamp:
             continue
         out.append(s)
     return out

@@ -44,11 +44,11 @@ Concurrency: one partition's write paths (copy, cleanup, retention, sweep, delet
 partition's lock, so a node may call them from any thread; they block on the store (call them from
 a background thread, never from the event loop). Different partitions run in parallel.
 
-Where the code is: this module holds `SegmentUploader`'s constructor; the copy round is
-`UploaderCopy` (uploader_copy.py), deletion, cleanup and local retention `UploaderCleanup`
-(uploader_cleanup.py), the fields, the reports (`CopyReport`, `RemoteRetentionReport`) and the
-shared primitives `UploaderState` (uploader_state.py). They work on the same fields, under the same
-lock.
+Composition: `SegmentUploader` holds the partition's lock, its `ManifestStore`, and two objects
+it calls under that lock: a `SegmentCopier` (uploader_copy.py: steps 3 and 4, the abandon/claim
+commit, the upload lag) and a `SegmentDeleter` (uploader_cleanup.py: deletion after the delay,
+the orphan sweep, remote retention, delete-all). It runs the copy round's steps 1 and 2 itself,
+and answers local retention. The reports are uploader_reports.py.
 """
 
 from __future__ import annotations
@@ -58,23 +58,19 @@ import time
 from concurrent.futures import Executor
 from typing import Callable
 
+from lakelog.logstore.retention import RetentionResult, apply_retention
 from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.errors import FencedLeaderEpochError, TieringError, TransientStoreError
+from lakelog.tiering.manifest_model import ORIGIN_UPLOAD, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics
 from lakelog.tiering.store import ObjectStore
-from lakelog.tiering.uploader_cleanup import UploaderCleanup
-from lakelog.tiering.uploader_copy import UploaderCopy
-from lakelog.tiering.uploader_state import (  # noqa: F401  (re-exported: the manager and the package import them here)
-    CopyReport,
-    RemoteRetentionReport,
-)
+from lakelog.tiering.uploader_cleanup import SegmentDeleter
+from lakelog.tiering.uploader_copy import SegmentCopier, covered_until
+from lakelog.tiering.uploader_reports import CopyReport, RemoteRetentionReport
 
 
-# ---------------------------------------------------------------------------------------------
-# the manager of one partition
-
-
-class SegmentUploader(UploaderCopy, UploaderCleanup):
+class SegmentUploader:
     """Uploads, remote retention and cleanup of one partition (see the module docstring)."""
 
     def __init__(self, meta: ManifestStore, store: ObjectStore, *, config: TieringConfig | None = None,
@@ -82,9 +78,6 @@ class SegmentUploader(UploaderCopy, UploaderCleanup):
                  object_executor: Executor | None = None) -> None:
         self.meta = meta
         self.store = store
-        #: Where a segment's small objects are PUT while the `.log` streams (None: one after another).
-        #: Its tasks never wait on anything, so sharing it between partitions cannot deadlock.
-        self.object_executor = object_executor
         self.topic = meta.topic
         self.partition = meta.partition
         self.config = config if config is not None else TieringConfig()
@@ -93,3 +86,135 @@ class SegmentUploader(UploaderCopy, UploaderCleanup):
         self._lock = threading.Lock()
         self._claimed_epoch: int | None = None
         self._last_sweep = 0.0
+        self._copier = SegmentCopier(meta, store, self.config, self.metrics, object_executor)
+        self._deleter = SegmentDeleter(meta, store, self.config, self.metrics)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # ------------------------------------------------------------------ copy
+
+    def copy_segments(self, log, leader_epoch: int, high_watermark: int, *, now_ms: int | None = None,
+                      max_segments: int | None = None) -> CopyReport:
+        """One copy round for `log` (a PartitionLog this node leads in `leader_epoch`); see the module
+        docstring. Raises FencedLeaderEpochError when a newer leader owns the manifest,
+        TransientStoreError when the store is unreachable (retry the round later).
+
+        Concurrency: takes the partition's lock; blocks on the store."""
+        with self._lock:
+            now = self._now_ms() if now_ms is None else now_ms
+            report = CopyReport()
+            try:
+                self._copy_locked(log, leader_epoch, high_watermark, now, max_segments, report)
+            except FencedLeaderEpochError:
+                self.metrics.add("fenced_commits")
+                raise
+            except TieringError:
+                self.metrics.add("upload_failures")
+                raise
+            finally:
+                self._copier.record_lag(log, report)
+            return report
+
+    def _copy_locked(self, log, epoch: int, hw: int, now: int, max_segments: int | None,
+                     report: CopyReport) -> None:
+        if self._claimed_epoch != epoch:
+            self.meta.load()
+            self._copier.abandon(epoch, now, report, claim=True)
+            self._claimed_epoch = epoch
+            self._sweep_locked(report)
+        elif any(s.origin == ORIGIN_UPLOAD for s in (self.meta.cached or self.meta.load()).in_state(
+                SegmentState.COPY_STARTED)):
+            self._copier.abandon(epoch, now, report, claim=False)
+        if self.config.remote_log_orphan_sweep_interval_ms and \
+                (time.monotonic() - self._last_sweep) * 1000 >= self.config.remote_log_orphan_sweep_interval_ms:
+            self._sweep_locked(report)
+        self._deleter.delete_due(epoch, now, report)
+        self._copier.copy(log, epoch, hw, now, max_segments, report)
+        self._deleter.delete_due(epoch, now, report)
+        report.remote_end_offset = (self.meta.cached or self.meta.load()).end_offset
+
+    # ------------------------------------------------------------------ deletion and cleanup
+
+    def cleanup(self, leader_epoch: int, *, now_ms: int | None = None) -> list[str]:
+        """Delete the objects of DELETE_STARTED segments whose delay is over; their ids.
+        Takes the partition's lock; blocks on the store."""
+        with self._lock:
+            return self._deleter.delete_due(leader_epoch, self._now_ms() if now_ms is None else now_ms, None)
+
+    def sweep_orphans(self) -> list[str]:
+        """Delete objects under the partition that no live manifest entry owns; their keys.
+        Takes the partition's lock; blocks on the store."""
+        with self._lock:
+            report = CopyReport()
+            self._sweep_locked(report)
+            return report.orphans_deleted
+
+    def _sweep_locked(self, report: CopyReport) -> None:
+        self._deleter.sweep_orphans(report)
+        self._last_sweep = time.monotonic()
+
+    def enforce_retention(self, leader_epoch: int, *, retention_ms: int, retention_bytes: int,
+                          local_only_bytes: int = 0, now_ms: int | None = None) -> RemoteRetentionReport:
+        """Total retention over the remote tier (see `SegmentDeleter.enforce_retention`).
+        Takes the partition's lock; blocks on the store."""
+        with self._lock:
+            now = self._now_ms() if now_ms is None else now_ms
+            return self._deleter.enforce_retention(leader_epoch, retention_ms=retention_ms,
+                                                   retention_bytes=retention_bytes,
+                                                   local_only_bytes=local_only_bytes, now=now)
+
+    def delete_all(self, *, now_ms: int | None = None) -> int:
+        """Topic deletion: delete every object of the partition and leave a tombstone manifest that
+        fences this incarnation's writers (a new topic id may take the name over). Returns the number
+        of objects deleted. Idempotent; safe to retry after any failure. Takes the partition's lock."""
+        with self._lock:
+            deleted = self._deleter.delete_all(self._now_ms() if now_ms is None else now_ms)
+            self._claimed_epoch = None
+            return deleted
+
+    # ------------------------------------------------------------------ local retention
+
+    def tiered_offset(self, *, max_age_ms: int | None = None) -> int:
+        """One past the last offset covered by the remote tier (0 if nothing was tiered).
+
+        If the store cannot be reached, the last manifest this process saw answers (coverage only
+        grows, so a stale answer is safe), or 0 when it saw none: local data then stays."""
+        try:
+            m = self.meta.current(self.config.remote_log_metadata_max_age_ms if max_age_ms is None else max_age_ms)
+        except TransientStoreError:
+            m = self.meta.last_known
+            if m is None:
+                return 0
+        return covered_until(m) + 1
+
+    def eligible_for_local_deletion(self, log, *, max_age_ms: int | None = None) -> list:
+        """The leading sealed local segments whose offsets [base, next base - 1] the remote tier
+        covers (COPY_FINISHED, or expired remotely): the only ones local retention may delete."""
+        covered = self.tiered_offset(max_age_ms=max_age_ms) - 1
+        out = []
+        segments = log.segments
+        for seg, nxt in zip(segments, segments[1:]):
+            if nxt.base_offset - 1 > covered:
+                break
+            out.append(seg)
+        return out
+
+    def local_only_bytes(self, log, *, max_age_ms: int | None = None) -> int:
+        """Bytes of local segments not covered by the remote tier (the active one included): what
+        `retention.bytes` counts on top of the remote tier's size."""
+        covered = self.tiered_offset(max_age_ms=max_age_ms) - 1
+        segments = log.segments
+        nexts = [n.base_offset for n in segments[1:]] + [None]
+        return sum(s.size for s, n in zip(segments, nexts) if n is None or n - 1 > covered)
+
+    def apply_local_retention(self, log, high_watermark: int, *, now_ms: int | None = None,
+                              max_age_ms: int | None = None) -> RetentionResult:
+        """Local retention of a tiered topic: `local.retention.ms` / `local.retention.bytes` (-2:
+        follow `retention.*`), deleting only segments the remote tier covers and below the HW."""
+        cfg = log.config
+        local_ms = cfg.retention_ms if cfg.local_retention_ms == -2 else cfg.local_retention_ms
+        local_bytes = cfg.retention_bytes if cfg.local_retention_bytes == -2 else cfg.local_retention_bytes
+        bound = min(high_watermark, self.tiered_offset(max_age_ms=max_age_ms))
+        now = self._now_ms() if now_ms is None else now_ms
+        return apply_retention(log, now, bound, retention_ms=local_ms, retention_bytes=local_bytes)

@@ -1,28 +1,29 @@
 """The copy round of a partition's tiering manager: upload sealed segments (uploader.py's docstring).
 
-`UploaderCopy` is the part of `SegmentUploader` (uploader.py) that uploads: `copy_segments` (one
-round: claim, abandon leftovers, delete what is due, then per segment scan, COPY_STARTED, PUT the
-four objects, COPY_FINISHED in the same CAS as the next segment's COPY_STARTED), and the upload
-lag it records. The steps and why nothing is lost, duplicated or orphaned are in uploader.py's
-docstring.
+`SegmentCopier` is the part of a partition's `SegmentUploader` (uploader.py) that uploads: `copy`
+(per segment: scan, COPY_STARTED, PUT the four objects, COPY_FINISHED in the same CAS as the next
+segment's COPY_STARTED, the next segment scanned ahead on the object executor), `abandon`
+(leftover COPY_STARTED entries, with the claim of a new leader epoch) and `record_lag`. The
+uploader runs the round around it (claim, orphan sweep, deletions). The steps and why nothing is
+lost, duplicated or orphaned are in uploader.py's docstring.
 
-Concurrency: `copy_segments` takes the partition's lock; it blocks on the store.
+Concurrency: not thread-safe; the uploader calls it under the partition's lock. It blocks on the
+store.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Callable
 
 from lakelog.logstore.errors import LogClosedError, SegmentsChangedError
-from lakelog.logstore.segment import SegmentReader
+from lakelog.logstore.file_records import SegmentReader
 from lakelog.logstore.record_batch import crc32c
-from lakelog.tiering import epochs as epochs_format
-from lakelog.tiering import manifest as mf
+from lakelog.tiering import epochs as epochs_format, manifest_transitions
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     InvalidStateTransitionError,
@@ -38,13 +39,17 @@ from lakelog.tiering.layout import (
     TIME_INDEX_SUFFIX,
     new_segment_id,
     segment_key,
+    segment_keys,
 )
-from lakelog.tiering.manifest import ORIGIN_UPLOAD, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import ORIGIN_UPLOAD, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.metrics import TieringMetrics
 from lakelog.tiering.segment_scan import SegmentScan, scan_segment
-from lakelog.tiering.store import FileSlice
-from lakelog.tiering.uploader_state import CopyReport, UploaderState
+from lakelog.tiering.store import FileSlice, ObjectStore
+from lakelog.tiering.uploader_reports import CopyReport
 
 logger = logging.getLogger("lakelog.tiering.uploader")
+
 
 @dataclass(slots=True)
 class _Prepared:
@@ -55,45 +60,36 @@ class _Prepared:
     epochs: bytes
 
 
-class UploaderCopy(UploaderState):
-    """The copy rounds of `SegmentUploader` (module doc); its fields are made in uploader.py."""
+def covered_until(m: PartitionManifest) -> int:
+    """The last offset that local retention may consider safe: tiered, or expired remotely."""
+    end = m.end_offset
+    return end if end is not None else m.log_start_offset - 1
+
+
+class SegmentCopier:
+    """Uploads the sealed segments of one partition (module doc); `SegmentUploader` holds it and
+    calls it under the partition's lock."""
+
+    def __init__(self, meta: ManifestStore, store: ObjectStore, config: TieringConfig, metrics: TieringMetrics,
+                 object_executor: Executor | None) -> None:
+        self.meta = meta
+        self.store = store
+        self.config = config
+        self.metrics = metrics
+        #: Where a segment's small objects are PUT while the `.log` streams (None: one after another).
+        #: Its tasks never wait on anything, so sharing it between partitions cannot deadlock.
+        self.object_executor = object_executor
+        self.topic = meta.topic
+        self.partition = meta.partition
+
+    def _keys(self, s: RemoteSegment) -> list[str]:
+        return segment_keys(self.topic, self.partition, s.base_offset, s.segment_id)
 
     # ------------------------------------------------------------------ copy
 
-    def copy_segments(self, log, leader_epoch: int, high_watermark: int, *, now_ms: int | None = None,
-                      max_segments: int | None = None) -> CopyReport:
-        """One copy round for `log` (a PartitionLog this node leads in `leader_epoch`); see the module
-        docstring. Raises FencedLeaderEpochError when a newer leader owns the manifest,
-        TransientStoreError when the store is unreachable (retry the round later)."""
-        with self._lock:
-            now = self._now_ms() if now_ms is None else now_ms
-            report = CopyReport()
-            try:
-                self._copy_locked(log, leader_epoch, high_watermark, now, max_segments, report)
-            except FencedLeaderEpochError:
-                self.metrics.add("fenced_commits")
-                raise
-            except TieringError:
-                self.metrics.add("upload_failures")
-                raise
-            finally:
-                self._record_lag(log, report)
-            return report
-
-    def _copy_locked(self, log, epoch: int, hw: int, now: int, max_segments: int | None,
-                     report: CopyReport) -> None:
-        if self._claimed_epoch != epoch:
-            self.meta.load()
-            self._abandon(epoch, now, report, claim=True)
-            self._claimed_epoch = epoch
-            self._sweep_locked(report)
-        elif any(s.origin == ORIGIN_UPLOAD for s in (self.meta.cached or self.meta.load()).in_state(
-                SegmentState.COPY_STARTED)):
-            self._abandon(epoch, now, report, claim=False)
-        if self.config.remote_log_orphan_sweep_interval_ms and \
-                (time.monotonic() - self._last_sweep) * 1000 >= self.config.remote_log_orphan_sweep_interval_ms:
-            self._sweep_locked(report)
-        self._delete_due(epoch, now, report)
+    def copy(self, log, epoch: int, hw: int, now: int, max_segments: int | None, report: CopyReport) -> None:
+        """Upload the candidates of one round, in offset order, at most `max_segments` (default
+        `remote.log.copy.max.segments.per.round`); steps 3 and 4 of uploader.py's docstring."""
         limit = max_segments or self.config.remote_log_copy_max_segments_per_round
         conflicts = 0
         # The segment whose objects are written but whose COPY_FINISHED is not committed yet: it goes
@@ -109,7 +105,7 @@ class UploaderCopy(UploaderState):
             m = self.meta.cached
             if m is None:
                 return
-            nxt = self._next_candidate(log, mf.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now) or m, hw)
+            nxt = self._next_candidate(log, manifest_transitions.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now) or m, hw)
             if nxt is None or nxt[3]:
                 return
             plan = (nxt[0].base_offset, nxt[1], nxt[2])
@@ -122,7 +118,7 @@ class UploaderCopy(UploaderState):
             while len(report.uploaded) + len(carry) < limit:
                 m = self.meta.cached or self.meta.load()
                 if carry:  # plan as if the carried segment were finished: the next one continues it
-                    m = mf.finish_copy(m, carry[0].segment_id, epoch=epoch, now_ms=now) or m
+                    m = manifest_transitions.finish_copy(m, carry[0].segment_id, epoch=epoch, now_ms=now) or m
                 planned = self._next_candidate(log, m, hw)
                 if planned is None:
                     break
@@ -132,8 +128,8 @@ class UploaderCopy(UploaderState):
                         raise ManifestInvariantError(f"the remote tier restarted at {report.restarted_at} and "
                                                      f"still does not continue at {from_offset}")
                     self._finish(carry, epoch, now, report)
-                    self.meta.commit(epoch, lambda cur: mf.restart_at(
-                        mf.abandon_copies(cur, epoch=epoch, now_ms=now) or cur, from_offset, epoch=epoch,
+                    self.meta.commit(epoch, lambda cur: manifest_transitions.restart_at(
+                        manifest_transitions.abandon_copies(cur, epoch=epoch, now_ms=now) or cur, from_offset, epoch=epoch,
                         now_ms=now, delete_after_ms=now + self.config.remote_segment_delete_delay_ms))
                     report.restarted_at = from_offset
                     logger.warning("%s-%s: offsets before %d expired locally before they were tiered; the remote "
@@ -159,8 +155,6 @@ class UploaderCopy(UploaderState):
             raise
         finally:
             self._take_ahead(ahead, None)
-        self._delete_due(epoch, now, report)
-        report.remote_end_offset = (self.meta.cached or self.meta.load()).end_offset
 
     def _next_candidate(self, log, m: PartitionManifest, hw: int):
         """(segment, from offset, end offset, restart?) of the next upload, or None."""
@@ -184,14 +178,16 @@ class UploaderCopy(UploaderState):
             return seg, from_offset, seg_end, False
         return None
 
-    def _abandon(self, epoch: int, now: int, report: CopyReport, *, claim: bool) -> None:
+    def abandon(self, epoch: int, now: int, report: CopyReport, *, claim: bool) -> None:
+        """Move leftover COPY_STARTED uploads to DELETE_STARTED; with `claim`, also raise the
+        manifest's leader epoch to `epoch` (fencing older writers) in the same commit."""
         before = self.meta.cached
         stale = [s.segment_id for s in (before.in_state(SegmentState.COPY_STARTED) if before else ())
                  if s.origin == ORIGIN_UPLOAD]
 
         def change(m: PartitionManifest) -> PartitionManifest | None:
-            abandoned = mf.abandon_copies(m, epoch=epoch, now_ms=now)
-            return abandoned if abandoned is not None else (mf.claim(m, epoch) if claim else None)
+            abandoned = manifest_transitions.abandon_copies(m, epoch=epoch, now_ms=now)
+            return abandoned if abandoned is not None else (manifest_transitions.claim(m, epoch) if claim else None)
 
         after = self.meta.commit(epoch, change)
         moved = [sid for sid in stale if (s := after.segment(sid)) is not None and s.state != SegmentState.COPY_STARTED]
@@ -258,9 +254,9 @@ class UploaderCopy(UploaderState):
 
             def change(m: PartitionManifest) -> PartitionManifest | None:
                 if previous is not None:
-                    m = mf.finish_copy(m, previous.segment_id, epoch=epoch, now_ms=now) or m
+                    m = manifest_transitions.finish_copy(m, previous.segment_id, epoch=epoch, now_ms=now) or m
                 # Superseded leftovers go in the same CAS: they would overlap the new entry.
-                return mf.start_copy(mf.abandon_copies(m, epoch=epoch, now_ms=now) or m, entry)
+                return manifest_transitions.start_copy(manifest_transitions.abandon_copies(m, epoch=epoch, now_ms=now) or m, entry)
 
             try:
                 self.meta.commit(epoch, change)
@@ -287,7 +283,7 @@ class UploaderCopy(UploaderState):
             return
         entry = carry.pop()
         try:
-            self.meta.commit(epoch, lambda m: mf.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now))
+            self.meta.commit(epoch, lambda m: manifest_transitions.finish_copy(m, entry.segment_id, epoch=epoch, now_ms=now))
         except (FencedLeaderEpochError, InvalidStateTransitionError):
             # A newer leader took over (and abandoned this entry): our objects are garbage now.
             with contextlib.suppress(StoreError):
@@ -339,9 +335,10 @@ class UploaderCopy(UploaderState):
         if error is not None:
             raise error
 
-    def _record_lag(self, log, report: CopyReport) -> None:
+    def record_lag(self, log, report: CopyReport) -> None:
+        """Count the sealed local segments (and their bytes) not yet covered by the remote tier."""
         m = self.meta.cached
-        covered = self._covered_until(m) if m is not None else -1
+        covered = covered_until(m) if m is not None else -1
         segments = log.segments
         lag = [s for s, nxt in zip(segments, segments[1:]) if nxt.base_offset - 1 > covered]
         report.lag_segments = len(lag)

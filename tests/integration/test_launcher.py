@@ -14,7 +14,8 @@ import pytest
 
 from lakelog.cli.launcher import STOP_TIMEOUT_S, command_hint
 from lakelog.cli.main import main
-from lakelog.logstore.log import CLEAN_SHUTDOWN_FILE, PartitionLog
+from lakelog.logstore.log_loader import CLEAN_SHUTDOWN_FILE
+from lakelog.logstore.log import PartitionLog
 from tests.support.faults import wait_for
 from tests.support.nodes import LAKELOG, free_port_block
 

@@ -8,15 +8,17 @@ import random
 
 import pytest
 
-from lakelog.compaction.remote import COMPACTION_ORIGIN, compact_partition, expire_partition
+from lakelog.compaction.remote import compact_partition, expire_partition
+from lakelog.compaction.remote_common import COMPACTION_ORIGIN
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import Record, build_batch
-from lakelog.tiering.lease import acquire
-from lakelog.tiering.remote_scan import iter_segment_records, load_manifest
-from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
-from lakelog.tiering.manifest import SegmentState
+from lakelog.tiering.lease import acquire
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.manifest_model import SegmentState
+from lakelog.tiering.remote_scan import iter_segment_records, load_manifest
 
 TOPIC = "accounts"
 DAY = 86_400_000

@@ -170,7 +170,8 @@ def test_sync_tables_over_s3a_is_idempotent_and_sql_sees_the_topic(tmp_path, spa
     remote = f"s3://{bucket}/tier"
     _, _, log, written = build_remote(tmp_path)  # local log; now tier it into S3
     store = S3Store(bucket, "tier")
-    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.manager import RemoteTier
+    from lakelog.tiering.config import TieringConfig
 
     RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000})) \
         .partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
@@ -231,7 +232,8 @@ def test_compaction_rebuild_index_and_retention_on_the_s3_api(tmp_path, spark, s
     _, _, log, _ = build_remote(tmp_path)
     store = S3Store(bucket, "tier")
     from lakelog.logstore.record_batch import Record, build_batch
-    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.manager import RemoteTier
+    from lakelog.tiering.config import TieringConfig
 
     tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000}))
     tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
@@ -376,7 +378,8 @@ def load_manifest_end(tmp_path, topic) -> int:
 
 def test_streaming_reader_reads_each_tiered_record_once(tmp_path, spark):
     from lakelog.logstore.record_batch import Record, build_batch
-    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.manager import RemoteTier
+    from lakelog.tiering.config import TieringConfig
 
     store, tier, log, written = build_remote(tmp_path, batches=80)
     remote = fs_url(tmp_path)
@@ -409,7 +412,8 @@ def test_value_schema_turns_json_values_into_typed_columns(tmp_path, spark):
     from lakelog.infra.config import LogConfig
     from lakelog.logstore.log import PartitionLog
     from lakelog.logstore.record_batch import Record, build_batch
-    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.manager import RemoteTier
+    from lakelog.tiering.config import TieringConfig
     from lakelog.tiering.fs_store import FileSystemStore
 
     log = PartitionLog(tmp_path / "log" / "payments-0", LogConfig({"segment.bytes": 1000, "retention.ms": -1}))
@@ -458,7 +462,8 @@ def test_sync_tables_types_avro_values_by_schema_id_evolves_and_dead_letters(tmp
     from lakelog.infra.config import LogConfig
     from lakelog.logstore.log import PartitionLog
     from lakelog.logstore.record_batch import Record, build_batch
-    from lakelog.tiering import RemoteTier, TieringConfig
+    from lakelog.tiering.manager import RemoteTier
+    from lakelog.tiering.config import TieringConfig
     from lakelog.tiering.fs_store import FileSystemStore
 
     v1 = {"type": "record", "name": "Pay", "fields": [

@@ -17,8 +17,9 @@ from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import Record, build_batch
 from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
-from lakelog.tiering import RemoteTier, TieringConfig
-from lakelog.tiering import manifest as mf
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering import manifest_codec
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.layout import manifest_key
 from lakelog.tiering.remote_scan import load_manifest
@@ -91,7 +92,7 @@ def set_record_counts(store, partition: int, fn) -> None:
     """Rewrite a partition's manifest with each entry's record_count replaced by fn(entry)."""
     m = load_manifest(store, TOPIC, partition)
     segs = tuple(dataclasses.replace(s, record_count=fn(s)) for s in m.segments)
-    store.put(manifest_key(TOPIC, partition), mf.encode(m.replace(segments=segs)))
+    store.put(manifest_key(TOPIC, partition), manifest_codec.encode(m.replace(segments=segs)))
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +162,7 @@ def test_older_entries_and_a_log_start_offset_inside_a_segment_are_read(spark, t
     # the log start offset inside the first segment: that segment is read from there
     m = load_manifest(store, TOPIC, 0)
     first = m.copy_finished[0]
-    store.put(manifest_key(TOPIC, 0), mf.encode(m.replace(log_start_offset=first.base_offset + 2)))
+    store.put(manifest_key(TOPIC, 0), manifest_codec.encode(m.replace(log_start_offset=first.base_offset + 2)))
     pushed, read, ref = counts(spark, url)
     assert pushed == read == ref and ref < full
 

@@ -15,8 +15,10 @@ from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import Record, build_batch
 from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
-from lakelog.tiering import RemoteTier, TieringConfig
-from lakelog.tiering import manifest as mf
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering import manifest_codec
+from lakelog.tiering.manifest_model import SegmentState
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.layout import manifest_key
 from lakelog.tiering.remote_scan import load_manifest
@@ -128,10 +130,10 @@ def test_planning_reads_each_manifest_once_and_checks_it(spark, spark_s3, topic)
         # past the first read's 1 MiB: entries the reader skips (DELETE_FINISHED) far above the log
         last = m1.segments[-1]
         pad = tuple(dataclasses.replace(last, segment_id=f"{i:032x}", base_offset=10**12 + 10 * i,
-                                        end_offset=10**12 + 10 * i + 9, state=mf.SegmentState.DELETE_FINISHED,
+                                        end_offset=10**12 + 10 * i + 9, state=SegmentState.DELETE_FINISHED,
                                         leader_epochs=((1, 10**12 + 10 * i),), record_count=None)
                     for i in range(6000))
-        big = mf.encode(m1.replace(segments=m1.segments + pad))
+        big = manifest_codec.encode(m1.replace(segments=m1.segments + pad))
         assert len(big) > 1 << 20
         target.put(key1, big)
         spark_s3.requests()

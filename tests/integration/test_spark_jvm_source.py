@@ -17,7 +17,8 @@ from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import Record, TimestampType, build_batch, crc32c
 from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME, jvm_source_loaded
 from lakelog.spark_log.session import remote_session
-from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.remote_scan import load_manifest
 from tests.support.spark_jvm import copy_to_s3, plain

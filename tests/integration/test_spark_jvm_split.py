@@ -20,7 +20,8 @@ from lakelog.logstore.compression import Compression
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import Record, build_batch
 from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME
-from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.remote_scan import load_manifest
 from tests.support.spark_jvm import copy_to_s3, jvm_session, lists, plain

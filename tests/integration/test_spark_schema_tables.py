@@ -23,7 +23,8 @@ from lakelog.logstore.record_batch import Record, build_batch
 from lakelog.spark_log.jobs import run_job
 from lakelog.spark_log.jvm_source import jvm_source_loaded
 from lakelog.spark_log.session import remote_session
-from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
 from tests.support.nodes import start_node

@@ -230,7 +230,8 @@ def _remote(kind: str, tmp_path, s3) -> tuple[str, object]:
     if kind == "s3":
         bucket = f"lakelog-{uuid.uuid4().hex[:10]}"
         s3.create_bucket(bucket)
-        from lakelog.tiering import RemoteTier, TieringConfig
+        from lakelog.tiering.manager import RemoteTier
+        from lakelog.tiering.config import TieringConfig
 
         saved = {k: os.environ.get(k) for k in s3.env()}
         os.environ.update(s3.env())

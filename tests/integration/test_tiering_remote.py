@@ -13,12 +13,19 @@ from tests.support.s3server import S3Server
 from lakelog.logstore.compression import Compression
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import RecordBatch, iter_batches
-from lakelog.tiering import RemoteTier, TieringConfig, open_store
-from lakelog.tiering import manifest as mf
-from lakelog.tiering.errors import FencedLeaderEpochError, RemoteCorruptionError, TransientStoreError
+from lakelog.tiering import manifest_transitions
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.errors import (
+    FencedLeaderEpochError,
+    ManifestInvariantError,
+    RemoteCorruptionError,
+    TransientStoreError,
+)
 from lakelog.tiering.layout import LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key, segment_keys
-from lakelog.tiering.manifest import SegmentState
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.manifest_model import RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
+from lakelog.tiering.stores import open_store
 from tests.support.tiering import InstrumentedStore, fill_log
 
 TOPIC = "orders"
@@ -247,20 +254,20 @@ def test_racing_writers_one_wins_the_other_retries_and_a_stale_epoch_is_refused(
     b = ManifestStore(backend(), TOPIC, 0, sleep=lambda s: None)
 
     def add(base, end, n, epoch):
-        s = mf.RemoteSegment(f"{n:032x}", base, end, 5, 10, (), SegmentState.COPY_STARTED, epoch)
-        return lambda m: mf.finish_copy(mf.start_copy(m, s), s.segment_id, epoch=epoch, now_ms=1)
+        s = RemoteSegment(f"{n:032x}", base, end, 5, 10, (), SegmentState.COPY_STARTED, epoch)
+        return lambda m: manifest_transitions.finish_copy(manifest_transitions.start_copy(m, s), s.segment_id, epoch=epoch, now_ms=1)
 
     a.commit(1, add(0, 9, 1, 1))
     b.load()
     a.commit(1, add(10, 19, 2, 1))
     # b's etag is stale: its conditional PUT fails, it re-reads, and its change still applies
-    m = b.commit(1, lambda cur: mf.set_cleaner_checkpoint(cur, 7))
+    m = b.commit(1, lambda cur: manifest_transitions.set_cleaner_checkpoint(cur, 7))
     assert b.conflicts == 1 and m.end_offset == 19 and m.cleaner_checkpoint == 7
     # a's retry of an addition that b's state makes invalid is refused, not duplicated
-    with pytest.raises(mf.ManifestInvariantError):
+    with pytest.raises(ManifestInvariantError):
         a.commit(1, add(10, 19, 3, 1))
-    b.commit(4, lambda cur: mf.claim(cur, 4))
+    b.commit(4, lambda cur: manifest_transitions.claim(cur, 4))
     with pytest.raises(FencedLeaderEpochError):
-        a.commit(3, lambda cur: mf.set_cleaner_checkpoint(cur, 9))
+        a.commit(3, lambda cur: manifest_transitions.set_cleaner_checkpoint(cur, 9))
     final = ManifestStore(backend(), TOPIC, 0).load()
     assert (final.leader_epoch, final.cleaner_checkpoint, final.end_offset) == (4, 7, 19)

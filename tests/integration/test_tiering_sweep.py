@@ -13,9 +13,9 @@ import pytest
 from tests.support.s3server import DEFAULT_REGION, S3Server
 from tests.support.faults import wait_for
 from tests.support.nodes import start_node
-from lakelog.tiering.layout import parse_segment_file
 from lakelog.tiering.errors import ObjectNotFoundError
-from lakelog.tiering.manifest import decode
+from lakelog.tiering.layout import parse_segment_file
+from lakelog.tiering.manifest_codec import decode
 from lakelog.tiering.s3_store import S3Store
 
 BINARY = "application/vnd.kafka.binary.v2+json"

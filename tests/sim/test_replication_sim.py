@@ -21,9 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakelog.infra.errors import InvariantViolation
+from lakelog.logstore.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from lakelog.ingest_api.replication.truncation import (
-    UNDEFINED_EPOCH,
-    UNDEFINED_OFFSET,
     AskAgain,
     Truncate,
     first_request,

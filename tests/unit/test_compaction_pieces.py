@@ -10,7 +10,7 @@ from array import array
 import pytest
 
 from lakelog.compaction.remote_split import segment_pieces
-from lakelog.tiering.manifest import RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import RemoteSegment, SegmentState
 
 BASE = 1_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 from lakelog.spark_log.datasource import SegmentGroup, SegmentPartition, group_segments
-from lakelog.tiering.manifest import RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import RemoteSegment, SegmentState
 
 
 def part(base: int, size: int) -> SegmentPartition:

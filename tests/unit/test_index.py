@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lakelog.index import offset_index, time_index
+from lakelog.index.errors import CorruptIndexError
 from lakelog.index.offset_index import OffsetIndex
 from lakelog.index.time_index import TimeIndex
 from lakelog.infra.errors import InvariantViolation
-from lakelog.logstore.errors import CorruptIndexError
 
 BASE = 1000
 

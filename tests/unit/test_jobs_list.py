@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from lakelog.spark_log.cli_jobs import cmd_jobs_list
-from lakelog.spark_log.jobs import JOB_NAMES
+from lakelog.tiering.job_runs import JOB_NAMES
 
 
 def test_jobs_list_names_every_job_once_with_its_description(capsys):

@@ -88,7 +88,7 @@ from lakelog.tiering import remote_scan  # noqa: E402
 from lakelog.tiering.errors import RemoteCorruptionError  # noqa: E402
 from lakelog.tiering.fs_store import FileSystemStore  # noqa: E402
 from lakelog.tiering.layout import LOG_SUFFIX, segment_key  # noqa: E402
-from lakelog.tiering.manifest import RemoteSegment, SegmentState  # noqa: E402
+from lakelog.tiering.manifest_model import RemoteSegment, SegmentState  # noqa: E402
 
 
 def test_arrow_decoder_is_built():

@@ -9,14 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakelog.tiering import manifest as mf
+from lakelog.tiering import manifest_codec, manifest_model, manifest_transitions
 from lakelog.tiering.errors import (
     InvalidStateTransitionError,
     ManifestFormatError,
     ManifestInvariantError,
     UnsupportedManifestVersionError,
 )
-from lakelog.tiering.manifest import PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import MANIFEST_VERSION, PartitionManifest, RemoteSegment, SegmentState
+from lakelog.tiering.manifest_transitions import Replacement
 
 S = SegmentState
 
@@ -51,12 +52,12 @@ ALLOWED = {(S.COPY_STARTED, S.COPY_FINISHED), (S.COPY_STARTED, S.DELETE_STARTED)
 @pytest.mark.parametrize("new", list(SegmentState))
 def test_transition_table(old, new):
     expected = old == new or (old, new) in ALLOWED
-    assert mf.is_valid_transition(old, new) is expected
+    assert manifest_model.is_valid_transition(old, new) is expected
     if expected:
-        mf.check_transition(old, new)
+        manifest_model.check_transition(old, new)
     else:
         with pytest.raises(InvalidStateTransitionError):
-            mf.check_transition(old, new)
+            manifest_model.check_transition(old, new)
 
 
 def test_with_state_repeated_transition_is_a_no_op_and_stamps_changes():
@@ -75,7 +76,7 @@ def test_with_state_repeated_transition_is_a_no_op_and_stamps_changes():
 
 
 def test_valid_manifest_passes():
-    mf.validate(manifest(seg(0, 14, S.DELETE_STARTED, n=99), seg(0, 9), seg(10, 19), seg(20, 29, S.COPY_STARTED)))
+    manifest_model.validate(manifest(seg(0, 14, S.DELETE_STARTED, n=99), seg(0, 9), seg(10, 19), seg(20, 29, S.COPY_STARTED)))
 
 
 @pytest.mark.parametrize("segments, message", [
@@ -88,19 +89,19 @@ def test_valid_manifest_passes():
 ])
 def test_invariant_violations_are_refused(segments, message):
     with pytest.raises(ManifestInvariantError, match=message):
-        mf.validate(manifest(*segments))
+        manifest_model.validate(manifest(*segments))
 
 
 def test_log_start_must_lie_in_the_first_segment():
     with pytest.raises(ManifestInvariantError, match="log start"):
-        mf.validate(manifest(seg(10, 19), log_start=20))
+        manifest_model.validate(manifest(seg(10, 19), log_start=20))
     with pytest.raises(ManifestInvariantError, match="log start"):
-        mf.validate(manifest(seg(10, 19), log_start=5))
+        manifest_model.validate(manifest(seg(10, 19), log_start=5))
 
 
 def test_deleted_manifest_holds_no_live_segment():
     with pytest.raises(ManifestInvariantError, match="deleted"):
-        mf.validate(manifest(seg(0, 9), deleted=True))
+        manifest_model.validate(manifest(seg(0, 9), deleted=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,11 +111,11 @@ def test_deleted_manifest_holds_no_live_segment():
 def test_round_trip_and_canonical_bytes():
     m = manifest(seg(0, 9, epoch=1), seg(10, 19, epoch=2), seg(20, 29, S.COPY_STARTED, epoch=2),
                  cleaner_checkpoint=7, topic_id="abc", generation=12)
-    data = mf.encode(m)
-    assert mf.decode(data) == m
-    assert mf.encode(mf.decode(data)) == data
+    data = manifest_codec.encode(m)
+    assert manifest_codec.decode(data) == m
+    assert manifest_codec.encode(manifest_codec.decode(data)) == data
     doc = json.loads(data)
-    assert doc["version"] == mf.MANIFEST_VERSION and isinstance(doc["crc32c"], int)
+    assert doc["version"] == MANIFEST_VERSION and isinstance(doc["crc32c"], int)
     assert data == json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -125,22 +126,22 @@ def _tamper(data: bytes, fn) -> bytes:
 
 
 def test_crc_mismatch_is_refused():
-    data = mf.encode(manifest(seg(0, 9)))
+    data = manifest_codec.encode(manifest(seg(0, 9)))
     bad = _tamper(data, lambda d: d["manifest"].update(log_start_offset=3))
     with pytest.raises(ManifestFormatError, match="CRC"):
-        mf.decode(bad, key="orders-3/manifest.json")
+        manifest_codec.decode(bad, key="orders-3/manifest.json")
 
 
 def test_unknown_version_is_refused():
-    data = mf.encode(manifest(seg(0, 9)))
+    data = manifest_codec.encode(manifest(seg(0, 9)))
     with pytest.raises(UnsupportedManifestVersionError, match="version 2"):
-        mf.decode(_tamper(data, lambda d: d.update(version=2)))
+        manifest_codec.decode(_tamper(data, lambda d: d.update(version=2)))
 
 
 @pytest.mark.parametrize("raw", [b"", b"not json", b"[]", b'{"version": 1}', b"\xff\xfe"])
 def test_garbage_is_refused(raw):
     with pytest.raises(ManifestFormatError):
-        mf.decode(raw)
+        manifest_codec.decode(raw)
 
 
 def _recrc(doc):
@@ -149,23 +150,23 @@ def _recrc(doc):
 
 
 def test_missing_or_mistyped_field_is_refused_even_with_a_good_crc():
-    data = mf.encode(manifest(seg(0, 9)))
+    data = manifest_codec.encode(manifest(seg(0, 9)))
     no_field = _tamper(data, lambda d: (d["manifest"]["segments"][0].pop("state"), _recrc(d)))
     with pytest.raises(ManifestFormatError, match="state"):
-        mf.decode(no_field)
+        manifest_codec.decode(no_field)
     bad_state = _tamper(data, lambda d: (d["manifest"]["segments"][0].update(state=7), _recrc(d)))
     with pytest.raises(ManifestFormatError, match="unknown state"):
-        mf.decode(bad_state)
+        manifest_codec.decode(bad_state)
     as_bool = _tamper(data, lambda d: (d["manifest"].update(partition=True), _recrc(d)))
     with pytest.raises(ManifestFormatError):
-        mf.decode(as_bool)
+        manifest_codec.decode(as_bool)
 
 
 def test_decoding_a_manifest_with_a_gap_is_refused():
-    data = mf.encode(manifest(seg(0, 9), seg(10, 19)))
+    data = manifest_codec.encode(manifest(seg(0, 9), seg(10, 19)))
     gap = _tamper(data, lambda d: (d["manifest"]["segments"][1].update(base_offset=11), _recrc(d)))
     with pytest.raises(ManifestFormatError, match="invariant"):
-        mf.decode(gap)
+        manifest_codec.decode(gap)
 
 
 @st.composite
@@ -195,7 +196,7 @@ def manifests(draw):
 @settings(max_examples=60, deadline=None)
 @given(manifests())
 def test_codec_round_trips(m):
-    assert mf.decode(mf.encode(m)) == m
+    assert manifest_codec.decode(manifest_codec.encode(m)) == m
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,81 +206,81 @@ def test_codec_round_trips(m):
 def test_start_copy_must_continue_the_remote_tier():
     m = manifest(seg(0, 9), seg(10, 19))
     with pytest.raises(ManifestInvariantError, match="continue"):
-        mf.start_copy(m, seg(21, 29, S.COPY_STARTED))
+        manifest_transitions.start_copy(m, seg(21, 29, S.COPY_STARTED))
     with pytest.raises(ManifestInvariantError, match="continue"):
-        mf.start_copy(m, seg(15, 29, S.COPY_STARTED))
-    nxt = mf.start_copy(m, seg(20, 29, S.COPY_STARTED))
+        manifest_transitions.start_copy(m, seg(15, 29, S.COPY_STARTED))
+    nxt = manifest_transitions.start_copy(m, seg(20, 29, S.COPY_STARTED))
     assert [s.base_offset for s in nxt.segments] == [0, 10, 20]
-    assert mf.start_copy(nxt, seg(20, 29, S.COPY_STARTED)) is None  # a retry with the same id
+    assert manifest_transitions.start_copy(nxt, seg(20, 29, S.COPY_STARTED)) is None  # a retry with the same id
     with pytest.raises(ManifestInvariantError, match="overlaps"):
-        mf.start_copy(nxt, seg(20, 25, S.COPY_STARTED, n=77))
+        manifest_transitions.start_copy(nxt, seg(20, 25, S.COPY_STARTED, n=77))
 
 
 def test_first_copy_may_start_anywhere_at_or_above_the_log_start():
     empty = PartitionManifest.empty("orders", 0)
-    m = mf.finish_copy(mf.start_copy(empty, seg(500, 599, S.COPY_STARTED)), f"{500:032x}", epoch=1, now_ms=1)
+    m = manifest_transitions.finish_copy(manifest_transitions.start_copy(empty, seg(500, 599, S.COPY_STARTED)), f"{500:032x}", epoch=1, now_ms=1)
     assert m.log_start_offset == 500 and m.end_offset == 599
     expired = empty.replace(log_start_offset=1000)
     with pytest.raises(ManifestInvariantError, match="below the remote log start"):
-        mf.start_copy(expired, seg(500, 599, S.COPY_STARTED))
+        manifest_transitions.start_copy(expired, seg(500, 599, S.COPY_STARTED))
 
 
 def test_finish_copy_rechecks_contiguity_and_repeats_harmlessly():
-    m = mf.start_copy(manifest(seg(0, 9)), seg(10, 19, S.COPY_STARTED))
-    done = mf.finish_copy(m, f"{10:032x}", epoch=2, now_ms=5)
+    m = manifest_transitions.start_copy(manifest(seg(0, 9)), seg(10, 19, S.COPY_STARTED))
+    done = manifest_transitions.finish_copy(m, f"{10:032x}", epoch=2, now_ms=5)
     assert done.end_offset == 19 and done.segment(f"{10:032x}").state_epoch == 2
-    assert mf.finish_copy(done, f"{10:032x}", epoch=2, now_ms=6) is None
+    assert manifest_transitions.finish_copy(done, f"{10:032x}", epoch=2, now_ms=6) is None
     with pytest.raises(InvalidStateTransitionError, match="not in the manifest"):
-        mf.finish_copy(done, f"{77:032x}", epoch=2, now_ms=6)
+        manifest_transitions.finish_copy(done, f"{77:032x}", epoch=2, now_ms=6)
 
 
 def test_abandon_copies_only_moves_copy_started_of_the_origin():
     m = manifest(seg(0, 9), seg(10, 19, S.COPY_STARTED), seg(20, 29, S.COPY_STARTED, origin="compaction-job"))
-    out = mf.abandon_copies(m, epoch=3, now_ms=50)
+    out = manifest_transitions.abandon_copies(m, epoch=3, now_ms=50)
     states = {s.base_offset: (s.state, s.delete_after_ms) for s in out.segments}
     assert states == {0: (S.COPY_FINISHED, -1), 10: (S.DELETE_STARTED, 50), 20: (S.COPY_STARTED, -1)}
-    assert mf.abandon_copies(out, epoch=3, now_ms=50) is None
+    assert manifest_transitions.abandon_copies(out, epoch=3, now_ms=50) is None
 
 
 def test_retention_deletes_leading_segments_and_advances_the_log_start():
     m = manifest(seg(0, 9), seg(10, 19), seg(20, 29))
-    out = mf.start_delete(m, [f"{0:032x}", f"{10:032x}"], epoch=1, now_ms=5, delete_after_ms=65,
-                          new_log_start_offset=20)
+    out = manifest_transitions.start_delete(m, [f"{0:032x}", f"{10:032x}"], epoch=1, now_ms=5, delete_after_ms=65,
+                                            new_log_start_offset=20)
     assert out.log_start_offset == 20 and [s.base_offset for s in out.copy_finished] == [20]
-    assert mf.start_delete(out, [f"{0:032x}"], epoch=1, now_ms=6, delete_after_ms=66) is None
+    assert manifest_transitions.start_delete(out, [f"{0:032x}"], epoch=1, now_ms=6, delete_after_ms=66) is None
     # never backwards
-    assert mf.start_delete(out, [], epoch=1, now_ms=6, delete_after_ms=66, new_log_start_offset=3) is None
+    assert manifest_transitions.start_delete(out, [], epoch=1, now_ms=6, delete_after_ms=66, new_log_start_offset=3) is None
     # a hole in the middle is refused by validation when encoded
-    hole = mf.start_delete(m, [f"{10:032x}"], epoch=1, now_ms=5, delete_after_ms=5)
+    hole = manifest_transitions.start_delete(m, [f"{10:032x}"], epoch=1, now_ms=5, delete_after_ms=5)
     with pytest.raises(ManifestInvariantError, match="gap"):
-        mf.encode(hole)
+        manifest_codec.encode(hole)
 
 
 def test_finish_delete_prunes_old_tombstones():
     m = manifest(*[seg(i * 10, i * 10 + 9, S.DELETE_STARTED, updated_ms=i) for i in range(5)], seg(50, 59),
                  log_start=50)
     ids = [f"{i * 10:032x}" for i in range(5)]
-    out = mf.finish_delete(m, ids, epoch=1, now_ms=100, keep_finished=2)
+    out = manifest_transitions.finish_delete(m, ids, epoch=1, now_ms=100, keep_finished=2)
     finished = out.in_state(S.DELETE_FINISHED)
     assert len(finished) == 2 and len(out.segments) == 3
-    assert mf.finish_delete(out, [s.segment_id for s in finished], epoch=1, now_ms=101, keep_finished=2) is None
+    assert manifest_transitions.finish_delete(out, [s.segment_id for s in finished], epoch=1, now_ms=101, keep_finished=2) is None
 
 
 def test_restart_at_deletes_everything_before_the_new_start():
     m = manifest(seg(0, 9), seg(10, 19))
-    out = mf.restart_at(m, 300, epoch=2, now_ms=1, delete_after_ms=1)
+    out = manifest_transitions.restart_at(m, 300, epoch=2, now_ms=1, delete_after_ms=1)
     assert out.end_offset is None and out.log_start_offset == 300
     assert {s.state for s in out.segments} == {S.DELETE_STARTED}
     with pytest.raises(ManifestInvariantError):
-        mf.restart_at(m, 15, epoch=2, now_ms=1, delete_after_ms=1)
+        manifest_transitions.restart_at(m, 15, epoch=2, now_ms=1, delete_after_ms=1)
 
 
 def test_mark_deleted_is_a_tombstone():
     m = manifest(seg(0, 9), seg(10, 19, S.COPY_STARTED))
-    out = mf.mark_deleted(m, epoch=1, now_ms=4)
-    mf.validate(out)
+    out = manifest_transitions.mark_deleted(m, epoch=1, now_ms=4)
+    manifest_model.validate(out)
     assert out.deleted and not [s for s in out.segments if s.is_live]
-    assert mf.mark_deleted(out, epoch=1, now_ms=5) is None
+    assert manifest_transitions.mark_deleted(out, epoch=1, now_ms=5) is None
 
 
 def test_queries():
@@ -304,45 +305,45 @@ def _staged(base, end, n):
 
 def test_staged_replacements_may_overlap_and_swap_in_one_commit():
     m = manifest(seg(0, 9), seg(10, 19), seg(20, 29))
-    staged = mf.stage_replacements(m, [_staged(0, 19, 1000)])
-    mf.validate(staged)  # a staged entry overlapping COPY_FINISHED ones is allowed
+    staged = manifest_transitions.stage_replacements(m, [_staged(0, 19, 1000)])
+    manifest_model.validate(staged)  # a staged entry overlapping COPY_FINISHED ones is allowed
     assert staged.copy_finished == m.copy_finished  # and is not readable
-    assert mf.stage_replacements(staged, [_staged(0, 19, 1000)]) is None  # retry: no-op
-    swapped = mf.swap_replacements(staged, [mf.Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
-                                   epoch=1, now_ms=5, delete_after_ms=65)
-    mf.validate(swapped)
+    assert manifest_transitions.stage_replacements(staged, [_staged(0, 19, 1000)]) is None  # retry: no-op
+    swapped = manifest_transitions.swap_replacements(staged, [Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
+                                                     epoch=1, now_ms=5, delete_after_ms=65)
+    manifest_model.validate(swapped)
     assert [(s.base_offset, s.end_offset) for s in swapped.copy_finished] == [(0, 19), (20, 29)]
     old = [swapped.segment(f"{b:032x}") for b in (0, 10)]
     assert all(s.state == S.DELETE_STARTED and s.delete_after_ms == 65 for s in old)
-    assert mf.swap_replacements(swapped, [mf.Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
-                                epoch=1, now_ms=6, delete_after_ms=66) is None  # retried commit: no-op
+    assert manifest_transitions.swap_replacements(swapped, [Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
+                                                  epoch=1, now_ms=6, delete_after_ms=66) is None  # retried commit: no-op
 
 
 def test_a_group_that_moved_under_the_job_is_abandoned_not_swapped():
     m = manifest(seg(0, 9), seg(10, 19), seg(20, 29))
-    staged = mf.stage_replacements(m, [_staged(0, 19, 1000), _staged(20, 29, 1001)])
-    expired = mf.start_delete(staged, [f"{0:032x}"], epoch=2, now_ms=5, delete_after_ms=5, new_log_start_offset=10)
-    mf.validate(expired)  # a staged entry below the log start does not break the invariants
-    out = mf.swap_replacements(expired, [mf.Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",)),
-                                         mf.Replacement((f"{20:032x}",), (f"{1001:032x}",))],
+    staged = manifest_transitions.stage_replacements(m, [_staged(0, 19, 1000), _staged(20, 29, 1001)])
+    expired = manifest_transitions.start_delete(staged, [f"{0:032x}"], epoch=2, now_ms=5, delete_after_ms=5, new_log_start_offset=10)
+    manifest_model.validate(expired)  # a staged entry below the log start does not break the invariants
+    out = manifest_transitions.swap_replacements(expired, [Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",)),
+                                                           Replacement((f"{20:032x}",), (f"{1001:032x}",))],
                                epoch=2, now_ms=6, delete_after_ms=70)
-    mf.validate(out)
+    manifest_model.validate(out)
     assert out.segment(f"{1000:032x}").state == S.DELETE_STARTED  # abandoned at once
     assert out.segment(f"{1000:032x}").delete_after_ms == 6
     assert [(s.base_offset, s.segment_id) for s in out.copy_finished] == [(10, f"{10:032x}"), (20, f"{1001:032x}")]
 
 
 def test_a_replacement_must_cover_exactly_its_group():
-    m = mf.stage_replacements(manifest(seg(0, 9), seg(10, 19)), [_staged(0, 15, 1000)])
-    out = mf.swap_replacements(m, [mf.Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
-                               epoch=1, now_ms=5, delete_after_ms=5)
+    m = manifest_transitions.stage_replacements(manifest(seg(0, 9), seg(10, 19)), [_staged(0, 15, 1000)])
+    out = manifest_transitions.swap_replacements(m, [Replacement((f"{0:032x}", f"{10:032x}"), (f"{1000:032x}",))],
+                                                 epoch=1, now_ms=5, delete_after_ms=5)
     assert out.segment(f"{1000:032x}").state == S.DELETE_STARTED  # would open a gap: abandoned
     assert [s.segment_id for s in out.copy_finished] == [f"{0:032x}", f"{10:032x}"]
 
 
 def test_staging_refuses_upload_origin_entries():
     with pytest.raises(InvalidStateTransitionError):
-        mf.stage_replacements(manifest(seg(0, 9)), [seg(0, 9, S.COPY_STARTED, n=5)])
+        manifest_transitions.stage_replacements(manifest(seg(0, 9)), [seg(0, 9, S.COPY_STARTED, n=5)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,14 +352,14 @@ def test_staging_refuses_upload_origin_entries():
 
 def test_record_count_round_trips_and_older_entries_keep_their_bytes():
     counted = manifest(seg(0, 9, record_count=7), seg(10, 19))
-    back = mf.decode(mf.encode(counted))
+    back = manifest_codec.decode(manifest_codec.encode(counted))
     assert [s.record_count for s in back.segments] == [7, None]
-    doc = json.loads(mf.encode(counted))
+    doc = json.loads(manifest_codec.encode(counted))
     assert doc["manifest"]["segments"][0]["record_count"] == 7
     assert "record_count" not in doc["manifest"]["segments"][1]  # absent, not null: as older writers wrote it
     # an entry written before the field existed decodes to None and encodes to the same bytes
-    old = mf.encode(manifest(seg(0, 9), seg(10, 19)))
-    assert mf.encode(mf.decode(old)) == old
+    old = manifest_codec.encode(manifest(seg(0, 9), seg(10, 19)))
+    assert manifest_codec.encode(manifest_codec.decode(old)) == old
     # a state change keeps the count
     assert back.segments[0].with_state(S.DELETE_STARTED, epoch=2, now_ms=5).record_count == 7
 
@@ -366,9 +367,9 @@ def test_record_count_round_trips_and_older_entries_keep_their_bytes():
 @pytest.mark.parametrize("count", [-1, 11])
 def test_a_record_count_the_offsets_cannot_hold_is_refused(count):
     with pytest.raises(ManifestInvariantError, match="cannot hold"):
-        mf.encode(manifest(seg(0, 9, record_count=count)))
-    data = mf.encode(manifest(seg(0, 9)))
+        manifest_codec.encode(manifest(seg(0, 9, record_count=count)))
+    data = manifest_codec.encode(manifest(seg(0, 9)))
     with pytest.raises(ManifestFormatError, match="cannot hold"):
-        mf.decode(_tamper(data, lambda d: (d["manifest"]["segments"][0].update(record_count=count), _recrc(d))))
+        manifest_codec.decode(_tamper(data, lambda d: (d["manifest"]["segments"][0].update(record_count=count), _recrc(d))))
     with pytest.raises(ManifestFormatError, match="record_count"):
-        mf.decode(_tamper(data, lambda d: (d["manifest"]["segments"][0].update(record_count="7"), _recrc(d))))
+        manifest_codec.decode(_tamper(data, lambda d: (d["manifest"]["segments"][0].update(record_count="7"), _recrc(d))))

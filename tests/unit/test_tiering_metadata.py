@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from lakelog.tiering import manifest as mf
+from lakelog.tiering import manifest_transitions
 from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     ManifestConflictError,
@@ -16,7 +16,7 @@ from lakelog.tiering.errors import (
     TopicIdMismatchError,
 )
 from lakelog.tiering.fs_store import FileSystemStore
-from lakelog.tiering.manifest import RemoteSegment, SegmentState
+from lakelog.tiering.manifest_model import RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from tests.support.tiering import InstrumentedStore
 
@@ -29,7 +29,7 @@ def seg(base: int, end: int, n: int | None = None) -> RemoteSegment:
 
 def add_and_finish(base: int, end: int, epoch: int, n: int | None = None):
     s = seg(base, end, n)
-    return lambda m: mf.finish_copy(mf.start_copy(m, s), s.segment_id, epoch=epoch, now_ms=1)
+    return lambda m: manifest_transitions.finish_copy(manifest_transitions.start_copy(m, s), s.segment_id, epoch=epoch, now_ms=1)
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_a_change_that_changes_nothing_writes_nothing(store):
     a = writer(store)
     a.commit(1, add_and_finish(0, 9, 1))
     puts = store.count()
-    assert a.commit(1, lambda m: mf.finish_copy(m, f"{0:032x}", epoch=1, now_ms=2)).generation == 1
+    assert a.commit(1, lambda m: manifest_transitions.finish_copy(m, f"{0:032x}", epoch=1, now_ms=2)).generation == 1
     assert store.count() == puts
 
 
@@ -72,7 +72,7 @@ def test_racing_writers_the_loser_rereads_and_reapplies_its_change(store):
 
 
 def mf_set_checkpoint(offset):
-    return lambda m: mf.set_cleaner_checkpoint(m, offset)
+    return lambda m: manifest_transitions.set_cleaner_checkpoint(m, offset)
 
 
 def test_racing_writers_the_loser_gives_up_when_its_change_is_no_longer_valid(store):
@@ -96,7 +96,7 @@ def test_concurrent_threads_all_land_without_losing_an_update(store):
     def run(w: ManifestStore, k: int):
         barrier.wait()
         for i in range(10):
-            w.commit(1, lambda m: mf.set_cleaner_checkpoint(m, (m.cleaner_checkpoint or 0) + 1))
+            w.commit(1, lambda m: manifest_transitions.set_cleaner_checkpoint(m, (m.cleaner_checkpoint or 0) + 1))
 
     threads = [threading.Thread(target=run, args=(w, k)) for k, w in enumerate(writers)]
     for t in threads:
@@ -110,7 +110,7 @@ def test_concurrent_threads_all_land_without_losing_an_update(store):
 def test_a_stale_leader_epoch_is_fenced(store):
     old, new = writer(store), writer(store)
     old.commit(3, add_and_finish(0, 9, 3))
-    new.commit(4, lambda m: mf.claim(m, 4))
+    new.commit(4, lambda m: manifest_transitions.claim(m, 4))
     with pytest.raises(FencedLeaderEpochError, match="epoch 3 is fenced"):
         old.commit(3, add_and_finish(10, 19, 3))
     m = writer(store).load()
@@ -124,7 +124,7 @@ def test_fencing_applies_after_a_lost_race_too(store):
     zombie, leader = writer(store), writer(store)
     zombie.commit(2, add_and_finish(0, 9, 2))
     leader.load()
-    leader.commit(5, lambda m: mf.claim(m, 5))
+    leader.commit(5, lambda m: manifest_transitions.claim(m, 5))
     # the zombie's cache still says epoch 2: its PUT loses the race, the re-read fences it
     with pytest.raises(FencedLeaderEpochError):
         zombie.commit(2, add_and_finish(10, 19, 2))
@@ -144,7 +144,7 @@ def test_topic_id_fencing_and_tombstones(store):
     old.commit(1, add_and_finish(0, 9, 1))
     with pytest.raises(TopicIdMismatchError):
         ManifestStore(store, "orders", 0, topic_id="B").commit(9, mf_set_checkpoint(1))
-    old.commit(1, lambda m: mf.mark_deleted(m, epoch=1, now_ms=1), force=True, allow_deleted=True)
+    old.commit(1, lambda m: manifest_transitions.mark_deleted(m, epoch=1, now_ms=1), force=True, allow_deleted=True)
     with pytest.raises(RemotePartitionDeletedError):
         old.commit(5, mf_set_checkpoint(1))
     with pytest.raises(RemotePartitionDeletedError):

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
-from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key, segment_keys
-from lakelog.tiering.manifest import SegmentState
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.manifest_model import SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.orphans import orphan_keys, sweep_orphans
 from tests.support.tiering import fill_log

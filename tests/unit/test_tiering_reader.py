@@ -9,10 +9,11 @@ from lakelog.infra.config import LogConfig
 from lakelog.logstore.compression import Compression
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import Record, RecordBatch, TimestampType, build_batch, iter_batches
-from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import RemoteCorruptionError, RemoteOffsetOutOfRangeError
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.tiering.manager import RemoteTier
 from tests.support.tiering import InstrumentedStore, fill_log
 
 TOPIC = "orders"

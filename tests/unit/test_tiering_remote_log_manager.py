@@ -11,10 +11,10 @@ import pytest
 from lakelog.infra.config import LogConfig
 from lakelog.ingest_api.remote_log_manager import RemoteLogManagerPool
 from lakelog.logstore.log import PartitionLog
-from lakelog.tiering import RemoteTier, TieringConfig
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.layout import segment_keys
-from lakelog.tiering.manager import parse_partition_dir
+from lakelog.tiering.manager import RemoteTier, parse_partition_dir
 from tests.support.tiering import InstrumentedStore, fill_log
 
 #: Bound of every wait in these tests (never reached when the code is right).

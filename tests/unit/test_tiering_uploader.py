@@ -11,8 +11,8 @@ import pytest
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import iter_batches
-from lakelog.tiering import RemoteTier, TieringConfig
 from lakelog.tiering import epochs as epochs_format
+from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     LocalSegmentCorruptError,
@@ -21,7 +21,8 @@ from lakelog.tiering.errors import (
 )
 from lakelog.tiering.fs_store import FileSystemStore
 from lakelog.tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_keys
-from lakelog.tiering.manifest import SegmentState
+from lakelog.tiering.manager import RemoteTier
+from lakelog.tiering.manifest_model import SegmentState
 from tests.support.tiering import InstrumentedStore, fill_log
 
 S = SegmentState
