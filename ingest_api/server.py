@@ -14,6 +14,7 @@ from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
 from lakelog.ingest_api.app import create_app
 from lakelog.ingest_api.body_buffering import whole_body_protocol
 from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.kafka.door import KafkaDoor
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.security import tls as tls_settings
 from lakelog.ingest_api.security.cluster_secret import resolve_cluster_secret
@@ -73,10 +74,19 @@ class NodeServer(uvicorn.Server):
         self.node = node
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False
+        self.kafka: KafkaDoor | None = None
 
     async def startup(self, sockets=None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
+        if self.started and self.node.config.kafka_listeners:
+            self.kafka = KafkaDoor(self.node, self.config.app.state.groups)
+            await self.kafka.start()
+
+    async def shutdown(self, sockets=None) -> None:
+        if self.kafka is not None:
+            await self.kafka.stop()
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame) -> None:
         if self._draining or self._loop is None or not self.started:
