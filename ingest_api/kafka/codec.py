@@ -181,7 +181,7 @@ def error_entity(cls: Any, error_code: int) -> Any:
     values: dict[str, Any] = {}
     defaults = {f.name for f in dataclasses.fields(cls)
                 if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-    for name, kafka_type, nested, many in _fields(cls):
+    for name, kafka_type, nested, many, _ in _fields(cls):
         if kafka_type == "error_code":
             values[name] = error_code
         elif name in defaults:
@@ -199,13 +199,16 @@ def error_entity(cls: Any, error_code: int) -> Any:
 
 
 @lru_cache(maxsize=None)
-def _fields(cls: Any) -> tuple[tuple[str, str | None, Any, bool], ...]:
-    """(name, kafka_type, nested entity type or None, is a tuple) per field of an entity class."""
+def _fields(cls: Any) -> tuple[tuple[str, str | None, Any, bool, bool], ...]:
+    """(name, kafka_type, nested entity type or None, is a tuple, nullable) per field of an entity class."""
     hints = get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         kafka_type = f.metadata.get("kafka_type")
         hint = hints[f.name]
+        nullable = type(None) in get_args(hint)
+        if nullable:
+            hint = next(a for a in get_args(hint) if a is not type(None))
         nested, many = None, False
         if get_origin(hint) is tuple:
             hint = get_args(hint)[0]
@@ -215,7 +218,7 @@ def _fields(cls: Any) -> tuple[tuple[str, str | None, Any, bool], ...]:
             hint = args[0]
         if kafka_type is None and dataclasses.is_dataclass(hint):
             nested = hint
-        out.append((f.name, kafka_type, nested, many))
+        out.append((f.name, kafka_type, nested, many, nullable))
     return tuple(out)
 
 
@@ -239,10 +242,12 @@ def to_entity(cls: Any, values: dict[str, Any]) -> Any:
     Keys the class lacks are ignored (a field of a later version); fields missing from the dict
     take their declared default."""
     kwargs: dict[str, Any] = {}
-    for name, kafka_type, nested, many in _fields(cls):
+    for name, kafka_type, nested, many, nullable in _fields(cls):
         if name not in values:
             continue
         v = values[name]
+        if v is None and not nullable:  # null where this version has no null (a field nullable later)
+            v = () if many else _EMPTY.get(kafka_type or "")
         if nested is not None:
             if many:
                 v = tuple(x if dataclasses.is_dataclass(x) else to_entity(nested, x) for x in (v or ()))

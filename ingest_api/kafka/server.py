@@ -169,12 +169,13 @@ class KafkaServer:
             body = await self.handler(req, conn)
             if body is None:
                 return None
+            return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("Kafka api_key %d v%d from %s failed", req.api_key, req.api_version, conn.client_host)
-            body = codec.error_entity(codec.response_class(req.api_key, req.api_version),
-                                      ErrorCode.unknown_server_error.value)
+        body = codec.error_entity(codec.response_class(req.api_key, req.api_version),
+                                  ErrorCode.unknown_server_error.value)
         return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
 
     async def _write_answers(self, conn: Connection, answers: asyncio.Queue) -> None:
