@@ -50,6 +50,14 @@ class KafkaListener:
     security_protocol: str
 
 
+def check_no_security(listeners: list[KafkaListener], authentication_enabled: bool, authorizer_enabled: bool) -> None:
+    """Refuse a Kafka listener on a node that authenticates or authorizes: the Kafka door has no SASL
+    and no ACL checks yet, so it would serve what the HTTP door refuses."""
+    if listeners and (authentication_enabled or authorizer_enabled):
+        raise ConfigError("listeners: a Kafka listener cannot run with authentication.enabled or authorizer.enabled "
+                          "yet (the Kafka door has no SASL or ACL checks); remove it from listeners")
+
+
 def parse_protocol_map(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
