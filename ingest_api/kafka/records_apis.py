@@ -45,7 +45,12 @@ async def _produce_one(ctx: KafkaContext, topic: str, index: int, records: bytes
     try:
         info = await ctx.node.produce_batches(topic, index, records, acks)
     except Exception as e:
-        return {**out, "error_code": kafka_code(e).value, "error_message": str(e)[:500]}
+        code = kafka_code(e).value
+        if code == ErrorCode.not_leader_or_follower.value:  # KIP-951: where the leader is now
+            leader = _current_leader(ctx, topic, index)
+            if leader is not None:
+                out["current_leader"] = leader
+        return {**out, "error_code": code, "error_message": str(e)[:500]}
     return {**out, "error_code": NONE, "base_offset": info.first_offset, "log_append_time": info.log_append_time,
             "log_start_offset": info.log_start_offset}
 
@@ -68,7 +73,28 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for name, r in zip(names, results):
         by_topic.setdefault(name, []).append(r)
-    return {"throttle_time": 0, "responses": [{"name": n, "partition_responses": rs} for n, rs in by_topic.items()]}
+    return {"throttle_time": 0, "responses": [{"name": n, "partition_responses": rs} for n, rs in by_topic.items()],
+            "node_endpoints": _node_endpoints(ctx, results, conn)}
+
+
+def _current_leader(ctx: KafkaContext, topic: str, index: int) -> dict[str, int] | None:
+    t = ctx.node.image.topics.get(topic)
+    if t is None or not 0 <= index < len(t.partitions) or t.partitions[index].leader < 0:
+        return None
+    st = t.partitions[index]
+    return {"leader_id": st.leader, "leader_epoch": st.leader_epoch}
+
+
+def _node_endpoints(ctx: KafkaContext, results: list[dict[str, Any]], conn: Connection) -> list[dict[str, Any]]:
+    """The endpoints of the leaders named in `current_leader` hints (KIP-951)."""
+    ids = {r["current_leader"]["leader_id"] for r in results if "current_leader" in r}
+    out = []
+    for node_id in sorted(ids):
+        ep = ctx.endpoint(node_id, conn.listener.name)
+        if ep is not None:
+            reg = ctx.node.image.brokers.get(node_id)
+            out.append({"node_id": node_id, "host": ep[0], "port": ep[1], "rack": reg.rack if reg else None})
+    return out
 
 
 async def _invalid(index: int, code: int) -> dict[str, Any]:
@@ -93,12 +119,10 @@ async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int) -> tup
         result = await ctx.node.fetch_wait(topic, index, int(fp.fetch_offset), limit, 0)
         hw = p.high_watermark
     except Exception as e:
-        code = kafka_code(e).value
-        leader = ctx.node.image.topics.get(topic)
-        st = leader.partitions[index] if leader is not None and 0 <= index < len(leader.partitions) else None
-        if st is not None:
-            out["current_leader"] = {"leader_id": st.leader, "leader_epoch": st.leader_epoch}
-        return {**out, "error_code": code}, 0
+        leader = _current_leader(ctx, topic, index)
+        if leader is not None:
+            out["current_leader"] = leader
+        return {**out, "error_code": kafka_code(e).value}, 0
     data = bytes(result.records)
     return {**out, "error_code": NONE, "high_watermark": hw, "last_stable_offset": hw,
             "log_start_offset": result.log_start_offset, "records": data}, len(data)

@@ -133,12 +133,18 @@ class KafkaServer:
                                 bytes(frame[:64]).hex())
                     break
                 await answers.put(asyncio.get_running_loop().create_task(self._answer(req, conn)))
-        finally:
-            await answers.put(None)  # the writer answers what was read, then stops
-            try:
-                await writer_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        except asyncio.CancelledError:  # the listener stops: nothing more is answered
+            writer_task.cancel()
+            while not answers.empty():
+                item = answers.get_nowait()
+                if item is not None:
+                    item.cancel()
+            raise
+        await answers.put(None)  # the client went away or sent a bad frame: answer what was read, then stop
+        try:
+            await writer_task
+        except (asyncio.CancelledError, Exception):
+            pass
 
     async def _read_frame(self, conn: Connection) -> bytes | None:
         try:

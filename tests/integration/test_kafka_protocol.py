@@ -19,6 +19,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.produce.v10.request import PartitionProduceData as PartitionProduceDataV10
+from kio.schema.produce.v10.request import ProduceRequest as ProduceRequestV10
+from kio.schema.produce.v10.request import TopicProduceData as TopicProduceDataV10
 
 from lakelog.ingest_api.kafka import codec
 from lakelog.logstore.record_batch import Record, build_batch
@@ -227,6 +230,14 @@ def test_three_nodes_metadata_routes_producers_to_leaders_and_a_stale_client_is_
                 TopicProduceData(name="spread", partition_data=(PartitionProduceData(index=p, records=batch),)),)))
         part = res.responses[0].partition_responses[0]
         assert part.error_code == ErrorCode.not_leader_or_follower
+        # ... with where the leader is (KIP-951), on Produce v10+.
+        with WireClient("127.0.0.1", cluster.node(1).kafka_port) as c:
+            _, res = c.request(ProduceRequestV10(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                                 topic_data=(TopicProduceDataV10(name="spread", partition_data=(
+                                                     PartitionProduceDataV10(index=p, records=batch),)),)))
+        part = res.responses[0].partition_responses[0]
+        assert part.error_code == ErrorCode.not_leader_or_follower and part.current_leader.leader_id == leader
+        assert [(e.node_id, e.port) for e in res.node_endpoints] == [(leader, cluster.node(leader).kafka_port)]
         # A consumer group reads everything, whichever node coordinates it.
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
                              "auto.offset.reset": "earliest"})
