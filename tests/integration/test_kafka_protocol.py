@@ -25,6 +25,7 @@ from kio.schema.produce.v10.request import TopicProduceData as TopicProduceDataV
 
 from lakelog.ingest_api.kafka import codec
 from lakelog.logstore.record_batch import Record, build_batch
+from tests.support.faults import wait_for
 from tests.support.kafka_wire import WireClient
 from tests.support.nodes import Cluster, start_node
 
@@ -261,3 +262,45 @@ def test_unsupported_versions_of_other_apis_are_answered_not_dropped(knode):
         _, md = c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                           include_topic_authorized_operations=False))
         assert md.brokers
+
+
+def _local_log_start(url: str, topic: str) -> int:
+    """The leader's local log start offset (what a local read at the end reports)."""
+    end = httpx.get(f"{url}/topics/{topic}/partitions/0/offsets", timeout=30).json()["end_offset"]
+    r = httpx.get(f"{url}/topics/{topic}/partitions/0/records", params={"offset": end, "timeout": 0},
+                  headers={"Accept": "application/vnd.kafka.binary.v2+json"}, timeout=30)
+    return int(r.headers["X-Lakelog-Log-Start-Offset"])
+
+
+def test_a_kafka_consumer_reads_below_the_local_log_start_from_the_remote_tier(tmp_path):
+    node = start_node(tmp_path, kafka=True, **{
+        "remote.storage.url": (tmp_path / "remote").as_uri(), "remote.log.manager.task.interval.ms": "100",
+        "remote.segment.delete.delay.ms": "0", "remote.log.metadata.max.age.ms": "0"})
+    try:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        topic = NewTopic("tiered", 1, 1, config={"remote.storage.enable": "true", "segment.bytes": "2048",
+                                                  "local.retention.bytes": "1", "retention.ms": "-1"})
+        for f in admin.create_topics([topic]).values():
+            f.result(WAIT_S)
+        p = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0, "batch.num.messages": 10})
+        for i in range(300):
+            p.produce("tiered", value=f"value-{i:04d}".encode())
+            if i % 10 == 9:
+                p.flush(WAIT_S)
+        assert p.flush(WAIT_S) == 0
+        wait_for(lambda: _local_log_start(node.url, "tiered") > 100, what="local segments deleted after upload")
+        consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "tier-readers",
+                             "enable.auto.commit": False})
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition("tiered", 0), timeout=WAIT_S)
+            assert (low, high) == (0, 300)  # ListOffsets earliest is the remote tier's start
+            consumer.assign([TopicPartition("tiered", 0, 0)])
+            got = _consume(consumer, 300)
+            assert [m.value().decode() for m in got] == [f"value-{i:04d}" for i in range(300)]
+        finally:
+            consumer.close()
+    finally:
+        try:
+            node.stop()
+        finally:
+            node.kill()
