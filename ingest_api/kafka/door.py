@@ -40,6 +40,7 @@ HANDLERS: dict[int, ApiHandler] = {
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
     37: admin_apis.create_partitions,
+    42: group_apis.delete_groups,
     44: admin_apis.incremental_alter_configs,
     60: metadata_apis.describe_cluster,
 }

@@ -1,5 +1,5 @@
 """The classic group protocol on the Kafka door: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, DescribeGroups, ListGroups.
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups.
 
 Every request goes to the same group coordinator and `__consumer_offsets` the HTTP consumers use
 (`GroupService.call`, which reaches the group's coordinator on whichever node it runs): an offset
@@ -166,6 +166,17 @@ async def describe_groups(ctx: KafkaContext, req: Request, conn: Connection) -> 
                     "protocol_type": doc.get("protocol_type") or "", "protocol_data": doc.get("protocol") or "",
                     "members": members})
     return {"throttle_time": 0, "groups": out}
+
+
+async def delete_groups(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
+    results = []
+    for group_id in req.body.groups_names:
+        try:
+            await ctx.groups.call(group_id, "delete", {})
+            results.append({"group_id": group_id, "error_code": NONE})
+        except Exception as e:
+            results.append({"group_id": group_id, "error_code": kafka_code(e).value})
+    return {"throttle_time": 0, "results": results}
 
 
 async def list_groups(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:

@@ -171,6 +171,18 @@ def test_offsets_committed_over_http_are_where_a_kafka_consumer_resumes(knode):
     # ... and the reverse: the Kafka consumer's commit is what HTTP reads.
     offsets = httpx.get(f"{knode.url}/groups/shared/offsets", timeout=10).json()["offsets"]
     assert [(o["topic"], o["partition"], o["offset"]) for o in offsets] == [("resume", 0, 10)]
+    # DeleteGroups: an empty group goes with its offsets; a group with a member stays.
+    member = Consumer({"bootstrap.servers": knode.bootstrap, "group.id": "busy", "auto.offset.reset": "earliest"})
+    try:
+        member.subscribe(["resume"])
+        assert _consume(member, 1)
+        results = admin.delete_consumer_groups(["shared", "busy"])
+        results["shared"].result(WAIT_S)
+        with pytest.raises(Exception, match="NON_EMPTY_GROUP"):
+            results["busy"].result(WAIT_S)
+    finally:
+        member.close()
+    assert httpx.get(f"{knode.url}/groups/shared/offsets", timeout=10).json()["offsets"] == []
 
 
 def test_bad_frames_close_only_their_connection_and_unknown_versions_are_answered(knode):
