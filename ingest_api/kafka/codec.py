@@ -45,7 +45,8 @@ from lakelog.ingest_api.kafka.versions import API_VERSIONS, supports
 
 SIZE = struct.Struct(">i")
 KEY_VERSION_CORRELATION = struct.Struct(">hhi")
-assert SIZE.size == 4 and KEY_VERSION_CORRELATION.size == 8
+if SIZE.size != 4 or KEY_VERSION_CORRELATION.size != 8:
+    raise AssertionError("the frame's struct layouts changed size")
 
 
 class FrameError(Exception):
