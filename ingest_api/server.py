@@ -82,7 +82,13 @@ class NodeServer(uvicorn.Server):
         await super().startup(sockets)
         if self.started and self.node.config.kafka_listeners:
             self.kafka = KafkaDoor(self.node, self.config.app.state.groups)
-            await self.kafka.start()
+            try:
+                await self.kafka.start()
+            except OSError as e:  # as uvicorn does for its own port: say so, shut the application down, exit 1
+                logging.getLogger("lakelog.kafka").error("cannot open the Kafka listeners: %s", e)
+                await self.kafka.stop()
+                await self.lifespan.shutdown()
+                sys.exit(1)
 
     async def shutdown(self, sockets=None) -> None:
         if self.kafka is not None:

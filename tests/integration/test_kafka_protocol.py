@@ -27,7 +27,7 @@ from lakelog.ingest_api.kafka import codec
 from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.faults import wait_for
 from tests.support.kafka_wire import WireClient
-from tests.support.nodes import Cluster, start_node
+from tests.support.nodes import Cluster, NodeProcess, free_port, start_node
 
 WAIT_S = 60
 
@@ -314,5 +314,18 @@ def test_a_kafka_consumer_reads_below_the_local_log_start_from_the_remote_tier(t
     finally:
         try:
             node.stop()
+        finally:
+            node.kill()
+
+
+def test_a_kafka_port_in_use_stops_the_node_with_a_clear_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        node = NodeProcess(tmp_path / "data", free_port(), kafka_port=taken.getsockname()[1])
+        try:
+            with pytest.raises(RuntimeError, match="exited with 1"):
+                node.start(timeout_s=WAIT_S)
+            assert "cannot open the Kafka listeners" in node.read_log()
         finally:
             node.kill()

@@ -27,7 +27,7 @@ REQUEST_TYPES = [(key, v) for key, (_, low, high) in sorted(SUPPORTED.items()) f
 
 
 @pytest.mark.parametrize("api_key,version", REQUEST_TYPES)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_request_round_trips_through_a_frame(api_key, version, data):
     body = data.draw(st.from_type(load_request_schema(api_key, version)))
