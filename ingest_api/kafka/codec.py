@@ -41,6 +41,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from lakelog.ingest_api.errors import InvalidRequestError
 from lakelog.ingest_api.kafka.versions import API_VERSIONS, supports
 
 SIZE = struct.Struct(">i")
@@ -49,7 +50,7 @@ if SIZE.size != 4 or KEY_VERSION_CORRELATION.size != 8:
     raise AssertionError("the frame's struct layouts changed size")
 
 
-class FrameError(Exception):
+class FrameError(InvalidRequestError):
     """A request frame that cannot be decoded: the connection is closed."""
 
     def __init__(self, message: str, *, api_key: int = -1, api_version: int = -1, position: int = -1) -> None:
@@ -57,7 +58,7 @@ class FrameError(Exception):
         self.api_key, self.api_version, self.position = api_key, api_version, position
 
 
-class UnsupportedVersion(Exception):
+class UnsupportedVersion(InvalidRequestError):
     """A well-framed request of an API key or version this node does not answer."""
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
