@@ -162,6 +162,10 @@ def test_offsets_committed_over_http_are_where_a_kafka_consumer_resumes(knode):
     consumer = Consumer({"bootstrap.servers": knode.bootstrap, "group.id": "shared",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
+        # ListOffsets by timestamp: the first record at or after it (none after the last: -1).
+        ts = [consumer.offsets_for_times([TopicPartition("resume", 0, t)], timeout=WAIT_S)[0].offset
+              for t in (0, 2**62)]
+        assert ts == [0, -1]
         consumer.subscribe(["resume"])
         got = _consume(consumer, 4)
         assert [m.offset() for m in got] == [6, 7, 8, 9]
