@@ -159,9 +159,9 @@ async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, 
     while True:
         responses, total = await _fetch_all(ctx, topics, max_bytes)
         left = deadline - time.monotonic()
-        if total >= max(1, min_bytes) or left <= 0 or _any_error(responses):
+        if total >= min_bytes or left <= 0 or _any_error(responses):
             break
-        await _wait_for_any(ctx, topics, left)
+        await _wait_for_any(ctx, topics, responses, left)
         if time.monotonic() >= deadline:
             responses, total = await _fetch_all(ctx, topics, max_bytes)
             break
@@ -172,14 +172,17 @@ def _any_error(responses: list[dict[str, Any]]) -> bool:
     return any(p["error_code"] != NONE for t in responses for p in t["partitions"])
 
 
-async def _wait_for_any(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], timeout_s: float) -> None:
-    """Until some fetched partition's HW passes its fetch offset, or `timeout_s`."""
+async def _wait_for_any(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], responses: list[dict[str, Any]],
+                        timeout_s: float) -> None:
+    """Until some fetched partition's HW passes both its fetch offset and the HW just answered (new
+    data since the last read, so a fetch short of min.bytes does not spin), or `timeout_s`."""
     waits = []
-    for topic, parts in topics:
-        for fp in parts:
+    for (topic, parts), answered in zip(topics, responses):
+        for fp, doc in zip(parts, answered["partitions"]):
             p = _read(ctx, topic, int(fp.partition))
             if p is not None:
-                waits.append(asyncio.ensure_future(p.wait_for_data(int(fp.fetch_offset), timeout_s)))
+                seen = max(int(fp.fetch_offset), int(doc["high_watermark"]))
+                waits.append(asyncio.ensure_future(p.wait_for_data(seen, timeout_s)))
     if not waits:
         await asyncio.sleep(timeout_s)
         return
