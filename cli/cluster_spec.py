@@ -24,6 +24,8 @@ from urllib.parse import unquote, urlsplit
 from lakelog.infra.config import ConfigError
 
 DEFAULT_HTTP_PORT = 8082
+#: Kafka listener (PLAINTEXT) of node 1; node i on DEFAULT_KAFKA_PORT + i - 1.
+DEFAULT_KAFKA_PORT = 9092
 DEFAULT_DATA_DIR = "./data"
 HOST = "127.0.0.1"
 #: Largest local cluster: every node is a controller voter, and Raft quorums stay small.
@@ -128,6 +130,21 @@ class ClusterSpec:
     added_nodes: tuple[int, ...] = ()
     #: `lakelog up --sql --sql-thrift-port N`: the SQL server's Thrift JDBC/ODBC server (loopback); None: none.
     sql_thrift_port: int | None = None
+    #: `lakelog up --kafka-port BASE`: node i's Kafka listener (PLAINTEXT) on BASE+i-1; None: none.
+    kafka_port: int | None = DEFAULT_KAFKA_PORT
+
+    def node_kafka_port(self, node_id: int) -> int | None:
+        return None if self.kafka_port is None else self.kafka_port + node_id - 1
+
+    def node_listeners(self, node_id: int) -> str:
+        """The node's `listeners`: its HTTP door, and its Kafka door when the cluster has one."""
+        kafka = self.node_kafka_port(node_id)
+        return self.node_url(node_id) + (f",PLAINTEXT://{HOST}:{kafka}" if kafka is not None else "")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The Kafka clients' `bootstrap.servers` of the nodes this launcher runs ("" without Kafka doors)."""
+        return ",".join(f"{HOST}:{self.node_kafka_port(i)}" for i in self.run_ids) if self.kafka_port else ""
 
     @property
     def run_ids(self) -> list[int]:
@@ -166,7 +183,7 @@ class ClusterSpec:
         args = [sys.executable, "-m", "lakelog.cli.main", "node",
                 "--set", f"node.id={node_id}",
                 "--set", f"log.dirs={self.node_dir(node_id)}",
-                "--set", f"listeners={self.node_url(node_id)}",
+                "--set", f"listeners={self.node_listeners(node_id)}",
                 "--set", f"controller.quorum.voters={self.voters}"]
         if cluster_id:
             args += ["--set", f"cluster.id={cluster_id}"]
@@ -213,13 +230,19 @@ def load_or_create_sql_token(path: Path) -> str:
 def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT_DATA_DIR, http_port: int = DEFAULT_HTTP_PORT,
                remote: str | None = None, node_overrides: Mapping[str, str] | None = None,
                jobs_every: Mapping[str, float] | None = None, sql_port: int | None = None,
-               add_node: int | None = None, sql_thrift_port: int | None = None) -> ClusterSpec:
+               add_node: int | None = None, sql_thrift_port: int | None = None,
+               kafka_port: int | None = DEFAULT_KAFKA_PORT) -> ClusterSpec:
     validate_node_count(nodes)
     if add_node is not None:
-        return _added_node_spec(build_spec(nodes, data_dir, http_port, remote, node_overrides), add_node)
+        return _added_node_spec(build_spec(nodes, data_dir, http_port, remote, node_overrides,
+                                           kafka_port=kafka_port), add_node)
     if http_port < 1 or http_port + nodes - 1 > 65535:
         raise LauncherConfigError(f"--http-port {http_port}: ports {http_port}..{http_port + nodes - 1} "
                                   "must lie in 1..65535")
+    if kafka_port is not None and (kafka_port < 1 or kafka_port + nodes - 1 > 65535 or
+                                   (kafka_port < http_port + nodes and http_port < kafka_port + nodes)):
+        raise LauncherConfigError(f"--kafka-port {kafka_port}: ports {kafka_port}..{kafka_port + nodes - 1} must lie "
+                                  f"in 1..65535 and not overlap the HTTP ports {http_port}..{http_port + nodes - 1}")
     root = Path(data_dir).expanduser().resolve()
     remote_tier = parse_remote_url(remote if remote is not None else (root / "remote").as_uri())
     overrides = dict(node_overrides or {})
@@ -242,13 +265,17 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
                                       "authentication is on (it cannot apply the users' READ ACLs)")
         if sql_thrift_port in (sql_port, sql_port + 1) or http_port <= sql_thrift_port < http_port + nodes:
             raise LauncherConfigError(f"--sql-thrift-port {sql_thrift_port}: a port no node nor the SQL server uses")
+    if any(overrides.get(k, "false").strip().lower() == "true" for k in ("authentication.enabled",
+                                                                         "authorizer.enabled")):
+        kafka_port = None  # the Kafka door has no SASL or ACL checks yet (ingest_api/kafka/config.py)
     spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port,
-                       sql_thrift_port=sql_thrift_port)
+                       sql_thrift_port=sql_thrift_port, kafka_port=kafka_port)
     from lakelog.ingest_api.config import NodeConfig
 
     for i in range(1, nodes + 1):
         try:  # refuse a bad --set here, not as a node that dies at start
-            NodeConfig({**overrides, "node.id": i, "log.dirs": str(spec.node_dir(i)), "listeners": spec.node_url(i)})
+            NodeConfig({**overrides, "node.id": i, "log.dirs": str(spec.node_dir(i)),
+                        "listeners": spec.node_listeners(i)})
         except ConfigError as e:
             raise LauncherConfigError(f"--set: {e}") from None
     return spec

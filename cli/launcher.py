@@ -170,6 +170,10 @@ class LocalCluster:
             if port_in_use(spec.node_port(i)):
                 raise LauncherConfigError(f"port {spec.node_port(i)} (node {i}) is already in use; "
                                           "choose another --http-port")
+            kafka = spec.node_kafka_port(i)
+            if kafka is not None and port_in_use(kafka):
+                raise LauncherConfigError(f"port {kafka} (node {i}'s Kafka listener) is already in use; "
+                                          "choose another --kafka-port")
         sql_ports = (spec.sql_port, spec.sql_port + 1) if spec.sql_port is not None else ()
         for port in sql_ports + ((spec.sql_thrift_port,) if spec.sql_thrift_port is not None else ()):
             if port_in_use(port):
@@ -228,6 +232,8 @@ class LocalCluster:
         self._say("")
         self._say(f"lakelog up: ready. Try: {command_hint()} topics create demo --bootstrap-server {spec.node_url(1)}")
         self._say(f"Web console: {spec.node_url(1)}/ (in a browser; any node serves it)")
+        if spec.bootstrap_servers:
+            self._say(f"Kafka clients: bootstrap.servers={spec.bootstrap_servers}")
         self._say("Press Ctrl-C to stop." + ("" if self.exit_on_death else
                                               " A node that dies is restarted; its data stays."))
 

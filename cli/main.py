@@ -1,6 +1,6 @@
 """The `lakelog` command line.
 
-    lakelog up [--nodes N] [--data-dir DIR] [--http-port BASE] [--remote URL]   a local cluster
+    lakelog up [--nodes N] [--data-dir DIR] [--http-port BASE] [--kafka-port BASE] [--remote URL]   a local cluster
     lakelog node [--config node.toml] [--set KEY=VALUE ...]                      one ingest node
     lakelog topics create|list|describe|alter|delete ...                         like kafka-topics.sh
     lakelog produce TOPIC ...                                                    like kafka-console-producer.sh
@@ -74,7 +74,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
                     args.parser.error(f"--jobs-every {job}={seconds}: seconds must be a number")
         spec = build_spec(args.nodes, args.data_dir, args.http_port, args.remote, dict(args.set or []), jobs,
                           args.sql_port if args.sql else None, add_node=args.add_node,
-                          sql_thrift_port=args.sql_thrift_port)
+                          sql_thrift_port=args.sql_thrift_port,
+                          kafka_port=args.kafka_port or None)
     except LauncherConfigError as e:
         args.parser.error(str(e))  # exits 2, as argparse's own usage errors do
     return LocalCluster(spec, exit_on_death=args.exit_on_node_death,
@@ -426,6 +427,9 @@ def build_parser(only_sql: bool = False) -> argparse.ArgumentParser:
     up.add_argument("--data-dir", default="./data", metavar="DIR", help="where node-i/ data lives (default ./data)")
     up.add_argument("--http-port", type=_port, default=8082, metavar="BASE",
                     help="HTTP port of node 1; node i listens on BASE+i-1 (default 8082)")
+    up.add_argument("--kafka-port", type=int, default=9092, metavar="BASE",
+                    help="Kafka listener (PLAINTEXT) of node 1; node i listens on BASE+i-1 (default 9092; "
+                         "0: no Kafka listener)")
     up.add_argument("--remote", metavar="URL",
                     help="remote tier: s3://bucket/prefix or file:///path (default file://DIR/remote), "
                          "shared by every node; topics opt in with remote.storage.enable=true")

@@ -150,8 +150,10 @@ class BrokerSession:
     async def _register(self, call: ControllerCall) -> bool:
         host, port = self.config.advertised_host_port
         try:
-            res = await call("register_broker", {"node_id": self.node_id, "incarnation_id": self.incarnation_id,
-                                                 "host": host, "port": port, "rack": self.config.broker_rack or None})
+            res = await call("register_broker", {
+                "node_id": self.node_id, "incarnation_id": self.incarnation_id, "host": host, "port": port,
+                "rack": self.config.broker_rack or None,
+                "kafka_listeners": [[lst.name, lst.host, lst.port] for lst in self.config.advertised_kafka_listeners]})
         except asyncio.CancelledError:
             raise
         except Exception as e:

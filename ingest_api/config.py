@@ -30,14 +30,20 @@ from lakelog.infra.config import (
 )
 from lakelog.ingest_api.console_sql import CONSOLE_SQL_CONFIG
 from lakelog.ingest_api.groups.config import GROUP_CONFIG
+from lakelog.ingest_api.kafka.config import KAFKA_CONFIG, KafkaListener, parse_listeners, split_listeners
 from lakelog.ingest_api.security.config import SECURITY_CONFIG
 from lakelog.tiering.config import TIERING_CONFIG
 
 NODE_CONFIG = (
     ConfigDef()
     .define("node.id", int, 1, "This node's id, unique in the cluster.", min=0, max=INT_MAX)
-    .define("listeners", str, "http://127.0.0.1:8082", "Where the HTTP API listens: http://host:port.")
-    .define("advertised.listeners", str, "", "The address clients are told to use; empty = listeners.")
+    .define("listeners", str, "http://127.0.0.1:8082",
+            "Where the node listens, comma-separated: one http://host:port (or https://) for the HTTP "
+            "API, and any Kafka listeners as NAME://host:port (NAME in listener.security.protocol.map, "
+            "e.g. PLAINTEXT://127.0.0.1:9092).")
+    .define("advertised.listeners", str, "",
+            "The addresses clients are told to use, in the form of listeners (the HTTP entry, and one "
+            "per Kafka listener name); empty = listeners.")
     .define("log.dirs", str, "./data", "Directory holding the partition logs and node metadata.")
     .define("num.partitions", int, 1, "Partitions of a topic created without partitions_count.", min=1, max=100000)
     .define("default.replication.factor", int, 1, "Replicas of a topic created without replication_factor.",
@@ -129,6 +135,7 @@ NODE_CONFIG.include(TIERING_CONFIG)  # the remote tier's library settings (tieri
 NODE_CONFIG.include(GROUP_CONFIG)  # consumer groups and consumer instances (ingest_api/groups/config.py)
 NODE_CONFIG.include(SECURITY_CONFIG)  # authentication, ACLs, TLS, quotas (ingest_api/security/config.py)
 NODE_CONFIG.include(CONSOLE_SQL_CONFIG)  # the console's SQL page (ingest_api/console_sql.py)
+NODE_CONFIG.include(KAFKA_CONFIG)  # the Kafka listener (ingest_api/kafka/config.py)
 
 #: Broker key -> the topic key it gives the default of.
 BROKER_TO_TOPIC = synonym_map(LOG_CONFIG)
@@ -153,16 +160,34 @@ class NodeConfig(TypedConfig):
         return cls(values)
 
     @property
+    def http_listener(self) -> str:
+        """The HTTP entry of `listeners` (http://host:port or https://host:port)."""
+        return split_listeners(self.listeners)[0]
+
+    @property
     def host(self) -> str:
-        return _listener(self.listeners)[0]
+        return _listener(self.http_listener)[0]
 
     @property
     def port(self) -> int:
-        return _listener(self.listeners)[1]
+        return _listener(self.http_listener)[1]
 
     @property
     def advertised_url(self) -> str:
-        return (self.advertised_listeners or self.listeners).rstrip("/")
+        return split_listeners(self.advertised_listeners or self.listeners)[0].rstrip("/")
+
+    @property
+    def kafka_listeners(self) -> list[KafkaListener]:
+        """The Kafka listeners this node binds (none unless `listeners` names one)."""
+        return parse_listeners(self.listeners, self.listener_security_protocol_map)
+
+    @property
+    def advertised_kafka_listeners(self) -> list[KafkaListener]:
+        """Where clients reach each Kafka listener: its `advertised.listeners` entry, else its bind address."""
+        bound = self.kafka_listeners
+        told = {lst.name: lst for lst in parse_listeners(self.advertised_listeners, self.listener_security_protocol_map)
+                } if self.advertised_listeners else {}
+        return [told.get(lst.name, lst) for lst in bound]
 
     @property
     def advertised_host_port(self) -> tuple[str, int]:

@@ -66,7 +66,7 @@ class ControllerOp:
 
 def _register_broker(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
     records, epoch = ctrl.register_broker(int(args["node_id"]), str(args["incarnation_id"]), str(args["host"]),
-                                          int(args["port"]), args.get("rack"), now)
+                                          int(args["port"]), args.get("rack"), now, args.get("kafka_listeners"))
     return records, {"broker_epoch": epoch}
 
 

@@ -87,6 +87,7 @@ from lakelog.ingest_api.groups.errors import (
     InconsistentProtocolError,
     InvalidSessionTimeoutError,
     NoOffsetForPartitionError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
@@ -179,6 +180,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     NoOffsetForPartitionError: HttpError(409, 40915),
     TopicExistsError: HttpError(409, 40916),
     BrokerInUseError: HttpError(409, 40917),
+    NonEmptyGroupError: HttpError(409, 40918),
     # 413 / 415 / 416
     RequestTooLargeError: HttpError(413, 41301),  # a body over max.request.bytes, too many records
     RecordTooLargeError: HttpError(413, 41302),  # a batch over max.message.bytes

@@ -14,6 +14,8 @@ from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
 from lakelog.ingest_api.app import create_app
 from lakelog.ingest_api.body_buffering import whole_body_protocol
 from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.kafka.config import check_no_security
+from lakelog.ingest_api.kafka.door import KafkaDoor
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.security import tls as tls_settings
 from lakelog.ingest_api.security.cluster_secret import resolve_cluster_secret
@@ -73,10 +75,25 @@ class NodeServer(uvicorn.Server):
         self.node = node
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False
+        self.kafka: KafkaDoor | None = None
 
     async def startup(self, sockets=None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
+        if self.started and self.node.config.kafka_listeners:
+            self.kafka = KafkaDoor(self.node, self.config.app.state.groups)
+            try:
+                await self.kafka.start()
+            except OSError as e:  # as uvicorn does for its own port: say so, shut the application down, exit 1
+                logging.getLogger("lakelog.kafka").error("cannot open the Kafka listeners: %s", e)
+                await self.kafka.stop()
+                await self.lifespan.shutdown()
+                sys.exit(1)
+
+    async def shutdown(self, sockets=None) -> None:
+        if self.kafka is not None:
+            await self.kafka.stop()
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame) -> None:
         if self._draining or self._loop is None or not self.started:
@@ -103,6 +120,7 @@ def run_node(config: NodeConfig) -> int:
     raise_open_file_limit()
     exit_zero_on_sigterm()
     tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
+    check_no_security(config.kafka_listeners, config.authentication_enabled, config.authorizer_enabled)
     # Slow headers close the connection; too many header bytes are answered 431 as they arrive.
     guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000, config.max_header_bytes)
     if guarded is not None:

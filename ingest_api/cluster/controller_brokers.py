@@ -24,6 +24,8 @@ from lakelog.ingest_api.cluster.controller_partitions import PartitionReconciler
 from lakelog.ingest_api.cluster.errors import BrokerNotRegisteredError, FencedBrokerError
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.image_values import (
+    RecordRejected,
+    read_kafka_listeners,
     MAX_HOST_LENGTH,
     MAX_INCARNATION_ID_LENGTH,
     MAX_LONG,
@@ -78,10 +80,11 @@ class BrokerRegistry:
         return reg
 
     def register_broker(self, node_id: int, incarnation_id: str, host: str, port: int, rack: str | None,
-                        now_ms: int) -> tuple[list[dict[str, Any]], int]:
+                        now_ms: int, kafka_listeners: Any = None) -> tuple[list[dict[str, Any]], int]:
         """Register (or re-register) a node; returns the records and its new broker epoch.
 
-        The same incarnation, host, port and rack as the current registration is a retry: no
+        `kafka_listeners` ([name, host, port], ...) are where its Kafka door is reached.
+        The same incarnation, host, port, rack and listeners as the current registration is a retry: no
         records, the current epoch. A new incarnation replaces the registration (the node
         restarted): the new one starts fenced, and the old incarnation's leaderships and ISR places
         are dropped in the same records, as if its session had expired.
@@ -92,9 +95,14 @@ class BrokerRegistry:
         _check_str("host", host, MAX_HOST_LENGTH)
         if rack is not None:
             _check_str("rack", rack, MAX_RACK_LENGTH)
+        try:
+            listeners = read_kafka_listeners({"kafka_listeners": kafka_listeners}, "kafka_listeners")
+        except RecordRejected as e:
+            raise InvalidRequestError(str(e)) from None
         old = self._image.brokers.get(node_id)
         self._last_contact_ms[node_id] = now_ms
-        if old is not None and (old.incarnation_id, old.host, old.port, old.rack) == (incarnation_id, host, port, rack):
+        if old is not None and (old.incarnation_id, old.host, old.port, old.rack, old.kafka_listeners) == (
+                incarnation_id, host, port, rack, listeners):
             return [], old.broker_epoch
         epoch = max(self._image.last_applied_index + 1, self._next_broker_epoch,
                     old.broker_epoch + 1 if old is not None else 1)
@@ -102,6 +110,8 @@ class BrokerRegistry:
         records: list[dict[str, Any]] = [{
             "type": "register_broker", "node_id": node_id, "broker_epoch": epoch,
             "incarnation_id": incarnation_id, "host": host, "port": port, "rack": rack}]
+        if listeners:
+            records[0]["kafka_listeners"] = [list(x) for x in listeners]
         if old is not None:
             view = LivenessView(self._image)
             view.fence(node_id)

@@ -14,7 +14,8 @@ it canonically). `apply` re-checks each record against the image and skips it â€
 every voter â€” when it does not fit (unknown topic, stale epoch, a duplicate); the controller
 validated it already, so a skip means a duplicate or stale proposal, or a bug. Fields:
 
-    register_broker            node_id, broker_epoch, incarnation_id, host, port, rack (str|null)
+    register_broker            node_id, broker_epoch, incarnation_id, host, port, rack (str|null),
+                               [kafka_listeners [[name, host, port], ...]]
                                -> a new registration, fenced; broker_epoch must exceed the node's
                                   current one. Replaces an existing registration (the node restarted).
     unfence_broker             node_id, broker_epoch            fenced -> unfenced
@@ -119,6 +120,7 @@ from lakelog.ingest_api.cluster.image_values import (
     read_bool,
     read_configs,
     read_int,
+    read_kafka_listeners,
     read_node_list,
     read_opt_str,
     read_partition_list,
@@ -340,7 +342,7 @@ class ClusterImage:
             node_id, epoch, read_str(rec, "incarnation_id", MAX_INCARNATION_ID_LENGTH),
             read_str(rec, "host", MAX_HOST_LENGTH), read_int(rec, "port", 0, 65535),
             read_opt_str(rec, "rack", MAX_RACK_LENGTH), fenced=True, in_controlled_shutdown=False,
-            registration_index=index)
+            registration_index=index, kafka_listeners=read_kafka_listeners(rec, "kafka_listeners"))
 
     def _unfence_broker(self, rec: Mapping[str, Any], index: int) -> None:
         reg = self._registration(rec)
@@ -500,7 +502,8 @@ def _image_from_state(state: Mapping[str, Any]) -> ClusterImage:
             read_int(b, "node_id", 0, MAX_NODE_ID), read_int(b, "broker_epoch", 1, MAX_LONG),
             read_str(b, "incarnation_id", MAX_INCARNATION_ID_LENGTH), read_str(b, "host", MAX_HOST_LENGTH),
             read_int(b, "port", 0, 65535), read_opt_str(b, "rack", MAX_RACK_LENGTH), read_bool(b, "fenced"),
-            read_bool(b, "in_controlled_shutdown"), read_int(b, "registration_index", 0, MAX_LONG))
+            read_bool(b, "in_controlled_shutdown"), read_int(b, "registration_index", 0, MAX_LONG),
+            read_kafka_listeners(b, "kafka_listeners"))
         if reg.node_id in img.brokers:
             raise RecordRejected(f"node {reg.node_id} is listed twice")
         img.brokers[reg.node_id] = reg

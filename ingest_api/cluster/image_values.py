@@ -54,13 +54,18 @@ class BrokerRegistration:
     fenced: bool = True
     in_controlled_shutdown: bool = False
     registration_index: int = 0  # metadata-log index of its register_broker record
+    #: Its Kafka listeners as clients reach them: (listener name, host, port), none without a Kafka door.
+    kafka_listeners: tuple[tuple[str, str, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "broker_epoch": self.broker_epoch,
-                "incarnation_id": self.incarnation_id, "host": self.host, "port": self.port,
-                "rack": self.rack, "fenced": self.fenced,
-                "in_controlled_shutdown": self.in_controlled_shutdown,
-                "registration_index": self.registration_index}
+        d = {"node_id": self.node_id, "broker_epoch": self.broker_epoch,
+             "incarnation_id": self.incarnation_id, "host": self.host, "port": self.port,
+             "rack": self.rack, "fenced": self.fenced,
+             "in_controlled_shutdown": self.in_controlled_shutdown,
+             "registration_index": self.registration_index}
+        if self.kafka_listeners:  # absent otherwise: registrations without a Kafka door keep their bytes
+            d["kafka_listeners"] = [list(x) for x in self.kafka_listeners]
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +193,27 @@ def read_str(d: Mapping[str, Any], key: str, max_length: int) -> str:
 
 def read_opt_str(d: Mapping[str, Any], key: str, max_length: int) -> str | None:
     return None if d.get(key) is None else read_str(d, key, max_length)
+
+
+#: Most Kafka listeners one node registers, and the longest listener name.
+MAX_KAFKA_LISTENERS, MAX_LISTENER_NAME_LENGTH = 16, 64
+
+
+def read_kafka_listeners(d: Mapping[str, Any], key: str) -> tuple[tuple[str, str, int], ...]:
+    """An optional list of [listener name, host, port] (absent: none)."""
+    v = d.get(key)
+    if v is None:
+        return ()
+    if not isinstance(v, list) or len(v) > MAX_KAFKA_LISTENERS:
+        raise RecordRejected(f"field {key!r} must be a list of at most {MAX_KAFKA_LISTENERS} listeners")
+    out = []
+    for item in v:
+        if not isinstance(item, list) or len(item) != 3:
+            raise RecordRejected(f"field {key!r}: a listener must be [name, host, port]")
+        entry = {"name": item[0], "host": item[1], "port": item[2]}
+        out.append((read_str(entry, "name", MAX_LISTENER_NAME_LENGTH), read_str(entry, "host", MAX_HOST_LENGTH),
+                    read_int(entry, "port", 1, 65535)))
+    return tuple(out)
 
 
 def read_bool(d: Mapping[str, Any], key: str) -> bool:

@@ -119,6 +119,13 @@ class OffsetMetadataTooLargeError(GroupError):
     kafka_name = "OFFSET_METADATA_TOO_LARGE"
 
 
+class NonEmptyGroupError(GroupError):
+    """A group with members cannot be deleted."""
+
+    kind = ErrorKind.INVALID_REQUEST
+    kafka_name = "NON_EMPTY_GROUP"
+
+
 class NoOffsetForPartitionError(GroupError):
     """auto.offset.reset=none and the group has no committed offset for an assigned partition."""
 
@@ -129,4 +136,4 @@ class NoOffsetForPartitionError(GroupError):
 BY_KAFKA_NAME: dict[str, type[GroupError]] = {c.kafka_name: c for c in (
     GroupNotFoundError, GroupMaxSizeReachedError, InvalidSessionTimeoutError, InconsistentProtocolError,
     UnknownMemberIdError, IllegalGenerationError, RebalanceInProgressError, NotCoordinatorError,
-    CoordinatorLoadInProgressError, OffsetMetadataTooLargeError)}
+    CoordinatorLoadInProgressError, OffsetMetadataTooLargeError, NonEmptyGroupError)}

@@ -48,6 +48,8 @@ from lakelog.ingest_api.groups.errors import (
     BY_KAFKA_NAME,
     CoordinatorLoadInProgressError,
     GroupError,
+    GroupNotFoundError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
@@ -406,6 +408,22 @@ class GroupService:
             for g in sorted(self.coordinator.groups.values(), key=lambda g: g.group_id)
             if coordinator_partition(g.group_id, n) in self._loaded]}
 
+    async def _op_delete(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Delete a group without members (Kafka's DeleteGroups): tombstones for its committed
+        offsets (acks=all, as commits), then the coordinator forgets it."""
+        group = str(a["group_id"])
+        p = self._require(group)
+        g = self.coordinator.describe(group)
+        if g is None:
+            raise GroupNotFoundError(f"group {group} has no members and no committed offsets")
+        if g.members:
+            raise NonEmptyGroupError(f"group {group} has {len(g.members)} members; only an empty group is deleted")
+        committed = sorted(self.coordinator.committed(group))
+        if committed:
+            await self._append(p, [(OffsetKey(group, tp.topic, tp.partition), None) for tp in committed], now_ms())
+        self._deliver(self.coordinator.remove_groups(lambda gid: gid == group))
+        return {"error": None}
+
     async def _expire_offsets(self) -> None:
         n = self.num_partitions()
         by_partition: dict[int, list[tuple[OffsetKey, None]]] = {}
@@ -512,6 +530,7 @@ _OPS = {
     "offset_fetch": GroupService._op_offset_fetch,
     "describe": GroupService._op_describe,
     "list": GroupService._op_list,
+    "delete": GroupService._op_delete,
 }
 
 

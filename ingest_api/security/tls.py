@@ -23,7 +23,7 @@ def enabled(config: Any) -> bool:
 
 
 def check(config: Any) -> None:
-    scheme = config.listeners.split("://", 1)[0]
+    scheme = config.http_listener.split("://", 1)[0]
     if enabled(config):
         if not config.ssl_keyfile:
             raise ConfigError("ssl.certfile is set but ssl.keyfile is not")

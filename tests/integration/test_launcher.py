@@ -36,9 +36,11 @@ class Launcher:
         self.out_path, self.err_path = tmp_path / f"{out_name}.out", tmp_path / f"{out_name}.err"
         for _ in range(5):
             self.port = free_port_block(nodes)
+            self.kafka_port = free_port_block(nodes)
             with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
                 self.proc = subprocess.Popen([LAKELOG, "up", "--data-dir", str(self.data_dir), "--nodes", str(nodes),
-                                              "--http-port", str(self.port), *args],
+                                              "--http-port", str(self.port), "--kafka-port", str(self.kafka_port),
+                                              *args],
                                              stdout=out, stderr=err, start_new_session=True)
             try:
                 code = self.proc.wait(1.0)
@@ -98,6 +100,23 @@ def test_up_serves_then_stops_cleanly_on_sigterm(tmp_path):
         cli(up.url, "produce", "events", "--partition", "1", stdin="\n".join(lines).encode())
         got = cli(up.url, "consume", "events", "--partition", "1", "--from-beginning", "--max-messages", "20")
         assert got.stdout.decode().splitlines() == lines
+        # The ready line names every node's Kafka listener; a Kafka client reads the same records there.
+        bootstrap = ",".join(f"127.0.0.1:{up.kafka_port + i}" for i in range(3))
+        assert f"bootstrap.servers={bootstrap}" in up.output()
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "launcher-test", "enable.auto.commit": False})
+        try:
+            consumer.assign([TopicPartition("events", 1, 0)])
+            seen: list[str] = []
+            deadline = time.monotonic() + 60
+            while len(seen) < 20 and time.monotonic() < deadline:
+                m = consumer.poll(1.0)
+                if m is not None and not m.error():
+                    seen.append(m.value().decode())
+            assert seen == lines
+        finally:
+            consumer.close()
         # The nodes get the cluster secret by file: no command line (readable by anyone with ps) holds it.
         props = dict(line.split("=", 1) for line in (up.data_dir / "cluster.properties").read_text().splitlines())
         children = Path(f"/proc/{up.proc.pid}/task/{up.proc.pid}/children").read_text().split()

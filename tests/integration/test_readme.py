@@ -4,7 +4,8 @@ The quick start's second shell block (the one that creates `clicks`) is split in
 after a blank line, the history queried with Spark); each line runs as written with bash,
 in a directory holding `.venv/bin/lakelog` (this interpreter's) and the cluster's `./data`, as a
 user's checkout would. The one change: the cluster listens on a free block of ports instead of
-8082..8084, so `LAKELOG_URL` names node 1 and `localhost:8082` in the curl line becomes its port.
+8082..8084 (and 9092..9094), so `LAKELOG_URL` names node 1, `localhost:8082` in the curl line becomes
+its port and `127.0.0.1:9092` its Kafka listener's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,10 +44,15 @@ class QuickStartCluster:
         self.cwd = tmp_path
         (tmp_path / ".venv" / "bin").mkdir(parents=True)
         (tmp_path / ".venv" / "bin" / "lakelog").symlink_to(LAKELOG)
+        python = tmp_path / ".venv" / "bin" / "python"  # the README's Kafka client line: this interpreter
+        python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        python.chmod(0o755)
         self.port = free_port_block(3)
+        self.kafka_port = free_port_block(3)
         self.out = tmp_path / "up.out"
         with open(self.out, "wb") as out:
-            self.proc = subprocess.Popen([LAKELOG, "up", "--data-dir", "./data", "--http-port", str(self.port)],
+            self.proc = subprocess.Popen([LAKELOG, "up", "--data-dir", "./data", "--http-port", str(self.port),
+                                          "--kafka-port", str(self.kafka_port)],
                                          cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
         def ready() -> bool:
@@ -56,7 +63,8 @@ class QuickStartCluster:
         wait_for(ready, READY_TIMEOUT_S, "lakelog up to say it is ready", interval_s=0.1)
 
     def run(self, line: str, timeout_s: float = LINE_TIMEOUT_S) -> subprocess.CompletedProcess:
-        line = line.replace("localhost:8082", f"localhost:{self.port}")
+        line = line.replace("localhost:8082", f"localhost:{self.port}").replace("127.0.0.1:9092",
+                                                                               f"127.0.0.1:{self.kafka_port}")
         env = dict(os.environ, LAKELOG_URL=f"http://127.0.0.1:{self.port}")
         r = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=self.cwd, env=env, capture_output=True,
                            timeout=timeout_s)

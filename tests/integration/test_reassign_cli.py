@@ -60,7 +60,8 @@ def cli(*args: str, url: str, check: bool = True, timeout_s: float = 120) -> sub
 def test_add_a_node_reassign_onto_it_drain_and_decommission(tmp_path):
     base = free_port_block(4)
     data = tmp_path / "data"
-    common = ["--data-dir", str(data), "--nodes", "3", "--http-port", str(base)]
+    common = ["--data-dir", str(data), "--nodes", "3", "--http-port", str(base),
+              "--kafka-port", str(free_port_block(4))]
     url = f"http://127.0.0.1:{base}"
     node4 = f"http://127.0.0.1:{base + 3}"
     up = Up(tmp_path, "up", *common, "--set", "broker.session.timeout.ms=3000",

@@ -122,6 +122,13 @@ class NodeProcess:
     tls_ca: str | None = None
     #: (certificate, key) presented to an https node that requires client certificates.
     tls_client: tuple[str, str] | None = None
+    #: The port of the node's Kafka listener (PLAINTEXT on loopback); None: no Kafka listener.
+    kafka_port: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """The node's Kafka listener as a `bootstrap.servers` entry."""
+        return f"127.0.0.1:{self.kafka_port}"
 
     @property
     def url(self) -> str:
@@ -131,7 +138,8 @@ class NodeProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir.parent / f"node-{self.node_id}-{self.port}.log"
         args = [LAKELOG, "node", "--set", f"node.id={self.node_id}", "--set", f"log.dirs={self.data_dir}",
-                "--set", f"listeners={self.url}"]
+                "--set", f"listeners={self.url}" + (f",PLAINTEXT://127.0.0.1:{self.kafka_port}"
+                                                   if self.kafka_port is not None else "")]
         for k, v in self.overrides.items():
             args += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")
@@ -223,6 +231,8 @@ class Cluster:
     size: int = 3
     overrides: dict[str, str] = field(default_factory=dict)
     nodes: list[NodeProcess] = field(default_factory=list)
+    #: Give every node a Kafka listener (PLAINTEXT, its own free port).
+    kafka: bool = False
 
     def __post_init__(self) -> None:
         ports = [free_port() for _ in range(self.size)]
@@ -230,8 +240,13 @@ class Cluster:
         common = {"controller.quorum.voters": voters, "cluster.secret": "test-cluster-secret-0123456789",
                   "cluster.id": "testcluster0000000000", "default.replication.factor": str(min(3, self.size)),
                   **FAST_CLUSTER, **self.overrides}
-        self.nodes = [NodeProcess(self.root / f"node-{i + 1}", p, node_id=i + 1, overrides=dict(common))
+        self.nodes = [NodeProcess(self.root / f"node-{i + 1}", p, node_id=i + 1, overrides=dict(common),
+                                  kafka_port=free_port() if self.kafka else None)
                       for i, p in enumerate(ports)]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
 
     def start(self, timeout_s: float = 60.0) -> "Cluster":
         for n in self.nodes:
@@ -262,5 +277,6 @@ class Cluster:
             n.kill()
 
 
-def start_node(tmp_path: Path, **overrides: str) -> NodeProcess:
-    return NodeProcess(tmp_path / "data", free_port(), overrides=dict(overrides)).start()
+def start_node(tmp_path: Path, *, kafka: bool = False, **overrides: str) -> NodeProcess:
+    return NodeProcess(tmp_path / "data", free_port(), overrides=dict(overrides),
+                       kafka_port=free_port() if kafka else None).start()

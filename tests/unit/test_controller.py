@@ -380,6 +380,23 @@ def test_registration_epochs_grow_and_retries_are_idempotent() -> None:
     c.commit(r3)
     with pytest.raises(InvalidRequestError):
         c.controller.register_broker(7, "", "h", 1, None, c.now)
+
+
+def test_a_registration_carries_the_nodes_kafka_listeners() -> None:
+    c = Cluster(brokers=1)
+    listeners = [["PLAINTEXT", "kafka5.example", 9096]]
+    records, epoch = c.controller.register_broker(5, "inc-a", "h", 1, None, c.now, listeners)
+    assert records[0]["kafka_listeners"] == listeners
+    c.commit(records)
+    assert c.image.brokers[5].kafka_listeners == (("PLAINTEXT", "kafka5.example", 9096),)
+    assert c.controller.register_broker(5, "inc-a", "h", 1, None, c.now, listeners) == ([], epoch)  # a retry
+    moved, _ = c.controller.register_broker(5, "inc-a", "h", 1, None, c.now, [["PLAINTEXT", "k", 9097]])
+    assert moved  # a listener that moved is a new registration
+    restored = type(c.image)()
+    restored.restore(c.image.snapshot())
+    assert restored.brokers[5].kafka_listeners == (("PLAINTEXT", "kafka5.example", 9096),)
+    with pytest.raises(InvalidRequestError):
+        c.controller.register_broker(6, "inc-b", "h", 1, None, c.now, [["PLAINTEXT", "h", 0]])
     with pytest.raises(InvalidRequestError):
         c.controller.register_broker(7, "i", "h", 0, None, c.now)
 

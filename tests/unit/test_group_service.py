@@ -132,3 +132,27 @@ def test_members_commit_and_empty_groups_expire(tmp_path):
         assert (last_key.group, last_key.topic, last_key.partition, last_value) == (group, "t", 0, None)
 
     asyncio.run(main())
+
+
+def test_delete_removes_an_empty_group_and_its_offsets_and_refuses_one_with_members(tmp_path):
+    async def main():
+        node = FakeNode(tmp_path, **{"group.initial.rebalance.delay.ms": "0"})
+        svc = GroupService(node)
+        group = "archive"
+        await loaded(svc, group)
+        assert (await svc.handle("delete", {"group_id": group}))["error"] == "GROUP_ID_NOT_FOUND"
+        await svc.handle("commit", {"group_id": group, "offsets": [{"topic": "t", "partition": 0, "offset": 4}]})
+        join = await svc.handle("join", {"group_id": group, "member_id": "", "client_id": "c", "session_timeout_ms": 1000,
+                                         "protocols": [["range", {"topics": ["t"]}]]})
+        assert (await svc.handle("delete", {"group_id": group}))["error"] == "NON_EMPTY_GROUP"
+        await svc.handle("leave", {"group_id": group, "member_id": join["member_id"]})
+        assert (await svc.handle("delete", {"group_id": group}))["error"] is None
+        assert group not in svc.coordinator.groups
+        last_key, last_value = records_in_log(node.parts[svc.partition_for(group)])[-1]
+        assert (last_key.group, last_key.topic, last_key.partition, last_value) == (group, "t", 0, None)
+        # A coordinator that loads the partition afresh does not see the deleted offsets.
+        other = GroupService(node)
+        await loaded(other, group)
+        assert (await other.handle("offset_fetch", {"group_id": group}))["offsets"] == []
+
+    asyncio.run(main())

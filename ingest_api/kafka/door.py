@@ -1,0 +1,73 @@
+"""The Kafka door of a node: its listeners (server.py) and the table of API handlers.
+
+`KafkaDoor(node, groups)` is built, started and stopped by the node's server on the node's event
+loop (ingest_api/server.py), after the group coordinator has started and before the node stops.
+Each handler is a function of the door's `KafkaContext`; it returns a plain dict which becomes the
+response type of the request's version (codec.to_entity), or None for no answer (acks=0).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis
+from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
+from lakelog.ingest_api.kafka.context import KafkaContext
+from lakelog.ingest_api.kafka.server import Connection, KafkaServer
+from lakelog.ingest_api.kafka.versions import SUPPORTED
+
+ApiHandler = Callable[[KafkaContext, Request, Connection], Awaitable[dict[str, Any] | None]]
+
+HANDLERS: dict[int, ApiHandler] = {
+    0: records_apis.produce,
+    1: records_apis.fetch,
+    2: records_apis.list_offsets,
+    3: metadata_apis.metadata,
+    8: group_apis.offset_commit,
+    9: group_apis.offset_fetch,
+    10: metadata_apis.find_coordinator,
+    11: group_apis.join_group,
+    12: group_apis.heartbeat,
+    13: group_apis.leave_group,
+    14: group_apis.sync_group,
+    15: group_apis.describe_groups,
+    16: group_apis.list_groups,
+    18: metadata_apis.api_versions,
+    19: admin_apis.create_topics,
+    20: admin_apis.delete_topics,
+    22: metadata_apis.init_producer_id,
+    23: records_apis.offset_for_leader_epoch,
+    32: admin_apis.describe_configs,
+    33: admin_apis.alter_configs,
+    37: admin_apis.create_partitions,
+    42: group_apis.delete_groups,
+    44: admin_apis.incremental_alter_configs,
+    60: metadata_apis.describe_cluster,
+}
+
+if set(HANDLERS) != set(SUPPORTED):
+    raise AssertionError(f"handlers and versions.SUPPORTED differ: {sorted(set(HANDLERS) ^ set(SUPPORTED))}")
+
+
+class KafkaDoor:
+    """The node's Kafka listeners and what answers them."""
+
+    def __init__(self, node: Any, groups: Any) -> None:
+        cfg = node.config
+        self.context = KafkaContext(node, groups)
+        self.server = KafkaServer(cfg.kafka_listeners, self.handle, metadata_apis.api_versions_table,
+                                  max_frame_bytes=cfg.socket_request_max_bytes, max_connections=cfg.max_connections,
+                                  idle_timeout_ms=cfg.connections_max_idle_ms,
+                                  max_in_flight=cfg.queued_max_requests_per_connection)
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def stop(self) -> None:
+        await self.server.stop()
+
+    async def handle(self, req: Request, conn: Connection) -> Any:
+        doc = await HANDLERS[req.api_key](self.context, req, conn)
+        if doc is None:
+            return None
+        return to_entity(response_class(req.api_key, req.api_version), doc)

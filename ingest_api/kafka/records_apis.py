@@ -1,0 +1,247 @@
+"""Produce, Fetch, ListOffsets and OffsetForLeaderEpoch on the Kafka door.
+
+Produce appends the client's RecordBatch bytes as they came (`Node.produce_batches`, the binary
+HTTP path's entry point: CRC and producer state checked, nothing re-encoded). Fetch answers the
+stored batch bytes unchanged (`Node.fetch_wait`, which reads the remote tier below the local log
+start). A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER: the client refreshes
+its metadata and goes to the leader (the Kafka door never forwards).
+
+Fetch sessions (KIP-227): every fetch is answered as a full, sessionless fetch (session id 0), which
+a client reads as "no session was created" and keeps sending full fetches; an incremental fetch
+(a session id other than 0) answers FETCH_SESSION_ID_NOT_FOUND, after which the client starts over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from lakelog.ingest_api.kafka.codec import Request, field_of, ms
+from lakelog.ingest_api.kafka.context import KafkaContext
+from lakelog.ingest_api.kafka.error_codes import kafka_code
+from lakelog.ingest_api.kafka.server import Connection
+from lakelog.ingest_api.partition import PartitionKey
+
+NONE = ErrorCode.none.value
+ACKS = {0: "0", 1: "1", -1: "all"}
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
+
+
+# ---------------------------------------------------------------------- Produce
+
+
+async def _produce_one(ctx: KafkaContext, topic: str, index: int, records: bytes | None, acks: str,
+                       transactional: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": index, "base_offset": -1, "log_start_offset": -1, "record_errors": [],
+                           "error_message": None}
+    if transactional:
+        return {**out, "error_code": ErrorCode.transactional_id_authorization_failed.value,
+                "error_message": "transactions are not supported yet"}
+    if not records:
+        return {**out, "error_code": ErrorCode.corrupt_message.value, "error_message": "no record batch"}
+    try:
+        info = await ctx.node.produce_batches(topic, index, records, acks)
+    except Exception as e:
+        code = kafka_code(e).value
+        if code == ErrorCode.not_leader_or_follower.value:  # KIP-951: where the leader is now
+            leader = _current_leader(ctx, topic, index)
+            if leader is not None:
+                out["current_leader"] = leader
+        return {**out, "error_code": code, "error_message": str(e)[:500]}
+    return {**out, "error_code": NONE, "base_offset": info.first_offset, "log_append_time": info.log_append_time,
+            "log_start_offset": info.log_start_offset}
+
+
+async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any] | None:
+    body = req.body
+    acks = ACKS.get(int(body.acks))
+    transactional = body.transactional_id is not None
+    jobs, names = [], []
+    for t in body.topic_data:
+        for p in t.partition_data:
+            names.append(t.name)
+            if acks is None:
+                jobs.append(_invalid(p.index, ErrorCode.invalid_required_acks.value))
+            else:
+                jobs.append(_produce_one(ctx, t.name, int(p.index), p.records, acks, transactional))
+    results = await asyncio.gather(*jobs)
+    if acks == "0":
+        return None  # acks=0: no answer at all
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for name, r in zip(names, results):
+        by_topic.setdefault(name, []).append(r)
+    return {"throttle_time": 0, "responses": [{"name": n, "partition_responses": rs} for n, rs in by_topic.items()],
+            "node_endpoints": _node_endpoints(ctx, results, conn)}
+
+
+def _current_leader(ctx: KafkaContext, topic: str, index: int) -> dict[str, int] | None:
+    t = ctx.node.image.topics.get(topic)
+    if t is None or not 0 <= index < len(t.partitions) or t.partitions[index].leader < 0:
+        return None
+    st = t.partitions[index]
+    return {"leader_id": st.leader, "leader_epoch": st.leader_epoch}
+
+
+def _node_endpoints(ctx: KafkaContext, results: list[dict[str, Any]], conn: Connection) -> list[dict[str, Any]]:
+    """The endpoints of the leaders named in `current_leader` hints (KIP-951)."""
+    ids = {r["current_leader"]["leader_id"] for r in results if "current_leader" in r}
+    out = []
+    for node_id in sorted(ids):
+        ep = ctx.endpoint(node_id, conn.listener.name)
+        if ep is not None:
+            reg = ctx.node.image.brokers.get(node_id)
+            out.append({"node_id": node_id, "host": ep[0], "port": ep[1], "rack": reg.rack if reg else None})
+    return out
+
+
+async def _invalid(index: int, code: int) -> dict[str, Any]:
+    return {"index": index, "error_code": code, "base_offset": -1, "record_errors": []}
+
+
+# ---------------------------------------------------------------------- Fetch
+
+
+def _read(ctx: KafkaContext, topic: str, partition: int) -> Any:
+    return ctx.node.local_partition(PartitionKey(topic, partition))
+
+
+async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int) -> tuple[dict[str, Any], int]:
+    index = int(fp.partition)
+    out: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
+                           "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
+                           "records": b""}
+    try:
+        p = ctx.node.partition(topic, index)  # raises unless this node leads it
+        limit = max(1, min(int(fp.partition_max_bytes), budget))
+        result = await ctx.node.fetch_wait(topic, index, int(fp.fetch_offset), limit, 0)
+        hw = p.high_watermark
+    except Exception as e:
+        leader = _current_leader(ctx, topic, index)
+        if leader is not None:
+            out["current_leader"] = leader
+        return {**out, "error_code": kafka_code(e).value}, 0
+    data = bytes(result.records)
+    return {**out, "error_code": NONE, "high_watermark": hw, "last_stable_offset": hw,
+            "log_start_offset": result.log_start_offset, "records": data}, len(data)
+
+
+async def _fetch_all(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], max_bytes: int
+                     ) -> tuple[list[dict[str, Any]], int]:
+    budget, total, responses = max_bytes, 0, []
+    for topic, parts in topics:
+        docs = []
+        for fp in parts:
+            doc, n = await _fetch_one(ctx, topic, fp, budget if total == 0 else max(0, budget))
+            if total and n > budget:  # over the response's max.bytes: leave it for the next fetch
+                doc, n = {**doc, "records": b""}, 0
+            budget -= n
+            total += n
+            docs.append(doc)
+        responses.append({"topic": topic, "partitions": docs})
+    return responses, total
+
+
+async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
+    body = req.body
+    session_id = int(field_of(body, "session_id", 0))
+    if session_id != 0:
+        return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found.value, "session_id": 0,
+                "responses": []}
+    cfg = ctx.node.config
+    max_bytes = max(1, min(int(field_of(body, "max_bytes", cfg.fetch_max_bytes)), cfg.fetch_max_bytes))
+    wait_s = min(ms(body.max_wait), cfg.fetch_max_wait_ms) / 1000
+    min_bytes = int(body.min_bytes)
+    topics = [(t.topic, list(t.partitions)) for t in body.topics]
+    deadline = time.monotonic() + wait_s
+    while True:
+        responses, total = await _fetch_all(ctx, topics, max_bytes)
+        left = deadline - time.monotonic()
+        if total >= min_bytes or left <= 0 or _any_error(responses):
+            break
+        await _wait_for_any(ctx, topics, responses, left)
+        if time.monotonic() >= deadline:
+            responses, total = await _fetch_all(ctx, topics, max_bytes)
+            break
+    return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses}
+
+
+def _any_error(responses: list[dict[str, Any]]) -> bool:
+    return any(p["error_code"] != NONE for t in responses for p in t["partitions"])
+
+
+async def _wait_for_any(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], responses: list[dict[str, Any]],
+                        timeout_s: float) -> None:
+    """Until some fetched partition's HW passes both its fetch offset and the HW just answered (new
+    data since the last read, so a fetch short of min.bytes does not spin), or `timeout_s`."""
+    waits = []
+    for (topic, parts), answered in zip(topics, responses):
+        for fp, doc in zip(parts, answered["partitions"]):
+            p = _read(ctx, topic, int(fp.partition))
+            if p is not None:
+                seen = max(int(fp.fetch_offset), int(doc["high_watermark"]))
+                waits.append(asyncio.ensure_future(p.wait_for_data(seen, timeout_s)))
+    if not waits:
+        await asyncio.sleep(timeout_s)
+        return
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+# ---------------------------------------------------------------------- ListOffsets and OffsetForLeaderEpoch
+
+
+async def _list_one(ctx: KafkaContext, topic: str, lp: Any) -> dict[str, Any]:
+    index, ts = int(lp.partition_index), int(lp.timestamp)
+    out: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+    try:
+        p = ctx.node.partition(topic, index)
+        out["leader_epoch"] = p.leader_epoch
+        if ts in (EARLIEST, LATEST):
+            beginning, end = await ctx.node.offsets(topic, index)
+            out["offset"] = beginning if ts == EARLIEST else end
+        elif ts == EARLIEST_LOCAL:
+            out["offset"] = p.log_start_offset
+        elif ts < 0:
+            return {**out, "error_code": ErrorCode.invalid_request.value}
+        else:
+            found = await ctx.node.offset_for_timestamp(topic, index, ts)
+            if found is not None:
+                out["offset"], out["timestamp"] = found
+    except Exception as e:
+        return {**out, "error_code": kafka_code(e).value}
+    return {**out, "error_code": NONE}
+
+
+async def list_offsets(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
+    topics = []
+    for t in req.body.topics:
+        topics.append({"name": t.name, "partitions": [await _list_one(ctx, t.name, lp) for lp in t.partitions]})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _epoch_one(ctx: KafkaContext, topic: str, ep: Any) -> dict[str, Any]:
+    index = int(ep.partition)
+    out: dict[str, Any] = {"partition": index, "leader_epoch": -1, "end_offset": -1}
+    try:
+        p = ctx.node.partition(topic, index)
+        current = int(field_of(ep, "current_leader_epoch", -1))
+        if current >= 0 and current < p.leader_epoch:
+            return {**out, "error_code": ErrorCode.fenced_leader_epoch.value}
+        if current > p.leader_epoch:
+            return {**out, "error_code": ErrorCode.unknown_leader_epoch.value}
+        epoch, end = p.log.end_offset_for_epoch(int(ep.leader_epoch))
+    except Exception as e:
+        return {**out, "error_code": kafka_code(e).value}
+    return {**out, "error_code": NONE, "leader_epoch": epoch, "end_offset": end}
+
+
+async def offset_for_leader_epoch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": [
+        {"topic": t.topic, "partitions": [_epoch_one(ctx, t.topic, ep) for ep in t.partitions]}
+        for t in req.body.topics]}

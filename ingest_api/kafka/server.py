@@ -1,0 +1,202 @@
+"""The Kafka listener: asyncio TCP servers on the node's event loop, length-prefixed frames, and the
+answers of each connection written in the order its requests arrived.
+
+Per connection: a reader reads one frame at a time (`connections.max.idle.ms` bounds the wait for
+the next one; `socket.request.max.bytes` bounds its size), decodes it and starts its handler as a
+task; a writer awaits those tasks in arrival order and writes each answer. At most
+`queued.max.requests.per.connection` requests are in flight: past that the reader stops reading
+until the writer has answered one (TCP pushes back on the client). `max.connections` bounds the
+open connections of all Kafka listeners; one more is closed as soon as it is accepted.
+
+A frame that cannot be decoded (malformed, truncated, oversized) closes its connection with a log
+line; every other connection keeps being served. A well-framed request of an API or version this
+node does not answer gets UNSUPPORTED_VERSION (codec.unsupported_version_response). A handler that
+fails unexpectedly answers UNKNOWN_SERVER_ERROR in the response type of its request.
+
+Concurrency: everything runs on the node's event loop; handlers await the node's services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable
+
+from kio.schema.errors import ErrorCode
+
+from lakelog.infra.logs import NOTICE
+from lakelog.ingest_api.kafka import codec
+from lakelog.ingest_api.kafka.config import KafkaListener
+
+log = logging.getLogger("lakelog.kafka")
+
+#: A request -> its response entity, or None when the request gets no answer (Produce acks=0).
+Handler = Callable[[codec.Request, "Connection"], Awaitable[Any]]
+
+
+class Connection:
+    """One client connection: who it is, on which listener; read by handlers (client host, listener)."""
+
+    def __init__(self, listener: KafkaListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.listener = listener
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.client_host = f"/{peer[0]}" if peer else "/unknown"
+
+
+class KafkaServer:
+    """The node's Kafka listeners. `start()` and `stop()` run on the node's event loop."""
+
+    def __init__(self, listeners: list[KafkaListener], handler: Handler, api_versions: Callable[[], list[dict]], *,
+                 max_frame_bytes: int, max_connections: int, idle_timeout_ms: int, max_in_flight: int) -> None:
+        self.listeners = listeners
+        self.handler = handler
+        self.api_versions = api_versions
+        self.max_frame_bytes = max_frame_bytes
+        self.max_connections = max_connections
+        self.idle_timeout_s = idle_timeout_ms / 1000
+        self.max_in_flight = max_in_flight
+        self._servers: list[asyncio.AbstractServer] = []
+        self._connections: set[asyncio.Task] = set()
+        #: Each listener's bound port (0 in the config picks a free one: tests).
+        self.bound_ports: dict[str, int] = {}
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        for lst in self.listeners:
+            server = await asyncio.start_server(lambda r, w, lst=lst: self._accept(lst, r, w), lst.host, lst.port,
+                                                limit=64 * 1024)
+            self._servers.append(server)
+            self.bound_ports[lst.name] = server.sockets[0].getsockname()[1]
+            log.info("Kafka listener %s on %s:%d", lst.name, lst.host, self.bound_ports[lst.name], extra=NOTICE)
+
+    async def stop(self) -> None:
+        for s in self._servers:
+            s.close()
+        for t in list(self._connections):
+            t.cancel()
+        for t in list(self._connections):
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        for s in self._servers:
+            try:
+                await asyncio.wait_for(s.wait_closed(), 5)
+            except (asyncio.TimeoutError, Exception):
+                pass
+        self._servers.clear()
+
+    async def _accept(self, listener: KafkaListener, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= self.max_connections:
+            log.warning("Kafka listener %s: closing a new connection: max.connections=%d reached",
+                        listener.name, self.max_connections)
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        conn = Connection(listener, reader, writer)
+        try:
+            await self._serve(conn)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _serve(self, conn: Connection) -> None:
+        answers: asyncio.Queue = asyncio.Queue(maxsize=self.max_in_flight)
+        writer_task = asyncio.get_running_loop().create_task(self._write_answers(conn, answers))
+        try:
+            while not writer_task.done():
+                frame = await self._read_frame(conn)
+                if frame is None:
+                    break
+                try:
+                    req = codec.decode_request(frame)
+                except codec.UnsupportedVersion as e:
+                    try:
+                        data = codec.unsupported_version_response(e, self.api_versions())
+                    except codec.FrameError as fe:
+                        log.warning("Kafka connection from %s closed: %s", conn.client_host, fe)
+                        break
+                    await answers.put(_done(data))
+                    continue
+                except codec.FrameError as e:
+                    log.warning("Kafka connection from %s closed: %s; the frame began %s", conn.client_host, e,
+                                bytes(frame[:64]).hex())
+                    break
+                await answers.put(asyncio.get_running_loop().create_task(self._answer(req, conn)))
+        except asyncio.CancelledError:  # the listener stops: nothing more is answered
+            writer_task.cancel()
+            while not answers.empty():
+                item = answers.get_nowait()
+                if item is not None:
+                    item.cancel()
+            raise
+        await answers.put(None)  # the client went away or sent a bad frame: answer what was read, then stop
+        try:
+            await writer_task
+        except (asyncio.CancelledError, Exception):
+            pass
+
+    async def _read_frame(self, conn: Connection) -> bytes | None:
+        try:
+            head = await asyncio.wait_for(conn.reader.readexactly(4), self.idle_timeout_s)
+        except asyncio.TimeoutError:
+            log.info("Kafka connection from %s closed: idle for connections.max.idle.ms", conn.client_host)
+            return None
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        size = codec.SIZE.unpack(head)[0]
+        if not 8 <= size <= self.max_frame_bytes:
+            log.warning("Kafka connection from %s closed: a frame of %d bytes (socket.request.max.bytes=%d)",
+                        conn.client_host, size, self.max_frame_bytes)
+            return None
+        try:
+            return await asyncio.wait_for(conn.reader.readexactly(size), self.idle_timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("Kafka connection from %s closed: a frame of %d bytes did not arrive", conn.client_host, size)
+        except asyncio.IncompleteReadError as e:
+            log.warning("Kafka connection from %s closed: a truncated frame (%d of %d bytes)", conn.client_host,
+                        len(e.partial), size)
+        except ConnectionError:
+            pass
+        return None
+
+    async def _answer(self, req: codec.Request, conn: Connection) -> bytes | None:
+        try:
+            body = await self.handler(req, conn)
+            if body is None:
+                return None
+            return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Kafka api_key %d v%d from %s failed", req.api_key, req.api_version, conn.client_host)
+        body = codec.error_entity(codec.response_class(req.api_key, req.api_version),
+                                  ErrorCode.unknown_server_error.value)
+        return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
+
+    async def _write_answers(self, conn: Connection, answers: asyncio.Queue) -> None:
+        while True:
+            item = await answers.get()
+            if item is None:
+                return
+            data = await item
+            if data is None:
+                continue
+            conn.writer.write(data)
+            await conn.writer.drain()
+
+
+def _done(data: bytes) -> asyncio.Future:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(data)
+    return fut

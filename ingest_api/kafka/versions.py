@@ -1,0 +1,57 @@
+"""The one table of the Kafka APIs this node answers, with the version range of each.
+
+`ApiVersions` answers from this table; the listener refuses any other key or version with
+UNSUPPORTED_VERSION. A range never exceeds what the codec (kio, see codec.py) carries; that is
+checked at import. docs/kafka-protocol.md lists the same table for people.
+"""
+
+from __future__ import annotations
+
+from kio.schema.index import api_key_map, schema_name_map
+
+API_VERSIONS = 18
+
+#: api_key -> (name, lowest version, highest version) answered.
+SUPPORTED: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 12),
+    1: ("Fetch", 4, 12),
+    2: ("ListOffsets", 1, 9),
+    3: ("Metadata", 0, 12),
+    8: ("OffsetCommit", 2, 9),
+    9: ("OffsetFetch", 1, 9),
+    10: ("FindCoordinator", 0, 4),
+    11: ("JoinGroup", 0, 9),
+    12: ("Heartbeat", 0, 4),
+    13: ("LeaveGroup", 0, 5),
+    14: ("SyncGroup", 0, 5),
+    15: ("DescribeGroups", 0, 5),
+    16: ("ListGroups", 0, 4),
+    18: ("ApiVersions", 0, 4),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 5),
+    22: ("InitProducerId", 0, 5),
+    23: ("OffsetForLeaderEpoch", 2, 4),
+    32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
+    37: ("CreatePartitions", 0, 3),
+    42: ("DeleteGroups", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
+    60: ("DescribeCluster", 0, 1),
+}
+
+
+def supports(api_key: int, version: int) -> bool:
+    entry = SUPPORTED.get(api_key)
+    return entry is not None and entry[1] <= version <= entry[2]
+
+
+def _check_table() -> None:
+    """Every range is one the codec has request and response types for."""
+    for key, (name, low, high) in SUPPORTED.items():
+        known = schema_name_map.get(api_key_map.get(key, ""), {})
+        missing = [v for v in range(low, high + 1) if v not in known]
+        if low > high or missing:
+            raise AssertionError(f"{name} ({key}): versions {missing or (low, high)} have no codec types")
+
+
+_check_table()
