@@ -102,10 +102,10 @@ class Controller:
     # --- brokers -------------------------------------------------------------------------------
 
     def register_broker(self, node_id: int, incarnation_id: str, host: str, port: int, rack: str | None,
-                        now_ms: int) -> tuple[list[dict[str, Any]], int]:
+                        now_ms: int, kafka_listeners: Any = None) -> tuple[list[dict[str, Any]], int]:
         """Register (or re-register) a node; the records and its new broker epoch (`BrokerRegistry`)."""
         self._require_active()
-        return self._brokers.register_broker(node_id, incarnation_id, host, port, rack, now_ms)
+        return self._brokers.register_broker(node_id, incarnation_id, host, port, rack, now_ms, kafka_listeners)
 
     def unregister_broker(self, node_id: int) -> list[dict[str, Any]]:
         """Remove a node's registration (operator action); its leaderships and ISR places go too."""
