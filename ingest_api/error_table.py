@@ -116,7 +116,12 @@ from lakelog.logstore.errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
 )
-from lakelog.tiering.errors import RemoteCorruptionError, TransientStoreError
+from lakelog.tiering.errors import (
+    RemoteCorruptionError,
+    RemoteFetchTimeoutError,
+    RemoteStorageUnavailableError,
+    TransientStoreError,
+)
 
 
 @dataclass(frozen=True)
@@ -227,6 +232,11 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     QuorumUnavailableError: HttpError(503, 50311),
     MetadataFollowerError: HttpError(503, 50312),
     TransientStoreError: HttpError(503, 50320, _prefixed("the remote tier is unavailable; retry: ")),
+    # the store's health state refused the call at once (tiering/store_health.py)
+    RemoteStorageUnavailableError: HttpError(503, 50321, _prefixed(
+        "REMOTE_STORAGE_UNAVAILABLE: the remote tier is degraded; retry: ")),
+    # no answer within remote.fetch.max.wait.ms; the read goes on and fills the caches
+    RemoteFetchTimeoutError: HttpError(503, 50322, _prefixed("REMOTE_STORAGE_TIMEOUT: retry: ")),
     NotCoordinatorError: HttpError(503, 50330),
     CoordinatorLoadInProgressError: HttpError(503, 50331),
     # 504 Gateway Timeout

@@ -5,6 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from lakelog.tiering.store_health import StoreState
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -58,6 +60,10 @@ class _PartitionCollector:
         yield from (leo, hw, lso, segs, size, waiting)
 
 
+#: `lakelog_remote_store_state` values (tiering/store_health.py StoreState).
+_STORE_STATES = {state.name.lower(): state.value for state in StoreState}
+
+
 class _TieringCollector:
     """The remote tier's counters and gauges (`RemoteTier.metrics_snapshot()`), read at scrape time."""
 
@@ -105,6 +111,20 @@ class _TieringCollector:
             if key in snap:
                 yield GaugeMetricFamily(f"lakelog_remote_store_{key}", f"Object-store requests per MiB "
                                         f"{key.rsplit('_', 1)[1]}", value=snap[key])
+        remote_logs = getattr(self.node, "remote_logs", None)
+        health = remote_logs.status() if remote_logs is not None else None
+        if health is not None:
+            yield GaugeMetricFamily("lakelog_remote_store_state", "Object-store health: 0 healthy, 1 degraded "
+                                    "(calls fail at once), 2 probing", value=_STORE_STATES[health["state"]])
+            yield GaugeMetricFamily("lakelog_remote_store_consecutive_failures",
+                                    "Object-store calls failed in a row (errors and missed deadlines)",
+                                    value=health["consecutive_failures"])
+            yield CounterMetricFamily("lakelog_remote_store_fast_failures", "Object-store calls refused at once "
+                                      "while the store was degraded", value=health["fast_failures"])
+            yield CounterMetricFamily("lakelog_remote_store_degradations", "Times the object store was marked "
+                                      "degraded", value=health["degradations"])
+            yield CounterMetricFamily("lakelog_remote_read_timeouts", "Remote reads that missed "
+                                      "remote.fetch.max.wait.ms", value=health["read_timeouts"])
         store = snap.get("store")
         if store:
             req = CounterMetricFamily("lakelog_remote_store_requests", "Object-store requests by kind",

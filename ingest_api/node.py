@@ -455,7 +455,7 @@ class Node:
         p = self.partition(topic, partition)
         start = p.log_start_offset
         if self.remote_logs.tiered(p):
-            remote_start = await asyncio.to_thread(self.remote_logs.remote_log_start, p)
+            remote_start = await self.remote_logs.remote_log_start(p)
             if remote_start is not None:
                 start = min(start, remote_start)
         return start, p.consumer_end_offset()
