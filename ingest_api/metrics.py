@@ -26,8 +26,17 @@ class NodeMetrics:
                                    ["topic"], registry=r)
         self.ready = Gauge("lakelog_node_ready", "1 when the node serves client requests", registry=r)
         self.ready.set_function(lambda: 1 if node.ready else 0)
+        self.log_dir_offline = Gauge("lakelog_log_dir_offline", "1 when an I/O error took the log directory "
+                                     "offline (writes refused until a restart)", registry=r)
+        self.log_dir_offline.set_function(lambda: _log_dir_offline(node))
         r.register(_PartitionCollector(node))
         r.register(_TieringCollector(node))
+
+
+def _log_dir_offline(node) -> int:
+    replicas = getattr(node, "replicas", None)
+    log_dir = getattr(replicas, "log_dir", None)
+    return log_dir.state.value if log_dir is not None else 0
 
 
 class _PartitionCollector:

@@ -36,6 +36,7 @@ from lakelog.ingest_api.replication import core as rc
 from lakelog.ingest_api.replication.core import UNKNOWN_LEO, ProduceOutcome, ProposeIsr, RemoteReplica, Role
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.log_append import AppendInfo
+from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
 from lakelog.logstore.log_read import FetchResult
 
 __all__ = ["Partition", "PartitionKey", "ProposeIsr", "RemoteReplica", "Role", "UNKNOWN_LEO", "now_ms"]
@@ -55,10 +56,13 @@ def now_ms() -> int:
 
 
 class Partition:
-    def __init__(self, key: PartitionKey, log: PartitionLog, node_id: int) -> None:
+    def __init__(self, key: PartitionKey, log: PartitionLog, node_id: int,
+                 log_dir: LogDirHealth | None = None) -> None:
         self.key = key
         self.log = log
         self.node_id = node_id
+        #: The health of the log directory holding `log`: an I/O error appending takes it offline.
+        self.log_dir = log_dir if log_dir is not None else LogDirHealth(log.directory.parent)
         self.core = rc.ReplicaCore(node_id, high_watermark=log.log_start_offset, leo=log.log_end_offset,
                                    log_start_offset=log.log_start_offset)
         self._lock = threading.Lock()
@@ -222,7 +226,13 @@ class Partition:
         if self.core.append_refusal(required_acks, min_isr) == "not_enough_replicas":
             raise NotEnoughReplicasError(f"{self.key}: the ISR {self.isr} is smaller than "
                                          f"min.insync.replicas={min_isr}")
-        info = self.log.append_as_leader(data, self.core.leader_epoch)
+        self.log_dir.check_writable(str(self.key))
+        try:
+            info = self.log.append_as_leader(data, self.core.leader_epoch)
+        except OSError as e:
+            if not is_disk_failure(e):
+                raise
+            raise self.log_dir.failed(str(self.key), "append", e) from e
         self._step(rc.Appended(self.log.log_end_offset))
         return info
 
@@ -267,7 +277,15 @@ class Partition:
     # ------------------------------------------------------------------ follower
 
     def append_as_follower(self, data: bytes | memoryview, leader_hw: int, leader_log_start: int) -> AppendInfo | None:
-        info = self.log.append_as_follower(data) if len(data) else None
+        info = None
+        if len(data):
+            self.log_dir.check_writable(str(self.key))
+            try:
+                info = self.log.append_as_follower(data)
+            except OSError as e:
+                if not is_disk_failure(e):
+                    raise
+                raise self.log_dir.failed(str(self.key), "append", e) from e
         self.follower_update(leader_hw, leader_log_start)
         return info
 
