@@ -290,9 +290,18 @@ class Node:
             self.remote_logs.close()
         except Exception:
             log.exception("closing the remote tier failed")
+        failed = 0
         for p in partitions:
-            p.log.close()
-        log.info("node %s stopped cleanly", self.node_id, extra=NOTICE)
+            try:
+                p.log.close()
+            except OSError as e:  # a full or failed disk: the next start's recovery truncates what is unflushed
+                failed += 1
+                log.error("closing %s failed (its last flush or checkpoint is not written): %s", p.key, e)
+        if failed:
+            log.warning("node %s stopped; %d partition(s) not closed cleanly (recovered at the next start)",
+                        self.node_id, failed, extra=NOTICE)
+        else:
+            log.info("node %s stopped cleanly", self.node_id, extra=NOTICE)
 
     def _start_background(self, target, name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
