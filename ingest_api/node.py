@@ -119,6 +119,8 @@ class Node:
             self.node_id: (config.host, config.port)}
         self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None
         self._threads: list[threading.Thread] = []
+        #: Set by `stop` when threads blocked on a dependency were left running (see `stop`).
+        self.abandoned_threads = False
         self._tasks: list[asyncio.Task] = []
         self._pid_next = self._pid_end = 0
         self.controller_config = ControllerConfig.from_keys(config)
@@ -277,6 +279,9 @@ class Node:
             await self.peers.close()
 
     def stop(self) -> None:
+        """Stop the node's work and close its logs (bounded by `shutdown.timeout.ms`, plus a second
+        for the remote tier). Sets `abandoned_threads` when threads blocked on a dependency (a hung
+        object store) were left running: the process then exits without waiting for them."""
         self.session.transition(BrokerState.STOPPED)
         partitions = self.replicas.partitions()
         for p in partitions:
@@ -286,10 +291,10 @@ class Node:
             self.cleaner.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        try:
-            self.remote_logs.close()
-        except Exception:
-            log.exception("closing the remote tier failed")
+        # A hung object store must not hold the stop: its requests are bounded by their own
+        # timeouts, which may be long; past the shutdown timeout (at least a second) they are left.
+        if not self.remote_logs.close(max(1.0, deadline - time.monotonic())):
+            self.abandoned_threads = True
         failed = 0
         for p in partitions:
             try:

@@ -62,6 +62,8 @@ class RemoteLogManagerPool(Generic[P]):
         self.threads = threads
         self._task = task
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        #: A round stopped while some of its tasks still ran (blocked on the store, say).
+        self.left_running = False
 
     def _run(self, partition: P) -> None:
         try:
@@ -77,7 +79,8 @@ class RemoteLogManagerPool(Generic[P]):
             _, pending = wait(pending, timeout=STOP_POLL_S, return_when=FIRST_COMPLETED)
             if stopping.is_set():
                 for f in pending:
-                    f.cancel()
+                    if not f.cancel():
+                        self.left_running = True
                 break
         return sum(1 for f in futures if f.done() and not f.cancelled())
 
@@ -108,6 +111,7 @@ class RemoteLogManager:
         #: The object store's health (tiering/store_health.py) and the reads waiting on it (opened by `open`).
         self.health: StoreHealth | None = None
         self.reads: RemoteReads | None = None
+        self._pool: RemoteLogManagerPool | None = None
 
     def open(self) -> None:
         tiering = TieringConfig(self.config.tiering_config())
@@ -119,11 +123,32 @@ class RemoteLogManager:
                                  max_pending=tiering.remote_log_reader_max_pending_tasks,
                                  max_wait_ms=tiering.remote_fetch_max_wait_ms, health=self.health)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Close the remote tier, waiting at most `timeout_s` for its requests in flight; False when
+        some still hang on the store then (their threads are left behind: the process must not
+        wait for them at exit)."""
+        left = (self._pool is not None and self._pool.left_running) or (self.reads is not None and self.reads.pending > 0)
         if self.reads is not None:
             self.reads.close()
-        if self.tier is not None:
-            self.tier.close()
+        if self.tier is None:
+            return not left
+        closer = threading.Thread(target=self._close_tier, args=(self.tier,), name="remote-tier-close", daemon=True)
+        closer.start()
+        closer.join(timeout_s)
+        if closer.is_alive():
+            log.warning("the remote tier did not close within %.1f s: object-store requests still hang "
+                        "(an upload in flight is taken over by the next leader)", timeout_s or 0)
+            return False
+        if left:
+            log.warning("remote tier tasks still wait on the object store; the node stops without them")
+        return not left
+
+    @staticmethod
+    def _close_tier(tier: RemoteTier) -> None:
+        try:
+            tier.close()
+        except Exception:
+            log.exception("closing the remote tier failed")
 
     def status(self) -> dict | None:
         """The remote tier's state for `/readyz` and the console (None: no remote tier)."""
@@ -156,7 +181,7 @@ class RemoteLogManager:
         on the pool (a round waits for all of its tasks); on the active controller's node, now and
         then, the sweep of data that topic deletions left behind."""
         interval = self.config.remote_log_manager_task_interval_ms / 1000
-        pool = RemoteLogManagerPool(self.config.remote_log_manager_thread_pool_size, self.tier_once)
+        pool = self._pool = RemoteLogManagerPool(self.config.remote_log_manager_thread_pool_size, self.tier_once)
         last_sweep = time.monotonic()
         try:
             while not stopping.wait(interval):

@@ -9,7 +9,8 @@ with `Retry-After`; `/readyz` and `/metrics` show the degraded store.
 Checked: during the hang every fetch of tiered data answers a retriable 503 before the store comes
 back (the client's patience, `FETCH_PATIENCE_S`, is far below what the store's own timeouts would
 take: `remote.storage.request.timeout.ms` x attempts = 40 s); produce goes on; after SIGCONT every
-acknowledged record reads back once, in order, and the store is healthy again.
+acknowledged record reads back once, in order, and the store is healthy again; a node asked to
+stop while the store hangs stops, without waiting for its requests in flight.
 """
 
 from __future__ import annotations
@@ -106,6 +107,15 @@ def test_hung_object_store_answers_tiered_fetches_fast_and_loses_nothing(tmp_pat
             wait_for(lambda: store_state(url) == "healthy", timeout_s=30, what="the store healthy again")
             got = [(o, v) for o, v, _ in consume_all(url, topic)]
             assert got == list(enumerate(sent)), "an acknowledged record was lost, duplicated or reordered"
+            # The node stops while the store hangs again: the requests in flight are left behind,
+            # not waited for (NodeProcess.stop raises when the process has not exited in its bound).
+            s3.freeze()
+            try:
+                produce(url, topic, values("c", 40))
+                time.sleep(1)  # a few tiering rounds start and block on the hung store
+                assert node.stop() == 0
+            finally:
+                s3.thaw()
         finally:
             node.stop()
     finally:
