@@ -72,7 +72,8 @@ def _register_broker(ctrl: Controller, image: ClusterImage, args: dict[str, Any]
 def _heartbeat(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
     records, reply = ctrl.heartbeat(int(args["node_id"]), int(args["broker_epoch"]), now,
                                     caught_up_offset=int(args["caught_up_offset"]),
-                                    want_shutdown=bool(args.get("want_shutdown")))
+                                    want_shutdown=bool(args.get("want_shutdown")),
+                                    want_fence=bool(args.get("want_fence")))
     return records, {"fenced": reply.fenced, "in_controlled_shutdown": reply.in_controlled_shutdown,
                      "should_shut_down": reply.should_shut_down}
 

@@ -83,6 +83,7 @@ from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, PeerClient, j
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.logstore.errors import OffsetOutOfRangeError
 from lakelog.logstore.log_append import AppendInfo
+from lakelog.logstore.log_dir_health import LogDirState
 from lakelog.logstore.log_read import FetchResult
 
 log = logging.getLogger("lakelog.node")
@@ -128,6 +129,7 @@ class Node:
                                               tick_ms=config.controller_tick_ms,
                                               request_timeout_ms=config.request_timeout_ms)
         self.session = BrokerSession(config, self.image, self.incarnation_id)
+        self.session.fence_requested = self._log_dir_failed_over
         self.metadata_waiters = MetadataWaiters(self.image)
         self.replicas = ReplicaManager(config, self.image, cleaner=self.cleaner,
                                        new_fetcher=lambda leader: ReplicaFetcher(self, leader),
@@ -155,8 +157,20 @@ class Node:
     def ready(self) -> bool:
         return self.session.ready
 
+    def _log_dir_failed_over(self) -> bool:
+        """Ask to be fenced while the log directory is offline and another broker can lead: the
+        controller then moves this node's leaderships away and takes it out of the ISRs (Kafka's
+        offline log directory). A lone node keeps serving reads of what it holds."""
+        if self.replicas.log_dir.state != LogDirState.OFFLINE:
+            return False
+        return any(b != self.node_id for b in self.image.serving_brokers()) or bool(
+            (b := self.image.brokers.get(self.node_id)) is not None and b.fenced)
+
     def check_ready(self) -> None:
         if not self.ready:
+            if self.replicas.log_dir.state == LogDirState.OFFLINE:
+                raise NotReadyError(f"node is not ready: its log directory is offline "
+                                    f"({self.replicas.log_dir.status()['cause']}); restart it once fixed")
             raise NotReadyError("node is not ready (starting, catching up with the cluster metadata, or stopping)")
 
     @property

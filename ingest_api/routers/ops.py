@@ -24,6 +24,7 @@ async def readyz(request: Request):
     node = request.app.state.node
     if not node.ready:
         status, body = error_body(NotReadyError("node is not ready"))
+        body["log_dir"] = node.replicas.log_dir.status()  # offline: the node asked to be fenced
         return JSONResponse(body, status_code=status, headers={"Retry-After": "1"})
     body = {"status": "ready", "node_id": node.node_id, "cluster_id": node.cluster_id,
             "log_dir": node.replicas.log_dir.status()}  # offline: writes refused, reads and the rest served

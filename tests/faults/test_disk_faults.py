@@ -22,9 +22,9 @@ import subprocess
 import httpx
 import pytest
 
-from tests.faults.test_replication_faults import _seed
-from tests.support.faults import BINARY, create_topic, read_range
-from tests.support.nodes import start_node
+from tests.faults.test_replication_faults import _seed, running
+from tests.support.faults import BINARY, FORWARDED, agreed_leader, create_topic, read_range, wait_for, wait_full_isr
+from tests.support.nodes import Cluster, start_node
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -35,17 +35,37 @@ RECORDS_PER_REQUEST = 100
 STORAGE_CODES = {50701, 50340}
 
 
+def mount_tmpfs(mnt, size: int) -> None:
+    mnt.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
+
+
+def unmount(mnt) -> None:
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mounting a size-limited tmpfs needs root")
     mnt = tmp_path / "disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mnt)], check=True)
+    mount_tmpfs(mnt, FS_BYTES)
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        unmount(mnt)
+
+
+def fill(directory) -> None:
+    """Write a ballast file into `directory` until its filesystem is full."""
+    with open(directory / "ballast", "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError:
+            pass
 
 
 def produce(client: httpx.Client, url: str, topic: str, values: list[str]) -> httpx.Response:
@@ -97,3 +117,60 @@ def test_a_full_log_directory_refuses_writes_clearly_and_loses_nothing(small_dis
         if node.running:
             print(node.read_log()[-4000:])
         node.stop()
+
+
+def test_a_leader_whose_disk_fills_hands_its_leadership_over(tmp_path):
+    """Three nodes, each on a tmpfs of its own; the partition leader's fills. It refuses the write
+    (507), asks the controller to fence it (its log directory is offline), and the partition gets a
+    new leader among the other in-sync replicas: writes go on there, nothing acknowledged is lost."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a size-limited tmpfs needs root")
+    seed = _seed("fill the disk of a partition leader")
+    rng = random.Random(seed)
+    topic = f"full-leader-{rng.randrange(1000)}"
+    cluster = Cluster(tmp_path / "cluster", 3)
+    for n in cluster.nodes:
+        mount_tmpfs(n.data_dir, 64 << 20)
+    client = httpx.Client(timeout=30)
+    try:
+        with running(cluster):
+            url = cluster.node(1).url
+            create_topic(url, topic, partitions=1, rf=3, min_insync_replicas="2")
+            wait_full_isr(cluster.nodes, topic, [0])
+            leader = agreed_leader(cluster.nodes, topic, 0)
+            assert leader is not None
+            acked: list[str] = []
+            for i in range(5):
+                values = [f"a{i}-{j}" for j in range(rng.randint(5, 20))]
+                r = client.post(f"{cluster.node(leader).url}/topics/{topic}/partitions/0?acks=all",
+                                headers={"Content-Type": BINARY},
+                                json={"records": [{"value": base64.b64encode(v.encode()).decode()} for v in values]})
+                assert r.status_code == 200, r.text
+                acked += values
+            fill(cluster.node(leader).data_dir)
+            for i in range(20):  # the last pages of the segment files may still take a little
+                values = [f"c{i}-{j}-" + "x" * 1000 for j in range(16)]
+                r = client.post(f"{cluster.node(leader).url}/topics/{topic}/partitions/0?acks=all",
+                                headers={"Content-Type": BINARY, FORWARDED: "0"},
+                                json={"records": [{"value": base64.b64encode(v.encode()).decode()} for v in values]})
+                if r.status_code != 200:
+                    break
+                acked += values
+            assert r.status_code == 507 and r.json()["error_code"] == 50701, r.text
+            others = [n for n in cluster.nodes if n.node_id != leader]
+            wait_for(lambda: agreed_leader(others, topic, 0) not in (None, leader), timeout_s=30,
+                     what="a new leader among the other in-sync replicas")
+            new_leader = cluster.node(agreed_leader(others, topic, 0))
+            more = [f"b-{j}" for j in range(10)]
+            r = client.post(f"{others[0].url}/topics/{topic}/partitions/0?acks=all", headers={"Content-Type": BINARY},
+                            json={"records": [{"value": base64.b64encode(v.encode()).decode()} for v in more]})
+            assert r.status_code == 200, r.text
+            acked += more
+            ready = client.get(f"{cluster.node(leader).url}/readyz")
+            assert ready.status_code == 503 and ready.json()["log_dir"]["state"] == "offline", ready.text
+            got = [v for _, _, v in read_range(new_leader.url, topic, 0, 0, len(acked))]
+            assert got == acked, "an acknowledged record was lost or duplicated"
+    finally:
+        client.close()
+        for n in cluster.nodes:
+            unmount(n.data_dir)
