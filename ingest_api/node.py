@@ -163,8 +163,10 @@ class Node:
         offline log directory). A lone node keeps serving reads of what it holds."""
         if self.replicas.log_dir.state != LogDirState.OFFLINE:
             return False
-        return any(b != self.node_id for b in self.image.serving_brokers()) or bool(
-            (b := self.image.brokers.get(self.node_id)) is not None and b.fenced)
+        me = self.image.brokers.get(self.node_id)
+        if me is not None and me.fenced:
+            return True  # stay fenced, whoever else is left
+        return any(b != self.node_id for b in self.image.serving_brokers())
 
     def check_ready(self) -> None:
         if not self.ready:

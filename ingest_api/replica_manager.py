@@ -397,7 +397,7 @@ class ReplicaManager:
                 except OSError as e:
                     if not is_disk_failure(e):
                         log.exception("flush of %s failed", p.key)
-                    else:  # the unflushed records were answered already; none is acknowledged after this
+                    else:  # acks do not wait for fsync (as Kafka's); nothing more is acknowledged after this
                         self.log_dir.failed(str(p.key), "flush", e)
                 except Exception:  # a closed log during deletion; the next pass moves on
                     log.exception("flush of %s failed", p.key)
