@@ -1,7 +1,7 @@
 """Reads of the remote tier on behalf of the event loop: on their own threads, bounded in number,
 each answered within a deadline.
 
-    reads = RemoteReads(threads=4, max_pending=100, max_wait_ms=500, health=health)
+    reads = RemoteReads(threads=4, max_pending=100, max_wait_ms=1000, health=health)
     result = await reads.run("fetch orders-0 at 12", rp.read, 12, 1 << 20)
 
 A fetch of tiered data, the remote log start offset and a timestamp lookup all wait on the object

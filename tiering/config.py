@@ -33,9 +33,10 @@ TIERING_CONFIG = (
             "While the store is degraded, one call every this often goes to the store as a probe; "
             "its success marks the store healthy again.", min=1, max=600_000, unit="ms")
     # -- reads
-    .define("remote.fetch.max.wait.ms", int, 500,
+    .define("remote.fetch.max.wait.ms", int, 1_000,
             "Longest a fetch (or an offset lookup) waits on the remote tier before it answers a "
-            "retriable error; the read goes on in the background and fills the caches.",
+            "retriable error; the read goes on in the background and fills the caches. (Kafka's "
+            "500 ms answers an empty fetch; an error here leaves a busy store more room.)",
             min=1, max=600_000, unit="ms")
     .define("remote.log.reader.max.pending.tasks", int, 100,
             "Remote reads queued for the reader threads at most; more are refused at once with a "
