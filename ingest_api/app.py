@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import asynccontextmanager
 import time
 
@@ -26,7 +27,9 @@ def error_response(exc: BaseException, path: str = "") -> JSONResponse:
     """The Confluent-style answer to an error, by `ingest_api.error_table`; under /v3 in Confluent
     v3's shape (`ingest_api.v3_errors`)."""
     status, error_code, message = http_error(exc)
-    headers = {"Retry-After": "1"} if status in (503, 429) else None
+    headers = None
+    if status in (503, 429):  # an error that knows when to come back says so (a degraded store's next probe)
+        headers = {"Retry-After": str(max(1, math.ceil(getattr(exc, "retry_after_s", 1))))}
     status, error_code, media = v3_errors.shape(path, exc, status, error_code)
     return JSONResponse({"error_code": error_code, "message": message}, status_code=status,
                         media_type=media, headers=headers)

@@ -74,6 +74,9 @@ class BrokerSession:
         #: A pause (a jump of the monotonic clock) voids the session: see observe_pause.
         self._pause = ClockGap(max(1000, config.broker_session_timeout_ms / 2), time.monotonic() * 1000)
         self.catch_up_index = 0
+        #: Asked at each heartbeat: True makes the heartbeat ask the controller to fence this node
+        #: (its log directory is offline: its leaderships move away and it leaves the ISRs).
+        self.fence_requested: Callable[[], bool] = lambda: False
 
     def transition(self, to: BrokerState) -> None:
         invariant(to == self.state or to in _TRANSITIONS[self.state],
@@ -122,7 +125,8 @@ class BrokerSession:
 
     def heartbeat_args(self, *, want_shutdown: bool = False) -> dict[str, Any]:
         return {"node_id": self.node_id, "broker_epoch": self.broker_epoch,
-                "caught_up_offset": self.image.last_applied_index, "want_shutdown": want_shutdown}
+                "caught_up_offset": self.image.last_applied_index, "want_shutdown": want_shutdown,
+                "want_fence": self.fence_requested()}
 
     def shut_down(self) -> None:
         """Stop serving (controlled shutdown, cluster stop); a stopped session stays stopped."""

@@ -40,7 +40,7 @@ from lakelog.ingest_api.errors import (
     RemoteError,
     TopicExistsError,
 )
-from lakelog.ingest_api.partition import now_ms
+from lakelog.ingest_api.partition import monotonic_ms
 from lakelog.ingest_api.replication.peers import PeerClient
 from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTROLLER_OPS
 from lakelog.ingest_api.security.records import controller_records as security_controller_records
@@ -73,7 +73,8 @@ def _register_broker(ctrl: Controller, image: ClusterImage, args: dict[str, Any]
 def _heartbeat(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
     records, reply = ctrl.heartbeat(int(args["node_id"]), int(args["broker_epoch"]), now,
                                     caught_up_offset=int(args["caught_up_offset"]),
-                                    want_shutdown=bool(args.get("want_shutdown")))
+                                    want_shutdown=bool(args.get("want_shutdown")),
+                                    want_fence=bool(args.get("want_fence")))
     return records, {"fenced": reply.fenced, "in_controlled_shutdown": reply.in_controlled_shutdown,
                      "should_shut_down": reply.should_shut_down}
 
@@ -213,7 +214,7 @@ class ControllerHost:
         assert self._lock is not None
         async with self._lock:
             self.controller = Controller(self.image, self.config)
-            self.controller.activate(now_ms())
+            self.controller.activate(monotonic_ms())
         log.info("node %s is the active controller (epoch %d)", self.node_id, term, extra=NOTICE)
         while True:
             await asyncio.sleep(self.tick_ms / 1000)
@@ -222,7 +223,7 @@ class ControllerHost:
                     ctrl = self.controller
                     if ctrl is None:
                         return
-                    await self._propose_all(ctrl.tick(now_ms()))
+                    await self._propose_all(ctrl.tick(monotonic_ms()))
             except asyncio.CancelledError:
                 raise
             except NotControllerError:
@@ -250,7 +251,7 @@ class ControllerHost:
                                          self.quorum.leader_id if self.quorum else None)
             if entry is None:
                 raise InvalidRequestError(f"unknown controller request {op!r}")
-            records, fields = entry.run(ctrl, self.image, args, now_ms())
+            records, fields = entry.run(ctrl, self.image, args, monotonic_ms())
             result = dict(fields)
             result["metadata_offset"] = await self._propose_all(records)
             if entry.check is not None:

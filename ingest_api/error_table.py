@@ -111,13 +111,20 @@ from lakelog.logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    KafkaStorageError,
     LogClosedError,
+    LogDirectoryFullError,
     MixedDuplicateBatchesError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
 )
-from lakelog.tiering.errors import RemoteCorruptionError, TransientStoreError
+from lakelog.tiering.errors import (
+    RemoteCorruptionError,
+    RemoteFetchTimeoutError,
+    RemoteStorageUnavailableError,
+    TransientStoreError,
+)
 
 
 @dataclass(frozen=True)
@@ -228,9 +235,17 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = {
     OffsetNotAvailableError: HttpError(503, 50310),
     QuorumUnavailableError: HttpError(503, 50311),
     MetadataFollowerError: HttpError(503, 50312),
+    KafkaStorageError: HttpError(503, 50340),  # the log directory failed an I/O operation and is offline
     TransientStoreError: HttpError(503, 50320, _prefixed("the remote tier is unavailable; retry: ")),
+    # the store's health state refused the call at once (tiering/store_health.py)
+    RemoteStorageUnavailableError: HttpError(503, 50321, _prefixed(
+        "REMOTE_STORAGE_UNAVAILABLE: the remote tier is degraded; retry: ")),
+    # no answer within remote.fetch.max.wait.ms; the read goes on and fills the caches
+    RemoteFetchTimeoutError: HttpError(503, 50322, _prefixed("REMOTE_STORAGE_TIMEOUT: retry: ")),
     NotCoordinatorError: HttpError(503, 50330),
     CoordinatorLoadInProgressError: HttpError(503, 50331),
+    # 507 Insufficient Storage
+    LogDirectoryFullError: HttpError(507, 50701),  # ENOSPC / EDQUOT: the log directory is full (and offline)
     # 504 Gateway Timeout
     ProduceTimeoutError: HttpError(504, 50401),
     QuorumTimeoutError: HttpError(504, 50410),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from lakelog.tiering.store_health import StoreState
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -24,8 +26,17 @@ class NodeMetrics:
                                    ["topic"], registry=r)
         self.ready = Gauge("lakelog_node_ready", "1 when the node serves client requests", registry=r)
         self.ready.set_function(lambda: 1 if node.ready else 0)
+        self.log_dir_offline = Gauge("lakelog_log_dir_offline", "1 when an I/O error took the log directory "
+                                     "offline (writes refused until a restart)", registry=r)
+        self.log_dir_offline.set_function(lambda: _log_dir_offline(node))
         r.register(_PartitionCollector(node))
         r.register(_TieringCollector(node))
+
+
+def _log_dir_offline(node) -> int:
+    replicas = getattr(node, "replicas", None)
+    log_dir = getattr(replicas, "log_dir", None)
+    return log_dir.state.value if log_dir is not None else 0
 
 
 class _PartitionCollector:
@@ -56,6 +67,10 @@ class _PartitionCollector:
             except Exception:  # a partition being deleted while scraped
                 continue
         yield from (leo, hw, lso, segs, size, waiting)
+
+
+#: `lakelog_remote_store_state` values (tiering/store_health.py StoreState).
+_STORE_STATES = {state.name.lower(): state.value for state in StoreState}
 
 
 class _TieringCollector:
@@ -105,6 +120,20 @@ class _TieringCollector:
             if key in snap:
                 yield GaugeMetricFamily(f"lakelog_remote_store_{key}", f"Object-store requests per MiB "
                                         f"{key.rsplit('_', 1)[1]}", value=snap[key])
+        remote_logs = getattr(self.node, "remote_logs", None)
+        health = remote_logs.status() if remote_logs is not None else None
+        if health is not None:
+            yield GaugeMetricFamily("lakelog_remote_store_state", "Object-store health: 0 healthy, 1 degraded "
+                                    "(calls fail at once), 2 probing", value=_STORE_STATES[health["state"]])
+            yield GaugeMetricFamily("lakelog_remote_store_consecutive_failures",
+                                    "Object-store calls failed in a row (errors and missed deadlines)",
+                                    value=health["consecutive_failures"])
+            yield CounterMetricFamily("lakelog_remote_store_fast_failures", "Object-store calls refused at once "
+                                      "while the store was degraded", value=health["fast_failures"])
+            yield CounterMetricFamily("lakelog_remote_store_degradations", "Times the object store was marked "
+                                      "degraded", value=health["degradations"])
+            yield CounterMetricFamily("lakelog_remote_read_timeouts", "Remote reads that missed "
+                                      "remote.fetch.max.wait.ms", value=health["read_timeouts"])
         store = snap.get("store")
         if store:
             req = CounterMetricFamily("lakelog_remote_store_requests", "Object-store requests by kind",

@@ -84,6 +84,7 @@ from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.logstore.errors import OffsetOutOfRangeError
 from lakelog.logstore.log_append import AppendInfo
 from lakelog.logstore.local_log import FetchResult
+from lakelog.logstore.log_dir_health import LogDirState
 
 log = logging.getLogger("lakelog.node")
 
@@ -119,6 +120,8 @@ class Node:
             self.node_id: (config.host, config.port)}
         self.cleaner = LogCleaner(interval_ms=config.log_cleaner_backoff_ms) if config.log_cleaner_enable else None
         self._threads: list[threading.Thread] = []
+        #: Set by `stop` when threads blocked on a dependency were left running (see `stop`).
+        self.abandoned_threads = False
         self._tasks: list[asyncio.Task] = []
         self._pid_next = self._pid_end = 0
         self.controller_config = ControllerConfig.from_keys(config)
@@ -126,6 +129,7 @@ class Node:
                                               tick_ms=config.controller_tick_ms,
                                               request_timeout_ms=config.request_timeout_ms)
         self.session = BrokerSession(config, self.image, self.incarnation_id)
+        self.session.fence_requested = self._log_dir_failed_over
         self.metadata_waiters = MetadataWaiters(self.image)
         self.replicas = ReplicaManager(config, self.image, cleaner=self.cleaner,
                                        new_fetcher=lambda leader: ReplicaFetcher(self, leader),
@@ -153,8 +157,22 @@ class Node:
     def ready(self) -> bool:
         return self.session.ready
 
+    def _log_dir_failed_over(self) -> bool:
+        """Ask to be fenced while the log directory is offline and another broker can lead: the
+        controller then moves this node's leaderships away and takes it out of the ISRs (Kafka's
+        offline log directory). A lone node keeps serving reads of what it holds."""
+        if self.replicas.log_dir.state != LogDirState.OFFLINE:
+            return False
+        me = self.image.brokers.get(self.node_id)
+        if me is not None and me.fenced:
+            return True  # stay fenced, whoever else is left
+        return any(b != self.node_id for b in self.image.serving_brokers())
+
     def check_ready(self) -> None:
         if not self.ready:
+            if self.replicas.log_dir.state == LogDirState.OFFLINE:
+                raise NotReadyError(f"node is not ready: its log directory is offline "
+                                    f"({self.replicas.log_dir.status()['cause']}); restart it once fixed")
             raise NotReadyError("node is not ready (starting, catching up with the cluster metadata, or stopping)")
 
     @property
@@ -277,6 +295,9 @@ class Node:
             await self.peers.close()
 
     def stop(self) -> None:
+        """Stop the node's work and close its logs (bounded by `shutdown.timeout.ms`, plus a second
+        for the remote tier). Sets `abandoned_threads` when threads blocked on a dependency (a hung
+        object store) were left running: the process then exits without waiting for them."""
         self.session.transition(BrokerState.STOPPED)
         partitions = self.replicas.partitions()
         for p in partitions:
@@ -286,13 +307,22 @@ class Node:
             self.cleaner.stop(max(0.1, deadline - time.monotonic()))
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        try:
-            self.remote_logs.close()
-        except Exception:
-            log.exception("closing the remote tier failed")
+        # A hung object store must not hold the stop: its requests are bounded by their own
+        # timeouts, which may be long; past the shutdown timeout (at least a second) they are left.
+        if not self.remote_logs.close(max(1.0, deadline - time.monotonic())):
+            self.abandoned_threads = True
+        failed = 0
         for p in partitions:
-            p.log.close()
-        log.info("node %s stopped cleanly", self.node_id, extra=NOTICE)
+            try:
+                p.log.close()
+            except OSError as e:  # a full or failed disk: the next start's recovery truncates what is unflushed
+                failed += 1
+                log.error("closing %s failed (its last flush or checkpoint is not written): %s", p.key, e)
+        if failed:
+            log.warning("node %s stopped; %d partition(s) not closed cleanly (recovered at the next start)",
+                        self.node_id, failed, extra=NOTICE)
+        else:
+            log.info("node %s stopped cleanly", self.node_id, extra=NOTICE)
 
     def _start_background(self, target, name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -455,7 +485,7 @@ class Node:
         p = self.partition(topic, partition)
         start = p.log_start_offset
         if self.remote_logs.tiered(p):
-            remote_start = await asyncio.to_thread(self.remote_logs.remote_log_start, p)
+            remote_start = await self.remote_logs.remote_log_start(p)
             if remote_start is not None:
                 start = min(start, remote_start)
         return start, p.consumer_end_offset()

@@ -2,7 +2,7 @@
 
 The rules (HW, ISR, follower LEOs, the produce purgatory's completions, the leader epoch's start)
 live in `ingest_api/replication/core.py` (`ReplicaCore`), a pure state machine. This module is its
-host on a node: it owns the `PartitionLog`, the clock (`now_ms`), the asyncio futures of the two
+host on a node: it owns the `PartitionLog`, the clock (`monotonic_ms`), the asyncio futures of the two
 purgatories — fetches waiting for the HW to move (long-poll), acks=all produces waiting for the HW
 to pass them — and a lock; it turns what happens into events (`_step`), and carries out the
 effects: stamp the leader epoch in the log's cache, advance the log start offset, wake fetches,
@@ -37,8 +37,10 @@ from lakelog.ingest_api.replication.core import UNKNOWN_LEO, ProduceOutcome, Pro
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.log_append import AppendInfo
 from lakelog.logstore.local_log import FetchResult
+from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
 
-__all__ = ["Partition", "PartitionKey", "ProposeIsr", "RemoteReplica", "Role", "UNKNOWN_LEO", "now_ms"]
+__all__ = ["Partition", "PartitionKey", "ProposeIsr", "RemoteReplica", "Role", "UNKNOWN_LEO", "monotonic_ms",
+           "now_ms"]
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,24 @@ class PartitionKey:
 
 
 def now_ms() -> int:
+    """Wall-clock milliseconds: for timestamps others read (commit timestamps), never a duration."""
     return int(time.time() * 1000)
 
 
+def monotonic_ms() -> int:
+    """The clock of durations (replica lag, broker sessions): monotonic, so a wall-clock jump
+    neither shrinks the ISR at once nor keeps a dead follower in it."""
+    return time.monotonic_ns() // 1_000_000
+
+
 class Partition:
-    def __init__(self, key: PartitionKey, log: PartitionLog, node_id: int) -> None:
+    def __init__(self, key: PartitionKey, log: PartitionLog, node_id: int,
+                 log_dir: LogDirHealth | None = None) -> None:
         self.key = key
         self.log = log
         self.node_id = node_id
+        #: The health of the log directory holding `log`: an I/O error appending takes it offline.
+        self.log_dir = log_dir if log_dir is not None else LogDirHealth(log.directory.parent)
         self.core = rc.ReplicaCore(node_id, high_watermark=log.log_start_offset, leo=log.log_end_offset,
                                    log_start_offset=log.log_start_offset)
         self._lock = threading.Lock()
@@ -194,7 +206,7 @@ class Partition:
         """Become (or stay) leader; returns True when this is a new leadership (a new epoch)."""
         term = self.core.leader_epoch, self.core.role
         self._step(rc.BecomeLeader(leader_epoch, partition_epoch, tuple(replicas), tuple(isr),
-                                   self.log.log_end_offset, self.log.log_start_offset, now_ms()))
+                                   self.log.log_end_offset, self.log.log_start_offset, monotonic_ms()))
         return term != (leader_epoch, Role.LEADER)
 
     def make_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas: list[int],
@@ -222,7 +234,13 @@ class Partition:
         if self.core.append_refusal(required_acks, min_isr) == "not_enough_replicas":
             raise NotEnoughReplicasError(f"{self.key}: the ISR {self.isr} is smaller than "
                                          f"min.insync.replicas={min_isr}")
-        info = self.log.append_as_leader(data, self.core.leader_epoch)
+        self.log_dir.check_writable(str(self.key))
+        try:
+            info = self.log.append_as_leader(data, self.core.leader_epoch)
+        except OSError as e:
+            if not is_disk_failure(e):
+                raise
+            raise self.log_dir.failed(str(self.key), "append", e) from e
         self._step(rc.Appended(self.log.log_end_offset))
         return info
 
@@ -248,13 +266,13 @@ class Partition:
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now: int | None = None) -> ProposeIsr | None:
         """Record a follower's fetch; returns the ISR expansion to propose when it caught up."""
-        t = now_ms() if now is None else now
+        t = monotonic_ms() if now is None else now
         proposals = self._step(rc.FollowerFetch(replica_id, fetch_offset, self.log.log_end_offset, t))
         return proposals[0] if proposals else None
 
     def tick(self, lag_max_ms: int, now: int | None = None) -> ProposeIsr | None:
         """Time passed: returns the ISR shrink to propose when members lag more than `lag_max_ms`."""
-        proposals = self._step(rc.Tick(now_ms() if now is None else now, lag_max_ms))
+        proposals = self._step(rc.Tick(monotonic_ms() if now is None else now, lag_max_ms))
         return proposals[0] if proposals else None
 
     def isr_change_answered(self, partition_epoch: int, accepted: bool) -> None:
@@ -262,12 +280,20 @@ class Partition:
 
     def out_of_sync_replicas(self, lag_max_ms: int, now: int | None = None) -> list[int]:
         """ISR members (not the leader) that have not caught up within `lag_max_ms`."""
-        return self.core.out_of_sync_replicas(lag_max_ms, now_ms() if now is None else now)
+        return self.core.out_of_sync_replicas(lag_max_ms, monotonic_ms() if now is None else now)
 
     # ------------------------------------------------------------------ follower
 
     def append_as_follower(self, data: bytes | memoryview, leader_hw: int, leader_log_start: int) -> AppendInfo | None:
-        info = self.log.append_as_follower(data) if len(data) else None
+        info = None
+        if len(data):
+            self.log_dir.check_writable(str(self.key))
+            try:
+                info = self.log.append_as_follower(data)
+            except OSError as e:
+                if not is_disk_failure(e):
+                    raise
+                raise self.log_dir.failed(str(self.key), "append", e) from e
         self.follower_update(leader_hw, leader_log_start)
         return info
 

@@ -37,12 +37,15 @@ from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from lakelog.ingest_api.config import NodeConfig
 from lakelog.ingest_api.partition import Partition, PartitionKey
+from lakelog.ingest_api.remote_reads import RemoteReads
 from lakelog.logstore.local_log import FetchResult
 from lakelog.tiering.manager import RemoteTier
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.stores import open_store
 from lakelog.tiering.errors import FencedLeaderEpochError as RemoteFencedError
-from lakelog.tiering.errors import TieringError
+from lakelog.tiering.errors import RemoteStorageUnavailableError, TieringError
+from lakelog.tiering.guarded_store import GuardedStore
+from lakelog.tiering.store_health import StoreHealth
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,8 @@ class RemoteLogManagerPool(Generic[P]):
         self.threads = threads
         self._task = task
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        #: A round stopped while some of its tasks still ran (blocked on the store, say).
+        self.left_running = False
 
     def _run(self, partition: P) -> None:
         try:
@@ -76,7 +81,8 @@ class RemoteLogManagerPool(Generic[P]):
             _, pending = wait(pending, timeout=STOP_POLL_S, return_when=FIRST_COMPLETED)
             if stopping.is_set():
                 for f in pending:
-                    f.cancel()
+                    if not f.cancel():
+                        self.left_running = True
                 break
         return sum(1 for f in futures if f.done() and not f.cancelled())
 
@@ -104,14 +110,58 @@ class RemoteLogManager:
         self._fenced: dict[PartitionKey, int] = {}
         #: Topic descriptors this node last wrote to the remote tier (see _publish_topic_descriptor).
         self._published_descriptors: dict = {}
+        #: The object store's health (tiering/store_health.py) and the reads waiting on it (opened by `open`).
+        self.health: StoreHealth | None = None
+        self.reads: RemoteReads | None = None
+        self._pool: RemoteLogManagerPool | None = None
 
     def open(self) -> None:
         tiering = TieringConfig(self.config.tiering_config())
-        self.tier = RemoteTier(open_store(self.config.remote_url, tiering), tiering)
+        self.health = StoreHealth(failure_threshold=tiering.remote_storage_health_failure_threshold,
+                                  probe_interval_ms=tiering.remote_storage_health_probe_interval_ms)
+        store = GuardedStore(open_store(self.config.remote_url, tiering), self.health)
+        self.tier = RemoteTier(store, tiering)
+        self.reads = RemoteReads(threads=tiering.remote_log_reader_threads,
+                                 max_pending=tiering.remote_log_reader_max_pending_tasks,
+                                 max_wait_ms=tiering.remote_fetch_max_wait_ms, health=self.health)
 
-    def close(self) -> None:
-        if self.tier is not None:
-            self.tier.close()
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Close the remote tier, waiting at most `timeout_s` for its requests in flight; False when
+        some still hang on the store then (their threads are left behind: the process must not
+        wait for them at exit)."""
+        left = (self._pool is not None and self._pool.left_running) or (self.reads is not None and self.reads.pending > 0)
+        if self.reads is not None:
+            self.reads.close()
+        if self.tier is None:
+            return not left
+        closer = threading.Thread(target=self._close_tier, args=(self.tier,), name="remote-tier-close", daemon=True)
+        closer.start()
+        closer.join(timeout_s)
+        if closer.is_alive():
+            log.warning("the remote tier did not close within %.1f s: object-store requests still hang "
+                        "(an upload in flight is taken over by the next leader)", timeout_s or 0)
+            return False
+        if left:
+            log.warning("remote tier tasks still wait on the object store; the node stops without them")
+        return not left
+
+    @staticmethod
+    def _close_tier(tier: RemoteTier) -> None:
+        try:
+            tier.close()
+        except Exception:
+            log.exception("closing the remote tier failed")
+
+    def status(self) -> dict | None:
+        """The remote tier's state for `/readyz` and the console (None: no remote tier)."""
+        if self.health is None or self.tier is None:
+            return None
+        out = self.health.snapshot().as_dict()
+        out["url"] = self.tier.store.url
+        if self.reads is not None:
+            out.update(pending_reads=self.reads.pending, read_timeouts=self.reads.timeouts,
+                       reads_refused=self.reads.refused)
+        return out
 
     def tiered(self, p: Partition) -> bool:
         return self.tier is not None and bool(p.log.config.remote_storage_enable)
@@ -133,7 +183,7 @@ class RemoteLogManager:
         on the pool (a round waits for all of its tasks); on the active controller's node, now and
         then, the sweep of data that topic deletions left behind."""
         interval = self.config.remote_log_manager_task_interval_ms / 1000
-        pool = RemoteLogManagerPool(self.config.remote_log_manager_thread_pool_size, self.tier_once)
+        pool = self._pool = RemoteLogManagerPool(self.config.remote_log_manager_thread_pool_size, self.tier_once)
         last_sweep = time.monotonic()
         try:
             while not stopping.wait(interval):
@@ -185,6 +235,8 @@ class RemoteLogManager:
             except RemoteFencedError as e:
                 log.info("%s: remote tier uploads fenced in leader epoch %d: %s", p.key, epoch, e)
                 self._fenced[p.key] = epoch
+            except RemoteStorageUnavailableError as e:  # uploads pause; the next round resumes in order
+                log.debug("%s: remote tier copy paused: %s", p.key, e)
             except Exception as e:  # transient store errors, a closed log: retried next round
                 log.warning("%s: remote tier copy failed (retried in the next round): %s", p.key, e)
         elif not p.is_leader:
@@ -242,19 +294,26 @@ class RemoteLogManager:
     async def remote_read(self, p: Partition, offset: int, max_bytes: int) -> FetchResult:
         """A fetch below the local log start of a tiered topic, from the remote tier (off the loop)."""
         rp = self.remote(p)
-        res = await asyncio.to_thread(rp.read, offset, max_bytes, max_offset=p.high_watermark)
+        assert self.reads is not None
+        hw = p.high_watermark
+        res = await self.reads.run(f"a fetch of {p.key} at offset {offset}",
+                                   lambda: rp.read(offset, max_bytes, max_offset=hw))
         return FetchResult(res.records, res.first_offset, res.log_start_offset, p.log.log_end_offset)
 
-    def remote_log_start(self, p: Partition) -> int | None:
+    async def remote_log_start(self, p: Partition) -> int | None:
         """The remote log start offset (None: the remote tier holds nothing); during a store outage
-        the last manifest this node read answers (None if it never read one). Blocking."""
+        (an error, or no answer within `remote.fetch.max.wait.ms`) the last manifest this node read
+        answers (None if it never read one)."""
         rp = self.remote(p)
+        assert self.reads is not None
         try:
-            return rp.log_start_offset
+            return await self.reads.run(f"the remote log start of {p.key}", lambda: rp.log_start_offset)
         except TieringError as e:
             log.info("%s: remote log start from the cached manifest (store error: %s)", p.key, e)
             m = rp.meta.cached or rp.meta.last_known
             return m.log_start_offset if m is not None and m.end_offset is not None else None
 
     async def offset_for_timestamp(self, p: Partition, timestamp: int) -> tuple[int, int] | None:
-        return await asyncio.to_thread(self.remote(p).offset_for_timestamp, timestamp)
+        assert self.reads is not None
+        rp = self.remote(p)
+        return await self.reads.run(f"a timestamp lookup of {p.key}", rp.offset_for_timestamp, timestamp)

@@ -43,6 +43,7 @@ from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.logstore.fileutil import atomic_write
 from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
 
 log = logging.getLogger("lakelog.node")
 
@@ -67,6 +68,8 @@ class ReplicaManager:
         self.config = config
         self.node_id = config.node_id
         self.data_dir = config.data_dir
+        #: The log directory's health (logstore/log_dir_health.py): offline after an I/O error.
+        self.log_dir = LogDirHealth(self.data_dir)
         self.image = image
         self.cleaner = cleaner
         self._new_fetcher = new_fetcher
@@ -190,7 +193,7 @@ class ReplicaManager:
             atomic_write(marker, f"version: 0\ntopic_id: {topic_id}\n".encode())
         if not plog.recovery.clean_shutdown:
             log.warning("partition %s recovered: %s", key, plog.recovery)
-        partition = Partition(key, plog, self.node_id)
+        partition = Partition(key, plog, self.node_id, self.log_dir)
         with self._lock:
             self._partitions[key] = partition
             self._topic_ids[key.topic] = topic_id
@@ -391,6 +394,11 @@ class ReplicaManager:
             for p in self.partitions():
                 try:
                     p.log.flush_if_due()
+                except OSError as e:
+                    if not is_disk_failure(e):
+                        log.exception("flush of %s failed", p.key)
+                    else:  # acks do not wait for fsync (as Kafka's); nothing more is acknowledged after this
+                        self.log_dir.failed(str(p.key), "flush", e)
                 except Exception:  # a closed log during deletion; the next pass moves on
                     log.exception("flush of %s failed", p.key)
 

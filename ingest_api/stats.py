@@ -102,7 +102,14 @@ def node_stats(node, metrics, topic: str | None = None, *, counters_only: bool =
             "fetch_bytes": _sum_samples(metrics.fetch_bytes, "_total"),
             "produce_latency": _latency(metrics, PRODUCE_ROUTES),
             "fetch_latency": _latency(metrics, FETCH_ROUTES),
-            "topics": topics, "partitions": partitions}
+            "topics": topics, "partitions": partitions,
+            "log_dir": node.replicas.log_dir.status()["state"], "remote_tier": _remote_tier_state(node)}
+
+
+def _remote_tier_state(node) -> str | None:
+    """healthy / degraded / probing (tiering/store_health.py), None without a remote tier."""
+    status = node.remote_logs.status()
+    return status["state"] if status is not None else None
 
 
 async def gather(node, metrics, topic: str | None = None, *,

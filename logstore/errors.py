@@ -91,3 +91,18 @@ class OutOfOrderSequenceError(InvalidRecordError):
 
 class MixedDuplicateBatchesError(InvalidRecordError):
     """A request mixes batches already appended (duplicates) with new ones: nothing is appended."""
+
+
+class KafkaStorageError(LogStoreError):
+    """The log directory failed an I/O operation (EIO, ENOSPC, ...) or is offline since one did:
+    nothing was acknowledged; retry (another replica may lead by then)."""
+
+    kind = ErrorKind.TRANSIENT
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+class LogDirectoryFullError(KafkaStorageError):
+    """The log directory's filesystem is full (ENOSPC, EDQUOT): free space, then restart the node."""

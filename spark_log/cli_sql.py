@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from lakelog.spark_log.cli_common import QUIET_CONF, CommandError, bounded_int, quiet_jvm
-from lakelog.spark_log.sql_output import print_rows, query_error, run_query
+from lakelog.spark_log.sql_output import missing_names, print_rows, query_error, run_query
 from lakelog.spark_log.sql_repl import repl
 from lakelog.spark_log.sql_server_access import (DEFAULT_SQL_SERVER, DEFAULT_SQL_TOKEN_FILE, SQL_SERVER_ENV,
                                                  SQL_TOKEN_ENV, client_token, cluster_credentials,
@@ -28,6 +29,10 @@ SQL_HTTP_ENV = "LAKELOG_SQL_HTTP_URL"
 DEFAULT_SQL_TIMEOUT_MS = 600_000
 #: The longest `--timeout-ms` (the SQL server's own limit).
 MAX_SQL_TIMEOUT_MS = 600_000
+#: How long a query over Spark Connect waits for the SQL server to register a topic the nodes know
+#: (a topic created since the server's last refresh, `lakelog sql-server --refresh-ms`, 5 s).
+NEW_VIEW_WAIT_S = 15.0
+NEW_VIEW_POLL_S = 0.25
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -66,7 +71,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
                 raise
             if args.query is None:
                 return repl(spark, args, _server_names)
-            run_query(spark, args.query, names, args)
+            run_query(spark, args.query, _await_new_views(spark, args, names), args)
         finally:
             spark.stop()
         return 0
@@ -136,6 +141,28 @@ def _register(spark, args: argparse.Namespace) -> list[str]:
         print(f"lakelog sql: the nodes at {args.nodes} cannot be reached ({e}); lakelog.<topic> shows the "
               f"remote tier only", file=sys.stderr)
         return register_topics(spark, args.remote)
+
+
+def _await_new_views(spark, args: argparse.Namespace, names: list[str]) -> list[str]:
+    """A query naming `lakelog.<topic>` the SQL server has not registered yet (a topic created since
+    its last refresh): if the nodes know the topic, wait up to `NEW_VIEW_WAIT_S` for the server's
+    refresh to register it, so that the first query of a new topic answers. The names then."""
+    from lakelog.spark_log.hot_tail import NodeAccess, list_topics
+
+    missing = set(missing_names(args.query, names))
+    if not missing:
+        return names
+    try:
+        topics = {t.lower() for t in list_topics(NodeAccess.from_options(args.nodes, {}))}
+    except Exception:  # the nodes cannot be reached: the query fails naming the missing table
+        return names
+    awaited = missing & topics
+    deadline = time.monotonic() + NEW_VIEW_WAIT_S
+    while awaited and time.monotonic() < deadline:
+        time.sleep(NEW_VIEW_POLL_S)
+        names = _server_names(spark, args)
+        awaited -= {n.lower() for n in names}
+    return names
 
 
 def _server_names(spark, args: argparse.Namespace) -> list[str]:

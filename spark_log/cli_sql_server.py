@@ -1,6 +1,8 @@
 """`lakelog sql-server`: a long-lived Spark Connect server with `lakelog.<name>` registered and
-refreshed; with `--http-listen` also the JSON endpoint (`spark_log/sql_http.py`) the nodes' console
-and `lakelog sql` ask, with `--thrift-port` also the Thrift JDBC/ODBC server."""
+refreshed (every `--refresh-ms`, and before a query of its HTTP endpoint that names a view not
+registered yet: spark_log/topic_views.py); with `--http-listen` also the JSON endpoint
+(`spark_log/sql_http.py`) the nodes' console and `lakelog sql` ask, with `--thrift-port` also the
+Thrift JDBC/ODBC server."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
     from lakelog.spark_log.hot_tail import HotTailError
     from lakelog.spark_log.session import remote_session
     from lakelog.spark_log.tables import register_topics
+    from lakelog.spark_log.topic_views import TopicViews
 
     host, port = server_address(args.listen)
     stop = threading.Event()
@@ -57,7 +60,8 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
             print(f"lakelog sql-server: Spark SQL on sc://{host}:{port} over {args.remote} (topics from "
                   f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
                   file=sys.stderr, flush=True)
-            http = _start_http_endpoint(spark, args, cluster_auth, f"sc://{host}:{port}")  # spark_log/sql_http.py
+            views = TopicViews(lambda: register_topics(spark, args.remote, nodes=args.nodes))
+            http = _start_http_endpoint(spark, args, cluster_auth, f"sc://{host}:{port}", views)  # sql_http.py
             if args.thrift_port is not None:  # BI tools over JDBC/ODBC (HiveServer2's protocol)
                 thrift = sql_thrift.start(spark, host, args.thrift_port,
                                           read_token(args.token_file) if args.token_file else None, warehouse)
@@ -67,7 +71,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
             warned = False
             while not stop.is_set():
                 try:
-                    names = register_topics(spark, args.remote, nodes=args.nodes)
+                    names = views.refresh()
                     warned = False
                 except HotTailError as e:
                     if not warned:
@@ -94,7 +98,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_http_endpoint(spark, args: argparse.Namespace, cluster_auth: bool, connect_url: str):
+def _start_http_endpoint(spark, args: argparse.Namespace, cluster_auth: bool, connect_url: str, views):
     """`--http-listen`: the JSON endpoint the nodes relay their console's SQL page to, and that
     `lakelog sql` asks first (`/v1/sql`, found through the address file beside the token); or None."""
     if not getattr(args, "http_listen", None):
@@ -102,7 +106,7 @@ def _start_http_endpoint(spark, args: argparse.Namespace, cluster_auth: bool, co
     from lakelog.spark_log import sql_address, sql_http
     from lakelog.spark_log.sql_users import UserSql
 
-    http = sql_http.start(spark, args.http_listen, read_token(args.token_file))
+    http = sql_http.start(spark, args.http_listen, read_token(args.token_file), views)
     http.endpoint.users = UserSql(http.endpoint, cluster_auth=cluster_auth)
     host, _ = sql_http.parse_listen(args.http_listen)
     url = f"http://{host}:{http.port}"

@@ -38,7 +38,10 @@ import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lakelog.spark_log.topic_views import TopicViews
 
 log = logging.getLogger("lakelog.sql_http")
 
@@ -93,8 +96,10 @@ def _seq(seq) -> list:
 class QueryPlanner:
     """Checks and analyzes one statement with the server's session (py4j calls into its JVM)."""
 
-    def __init__(self, spark) -> None:
+    def __init__(self, spark, views: TopicViews | None = None) -> None:
         self.spark = spark
+        #: The server's views, refreshed before a query that names one not registered yet.
+        self.views = views
         forname = spark._jvm.java.lang.Class.forName
         self._not_queries = [forname(n) for n in NOT_QUERIES]
 
@@ -121,9 +126,29 @@ class QueryPlanner:
                                                  f"{DATABASE}.<topic> and the other {DATABASE}.* tables only",
                                      elsewhere=True)
 
+    def lakelog_names(self, parsed) -> list[str]:
+        """The `lakelog.<name>` relations a parsed plan names."""
+        out = set()
+        for node in self._walk(parsed, stop_at_views=False):
+            if node.getClass().getName().endswith(".UnresolvedRelation"):
+                parts = [str(p) for p in _seq(node.multipartIdentifier())]
+                if len(parts) == 2 and parts[0].lower() == DATABASE:
+                    out.add(parts[1])
+        return sorted(out)
+
+    def _ensure_views(self, parsed) -> None:
+        """A topic created since the last refresh: its view is registered before the query is
+        analyzed (spark_log/topic_views.py); if that fails, the query fails as it would have."""
+        if self.views is None:
+            return
+        try:
+            self.views.ensure(self.lakelog_names(parsed))
+        except Exception as e:  # the nodes cannot be reached: the analysis names the missing table
+            log.warning("looking up the views of a query failed: %s", first_line(e))
+
     def analyze(self, query: str):
         """(DataFrame, the lakelog views it reads, sorted); refuses any other source of data."""
-        self.parse_query(query)
+        self._ensure_views(self.parse_query(query))
         try:
             df = self.spark.sql(query)  # a query: analyzed here, run only when collected
         except Exception as e:
@@ -206,12 +231,12 @@ class SqlEndpoint:
     """The calls, without HTTP: what tests drive and the handler serves."""
 
     def __init__(self, spark, token: str, *, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                 max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT, views: TopicViews | None = None) -> None:
         if not token:
             raise ValueError("the SQL server's HTTP endpoint needs a token (--token-file)")
         self.spark = spark
         self.token = token.encode()
-        self.planner = QueryPlanner(spark)
+        self.planner = QueryPlanner(spark, views)
         self.max_response_bytes = max_response_bytes
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self._ids = itertools.count(1)
@@ -412,9 +437,9 @@ def parse_listen(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-def start(spark, listen: str, token: str) -> SqlHttpServer:
+def start(spark, listen: str, token: str, views: TopicViews | None = None) -> SqlHttpServer:
     host, port = parse_listen(listen)
-    return SqlHttpServer(SqlEndpoint(spark, token), host, port).start()
+    return SqlHttpServer(SqlEndpoint(spark, token, views=views), host, port).start()
 
 
 __all__ = ["SqlEndpoint", "SqlHttpServer", "SqlRefused", "QueryPlanner", "json_cell", "start"]

@@ -12,10 +12,15 @@ import sys
 from lakelog.spark_log.cli_common import CommandError
 
 
+def missing_names(query: str, names: list[str]) -> list[str]:
+    """The `lakelog.<name>`s `query` names that are not among `names` (lower case, sorted)."""
+    return sorted({m.lower() for m in _LAKELOG_NAME.findall(query)} - {n.lower() for n in names})
+
+
 def query_error(query: str, first: str, names: list[str]) -> CommandError:
     """A failed query as one line with its hint: the tables there are."""
     known = ", ".join(f"lakelog.{n}" for n in names) or "none yet: create a topic"
-    missing = sorted({m.lower() for m in _LAKELOG_NAME.findall(query)} - {n.lower() for n in names})
+    missing = missing_names(query, names)
     if missing:  # Spark words it as a table not found, or a "direct query on files" of format lakelog
         return CommandError(f"no table lakelog.{missing[0]} (tables: {known})")
     return CommandError(f"{first} (tables: {known})")

@@ -74,7 +74,7 @@ class UserSql:
                 return planner
             session = self.endpoint.spark.newSession()  # shares the global views of `lakelog`
             self._access.bindSession(session._jsparkSession, principal)
-            planner = QueryPlanner(session)
+            planner = QueryPlanner(session, self.endpoint.planner.views)
             self._sessions[principal] = planner
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)

@@ -25,7 +25,22 @@ TIERING_CONFIG = (
     .define("remote.storage.s3.addressing.style", str, "auto",
             "S3 addressing: auto (path style when an endpoint URL is set), path, or virtual.",
             choices=("auto", "path", "virtual"))
+    # -- the store's health (tiering/store_health.py)
+    .define("remote.storage.health.failure.threshold", int, 3,
+            "Consecutive failed object-store calls (errors or missed deadlines) that mark the store "
+            "degraded; calls to a degraded store fail at once with a retriable error.", min=1, max=1000)
+    .define("remote.storage.health.probe.interval.ms", int, 2_000,
+            "While the store is degraded, one call every this often goes to the store as a probe; "
+            "its success marks the store healthy again.", min=1, max=600_000, unit="ms")
     # -- reads
+    .define("remote.fetch.max.wait.ms", int, 1_000,
+            "Longest a fetch (or an offset lookup) waits on the remote tier before it answers a "
+            "retriable error; the read goes on in the background and fills the caches. (Kafka's "
+            "500 ms answers an empty fetch; an error here leaves a busy store more room.)",
+            min=1, max=600_000, unit="ms")
+    .define("remote.log.reader.max.pending.tasks", int, 100,
+            "Remote reads queued for the reader threads at most; more are refused at once with a "
+            "retriable error.", min=1, max=100_000)
     .define("remote.log.reader.threads", int, 4,
             "Threads fetching remote chunks in parallel and prefetching for sequential readers.", min=1, max=64)
     .define("remote.fetch.chunk.bytes", int, 4 * MIB,

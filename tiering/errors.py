@@ -3,7 +3,9 @@
 Every class names its `kind` (see infra/errors.py); the ingest node maps kinds to HTTP. The two
 families a caller usually branches on:
 
-  * store errors — `TransientStoreError` (retry later: the store is down, slow or throttling),
+  * store errors — `TransientStoreError` (retry later: the store is down, slow or throttling;
+    `RemoteStorageUnavailableError` when the store's health state refused the call at once,
+    `RemoteFetchTimeoutError` when a read missed `remote.fetch.max.wait.ms`),
     `ObjectNotFoundError`, `PreconditionFailedError` (a conditional write lost its race),
     `StoreConfigurationError` (bad URL, bucket, credentials);
   * manifest errors — `FencedLeaderEpochError` (a writer from an older leader epoch: a zombie),
@@ -42,6 +44,23 @@ class TransientStoreError(StoreError):
     """The store did not answer, answered 5xx, throttled, or timed out: retry later."""
 
     kind = ErrorKind.TRANSIENT
+
+
+class RemoteStorageUnavailableError(TransientStoreError):
+    """The store is degraded (tiering/store_health.py): refused at once, without a request."""
+
+    def __init__(self, message: str, *, key: str | None = None, retry_after_s: float = 1.0) -> None:
+        super().__init__(message, key=key)
+        self.retry_after_s = retry_after_s
+
+
+class RemoteFetchTimeoutError(TransientStoreError):
+    """A read of the remote tier missed its deadline (`remote.fetch.max.wait.ms`); it goes on
+    in the background, so a retry may find its bytes cached."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ObjectNotFoundError(StoreError):

@@ -52,6 +52,8 @@ function nodeStatus(n) {
   if (!n.reachable) return ['down', 'down'];
   if (n.fenced) return ['fenced', 'warn'];
   if (n.in_controlled_shutdown) return ['shutting down', 'warn'];
+  if (n.stats && n.stats.log_dir === 'offline') return ['log directory offline', 'down'];
+  if (n.stats && n.stats.remote_tier && n.stats.remote_tier !== 'healthy') return [`up, remote tier ${n.stats.remote_tier}`, 'warn'];
   return ['up', 'ok'];
 }
 
@@ -64,7 +66,7 @@ export function Overview() {
   }, POLL_MS);
   if (!data) return html`<h1>Overview</h1><${ErrorBox} error=${error} />${!error && html`<p class="muted">Loading…</p>`}`;
   const p = data.partitions;
-  const up = data.nodes.filter((n) => nodeStatus(n)[0] === 'up').length;
+  const up = data.nodes.filter((n) => nodeStatus(n)[0].startsWith('up')).length;
   const h = history;
   return html`<h1>Overview</h1>
     <${ErrorBox} error=${error} />

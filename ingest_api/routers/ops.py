@@ -24,8 +24,14 @@ async def readyz(request: Request):
     node = request.app.state.node
     if not node.ready:
         status, body = error_body(NotReadyError("node is not ready"))
+        body["log_dir"] = node.replicas.log_dir.status()  # offline: the node asked to be fenced
         return JSONResponse(body, status_code=status, headers={"Retry-After": "1"})
-    return {"status": "ready", "node_id": node.node_id, "cluster_id": node.cluster_id}
+    body = {"status": "ready", "node_id": node.node_id, "cluster_id": node.cluster_id,
+            "log_dir": node.replicas.log_dir.status()}  # offline: writes refused, reads and the rest served
+    remote = node.remote_logs.status()
+    if remote is not None:  # a degraded remote tier does not make the node unready: local data is served
+        body["remote_tier"] = remote
+    return body
 
 
 @router.get("/metrics", summary="Prometheus metrics")

@@ -5,7 +5,8 @@ after a blank line, the history queried with Spark); each line runs as written w
 in a directory holding `.venv/bin/lakelog` (this interpreter's) and the cluster's `./data`, as a
 user's checkout would. The one change: the cluster listens on a free block of ports instead of
 8082..8084 (and 9092..9094), so `LAKELOG_URL` names node 1, `localhost:8082` in the curl line becomes
-its port and `127.0.0.1:9092` its Kafka listener's.
+its port and `127.0.0.1:9092` its Kafka listener's. The history part runs against `lakelog up --sql`,
+as `make up` starts it, its SQL server on a free pair of ports instead of 15002 (`LAKELOG_SQL_URL` names it).
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ def quick_start_blocks() -> tuple[list[str], list[str]]:
 
 
 class QuickStartCluster:
-    """`lakelog up --nodes 3 --data-dir ./data` in a directory laid out like a checkout."""
+    """`lakelog up --nodes 3 --data-dir ./data` in a directory laid out like a checkout; with `sql`,
+    `--sql` as `make up` runs it (the SQL server on a free pair of ports, which `LAKELOG_SQL_URL`
+    names to `lakelog sql`)."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *, sql: bool = False) -> None:
         self.cwd = tmp_path
         (tmp_path / ".venv" / "bin").mkdir(parents=True)
         (tmp_path / ".venv" / "bin" / "lakelog").symlink_to(LAKELOG)
@@ -49,10 +52,12 @@ class QuickStartCluster:
         python.chmod(0o755)
         self.port = free_port_block(3)
         self.kafka_port = free_port_block(3)
+        self.sql_port = free_port_block(2) if sql else None
         self.out = tmp_path / "up.out"
+        extra = ["--sql", "--sql-port", str(self.sql_port)] if sql else []
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen([LAKELOG, "up", "--data-dir", "./data", "--http-port", str(self.port),
-                                          "--kafka-port", str(self.kafka_port)],
+                                          "--kafka-port", str(self.kafka_port), *extra],
                                          cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
         def ready() -> bool:
@@ -60,12 +65,21 @@ class QuickStartCluster:
                 raise RuntimeError(f"lakelog up exited: {self.out.read_text()}")
             return "lakelog up: ready." in self.out.read_text()
 
-        wait_for(ready, READY_TIMEOUT_S, "lakelog up to say it is ready", interval_s=0.1)
+        try:
+            wait_for(ready, READY_TIMEOUT_S, "lakelog up to say it is ready", interval_s=0.1)
+            if sql:  # the SQL server writes its HTTP address once it answers
+                wait_for(lambda: (tmp_path / "data" / "sql.http").exists(), SPARK_LINE_TIMEOUT_S,
+                         "the SQL server to answer", interval_s=0.5)
+        except BaseException:
+            self.close()
+            raise
 
     def run(self, line: str, timeout_s: float = LINE_TIMEOUT_S) -> subprocess.CompletedProcess:
         line = line.replace("localhost:8082", f"localhost:{self.port}").replace("127.0.0.1:9092",
                                                                                f"127.0.0.1:{self.kafka_port}")
         env = dict(os.environ, LAKELOG_URL=f"http://127.0.0.1:{self.port}")
+        if self.sql_port is not None:
+            env["LAKELOG_SQL_URL"] = f"sc://127.0.0.1:{self.sql_port}"
         r = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=self.cwd, env=env, capture_output=True,
                            timeout=timeout_s)
         assert r.returncode == 0, (line, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace"))
@@ -108,11 +122,13 @@ def test_readme_quick_start_runs_as_written(tmp_path):
 def test_readme_history_with_spark_runs_as_written(tmp_path):
     _, history = quick_start_blocks()
     assert any("lakelog sql" in ln for ln in history)
-    up = QuickStartCluster(tmp_path)
+    # As `make up` runs it: the SQL server answers `lakelog sql`, and its first query of `orders`,
+    # created a moment before, finds the topic (the server registers it on the spot).
+    up = QuickStartCluster(tmp_path, sql=True)
     try:
         out = {ln: up.run(ln, SPARK_LINE_TIMEOUT_S).stdout.decode() for ln in history}
     finally:
         up.close()
     table = next(o for ln, o in out.items() if "lakelog sql" in ln)
     counts = [int(m) for m in re.findall(r"^\s*\|?\s*\d+\s*\|?\s*(\d+)", table, re.M)]
-    assert counts and sum(counts) > 0, table
+    assert sum(counts) == 20000, table  # "lakelog.orders counts all 20,000 records at once"

@@ -6,6 +6,8 @@
         ...
         s3.pause()                              # outage: the port refuses connections, objects are kept
         s3.resume()                             # back on the same port with the same objects
+        s3.freeze()                             # hang: SIGSTOP (connections accepted, never answered)
+        s3.thaw()                               # SIGCONT: queued requests are answered
         s3.requests()                           # {"GET": 3, "HEAD": 1, ...} since the last call
                                                 # (+ "bytes GET .log": bytes the Range headers asked)
 
@@ -31,6 +33,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -54,6 +57,7 @@ class S3Server:
         self._proc: subprocess.Popen | None = None
         self._lines: queue.Queue[str] = queue.Queue()
         self.paused = False
+        self.frozen = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -142,6 +146,19 @@ class S3Server:
         self._command("resume", "listening")
         self.paused = False
 
+    def freeze(self) -> None:
+        """SIGSTOP the server: the kernel still accepts connections, nothing answers (a hung store)."""
+        if self._proc is None:
+            raise RuntimeError("the S3 server is not started")
+        os.kill(self._proc.pid, signal.SIGSTOP)
+        self.frozen = True
+
+    def thaw(self) -> None:
+        """SIGCONT the server (idempotent)."""
+        if self._proc is not None:
+            os.kill(self._proc.pid, signal.SIGCONT)
+        self.frozen = False
+
     def requests(self) -> dict[str, int]:
         """The requests the server answered since the last call (or its start), by HTTP method,
         and by method and object-key suffix (`"GET .log"`), and the bytes the ranged ones asked
@@ -154,6 +171,8 @@ class S3Server:
 
     def stop(self) -> None:
         """Stop the server: ask, then SIGTERM, then SIGKILL. Idempotent."""
+        if self.frozen:
+            self.thaw()
         proc, self._proc = self._proc, None
         if proc is None:
             return
