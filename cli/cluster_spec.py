@@ -244,7 +244,7 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
             raise LauncherConfigError(f"--sql-thrift-port {sql_thrift_port}: a port no node nor the SQL server uses")
     spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port,
                        sql_thrift_port=sql_thrift_port)
-    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.config.node import NodeConfig
 
     for i in range(1, nodes + 1):
         try:  # refuse a bad --set here, not as a node that dies at start

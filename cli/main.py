@@ -82,8 +82,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
-    from lakelog.ingest_api.config import NodeConfig
-    from lakelog.ingest_api.server import run_node
+    from lakelog.ingest_api.config.node import NodeConfig
+    from lakelog.ingest_api.http.server import run_node
 
     overrides = dict(args.set or [])
     config = NodeConfig.from_toml(args.config, overrides) if args.config else NodeConfig(overrides)

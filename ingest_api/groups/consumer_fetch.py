@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakelog.ingest_api.errors import LeaderNotAvailableError
-from lakelog.ingest_api.formats import RECORDBATCH
+from lakelog.ingest_api.records.formats import RECORDBATCH
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.logstore.errors import OffsetOutOfRangeError
 
@@ -29,7 +29,7 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
     from lakelog.ingest_api.errors import RemoteError
-    from lakelog.ingest_api.node import FORWARDED_HEADER
+    from lakelog.ingest_api.replication.peers import FORWARDED_HEADER
     path = f"/topics/{tp.topic}/partitions/{tp.partition}/records?offset={offset}&max_bytes={max_bytes}&timeout={wait_ms}"
     resp = await node.peers.request(leader, "GET", path, headers={"Accept": RECORDBATCH,
                                                                   FORWARDED_HEADER: str(node.node_id)},
@@ -51,8 +51,8 @@ async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
     from lakelog.ingest_api.errors import RemoteError
-    from lakelog.ingest_api.node import FORWARDED_HEADER
-    from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
+    from lakelog.ingest_api.replication.peers import FORWARDED_HEADER
+    from lakelog.ingest_api.security.context import CLUSTER_PRINCIPAL
     resp = await node.peers.request(leader, "GET", f"/topics/{tp.topic}/partitions/{tp.partition}/offsets",
                                     headers={FORWARDED_HEADER: str(node.node_id)}, timeout_s=10,
                                     principal=CLUSTER_PRINCIPAL)

@@ -64,7 +64,7 @@ from lakelog.ingest_api.groups.offsets_codec import (
 )
 from lakelog.ingest_api.errors import InvalidRequestError, NodeError, RemoteError
 from lakelog.ingest_api.error_table import code_of
-from lakelog.ingest_api.partition import PartitionKey, now_ms
+from lakelog.ingest_api.replication.partition import PartitionKey, now_ms
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 
 log = logging.getLogger("lakelog.groups")

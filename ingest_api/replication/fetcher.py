@@ -25,7 +25,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from lakelog.ingest_api.partition import Partition, PartitionKey, Role
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey, Role
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.truncation import AskAgain, Truncate, first_request, follower_truncation_offset
 

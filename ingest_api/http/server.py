@@ -1,0 +1,123 @@
+"""Run one ingest node: open its logs, serve HTTP with uvicorn, stop cleanly on SIGTERM / Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import signal
+import sys
+
+import uvicorn
+
+from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
+from lakelog.ingest_api.http.app import create_app
+from lakelog.ingest_api.http.body_buffering import whole_body_protocol
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.node import Node
+from lakelog.ingest_api.security import tls as tls_settings
+from lakelog.ingest_api.security.cluster_secret import resolve_cluster_secret
+from lakelog.ingest_api.http.connections import guarded_http_protocol
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """JSON lines on stderr; one message repeated past a burst is rate-limited (infra/logs.py)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter())
+    handler.addFilter(RepeatFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # One line per internal request (Raft heartbeats, replica fetches) would drown the node's own log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+def raise_open_file_limit() -> None:
+    """Lift the soft open-file limit to the hard one: every partition keeps files open."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def exit_zero_on_sigterm() -> None:
+    """Make SIGTERM end the node with status 0, after it has closed its logs.
+
+    uvicorn handles SIGTERM itself (graceful shutdown) and then re-raises it with the previous
+    handler restored. With the default action that re-raise would kill the process before
+    `run_node`'s `finally: node.stop()` writes the clean-shutdown markers; this handler turns it
+    into SystemExit, which unwinds through that `finally`. Later SIGTERMs are ignored so they
+    cannot cut the stop short.
+    """
+
+    def _handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _handler)
+
+
+class NodeServer(uvicorn.Server):
+    """uvicorn, with a controlled shutdown before it stops serving.
+
+    The first SIGTERM / Ctrl-C asks the controller to move this node's leaderships away while the
+    node still answers (it may be the Raft leader that must commit that move), then lets uvicorn
+    shut down; a second signal stops at once.
+    """
+
+    def __init__(self, config: uvicorn.Config, node: Node) -> None:
+        super().__init__(config)
+        self.node = node
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining = False
+
+    async def startup(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if self._draining or self._loop is None or not self.started:
+            super().handle_exit(sig, frame)
+            return
+        self._draining = True
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain(sig, frame)))
+
+    async def _drain(self, sig: int, frame) -> None:
+        try:
+            await asyncio.wait_for(self.node.controlled_shutdown(),
+                                   self.node.config.controlled_shutdown_timeout_ms / 1000 + 1)
+        except asyncio.TimeoutError:
+            logging.getLogger("lakelog.node").warning("controlled shutdown did not finish in %d ms; stopping anyway",
+                                                      self.node.config.controlled_shutdown_timeout_ms)
+        except Exception:
+            logging.getLogger("lakelog.node").exception("controlled shutdown failed")
+        finally:
+            super().handle_exit(sig, frame)
+
+
+def run_node(config: NodeConfig) -> int:
+    configure_logging()
+    raise_open_file_limit()
+    exit_zero_on_sigterm()
+    tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
+    # Slow headers close the connection; too many header bytes are answered 431 as they arrive.
+    guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000, config.max_header_bytes)
+    if guarded is not None:
+        # A declared body reaches the routers in one piece, not in 64 KiB steps (body_buffering.py).
+        tls["http"] = whole_body_protocol(guarded, config.max_request_bytes)
+    config = resolve_cluster_secret(config)  # refuses a missing or published secret before anything starts
+    node = Node(config)
+    node.start()
+    app = create_app(node)
+    server = NodeServer(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
+                                       access_log=False, timeout_graceful_shutdown=5,
+                                       limit_concurrency=config.max_connections, timeout_keep_alive=30,
+                                       h11_max_incomplete_event_size=config.max_header_bytes, **tls), node)
+    try:
+        server.run()
+    finally:
+        node.stop()
+    return 0
