@@ -28,7 +28,7 @@ from lakelog.infra.config import (
     broker_synonyms,
     synonym_map,
 )
-from lakelog.ingest_api.http.console_sql import CONSOLE_SQL_CONFIG
+from lakelog.ingest_api.config.console_sql import CONSOLE_SQL_CONFIG
 from lakelog.ingest_api.config.groups import GROUP_CONFIG
 from lakelog.ingest_api.config.security import SECURITY_CONFIG
 from lakelog.tiering.config import TIERING_CONFIG

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import httpx
 
-from lakelog.infra.config import ConfigDef
 from lakelog.ingest_api.errors import NotFoundError, PeerUnavailableError, RemoteError
 from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE
 
@@ -38,23 +37,6 @@ MAX_TOKEN_BYTES = 1024
 #: What the node adds to the query's own time limit before it gives up on the SQL server's answer.
 RELAY_MARGIN_S = 15.0
 MAX_ANSWER_BYTES = 32 << 20
-
-CONSOLE_SQL_CONFIG = (
-    ConfigDef()
-    .define("console.sql.url", str, "",
-            "The SQL server's HTTP endpoint (`lakelog sql-server --http-listen`, http://HOST:PORT) the web "
-            "console's SQL page runs queries through; empty: the SQL page says there is none. `lakelog up "
-            "--sql` sets it.")
-    .define("console.sql.token.file", str, "",
-            "The file holding the SQL server's token (`lakelog sql-server --token-file`), presented on every "
-            "call; read at each query, so a new token needs no restart.")
-    .define("console.sql.timeout.ms", int, 60_000,
-            "Longest a query of the console's SQL page runs; the SQL server then cancels it.",
-            min=1000, max=10 * 60 * 1000, unit="ms")
-    .define("console.sql.max.rows", int, 1000, "Most rows a query of the console's SQL page shows.",
-            min=1, max=10_000)
-)
-
 
 class SqlNotConfiguredError(NotFoundError):
     """This node has no SQL server to run the console's queries (`console.sql.url` is empty)."""

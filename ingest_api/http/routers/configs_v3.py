@@ -41,15 +41,7 @@ from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.errors import BrokerNotFoundError, ConfigNotFoundError, InvalidTopicError
 from lakelog.ingest_api.http.v3_errors import V3StaticConfigError
 from lakelog.ingest_api.replication.peers import FORWARDED_HEADER
-from lakelog.ingest_api.http.routers.admin_v3 import (
-    AlterConfigEntry,
-    _base,
-    _cluster,
-    _config_body,
-    _list,
-    _meta,
-    validate_topic_configs,
-)
+from lakelog.ingest_api.http.routers.v3_resources import AlterConfigEntry, base_url, cluster_node, list_body, resource_meta, topic_config_body, validate_topic_configs
 from lakelog.ingest_api.http.security_middleware import authorize, request_principal
 from lakelog.ingest_api.security.acl import Operation, ResourceType
 
@@ -93,12 +85,12 @@ def _value(v: Any) -> str | None:
 
 
 def _broker_config_body(request: Request, node: Any, cluster_id: str, broker_id: int, name: str) -> dict[str, Any]:
-    url = f"{_base(request)}/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}"
+    url = f"{base_url(request)}/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}"
     sensitive = _sensitive(name)
     synonyms = node.dynamic_configs.synonyms(name)
     source = synonyms[0][0]
     return {"kind": "KafkaBrokerConfig",
-            "metadata": _meta(url, f"crn:///kafka={cluster_id}/broker={broker_id}/config={name}"),
+            "metadata": resource_meta(url, f"crn:///kafka={cluster_id}/broker={broker_id}/config={name}"),
             "cluster_id": cluster_id, "broker_id": broker_id, "name": name,
             "value": None if sensitive else _value(node.config.get(name)), "is_default": source == "DEFAULT_CONFIG",
             "is_read_only": name not in DYNAMIC_BROKER_CONFIGS, "is_sensitive": sensitive, "source": source,
@@ -177,7 +169,7 @@ def _split_alter(entries: list[AlterConfigEntry]) -> tuple[dict[str, Any], list[
 
 @router.get("/clusters/{cluster_id}/brokers/-/configs", summary="List the configs of every broker")
 async def list_all_broker_configs(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     data: list[dict[str, Any]] = []
     for b in sorted(node.image.brokers):
         if node.image.brokers[b].fenced and b != node.node_id:
@@ -186,19 +178,19 @@ async def list_all_broker_configs(cluster_id: str, request: Request):
             data.extend(await _broker_configs(request, node, cluster_id, b))
         except Exception:
             continue  # a broker that cannot answer: list the others
-    return _list("KafkaBrokerConfigList", f"{_base(request)}/clusters/{cluster_id}/brokers/-/configs", data)
+    return list_body("KafkaBrokerConfigList", f"{base_url(request)}/clusters/{cluster_id}/brokers/-/configs", data)
 
 
 @router.get("/clusters/{cluster_id}/brokers/{broker_id}/configs", summary="List a broker's configs")
 async def list_broker_configs(cluster_id: str, broker_id: int, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     data = await _broker_configs(request, node, cluster_id, broker_id)
-    return _list("KafkaBrokerConfigList", f"{_base(request)}/clusters/{cluster_id}/brokers/{broker_id}/configs", data)
+    return list_body("KafkaBrokerConfigList", f"{base_url(request)}/clusters/{cluster_id}/brokers/{broker_id}/configs", data)
 
 
 @router.get("/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", summary="Get one broker config")
 async def get_broker_config(cluster_id: str, broker_id: int, name: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     for c in await _broker_configs(request, node, cluster_id, broker_id):
         if c["name"] == name:
             return JSONResponse(c)
@@ -215,7 +207,7 @@ def _check_broker_config_name(node: Any, broker_id: int, name: str) -> None:
             summary="Set one dynamic broker config of one broker (read-only configs: 400 40002)")
 async def update_broker_config(cluster_id: str, broker_id: int, name: str, body: UpdateConfigRequest,
                                request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     _check_broker_config_name(node, broker_id, name)
     await _alter(node, broker_id, {name: body.value}, [])
     return Response(status_code=204)
@@ -224,7 +216,7 @@ async def update_broker_config(cluster_id: str, broker_id: int, name: str, body:
 @router.delete("/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", status_code=204,
                summary="Reset one dynamic broker config of one broker (read-only configs: 400 40002)")
 async def reset_broker_config(cluster_id: str, broker_id: int, name: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     _check_broker_config_name(node, broker_id, name)
     await _alter(node, broker_id, {}, [name])
     return Response(status_code=204)
@@ -233,7 +225,7 @@ async def reset_broker_config(cluster_id: str, broker_id: int, name: str, reques
 @router.post("/clusters/{cluster_id}/brokers/{broker_id}/configs:alter", status_code=204,
              summary="Set or delete several dynamic broker configs of one broker (read-only configs: 400 40002)")
 async def alter_broker_configs(cluster_id: str, broker_id: int, body: AlterConfigsRequest, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     _check_broker(node, broker_id)
     set_configs, delete = _split_alter(body.data)
     await _alter(node, broker_id, set_configs, delete, body.validate_only)
@@ -244,10 +236,10 @@ async def alter_broker_configs(cluster_id: str, broker_id: int, body: AlterConfi
 
 
 def _cluster_config_body(request: Request, cluster_id: str, name: str, value: str) -> dict[str, Any]:
-    url = f"{_base(request)}/clusters/{cluster_id}/broker-configs/{name}"
+    url = f"{base_url(request)}/clusters/{cluster_id}/broker-configs/{name}"
     sensitive = _sensitive(name)
     shown = None if sensitive else value
-    return {"kind": "KafkaClusterConfig", "metadata": _meta(url, f"crn:///kafka={cluster_id}/broker-config={name}"),
+    return {"kind": "KafkaClusterConfig", "metadata": resource_meta(url, f"crn:///kafka={cluster_id}/broker-config={name}"),
             "cluster_id": cluster_id, "config_type": "BROKER", "name": name, "value": shown, "is_default": False,
             "is_read_only": False, "is_sensitive": sensitive, "source": DYNAMIC_DEFAULT_BROKER_CONFIG,
             "synonyms": [{"name": name, "value": shown, "source": DYNAMIC_DEFAULT_BROKER_CONFIG}]}
@@ -255,15 +247,15 @@ def _cluster_config_body(request: Request, cluster_id: str, name: str, value: st
 
 @router.get("/clusters/{cluster_id}/broker-configs", summary="List the cluster-wide dynamic broker configs")
 async def list_cluster_configs(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     data = [_cluster_config_body(request, cluster_id, n, v)
             for n, v in sorted(node.image.broker_configs.of(CLUSTER_DEFAULT).items())]
-    return _list("KafkaClusterConfigList", f"{_base(request)}/clusters/{cluster_id}/broker-configs", data)
+    return list_body("KafkaClusterConfigList", f"{base_url(request)}/clusters/{cluster_id}/broker-configs", data)
 
 
 @router.get("/clusters/{cluster_id}/broker-configs/{name}", summary="Get one cluster-wide dynamic broker config")
 async def get_cluster_config(cluster_id: str, name: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     value = node.image.broker_configs.of(CLUSTER_DEFAULT).get(name)
     if value is None:
         raise ConfigNotFoundError(f"Config {name} cannot be found.")
@@ -278,7 +270,7 @@ def _check_cluster_config_name(name: str) -> None:
 @router.put("/clusters/{cluster_id}/broker-configs/{name}", status_code=204,
             summary="Set one cluster-wide dynamic broker config (read-only configs: 400 40002)")
 async def update_cluster_config(cluster_id: str, name: str, body: UpdateConfigRequest, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     _check_cluster_config_name(name)
     await _alter(node, CLUSTER_DEFAULT, {name: body.value}, [])
     return Response(status_code=204)
@@ -287,7 +279,7 @@ async def update_cluster_config(cluster_id: str, name: str, body: UpdateConfigRe
 @router.delete("/clusters/{cluster_id}/broker-configs/{name}", status_code=204,
                summary="Reset one cluster-wide dynamic broker config (read-only configs: 400 40002)")
 async def delete_cluster_config(cluster_id: str, name: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     _check_cluster_config_name(name)
     await _alter(node, CLUSTER_DEFAULT, {}, [name])
     return Response(status_code=204)
@@ -296,7 +288,7 @@ async def delete_cluster_config(cluster_id: str, name: str, request: Request):
 @router.post("/clusters/{cluster_id}/broker-configs:alter", status_code=204,
              summary="Set or delete several cluster-wide dynamic broker configs (read-only configs: 400 40002)")
 async def alter_cluster_configs(cluster_id: str, body: AlterConfigsRequest, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     set_configs, delete = _split_alter(body.data)
     await _alter(node, CLUSTER_DEFAULT, set_configs, delete, body.validate_only)
     return Response(status_code=204)
@@ -307,12 +299,12 @@ async def alter_cluster_configs(cluster_id: str, body: AlterConfigsRequest, requ
 
 @router.get("/clusters/{cluster_id}/topics/-/configs", summary="List the configs of every topic")
 async def list_all_topic_configs(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     data = []
     for t in node.admin.topics():
         overrides = t.configs
-        data.extend(_config_body(request, node, t.name, k, v, overrides) for k, v in node.admin.topic_config(t.name).items())
-    return _list("KafkaTopicConfigList", f"{_base(request)}/clusters/{cluster_id}/topics/-/configs", data)
+        data.extend(topic_config_body(request, node, t.name, k, v, overrides) for k, v in node.admin.topic_config(t.name).items())
+    return list_body("KafkaTopicConfigList", f"{base_url(request)}/clusters/{cluster_id}/topics/-/configs", data)
 
 
 def _split(entries: list[AlterConfigEntry]) -> tuple[dict[str, str], list[str]]:
@@ -325,7 +317,7 @@ def _split(entries: list[AlterConfigEntry]) -> tuple[dict[str, str], list[str]]:
 @router.post("/clusters/{cluster_id}/topics/-/configs:alter", status_code=204,
              summary="Set or delete configs of several topics; 207 with the topics that failed")
 async def alter_all_topic_configs(cluster_id: str, body: AlterTopicsConfigsRequest, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     names = [e.topic_name for e in body.data]
     if len(set(names)) != len(names):
         raise InvalidTopicError("each topic may appear once")

@@ -15,7 +15,7 @@ from lakelog.ingest_api.groups.consumer import validate_name
 from lakelog.ingest_api.groups.errors import ConsumerInstanceNotFoundError
 from lakelog.ingest_api.groups.lag import STATES, GroupLagView, PartitionLag, describe
 from lakelog.ingest_api.errors import NotFoundError
-from lakelog.ingest_api.http.routers.admin_v3 import _base, _cluster, _list, _meta
+from lakelog.ingest_api.http.routers.v3_resources import base_url, cluster_node, list_body, resource_meta
 
 router = APIRouter(prefix="/v3", tags=["consumer groups v3"])
 
@@ -29,24 +29,24 @@ class LagNotFoundError(NotFoundError):
 
 
 def _group_url(request: Request, cluster_id: str, group: str) -> str:
-    return f"{_base(request)}/clusters/{cluster_id}/consumer-groups/{group}"
+    return f"{base_url(request)}/clusters/{cluster_id}/consumer-groups/{group}"
 
 
 def _group_body(request: Request, cluster_id: str, v: GroupLagView) -> dict[str, Any]:
     url = _group_url(request, cluster_id, v.group_id)
     return {"kind": "KafkaConsumerGroup",
-            "metadata": _meta(url, f"crn:///kafka={cluster_id}/consumer-group={v.group_id}"),
+            "metadata": resource_meta(url, f"crn:///kafka={cluster_id}/consumer-group={v.group_id}"),
             "cluster_id": cluster_id, "consumer_group_id": v.group_id, "is_simple": v.is_simple,
             "partition_assignor": v.protocol or "", "state": v.state, "type": "CLASSIC",
             "is_mixed_consumer_group": False,
-            "coordinator": {"related": f"{_base(request)}/clusters/{cluster_id}/brokers/{v.coordinator}"},
+            "coordinator": {"related": f"{base_url(request)}/clusters/{cluster_id}/brokers/{v.coordinator}"},
             "consumers": {"related": f"{url}/consumers"}, "lag_summary": {"related": f"{url}/lag-summary"}}
 
 
 def _consumer_body(request: Request, cluster_id: str, group: str, m: dict[str, Any]) -> dict[str, Any]:
     url = f"{_group_url(request, cluster_id, group)}/consumers/{m['member_id']}"
     return {"kind": "KafkaConsumer",
-            "metadata": _meta(url, f"crn:///kafka={cluster_id}/consumer-group={group}/consumer={m['member_id']}"),
+            "metadata": resource_meta(url, f"crn:///kafka={cluster_id}/consumer-group={group}/consumer={m['member_id']}"),
             "cluster_id": cluster_id, "consumer_group_id": group, "consumer_id": m["member_id"],
             "instance_id": None, "client_id": m["client_id"], "assignments": {"related": f"{url}/assignments"}}
 
@@ -56,18 +56,18 @@ def _assignment_body(request: Request, cluster_id: str, group: str, member_id: s
     url = (f"{_group_url(request, cluster_id, group)}/consumers/{member_id}/assignments/{topic}"
            f"/partitions/{partition}")
     return {"kind": "KafkaConsumerAssignment",
-            "metadata": _meta(url, f"crn:///kafka={cluster_id}/consumer-group={group}/consumer={member_id}"
+            "metadata": resource_meta(url, f"crn:///kafka={cluster_id}/consumer-group={group}/consumer={member_id}"
                                    f"/assignment={topic}/partition={partition}"),
             "cluster_id": cluster_id, "consumer_group_id": group, "consumer_id": member_id,
             "topic_name": topic, "partition_id": partition,
-            "partition": {"related": f"{_base(request)}/clusters/{cluster_id}/topics/{topic}/partitions/{partition}"},
+            "partition": {"related": f"{base_url(request)}/clusters/{cluster_id}/topics/{topic}/partitions/{partition}"},
             "lag": {"related": f"{_group_url(request, cluster_id, group)}/lags/{topic}/partitions/{partition}"}}
 
 
 def _lag_body(request: Request, cluster_id: str, group: str, lag: PartitionLag) -> dict[str, Any]:
     url = f"{_group_url(request, cluster_id, group)}/lags/{lag.topic}/partitions/{lag.partition}"
     return {"kind": "KafkaConsumerLag",
-            "metadata": _meta(url, f"crn:///kafka={cluster_id}/consumer-group={group}/lag={lag.topic}"
+            "metadata": resource_meta(url, f"crn:///kafka={cluster_id}/consumer-group={group}/lag={lag.topic}"
                                    f"/partition={lag.partition}"),
             "cluster_id": cluster_id, "consumer_group_id": group, "topic_name": lag.topic,
             "partition_id": lag.partition, "current_offset": lag.current_offset,
@@ -76,7 +76,7 @@ def _lag_body(request: Request, cluster_id: str, group: str, lag: PartitionLag) 
 
 
 async def _view(request: Request, cluster_id: str, group: str, *, with_lag: bool = True) -> GroupLagView:
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     validate_name(group, "group")
     return await describe(node, request.app.state.groups, group, with_lag=with_lag)
 
@@ -90,7 +90,7 @@ def _member(v: GroupLagView, consumer_id: str) -> dict[str, Any]:
 
 @router.get("/clusters/{cluster_id}/consumer-groups", summary="List consumer groups")
 async def list_consumer_groups(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     groups = request.app.state.groups
     listed = await groups.list_all_groups()
 
@@ -102,7 +102,7 @@ async def list_consumer_groups(cluster_id: str, request: Request):
 
     views = await asyncio.gather(*(one(g["group_id"]) for g in listed))
     data = [_group_body(request, cluster_id, v) for v in views if v is not None]
-    return _list("KafkaConsumerGroupList", f"{_base(request)}/clusters/{node.cluster_id}/consumer-groups", data)
+    return list_body("KafkaConsumerGroupList", f"{base_url(request)}/clusters/{node.cluster_id}/consumer-groups", data)
 
 
 @router.get("/clusters/{cluster_id}/consumer-groups/{consumer_group_id}", summary="Describe a consumer group")
@@ -114,7 +114,7 @@ async def get_consumer_group(cluster_id: str, consumer_group_id: str, request: R
 @router.get("/clusters/{cluster_id}/consumer-groups/{consumer_group_id}/consumers", summary="List a group's consumers")
 async def list_consumers(cluster_id: str, consumer_group_id: str, request: Request):
     v = await _view(request, cluster_id, consumer_group_id, with_lag=False)
-    return _list("KafkaConsumerList", f"{_group_url(request, cluster_id, consumer_group_id)}/consumers",
+    return list_body("KafkaConsumerList", f"{_group_url(request, cluster_id, consumer_group_id)}/consumers",
                  [_consumer_body(request, cluster_id, consumer_group_id, m) for m in v.members])
 
 
@@ -131,7 +131,7 @@ async def list_consumer_assignments(cluster_id: str, consumer_group_id: str, con
     v = await _view(request, cluster_id, consumer_group_id, with_lag=False)
     m = _member(v, consumer_id)
     url = f"{_group_url(request, cluster_id, consumer_group_id)}/consumers/{consumer_id}/assignments"
-    return _list("KafkaConsumerAssignmentList", url,
+    return list_body("KafkaConsumerAssignmentList", url,
                  [_assignment_body(request, cluster_id, consumer_group_id, consumer_id, tp.topic, tp.partition)
                   for tp in sorted(m["assignment"])])
 
@@ -151,7 +151,7 @@ async def get_consumer_assignment(cluster_id: str, consumer_group_id: str, consu
             summary="List the lag of each partition the group committed offsets for")
 async def list_consumer_lags(cluster_id: str, consumer_group_id: str, request: Request):
     v = await _view(request, cluster_id, consumer_group_id)
-    return _list("KafkaConsumerLagList", f"{_group_url(request, cluster_id, consumer_group_id)}/lags",
+    return list_body("KafkaConsumerLagList", f"{_group_url(request, cluster_id, consumer_group_id)}/lags",
                  [_lag_body(request, cluster_id, consumer_group_id, lag) for lag in v.lags])
 
 
@@ -174,7 +174,7 @@ async def get_lag_summary(cluster_id: str, consumer_group_id: str, request: Requ
     top = max(v.lags, key=lambda lag: lag.lag, default=None)
     body: dict[str, Any] = {
         "kind": "KafkaConsumerGroupLagSummary",
-        "metadata": _meta(f"{url}/lag-summary", f"crn:///kafka={cluster_id}/consumer-group={consumer_group_id}"
+        "metadata": resource_meta(f"{url}/lag-summary", f"crn:///kafka={cluster_id}/consumer-group={consumer_group_id}"
                                                 "/lag-summary"),
         "cluster_id": cluster_id, "consumer_group_id": consumer_group_id,
         "max_lag_consumer_id": top.consumer_id if top else "", "max_lag_instance_id": None,
@@ -182,6 +182,6 @@ async def get_lag_summary(cluster_id: str, consumer_group_id: str, request: Requ
         "max_lag_partition_id": top.partition if top else 0, "max_lag": top.lag if top else 0,
         "total_lag": sum(lag.lag for lag in v.lags),
         "max_lag_consumer": {"related": f"{url}/consumers/{top.consumer_id if top else ''}"},
-        "max_lag_partition": {"related": f"{_base(request)}/clusters/{cluster_id}/topics/"
+        "max_lag_partition": {"related": f"{base_url(request)}/clusters/{cluster_id}/topics/"
                                          f"{top.topic if top else ''}/partitions/{top.partition if top else 0}"}}
     return JSONResponse(body)

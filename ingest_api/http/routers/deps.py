@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+import json
+from typing import Any
 
-from fastapi import Response
+from fastapi import Request, Response
 
-from lakelog.ingest_api.errors import LeaderNotAvailableError
+from lakelog.ingest_api.errors import InvalidRequestError, LeaderNotAvailableError
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.replication.peers import FORWARDED_HEADER
 from lakelog.ingest_api.http.request_body import read_body_buffer
@@ -26,6 +27,18 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The request body as bytes, refused with 413 over `limit` bytes (request_body.py)."""
     body = await read_body_buffer(request, limit)
     return body if body.__class__ is bytes else bytes(body)
+
+
+async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
+    """The request body as a JSON object, refused with 400 when it is not one (413 over `limit` bytes)."""
+    raw = await read_body(request, limit)
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise InvalidRequestError("the body is not JSON") from None
+    if not isinstance(doc, dict):
+        raise InvalidRequestError("the body must be a JSON object")
+    return doc
 
 
 async def forward_to_leader(request: Request, node: Node, topic: str, partition: int,

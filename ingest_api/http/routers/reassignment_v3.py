@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 from lakelog.ingest_api.cluster.errors import BrokerInUseError
 from lakelog.ingest_api.errors import BrokerNotFoundError
 from lakelog.ingest_api.broker.reassignments import MAX_REASSIGNMENTS_PER_REQUEST, Reassignment, ReassignmentService
-from lakelog.ingest_api.http.routers.admin_v3 import _base, _cluster, _list, _meta
+from lakelog.ingest_api.http.routers.v3_resources import base_url, cluster_node, list_body, resource_meta
 
 router = APIRouter(prefix="/v3", tags=["reassignments v3"])
 
@@ -64,9 +64,9 @@ class ElectLeadersRequest(BaseModel):
 
 
 def reassignment_body(request: Request, cluster_id: str, r: Reassignment) -> dict[str, Any]:
-    url = f"{_base(request)}/clusters/{cluster_id}/topics/{r.topic}/partitions/{r.partition}"
+    url = f"{base_url(request)}/clusters/{cluster_id}/topics/{r.topic}/partitions/{r.partition}"
     return {"kind": "KafkaReassignment",
-            "metadata": _meta(f"{url}/reassignment",
+            "metadata": resource_meta(f"{url}/reassignment",
                               f"crn:///kafka={cluster_id}/topic={r.topic}/partition={r.partition}/reassignment"),
             "cluster_id": cluster_id, "topic_name": r.topic, "partition_id": r.partition,
             "adding_replicas": list(r.adding), "removing_replicas": list(r.removing),
@@ -74,7 +74,7 @@ def reassignment_body(request: Request, cluster_id: str, r: Reassignment) -> dic
 
 
 def _service(request: Request, cluster_id: str) -> tuple[Any, ReassignmentService]:
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     return node, ReassignmentService(node.admin)
 
 
@@ -91,7 +91,7 @@ def _current(request: Request, cluster_id: str, svc: ReassignmentService, topic:
             summary="List every partition reassignment in progress")
 async def list_all_reassignments(cluster_id: str, request: Request):
     node, svc = _service(request, cluster_id)
-    return _list("KafkaReassignmentList", f"{_base(request)}/clusters/{cluster_id}/topics/-/partitions/-/reassignment",
+    return list_body("KafkaReassignmentList", f"{base_url(request)}/clusters/{cluster_id}/topics/-/partitions/-/reassignment",
                  [reassignment_body(request, cluster_id, r) for r in svc.list()])
 
 
@@ -113,22 +113,22 @@ async def elect_preferred_leaders(cluster_id: str, body: ElectLeadersRequest, re
     data = []
     for e in body.data:
         st = node.admin.partition_state(e.topic_name, e.partition_id)
-        url = f"{_base(request)}/clusters/{cluster_id}/topics/{e.topic_name}/partitions/{e.partition_id}"
-        data.append({"kind": "KafkaPartition", "metadata": _meta(url, f"crn:///kafka={cluster_id}/topic={e.topic_name}"
+        url = f"{base_url(request)}/clusters/{cluster_id}/topics/{e.topic_name}/partitions/{e.partition_id}"
+        data.append({"kind": "KafkaPartition", "metadata": resource_meta(url, f"crn:///kafka={cluster_id}/topic={e.topic_name}"
                                                                       f"/partition={e.partition_id}"),
                      "cluster_id": cluster_id, "topic_name": e.topic_name, "partition_id": e.partition_id,
                      "leader": None if st.leader < 0 else {
-                         "related": f"{_base(request)}/clusters/{cluster_id}/brokers/{st.leader}"},
+                         "related": f"{base_url(request)}/clusters/{cluster_id}/brokers/{st.leader}"},
                      "preferred_leader_elected": bool(st.replicas) and st.leader == st.replicas[0]})
-    return _list("KafkaPartitionList", str(request.url), data)
+    return list_body("KafkaPartitionList", str(request.url), data)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic_name}/partitions/-/reassignment",
             summary="List the reassignments in progress of a topic's partitions")
 async def search_reassignments_by_topic(cluster_id: str, topic_name: str, request: Request):
     node, svc = _service(request, cluster_id)
-    url = f"{_base(request)}/clusters/{cluster_id}/topics/{topic_name}/partitions/-/reassignment"
-    return _list("KafkaReassignmentList", url, [reassignment_body(request, cluster_id, r) for r in svc.list(topic_name)])
+    url = f"{base_url(request)}/clusters/{cluster_id}/topics/{topic_name}/partitions/-/reassignment"
+    return list_body("KafkaReassignmentList", url, [reassignment_body(request, cluster_id, r) for r in svc.list(topic_name)])
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment",
@@ -159,7 +159,7 @@ async def cancel_reassignment(cluster_id: str, topic_name: str, partition_id: in
 @router.delete("/clusters/{cluster_id}/brokers/{broker_id}",
                summary="Unregister a stopped broker that holds no replicas (decommission)")
 async def unregister_broker(cluster_id: str, broker_id: int, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     node.admin.check_ready()
     reg = node.image.brokers.get(broker_id)
     if reg is None:

@@ -22,15 +22,14 @@ this node has applied it. Each change writes an audit line. Authorization is the
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from lakelog.ingest_api.errors import InvalidRequestError
-from lakelog.ingest_api.http.routers.admin_v3 import _cluster
-from lakelog.ingest_api.http.routers.deps import read_body
+from lakelog.ingest_api.http.routers.deps import read_json_object
+from lakelog.ingest_api.http.routers.v3_resources import ACL_SCHEMA, MAX_SECURITY_BODY_BYTES, cluster_node
+from lakelog.ingest_api.http.security_middleware import request_principal
 from lakelog.ingest_api.security.acl import AclBinding, AclFilter, check_principal
 from lakelog.ingest_api.security.credentials import make_credential, new_api_key
 from lakelog.ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
@@ -38,11 +37,7 @@ from lakelog.ingest_api.security.audit import AuditLog
 from lakelog.ingest_api.security.records import check_user_name
 
 router = APIRouter(prefix="/v3", tags=["security"])
-MAX_BODY_BYTES = 1 << 20
 
-_ACL_SCHEMA = {"type": "object", "required": ["resource_type", "resource_name", "principal", "operation", "permission"],
-               "properties": {k: {"type": "string"} for k in ("resource_type", "resource_name", "pattern_type",
-                                                               "principal", "host", "operation", "permission")}}
 _ACL_QUERY = [{"name": k, "in": "query", "required": False, "schema": {"type": "string"}}
               for k in ("resource_type", "resource_name", "pattern_type", "principal", "host", "operation",
                         "permission")]
@@ -50,21 +45,6 @@ _ACL_QUERY = [{"name": k, "in": "query", "required": False, "schema": {"type": "
 
 def _body(schema: dict) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-async def _json(request: Request) -> dict[str, Any]:
-    raw = await read_body(request, MAX_BODY_BYTES)
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise InvalidRequestError("the body is not JSON") from None
-    if not isinstance(doc, dict):
-        raise InvalidRequestError("the body must be a JSON object")
-    return doc
-
-
-def _who(request: Request) -> str:
-    return getattr(request.state, "principal", "User:ANONYMOUS")
 
 
 def _acl_body(request: Request, cluster_id: str, b: AclBinding) -> dict[str, Any]:
@@ -81,35 +61,35 @@ def _filter(request: Request) -> AclFilter:
 
 @router.get("/clusters/{cluster_id}/acls", summary="List ACLs matching a filter", openapi_extra={"parameters": _ACL_QUERY})
 async def list_acls(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     flt = _filter(request)
     data = [_acl_body(request, cluster_id, b) for b in node.image.security.sorted_acls() if flt.matches(b)]
     return JSONResponse({"kind": "KafkaAclList", "metadata": {"self": str(request.url), "next": None}, "data": data})
 
 
-@router.post("/clusters/{cluster_id}/acls", status_code=201, summary="Create an ACL", openapi_extra=_body(_ACL_SCHEMA))
+@router.post("/clusters/{cluster_id}/acls", status_code=201, summary="Create an ACL", openapi_extra=_body(ACL_SCHEMA))
 async def create_acl(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
-    doc = await _json(request)
+    node = cluster_node(request, cluster_id)
+    doc = await read_json_object(request, MAX_SECURITY_BODY_BYTES)
     try:
         binding = AclBinding.from_dict(doc)
     except ValueError as e:
         raise InvalidSecurityRequestError(str(e)) from None
     await node.admin.submit("create_acls", {"acls": [binding.to_dict()]})
-    AuditLog.change("acl_created", by=_who(request), acl=binding.to_dict())
+    AuditLog.change("acl_created", by=request_principal(request), acl=binding.to_dict())
     return Response(status_code=201)
 
 
 @router.delete("/clusters/{cluster_id}/acls", summary="Delete the ACLs matching a filter",
                openapi_extra={"parameters": _ACL_QUERY})
 async def delete_acls(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     flt = _filter(request)
     res = await node.admin.submit("delete_acls", {"filter": {k: (v.value if hasattr(v, "value") else v)
                                                        for k, v in flt.__dict__.items() if v is not None}})
     deleted = res.get("deleted", [])
     for d in deleted:
-        AuditLog.change("acl_deleted", by=_who(request), acl=d)
+        AuditLog.change("acl_deleted", by=request_principal(request), acl=d)
     return JSONResponse({"kind": "KafkaAclList", "metadata": {"self": str(request.url), "next": None},
                          "data": [{"kind": "KafkaAcl",
                                    "metadata": {"self": f"{request.base_url}v3/clusters/{cluster_id}/acls"},
@@ -118,7 +98,7 @@ async def delete_acls(cluster_id: str, request: Request):
 
 @router.get("/clusters/{cluster_id}/users", summary="List users (names and mechanisms only)")
 async def list_users(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     users = node.image.security.users
     return JSONResponse({"data": [{"name": n, "mechanism": users[n].mechanism, "iterations": users[n].iterations}
                                   for n in sorted(users)]})
@@ -128,8 +108,8 @@ async def list_users(cluster_id: str, request: Request):
              openapi_extra=_body({"type": "object", "required": ["name", "password"], "properties": {
                  "name": {"type": "string"}, "password": {"type": "string"}}}))
 async def upsert_user(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
-    doc = await _json(request)
+    node = cluster_node(request, cluster_id)
+    doc = await read_json_object(request, MAX_SECURITY_BODY_BYTES)
     name, password = doc.get("name"), doc.get("password")
     try:
         check_user_name(name)
@@ -139,13 +119,13 @@ async def upsert_user(cluster_id: str, request: Request):
     except ValueError as e:
         raise InvalidSecurityRequestError(str(e)) from None
     await node.admin.submit("upsert_user", {"name": name, "credential": cred.to_dict()})
-    AuditLog.change("user_upserted", by=_who(request), user=name)
+    AuditLog.change("user_upserted", by=request_principal(request), user=name)
     return JSONResponse({"name": name, "mechanism": cred.mechanism}, status_code=201)
 
 
 @router.delete("/clusters/{cluster_id}/users/{user}", status_code=204, summary="Delete a user")
 async def delete_user(cluster_id: str, user: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     try:
         check_user_name(user)
     except ValueError as e:
@@ -153,13 +133,13 @@ async def delete_user(cluster_id: str, user: str, request: Request):
     if user not in node.image.security.users:
         raise SecurityNotFoundError(f"User {user} not found.")
     await node.admin.submit("delete_user", {"name": user})
-    AuditLog.change("user_deleted", by=_who(request), user=user)
+    AuditLog.change("user_deleted", by=request_principal(request), user=user)
     return Response(status_code=204)
 
 
 @router.get("/clusters/{cluster_id}/api-keys", summary="List API keys (ids and principals)")
 async def list_api_keys(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     keys = node.image.security.api_keys
     return JSONResponse({"data": [{"key_id": k, "principal": keys[k].principal} for k in sorted(keys)]})
 
@@ -168,25 +148,25 @@ async def list_api_keys(cluster_id: str, request: Request):
              openapi_extra=_body({"type": "object", "required": ["principal"], "properties": {
                  "principal": {"type": "string"}}}))
 async def create_api_key(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
-    doc = await _json(request)
+    node = cluster_node(request, cluster_id)
+    doc = await read_json_object(request, MAX_SECURITY_BODY_BYTES)
     try:
         principal = check_principal(doc.get("principal"))
     except ValueError as e:
         raise InvalidSecurityRequestError(str(e)) from None
     key_id, api_key, digest = new_api_key()
     await node.admin.submit("create_api_key", {"key_id": key_id, "principal": principal, "secret_sha256": digest.hex()})
-    AuditLog.change("api_key_created", by=_who(request), key_id=key_id, principal=principal)
+    AuditLog.change("api_key_created", by=request_principal(request), key_id=key_id, principal=principal)
     return JSONResponse({"key_id": key_id, "principal": principal, "api_key": api_key}, status_code=201)
 
 
 @router.delete("/clusters/{cluster_id}/api-keys/{key_id}", status_code=204, summary="Delete an API key")
 async def delete_api_key(cluster_id: str, key_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     if key_id not in node.image.security.api_keys:
         raise SecurityNotFoundError(f"API key {key_id} not found.")
     await node.admin.submit("delete_api_key", {"key_id": key_id})
-    AuditLog.change("api_key_deleted", by=_who(request), key_id=key_id)
+    AuditLog.change("api_key_deleted", by=request_principal(request), key_id=key_id)
     return Response(status_code=204)
 
 
@@ -197,7 +177,7 @@ _QUOTA_SCHEMA = {"type": "object", "properties": {
 
 @router.get("/clusters/{cluster_id}/quotas", summary="Quota overrides per principal (from the cluster metadata)")
 async def list_quotas(cluster_id: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     quotas = node.image.security.quotas
     return JSONResponse({"data": [{"principal": p, "quotas": dict(quotas[p])} for p in sorted(quotas)]})
 
@@ -205,17 +185,17 @@ async def list_quotas(cluster_id: str, request: Request):
 @router.put("/clusters/{cluster_id}/quotas/{principal}", summary="Set a principal's quota overrides (0 = unlimited)",
             openapi_extra=_body(_QUOTA_SCHEMA))
 async def set_quotas(cluster_id: str, principal: str, request: Request):
-    node = _cluster(request, cluster_id)
-    doc = await _json(request)
+    node = cluster_node(request, cluster_id)
+    doc = await read_json_object(request, MAX_SECURITY_BODY_BYTES)
     await node.admin.submit("alter_quota", {"principal": principal, "quotas": doc})
-    AuditLog.change("quota_set", by=_who(request), principal=principal, quotas=doc)
+    AuditLog.change("quota_set", by=request_principal(request), principal=principal, quotas=doc)
     return JSONResponse({"principal": principal, "quotas": dict(node.image.security.quotas.get(principal, {}))})
 
 
 @router.delete("/clusters/{cluster_id}/quotas/{principal}", status_code=204,
                summary="Remove a principal's quota overrides (back to the node config's)")
 async def delete_quotas(cluster_id: str, principal: str, request: Request):
-    node = _cluster(request, cluster_id)
+    node = cluster_node(request, cluster_id)
     await node.admin.submit("alter_quota", {"principal": principal, "quotas": None})
-    AuditLog.change("quota_removed", by=_who(request), principal=principal)
+    AuditLog.change("quota_removed", by=request_principal(request), principal=principal)
     return Response(status_code=204)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from lakelog.ingest_api.cluster.throttles import CLUSTER_DEFAULT, RATE_KEYS, check_rate
 from lakelog.ingest_api.errors import BrokerNotFoundError, ConfigNotFoundError, InvalidRequestError
-from lakelog.ingest_api.http.routers.admin_v3 import _base, _cluster, _meta
+from lakelog.ingest_api.http.routers.v3_resources import base_url, cluster_node, resource_meta
 
 router = APIRouter(prefix="/v3", tags=["configs v3"])
 
@@ -35,14 +35,14 @@ class RateRequest(BaseModel):
 
 def _body(request: Request, cluster_id: str, broker_id: int, key: str, value: int) -> dict[str, Any]:
     if broker_id == CLUSTER_DEFAULT:
-        url = f"{_base(request)}/clusters/{cluster_id}/broker-configs/{key}"
+        url = f"{base_url(request)}/clusters/{cluster_id}/broker-configs/{key}"
         kind, source, crn = "KafkaClusterConfig", "DYNAMIC_DEFAULT_BROKER_CONFIG", f"crn:///kafka={cluster_id}/broker-config={key}"
         extra: dict[str, Any] = {"config_type": "BROKER"}
     else:
-        url = f"{_base(request)}/clusters/{cluster_id}/brokers/{broker_id}/configs/{key}"
+        url = f"{base_url(request)}/clusters/{cluster_id}/brokers/{broker_id}/configs/{key}"
         kind, source, crn = "KafkaBrokerConfig", "DYNAMIC_BROKER_CONFIG", f"crn:///kafka={cluster_id}/broker={broker_id}/config={key}"
         extra = {"broker_id": broker_id}
-    return {"kind": kind, "metadata": _meta(url, crn), "cluster_id": cluster_id, **extra, "name": key,
+    return {"kind": kind, "metadata": resource_meta(url, crn), "cluster_id": cluster_id, **extra, "name": key,
             "value": str(value), "is_default": False, "is_read_only": False, "is_sensitive": False,
             "source": source, "synonyms": [{"name": key, "value": str(value), "source": source}]}
 
@@ -75,12 +75,12 @@ def _add_routes(key: str) -> None:
     @router.get(f"/clusters/{{cluster_id}}/broker-configs/{key}", summary=f"Get the cluster-wide {key}",
                 name=f"get_cluster_{key}")
     async def get_default(cluster_id: str, request: Request):
-        return _get(request, _cluster(request, cluster_id), cluster_id, CLUSTER_DEFAULT, key)
+        return _get(request, cluster_node(request, cluster_id), cluster_id, CLUSTER_DEFAULT, key)
 
     @router.put(f"/clusters/{{cluster_id}}/broker-configs/{key}", status_code=204,
                 summary=f"Set the cluster-wide {key} (bytes/s)", name=f"set_cluster_{key}")
     async def set_default(cluster_id: str, body: RateRequest, request: Request):
-        node = _cluster(request, cluster_id)
+        node = cluster_node(request, cluster_id)
         _check(node, CLUSTER_DEFAULT)
         await _set(node, CLUSTER_DEFAULT, key, body.value)
         return Response(status_code=204)
@@ -88,7 +88,7 @@ def _add_routes(key: str) -> None:
     @router.delete(f"/clusters/{{cluster_id}}/broker-configs/{key}", status_code=204,
                    summary=f"Remove the cluster-wide {key}", name=f"delete_cluster_{key}")
     async def delete_default(cluster_id: str, request: Request):
-        node = _cluster(request, cluster_id)
+        node = cluster_node(request, cluster_id)
         _check(node, CLUSTER_DEFAULT)
         await _set(node, CLUSTER_DEFAULT, key, None)
         return Response(status_code=204)
@@ -96,12 +96,12 @@ def _add_routes(key: str) -> None:
     @router.get(f"/clusters/{{cluster_id}}/brokers/{{broker_id}}/configs/{key}", summary=f"Get a broker's {key}",
                 name=f"get_broker_{key}")
     async def get_broker(cluster_id: str, broker_id: int, request: Request):
-        return _get(request, _cluster(request, cluster_id), cluster_id, broker_id, key)
+        return _get(request, cluster_node(request, cluster_id), cluster_id, broker_id, key)
 
     @router.put(f"/clusters/{{cluster_id}}/brokers/{{broker_id}}/configs/{key}", status_code=204,
                 summary=f"Set a broker's {key} (bytes/s)", name=f"set_broker_{key}")
     async def set_broker(cluster_id: str, broker_id: int, body: RateRequest, request: Request):
-        node = _cluster(request, cluster_id)
+        node = cluster_node(request, cluster_id)
         _check(node, broker_id)
         await _set(node, broker_id, key, body.value)
         return Response(status_code=204)
@@ -109,7 +109,7 @@ def _add_routes(key: str) -> None:
     @router.delete(f"/clusters/{{cluster_id}}/brokers/{{broker_id}}/configs/{key}", status_code=204,
                    summary=f"Remove a broker's {key}", name=f"delete_broker_{key}")
     async def delete_broker(cluster_id: str, broker_id: int, request: Request):
-        node = _cluster(request, cluster_id)
+        node = cluster_node(request, cluster_id)
         _check(node, broker_id)
         await _set(node, broker_id, key, None)
         return Response(status_code=204)
