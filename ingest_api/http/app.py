@@ -126,10 +126,6 @@ def create_app(node: Node) -> FastAPI:
                   description="Produce, fetch and administer topics over HTTP (Confluent REST Proxy conventions).")
     app.state.node = node
     app.state.metrics = NodeMetrics(node)
-    app.state.groups = node.groups
-    app.state.consumers = node.consumers
-    app.state.consumer_instances = node.consumer_instances
-    app.state.security = node.security
     _add_error_handlers(app)
     _add_middlewares(app, node)
     _include_routers(app)

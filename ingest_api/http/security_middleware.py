@@ -50,7 +50,7 @@ CHALLENGE = 'Basic realm="lakelog", charset="UTF-8", Bearer realm="lakelog"'
 
 def authorize(request: Any, operation: Operation, rtype: ResourceType, name: str) -> None:
     """For routers: refuse (403) unless the request's principal may `operation` the resource."""
-    ctx: SecurityContext | None = getattr(request.app.state, "security", None)
+    ctx: SecurityContext | None = getattr(request.app.state.node, "security", None)
     if ctx is None or not ctx.authorizer_enabled:
         return
     principal = getattr(request.state, "principal", ANONYMOUS)
@@ -58,7 +58,7 @@ def authorize(request: Any, operation: Operation, rtype: ResourceType, name: str
 
 
 def allowed(request: Any, operation: Operation, rtype: ResourceType, name: str) -> bool:
-    ctx: SecurityContext | None = getattr(request.app.state, "security", None)
+    ctx: SecurityContext | None = getattr(request.app.state.node, "security", None)
     if ctx is None or not ctx.authorizer_enabled:
         return True
     return ctx.authorizer().authorize(getattr(request.state, "principal", ANONYMOUS), operation, rtype, name)

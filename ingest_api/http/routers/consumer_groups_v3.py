@@ -78,7 +78,7 @@ def _lag_body(request: Request, cluster_id: str, group: str, lag: PartitionLag) 
 async def _view(request: Request, cluster_id: str, group: str, *, with_lag: bool = True) -> GroupLagView:
     node = cluster_node(request, cluster_id)
     validate_name(group, "group")
-    return await describe(node, request.app.state.groups, group, with_lag=with_lag)
+    return await describe(node, request.app.state.node.groups, group, with_lag=with_lag)
 
 
 def _member(v: GroupLagView, consumer_id: str) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def _member(v: GroupLagView, consumer_id: str) -> dict[str, Any]:
 @router.get("/clusters/{cluster_id}/consumer-groups", summary="List consumer groups")
 async def list_consumer_groups(cluster_id: str, request: Request):
     node = cluster_node(request, cluster_id)
-    groups = request.app.state.groups
+    groups = request.app.state.node.groups
     listed = await groups.list_all_groups()
 
     async def one(group_id: str) -> GroupLagView | None:

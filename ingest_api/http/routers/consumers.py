@@ -1,8 +1,8 @@
 """Consumer groups over HTTP: the Confluent REST Proxy v2 consumer API (`/consumers/...`), a stateless
 group API (`/groups/...`), and the node-to-node group calls (`/internal/groups/...`).
 
-Thin: the logic is in ingest_api/groups/ (`ConsumerManager` on `app.state.consumers`, `GroupService`
-on `app.state.groups`, and `ConsumerInstanceService` on `app.state.consumer_instances`: where an
+Thin: the logic is in ingest_api/groups/ (`ConsumerManager` as `node.consumers`, `GroupService`
+as `node.groups`, and `ConsumerInstanceService` as `node.consumer_instances`: where an
 instance is held, who may use it and which topic ACLs each operation needs, and a group's lag).
 A forwarded request (`X-Lakelog-Forwarded`) must carry a valid cluster signature here.
 """
@@ -49,7 +49,7 @@ def _body(schema: dict, required: bool = True) -> dict:
 
 def _state(request: Request) -> tuple[Any, GroupService, ConsumerManager]:
     node = get_node(request)
-    return node, request.app.state.groups, request.app.state.consumers
+    return node, request.app.state.node.groups, request.app.state.node.consumers
 
 
 async def _json_body(request: Request, body: bytes | None = None) -> dict[str, Any]:
@@ -110,12 +110,12 @@ def _no_content() -> Response:
 
 
 def _service(request: Request) -> ConsumerInstanceService:
-    return request.app.state.consumer_instances
+    return request.app.state.node.consumer_instances
 
 
 def _caller(request: Request) -> Caller:
     principal = request_principal(request)
-    ctx = getattr(request.app.state, "security", None)
+    ctx = getattr(request.app.state.node, "security", None)
     return Caller(principal, ctx is not None and principal in ctx.super_users,
                   lambda op, topic: authorize(request, op, ResourceType.TOPIC, topic))
 
@@ -379,7 +379,7 @@ async def commit_group_offsets(group: str, request: Request):
 
 @internal_router.post("/groups/{op}", summary="Run a group operation on this node, the group's coordinator")
 async def group_op(op: str, request: Request, verified: VerifiedRequest = Depends(verified_request)):
-    groups: GroupService = request.app.state.groups
+    groups: GroupService = request.app.state.node.groups
     request.app.state.node.check_ready()
     try:
         args = json.loads(verified.body or b"{}")
@@ -393,7 +393,7 @@ async def group_op(op: str, request: Request, verified: VerifiedRequest = Depend
 @internal_router.get("/consumers/{group}/{instance}", summary="Whether this node holds a consumer instance")
 async def holds_instance(group: str, instance: str, request: Request,
                          verified: VerifiedRequest = Depends(verified_request)):
-    consumers: ConsumerManager = request.app.state.consumers
+    consumers: ConsumerManager = request.app.state.node.consumers
     if (group, instance) not in consumers.instances:
         raise ConsumerInstanceNotFoundError("Consumer instance not found.")
     return JSONResponse({"group": group, "instance": instance})

@@ -115,7 +115,7 @@ async def upsert_user(cluster_id: str, request: Request):
         check_user_name(name)
         if not isinstance(password, str):
             raise ValueError("password must be a string")
-        cred = make_credential(password, request.app.state.security.scram_iterations)
+        cred = make_credential(password, request.app.state.node.security.scram_iterations)
     except ValueError as e:
         raise InvalidSecurityRequestError(str(e)) from None
     await node.admin.submit("upsert_user", {"name": name, "credential": cred.to_dict()})

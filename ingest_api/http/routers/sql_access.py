@@ -29,7 +29,7 @@ router = APIRouter(tags=["sql"])
 
 @router.get("/sql/access", summary="The caller's principal and the topics it may READ (for the SQL server)")
 async def sql_access(request: Request, node=Depends(get_node)):
-    ctx = getattr(request.app.state, "security", None)
+    ctx = getattr(request.app.state.node, "security", None)
     principal = request_principal(request)
     topics = sorted(t for t in node.image.topics if not t.startswith("__"))
     readable = [t for t in topics if allowed(request, Operation.READ, ResourceType.TOPIC, t)]
