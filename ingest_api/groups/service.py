@@ -473,7 +473,7 @@ class GroupService:
 
     async def call_with_retry(self, group_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """`call`, retried while the coordinator moves or loads, up to request.timeout.ms."""
-        from lakelog.ingest_api.replication.peers import PeerUnavailableError
+        from lakelog.ingest_api.errors import PeerUnavailableError
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         delay = 0.05
         while True:

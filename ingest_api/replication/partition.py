@@ -33,7 +33,7 @@ from lakelog.ingest_api.errors import (
     ProduceTimeoutError,
 )
 from lakelog.ingest_api.replication import core as rc
-from lakelog.ingest_api.replication.core import UNKNOWN_LEO, ProduceOutcome, ProposeIsr, RemoteReplica, Role
+from lakelog.ingest_api.replication.events import ProduceOutcome, ProposeIsr, RemoteReplica, Role, UNKNOWN_LEO
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.log_append import AppendInfo
 from lakelog.logstore.log_read import FetchResult

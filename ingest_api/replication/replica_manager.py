@@ -38,7 +38,8 @@ from lakelog.ingest_api.cluster.throttles import (
 )
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
-from lakelog.ingest_api.replication.partition import Partition, PartitionKey, ProposeIsr, Role
+from lakelog.ingest_api.replication.events import ProposeIsr, Role
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.logstore.fileutil import atomic_write

@@ -84,7 +84,8 @@ from typing import Callable
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import InvariantViolation
 from lakelog.ingest_api.replication import core as rc
-from lakelog.ingest_api.replication.core import ReplicaCore, ReplicationRules
+from lakelog.ingest_api.replication.core import ReplicaCore
+from lakelog.ingest_api.replication.events import ReplicationRules
 from lakelog.ingest_api.replication.truncation import (
     AskAgain,
     Truncate,

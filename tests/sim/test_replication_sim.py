@@ -22,8 +22,6 @@ from hypothesis import strategies as st
 
 from lakelog.infra.errors import InvariantViolation
 from lakelog.ingest_api.replication.truncation import (
-    UNDEFINED_EPOCH,
-    UNDEFINED_OFFSET,
     AskAgain,
     Truncate,
     first_request,
@@ -31,6 +29,7 @@ from lakelog.ingest_api.replication.truncation import (
     leader_epoch_end_offset,
     resolve_truncation,
 )
+from lakelog.logstore.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from lakelog.logstore.leader_epoch import LeaderEpochCache
 from tests.sim.replication_sim import (
     SCENARIOS,

@@ -27,7 +27,7 @@ from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import protobuf_values
 from lakelog.ingest_api.schemas import state as S
 from lakelog.ingest_api.schemas import state_writes as W
-from lakelog.ingest_api.schemas.languages import AVRO, PROTOBUF, SCHEMA_TYPES
+from lakelog.ingest_api.schemas.parsed import AVRO, PROTOBUF, SCHEMA_TYPES
 from lakelog.ingest_api.schemas.service import SchemaRegistry
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 from lakelog.ingest_api.http.security_middleware import allowed, authorize
