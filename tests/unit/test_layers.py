@@ -194,6 +194,16 @@ def test_no_cycle_between_parts_of_ingest_api():
     assert _cycles({p: edges.get(p, set()) - UNORDERED for p in INNER_LAYER_OF}) == []
 
 
+def test_ingest_api_package_inits_hold_only_a_docstring():
+    """No re-exports: every import names the module that defines the name."""
+    loaded = []
+    for init in (ROOT / "ingest_api").rglob("__init__.py"):
+        body = ast.parse(init.read_text()).body
+        if any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body):
+            loaded.append(str(init.relative_to(ROOT)))
+    assert loaded == []
+
+
 def test_a_function_level_import_counts():
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\n"
                      "def f():\n    import b\n    from c import d\n")
