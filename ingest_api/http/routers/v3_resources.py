@@ -15,12 +15,15 @@ from lakelog.ingest_api.http.routers.deps import get_node
 
 #: Largest body of a users, API keys or ACLs request.
 MAX_SECURITY_BODY_BYTES = 1 << 20
+#: The OpenAPI schema of an ACL binding's body.
 ACL_SCHEMA = {"type": "object", "required": ["resource_type", "resource_name", "principal", "operation", "permission"],
               "properties": {k: {"type": "string"} for k in ("resource_type", "resource_name", "pattern_type",
                                                               "principal", "host", "operation", "permission")}}
 
 
 class AlterConfigEntry(BaseModel):
+    """One entry of a `configs:alter` request (SET by default, or DELETE)."""
+
     name: str = Field(min_length=1, max_length=255)
     value: str | None = Field(default=None, max_length=4096)
     operation: str | None = Field(default=None, pattern="^(SET|DELETE|set|delete)$")
@@ -38,10 +41,12 @@ def validate_topic_configs(node: Any, topic: str, set_configs: dict[str, str], d
 
 
 def base_url(request: Request) -> str:
+    """The v3 API's root URL as the client addressed this node."""
     return str(request.base_url).rstrip("/") + "/v3"
 
 
 def cluster_node(request: Request, cluster_id: str):
+    """The ready node, when `cluster_id` is its cluster; ClusterNotFoundError otherwise."""
     node = get_node(request)
     if cluster_id != node.cluster_id:
         raise ClusterNotFoundError(f"Cluster {cluster_id} not found.")
@@ -49,14 +54,17 @@ def cluster_node(request: Request, cluster_id: str):
 
 
 def resource_meta(self_url: str, resource: str) -> dict[str, Any]:
+    """A v3 resource's `metadata`: its URL and resource name (CRN)."""
     return {"self": self_url, "resource_name": resource}
 
 
 def list_body(kind: str, self_url: str, data: list) -> JSONResponse:
+    """A v3 list answer (one page: `next` is null)."""
     return JSONResponse({"kind": kind, "metadata": {"self": self_url, "next": None}, "data": data})
 
 
 def topic_config_body(request: Request, node, topic: str, name: str, value: Any, overrides: dict) -> dict[str, Any]:
+    """A `KafkaTopicConfig`: the value in force and whether the topic overrides it."""
     url = f"{base_url(request)}/clusters/{node.cluster_id}/topics/{topic}/configs/{name}"
     is_default = name not in overrides
     return {"kind": "KafkaTopicConfig",
