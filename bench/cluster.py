@@ -93,8 +93,8 @@ from bench.harness import (  # noqa: E402
     rewrite_section,
     text_table,
 )
-from lakelog.ingest_api.config import NodeConfig  # noqa: E402
-from lakelog.ingest_api.formats import RECORDBATCH  # noqa: E402
+from lakelog.ingest_api.config.node import NodeConfig  # noqa: E402
+from lakelog.ingest_api.records.formats import RECORDBATCH  # noqa: E402
 from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
 from tests.support.nodes import FAST_CLUSTER  # noqa: E402
 
@@ -1331,7 +1331,7 @@ def serve_main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGUSR1, start)
     signal.signal(signal.SIGUSR2, stop)
-    from lakelog.ingest_api.config import NodeConfig as _NodeConfig
+    from lakelog.ingest_api.config.node import NodeConfig as _NodeConfig
     from lakelog.ingest_api.server import run_node
 
     return run_node(_NodeConfig(dict(kv.split("=", 1) for kv in args.settings)))
@@ -1342,7 +1342,7 @@ _LAYERS = (
     ("ingest_api/cluster/auth", "ingest_api internal auth (HMAC signing / verifying)"),
     ("ingest_api/cluster/", "ingest_api cluster (controller, image, quorum)"),
     ("ingest_api/raft/", "ingest_api raft"),
-    ("ingest_api/routers/", "ingest_api routers"),
+    ("ingest_api/http/routers/", "ingest_api routers"),
     ("ingest_api/", "ingest_api node, partition, app"),
     ("logstore/", "logstore + index (validation, append, read)"),
     ("index/", "logstore + index (validation, append, read)"),
@@ -1402,17 +1402,17 @@ _PARTS = (
     ("ingest_api/node.py", "produce_batches", "`Node.produce_batches` (leader: validate + append; the acks=all wait is async)"),
     ("ingest_api/node.py", "replica_fetch", "… `Node.replica_fetch` (leader: serve a follower's fetch, synchronous parts)"),
     ("ingest_api/replication/wire.py", "encode_fetch_response", "… `wire.encode_fetch_response`"),
-    ("ingest_api/routers/replication.py", "replica_fetch", "`/internal/replication/fetch` route (leader, incl. joining the response)"),
-    ("ingest_api/cluster/auth.py", "verify", "`auth.verify` (HMAC of internal requests received)"),
-    ("ingest_api/cluster/auth.py", "sign", "`auth.sign` (HMAC of internal requests sent)"),
+    ("ingest_api/http/routers/replication.py", "replica_fetch", "`/internal/replication/fetch` route (leader, incl. joining the response)"),
+    ("ingest_api/security/cluster_auth.py", "verify", "`auth.verify` (HMAC of internal requests received)"),
+    ("ingest_api/security/cluster_auth.py", "sign", "`auth.sign` (HMAC of internal requests sent)"),
     ("ingest_api/replication/fetcher.py", "_fetch", "`ReplicaFetcher._fetch` (follower: request + decode + append)"),
     ("ingest_api/replication/peers.py", "request", "… `PeerClient.request` (follower: the signed httpx call)"),
     ("ingest_api/replication/wire.py", "decode_fetch_response", "… `wire.decode_fetch_response`"),
-    ("ingest_api/partition.py", "append_as_follower", "… `Partition.append_as_follower` (validate + append)"),
-    ("ingest_api/partition.py", "maybe_advance_high_watermark", "`Partition.maybe_advance_high_watermark`"),
+    ("ingest_api/replication/partition.py", "append_as_follower", "… `Partition.append_as_follower` (validate + append)"),
+    ("ingest_api/replication/partition.py", "maybe_advance_high_watermark", "`Partition.maybe_advance_high_watermark`"),
     ("ingest_api/cluster/quorum.py", "_post", "`QuorumHost._post` (Raft messages sent over signed HTTP: heartbeats "
      "every 100 ms from the Raft leader, and the answers)"),
-    ("ingest_api/routers/internal.py", "raft_message", "`/internal/raft/messages` route (Raft messages received)"),
+    ("ingest_api/http/routers/internal.py", "raft_message", "`/internal/raft/messages` route (Raft messages received)"),
     ("httpcore/_synchronization.py", "current_async_library", "httpcore `current_async_library` (tries `import "
      "sniffio` on every call; sniffio is not installed, so each call is a failed import that searches sys.path)"),
 )

@@ -103,7 +103,7 @@ from bench.harness import (  # noqa: E402
     stopwatch,
     text_table,
 )
-from lakelog.ingest_api.formats import BINARY_V2, JSON_V2, RECORDBATCH  # noqa: E402
+from lakelog.ingest_api.records.formats import BINARY_V2, JSON_V2, RECORDBATCH  # noqa: E402
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
@@ -205,7 +205,7 @@ def _serve_baseline(data_dir: str, port: int) -> None:
 
 
 def _serve_node(overrides: list[str]) -> None:
-    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.config.node import NodeConfig
     from lakelog.ingest_api.server import run_node
 
     sys.exit(run_node(NodeConfig(dict(kv.split("=", 1) for kv in overrides))))
@@ -1038,7 +1038,7 @@ _LOOP = "event loop (asyncio tasks and callbacks; uvloop or the asyncio selector
 _LAYERS = (
     ("logstore/", "logstore + index (validation, append, read)"),
     ("index/", "logstore + index (validation, append, read)"),
-    ("ingest_api/app.py", "ingest_api `ObserveMiddleware` (request counter and latency histogram; its "
+    ("ingest_api/http/app.py", "ingest_api `ObserveMiddleware` (request counter and latency histogram; its "
                           "prometheus calls count under prometheus_client)"),
     ("ingest_api/", "ingest_api (routers, node, formats, partitioner)"),
     ("prometheus_client/", "prometheus_client (metrics)"),
@@ -1199,48 +1199,48 @@ FASTAPI_PARTS = (
 )
 PRODUCE_PARTS = (
     ("`Partition.append_as_leader`: leader checks, validation, append to the partition log, high watermark",
-     "ingest_api/partition.py", "append_as_leader", "cum"),
+     "ingest_api/replication/partition.py", "append_as_leader", "cum"),
     ("… `validate_batch` (CRC-32C, C record walk, header checks)", "logstore/record_batch.py", "validate_batch",
      "cum"),
     ("… `os.pwritev` into the segment file", "", "posix.pwritev", "cum"),
     ("`Node.produce_batches`, own time (then, for acks=all, `Partition.wait_for_commit`)", "ingest_api/node.py",
      "produce_batches", "own"),
     ("`Partition.wait_for_commit`, own time (acks=all: a future per request, woken by the high watermark)",
-     "ingest_api/partition.py", "wait_for_commit", "own"),
-    ("`_produce_response` (the offsets, written as text)", "ingest_api/routers/records.py", "_produce_response",
+     "ingest_api/replication/partition.py", "wait_for_commit", "own"),
+    ("`_produce_response` (the offsets, written as text)", "ingest_api/http/routers/records.py", "_produce_response",
      "cum"),
-    ("`_count` (prometheus produce counters)", "ingest_api/routers/records.py", "_count", "cum"),
-    ("`produce_to_partition` (the route), own time", "ingest_api/routers/records.py", "produce_to_partition", "own"),
-    ("`read_body`, own time (the loop over the body's chunks)", "ingest_api/routers/deps.py", "read_body", "own"),
+    ("`_count` (prometheus produce counters)", "ingest_api/http/routers/records.py", "_count", "cum"),
+    ("`produce_to_partition` (the route), own time", "ingest_api/http/routers/records.py", "produce_to_partition", "own"),
+    ("`read_body`, own time (the loop over the body's chunks)", "ingest_api/http/routers/deps.py", "read_body", "own"),
     ("`Node._min_isr` (the topic's `LogConfig`, for min.insync.replicas)", "ingest_api/node.py", "_min_isr", "cum"),
     *FASTAPI_PARTS,
 )
 JSON_PARTS = (
     ("`parse_produce_request`: `orjson.loads` of the body, then per record key and value re-serialised by "
-     "orjson into columns (no object per record)", "ingest_api/formats.py", "parse_produce_request", "cum"),
+     "orjson into columns (no object per record)", "ingest_api/records/formats.py", "parse_produce_request", "cum"),
     ("… `_json_bytes` (a key: orjson, or the standard library for what orjson cannot write)",
-     "ingest_api/formats.py", "_json_bytes", "cum"),
-    ("`StickyPartitioner.partition`: the partition of each record by its key", "ingest_api/partitioner.py",
+     "ingest_api/records/formats.py", "_json_bytes", "cum"),
+    ("`StickyPartitioner.partition`: the partition of each record by its key", "ingest_api/records/partitioner.py",
      "partition", "cum"),
     ("… `partition_for_key` (murmur2 in C, `_batchbuild`)", "", "partition_for_key", "cum"),
     ("`build_batch_columns`: one RecordBatch per partition (records encoded in C, `_batchbuild.encode_columns`)",
      "logstore/batch_columns.py", "build_batch_columns", "cum"),
-    ("`Partition.append_as_leader`: validation and append, one per partition", "ingest_api/partition.py",
+    ("`Partition.append_as_leader`: validation and append, one per partition", "ingest_api/replication/partition.py",
      "append_as_leader", "cum"),
     ("`Node.produce_records`, own time (grouping the records by partition)",
      "ingest_api/node.py", "produce_records", "own"),
-    ("`_produce_response` (500 offsets written as text)", "ingest_api/routers/records.py", "_produce_response",
+    ("`_produce_response` (500 offsets written as text)", "ingest_api/http/routers/records.py", "_produce_response",
      "cum"),
-    ("`_count` (prometheus produce counters)", "ingest_api/routers/records.py", "_count", "cum"),
-    ("`produce_to_topic` (the route), own time", "ingest_api/routers/records.py", "produce_to_topic", "own"),
+    ("`_count` (prometheus produce counters)", "ingest_api/http/routers/records.py", "_count", "cum"),
+    ("`produce_to_topic` (the route), own time", "ingest_api/http/routers/records.py", "produce_to_topic", "own"),
 )
 FETCH_PARTS = (
-    ("`Partition.read` → `PartitionLog.read` (offset lookup, pread, CRC check)", "ingest_api/partition.py", "read",
+    ("`Partition.read` → `PartitionLog.read` (offset lookup, pread, CRC check)", "ingest_api/replication/partition.py", "read",
      "cum"),
     ("… `os.pread`", "", "posix.pread", "cum"),
     ("… CRC-32C", "", "crc32c", "cum"),
     ("`fetch_records` (the route), own time: includes `bytes(result.records)`, a copy of the batch",
-     "ingest_api/routers/records.py", "fetch_records", "own"),
+     "ingest_api/http/routers/records.py", "fetch_records", "own"),
     ("`Node.partition` lookups (metadata, leader check)", "ingest_api/node.py", "partition", "cum"),
     *FASTAPI_PARTS,
 )

@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 
 from bench.harness import command_line, git_revision, load_average, markdown_table, rewrite_section  # noqa: E402
-from lakelog.ingest_api.config import NODE_CONFIG  # noqa: E402
+from lakelog.ingest_api.config.node import NODE_CONFIG  # noqa: E402
 from tests.support.nodes import FAST_CLUSTER, LAKELOG, Cluster, free_port_block  # noqa: E402
 
 GROUPED = "grouped"

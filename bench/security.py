@@ -28,7 +28,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import alternate, paired_ratio  # noqa: E402
-from lakelog.ingest_api.cluster.auth import ClusterAuth  # noqa: E402
+from lakelog.ingest_api.security.cluster_auth import ClusterAuth  # noqa: E402
 from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
 from tests.support.nodes import start_node  # noqa: E402
 

@@ -165,8 +165,8 @@ class ClientSecurity:
     def httpx_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {}
         if self.cluster_secret:
-            from lakelog.ingest_api.cluster.auth import ClusterAuth
-            from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
+            from lakelog.ingest_api.security.cluster_auth import ClusterAuth
+            from lakelog.ingest_api.security.context import CLUSTER_PRINCIPAL
 
             kw["auth"] = ClusterAuth(self.cluster_secret.encode(), 0, principal=CLUSTER_PRINCIPAL)
         elif self.api_key:

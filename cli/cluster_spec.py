@@ -267,10 +267,10 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
             raise LauncherConfigError(f"--sql-thrift-port {sql_thrift_port}: a port no node nor the SQL server uses")
     if any(overrides.get(k, "false").strip().lower() == "true" for k in ("authentication.enabled",
                                                                          "authorizer.enabled")):
-        kafka_port = None  # the Kafka door has no SASL or ACL checks yet (ingest_api/kafka/config.py)
+        kafka_port = None  # the Kafka door has no SASL or ACL checks yet (ingest_api/config/kafka.py)
     spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port,
                        sql_thrift_port=sql_thrift_port, kafka_port=kafka_port)
-    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.config.node import NodeConfig
 
     for i in range(1, nodes + 1):
         try:  # refuse a bad --set here, not as a node that dies at start

@@ -83,7 +83,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
-    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.config.node import NodeConfig
     from lakelog.ingest_api.server import run_node
 
     overrides = dict(args.set or [])

@@ -64,7 +64,7 @@ from lakelog.cli.batching import CODECS, record_size_estimate
 from lakelog.cli.http_sender import HttpSender
 from lakelog.cli.producer_batch import ProduceError, ProducerBatch, RecordFuture, RecordMetadata
 from lakelog.cli.producer_sender import ProducerSender
-from lakelog.ingest_api.partitioner import partition_for_key
+from lakelog.ingest_api.records.partitioner import partition_for_key
 
 _monotonic, _time = time.monotonic, time.time
 

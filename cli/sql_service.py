@@ -60,8 +60,8 @@ def authentication_on(url: str) -> bool:
 def service_environment(url: str, data_dir: Path, secret: str) -> dict[str, str]:
     """The SQL server's environment additions: its service user's credentials when the cluster's
     authentication is on (the user and its ACLs made or refreshed through `url`), else none."""
-    from lakelog.ingest_api.cluster.auth import ClusterAuth
-    from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
+    from lakelog.ingest_api.security.cluster_auth import ClusterAuth
+    from lakelog.ingest_api.security.context import CLUSTER_PRINCIPAL
 
     if not authentication_on(url):
         return {}

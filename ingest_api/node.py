@@ -44,25 +44,27 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lakelog.compaction.cleaner import LogCleaner
 from lakelog.infra.logs import NOTICE
-from lakelog.ingest_api.admin import AdminService, MetadataWaiters, PartitionStateView
-from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
+from lakelog.ingest_api.broker.admin import AdminService, MetadataWaiters, PartitionStateView
+from lakelog.ingest_api.broker.broker_session import BrokerSession, BrokerState
 from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.cluster_events import ClusterEvents
-from lakelog.ingest_api.event_file import FILE_NAME as EVENTS_FILE
+from lakelog.ingest_api.cluster.events import ClusterEvents
+from lakelog.ingest_api.cluster.event_file import FILE_NAME as EVENTS_FILE
 from lakelog.ingest_api.cluster.quorum import QuorumHost
 from lakelog.ingest_api.cluster.quorum_config import QuorumConfig, parse_voters
-from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS
+from lakelog.ingest_api.security.cluster_auth import DEFAULT_MAX_SKEW_MS
 from lakelog.ingest_api.cluster.observer import ObserverHost
-from lakelog.ingest_api.config import NodeConfig
-from lakelog.ingest_api.controller_host import ControllerHost
-from lakelog.ingest_api.dynamic_config import DynamicConfigs
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.broker.controller_host import ControllerHost
+from lakelog.ingest_api.broker.dynamic_config import DynamicConfigs
+from lakelog.ingest_api.groups.consumer import ConsumerManager
+from lakelog.ingest_api.groups.instances import ConsumerInstanceService
+from lakelog.ingest_api.groups.service import GroupService
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -72,14 +74,15 @@ from lakelog.ingest_api.errors import (
     RemoteError,
     RequestTooLargeError,
 )
-from lakelog.ingest_api.metadata import load_or_create_meta_properties
-from lakelog.ingest_api.partition import Partition, PartitionKey
-from lakelog.ingest_api.partitioner import StickyPartitioner
-from lakelog.ingest_api.produce_columns import ProduceColumns, ProduceResult, ProduceResults
-from lakelog.ingest_api.remote_log_manager import RemoteLogManager
-from lakelog.ingest_api.replica_manager import ReplicaManager
+from lakelog.ingest_api.broker.metadata import load_or_create_meta_properties
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey
+from lakelog.ingest_api.records.partitioner import StickyPartitioner
+from lakelog.ingest_api.records.produce_columns import ProduceColumns, ProduceRecord, ProduceResults
+from lakelog.ingest_api.broker.remote_log_manager import RemoteLogManager
+from lakelog.ingest_api.replication.replica_manager import ReplicaManager
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, PeerClient, json_or_empty
+from lakelog.ingest_api.security.context import SecurityContext
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.logstore.errors import OffsetOutOfRangeError
 from lakelog.logstore.log_append import AppendInfo
@@ -87,18 +90,6 @@ from lakelog.logstore.local_log import FetchResult
 from lakelog.logstore.log_dir_health import LogDirState
 
 log = logging.getLogger("lakelog.node")
-
-__all__ = ["FORWARDED_HEADER", "Node", "PartitionStateView", "ProduceRecord", "ProduceResult", "RemoteError"]
-
-
-@dataclass(frozen=True)
-class ProduceRecord:
-    """One record of a JSON / binary produce request, already turned into bytes."""
-
-    key: bytes | None
-    value: bytes | None
-    partition: int | None = None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 class Node:
@@ -108,7 +99,7 @@ class Node:
         self.data_dir = config.data_dir
         self.cluster_id = ""
         self.image = ClusterImage()
-        # Recent cluster events for the console (ingest_api/cluster_events.py), from when this node is ready.
+        # Recent cluster events for the console (ingest_api/cluster/events.py), from when this node is ready.
         self.events = ClusterEvents(armed=lambda: self.ready, controller_id=lambda: self.controller_id,
                                     path=Path(self.data_dir) / EVENTS_FILE)  # kept across restarts
         self.image.observer = self.events
@@ -146,6 +137,12 @@ class Node:
                                   check_file_budget=self.replicas.check_file_budget,
                                   delete_remote_topic=self.remote_logs.delete_remote_topic)
         self.dynamic_configs = DynamicConfigs(self)  # node.toml + the cluster's dynamic broker configs
+        # The services the front doors call; their loops run while a door serves (`http/app.py`'s lifespan).
+        self.security = SecurityContext(self)  # authentication, ACLs, quotas (off by default)
+        self.groups = GroupService(self)  # the group coordinator of the __consumer_offsets partitions led here
+        self.consumers = ConsumerManager(self, self.groups)  # REST Proxy consumer instances held here
+        self.consumer_instances = ConsumerInstanceService(self, self.consumers, self.groups,
+                                                          FORWARDED_HEADER)  # routing, ownership, topic ACLs
 
     # ------------------------------------------------------------------ state other components read
 
@@ -380,7 +377,7 @@ class Node:
                               producer: Any = None, principal: str | None = None) -> ProduceResults:
         """Append JSON / binary records: one batch per target partition (forwarded to its leader when
         that is another node, acting for `principal`); results in request order. `records` as
-        columns (ingest_api/produce_columns.py) costs no object per record."""
+        columns (ingest_api/records/produce_columns.py) costs no object per record."""
         self.check_ready()
         meta = self.admin.topic_metadata(topic)
         cols = records if isinstance(records, ProduceColumns) else ProduceColumns.from_records(records)

@@ -12,15 +12,15 @@ import sys
 import uvicorn
 
 from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
-from lakelog.ingest_api.app import create_app
-from lakelog.ingest_api.body_buffering import whole_body_protocol
-from lakelog.ingest_api.config import NodeConfig
-from lakelog.ingest_api.kafka.config import check_no_security
+from lakelog.ingest_api.http.app import create_app
+from lakelog.ingest_api.http.body_buffering import whole_body_protocol
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.config.kafka import check_no_security
 from lakelog.ingest_api.kafka.door import KafkaDoor
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.security import tls as tls_settings
 from lakelog.ingest_api.security.cluster_secret import resolve_cluster_secret
-from lakelog.ingest_api.security.connections import guarded_http_protocol
+from lakelog.ingest_api.http.connections import guarded_http_protocol
 
 
 def configure_logging(level: str = "INFO") -> None:

@@ -2,7 +2,7 @@
 
 A browser cannot speak gRPC (Spark Connect), and the nodes may not import Spark (layers), so the SQL
 server also answers two small JSON calls on loopback, and a node relays its console's `POST
-/console/sql` to them (`ingest_api/console_sql.py`, which checks the principal's ACLs in between):
+/console/sql` to them (`ingest_api/http/console_sql.py`, which checks the principal's ACLs in between):
 
 - `POST /v1/views` `{"query"}` -> `{"views": [...]}`: the `lakelog.<name>` views the query reads,
   from its analyzed plan, before anything runs.

@@ -1,1 +1,2 @@
-"""Cluster metadata: the metadata image, the controller, and the Raft host of the controller quorum."""
+"""Cluster metadata: the metadata image, the controller, the Raft host of the controller quorum,
+topic names and the cluster's event log."""

@@ -18,7 +18,7 @@ Every other node key is read-only (node.toml; a change needs a restart) and is r
 Precedence, as Kafka's: this broker's dynamic value (DYNAMIC_BROKER_CONFIG) > the cluster-wide
 dynamic default (DYNAMIC_DEFAULT_BROKER_CONFIG, entity `<default>`, here broker -1) > node.toml
 (STATIC_BROKER_CONFIG) > the declared default (DEFAULT_CONFIG). `effective(broker)` is the merged
-dynamic map a node lays over its node.toml (ingest_api/dynamic_config.py applies it).
+dynamic map a node lays over its node.toml (ingest_api/broker/dynamic_config.py applies it).
 
 Record (JSON, like every metadata record):
 
@@ -48,7 +48,7 @@ from typing import Any
 
 from lakelog.infra.config import ConfigError
 from lakelog.ingest_api.cluster.throttles import RATE_KEYS, check_rate
-from lakelog.ingest_api.config import BROKER_TO_TOPIC, NODE_CONFIG
+from lakelog.ingest_api.config.node import BROKER_TO_TOPIC, NODE_CONFIG
 from lakelog.ingest_api.errors import InvalidRequestError
 
 #: The node keys that may change at runtime (Kafka's DynamicLogConfig keys that Lakelog has): laid

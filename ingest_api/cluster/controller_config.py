@@ -11,7 +11,7 @@ from typing import Any
 
 from lakelog.infra.config import LOG_CONFIG, ConfigError, check_keyed, from_keys, keyed
 from lakelog.ingest_api.cluster.image_values import MAX_LONG, MAX_PARTITIONS_PER_TOPIC, MAX_PRODUCER_ID_BLOCK
-from lakelog.ingest_api.config import NODE_CONFIG
+from lakelog.ingest_api.config.node import NODE_CONFIG
 
 UNCLEAN_LEADER_ELECTION_KEY = "unclean.leader.election.enable"
 MIN_INSYNC_REPLICAS_KEY = "min.insync.replicas"

@@ -29,7 +29,7 @@ from lakelog.ingest_api.cluster.image_values import (
 from lakelog.ingest_api.cluster.partition_change import LivenessView, fresh_partition
 from lakelog.ingest_api.cluster.placement import assign_replicas
 from lakelog.ingest_api.errors import InvalidRequestError, RequestTooLargeError, TopicExistsError, TopicNotFoundError
-from lakelog.ingest_api.names import validate_topic_name
+from lakelog.ingest_api.cluster.names import validate_topic_name
 from lakelog.logstore.record_batch import crc32c
 
 

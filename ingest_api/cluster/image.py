@@ -169,7 +169,7 @@ class ClusterImage:
         self.schemas = SchemaRegistryState()  # the Schema Registry (an immutable value)
         self.broker_configs = BrokerConfigState()  # dynamic broker configs, throttle rates included (immutable)
         #: Told of each applied record (`before(image, record)` -> token, `after(image, record, token)`),
-        #: e.g. the console's cluster events (ingest_api/cluster_events.py). Not part of the state;
+        #: e.g. the console's cluster events (ingest_api/cluster/events.py). Not part of the state;
         #: its errors are swallowed, so it can never fail or change an apply.
         self.observer: Any = None
 

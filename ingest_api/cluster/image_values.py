@@ -17,7 +17,7 @@ from typing import Any
 
 from lakelog.infra.errors import invariant
 from lakelog.ingest_api.errors import InvalidTopicError
-from lakelog.ingest_api.names import validate_topic_name
+from lakelog.ingest_api.cluster.names import validate_topic_name
 
 NO_LEADER = -1
 

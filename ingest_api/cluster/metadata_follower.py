@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 import httpx
 
 from lakelog.infra.config import ConfigError
-from lakelog.ingest_api.cluster.auth import ClusterAuth, check_secret
+from lakelog.ingest_api.security.cluster_auth import ClusterAuth, check_secret
 from lakelog.infra.errors import invariant
 from lakelog.ingest_api.cluster.errors import MetadataFollowerError, QuorumTimeoutError, QuorumUnavailableError
 from lakelog.ingest_api.cluster.quorum_config import METADATA_PATH, base_url

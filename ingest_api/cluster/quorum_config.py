@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lakelog.infra.config import ConfigError, keyed
-from lakelog.ingest_api.cluster.auth import DEFAULT_MAX_SKEW_MS, check_secret
-from lakelog.ingest_api.config import NODE_CONFIG
+from lakelog.ingest_api.security.cluster_auth import DEFAULT_MAX_SKEW_MS, check_secret
+from lakelog.ingest_api.config.node import NODE_CONFIG
 from lakelog.ingest_api.raft.messages import MAX_WIRE_INT, RaftConfig
 
 METADATA_DIR_NAME = "__cluster_metadata-0"
@@ -63,7 +63,7 @@ def base_url(address: tuple[str, int], tls: bool = False) -> str:
 class QuorumConfig:
     """One voter's settings. Kafka's key names where they exist are noted on each field.
 
-    A `keyed` field takes its default from its declared key (ingest_api/config.py); its bounds here
+    A `keyed` field takes its default from its declared key (ingest_api/config/node.py); its bounds here
     are the host's own (>= 1), wider than the key's so tests can run a fast, small quorum.
     """
 

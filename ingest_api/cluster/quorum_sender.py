@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from lakelog.ingest_api.cluster.auth import ClusterAuth
+from lakelog.ingest_api.security.cluster_auth import ClusterAuth
 from lakelog.ingest_api.cluster.quorum_config import RAFT_MESSAGES_PATH, QuorumConfig, base_url
 from lakelog.ingest_api.raft.messages import Message, message_to_dict
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from lakelog.ingest_api.errors import InvalidRequestError
-from lakelog.ingest_api.formats import BINARY_V2, JSON_V2
+from lakelog.ingest_api.records.formats import BINARY_V2, JSON_V2
 from lakelog.ingest_api.schemas.rest import AVRO_V2, JSONSCHEMA_V2, PROTOBUF_V2
 
 FORMATS = {"json": JSON_V2, "binary": BINARY_V2, "avro": AVRO_V2, "jsonschema": JSONSCHEMA_V2,

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from lakelog.ingest_api.errors import LeaderNotAvailableError, RemoteError
-from lakelog.ingest_api.formats import RECORDBATCH
+from lakelog.ingest_api.records.formats import RECORDBATCH
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.replication.peers import FORWARDED_HEADER
-from lakelog.ingest_api.security.middleware import CLUSTER_PRINCIPAL
+from lakelog.ingest_api.security.context import CLUSTER_PRINCIPAL
 from lakelog.logstore.errors import OffsetOutOfRangeError
 
 

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from lakelog.ingest_api.errors import LeaderNotAvailableError, NotLeaderOrFollowerError, NotReadyError
-from lakelog.ingest_api.formats import render_record
+from lakelog.ingest_api.records.formats import render_record
 from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS, render_schema_record
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.consumer_config import FETCH_ROUND_MS, FORMATS, InstanceConfig

@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 from lakelog.infra.config import check_keyed, from_keys, keyed
 from lakelog.infra.errors import invariant
-from lakelog.ingest_api.groups.config import GROUP_CONFIG
+from lakelog.ingest_api.config.groups import GROUP_CONFIG
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.errors import (
     GroupMaxSizeReachedError,
@@ -79,7 +79,7 @@ _KEY = GROUP_CONFIG.keys
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
-    """The coordinator's settings, each from its declared key (ingest_api/groups/config.py)."""
+    """The coordinator's settings, each from its declared key (ingest_api/config/groups.py)."""
 
     min_session_timeout_ms: int = keyed(_KEY["group.min.session.timeout.ms"])
     max_session_timeout_ms: int = keyed(_KEY["group.max.session.timeout.ms"])

@@ -66,7 +66,7 @@ from lakelog.ingest_api.groups.offsets_codec import (
 )
 from lakelog.ingest_api.errors import InvalidRequestError, NodeError, RemoteError
 from lakelog.ingest_api.error_table import code_of
-from lakelog.ingest_api.partition import PartitionKey, now_ms
+from lakelog.ingest_api.replication.partition import PartitionKey, now_ms
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 
 log = logging.getLogger("lakelog.groups")
@@ -491,7 +491,7 @@ class GroupService:
 
     async def call_with_retry(self, group_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """`call`, retried while the coordinator moves or loads, up to request.timeout.ms."""
-        from lakelog.ingest_api.replication.peers import PeerUnavailableError
+        from lakelog.ingest_api.errors import PeerUnavailableError
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         delay = 0.05
         while True:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from lakelog.ingest_api.kafka.config import KafkaListener
+from lakelog.ingest_api.config.kafka import KafkaListener
 
 
 @dataclass

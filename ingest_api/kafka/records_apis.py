@@ -23,7 +23,7 @@ from lakelog.ingest_api.kafka.codec import Request, field_of, ms
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.error_codes import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
-from lakelog.ingest_api.partition import PartitionKey
+from lakelog.ingest_api.replication.partition import PartitionKey
 
 NONE = ErrorCode.none.value
 ACKS = {0: "0", 1: "1", -1: "all"}

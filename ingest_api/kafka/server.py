@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.kafka import codec
-from lakelog.ingest_api.kafka.config import KafkaListener
+from lakelog.ingest_api.config.kafka import KafkaListener
 
 log = logging.getLogger("lakelog.kafka")
 

@@ -1,1 +1,2 @@
-"""Partition replication among ingest nodes: leader and follower replicas, fetchers, purgatory."""
+"""Partition replication among ingest nodes: the replicas (`Partition`, `ReplicaManager`), leader and
+follower state (`core`), fetchers, purgatory, the peer client."""

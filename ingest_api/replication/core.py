@@ -7,7 +7,7 @@ passed); effects say what the host must do (stamp the leader epoch in the log's 
 log start offset, wake fetches because the HW moved, complete produces waiting in the purgatory,
 propose an ISR change to the controller); `events.py` declares both. The log's facts — log end
 offset (LEO) and log start offset — come in with the events; the clock comes in as `now_ms`. The
-host (`ingest_api/partition.py` on a node, `tests/sim/replication_sim.py` in the simulation) owns
+host (`ingest_api/replication/partition.py` on a node, `tests/sim/replication_sim.py` in the simulation) owns
 the log, the futures, the locks and the clock, and runs the effects of one step in order before
 the next step.
 

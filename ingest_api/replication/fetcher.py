@@ -25,9 +25,15 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from lakelog.ingest_api.partition import Partition, PartitionKey, Role
+from lakelog.ingest_api.replication.events import Role
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.ingest_api.replication import wire
-from lakelog.ingest_api.replication.truncation import AskAgain, Truncate, first_request, follower_truncation_offset
+from lakelog.ingest_api.replication.truncation import (
+    AskAgain,
+    Truncate,
+    first_request,
+    follower_truncation_offset,
+)
 
 if TYPE_CHECKING:
     from lakelog.ingest_api.node import Node

@@ -1,6 +1,6 @@
 """Signed HTTP calls from this node to its peers (replica fetch, controller requests, forwarding).
 
-Every call is signed with the cluster secret (`ingest_api.cluster.auth`); peers are addressed by
+Every call is signed with the cluster secret (`ingest_api.security.cluster_auth`); peers are addressed by
 node id through a resolver (the metadata image's broker registrations, or the quorum voters before
 a node has registered). Requests go through `http1.Http1Pool` (responses parsed in C, keep-alive
 connections bounded per peer).
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from urllib.parse import urlsplit
 
-from lakelog.ingest_api.cluster.auth import sign
+from lakelog.ingest_api.security.cluster_auth import sign
 from lakelog.ingest_api.errors import LeaderNotAvailableError, NodeError, PeerUnavailableError
 from lakelog.ingest_api.replication.http1 import Http1Error, Http1Pool, Http1Response
 

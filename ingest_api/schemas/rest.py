@@ -25,8 +25,8 @@ import json
 from typing import Any
 
 from lakelog.ingest_api.errors import InvalidRequestError, RecordDeserializationError, RequestTooLargeError
-from lakelog.ingest_api.formats import parse_producer_fields
-from lakelog.ingest_api.node import ProduceRecord
+from lakelog.ingest_api.records.formats import parse_producer_fields
+from lakelog.ingest_api.records.produce_columns import ProduceRecord
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas import state as S
 from lakelog.ingest_api.schemas import state_writes as W

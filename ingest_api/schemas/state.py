@@ -42,7 +42,8 @@ from typing import Any
 
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas.compatibility import DEFAULT_LEVEL, LEVELS
-from lakelog.ingest_api.schemas.languages import SCHEMA_TYPES, ParsedSchema, Reference, parse_schema
+from lakelog.ingest_api.schemas.languages import parse_schema
+from lakelog.ingest_api.schemas.parsed import ParsedSchema, Reference, SCHEMA_TYPES
 
 # Limits (part of the state machine's definition for `apply`; the controller refuses beyond them).
 MAX_SUBJECT_LENGTH = 255

@@ -18,7 +18,8 @@ from typing import Any
 
 from lakelog.ingest_api.schemas import errors as E
 from lakelog.ingest_api.schemas.compatibility import DEFAULT_LEVEL, compatibility_errors
-from lakelog.ingest_api.schemas.languages import AVRO, SCHEMA_TYPES, ParsedSchema, parse_schema
+from lakelog.ingest_api.schemas.languages import parse_schema
+from lakelog.ingest_api.schemas.parsed import AVRO, ParsedSchema, SCHEMA_TYPES
 from lakelog.ingest_api.schemas.state import (
     DEFAULT_MODE,
     MAX_ID,

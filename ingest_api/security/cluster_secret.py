@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from lakelog.infra.config import ConfigError
-from lakelog.ingest_api.cluster.auth import MIN_SECRET_BYTES
+from lakelog.ingest_api.security.cluster_auth import MIN_SECRET_BYTES
 
 log = logging.getLogger("lakelog.security")
 

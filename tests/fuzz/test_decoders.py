@@ -181,7 +181,7 @@ _body = st.fixed_dictionaries({"records": st.lists(_record, max_size=5) | _json_
                  mutated([b'{"records": [{"key": "k", "value": {"a": [1, 2]}, "headers": [{"key": "h", "value": "dg=="}]}]}'])),
        st.sampled_from(["application/vnd.kafka.json.v2+json", "application/vnd.kafka.binary.v2+json"]))
 def test_json_produce_path(body, fmt):
-    from lakelog.ingest_api.formats import parse_produce_request
+    from lakelog.ingest_api.records.formats import parse_produce_request
 
     result = _typed(parse_produce_request, body, fmt, 100)
     if result is not None:
@@ -189,7 +189,7 @@ def test_json_produce_path(body, fmt):
 
 
 def test_deeply_nested_json_is_a_typed_error():
-    from lakelog.ingest_api.formats import parse_produce_request
+    from lakelog.ingest_api.records.formats import parse_produce_request
 
     for body in (b"[" * 100_000, b'{"records": ' + b"[" * 100_000, b'{"records": [{"value": ' + b"{\"a\":" * 50_000):
         with pytest.raises(LakelogError):

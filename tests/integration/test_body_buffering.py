@@ -1,4 +1,4 @@
-"""ingest_api/body_buffering.py on a real uvicorn server over loopback: a declared body within the
+"""ingest_api/http/body_buffering.py on a real uvicorn server over loopback: a declared body within the
 bound reaches the application as one receive event; anything else keeps uvicorn's own steps."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import threading
 import pytest
 import uvicorn
 
-from lakelog.ingest_api.body_buffering import whole_body_protocol
-from lakelog.ingest_api.security.connections import guarded_http_protocol
+from lakelog.ingest_api.http.body_buffering import whole_body_protocol
+from lakelog.ingest_api.http.connections import guarded_http_protocol
 from tests.support.faults import wait_for
 
 MiB = 1 << 20

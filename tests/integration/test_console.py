@@ -405,7 +405,7 @@ PASSWORDS = {"admin": "admin-pw-Console1", "reader": "reader-pw-Console2"}
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory):
     """One node with authentication and the authorizer; User:reader may describe and read, nothing more."""
-    from lakelog.ingest_api.cluster.auth import ClusterAuth
+    from lakelog.ingest_api.security.cluster_auth import ClusterAuth
     from tests.support.nodes import start_node
 
     secret = "console-test-cluster-secret-0123"

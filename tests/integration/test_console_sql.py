@@ -28,7 +28,7 @@ WAIT_MS = 120_000  # a query's Spark jobs on a busy 2-core machine; a pass never
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from lakelog.ingest_api.cluster.auth import ClusterAuth
+    from lakelog.ingest_api.security.cluster_auth import ClusterAuth
 
     root = tmp_path_factory.mktemp("console-sql")
     token_file = root / "sql.token"

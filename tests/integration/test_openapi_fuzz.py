@@ -54,7 +54,7 @@ def fuzz_node(tmp_path_factory) -> NodeProcess:
                       "authentication.enabled": "true", "authorizer.enabled": "true",
                       "super.users": f"User:{FUZZ_USER}", "cluster.secret": CLUSTER_SECRET})
     try:
-        from lakelog.ingest_api.cluster.auth import ClusterAuth
+        from lakelog.ingest_api.security.cluster_auth import ClusterAuth
 
         with httpx.Client(base_url=n.url, timeout=HTTP_TIMEOUT_S, auth=ClusterAuth(CLUSTER_SECRET.encode(), 0, principal="User:__cluster")) as c:
             cid = c.get("/v3/clusters").json()["data"][0]["cluster_id"]
@@ -153,7 +153,7 @@ OPERATIONS = [
     ("POST", "/groups/{group}/offsets"),
     ("GET", "/stats/node"), ("GET", "/stats/cluster"), ("GET", "/stats/topics"), ("GET", "/stats/topics/{topic}"),
     ("GET", "/stats/events"), ("POST", "/stats/decode"),
-    # Spark job runs (ingest_api/routers/jobs.py)
+    # Spark job runs (ingest_api/http/routers/jobs.py)
     ("GET", "/jobs/runs"), ("GET", "/jobs/runs/{run_id}"), ("POST", "/jobs/runs"),
     ("POST", "/jobs/runs/{run_id}/cancel"),
     ("POST", "/console/sql"),  # the console's SQL page (no SQL server here: refused, never a 5xx)
@@ -192,7 +192,7 @@ OPERATIONS = [
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/replicas/{broker_id}"),
     ("GET", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/offset"),
     ("GET", "/v3/clusters/{cluster_id}/brokers/{broker_id}/partition-replicas"),
-    # partition reassignment (ingest_api/routers/reassignment_v3.py)
+    # partition reassignment (ingest_api/http/routers/reassignment_v3.py)
     ("GET", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment"),
     ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment:alter"),
     ("POST", "/v3/clusters/{cluster_id}/topics/-/partitions/-/preferred-leader:elect"),
@@ -201,12 +201,12 @@ OPERATIONS = [
     ("PATCH", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
     ("DELETE", "/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/{partition_id}/reassignment"),
     ("DELETE", "/v3/clusters/{cluster_id}/brokers/{broker_id}"),
-    # the dynamic replication throttle rates (ingest_api/routers/throttles_v3.py)
+    # the dynamic replication throttle rates (ingest_api/http/routers/throttles_v3.py)
     *[(m, f"/v3/clusters/{{cluster_id}}/broker-configs/{key}") for key in THROTTLE_RATES for m in ("GET", "PUT", "DELETE")],
     *[(m, f"/v3/clusters/{{cluster_id}}/brokers/{{broker_id}}/configs/{key}") for key in THROTTLE_RATES
       for m in ("GET", "PUT", "DELETE")],
     ("POST", "/v3/clusters/{cluster_id}/acls:batch"),
-    # The Schema Registry (ingest_api/schemas/router.py)
+    # The Schema Registry (ingest_api/http/routers/schemas.py)
     ("GET", "/schemas/types"), ("GET", "/schemas"), ("GET", "/schemas/ids/{schema_id}"),
     ("GET", "/schemas/ids/{schema_id}/schema"), ("GET", "/schemas/ids/{schema_id}/subjects"),
     ("GET", "/schemas/ids/{schema_id}/versions"), ("GET", "/subjects"),

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 
 from lakelog.infra.config import ConfigError
 from lakelog.infra.errors import LakelogError
-from lakelog.ingest_api.cluster.auth import ClusterAuth, InternalAuthenticator, now_ms, sign
+from lakelog.ingest_api.security.cluster_auth import ClusterAuth, InternalAuthenticator, now_ms, sign
 from lakelog.ingest_api.cluster.errors import NotControllerError, QuorumTimeoutError, QuorumUnavailableError
 from lakelog.ingest_api.cluster.metadata_follower import MetadataFollower
 from lakelog.ingest_api.cluster.quorum import QuorumHost
@@ -38,7 +38,7 @@ from lakelog.ingest_api.cluster.quorum_config import (
 from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.raft.messages import NO_NODE, RequestVote, Role, message_to_dict
 from lakelog.ingest_api.raft.state_machine import KeyValueStateMachine
-from lakelog.ingest_api.routers import internal
+from lakelog.ingest_api.http.routers import internal
 
 pytestmark = pytest.mark.timeout(90)
 

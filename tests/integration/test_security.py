@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from lakelog.ingest_api.cluster.auth import ClusterAuth, sign
+from lakelog.ingest_api.security.cluster_auth import ClusterAuth, sign
 from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.nodes import LAKELOG, Cluster, NodeProcess, free_port, start_node
 from tests.support.tls import make_pki

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from lakelog.ingest_api.cluster.auth import ClusterAuth
+from lakelog.ingest_api.security.cluster_auth import ClusterAuth
 from tests.integration.test_sql_views import FAST_TIER, TIERED
 from tests.support.faults import wait_for
 from tests.support.nodes import LAKELOG, start_node

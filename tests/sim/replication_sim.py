@@ -8,7 +8,7 @@ small segments so rolls, index lookups and multi-segment truncation happen): lea
 `ingest_api.replication.truncation.leader_epoch_end_offset`). Each replica's replication rules are
 the node's own `ingest_api.replication.core.ReplicaCore` — HW, followers' LEOs, catch-up times, ISR
 shrink and expansion proposals, the produce purgatory, the leader epoch's start offset — which this
-module hosts exactly as `ingest_api/partition.py` does on a node: it turns each step into events
+module hosts exactly as `ingest_api/replication/partition.py` does on a node: it turns each step into events
 (`BecomeLeader` / `BecomeFollower` from the controller's metadata, `Appended`, `FollowerFetch`,
 `FollowerAppended`, `Truncated`, `AwaitCommit`, `Tick` with the simulated clock, `IsrChangeAnswered`)
 and carries out the effects (`StampLeaderEpoch`, `HighWatermarkAdvanced`, `CompleteProduce`,
@@ -84,7 +84,8 @@ from typing import Callable
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import InvariantViolation
 from lakelog.ingest_api.replication import core as rc
-from lakelog.ingest_api.replication.core import ReplicaCore, ReplicationRules
+from lakelog.ingest_api.replication.core import ReplicaCore
+from lakelog.ingest_api.replication.events import ReplicationRules
 from lakelog.ingest_api.replication.truncation import (
     AskAgain,
     Truncate,
@@ -389,7 +390,7 @@ class Cluster:
                            rules=self.rules)
 
     def _step(self, r: Replica, event: object) -> None:
-        """Step replica `r`'s state machine and carry out its effects, as `ingest_api.partition` does."""
+        """Step replica `r`'s state machine and carry out its effects, as `ingest_api.replication.partition` does."""
         assert r.core is not None and r.log is not None
         try:
             effects = r.core.step(event)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from lakelog.ingest_api.replication.truncation import (
     leader_epoch_end_offset,
     resolve_truncation,
 )
+from lakelog.logstore.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from lakelog.logstore.leader_epoch import LeaderEpochCache
 from tests.sim.replication_sim import (
     SCENARIOS,

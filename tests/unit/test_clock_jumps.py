@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lakelog.ingest_api.partition import Partition, PartitionKey
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.logstore.log import PartitionLog
 
 LAG_MAX_MS = 30_000
@@ -44,7 +44,7 @@ def test_a_wall_clock_jump_does_not_move_the_isr(tmp_path, monkeypatch, jump_s):
 
 def test_replica_lag_still_counts_in_monotonic_time(tmp_path):
     p = leader_with_follower(tmp_path)
-    from lakelog.ingest_api.partition import monotonic_ms
+    from lakelog.ingest_api.replication.partition import monotonic_ms
 
     later = monotonic_ms() + LAG_MAX_MS + 1  # the follower silent past the lag bound
     proposal = p.tick(LAG_MAX_MS, now=later)

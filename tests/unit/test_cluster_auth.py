@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from lakelog.infra.config import ConfigError
-from lakelog.ingest_api.cluster.auth import (
+from lakelog.ingest_api.security.cluster_auth import (
     HEADER_NODE,
     HEADER_PRINCIPAL,
     HEADER_SIGNATURE,

@@ -1,9 +1,9 @@
-"""The console's cluster events (ingest_api/cluster_events.py) from records applied to a real ClusterImage."""
+"""The console's cluster events (ingest_api/cluster/events.py) from records applied to a real ClusterImage."""
 
 from __future__ import annotations
 
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.cluster_events import ClusterEvents
+from lakelog.ingest_api.cluster.events import ClusterEvents
 
 
 def _part(replicas, isr, leader, leader_epoch=0, partition_epoch=0):

@@ -10,7 +10,7 @@ import pytest
 from lakelog.infra.config import LOG_CONFIG, ConfigDef, ConfigError, broker_synonyms, keyed_fields
 from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.quorum_config import QuorumConfig
-from lakelog.ingest_api.config import BROKER_TO_TOPIC, NODE_CONFIG, NodeConfig
+from lakelog.ingest_api.config.node import BROKER_TO_TOPIC, NODE_CONFIG, NodeConfig
 from lakelog.ingest_api.groups.coordinator import CoordinatorConfig
 
 #: Every component dataclass whose fields are configured by declared keys.

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from lakelog.cli.cluster_spec import LauncherConfigError, build_spec
-from lakelog.ingest_api.config import NodeConfig
-from lakelog.ingest_api.console_sql import ConsoleSql, SqlNotConfiguredError, required_reads
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.http.console_sql import ConsoleSql, SqlNotConfiguredError, required_reads
 from lakelog.ingest_api.errors import PeerUnavailableError, RemoteError
 from lakelog.spark_log.sql_http import MAX_CELL_CHARS, SqlEndpoint, json_cell
 

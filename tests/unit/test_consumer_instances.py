@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError
 from lakelog.ingest_api.groups.consumer import ConsumerManager
 from lakelog.ingest_api.groups.consumer_config import validate_name

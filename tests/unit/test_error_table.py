@@ -15,7 +15,7 @@ import lakelog.ingest_api
 from lakelog.infra.config import ConfigError
 from lakelog.infra.errors import ErrorKind, InvariantViolation, LakelogError
 from lakelog.ingest_api import error_table
-from lakelog.ingest_api.cluster.auth import AuthenticationError
+from lakelog.ingest_api.security.cluster_auth import AuthenticationError
 from lakelog.ingest_api.cluster.errors import (
     BrokerNotRegisteredError,
     ClusterError,
@@ -31,10 +31,8 @@ from lakelog.ingest_api.raft.messages import NO_NODE
 from lakelog.tiering.errors import ManifestConflictError, ObjectNotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Modules that answer HTTP requests: every router, the middlewares, the app, and what routers call.
-ANSWERING = [*sorted((ROOT / "ingest_api" / "routers").glob("*.py")),
-             ROOT / "ingest_api" / "security" / "router.py", ROOT / "ingest_api" / "security" / "middleware.py",
-             ROOT / "ingest_api" / "app.py", ROOT / "ingest_api" / "node.py",
+#: Modules that answer HTTP requests: the HTTP door (every router, the middlewares, the app) and what routers call.
+ANSWERING = [*sorted((ROOT / "ingest_api" / "http").rglob("*.py")), ROOT / "ingest_api" / "node.py",
              *sorted((ROOT / "ingest_api" / "groups").glob("consumer*.py")), ROOT / "ingest_api" / "groups" / "service.py"]
 #: Errors that carry an answer already made (another node's, the framework's) instead of a row.
 RELAYS = (RemoteError, RouteError)

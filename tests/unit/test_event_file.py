@@ -1,4 +1,4 @@
-"""Cluster events kept across restarts (ingest_api/event_file.py under ingest_api/cluster_events.py):
+"""Cluster events kept across restarts (ingest_api/cluster/event_file.py under ingest_api/cluster/events.py):
 format, torn and damaged tails, another version set aside, the bound on the file."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.cluster_events import ClusterEvents
-from lakelog.ingest_api.event_file import HEADER, EventFile, EventFileError, decode, encode_line
+from lakelog.ingest_api.cluster.events import ClusterEvents
+from lakelog.ingest_api.cluster.event_file import HEADER, EventFile, EventFileError, decode, encode_line
 
 
 def _fence(image, node):

@@ -2,8 +2,8 @@
 
 import asyncio
 
-from lakelog.ingest_api.admin import MetadataWaiters
-from lakelog.ingest_api.forwarded import ForwardedCatchUpMiddleware
+from lakelog.ingest_api.broker.admin import MetadataWaiters
+from lakelog.ingest_api.http.forwarded import ForwardedCatchUpMiddleware
 from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, METADATA_INDEX_HEADER
 
 

@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.groups.assignors import TopicPartition as TP
 from lakelog.ingest_api.groups.errors import CoordinatorLoadInProgressError, NotCoordinatorError, RebalanceInProgressError
 from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
 from lakelog.ingest_api.groups.service import GroupService
 from lakelog.ingest_api.groups.offsets_codec import CommittedOffset, decode_key, decode_value
-from lakelog.ingest_api.partition import Partition, PartitionKey
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import iter_batches
 

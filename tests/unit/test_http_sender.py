@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from lakelog.cli.http_sender import MAX_HEAD_BYTES, HttpSender, TransportError
-from lakelog.ingest_api.cluster.auth import ClusterAuth, now_ms, verify
+from lakelog.ingest_api.security.cluster_auth import ClusterAuth, now_ms, verify
 
 SECRET = b"sender-test-secret-0123456789"
 

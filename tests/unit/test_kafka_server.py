@@ -10,7 +10,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 
 from lakelog.ingest_api.kafka import codec
-from lakelog.ingest_api.kafka.config import KafkaListener
+from lakelog.ingest_api.config.kafka import KafkaListener
 from lakelog.ingest_api.kafka.metadata_apis import api_versions_table
 from lakelog.ingest_api.kafka.server import KafkaServer
 

@@ -15,7 +15,7 @@ import pytest
 
 from lakelog.infra.config import LogConfig
 from lakelog.ingest_api.error_table import http_error
-from lakelog.ingest_api.partition import Partition, PartitionKey
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.logstore import log_append, segment
 from lakelog.logstore.errors import KafkaStorageError, LogDirectoryFullError
 from lakelog.logstore.log import PartitionLog

@@ -7,13 +7,13 @@ import time
 import pytest
 
 from lakelog.infra.errors import InvariantViolation
-from lakelog.ingest_api.broker_session import BrokerSession, BrokerState
+from lakelog.ingest_api.broker.broker_session import BrokerSession, BrokerState
 from lakelog.ingest_api.cluster.controller import Controller
 from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.image_values import encode_record
-from lakelog.ingest_api.config import NodeConfig
-from lakelog.ingest_api.controller_host import OPS
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.broker.controller_host import OPS
 from lakelog.ingest_api.errors import TopicExistsError
 from lakelog.ingest_api.raft.messages import Entry, EntryKind
 from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_OPS

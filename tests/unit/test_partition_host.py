@@ -17,7 +17,7 @@ from lakelog.ingest_api.errors import (
     NotLeaderOrFollowerError,
     ProduceTimeoutError,
 )
-from lakelog.ingest_api.partition import Partition, PartitionKey
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.record_batch import Record, build_batch
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakelog.infra.errors import LakelogError
-from lakelog.ingest_api.formats import BINARY_V2, JSON_V2, parse_produce_request
-from lakelog.ingest_api.produce_columns import ProduceColumns, ProduceResult, ProduceResults
+from lakelog.ingest_api.records.formats import BINARY_V2, JSON_V2, parse_produce_request
+from lakelog.ingest_api.records.produce_columns import ProduceColumns, ProduceResult, ProduceResults
 from lakelog.logstore import batch_columns
 from lakelog.logstore.compression import Compression
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches
@@ -162,7 +162,7 @@ def test_integers_beyond_64_bits_keep_every_digit():
 def test_native_murmur2_is_kafkas(key, partitions):
     from kafka.partitioner.default import murmur2 as kafka_murmur2
 
-    from lakelog.ingest_api import partitioner
+    from lakelog.ingest_api.records import partitioner
 
     assert partitioner.partition_for_key is not partitioner.partition_for_key_python  # the C one is in use
     assert partitioner.murmur2(key) == partitioner.murmur2_python(key)

@@ -1,4 +1,4 @@
-"""Remote reads for the event loop (ingest_api/remote_reads.py): a deadline, a bound on pending
+"""Remote reads for the event loop (ingest_api/broker/remote_reads.py): a deadline, a bound on pending
 reads, and the store's health state consulted before a read queues."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from lakelog.ingest_api.remote_reads import RemoteReads
+from lakelog.ingest_api.broker.remote_reads import RemoteReads
 from lakelog.tiering.errors import RemoteFetchTimeoutError, RemoteStorageUnavailableError
 from lakelog.tiering.store_health import StoreHealth, StoreState
 

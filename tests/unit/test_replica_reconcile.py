@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.config import NodeConfig
-from lakelog.ingest_api.partition import PartitionKey
-from lakelog.ingest_api.replica_manager import ReplicaManager
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.replication.partition import PartitionKey
+from lakelog.ingest_api.replication.replica_manager import ReplicaManager
 from tests.unit.test_cluster_image import applied, create, part, register
 
 

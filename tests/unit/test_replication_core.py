@@ -10,7 +10,8 @@ import pytest
 
 from lakelog.infra.errors import InvariantViolation
 from lakelog.ingest_api.replication import core as rc
-from lakelog.ingest_api.replication.core import ProduceOutcome, ReplicaCore, ReplicationRules, Role
+from lakelog.ingest_api.replication.core import ReplicaCore
+from lakelog.ingest_api.replication.events import ProduceOutcome, ReplicationRules, Role
 
 LEADER, F1, F2 = 1, 2, 3
 REPLICAS = (LEADER, F1, F2)

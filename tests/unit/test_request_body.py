@@ -1,4 +1,4 @@
-"""ingest_api/request_body.py: a body read into one buffer of its declared length, from the receive events."""
+"""ingest_api/http/request_body.py: a body read into one buffer of its declared length, from the receive events."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from starlette.requests import ClientDisconnect, Request
 
 from lakelog.ingest_api.errors import InvalidRequestError, RequestTooLargeError
-from lakelog.ingest_api.request_body import read_body_buffer
+from lakelog.ingest_api.http.request_body import read_body_buffer
 
 
 def _request(events: list[dict], length: int | None) -> tuple[Request, list[dict]]:

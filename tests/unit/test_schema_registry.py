@@ -12,7 +12,7 @@ from lakelog.ingest_api.schemas.compatibility import compatibility_errors
 from lakelog.ingest_api.schemas.languages import parse_schema
 from lakelog.ingest_api.schemas.state import SchemaRegistryState
 from lakelog.ingest_api.schemas.state_writes import controller_records
-from lakelog.ingest_api.security.access import requirement
+from lakelog.ingest_api.http.access import requirement
 from lakelog.ingest_api.security.acl import Operation, ResourceType
 
 

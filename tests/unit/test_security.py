@@ -10,7 +10,7 @@ import hmac
 import pytest
 
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.security import access
+from lakelog.ingest_api.http import access
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, AclBinding, AclFilter, Authorizer, Operation, ResourceType
 from lakelog.ingest_api.security.credentials import (MIN_ITERATIONS, CredentialCache, make_credential, new_api_key,
                                              parse_api_key, verify_password)
@@ -198,8 +198,8 @@ def test_access_rules_cover_paths_and_fail_closed():
 
 
 def test_every_documented_operation_has_an_access_rule():
-    from lakelog.ingest_api.app import create_app
-    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.http.app import create_app
+    from lakelog.ingest_api.config.node import NodeConfig
     from lakelog.ingest_api.node import Node
 
     doc = create_app(Node(NodeConfig({}))).openapi()
@@ -279,7 +279,7 @@ def test_bad_security_requests_and_records():
 
 def test_tls_settings_are_checked_before_a_node_starts(tmp_path):
     from lakelog.infra.config import ConfigError
-    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.config.node import NodeConfig
     from lakelog.ingest_api.security import tls
 
     assert tls.uvicorn_kwargs(NodeConfig({})) == {} and tls.client_context(NodeConfig({})) is None
@@ -302,9 +302,9 @@ def test_a_wrong_password_costs_the_same_work_for_unknown_and_known_users(monkey
     """No user-name oracle: a Basic check derives one PBKDF2 key whether or not the user exists."""
     from types import SimpleNamespace
 
-    from lakelog.ingest_api.config import NodeConfig
+    from lakelog.ingest_api.config.node import NodeConfig
     from lakelog.ingest_api.security import credentials
-    from lakelog.ingest_api.security.middleware import SecurityContext
+    from lakelog.ingest_api.security.context import SecurityContext
     from lakelog.ingest_api.security.records import SecurityState
 
     state = SecurityState()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from urllib.parse import unquote
 
-from lakelog.ingest_api.security import access
+from lakelog.ingest_api.http import access
 from lakelog.spark_log.sql_security import EXTENSION_CLASS, INTERCEPTOR_CLASS, client_url, server_conf
 
 

@@ -1,11 +1,11 @@
-"""The console's cluster figures (ingest_api/stats.py) over a fake node: partition health, paging."""
+"""The console's cluster figures (ingest_api/http/stats.py) over a fake node: partition health, paging."""
 
 from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
 
-from lakelog.ingest_api import stats
+from lakelog.ingest_api.http import stats
 from lakelog.ingest_api.cluster.image_values import BrokerRegistration, PartitionState, TopicImage
 
 

@@ -1,4 +1,4 @@
-"""The remote log manager's bounded pool (ingest_api/remote_log_manager.py) and the sweep of data
+"""The remote log manager's bounded pool (ingest_api/broker/remote_log_manager.py) and the sweep of data
 that topic deletions left in the remote tier (RemoteTier.sweep_deleted_topics), on the filesystem
 store."""
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from lakelog.infra.config import LogConfig
-from lakelog.ingest_api.remote_log_manager import RemoteLogManagerPool
+from lakelog.ingest_api.broker.remote_log_manager import RemoteLogManagerPool
 from lakelog.logstore.log import PartitionLog
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore

@@ -12,7 +12,7 @@ import pytest
 
 from lakelog.ingest_api.error_table import code_of
 from lakelog.ingest_api.errors import NotFoundError
-from lakelog.ingest_api.webconsole import MAX_FILES, ConsoleMiddleware, load_files
+from lakelog.ingest_api.http.webconsole import MAX_FILES, ConsoleMiddleware, load_files
 
 INDEX = b'<html><script type="importmap">{"imports": {}}</script><script type="module" src="/console/app.js"></script></html>'
 

@@ -1,0 +1,422 @@
+"""The replica manager: this node's partition replicas, kept in line with the cluster metadata.
+
+* Reconcile (`schedule_reconcile`, after every applied metadata batch): open the logs of the
+  partitions the metadata assigns to this node, make each leader or follower in its leader epoch,
+  run one `ReplicaFetcher` per leader followed, delete replicas moved away or deleted; once the node
+  is ready, delete stray partition directories left from before.
+* ISR (`isr_loop`, and on follower fetches): propose shrinks of lagging followers and expansions of
+  caught-up ones to the controller (AlterPartition, one in flight per partition); the committed
+  change comes back through the metadata log.
+* Leader side of replication: answer followers' fetches (recording their fetch offsets, long-polling
+  when there is nothing new) and OffsetsForLeaderEpoch.
+* The flush scheduler (`flush.ms` / `flush.messages`), on a background thread.
+
+Concurrency: replicas are added and removed on the node's event loop under `_lock` (the flush and
+remote-log-manager threads list them); a `Partition` has its own concurrency contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from lakelog.compaction.cleaner import LogCleaner
+from lakelog.ingest_api.cluster.backoff import RetryBackoff
+from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.throttles import (
+    FOLLOWER_RATE,
+    LEADER_RATE,
+    ThrottleQuota,
+    is_throttled,
+)
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
+from lakelog.ingest_api.replication.events import ProposeIsr, Role
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey
+from lakelog.ingest_api.replication import wire
+from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
+from lakelog.logstore.fileutil import atomic_write
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
+
+log = logging.getLogger("lakelog.node")
+
+#: Open files a partition's log holds (the active segment's .log, .index, .timeindex).
+FILES_PER_PARTITION = 3
+#: Kafka's per-partition file naming the topic id the directory belongs to.
+PARTITION_METADATA_FILE = "partition.metadata"
+#: Most partitions one replica fetch or OffsetsForLeaderEpoch request may name.
+MAX_PARTITIONS_PER_REQUEST = 10000
+#: Longest a reconcile holds the event loop while it opens partition logs; the rest waits for the
+#: loop's next turn. Opening one costs ~10 ms of file creation and fsyncs, so the 200 partitions of
+#: one new topic would stall the loop for seconds, and the controller quorum's ticks, heartbeats and
+#: lease run on it: its leader took the stall for a pause and stepped down, over and over.
+RECONCILE_SLICE_S = 0.05
+
+
+class ReplicaManager:
+    def __init__(self, config: NodeConfig, image: ClusterImage, *, cleaner: LogCleaner | None,
+                 new_fetcher: Callable[[int], ReplicaFetcher],
+                 controller_call: Callable[..., Awaitable[dict[str, Any]]],
+                 broker_epoch: Callable[[], int], on_drop: Callable[[PartitionKey], None]) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.data_dir = config.data_dir
+        #: The log directory's health (logstore/log_dir_health.py): offline after an I/O error.
+        self.log_dir = LogDirHealth(self.data_dir)
+        self.image = image
+        self.cleaner = cleaner
+        self._new_fetcher = new_fetcher
+        self._controller_call = controller_call
+        self._isr_backoff = RetryBackoff()  # a refused ISR change is not re-sent on every follower fetch
+        self._broker_epoch = broker_epoch
+        self._on_drop = on_drop
+        self._partitions: dict[PartitionKey, Partition] = {}
+        self._topic_ids: dict[str, str] = {}
+        self._topic_configs: dict[PartitionKey, dict[str, str]] = {}
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._lock = threading.RLock()
+        self._reconcile_scheduled = False
+        self._strays_removed = False
+        #: Replication throttles (cluster/throttles.py): bytes this node sends as a leader to, and
+        #: fetches as a follower for, throttled replicas out of the ISR.
+        self.leader_quota = ThrottleQuota()
+        self.follower_quota = ThrottleQuota()
+
+    # ------------------------------------------------------------------ views
+
+    def partitions(self) -> list[Partition]:
+        with self._lock:
+            return list(self._partitions.values())
+
+    def local_partition(self, key: PartitionKey) -> Partition | None:
+        return self._partitions.get(key)
+
+    def topic_id(self, topic: str) -> str | None:
+        return self._topic_ids.get(topic)
+
+    # ------------------------------------------------------------------ metadata -> replicas
+
+    def schedule_reconcile(self) -> None:
+        """Reconcile soon, on the event loop (once for a burst of applied metadata)."""
+        if not self._reconcile_scheduled:
+            self._reconcile_scheduled = True
+            asyncio.get_running_loop().call_soon(self._reconcile)
+
+    def _reconcile(self) -> None:
+        self._reconcile_scheduled = False
+        try:
+            done = self.reconcile_now(budget_s=RECONCILE_SLICE_S)
+        except Exception:
+            log.exception("reconciling replicas with the metadata failed")
+            return
+        if not done:
+            self.schedule_reconcile()  # more partitions to open: after the loop's other work
+
+    def reconcile_now(self, budget_s: float | None = None) -> bool:
+        """Bring the replicas in line with the image; False when `budget_s` ran out first.
+
+        The partitions this node lacks are opened first, as many as the budget allows (at least
+        one per call); only once none is missing does the full pass run (roles, fetchers, configs,
+        drops), so a sliced reconcile never repeats that pass per slice.
+        """
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        opened = 0
+        for name, topic in self.image.topics.items():
+            for p, st in enumerate(topic.partitions):
+                key = PartitionKey(name, p)
+                if self.node_id not in st.replicas or (
+                        key in self._partitions and self._topic_ids.get(name) == topic.topic_id):
+                    continue
+                if opened and deadline is not None and time.monotonic() > deadline:
+                    return False
+                self._reconcile_one(key, topic, st)
+                opened += 1
+        wanted: set[PartitionKey] = set()
+        for name, topic in self.image.topics.items():
+            for p, st in enumerate(topic.partitions):
+                if self.node_id in st.replicas:
+                    key = PartitionKey(name, p)
+                    wanted.add(key)
+                    self._reconcile_one(key, topic, st)
+        for key in [k for k in self._partitions if k not in wanted]:
+            self._drop_partition(key)
+        return True
+
+    def _reconcile_one(self, key: PartitionKey, topic: Any, st: Any) -> None:
+        part = self._partitions.get(key)
+        if part is None or self._topic_ids.get(key.topic) != topic.topic_id:
+            if part is not None:
+                self._drop_partition(key)
+            part = self._open_partition(key, topic.topic_id, topic.configs)
+        elif self._topic_configs.get(key) != topic.configs:
+            part.log.update_config(self.config.log_config(topic.configs))
+        self._topic_configs[key] = dict(topic.configs)
+        if st.leader == self.node_id:
+            if part.make_leader(st.leader_epoch, st.partition_epoch, st.replicas, st.isr):
+                log.info("%s: leader in epoch %d, ISR %s", key, st.leader_epoch, st.isr)
+            self._unfollow(key)
+        else:
+            if part.make_follower(st.leader, st.leader_epoch, st.partition_epoch, st.replicas, st.isr):
+                log.info("%s: follower of node %d in epoch %d", key, st.leader, st.leader_epoch)
+            self._unfollow(key, keep=st.leader)
+            if st.leader >= 0:
+                self._fetcher(st.leader).add(key)
+
+    def _fetcher(self, leader: int) -> ReplicaFetcher:
+        f = self._fetchers.get(leader)
+        if f is None:
+            f = self._fetchers[leader] = self._new_fetcher(leader)
+            f.start()
+        return f
+
+    def _unfollow(self, key: PartitionKey, keep: int = -1) -> None:
+        for leader, f in self._fetchers.items():
+            if leader != keep and key in f.keys:
+                f.remove(key)
+
+    def _open_partition(self, key: PartitionKey, topic_id: str, configs: dict[str, str]) -> Partition:
+        directory = self.data_dir / f"{key.topic}-{key.partition}"
+        marker = directory / PARTITION_METADATA_FILE
+        if directory.exists() and marker.exists() and _read_topic_id(marker) != topic_id:
+            log.warning("%s: the directory belongs to an older topic of that name; deleting it", key)
+            shutil.rmtree(directory)
+        self.check_file_budget(1)
+        plog = PartitionLog(directory, self.config.log_config(configs))
+        if not marker.exists():
+            atomic_write(marker, f"version: 0\ntopic_id: {topic_id}\n".encode())
+        if not plog.recovery.clean_shutdown:
+            log.warning("partition %s recovered: %s", key, plog.recovery)
+        partition = Partition(key, plog, self.node_id, self.log_dir)
+        with self._lock:
+            self._partitions[key] = partition
+            self._topic_ids[key.topic] = topic_id
+        if self.cleaner is not None:
+            self.cleaner.register(plog, lambda: partition.high_watermark)
+        return partition
+
+    def _drop_partition(self, key: PartitionKey) -> None:
+        with self._lock:
+            part = self._partitions.pop(key, None)
+        self._topic_configs.pop(key, None)
+        self._unfollow(key)
+        if part is None:
+            return
+        part.close_waiters(NotLeaderOrFollowerError(f"{key}: the partition was deleted or moved"))
+        if self.cleaner is not None:
+            self.cleaner.unregister(part.log)
+        self._on_drop(key)
+        part.log.delete()
+        log.info("deleted the local replica of %s", key)
+
+    def remove_stray_logs_once(self) -> None:
+        """Once caught up: delete partition directories the metadata no longer assigns to this node."""
+        if self._strays_removed:
+            return
+        self._strays_removed = True
+        with self._lock:
+            known = {f"{k.topic}-{k.partition}" for k in self._partitions}
+        for d in self.data_dir.iterdir():
+            if d.is_dir() and (d / PARTITION_METADATA_FILE).exists() and d.name not in known:
+                log.info("deleting stray partition directory %s", d.name)
+                shutil.rmtree(d, ignore_errors=True)
+
+    def check_file_budget(self, new_partitions: int) -> None:
+        """Refuse partitions whose logs would not fit in the process's open-file limit."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return
+        try:
+            in_use = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            in_use = 0
+        needed = new_partitions * FILES_PER_PARTITION
+        if in_use + needed > soft * 3 // 4:
+            raise InvalidRequestError(f"{new_partitions} more partition(s) need about {needed} open files; this node "
+                                      f"uses {in_use} of its limit of {soft}: raise the limit (ulimit -n) or use "
+                                      f"fewer partitions")
+
+    # ------------------------------------------------------------------ ISR changes
+
+    async def isr_loop(self) -> None:
+        lag = self.config.replica_lag_time_max_ms
+        interval = max(0.05, lag / 2000)
+        while True:
+            await asyncio.sleep(interval)
+            for p in self.partitions():
+                if p.role != Role.LEADER:
+                    continue
+                proposal = p.tick(lag)
+                if proposal is not None and self._send_isr_change(p, proposal):
+                    log.info("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
+
+    def _send_isr_change(self, p: Partition, proposal: ProposeIsr) -> bool:
+        """Send an ISR change unless a refused one of this partition is backing off; True if sent."""
+        if not self._isr_backoff.may_send(p.key, time.monotonic()):
+            # Not sent: answered as refused, so the replica proposes it again after the backoff
+            # (not on every follower fetch, several times a millisecond).
+            p.isr_change_answered(proposal.partition_epoch, accepted=False)
+            return False
+        asyncio.get_running_loop().create_task(self._alter_partition(p, proposal))
+        return True
+
+    async def _alter_partition(self, p: Partition, proposal: ProposeIsr) -> None:
+        """AlterPartition through the controller; the answer goes back to the replica's state machine (the
+        committed ISR itself reaches this node through the metadata log)."""
+        new_isr = list(proposal.new_isr)
+        try:
+            await self._controller_call("alter_partition", {
+                "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic": p.key.topic,
+                "partition": p.key.partition, "leader_epoch": proposal.leader_epoch,
+                "partition_epoch": proposal.partition_epoch, "new_isr": new_isr})
+        except Exception as e:
+            log.info("%s: ISR change to %s refused: %s", p.key, new_isr, e)
+            self._isr_backoff.refused(p.key, time.monotonic())
+            p.isr_change_answered(proposal.partition_epoch, accepted=False)
+            return
+        self._isr_backoff.accepted(p.key)
+        p.isr_change_answered(proposal.partition_epoch, accepted=True)
+
+    # ------------------------------------------------------------------ leader side of replication
+
+    def _replica_partition(self, topic: str, partition: int, current_leader_epoch: int) -> tuple[Partition | None, int, str]:
+        p = self._partitions.get(PartitionKey(topic, partition))
+        if p is None:
+            return None, wire.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not hosted here"
+        if current_leader_epoch < p.leader_epoch:
+            return None, wire.FENCED_LEADER_EPOCH, f"leader epoch {current_leader_epoch} < {p.leader_epoch}"
+        if current_leader_epoch > p.leader_epoch:
+            return None, wire.UNKNOWN_LEADER_EPOCH, f"leader epoch {current_leader_epoch} > {p.leader_epoch}"
+        if p.role != Role.LEADER:
+            return None, wire.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} does not lead {topic}-{partition}"
+        return p, wire.NONE, ""
+
+    def epoch_end_offsets(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        """OffsetsForLeaderEpoch, answered by the leader."""
+        out = []
+        for e in request.get("partitions", [])[:MAX_PARTITIONS_PER_REQUEST]:
+            p, code, msg = self._replica_partition(str(e["topic"]), int(e["partition"]), int(e["current_leader_epoch"]))
+            if p is None:
+                out.append({"topic": e["topic"], "partition": e["partition"], "error_code": code, "error": msg,
+                            "leader_epoch": -1, "end_offset": -1})
+                continue
+            epoch, end = p.log.end_offset_for_epoch(int(e["leader_epoch"]))
+            out.append({"topic": e["topic"], "partition": e["partition"], "error_code": wire.NONE, "error": None,
+                        "leader_epoch": epoch, "end_offset": end})
+        return out
+
+    async def replica_fetch(self, request: dict[str, Any]) -> list[wire.PartitionData]:
+        """A follower's fetch: record its LEO, read from its fetch offset (past the HW), long-poll if empty."""
+        replica_id = int(request["replica_id"])
+        max_wait = min(int(request.get("max_wait_ms", 0)), self.config.replica_fetch_wait_max_ms) / 1000
+        budget = min(int(request.get("max_bytes", 1 << 20)), self.config.replica_fetch_response_max_bytes)
+        entries = request.get("partitions", [])[:MAX_PARTITIONS_PER_REQUEST]
+        result = self._read_for_follower(replica_id, entries, budget)
+        if max_wait > 0 and not any(len(d.records) for d in result) and all(d.error_code == wire.NONE for d in result):
+            waits = []
+            for d in result:
+                p = self._partitions.get(PartitionKey(d.topic, d.partition))
+                if p is not None:
+                    waits.append(p.wait_for_leo(d.log_end_offset, max_wait))
+            if waits:
+                done, pending = await asyncio.wait([asyncio.ensure_future(w) for w in waits],
+                                                   return_when=asyncio.FIRST_COMPLETED, timeout=max_wait)
+                for t in pending:
+                    t.cancel()
+                # Re-read: the follower's fetch offset is unchanged, so its LEO record stays correct.
+                result = self._read_for_follower(replica_id, entries, budget)
+        return result
+
+    def _read_for_follower(self, replica_id: int, entries: list[dict], budget: int) -> list[wire.PartitionData]:
+        out = []
+        remaining = budget
+        for e in entries:
+            topic, part = str(e["topic"]), int(e["partition"])
+            p, code, msg = self._replica_partition(topic, part, int(e["current_leader_epoch"]))
+            if p is None:
+                out.append(wire.PartitionData(topic, part, code, msg, -1, -1, -1, b""))
+                continue
+            offset = int(e["fetch_offset"])
+            leo = p.log.log_end_offset
+            if offset > leo or offset < p.log.log_start_offset:
+                out.append(wire.PartitionData(topic, part, wire.OFFSET_OUT_OF_RANGE,
+                                              f"fetch offset {offset} outside [{p.log.log_start_offset}, {leo}]",
+                                              p.high_watermark, p.log.log_start_offset, leo, b""))
+                continue
+            proposal = p.on_follower_fetch(replica_id, offset)
+            if proposal is not None and self._send_isr_change(p, proposal):
+                log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
+            records: bytes | memoryview = b""
+            if offset < leo and remaining > 0:
+                want = min(remaining, int(e.get("max_bytes", remaining)))
+                rate = self.leader_throttle_rate(p, replica_id)
+                if rate is not None:
+                    want = min(want, self.leader_quota.allowance(rate, time.monotonic()))
+                if want > 0:
+                    res = p.log.read(offset, want)
+                    records = res.records
+                    remaining -= len(records)
+                    if rate is not None:
+                        self.leader_quota.record(rate, len(records), time.monotonic())
+            out.append(wire.PartitionData(topic, part, wire.NONE, None, p.high_watermark,
+                                          p.log.log_start_offset, p.log.log_end_offset, records))
+        return out
+
+    def leader_throttle_rate(self, p: Partition, replica_id: int) -> int | None:
+        """The leader throttle rate for a follower's fetch of `p`, or None when it is not throttled
+        (no rate set, the partition not listed for this leader, or the follower in the ISR)."""
+        rate = self.image.broker_configs.rate(self.node_id, LEADER_RATE)
+        if rate is None or replica_id in p.isr:
+            return None
+        listed = p.log.config.leader_replication_throttled_replicas
+        return rate if is_throttled(listed, p.key.partition, self.node_id) else None
+
+    def follower_throttle_rate(self, p: Partition) -> int | None:
+        """The follower throttle rate of this node's replica of `p`, or None when it is not throttled."""
+        rate = self.image.broker_configs.rate(self.node_id, FOLLOWER_RATE)
+        if rate is None or self.node_id in p.isr:
+            return None
+        listed = p.log.config.follower_replication_throttled_replicas
+        return rate if is_throttled(listed, p.key.partition, self.node_id) else None
+
+    # ------------------------------------------------------------------ background work and stop
+
+    def flush_loop(self, stopped: threading.Event) -> None:
+        """The flush scheduler (a background thread) until `stopped` is set."""
+        interval = self.config.log_flush_scheduler_interval_ms / 1000
+        while not stopped.wait(interval):
+            for p in self.partitions():
+                try:
+                    p.log.flush_if_due()
+                except OSError as e:
+                    if not is_disk_failure(e):
+                        log.exception("flush of %s failed", p.key)
+                    else:  # acks do not wait for fsync (as Kafka's); nothing more is acknowledged after this
+                        self.log_dir.failed(str(p.key), "flush", e)
+                except Exception:  # a closed log during deletion; the next pass moves on
+                    log.exception("flush of %s failed", p.key)
+
+    async def stop_fetchers(self) -> None:
+        """Stop following and release every waiter (the node leaves the cluster)."""
+        for f in list(self._fetchers.values()):
+            await f.stop()
+        self._fetchers.clear()
+        for p in self.partitions():
+            p.close_waiters(NotLeaderOrFollowerError(f"{p.key}: the node is shutting down"))
+
+
+def _read_topic_id(path: Path) -> str | None:
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("topic_id:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
