@@ -4,7 +4,7 @@ them to the node's keys.
 `listeners` and `advertised.listeners` themselves are the node's keys (ingest_api/config.py): one
 comma-separated list holds the HTTP door (`http://` or `https://`) and any Kafka listeners
 (`NAME://host:port`, NAME a key of `listener.security.protocol.map`). `parse_listeners` reads it.
-`max.connections` (ingest_api/security/config.py) bounds the open connections of each door.
+`max.connections` (ingest_api/config/security.py) bounds the open connections of each door.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from lakelog.infra.config import ConfigError
-from lakelog.ingest_api.config import NODE_CONFIG
+from lakelog.ingest_api.config.node import NODE_CONFIG
 from lakelog.ingest_api.kafka.codec import Request, field_of
 from lakelog.ingest_api.kafka.context import KafkaContext, kafka_topic_id
 from lakelog.ingest_api.kafka.error_codes import kafka_code

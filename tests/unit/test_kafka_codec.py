@@ -16,7 +16,7 @@ from kio.serial import entity_reader
 from kio.static.primitive import Records
 
 from lakelog.infra.config import ConfigError
-from lakelog.ingest_api.config import NodeConfig
+from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.kafka import codec
 from lakelog.ingest_api.config.kafka import parse_listeners
 from lakelog.ingest_api.kafka.error_codes import kafka_code
