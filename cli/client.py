@@ -24,6 +24,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from lakelog.infra.error_codes import framework
 from lakelog.infra.errors import ErrorKind, LakelogError
 
 DEFAULT_URL = "http://127.0.0.1:8082"
@@ -289,7 +290,7 @@ class LakelogClient:
             try:
                 doc = self._json("GET", f"{self._topics_path(topic)}/partitions/{pid}/replicas")
             except RequestFailedError as e:
-                if e.status == 404 and e.error_code == 404:  # no such route (not: no such topic)
+                if e.error_code == framework("RouteNotFound").error_code:  # no such route (not: no such topic)
                     return self._partition_replicas_v2(topic)
                 raise
             rows = doc.get("data", [])

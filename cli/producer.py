@@ -64,6 +64,7 @@ from lakelog.cli.batching import CODECS, record_size_estimate
 from lakelog.cli.http_sender import HttpSender
 from lakelog.cli.producer_batch import ProduceError, ProducerBatch, RecordFuture, RecordMetadata
 from lakelog.cli.producer_sender import ProducerSender
+from lakelog.infra.error_codes import code
 from lakelog.ingest_api.partitioner import partition_for_key
 
 _monotonic, _time = time.monotonic, time.time
@@ -90,6 +91,9 @@ DEFAULTS: dict[str, Any] = {
 }
 #: Kafka's bound with idempotence: the broker remembers a producer's last 5 batches.
 MAX_IN_FLIGHT_IDEMPOTENT = 5
+#: A record over max.request.size, a partition the topic does not have: answered as the node would.
+_TOO_LARGE = code("RequestTooLargeError")
+_NO_PARTITION = code("PartitionNotFoundError")
 
 
 def _bool(v: Any) -> bool:
@@ -207,7 +211,7 @@ class Producer(ProducerSender):
             size = record_size_estimate(key, value, hdrs)
         if size + 61 > self.max_request_size:
             raise ProduceError(f"the record is {size} bytes, over max.request.size={self.max_request_size}",
-                               413, 41301)
+                               _TOO_LARGE.status, _TOO_LARGE.error_code)
         now = _monotonic()
         n = self._partitions.get(topic)
         if n is None or now - self._partitions_at[topic] > self.metadata_max_age_s:
@@ -220,7 +224,8 @@ class Producer(ProducerSender):
                 if partition is None or partition >= n:
                     partition = self._sticky_partition(topic, n)
         elif not 0 <= partition < n:
-            raise ProduceError(f"Partition {partition} of topic {topic} not found.", 404, 40402)
+            raise ProduceError(f"Partition {partition} of topic {topic} not found.", _NO_PARTITION.status,
+                               _NO_PARTITION.error_code)
         ts = int(_time() * 1000) if timestamp is None else int(timestamp)
         with self._lock:
             if self._buffered + size > self.buffer_memory and self._buffered > 0:

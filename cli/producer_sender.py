@@ -29,6 +29,7 @@ import httpx
 
 from lakelog.cli.http_sender import HttpSender, TransportError
 from lakelog.cli.producer_batch import CALLBACK_LOCK, ProduceError, ProducerBatch, RecordMetadata
+from lakelog.infra.error_codes import code
 from lakelog.logstore.batch_columns import build_batch_columns
 from lakelog.logstore.compression import Compression
 
@@ -36,7 +37,7 @@ RECORDBATCH = "application/vnd.kafka.recordbatch"
 _SEQUENCE_MOD = 2**31
 _RETRIABLE_STATUS = (408, 429, 500, 502, 503, 504)
 #: OUT_OF_ORDER_SEQUENCE_NUMBER: a batch reached the leader before its predecessor.
-_OUT_OF_ORDER = 40908
+_OUT_OF_ORDER = code("OutOfOrderSequenceError").error_code
 
 
 class ProducerSender:
