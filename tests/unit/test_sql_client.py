@@ -122,7 +122,7 @@ def test_lakelog_sql_loads_neither_pyspark_nor_httpx_nor_the_jobs():
             "assert args.func.__name__ == 'cmd_sql'\n"
             "heavy = ('pyspark', 'py4j', 'httpx', 'rich', 'grpc', 'pyarrow', 'pandas')\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(('lakelog.spark_log.jobs',"
-            " 'lakelog.tiering', 'lakelog.cli.client'))))\n")
+            " 'lakelog.tiering', 'lakelog.client.node_client'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -1,6 +1,6 @@
 """Lakelog's producer: Kafka's client semantics over the binary path.
 
-    from lakelog.cli import Producer
+    from lakelog.client import Producer
     p = Producer({"bootstrap.servers": "http://127.0.0.1:8082", "linger.ms": 5, "acks": "all"})
     fut = p.produce("clicks", value=b"...", key=b"user-1")      # a RecordFuture
     p.flush(); fut.result()                                      # RecordMetadata(topic, partition, offset, timestamp)
@@ -43,9 +43,9 @@ Threads: `produce()` may be called from any thread; one sender thread seals and 
 small worker pool; futures complete and `on_delivery(err, metadata)` callbacks run on those threads.
 
 Where the code is: this module holds the configuration, the public API and the accumulator (open
-batches per partition, sealing, the sticky partition); `ProducerSender` (cli/producer_sender.py)
+batches per partition, sealing, the sticky partition); `ProducerSender` (client/producer_sender.py)
 the sender thread, dispatch, shipping and retries; `ProducerBatch`, `RecordFuture`,
-`RecordMetadata` and `ProduceError` are in cli/producer_batch.py.
+`RecordMetadata` and `ProduceError` are in client/producer_batch.py.
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ from urllib.parse import quote
 
 import httpx
 
-from lakelog.cli.batching import CODECS, record_size_estimate
-from lakelog.cli.http_sender import HttpSender
-from lakelog.cli.producer_batch import ProduceError, ProducerBatch, RecordFuture, RecordMetadata
-from lakelog.cli.producer_sender import ProducerSender
+from lakelog.client.batching import CODECS, record_size_estimate
+from lakelog.client.http_sender import HttpSender
+from lakelog.client.producer_batch import ProduceError, ProducerBatch, RecordFuture, RecordMetadata
+from lakelog.client.producer_sender import ProducerSender
 from lakelog.infra.error_codes import code
 from lakelog.ingest_api.partitioner import partition_for_key
 
@@ -145,7 +145,7 @@ class Producer(ProducerSender):
                                   limits=httpx.Limits(max_connections=self.max_in_flight + 1,
                                                       max_keepalive_connections=self.max_in_flight + 1),
                                   **(http_options or {}))
-        # Produce requests go through a plain-socket sender (cli/http_sender.py: a fraction of httpx's
+        # Produce requests go through a plain-socket sender (client/http_sender.py: a fraction of httpx's
         # CPU per 1 MiB request) unless the options ask for something only httpx does (a transport).
         self._fast: HttpSender | None = None
         if HttpSender.supports(http_options):

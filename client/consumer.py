@@ -1,7 +1,7 @@
 """Lakelog's consumer: a member of a consumer group, with Kafka's client config names, reading on the
 binary fetch path.
 
-    from lakelog.cli import Consumer
+    from lakelog.client import Consumer
     c = Consumer({"bootstrap.servers": "http://127.0.0.1:8082", "group.id": "dashboards",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.subscribe(["clicks"])
@@ -20,7 +20,7 @@ Split of the work, as Kafka's consumer splits it between the coordinator and the
   * Records: the client fetches each assigned partition itself with
     `GET /topics/{t}/partitions/{p}/records?offset=` and `Accept: application/vnd.kafka.recordbatch`
     (the node forwards to the leader), checks each batch's CRC and decodes the records natively
-    (cli/fetching.py). Partitions are fetched concurrently (one request each, at most
+    (client/fetching.py). Partitions are fetched concurrently (one request each, at most
     `fetch.max.parallel` at once); what a poll does not return (over `max.poll.records`) stays
     buffered for the next poll. A partition's position — the next offset poll returns — lives here.
 
@@ -47,8 +47,8 @@ from urllib.parse import quote
 
 import httpx
 
-from lakelog.cli.fetching import Message, decode_fetch
-from lakelog.cli.http_sender import HttpSender, TransportError
+from lakelog.client.fetching import Message, decode_fetch
+from lakelog.client.http_sender import HttpSender, TransportError
 from lakelog.infra.error_codes import code
 from lakelog.infra.errors import ErrorKind, LakelogError
 
@@ -131,7 +131,7 @@ class Consumer:
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s + 35, connect=5),
                                   limits=httpx.Limits(max_connections=parallel + 2,
                                                       max_keepalive_connections=parallel + 2), **opts)
-        # Binary fetches go through the plain-socket sender (cli/http_sender.py) unless the options
+        # Binary fetches go through the plain-socket sender (client/http_sender.py) unless the options
         # ask for something only httpx does (a transport, event hooks); group calls stay on httpx.
         self._fast: HttpSender | None = None
         if HttpSender.supports(opts):
