@@ -2,7 +2,7 @@
 
 A Spark Connect client costs `lakelog sql` about a second before it sends anything (importing
 pyspark's Connect client and its gRPC stack, opening a session). The SQL server's HTTP endpoint
-(`spark_log/sql_http.py`) answers one JSON call instead, in the server's JVM:
+(`spark_log/sql_server/endpoint.py`) answers one JSON call instead, in the server's JVM:
 
     POST /v1/sql  {"query", "max_rows", "timeout_ms"}
     -> 200 {"columns": [{"name", "type"}], "rows": [[...]], "truncated", "views", "elapsed_ms"}
@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from lakelog.spark_log.sql_http import (
+from lakelog.spark_log.sql_server.endpoint import (
     DATABASE,
     FORBIDDEN,
     INVALID,

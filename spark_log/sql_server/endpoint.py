@@ -231,7 +231,7 @@ class SqlEndpoint:
         self.max_response_bytes = max_response_bytes
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self._ids = itertools.count(1)
-        #: `POST /v1/sql` for `lakelog sql` (spark_log/sql_users.py), when the server serves it.
+        #: `POST /v1/sql` for `lakelog sql` (spark_log/sql_server/users.py), when the server serves it.
         self.users = None
 
     def authorized(self, header: str | None) -> bool:
@@ -402,7 +402,7 @@ class SqlHttpServer:
 
     def __init__(self, endpoint: SqlEndpoint, host: str, port: int) -> None:
         self.endpoint = endpoint
-        self.address_file = None  # where `lakelog sql-server` wrote this endpoint's address (sql_address.py)
+        self.address_file = None  # where `lakelog sql-server` wrote this endpoint's address (address.py)
         handler = type("Handler", (_Handler,), {"endpoint": endpoint})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
