@@ -284,7 +284,7 @@ def framework(name: str) -> ErrorCode:
     return FRAMEWORK[name]
 
 
-def kafka_code(name: str) -> KafkaCode:
+def kafka_code_of(name: str) -> KafkaCode:
     """The Kafka protocol error code of the error named `name` (any namespace but the v3 API's)."""
     for rows in (ERRORS, SCHEMA_REGISTRY, FRAMEWORK):
         row = rows.get(name)

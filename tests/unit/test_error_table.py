@@ -228,7 +228,7 @@ def test_kafka_codes_are_kafkas_numbers() -> None:
     assert kafka_code(ObjectNotFoundError("k")) == KafkaCode.RESOURCE_NOT_FOUND  # by kind
     assert kafka_code(RemoteError(409, 40907, "fenced")) == KafkaCode.STALE_BROKER_EPOCH  # a relayed answer
     assert kafka_code(ValueError("boom")) == KafkaCode.UNKNOWN_SERVER_ERROR
-    assert error_codes.kafka_code("TopicExistsError") == KafkaCode.TOPIC_ALREADY_EXISTS
+    assert error_codes.kafka_code_of("TopicExistsError") == KafkaCode.TOPIC_ALREADY_EXISTS
 
 
 def test_every_row_is_bound_to_one_class() -> None:
