@@ -1,7 +1,7 @@
 """What the console's SQL page costs over a Spark Connect client: the same queries through a node's
 `POST /console/sql` (the node asks the SQL server which views the query reads, checks them, then has
 it run; `ingest_api/http/console_sql.py`), straight to the SQL server's JSON endpoint (`/v1/query`,
-`spark_log/sql_http.py`), and through a Spark Connect client session kept open (what `lakelog sql`
+`spark_log/sql_server/endpoint.py`), and through a Spark Connect client session kept open (what `lakelog sql`
 does, without its process start), alternated in the same run.
 
     python bench/console_sql.py            # a few minutes on 2 cores

@@ -10,10 +10,10 @@ Kafka: the broker and tools resolved once from Maven Central (bench/pom.xml -> .
 three forming the quorum) on loopback, data in a temp dir; Kafka's own `ProducerPerformance`
 (--throughput -1, default producer settings plus acks) and `ConsumerPerformance` (its nMsg.sec).
 Lakelog: `lakelog node` processes on loopback (one, or three voters), log cleaner off; produce
-with Lakelog's client (`lakelog.cli.Producer`: binary path, idempotent, batch.size 1 MiB, linger.ms
+with Lakelog's client (`lakelog.client.Producer`: binary path, idempotent, batch.size 1 MiB, linger.ms
 5, max.in.flight 5), JSON v2 REST produce (`application/vnd.kafka.json.v2+json`, 500 records per
 request, 4 client threads, each record's value a 1 KiB JSON string), consume with
-`lakelog.cli.Consumer` (a group member reading the binary fetch path, decoding natively) and, for
+`lakelog.client.Consumer` (a group member reading the binary fetch path, decoding natively) and, for
 information, a raw binary fetch loop (records counted from the batch headers, nothing decoded).
 
 Same record count, record size and acks on both sides; a fresh topic of one partition per run
@@ -255,7 +255,7 @@ class LakelogCluster:
         self.leader_url(name)
 
     def produce(self, topic: str, records: int, size: int, acks: str) -> float:
-        from lakelog.cli import Producer
+        from lakelog.client import Producer
 
         payloads = [os.urandom(size) for _ in range(64)]
         leader = self.leader_url(topic)
@@ -276,7 +276,7 @@ class LakelogCluster:
         return records / elapsed
 
     def consume(self, topic: str, records: int) -> float:
-        from lakelog.cli import Consumer
+        from lakelog.client import Consumer
 
         c = Consumer({"bootstrap.servers": self.leader_url(topic), "group.id": f"perf-{uuid.uuid4().hex[:8]}",
                       "auto.offset.reset": "earliest", "enable.auto.commit": False, "max.poll.records": 500})

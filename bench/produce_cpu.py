@@ -6,12 +6,12 @@
 
 The two cases of issue 17's peer benchmark whose cost is per record, measured in CPU time (user +
 system), which a shared machine's load inflates far less than it divides records/s:
-  - client produce: `lakelog.cli.Producer` (binary path, idempotent, batch.size 1 MiB, linger.ms 5,
+  - client produce: `lakelog.client.Producer` (binary path, idempotent, batch.size 1 MiB, linger.ms 5,
     5 in flight, the peer bench's settings), N x 1 KiB to one partition, acks=all: CPU of the
     caller's thread in `produce()` alone, of the whole client process, and of the node;
   - JSON v2 REST produce: `application/vnd.kafka.json.v2+json`, 500 records of a 1 KiB JSON string
     per request, 4 client threads: CPU of the node per record;
-  - consume: `lakelog.cli.Consumer` (a group member, binary fetch, native decoding) reading the
+  - consume: `lakelog.client.Consumer` (a group member, binary fetch, native decoding) reading the
     client case's records back: CPU of the client process and of the node per record.
 One `lakelog node` on loopback per tree and round (log cleaner off), a fresh topic per case. Each
 tree runs in its own worker process (`--worker`), its `lakelog` package taken from that checkout
@@ -66,7 +66,7 @@ def worker(records: int) -> dict[str, float]:
     import httpx
 
     from bench.peer_kafka import LakelogCluster
-    from lakelog.cli import Consumer, Producer
+    from lakelog.client import Consumer, Producer
 
     work = Path(tempfile.mkdtemp(prefix="produce-cpu-"))
     node = LakelogCluster(work, 1)

@@ -23,24 +23,18 @@ import os
 import sys
 import time
 from typing import Any
-from urllib.parse import quote
 
-V2 = "application/vnd.kafka.v2+json"
 #: Long-poll wait of one records request when the consumer runs until Ctrl-C.
 POLL_MS = 5000
 #: With --timeout-ms: how long the consumer waits for its first assignment before the timeout counts.
 ASSIGNMENT_WAIT_S = 30.0
 
 
-def _q(s: str) -> str:
-    return quote(s, safe="")
-
-
 def consume_group(args: argparse.Namespace, client: Any, render) -> int:
-    """`lakelog consume TOPIC --group G` through the Python client (`lakelog.cli.Consumer`); `render`
+    """`lakelog consume TOPIC --group G` through the Python client (`lakelog.client.Consumer`); `render`
     turns a key / value into printable bytes."""
-    from lakelog.cli.client import security_from_args
-    from lakelog.cli.consumer import Consumer
+    from lakelog.cli.client_args import security_from_args
+    from lakelog.client.consumer import Consumer
 
     out = sys.stdout.buffer
     separator = args.key_separator.encode("utf-8")
@@ -96,11 +90,11 @@ def consume_group(args: argparse.Namespace, client: Any, render) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
-        for g in client._json("GET", "/groups")["groups"]:
-            print(g["group_id"])
+        for group in client.list_groups():
+            print(group)
     return 0
 
 
@@ -115,10 +109,10 @@ def _s(v: Any) -> str:
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
-        d = client._json("GET", f"/groups/{_q(args.group)}")
+        d = client.describe_group(args.group)
     if not d["members"]:
         print(f"\nConsumer group '{args.group}' has no active members.")
     print(f"\nGROUP {args.group}  STATE {d['state']}  ASSIGNOR {_s(d['partition_assignor'])}  "
@@ -143,14 +137,13 @@ def _parse_topic(spec: str) -> tuple[str, list[int] | None]:
 
 
 def _cmd_reset(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     topic, partitions = args.topic
     with client_from_args(args) as client:
         if partitions is None:
             partitions = list(range(int(client.get_topic(topic)["partitions_count"])))
-        committed = {(o["topic"], o["partition"]): o["offset"]
-                     for o in client._json("GET", f"/groups/{_q(args.group)}/offsets")["offsets"]}
+        committed = {(o["topic"], o["partition"]): o["offset"] for o in client.group_offsets(args.group)}
         plan = []
         for p in partitions:
             beginning, end = client.offsets(topic, p)
@@ -165,8 +158,7 @@ def _cmd_reset(args: argparse.Namespace) -> int:
                 target = (current if current >= 0 else end) + args.shift_by
             plan.append((p, max(beginning, min(end, target))))  # clamped to the partition's range, as Kafka does
         if args.execute:
-            client._json("POST", f"/groups/{_q(args.group)}/offsets", headers={"Content-Type": V2}, json={
-                "offsets": [{"topic": topic, "partition": p, "offset": o} for p, o in plan]})
+            client.commit_group_offsets(args.group, [(topic, p, o) for p, o in plan])
     rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]] + [[args.group, topic, str(p), str(o)] for p, o in plan]
     print()
     _table(rows)

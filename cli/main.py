@@ -12,7 +12,7 @@
     lakelog sql "SELECT ..." [--remote URL] [--format table|json|csv]            Spark SQL over the topics' tables
 
 The console tools talk HTTP to a node (`--bootstrap-server`, default `$LAKELOG_URL` or
-http://127.0.0.1:8082) through `lakelog.cli.client`. Errors print `lakelog <command>: <message>` on
+http://127.0.0.1:8082) through `lakelog.client.node_client`. Errors print `lakelog <command>: <message>` on
 stderr and exit 1; usage errors exit 2.
 """
 
@@ -40,9 +40,9 @@ READ_CHUNK_BYTES = 64 * 1024
 
 
 def client_from_args(args: argparse.Namespace):
-    """`lakelog.cli.client.client_from_args`, imported when a command talks to a node (httpx is not
+    """`lakelog.cli.client_args.client_from_args`, imported when a command talks to a node (httpx is not
     loaded by commands that do not)."""
-    from lakelog.cli.client import client_from_args as make
+    from lakelog.cli.client_args import client_from_args as make
 
     return make(args)
 
@@ -170,11 +170,12 @@ class InputError(LakelogError):
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
-    """Lines of stdin -> records, through the Python client (`lakelog.cli.Producer`): batched per
+    """Lines of stdin -> records, through the Python client (`lakelog.client.Producer`): batched per
     partition on the binary path, Kafka's partitioner, idempotent. A pause in stdin of
     PRODUCE_LINGER_S sends what was read; `--batch-size N` seals a batch every N records."""
-    from lakelog.cli.client import normalize_url, default_url, security_from_args
-    from lakelog.cli.producer import Producer
+    from lakelog.client.node_client import normalize_url, default_url
+    from lakelog.cli.client_args import security_from_args
+    from lakelog.client.producer import Producer
 
     separator = args.key_separator.encode("utf-8") if args.key_separator is not None else None
     started = time.monotonic()
@@ -247,7 +248,7 @@ def _start_offset(client, args: argparse.Namespace) -> int:
 
 
 def _cmd_consume(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import RequestFailedError
+    from lakelog.client.node_client import RequestFailedError
 
     if args.group is not None:
         if args.partition is not None or args.offset is not None:
@@ -383,7 +384,7 @@ def _start_offset_arg(text: str) -> str:
 
 
 def _client_options() -> argparse.ArgumentParser:
-    from lakelog.cli.client import DEFAULT_URL, URL_ENV, default_url
+    from lakelog.client.node_client import DEFAULT_URL, URL_ENV, default_url
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-server", default=default_url(), metavar="URL",

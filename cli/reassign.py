@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from lakelog.cli.client import LakelogClient, RequestFailedError, client_from_args
+from lakelog.client.node_client import LakelogClient, RequestFailedError
+from lakelog.cli.client_args import client_from_args
 from lakelog.infra.errors import ErrorKind, LakelogError
 
 RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")

@@ -36,7 +36,7 @@ def _base(client) -> str:
 
 
 def _cmd_users_add(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     password = args.new_password or os.environ.get("LAKELOG_NEW_PASSWORD")
     if not password:
@@ -49,7 +49,7 @@ def _cmd_users_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_users_list(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
         for u in client._json("GET", f"{_base(client)}/users").get("data", []):
@@ -58,7 +58,7 @@ def _cmd_users_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_users_remove(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
         client._request("DELETE", f"{_base(client)}/users/{quote(args.name, safe='')}", expect=(204,))
@@ -67,7 +67,7 @@ def _cmd_users_remove(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_create(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
         doc = client._json("POST", f"{_base(client)}/api-keys", json={"principal": args.principal}, expect=(201,))
@@ -76,7 +76,7 @@ def _cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_list(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
         for k in client._json("GET", f"{_base(client)}/api-keys").get("data", []):
@@ -85,7 +85,7 @@ def _cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys_remove(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
         client._request("DELETE", f"{_base(client)}/api-keys/{quote(args.key_id, safe='')}", expect=(204,))
@@ -104,8 +104,8 @@ def _resource(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _cmd_acls_add(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
-    from lakelog.cli.client import ClientError
+    from lakelog.cli.client_args import client_from_args
+    from lakelog.client.node_client import ClientError
 
     resource = _resource(args)
     if not resource:
@@ -135,7 +135,7 @@ def _render(acl: dict[str, Any]) -> str:
 
 
 def _cmd_acls_list(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
         for acl in client._json("GET", f"{_base(client)}/acls", params=_filter(args)).get("data", []):
@@ -144,8 +144,8 @@ def _cmd_acls_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_acls_remove(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
-    from lakelog.cli.client import ClientError
+    from lakelog.cli.client_args import client_from_args
+    from lakelog.client.node_client import ClientError
 
     params = _filter(args)
     if not params:
@@ -158,8 +158,8 @@ def _cmd_acls_remove(args: argparse.Namespace) -> int:
 
 
 def _cmd_quotas_set(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
-    from lakelog.cli.client import ClientError
+    from lakelog.cli.client_args import client_from_args
+    from lakelog.client.node_client import ClientError
 
     quotas = {k: v for k, v in (("producer.byte.rate", args.producer_byte_rate),
                                 ("consumer.byte.rate", args.consumer_byte_rate),
@@ -173,7 +173,7 @@ def _cmd_quotas_set(args: argparse.Namespace) -> int:
 
 
 def _cmd_quotas_list(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
         for q in client._json("GET", f"{_base(client)}/quotas").get("data", []):
@@ -182,7 +182,7 @@ def _cmd_quotas_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_quotas_remove(args: argparse.Namespace) -> int:
-    from lakelog.cli.client import client_from_args
+    from lakelog.cli.client_args import client_from_args
 
     with client_from_args(args) as client:
         client._request("DELETE", f"{_base(client)}/quotas/{quote(args.principal, safe=':')}", expect=(204,))

@@ -15,7 +15,7 @@ directory hold), once the nodes are ready:
   hot tail's readers take), never on a command line.
 
 Its clients still present their own credentials and read only the topics they may READ
-(spark_log/sql_security.py): the service user's grants are the server's, for registering views.
+(spark_log/sql_server/security.py): the service user's grants are the server's, for registering views.
 With authentication off nothing is made and the server gets no credentials.
 """
 

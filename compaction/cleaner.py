@@ -369,16 +369,16 @@ class CleanerPassEntry:
 
 
 class LogCleaner:
-    """A background thread that, every `interval_ms`, applies retention to logs whose
-    `cleanup.policy` includes `delete` and runs `clean_log` on logs whose policy includes
-    `compact`, over the registered logs.
+    """A background thread that, every `interval_ms` (the node's `log.cleaner.backoff.ms`), applies
+    retention to logs whose `cleanup.policy` includes `delete` and runs `clean_log` on logs whose
+    policy includes `compact`, over the registered logs.
 
     `high_watermark`, given per log at registration, bounds both (a leader passes its HW).
     Errors are kept per pass (the last `max_errors_kept`) and never stop the thread; a closed log
     is unregistered. Concurrency: every method is thread-safe; passes never overlap.
     """
 
-    def __init__(self, *, interval_ms: int = 15_000, clock: Callable[[], float] = time.time,
+    def __init__(self, *, interval_ms: int, clock: Callable[[], float] = time.time,
                  max_offset_map_entries: int = DEFAULT_MAX_OFFSET_MAP_ENTRIES, max_logs: int = 100_000,
                  max_errors_kept: int = 100) -> None:
         invariant(MIN_INTERVAL_MS <= interval_ms <= MAX_INTERVAL_MS,

@@ -1,8 +1,9 @@
 """The root of every Lakelog error, and the kinds that decide how an error is answered.
 
 Each package keeps a small tree of its own under `LakelogError`; every class names its `kind`.
-One place (the ingest node's error mapper) turns kinds into HTTP statuses and Confluent-style
-`error_code`s, so packages below the node never think about HTTP.
+One table (`infra/error_codes.py`, bound to the node's classes by `ingest_api/error_table.py`) turns
+errors and kinds into HTTP statuses, Confluent-style `error_code`s and Kafka protocol codes, so
+packages below the node never think about HTTP.
 """
 
 from __future__ import annotations

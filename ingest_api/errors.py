@@ -1,7 +1,8 @@
 """Errors of the ingest node (one tree under `NodeError`).
 
 What each error answers over HTTP — status and Confluent-style `error_code` — is declared in one
-place, `ingest_api.error_table`; no class here carries a code.
+place, `infra.error_codes` (bound to these classes by `ingest_api.error_table`); no class here
+carries a code.
 """
 
 from __future__ import annotations

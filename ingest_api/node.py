@@ -227,18 +227,15 @@ class Node:
     def _quorum_config(self, tls: Any) -> QuorumConfig:
         cfg = self.config
         lone = len(self.voters) == 1
-        return QuorumConfig(node_id=self.node_id, voters=self.voters, secret=cfg.cluster_secret.encode(),
-                            data_dir=self.data_dir,
-                            metadata_log_dir=Path(cfg.metadata_log_dir) if cfg.metadata_log_dir else None,
-                            tick_ms=cfg.controller_quorum_tick_ms,
-                            # A lone voter needs no one's vote: let it elect itself at once.
-                            election_timeout_ms=(3 * cfg.controller_quorum_tick_ms if lone
-                                                 else cfg.controller_quorum_election_timeout_ms),
-                            heartbeat_interval_ms=(cfg.controller_quorum_tick_ms if lone else
-                                                   max(cfg.controller_quorum_tick_ms,
-                                                       cfg.controller_quorum_election_timeout_ms // 10)),
-                            snapshot_interval_entries=cfg.metadata_snapshot_interval_entries,
-                            append_max_entries=cfg.controller_quorum_append_max_entries, tls=tls)
+        return QuorumConfig.from_keys(
+            cfg, node_id=self.node_id, voters=self.voters, secret=cfg.cluster_secret.encode(),
+            data_dir=self.data_dir, metadata_log_dir=Path(cfg.metadata_log_dir) if cfg.metadata_log_dir else None,
+            # A lone voter needs no one's vote: let it elect itself at once.
+            election_timeout_ms=(3 * cfg.controller_quorum_tick_ms if lone
+                                 else cfg.controller_quorum_election_timeout_ms),
+            heartbeat_interval_ms=(cfg.controller_quorum_tick_ms if lone else
+                                   max(cfg.controller_quorum_tick_ms, cfg.controller_quorum_election_timeout_ms // 10)),
+            tls=tls)
 
     async def start_cluster(self) -> None:
         cfg = self.config

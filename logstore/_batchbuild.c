@@ -26,7 +26,7 @@
  * decode_records(records, base_offset, base_timestamp, log_append_time, min_offset, topic, partition,
  *                message_type) -> list
  *   The inverse, for the consumer: walks an (inflated) records section of the layout above and
- *   returns one `message_type` (a tuple subclass of 7 fields, cli/consumer.py's Message) per record
+ *   returns one `message_type` (a tuple subclass of 7 fields, client/consumer.py's Message) per record
  *   whose offset (base_offset + offset delta) is >= min_offset:
  *     (topic, partition, offset, key bytes|None, value bytes|None, [(name str, value bytes|None)],
  *      timestamp)   -- timestamp = log_append_time when it is >= 0, else base_timestamp + delta.
@@ -36,7 +36,7 @@
  *
  * The pure-Python references are lakelog.logstore.record_batch.encode_record and RecordBatch.records;
  * tests check that both paths give the same bytes and the same records. The batch header, compression and CRC-32C are added in Python
- * (cli/batching.py, the producer). Pure function: no state, the GIL held throughout.
+ * (client/batching.py, the producer). Pure function: no state, the GIL held throughout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

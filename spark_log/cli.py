@@ -9,11 +9,12 @@ The remote root defaults to `LAKELOG_REMOTE`, then the embedded default of `lake
 | `cli.py` | the parsers' shared options (`add_commands`), the arguments' defaults and bounds (`resolve_remote`) |
 | `cli_common.py` | the remote root's default, `KEY=VALUE`, `CommandError`, a quiet JVM |
 | `cli_jobs.py` | `lakelog jobs run / schedule / list / package` |
-| `cli_sql.py` | `lakelog sql`: the HTTP path, then Spark Connect, then a local session |
-| `sql_repl.py` | `lakelog sql`'s interactive prompt |
-| `sql_output.py` | rows as a table, JSON or CSV; a failed query as one line |
-| `sql_server_access.py` | the SQL server's URL, token and a cluster user's credentials, as clients present them |
-| `cli_sql_server.py` | `lakelog sql-server`: Spark Connect, the HTTP endpoint, Thrift |
+| `sql_cli/command.py` | `lakelog sql`: the HTTP path, then Spark Connect, then a local session |
+| `sql_cli/repl.py` | `lakelog sql`'s interactive prompt |
+| `sql_cli/output.py` | rows as a table, JSON or CSV; a failed query as one line |
+| `sql_cli/http_client.py` | `lakelog sql`'s `POST /v1/sql` (the standard library's `http.client`) |
+| `sql_server/access.py` | the SQL server's URL, token and a cluster user's credentials, as clients present them |
+| `sql_server/command.py` | `lakelog sql-server`: Spark Connect, the HTTP endpoint (`endpoint.py`, `users.py`), Thrift (`thrift.py`), credentials and ACLs (`security.py`), the address file (`address.py`) |
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import argparse
 import os
 
 from lakelog.spark_log.cli_common import REMOTE_ENV, default_remote, key_value
-from lakelog.spark_log.cli_sql import DEFAULT_SQL_TIMEOUT_MS, MAX_SQL_ROWS
+from lakelog.spark_log.sql_cli.command import DEFAULT_SQL_TIMEOUT_MS, MAX_SQL_ROWS
 
 
 def add_commands(sub, add, *, only_sql: bool = False) -> None:
@@ -40,8 +41,8 @@ def add_commands(sub, add, *, only_sql: bool = False) -> None:
         from lakelog.spark_log.cli_jobs import add_commands as add_jobs_commands
 
         add_jobs_commands(sub, add, remote)
-    from lakelog.spark_log.cli_sql import add_commands as add_sql_commands
-    from lakelog.spark_log.cli_sql_server import add_commands as add_sql_server_commands
+    from lakelog.spark_log.sql_cli.command import add_commands as add_sql_commands
+    from lakelog.spark_log.sql_server.command import add_commands as add_sql_server_commands
 
     add_sql_commands(sub, add, remote)
     add_sql_server_commands(sub, add, remote)

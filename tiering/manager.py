@@ -215,7 +215,8 @@ class RemoteTier:
                 segment_objects = [o for o in objects if parse_segment_file(o.key.rsplit("/", 1)[-1]) is not None]
                 if not segment_objects:
                     continue  # a tombstone, or nothing uploaded yet: nothing to delete
-                meta = ManifestStore(self.store, topic, partition)
+                meta = ManifestStore(self.store, topic, partition,
+                                     max_attempts=self.config.remote_log_metadata_commit_max_attempts)
                 m = meta.load()
                 if live_id is not None and (m.topic_id is None or m.topic_id == live_id):
                     continue  # the live topic's data (or not provably another incarnation's)

@@ -30,6 +30,7 @@ import time
 from typing import Callable
 
 from lakelog.tiering import manifest_codec
+from lakelog.tiering.config import TIERING_CONFIG
 from lakelog.tiering.errors import (
     FencedLeaderEpochError,
     ManifestConflictError,
@@ -44,12 +45,16 @@ from lakelog.tiering.store import ObjectStore
 
 Change = Callable[[PartitionManifest], PartitionManifest | None]
 
+#: The declared key bounding a commit's CAS attempts. A node passes its configured value; a writer
+#: without a node's configuration (a Spark job, a tool) takes the key's default.
+COMMIT_MAX_ATTEMPTS = TIERING_CONFIG.keys["remote.log.metadata.commit.max.attempts"]
+
 
 class ManifestStore:
     """The manifest of one partition: cached reads and CAS commits."""
 
     def __init__(self, store: ObjectStore, topic: str, partition: int, *, topic_id: str | None = None,
-                 max_attempts: int = 10, clock: Callable[[], float] = time.monotonic,
+                 max_attempts: int = COMMIT_MAX_ATTEMPTS.default, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
         self.topic = topic

@@ -21,6 +21,7 @@ from lakelog.ingest_api.security.cluster_auth import ClusterAuth, check_secret
 from lakelog.infra.errors import invariant
 from lakelog.ingest_api.cluster.errors import MetadataFollowerError, QuorumTimeoutError, QuorumUnavailableError
 from lakelog.ingest_api.cluster.quorum_config import METADATA_PATH, base_url
+from lakelog.ingest_api.config import NODE_CONFIG
 from lakelog.ingest_api.raft.messages import MAX_WIRE_INT, NO_NODE, Entry, MessageFormatError, Snapshot
 from lakelog.ingest_api.raft.state_machine import StateMachine
 
@@ -78,6 +79,10 @@ class MetadataBatch:
         return cls(snapshot=snapshot, entries=parsed, **ints)
 
 
+#: The keys a voter answers a metadata fetch by: what this follower asks for unless told otherwise.
+_KEY = NODE_CONFIG.keys
+
+
 # ---------------------------------------------------------------------------------------------
 # Observers
 
@@ -95,8 +100,9 @@ class MetadataFollower:
 
     def __init__(self, node_id: int, voters: Mapping[int, tuple[str, int]], secret: bytes,
                  state_machine: StateMachine, *, applied_index: int = 0, poll_interval_ms: int = 100,
-                 max_wait_ms: int = 500, request_timeout_ms: int = 5000, max_entries: int = 1000,
-                 max_bytes: int = 4 << 20, max_response_bytes: int = 64 << 20,
+                 max_wait_ms: int = 500, request_timeout_ms: int = 5000,
+                 max_entries: int = _KEY["metadata.fetch.max.entries"].default,
+                 max_bytes: int = _KEY["metadata.fetch.max.bytes"].default, max_response_bytes: int = 64 << 20,
                  on_applied: Callable[[int], None] | None = None, rng: random.Random | None = None) -> None:
         if not voters:
             raise ConfigError("a metadata follower needs at least one voter")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from lakelog.infra.config import ConfigError, keyed
+from lakelog.infra.config import ConfigError, from_keys, keyed
 from lakelog.ingest_api.security.cluster_auth import DEFAULT_MAX_SKEW_MS, check_secret
 from lakelog.ingest_api.config.node import NODE_CONFIG
 from lakelog.ingest_api.raft.messages import MAX_WIRE_INT, RaftConfig
@@ -59,12 +59,21 @@ def base_url(address: tuple[str, int], tls: bool = False) -> str:
     return f"{'https' if tls else 'http'}://{_host(address[0])}:{address[1]}"
 
 
+_KEY = NODE_CONFIG.keys
+
+
+def _heartbeat_of_election(election_timeout_ms: int) -> int:
+    return election_timeout_ms // 10
+
+
 @dataclass(frozen=True)
 class QuorumConfig:
     """One voter's settings. Kafka's key names where they exist are noted on each field.
 
-    A `keyed` field takes its default from its declared key (ingest_api/config/node.py); its bounds here
-    are the host's own (>= 1), wider than the key's so tests can run a fast, small quorum.
+    A `keyed` field takes its default from its declared key (ingest_api/config/node.py) and the node
+    builds it from its configuration (`from_keys`); its bounds here are the host's own (>= 1), wider
+    than the key's so tests can run a fast, small quorum. The heartbeat is a tenth of the election
+    timeout unless given (the node keeps it at least a tick).
     """
 
     node_id: int  # node.id
@@ -72,22 +81,23 @@ class QuorumConfig:
     secret: bytes  # cluster.secret: HMAC key of internal requests, >= 16 bytes
     data_dir: Path  # the node's data directory (log.dirs); the metadata log goes under it by default
     metadata_log_dir: Path | None = None  # metadata.log.dir: parent of __cluster_metadata-0/ instead of data_dir
-    tick_ms: int = keyed(NODE_CONFIG.keys["controller.quorum.tick.ms"])  # the Raft clock; timeouts become ticks
-    election_timeout_ms: int = keyed(NODE_CONFIG.keys["controller.quorum.election.timeout.ms"])  # [T, 2T) ms
-    heartbeat_interval_ms: int = 100  # a leader's AppendEntries to each peer at least this often
-    snapshot_interval_entries: int = keyed(NODE_CONFIG.keys["metadata.snapshot.interval.entries"])
-    request_timeout_ms: int = 500  # controller.quorum.request.timeout.ms: one message POST, then dropped
-    max_message_bytes: int = 16 << 20  # largest Raft message body, sent or received (a snapshot travels whole)
-    max_entries_per_append: int = 512  # entries in one AppendEntries (max_append_bytes bounds it too)
+    tick_ms: int = keyed(_KEY["controller.quorum.tick.ms"])  # the Raft clock; timeouts become ticks
+    election_timeout_ms: int = keyed(_KEY["controller.quorum.election.timeout.ms"])  # [T, 2T) ms
+    #: a leader's AppendEntries to each peer at least this often: a tenth of the election timeout
+    heartbeat_interval_ms: int = keyed(_KEY["controller.quorum.election.timeout.ms"], _heartbeat_of_election)
+    snapshot_interval_entries: int = keyed(_KEY["metadata.snapshot.interval.entries"])
+    request_timeout_ms: int = keyed(_KEY["controller.quorum.request.timeout.ms"])  # one message POST, then dropped
+    max_message_bytes: int = keyed(_KEY["controller.quorum.message.max.bytes"])  # a snapshot travels whole
+    max_entries_per_append: int = keyed(_KEY["controller.quorum.append.request.max.entries"])
     #: controller.quorum.append.max.entries: events stepped as one group (group commit; 1 = one at a time)
-    append_max_entries: int = keyed(NODE_CONFIG.keys["controller.quorum.append.max.entries"])
-    max_append_bytes: int = 1 << 20  # payload bytes in one AppendEntries
-    max_entry_bytes: int = 1 << 20  # largest proposal
-    max_inflight_sends_per_peer: int = 8  # sends to a slow peer beyond this are dropped (Raft resends)
-    max_pending_events: int = 4096  # inbox bound: received messages, ticks, proposals
-    metadata_fetch_max_entries: int = 1000  # per GET /internal/metadata answer
-    metadata_fetch_max_bytes: int = 4 << 20  # payload bytes per answer (at least one entry)
-    metadata_fetch_max_wait_ms: int = 5000  # longest long-poll of a metadata fetch
+    append_max_entries: int = keyed(_KEY["controller.quorum.append.max.entries"])
+    max_append_bytes: int = keyed(_KEY["controller.quorum.append.request.max.bytes"])
+    max_entry_bytes: int = keyed(_KEY["controller.quorum.entry.max.bytes"])  # largest proposal
+    max_inflight_sends_per_peer: int = keyed(_KEY["controller.quorum.peer.max.inflight.sends"])
+    max_pending_events: int = keyed(_KEY["controller.quorum.max.pending.events"])  # the inbox's bound
+    metadata_fetch_max_entries: int = keyed(_KEY["metadata.fetch.max.entries"])  # per GET /internal/metadata
+    metadata_fetch_max_bytes: int = keyed(_KEY["metadata.fetch.max.bytes"])
+    metadata_fetch_max_wait_ms: int = keyed(_KEY["metadata.fetch.max.wait.ms"])
     max_clock_skew_ms: int = DEFAULT_MAX_SKEW_MS  # accepted signature timestamp skew
     fsync: bool = True  # False only for tests that do not care about crashes
     tls: Any = None  # an ssl.SSLContext: call peers over HTTPS (ssl.* keys); None = plain HTTP
@@ -115,6 +125,11 @@ class QuorumConfig:
         if self.max_message_bytes < needed:
             raise ConfigError(f"max_message_bytes {self.max_message_bytes} cannot carry a full AppendEntries "
                               f"(up to {needed} bytes of JSON with max_append_bytes / max_entry_bytes {largest})")
+
+    @classmethod
+    def from_keys(cls, config: Any, **fields: Any) -> "QuorumConfig":
+        """Every keyed field from a node's configuration, then `fields` (node id, voters, secret, ...)."""
+        return from_keys(cls, config, **fields)
 
     @property
     def directory(self) -> Path:

@@ -82,6 +82,31 @@ NODE_CONFIG = (
             "Group commit of the metadata log: at most this many queued events (proposals, Raft messages) "
             "are stepped together and their entries written with one fsync; 1 = one entry per append.",
             min=1, max=10000)
+    .define("controller.quorum.request.timeout.ms", int, 500,
+            "One Raft message POST to a voter; an unanswered one is dropped (Raft resends).", min=1,
+            max=60000, unit="ms")
+    .define("controller.quorum.message.max.bytes", int, 16 * 1024 * 1024,
+            "Largest Raft message body sent or received (a snapshot travels whole); must carry a full "
+            "AppendEntries of controller.quorum.append.request.max.bytes.", min=64 * 1024, max=1 << 30,
+            unit="bytes")
+    .define("controller.quorum.append.request.max.entries", int, 512,
+            "Entries in one AppendEntries (controller.quorum.append.request.max.bytes bounds it too).",
+            min=1, max=100000)
+    .define("controller.quorum.append.request.max.bytes", int, 1024 * 1024,
+            "Payload bytes in one AppendEntries.", min=1024, max=256 * 1024 * 1024, unit="bytes")
+    .define("controller.quorum.entry.max.bytes", int, 1024 * 1024,
+            "Largest metadata log entry (one proposal).", min=1024, max=256 * 1024 * 1024, unit="bytes")
+    .define("controller.quorum.peer.max.inflight.sends", int, 8,
+            "Raft sends to one slow peer beyond this are dropped (Raft resends).", min=1, max=1024)
+    .define("controller.quorum.max.pending.events", int, 4096,
+            "Bound of a voter's inbox: received messages, ticks and proposals.", min=16, max=1 << 20)
+    .define("metadata.fetch.max.entries", int, 1000,
+            "Metadata log entries in one answer to a broker's metadata fetch.", min=1, max=100000)
+    .define("metadata.fetch.max.bytes", int, 4 * 1024 * 1024,
+            "Payload bytes in one answer to a metadata fetch (at least one entry).", min=1024,
+            max=256 * 1024 * 1024, unit="bytes")
+    .define("metadata.fetch.max.wait.ms", int, 5000, "Longest long-poll of a metadata fetch.", min=0,
+            max=60000, unit="ms")
     .define("controller.tick.ms", int, 200, "How often the active controller checks sessions and elections.",
             min=10, max=60000, unit="ms")
     .define("metadata.log.dir", str, "", "Directory of the metadata log; empty = <log.dirs>/__cluster_metadata-0.")

@@ -1,6 +1,6 @@
 """The console's SQL page on the node side: relay a query to the SQL server, checking ACLs in between.
 
-The SQL server (`lakelog sql-server --http-listen`, `spark_log/sql_http.py`) runs Spark; a node
+The SQL server (`lakelog sql-server --http-listen`, `spark_log/sql_server/endpoint.py`) runs Spark; a node
 never imports Spark (layers). A node configured with `console.sql.url` (set by `lakelog up --sql`)
 answers `POST /console/sql` in three steps:
 

@@ -1,4 +1,4 @@
-"""The Python client (`lakelog.cli.Producer`, `Consumer`) against a real node process."""
+"""The Python client (`lakelog.client.Producer`, `Consumer`) against a real node process."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import httpx
 import pytest
 from kafka.partitioner.default import murmur2
 
-from lakelog.cli import Consumer, Producer, RecordMetadata
-from lakelog.cli.producer import ProduceError
+from lakelog.client import Consumer, ProduceError, Producer, RecordMetadata
 from lakelog.logstore.record_batch import iter_batches
 from tests.support.faults import cluster_id
 from tests.support.nodes import NodeProcess, start_node
@@ -233,7 +232,7 @@ def test_consumer_reads_the_binary_path_and_the_group_splits_commits_and_hands_o
 
 
 def test_consumer_auto_commits_resets_out_of_range_and_refuses_unassigned_seeks(node):
-    from lakelog.cli.consumer import ConsumeError
+    from lakelog.client import ConsumeError
 
     _topic(node, "auto", 1)
     with Producer({"bootstrap.servers": node.url, "linger.ms": 0}) as p:

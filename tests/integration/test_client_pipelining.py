@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from lakelog.cli import Producer
+from lakelog.client import Producer
 from lakelog.logstore.record_batch import iter_batches
 from tests.support.faults import create_topic, partition_state, wait_for, wait_live_leader
 from tests.support.nodes import Cluster, start_node

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakelog.cli import batching
+from lakelog.client import batching
 from lakelog.logstore.compression import Compression
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 

@@ -1,4 +1,4 @@
-"""The consumer's decoder of binary fetch responses (cli/fetching.py): the native path
+"""The consumer's decoder of binary fetch responses (client/fetching.py): the native path
 (`_batchbuild.decode_records`) and the pure-Python reference give the same messages; control batches
 are skipped, records below the asked offset dropped, LogAppendTime honoured, corruption refused."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakelog.cli import fetching
+from lakelog.client import fetching
 from lakelog.logstore.compression import Compression
 from lakelog.logstore.errors import CorruptRecordError
 from lakelog.logstore.record_batch import CRC_OFFSET, HEADER_SIZE, Record, TimestampType, build_batch

@@ -14,7 +14,7 @@ from lakelog.cli.cluster_spec import LauncherConfigError, build_spec
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.http.console_sql import ConsoleSql, SqlNotConfiguredError, required_reads
 from lakelog.ingest_api.errors import PeerUnavailableError, RemoteError
-from lakelog.spark_log.sql_http import MAX_CELL_CHARS, SqlEndpoint, json_cell
+from lakelog.spark_log.sql_server.endpoint import MAX_CELL_CHARS, SqlEndpoint, json_cell
 
 
 def test_a_view_needs_read_on_every_topic_it_may_show():

@@ -1,4 +1,5 @@
-"""The one error table (`ingest_api/error_table.py`): unique codes, every raised class covered, no stray codes."""
+"""The one error table (`infra/error_codes.py`, bound to the node's classes by `ingest_api/error_table.py`):
+unique codes, a Kafka code on every row, every raised class covered, no stray codes anywhere in the tree."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import importlib
 import io
 import pkgutil
 import tokenize
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,19 @@ from lakelog.ingest_api.cluster.errors import (
     NotControllerError,
     QuorumError,
 )
-from lakelog.ingest_api.error_table import ERROR_TABLE, KIND_FALLBACK, HttpError, code_of, http_error, row_of
+from lakelog.infra import error_codes
+from lakelog.infra.error_codes import KafkaCode
+from lakelog.ingest_api.error_table import (
+    ERROR_TABLE,
+    KIND_FALLBACK,
+    SCHEMA_REGISTRY_TABLE,
+    V3_ONLY_TABLE,
+    HttpError,
+    code_of,
+    http_error,
+    kafka_code,
+    row_of,
+)
 from lakelog.ingest_api.errors import NodeError, RemoteError, RouteError, TopicExistsError
 from lakelog.ingest_api.groups.errors import ConsumerFormatMismatchError, GroupError, IllegalStateError
 from lakelog.ingest_api.security.errors import SecurityError
@@ -31,6 +45,11 @@ from lakelog.ingest_api.raft.messages import NO_NODE
 from lakelog.tiering.errors import ManifestConflictError, ObjectNotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Every folder of product code (the packages of pyproject.toml) and the benchmarks.
+TREE = [*sorted({path.split(".")[1] for path in tomllib.loads((ROOT / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["package-dir"]}), "bench"]
+#: The table itself, the one file that writes codes.
+TABLE_FILE = ROOT / "infra" / "error_codes.py"
 #: Modules that answer HTTP requests: the HTTP door (every router, the middlewares, the app) and what routers call.
 ANSWERING = [*sorted((ROOT / "ingest_api" / "http").rglob("*.py")), ROOT / "ingest_api" / "node.py",
              *sorted((ROOT / "ingest_api" / "groups").glob("consumer*.py")), ROOT / "ingest_api" / "groups" / "service.py"]
@@ -63,10 +82,11 @@ def test_codes_are_unique_and_start_with_their_status() -> None:
 
 
 def test_the_import_check_refuses_a_duplicate_code(monkeypatch) -> None:
-    monkeypatch.setitem(ERROR_TABLE, ConsumerFormatMismatchError, HttpError(409, code_of(IllegalStateError)))
+    monkeypatch.setitem(ERROR_TABLE, ConsumerFormatMismatchError,
+                        HttpError(409, code_of(IllegalStateError), KafkaCode.INVALID_REQUEST))
     with pytest.raises(AssertionError, match="already"):
         error_table._check_table()
-    monkeypatch.setitem(ERROR_TABLE, ConsumerFormatMismatchError, HttpError(404, 40999))
+    monkeypatch.setitem(ERROR_TABLE, ConsumerFormatMismatchError, HttpError(404, 40999, KafkaCode.INVALID_REQUEST))
     with pytest.raises(AssertionError, match="does not start with 404"):
         error_table._check_table()
 
@@ -135,15 +155,95 @@ def test_every_class_the_routers_raise_is_in_the_table() -> None:
     assert checked >= 20
 
 
+def _product_files():
+    for folder in TREE:
+        for path in sorted(ROOT.joinpath(folder).rglob("*.py")):
+            if path != TABLE_FILE:
+                yield path
+
+
+def test_the_tree_covers_every_package_and_the_sql_server() -> None:
+    assert {"infra", "ingest_api", "spark_log", "cli", "bench"} <= set(TREE)
+    files = {p.relative_to(ROOT).as_posix() for p in _product_files()}
+    assert "spark_log/sql_server/endpoint.py" in files and "spark_log/sql_server/users.py" in files
+
+
 def test_no_error_code_literal_outside_the_table() -> None:
     found = []
-    for path in ROOT.joinpath("ingest_api").rglob("*.py"):
-        if path.name == "error_table.py":
-            continue
+    for path in _product_files():
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if tok.type == tokenize.NUMBER and tok.string.isdigit() and 40000 <= int(tok.string) < 60000:
                 found.append(f"{path.relative_to(ROOT)}:{tok.start[0]}: {tok.string}")
     assert not found, found
+
+
+def test_no_error_made_with_a_literal_status() -> None:
+    """An error (`...Error(...)`, `SqlRefused(...)`) or an answer's body never carries a number
+    written in place: its status and code come from a row of the table."""
+    found = []
+    for path in _product_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if func.endswith(("Error", "Refused")):
+                    numbers = [a for a in [*node.args, *(k.value for k in node.keywords)]
+                               if isinstance(a, ast.Constant) and type(a.value) is int and 400 <= a.value < 600]
+                    if numbers:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {func}({numbers[0].value}, ...)")
+            if isinstance(node, ast.Dict):
+                for k, v in zip(node.keys, node.values):
+                    if (isinstance(k, ast.Constant) and k.value == "error_code" and isinstance(v, ast.Constant)
+                            and type(v.value) is int and v.value >= 400):  # (200: a v3 record's success)
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: error_code {v.value}")
+    assert not found, found
+
+
+def test_every_row_has_a_kafka_code() -> None:
+    for rows in (error_codes.ERRORS, error_codes.SCHEMA_REGISTRY, error_codes.V3_ONLY, error_codes.FRAMEWORK):
+        for name, row in rows.items():
+            assert isinstance(row.kafka, KafkaCode) and row.kafka != 0, name
+    for table in (ERROR_TABLE, SCHEMA_REGISTRY_TABLE, V3_ONLY_TABLE):
+        for cls, row in table.items():
+            assert isinstance(row.kafka, KafkaCode), cls.__name__
+
+
+def test_kafka_codes_are_kafkas_numbers() -> None:
+    from lakelog.ingest_api.errors import NotEnoughReplicasError, NotLeaderOrFollowerError, TopicNotFoundError
+    from lakelog.logstore.errors import OutOfOrderSequenceError
+    expected = {"NOT_LEADER_OR_FOLLOWER": 6, "UNKNOWN_TOPIC_OR_PARTITION": 3, "REQUEST_TIMED_OUT": 7,
+                "NOT_ENOUGH_REPLICAS": 19, "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20, "INVALID_REQUEST": 42,
+                "TOPIC_ALREADY_EXISTS": 36, "INVALID_CONFIG": 40, "CORRUPT_MESSAGE": 2, "MESSAGE_TOO_LARGE": 10,
+                "TOPIC_AUTHORIZATION_FAILED": 29, "SASL_AUTHENTICATION_FAILED": 58, "UNKNOWN_MEMBER_ID": 25,
+                "ILLEGAL_GENERATION": 22, "REBALANCE_IN_PROGRESS": 27, "NOT_COORDINATOR": 16,
+                "COORDINATOR_LOAD_IN_PROGRESS": 14, "FENCED_LEADER_EPOCH": 74, "UNKNOWN_LEADER_EPOCH": 75,
+                "OUT_OF_ORDER_SEQUENCE_NUMBER": 45, "INVALID_PRODUCER_EPOCH": 47, "OFFSET_OUT_OF_RANGE": 1,
+                "LEADER_NOT_AVAILABLE": 5, "KAFKA_STORAGE_ERROR": 56, "THROTTLING_QUOTA_EXCEEDED": 89,
+                "UNKNOWN_SERVER_ERROR": -1}
+    assert {name: KafkaCode[name].value for name in expected} == expected
+    assert kafka_code(TopicNotFoundError("t")) == KafkaCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert kafka_code(NotLeaderOrFollowerError("p")) == 6 and kafka_code(NotEnoughReplicasError("x")) == 19
+    assert kafka_code(OutOfOrderSequenceError("s")) == 45
+    assert kafka_code(ObjectNotFoundError("k")) == KafkaCode.RESOURCE_NOT_FOUND  # by kind
+    assert kafka_code(RemoteError(409, 40907, "fenced")) == KafkaCode.STALE_BROKER_EPOCH  # a relayed answer
+    assert kafka_code(ValueError("boom")) == KafkaCode.UNKNOWN_SERVER_ERROR
+    assert error_codes.kafka_code_of("TopicExistsError") == KafkaCode.TOPIC_ALREADY_EXISTS
+
+
+def test_every_row_is_bound_to_one_class() -> None:
+    assert {c.__name__ for c in ERROR_TABLE} == set(error_codes.ERRORS)
+    assert {c.__name__ for c in SCHEMA_REGISTRY_TABLE} == set(error_codes.SCHEMA_REGISTRY)
+    assert {c.__name__ for c in V3_ONLY_TABLE} == set(error_codes.V3_ONLY)
+    for cls, row in ERROR_TABLE.items():
+        assert (row.status, row.error_code, row.kafka) == tuple(vars(error_codes.code(cls.__name__)).values())
+
+
+def test_the_code_table_refuses_a_duplicate_or_a_wrong_prefix() -> None:
+    e = error_codes.ErrorCode
+    with pytest.raises(AssertionError, match="already"):
+        error_codes.check_rows("t", {"A": e(404, 40401, KafkaCode.INVALID_REQUEST),
+                                     "B": e(404, 40401, KafkaCode.INVALID_REQUEST)})
+    with pytest.raises(AssertionError, match="does not start with 409"):
+        error_codes.check_rows("t", {"A": e(409, 40401, KafkaCode.INVALID_REQUEST)})
 
 
 def test_one_not_controller_error() -> None:

@@ -1,4 +1,4 @@
-"""cli/http_sender.py against a scripted HTTP/1.1 server on loopback: keep-alive, closes, chunked
+"""client/http_sender.py against a scripted HTTP/1.1 server on loopback: keep-alive, closes, chunked
 answers, broken answers, bounds, and the auth flows the producer passes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from lakelog.cli.http_sender import MAX_HEAD_BYTES, HttpSender, TransportError
+from lakelog.client.http_sender import MAX_HEAD_BYTES, HttpSender, TransportError
 from lakelog.ingest_api.security.cluster_auth import ClusterAuth, now_ms, verify
 
 SECRET = b"sender-test-secret-0123456789"

@@ -1,7 +1,8 @@
 """The import layers of docs/architecture.md, checked by walking every module's imports (ast).
 
 Bottom to top: `infra` (configuration, the error root) -> `index` -> `logstore` -> `tiering` ->
-`compaction` -> `ingest_api` | `spark_log` (peers that never import each other) -> `cli`. A module
+`compaction` -> `ingest_api` | `spark_log` (peers that never import each other) -> `client` (the
+Python client, `lakelog.client`) -> `cli`. A module
 may import its own package and any package of a lower layer; there is no cycle between files.
 Imports under `if TYPE_CHECKING:` are annotations only and do not count; an import inside a
 function counts like any other.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[tuple[str, ...]] = [
-    ("infra",), ("index",), ("logstore",), ("tiering",), ("compaction",), ("ingest_api", "spark_log"), ("cli",),
+    ("infra",), ("index",), ("logstore",), ("tiering",), ("compaction",), ("ingest_api", "spark_log"), ("client",), ("cli",),
 ]
 LAYER_OF = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 PACKAGES = tuple(LAYER_OF)

@@ -6,7 +6,7 @@ import pytest
 
 from lakelog.cli.cluster_spec import LauncherConfigError, build_spec, load_or_create_sql_token
 from lakelog.spark_log.cli_common import CommandError
-from lakelog.spark_log.sql_server_access import read_token, with_token
+from lakelog.spark_log.sql_server.access import read_token, with_token
 from lakelog.spark_log.hot_tail import NodeAccess
 
 

@@ -12,7 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lakelog.spark_log import sql_address, sql_client
+from lakelog.spark_log.sql_server import address as sql_address
+from lakelog.spark_log.sql_cli import http_client as sql_client
 
 
 def test_the_address_file_round_trips_and_names_the_http_endpoint_only_for_its_own_connect_server(tmp_path):
@@ -117,12 +118,13 @@ def test_nothing_listening_is_left_to_spark_connect():
 def test_lakelog_sql_loads_neither_pyspark_nor_httpx_nor_the_jobs():
     code = ("import sys\n"
             "from lakelog.cli.main import build_parser\n"
-            "from lakelog.spark_log import sql_address, sql_client\n"
+            "from lakelog.spark_log.sql_server import address\n"
+            "from lakelog.spark_log.sql_cli import http_client\n"
             "args = build_parser(only_sql=True).parse_args(['sql', 'SELECT 1', '--format', 'csv'])\n"
             "assert args.func.__name__ == 'cmd_sql'\n"
             "heavy = ('pyspark', 'py4j', 'httpx', 'rich', 'grpc', 'pyarrow', 'pandas')\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(('lakelog.spark_log.jobs',"
-            " 'lakelog.tiering', 'lakelog.cli.client'))))\n")
+            " 'lakelog.tiering', 'lakelog.client.node_client'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -153,7 +155,7 @@ def test_up_passes_its_thrift_port_to_the_sql_server_and_refuses_it_with_authent
 def test_the_thrift_server_is_refused_before_anything_starts():
     import socket
 
-    from lakelog.spark_log.sql_thrift import ThriftNotSupported, check_startable
+    from lakelog.spark_log.sql_server.thrift import ThriftNotSupported, check_startable
 
     with pytest.raises(ThriftNotSupported, match="authentication is on"):
         check_startable("127.0.0.1", 10000, cluster_auth=True)

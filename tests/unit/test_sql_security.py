@@ -6,7 +6,7 @@ import base64
 from urllib.parse import unquote
 
 from lakelog.ingest_api.http import access
-from lakelog.spark_log.sql_security import EXTENSION_CLASS, INTERCEPTOR_CLASS, client_url, server_conf
+from lakelog.spark_log.sql_server.security import EXTENSION_CLASS, INTERCEPTOR_CLASS, client_url, server_conf
 
 
 def _params(url: str) -> dict[str, str]:

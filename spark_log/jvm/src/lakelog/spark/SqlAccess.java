@@ -222,7 +222,7 @@ public final class SqlAccess {
     }
 
     /**
-     * For the SQL server's own HTTP endpoint (`spark_log/sql_http.py`, `POST /v1/sql`): the principal
+     * For the SQL server's own HTTP endpoint (`spark_log/sql_server/endpoint.py`, `POST /v1/sql`): the principal
      * of an `authorization` header, checked exactly as {@link SqlAuthInterceptor} checks a Spark
      * Connect call (same node question, same cache). A refusal is an IllegalStateException whose
      * message starts with its gRPC status name and ": " (UNAUTHENTICATED, PERMISSION_DENIED, UNAVAILABLE).

@@ -1,4 +1,4 @@
-"""`lakelog sql`'s first way in: the SQL server's `POST /v1/sql` (spark_log/sql_users.py), over
+"""`lakelog sql`'s first way in: the SQL server's `POST /v1/sql` (spark_log/sql_server/users.py), over
 plain HTTP with the standard library, so a warm query imports neither pyspark nor an HTTP package.
 
 `ask()` answers one of:

@@ -7,7 +7,7 @@ import os
 import sys
 
 from lakelog.infra.errors import LakelogError
-from lakelog.spark_log.sql_output import print_rows, run_query
+from lakelog.spark_log.sql_cli.output import print_rows, run_query
 
 
 def repl(spark, args: argparse.Namespace, names_of) -> int:

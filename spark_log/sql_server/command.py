@@ -1,7 +1,7 @@
 """`lakelog sql-server`: a long-lived Spark Connect server with `lakelog.<name>` registered and
 refreshed (every `--refresh-ms`, and before a query of its HTTP endpoint that names a view not
 registered yet: spark_log/topic_views.py); with `--http-listen` also the JSON endpoint
-(`spark_log/sql_http.py`) the nodes' console and `lakelog sql` ask, with `--thrift-port` also the
+(`spark_log/sql_server/endpoint.py`) the nodes' console and `lakelog sql` ask, with `--thrift-port` also the
 Thrift JDBC/ODBC server."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 import threading
 
 from lakelog.spark_log.cli_common import QUIET_CONF, quiet_jvm
-from lakelog.spark_log.sql_server_access import DEFAULT_SQL_SERVER, SQL_TOKEN_ENV, read_token, server_address
+from lakelog.spark_log.sql_server.access import DEFAULT_SQL_SERVER, SQL_TOKEN_ENV, read_token, server_address
 
 
 def cmd_sql_server(args: argparse.Namespace) -> int:
@@ -29,12 +29,12 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    from lakelog.spark_log import sql_security
+    from lakelog.spark_log.sql_server import security as sql_security
 
     cluster_auth = args.cluster_auth == "on" or (args.cluster_auth == "auto"
                                                  and sql_security.cluster_authentication(args.nodes))
-    if args.thrift_port is not None:  # refused before a JVM starts (spark_log/sql_thrift.py)
-        from lakelog.spark_log import sql_thrift
+    if args.thrift_port is not None:  # refused before a JVM starts (spark_log/sql_server/thrift.py)
+        from lakelog.spark_log.sql_server import thrift as sql_thrift
 
         sql_thrift.check_startable(host, args.thrift_port, cluster_auth)
     with tempfile.TemporaryDirectory(prefix="lakelog-sql-server-") as warehouse:
@@ -61,7 +61,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                   f"{args.nodes}); connect with `lakelog sql` or SparkSession.builder.remote(\"sc://{host}:{port}\")",
                   file=sys.stderr, flush=True)
             views = TopicViews(lambda: register_topics(spark, args.remote, nodes=args.nodes))
-            http = _start_http_endpoint(spark, args, cluster_auth, f"sc://{host}:{port}", views)  # sql_http.py
+            http = _start_http_endpoint(spark, args, cluster_auth, f"sc://{host}:{port}", views)  # spark_log/sql_server/endpoint.py
             if args.thrift_port is not None:  # BI tools over JDBC/ODBC (HiveServer2's protocol)
                 thrift = sql_thrift.start(spark, host, args.thrift_port,
                                           read_token(args.token_file) if args.token_file else None, warehouse)
@@ -89,7 +89,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
                 sql_thrift.stop(thrift)
             if http is not None:
                 http.stop()
-                from lakelog.spark_log import sql_address
+                from lakelog.spark_log.sql_server import address as sql_address
 
                 sql_address.remove(http.address_file)
             if service is not None:
@@ -103,8 +103,9 @@ def _start_http_endpoint(spark, args: argparse.Namespace, cluster_auth: bool, co
     `lakelog sql` asks first (`/v1/sql`, found through the address file beside the token); or None."""
     if not getattr(args, "http_listen", None):
         return None
-    from lakelog.spark_log import sql_address, sql_http
-    from lakelog.spark_log.sql_users import UserSql
+    from lakelog.spark_log.sql_server import address as sql_address
+    from lakelog.spark_log.sql_server import endpoint as sql_http
+    from lakelog.spark_log.sql_server.users import UserSql
 
     http = sql_http.start(spark, args.http_listen, read_token(args.token_file), views)
     http.endpoint.users = UserSql(http.endpoint, cluster_auth=cluster_auth)

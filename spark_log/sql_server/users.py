@@ -2,7 +2,7 @@
 
 A Spark Connect client costs `lakelog sql` about a second before it sends anything (importing
 pyspark's Connect client and its gRPC stack, opening a session). The SQL server's HTTP endpoint
-(`spark_log/sql_http.py`) answers one JSON call instead, in the server's JVM:
+(`spark_log/sql_server/endpoint.py`) answers one JSON call instead, in the server's JVM:
 
     POST /v1/sql  {"query", "max_rows", "timeout_ms"}
     -> 200 {"columns": [{"name", "type"}], "rows": [[...]], "truncated", "views", "elapsed_ms"}
@@ -30,14 +30,25 @@ from __future__ import annotations
 import collections
 import threading
 
-from lakelog.spark_log.sql_http import DATABASE, MAX_ROWS, QueryPlanner, SqlEndpoint, SqlRefused
+from lakelog.spark_log.sql_server.endpoint import (
+    DATABASE,
+    FORBIDDEN,
+    INVALID,
+    MAX_ROWS,
+    UNAUTHENTICATED,
+    UNAVAILABLE,
+    QueryPlanner,
+    SqlEndpoint,
+    SqlRefused,
+)
 
 #: Sessions kept for principals (least recently used dropped beyond it; a new one is cheap).
 MAX_SESSIONS = 64
 DEFAULT_MAX_CONCURRENT = 8
 #: A cell is not cut below this (the answer is bounded by the endpoint's `max_response_bytes`).
 CELL_CHARS = 1 << 30
-_STATUS = {"UNAUTHENTICATED": (401, 40101), "PERMISSION_DENIED": (403, 40301)}
+#: The JVM check's status (gRPC's names) -> the row answered; any other, the server is not ready.
+_REFUSALS = {"UNAUTHENTICATED": UNAUTHENTICATED, "PERMISSION_DENIED": FORBIDDEN}
 
 
 class UserSql:
@@ -56,7 +67,7 @@ class UserSql:
         """The planner (session) the caller's query runs in, or a refusal of its credentials."""
         if not self.cluster_auth:
             if not self.endpoint.authorized(header):
-                raise SqlRefused(401, 40101, "the SQL server's token is needed (Authorization: Bearer): a token is "
+                raise SqlRefused(UNAUTHENTICATED, "the SQL server's token is needed (Authorization: Bearer): a token is "
                                              "missing or differs")
             return self.endpoint.planner
         try:
@@ -65,8 +76,7 @@ class UserSql:
             java = getattr(e, "java_exception", None)
             text = str(java.getMessage() if java is not None else e).strip().splitlines()[0]
             status, _, message = text.partition(": ")
-            code = _STATUS.get(status, (503, 50301))
-            raise SqlRefused(code[0], code[1], f"lakelog: {message or text}") from None
+            raise SqlRefused(_REFUSALS.get(status, UNAVAILABLE), f"lakelog: {message or text}") from None
         with self._lock:
             planner = self._sessions.get(principal)
             if planner is not None:
@@ -86,7 +96,7 @@ class UserSql:
             try:
                 return self.endpoint.run(planner, body, cell_chars=CELL_CHARS)
             except SqlRefused as e:
-                if e.status == 422 and not e.elsewhere:
+                if e.row is INVALID and not e.elsewhere:
                     e.tables = self.tables()
                 raise
 

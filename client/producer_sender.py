@@ -1,6 +1,6 @@
 """The producer's sender: the thread that seals lingering batches, dispatches and ships them.
 
-`ProducerSender` is the half of `Producer` (cli/producer.py) that talks to the nodes. Its thread
+`ProducerSender` is the half of `Producer` (client/producer.py) that talks to the nodes. Its thread
 (`_run`) seals batches older than `linger.ms`, gets a producer id when idempotence needs one
 (`POST /producers`), and dispatches queued batches within the in-flight limits, giving each
 partition's batches their sequences in queue order (`_dispatch`). A worker of the pool ships a
@@ -10,7 +10,7 @@ backoff until `delivery.timeout.ms`, and sends a batch that overtook its predece
 one settled. `_complete` resolves the futures and callbacks, releases the buffer and takes a new
 producer id after a batch of the current one failed for good. `_request` is the metadata requests
 (partition count, producer id), to every node in turn up to `max.block.ms`. The module doc of
-cli/producer.py states the ordering and idempotence rules this implements.
+client/producer.py states the ordering and idempotence rules this implements.
 
 Concurrency: `_run` is the one sender thread; `_ship` runs on the worker pool; state shared with
 `produce()` is read and changed under the producer's lock (`_cond`); no lock is held over a request.
@@ -27,8 +27,9 @@ from urllib.parse import quote
 
 import httpx
 
-from lakelog.cli.http_sender import HttpSender, TransportError
-from lakelog.cli.producer_batch import CALLBACK_LOCK, ProduceError, ProducerBatch, RecordMetadata
+from lakelog.client.http_sender import HttpSender, TransportError
+from lakelog.client.producer_batch import CALLBACK_LOCK, ProduceError, ProducerBatch, RecordMetadata
+from lakelog.infra.error_codes import code
 from lakelog.logstore.batch_columns import build_batch_columns
 from lakelog.logstore.compression import Compression
 
@@ -36,7 +37,7 @@ RECORDBATCH = "application/vnd.kafka.recordbatch"
 _SEQUENCE_MOD = 2**31
 _RETRIABLE_STATUS = (408, 429, 500, 502, 503, 504)
 #: OUT_OF_ORDER_SEQUENCE_NUMBER: a batch reached the leader before its predecessor.
-_OUT_OF_ORDER = 40908
+_OUT_OF_ORDER = code("OutOfOrderSequenceError").error_code
 
 
 class ProducerSender:
@@ -73,7 +74,7 @@ class ProducerSender:
     _sequences: dict[tuple[str, int], int]
     _closed: bool
     _pool: ThreadPoolExecutor
-    # Producer's own (cli/producer.py): _seal.
+    # Producer's own (client/producer.py): _seal.
 
     def _run(self) -> None:
         while True:

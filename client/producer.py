@@ -1,6 +1,6 @@
 """Lakelog's producer: Kafka's client semantics over the binary path.
 
-    from lakelog.cli import Producer
+    from lakelog.client import Producer
     p = Producer({"bootstrap.servers": "http://127.0.0.1:8082", "linger.ms": 5, "acks": "all"})
     fut = p.produce("clicks", value=b"...", key=b"user-1")      # a RecordFuture
     p.flush(); fut.result()                                      # RecordMetadata(topic, partition, offset, timestamp)
@@ -43,9 +43,9 @@ Threads: `produce()` may be called from any thread; one sender thread seals and 
 small worker pool; futures complete and `on_delivery(err, metadata)` callbacks run on those threads.
 
 Where the code is: this module holds the configuration, the public API and the accumulator (open
-batches per partition, sealing, the sticky partition); `ProducerSender` (cli/producer_sender.py)
+batches per partition, sealing, the sticky partition); `ProducerSender` (client/producer_sender.py)
 the sender thread, dispatch, shipping and retries; `ProducerBatch`, `RecordFuture`,
-`RecordMetadata` and `ProduceError` are in cli/producer_batch.py.
+`RecordMetadata` and `ProduceError` are in client/producer_batch.py.
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ from urllib.parse import quote
 
 import httpx
 
-from lakelog.cli.batching import CODECS, record_size_estimate
-from lakelog.cli.http_sender import HttpSender
-from lakelog.cli.producer_batch import ProduceError, ProducerBatch, RecordFuture, RecordMetadata
-from lakelog.cli.producer_sender import ProducerSender
+from lakelog.client.batching import CODECS, record_size_estimate
+from lakelog.client.http_sender import HttpSender
+from lakelog.client.producer_batch import ProduceError, ProducerBatch, RecordFuture, RecordMetadata
+from lakelog.client.producer_sender import ProducerSender
+from lakelog.infra.error_codes import code
 from lakelog.ingest_api.records.partitioner import partition_for_key
 
 _monotonic, _time = time.monotonic, time.time
@@ -90,6 +91,9 @@ DEFAULTS: dict[str, Any] = {
 }
 #: Kafka's bound with idempotence: the broker remembers a producer's last 5 batches.
 MAX_IN_FLIGHT_IDEMPOTENT = 5
+#: A record over max.request.size, a partition the topic does not have: answered as the node would.
+_TOO_LARGE = code("RequestTooLargeError")
+_NO_PARTITION = code("PartitionNotFoundError")
 
 
 def _bool(v: Any) -> bool:
@@ -141,7 +145,7 @@ class Producer(ProducerSender):
                                   limits=httpx.Limits(max_connections=self.max_in_flight + 1,
                                                       max_keepalive_connections=self.max_in_flight + 1),
                                   **(http_options or {}))
-        # Produce requests go through a plain-socket sender (cli/http_sender.py: a fraction of httpx's
+        # Produce requests go through a plain-socket sender (client/http_sender.py: a fraction of httpx's
         # CPU per 1 MiB request) unless the options ask for something only httpx does (a transport).
         self._fast: HttpSender | None = None
         if HttpSender.supports(http_options):
@@ -207,7 +211,7 @@ class Producer(ProducerSender):
             size = record_size_estimate(key, value, hdrs)
         if size + 61 > self.max_request_size:
             raise ProduceError(f"the record is {size} bytes, over max.request.size={self.max_request_size}",
-                               413, 41301)
+                               _TOO_LARGE.status, _TOO_LARGE.error_code)
         now = _monotonic()
         n = self._partitions.get(topic)
         if n is None or now - self._partitions_at[topic] > self.metadata_max_age_s:
@@ -220,7 +224,8 @@ class Producer(ProducerSender):
                 if partition is None or partition >= n:
                     partition = self._sticky_partition(topic, n)
         elif not 0 <= partition < n:
-            raise ProduceError(f"Partition {partition} of topic {topic} not found.", 404, 40402)
+            raise ProduceError(f"Partition {partition} of topic {topic} not found.", _NO_PARTITION.status,
+                               _NO_PARTITION.error_code)
         ts = int(_time() * 1000) if timestamp is None else int(timestamp)
         with self._lock:
             if self._buffered + size > self.buffer_memory and self._buffered > 0:

@@ -1,8 +1,8 @@
 """`lakelog sql`: one query, or an interactive prompt, over the topics.
 
-A one-shot query goes first to the SQL server's HTTP endpoint (`spark_log/sql_client.py`: no pyspark
+A one-shot query goes first to the SQL server's HTTP endpoint (`spark_log/sql_cli/http_client.py`: no pyspark
 import on that path), then through Spark Connect when a `lakelog sql-server` is reachable, else to a
-Spark session of this process. The output (`spark_log/sql_output.py`) and the one-line errors are
+Spark session of this process. The output (`spark_log/sql_cli/output.py`) and the one-line errors are
 the same on every path.
 """
 
@@ -14,9 +14,9 @@ import sys
 import time
 
 from lakelog.spark_log.cli_common import QUIET_CONF, CommandError, bounded_int, quiet_jvm
-from lakelog.spark_log.sql_output import missing_names, print_rows, query_error, run_query
-from lakelog.spark_log.sql_repl import repl
-from lakelog.spark_log.sql_server_access import (DEFAULT_SQL_SERVER, DEFAULT_SQL_TOKEN_FILE, SQL_SERVER_ENV,
+from lakelog.spark_log.sql_cli.output import missing_names, print_rows, query_error, run_query
+from lakelog.spark_log.sql_cli.repl import repl
+from lakelog.spark_log.sql_server.access import (DEFAULT_SQL_SERVER, DEFAULT_SQL_TOKEN_FILE, SQL_SERVER_ENV,
                                                  SQL_TOKEN_ENV, client_token, cluster_credentials,
                                                  server_reachable, with_token)
 
@@ -51,7 +51,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         with quiet_jvm(tempfile.gettempdir(), args.verbose):
             from pyspark.sql import SparkSession
 
-            from lakelog.spark_log.sql_security import client_url
+            from lakelog.spark_log.sql_server.security import client_url
 
             url = client_url(server, **creds) if creds else with_token(server, token)
             spark = SparkSession.builder.remote(url).getOrCreate()
@@ -94,9 +94,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def _sql_over_http(args: argparse.Namespace, server: str) -> int | None:
-    """The query through the SQL server's `POST /v1/sql` (spark_log/sql_client.py); None when that
+    """The query through the SQL server's `POST /v1/sql` (spark_log/sql_cli/http_client.py); None when that
     path cannot answer it and Spark Connect is next."""
-    from lakelog.spark_log import sql_address, sql_client
+    from lakelog.spark_log.sql_server import address as sql_address
+    from lakelog.spark_log.sql_cli import http_client as sql_client
 
     url = args.http_server or os.environ.get(SQL_HTTP_ENV)
     if not url:

@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lakelog.spark_log.topic_views import TopicViews
 
+from lakelog.infra.error_codes import ErrorCode, code, framework
+
 log = logging.getLogger("lakelog.sql_http")
 
 MAX_BODY_BYTES = 64 * 1024
@@ -58,6 +60,19 @@ MAX_VIEWS = 10_000
 MAX_EXPRESSION_NODES = 20_000
 DATABASE = "lakelog"
 
+#: The rows of the code table (`infra/error_codes.py`) the endpoint answers with: as the node answers
+#: the same errors.
+INVALID = code("InvalidRequestError")
+FORBIDDEN = code("AuthorizationFailedError")
+UNAUTHENTICATED = code("AuthenticationFailedError")
+TOO_LARGE = code("RequestTooLargeError")
+TIMED_OUT = code("RequestBodyTimeout")
+BUSY = code("ThrottledError")
+INTERNAL = code("InternalServerError")
+UNAVAILABLE = code("NotReadyError")
+NO_ROUTE = framework("RouteNotFound")
+LENGTH_REQUIRED = framework("LengthRequired")
+
 _LOGICAL = "org.apache.spark.sql.catalyst.plans.logical."
 #: Leaves of an analyzed plan that hold no stored data: VALUES, range(), SELECT without FROM, and a
 #: reference to a CTE (whose definition, a child of the `WithCTE` above it, is walked and checked).
@@ -67,17 +82,18 @@ NOT_QUERIES = (_LOGICAL + "Command", _LOGICAL + "ParsedStatement")
 
 
 class SqlRefused(Exception):
-    """A call the endpoint answers with an error: HTTP status, Confluent-style error_code, message.
+    """A call the endpoint answers with an error: its row of the code table (status, error_code), message.
     `elsewhere`: what is refused is a statement or a source this endpoint does not serve, which the
     Spark Connect endpoint may (`lakelog sql` then asks it; `try_spark_connect` in the answer)."""
 
-    def __init__(self, status: int, error_code: int, message: str, *, elsewhere: bool = False) -> None:
+    def __init__(self, row: ErrorCode, message: str, *, elsewhere: bool = False) -> None:
         super().__init__(message)
-        self.status, self.error_code, self.elsewhere = status, error_code, elsewhere
+        self.row, self.elsewhere = row, elsewhere
+        self.status, self.error_code = row.status, row.error_code
 
 
 def _bad(message: str) -> SqlRefused:
-    return SqlRefused(422, 42201, message)
+    return SqlRefused(INVALID, message)
 
 
 def first_line(e: BaseException) -> str:
@@ -110,7 +126,7 @@ class QueryPlanner:
         except Exception as e:
             raise _bad(first_line(e)) from None
         if any(c.isInstance(parsed) for c in self._not_queries):
-            raise SqlRefused(422, 42201, f"only queries run here ({parsed.nodeName()} is a statement); use `lakelog "
+            raise SqlRefused(INVALID, f"only queries run here ({parsed.nodeName()} is a statement); use `lakelog "
                                          f"sql` for others", elsewhere=True)
         self._check_names(parsed)
         return parsed
@@ -122,7 +138,7 @@ class QueryPlanner:
             if node.getClass().getName().endswith(".UnresolvedRelation"):
                 parts = [str(p) for p in _seq(node.multipartIdentifier())]
                 if len(parts) > 1 and (len(parts) != 2 or parts[0].lower() != DATABASE):
-                    raise SqlRefused(403, 40301, f"{'.'.join(parts)} is not a lakelog table: queries here read "
+                    raise SqlRefused(FORBIDDEN, f"{'.'.join(parts)} is not a lakelog table: queries here read "
                                                  f"{DATABASE}.<topic> and the other {DATABASE}.* tables only",
                                      elsewhere=True)
 
@@ -163,11 +179,11 @@ class QueryPlanner:
                 ident = node.desc().identifier()
                 db = ident.database()
                 if not db.isDefined() or str(db.get()).lower() != DATABASE:
-                    raise SqlRefused(403, 40301, f"{ident.unquotedString()} is not a lakelog table")
+                    raise SqlRefused(FORBIDDEN, f"{ident.unquotedString()} is not a lakelog table")
                 views.add(str(ident.table()))
             else:
                 if node.children().size() == 0 and name not in SAFE_LEAVES:
-                    raise SqlRefused(403, 40301, f"the query reads {node.nodeName()}, which is not a lakelog table: "
+                    raise SqlRefused(FORBIDDEN, f"the query reads {node.nodeName()}, which is not a lakelog table: "
                                                  f"queries here read {DATABASE}.<topic> and the other {DATABASE}.* "
                                                  "tables only", elsewhere=True)
                 self._check_expressions(node)
@@ -183,7 +199,7 @@ class QueryPlanner:
             if seen > MAX_EXPRESSION_NODES:
                 raise _bad(f"the query is too large to check (more than {MAX_EXPRESSION_NODES} expression nodes)")
             if e.getClass().getName().endswith(".CallMethodViaReflection"):
-                raise SqlRefused(403, 40301, "reflect() and java_method() do not run here", elsewhere=True)
+                raise SqlRefused(FORBIDDEN, "reflect() and java_method() do not run here", elsewhere=True)
             stack.extend(_seq(e.children()))
 
     @staticmethod
@@ -240,7 +256,7 @@ class SqlEndpoint:
         self.max_response_bytes = max_response_bytes
         self.slots = threading.BoundedSemaphore(max_concurrent)
         self._ids = itertools.count(1)
-        #: `POST /v1/sql` for `lakelog sql` (spark_log/sql_users.py), when the server serves it.
+        #: `POST /v1/sql` for `lakelog sql` (spark_log/sql_server/users.py), when the server serves it.
         self.users = None
 
     def authorized(self, header: str | None) -> bool:
@@ -254,7 +270,7 @@ class SqlEndpoint:
         if not isinstance(query, str) or not query.strip():
             raise _bad("query: a SQL query is needed")
         if len(query) > MAX_QUERY_CHARS:
-            raise SqlRefused(413, 41301, f"query: at most {MAX_QUERY_CHARS} characters")
+            raise SqlRefused(TOO_LARGE, f"query: at most {MAX_QUERY_CHARS} characters")
         return query.strip().rstrip(";")
 
     @staticmethod
@@ -291,7 +307,7 @@ class SqlEndpoint:
         if allowed is not None:
             outside = sorted(set(views) - set(allowed))
             if outside:
-                raise SqlRefused(403, 40301, f"the query reads {DATABASE}.{outside[0]}, which was not checked")
+                raise SqlRefused(FORBIDDEN, f"the query reads {DATABASE}.{outside[0]}, which was not checked")
         columns = [{"name": f.name, "type": f.dataType.simpleString()} for f in df.schema.fields]
         rows = self._collect(df, max_rows, timeout_ms, planner.spark)
         truncated = len(rows) > max_rows
@@ -325,7 +341,7 @@ class SqlEndpoint:
             return df.limit(max_rows + 1).collect()
         except Exception as e:
             if timed_out.is_set():
-                raise SqlRefused(408, 40801, f"the query ran longer than {timeout_ms} ms and was cancelled") from None
+                raise SqlRefused(TIMED_OUT, f"the query ran longer than {timeout_ms} ms and was cancelled") from None
             raise _bad(first_line(e)) from None
         finally:
             timer.cancel()
@@ -338,7 +354,7 @@ class SqlEndpoint:
         class Slot:
             def __enter__(self):
                 if not sem.acquire(blocking=False):
-                    raise SqlRefused(429, 42901, f"the SQL server is running as many {what} as it may; retry")
+                    raise SqlRefused(BUSY, f"the SQL server is running as many {what} as it may; retry")
                 return self
 
             def __exit__(self, *exc) -> None:
@@ -363,7 +379,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802
-        self._answer(404, {"error_code": 404, "message": f"{self.path} not found"})
+        self._answer(NO_ROUTE.status, {"error_code": NO_ROUTE.error_code, "message": f"{self.path} not found"})
 
     def do_POST(self) -> None:  # noqa: N802
         try:
@@ -373,10 +389,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(200, users.call(header, self._body()))
                 return
             if not self.endpoint.authorized(self.headers.get("Authorization")):
-                raise SqlRefused(401, 40101, "the SQL server's token is needed (Authorization: Bearer)")
+                raise SqlRefused(UNAUTHENTICATED, "the SQL server's token is needed (Authorization: Bearer)")
             call = {"/v1/views": self.endpoint.views, "/v1/query": self.endpoint.query}.get(self.path)
             if call is None:
-                raise SqlRefused(404, 404, f"{self.path} not found")
+                raise SqlRefused(NO_ROUTE, f"{self.path} not found")
             self._answer(200, call(self._body()))
         except SqlRefused as e:
             doc = {"error_code": e.error_code, "message": str(e)}
@@ -387,16 +403,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(e.status, doc)
         except Exception as e:  # a bug: logged here, one line to the caller
             log.exception("SQL call failed")
-            self._answer(500, {"error_code": 50001, "message": f"internal error: {first_line(e)}"})
+            self._answer(INTERNAL.status, {"error_code": INTERNAL.error_code, "message": f"internal error: {first_line(e)}"})
 
     def _body(self) -> dict:
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
-            raise SqlRefused(411, 411, "a Content-Length is needed") from None
+            raise SqlRefused(LENGTH_REQUIRED, "a Content-Length is needed") from None
         if not 0 <= length <= MAX_BODY_BYTES:
             self.close_connection = True
-            raise SqlRefused(413, 41301, f"the body exceeds {MAX_BODY_BYTES} bytes")
+            raise SqlRefused(TOO_LARGE, f"the body exceeds {MAX_BODY_BYTES} bytes")
         try:
             body = json.loads(self.rfile.read(length) or b"null")
         except ValueError:
@@ -411,7 +427,7 @@ class SqlHttpServer:
 
     def __init__(self, endpoint: SqlEndpoint, host: str, port: int) -> None:
         self.endpoint = endpoint
-        self.address_file = None  # where `lakelog sql-server` wrote this endpoint's address (sql_address.py)
+        self.address_file = None  # where `lakelog sql-server` wrote this endpoint's address (address.py)
         handler = type("Handler", (_Handler,), {"endpoint": endpoint})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True

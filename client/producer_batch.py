@@ -1,7 +1,7 @@
 """The producer's records in waiting: a partition's batch as columns, and the futures of its records.
 
-`ProducerBatch` is one partition's batch while the `Producer` (cli/producer.py) fills it and while
-the sender (cli/producer_sender.py) ships it: the records as columns (timestamps, keys, values,
+`ProducerBatch` is one partition's batch while the `Producer` (client/producer.py) fills it and while
+the sender (client/producer_sender.py) ships it: the records as columns (timestamps, keys, values,
 headers: a record is three list appends, not an object), its size, its producer id and sequence
 once dispatched, its payload once built (a retry resends the same bytes), its predecessor in
 flight and the event set once its request was written whole. Every record of a batch waits on one

@@ -1,7 +1,7 @@
 """Lakelog's consumer: a member of a consumer group, with Kafka's client config names, reading on the
 binary fetch path.
 
-    from lakelog.cli import Consumer
+    from lakelog.client import Consumer
     c = Consumer({"bootstrap.servers": "http://127.0.0.1:8082", "group.id": "dashboards",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.subscribe(["clicks"])
@@ -20,7 +20,7 @@ Split of the work, as Kafka's consumer splits it between the coordinator and the
   * Records: the client fetches each assigned partition itself with
     `GET /topics/{t}/partitions/{p}/records?offset=` and `Accept: application/vnd.kafka.recordbatch`
     (the node forwards to the leader), checks each batch's CRC and decodes the records natively
-    (cli/fetching.py). Partitions are fetched concurrently (one request each, at most
+    (client/fetching.py). Partitions are fetched concurrently (one request each, at most
     `fetch.max.parallel` at once); what a poll does not return (over `max.poll.records`) stays
     buffered for the next poll. A partition's position — the next offset poll returns — lives here.
 
@@ -47,8 +47,9 @@ from urllib.parse import quote
 
 import httpx
 
-from lakelog.cli.fetching import Message, decode_fetch
-from lakelog.cli.http_sender import HttpSender, TransportError
+from lakelog.client.fetching import Message, decode_fetch
+from lakelog.client.http_sender import HttpSender, TransportError
+from lakelog.infra.error_codes import code
 from lakelog.infra.errors import ErrorKind, LakelogError
 
 V2 = "application/vnd.kafka.v2+json"
@@ -63,7 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "latest",
     "enable.auto.commit": True,
     "auto.commit.interval.ms": 5000,
-    "session.timeout.ms": 45000,
+    "session.timeout.ms": 45_000,
     "heartbeat.interval.ms": 3000,
     "max.poll.records": 500,
     "fetch.max.bytes": 50 * 1024 * 1024,
@@ -83,7 +84,11 @@ ASSIGNMENT_WAIT_STEP_S = 0.05
 #: Attempts of a commit that meets a rebalance in progress (the instance is rejoining).
 COMMIT_ATTEMPTS = 20
 #: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS: the instance is rejoining; retry.
-_REJOINING = (40912, 40913, 40914)
+_REJOINING = tuple(code(name).error_code for name in (
+    "UnknownMemberIdError", "IllegalGenerationError", "RebalanceInProgressError"))
+#: auto.offset.reset=none with no committed offset; a partition not assigned: answered as the node would.
+_NO_OFFSET = code("ConsumerInstanceNotFoundError")
+_NOT_ASSIGNED = code("IllegalStateError")
 
 TP = tuple[str, int]
 
@@ -126,7 +131,7 @@ class Consumer:
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s + 35, connect=5),
                                   limits=httpx.Limits(max_connections=parallel + 2,
                                                       max_keepalive_connections=parallel + 2), **opts)
-        # Binary fetches go through the plain-socket sender (cli/http_sender.py) unless the options
+        # Binary fetches go through the plain-socket sender (client/http_sender.py) unless the options
         # ask for something only httpx does (a transport, event hooks); group calls stay on httpx.
         self._fast: HttpSender | None = None
         if HttpSender.supports(opts):
@@ -284,7 +289,8 @@ class Consumer:
 
     def _reset_offset(self, tp: TP) -> int:
         if self.reset == "none":
-            raise ConsumeError(f"no committed offset for {tp[0]}-{tp[1]} and auto.offset.reset=none", 404, 40403)
+            raise ConsumeError(f"no committed offset for {tp[0]}-{tp[1]} and auto.offset.reset=none",
+                               _NO_OFFSET.status, _NO_OFFSET.error_code)
         beginning, end = self._bounds(tp)
         return beginning if self.reset == "earliest" else end
 
@@ -365,7 +371,8 @@ class Consumer:
         if tp not in self._assignment and self._subscribed:
             self._read_assignment()
         if tp not in self._assignment:
-            raise ConsumeError(f"No current assignment for partition {tp[0]}-{tp[1]}", 409, 40903)
+            raise ConsumeError(f"No current assignment for partition {tp[0]}-{tp[1]}", _NOT_ASSIGNED.status,
+                               _NOT_ASSIGNED.error_code)
 
     def close(self) -> None:
         if self._closed:

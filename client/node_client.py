@@ -1,4 +1,5 @@
-"""A small HTTP client of an ingest node, for the console tools (`lakelog topics|produce|consume`).
+"""A small HTTP client of one ingest node: the calls `AdminClient` (client/admin.py) and the console
+tools (`lakelog topics|groups|acls|...`) make.
 
 It speaks the node's public API only: Confluent REST Proxy v3 for topic administration (the
 cluster id is read once from `GET /v3/clusters`), binary v2 JSON (`application/vnd.kafka.binary.v2+json`,
@@ -14,9 +15,7 @@ Concurrency: one client per thread (it wraps one `httpx.Client`).
 
 from __future__ import annotations
 
-import argparse
 import base64
-import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -24,6 +23,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from lakelog.infra.error_codes import framework
 from lakelog.infra.errors import ErrorKind, LakelogError
 
 DEFAULT_URL = "http://127.0.0.1:8082"
@@ -289,7 +289,7 @@ class LakelogClient:
             try:
                 doc = self._json("GET", f"{self._topics_path(topic)}/partitions/{pid}/replicas")
             except RequestFailedError as e:
-                if e.status == 404 and e.error_code == 404:  # no such route (not: no such topic)
+                if e.error_code == framework("RouteNotFound").error_code:  # no such route (not: no such topic)
                     return self._partition_replicas_v2(topic)
                 raise
             rows = doc.get("data", [])
@@ -305,6 +305,25 @@ class LakelogClient:
                                   [int(x["broker"]) for x in r.get("replicas", [])],
                                   [int(x["broker"]) for x in r.get("replicas", []) if x.get("in_sync")])
                 for r in rows]
+
+    # ------------------------------------------------------------------ consumer groups
+
+    def list_groups(self) -> list[str]:
+        """The group ids of the cluster."""
+        return [str(g["group_id"]) for g in self._json("GET", "/groups").get("groups", [])]
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        """`GET /groups/{group}`: state, members, and per partition the committed offset, end and lag."""
+        return self._json("GET", f"/groups/{quote(group, safe='')}")
+
+    def group_offsets(self, group: str) -> list[dict[str, Any]]:
+        """The group's committed offsets: `{"topic", "partition", "offset", "metadata"}` each."""
+        return list(self._json("GET", f"/groups/{quote(group, safe='')}/offsets").get("offsets", []))
+
+    def commit_group_offsets(self, group: str, offsets: Iterable[tuple[str, int, int]]) -> None:
+        """Commit (topic, partition, offset) for a group without active members."""
+        body = {"offsets": [{"topic": t, "partition": p, "offset": o} for t, p, o in offsets]}
+        self._json("POST", f"/groups/{quote(group, safe='')}/offsets", headers={"Content-Type": V2}, json=body)
 
     # ------------------------------------------------------------------ records
 
@@ -389,28 +408,3 @@ def _error_from(response: httpx.Response) -> ClientError:
     snippet = response.text.strip().replace("\n", " ")[:200]
     where = f"{response.request.method} {response.request.url.path}"
     return RequestFailedError(f"HTTP {status} from {where}" + (f": {snippet}" if snippet else ""), status, status)
-
-
-def client_from_args(args: argparse.Namespace) -> "LakelogClient":
-    """The client the CLI's global options describe (bootstrap server, credentials, TLS)."""
-    return LakelogClient(args.bootstrap_server, security=security_from_args(args))
-
-
-def security_from_args(args: argparse.Namespace) -> ClientSecurity:
-    """Credentials and TLS files from the CLI's global options and the environment."""
-    security = ClientSecurity.from_env(user=getattr(args, "user", None), password=getattr(args, "password", None),
-                                       api_key=getattr(args, "api_key", None), ca_cert=getattr(args, "ca_cert", None),
-                                       client_cert=getattr(args, "client_cert", None),
-                                       client_key=getattr(args, "client_key", None))
-    if getattr(args, "cluster_secret_file", None):
-        try:
-            with open(args.cluster_secret_file, encoding="utf-8") as f:
-                secret = f.read().strip()
-            # `lakelog up` keeps it as a properties file (DATA_DIR/cluster.properties): take that line.
-            for line in secret.splitlines():
-                if line.strip().startswith("cluster.secret="):
-                    secret = line.split("=", 1)[1].strip()
-        except OSError as e:
-            raise ClientError(f"cannot read {args.cluster_secret_file}: {e.strerror}") from None
-        security = dataclasses.replace(security, cluster_secret=secret)
-    return security
