@@ -21,7 +21,7 @@ from lakelog.ingest_api.security.cluster_auth import ClusterAuth, check_secret
 from lakelog.infra.errors import invariant
 from lakelog.ingest_api.cluster.errors import MetadataFollowerError, QuorumTimeoutError, QuorumUnavailableError
 from lakelog.ingest_api.cluster.quorum_config import METADATA_PATH, base_url
-from lakelog.ingest_api.config import NODE_CONFIG
+from lakelog.ingest_api.config.node import NODE_CONFIG
 from lakelog.ingest_api.raft.messages import MAX_WIRE_INT, NO_NODE, Entry, MessageFormatError, Snapshot
 from lakelog.ingest_api.raft.state_machine import StateMachine
 

@@ -1,6 +1,6 @@
 """`lakelog sql-server`: a long-lived Spark Connect server with `lakelog.<name>` registered and
 refreshed (every `--refresh-ms`, and before a query of its HTTP endpoint that names a view not
-registered yet: spark_log/topic_views.py); with `--http-listen` also the JSON endpoint
+registered yet: spark_log/sql_server/topic_views.py); with `--http-listen` also the JSON endpoint
 (`spark_log/sql_server/endpoint.py`) the nodes' console and `lakelog sql` ask, with `--thrift-port` also the
 Thrift JDBC/ODBC server."""
 
@@ -23,7 +23,7 @@ def cmd_sql_server(args: argparse.Namespace) -> int:
     from lakelog.spark_log.hot_tail import HotTailError
     from lakelog.spark_log.session import remote_session
     from lakelog.spark_log.tables import register_topics
-    from lakelog.spark_log.topic_views import TopicViews
+    from lakelog.spark_log.sql_server.topic_views import TopicViews
 
     host, port = server_address(args.listen)
     stop = threading.Event()

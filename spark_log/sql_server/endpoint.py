@@ -41,7 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lakelog.spark_log.topic_views import TopicViews
+    from lakelog.spark_log.sql_server.topic_views import TopicViews
 
 from lakelog.infra.error_codes import ErrorCode, code, framework
 
@@ -154,7 +154,7 @@ class QueryPlanner:
 
     def _ensure_views(self, parsed) -> None:
         """A topic created since the last refresh: its view is registered before the query is
-        analyzed (spark_log/topic_views.py); if that fails, the query fails as it would have."""
+        analyzed (spark_log/sql_server/topic_views.py); if that fails, the query fails as it would have."""
         if self.views is None:
             return
         try:

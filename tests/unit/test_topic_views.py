@@ -1,4 +1,4 @@
-"""The SQL server's views registered on demand (spark_log/topic_views.py) and `lakelog sql` over
+"""The SQL server's views registered on demand (spark_log/sql_server/topic_views.py) and `lakelog sql` over
 Spark Connect waiting for a new topic's view (spark_log/cli_sql.py), with fakes for Spark and
 the nodes."""
 
@@ -8,7 +8,7 @@ import argparse
 import threading
 
 from lakelog.spark_log import cli_sql
-from lakelog.spark_log.topic_views import TopicViews
+from lakelog.spark_log.sql_server.topic_views import TopicViews
 
 
 class FakeClock:
