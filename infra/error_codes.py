@@ -192,7 +192,8 @@ ERRORS: dict[str, ErrorCode] = {
     "RemoteCorruptionError": _E(500, 50003, _K.CORRUPT_MESSAGE),
     "OffsetsRecordError": _E(500, 50004, _K.UNKNOWN_SERVER_ERROR),  # a stored __consumer_offsets record is malformed
     # 503 Service Unavailable
-    "NotReadyError": _E(503, 50301, _K.BROKER_NOT_AVAILABLE),
+    # a node not serving yet: NOT_LEADER_OR_FOLLOWER makes a Kafka client refresh its metadata and retry
+    "NotReadyError": _E(503, 50301, _K.NOT_LEADER_OR_FOLLOWER),
     "NotLeaderOrFollowerError": _E(503, 50302, _K.NOT_LEADER_OR_FOLLOWER),
     "NotEnoughReplicasError": _E(503, 50303, _K.NOT_ENOUGH_REPLICAS),
     "NotEnoughReplicasAfterAppendError": _E(503, 50304, _K.NOT_ENOUGH_REPLICAS_AFTER_APPEND),

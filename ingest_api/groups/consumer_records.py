@@ -32,7 +32,7 @@ from lakelog.ingest_api.groups.errors import (
     NotCoordinatorError,
 )
 from lakelog.ingest_api.groups.service import GroupService
-from lakelog.ingest_api.replication.peers import PeerUnavailableError
+from lakelog.ingest_api.errors import PeerUnavailableError
 from lakelog.logstore.errors import OffsetOutOfRangeError
 from lakelog.logstore.record_batch import iter_batches
 

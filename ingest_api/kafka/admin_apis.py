@@ -16,7 +16,7 @@ from lakelog.infra.config import ConfigError
 from lakelog.ingest_api.config.node import NODE_CONFIG
 from lakelog.ingest_api.kafka.codec import Request, field_of
 from lakelog.ingest_api.kafka.context import KafkaContext, kafka_topic_id
-from lakelog.ingest_api.kafka.error_codes import kafka_code
+from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
 
 NONE = ErrorCode.none.value

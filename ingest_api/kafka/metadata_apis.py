@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC
 from lakelog.ingest_api.kafka.codec import Request, field_of
 from lakelog.ingest_api.kafka.context import KafkaContext, kafka_topic_id
-from lakelog.ingest_api.kafka.error_codes import kafka_code
+from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.kafka.versions import SUPPORTED
 

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
 from lakelog.ingest_api.kafka.context import KafkaContext
-from lakelog.ingest_api.kafka.error_codes import kafka_code
+from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.replication.partition import PartitionKey
 

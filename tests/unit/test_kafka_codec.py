@@ -19,7 +19,7 @@ from lakelog.infra.config import ConfigError
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.kafka import codec
 from lakelog.ingest_api.config.kafka import parse_listeners
-from lakelog.ingest_api.kafka.error_codes import kafka_code
+from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.metadata_apis import api_versions_table
 from lakelog.ingest_api.kafka.versions import SUPPORTED
 

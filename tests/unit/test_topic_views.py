@@ -1,5 +1,5 @@
 """The SQL server's views registered on demand (spark_log/sql_server/topic_views.py) and `lakelog sql` over
-Spark Connect waiting for a new topic's view (spark_log/cli_sql.py), with fakes for Spark and
+Spark Connect waiting for a new topic's view (spark_log/sql_cli/command.py), with fakes for Spark and
 the nodes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import threading
 
-from lakelog.spark_log import cli_sql
+from lakelog.spark_log.sql_cli import command as cli_sql
 from lakelog.spark_log.sql_server.topic_views import TopicViews
 
 
