@@ -16,7 +16,7 @@ import pytest
 from lakelog.infra.config import LogConfig
 from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.replication.partition import Partition, PartitionKey
-from lakelog.logstore import log_append, segment
+from lakelog.logstore import local_log, segment
 from lakelog.logstore.errors import KafkaStorageError, LogDirectoryFullError
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.log_dir_health import LogDirHealth, LogDirState
@@ -40,8 +40,8 @@ class FaultyFiles:
             real_fsync = os.fsync
             monkeypatch.setattr(segment.os, "fsync", lambda fd: self._fail() or real_fsync(fd))
         elif operation == "roll":
-            real_segment = log_append.LogSegment
-            monkeypatch.setattr(log_append, "LogSegment", lambda *a, **kw: self._fail() or real_segment(*a, **kw))
+            real_segment = local_log.LogSegment
+            monkeypatch.setattr(local_log, "LogSegment", lambda *a, **kw: self._fail() or real_segment(*a, **kw))
         else:
             raise ValueError(operation)
 
