@@ -61,6 +61,8 @@ MAX_PARTITIONS_PER_REQUEST = 10000
 RECONCILE_SLICE_S = 0.05
 #: Partitions one ISR check looks at before it yields the event loop.
 ISR_CHECK_SLICE = 500
+#: AlterPartition requests one node has at the controller at once (the rest queue here).
+MAX_ISR_CHANGES_IN_FLIGHT = 8
 
 
 class ReplicaManager:
@@ -76,6 +78,7 @@ class ReplicaManager:
         self._new_fetcher = new_fetcher
         self._controller_call = controller_call
         self._isr_backoff = RetryBackoff()  # a refused ISR change is not re-sent on every follower fetch
+        self._isr_slots: asyncio.Semaphore | None = None
         self._broker_epoch = broker_epoch
         self._on_drop = on_drop
         self._partitions: dict[PartitionKey, Partition] = {}
@@ -307,13 +310,18 @@ class ReplicaManager:
 
     async def _alter_partition(self, p: Partition, proposal: ProposeIsr) -> None:
         """AlterPartition through the controller; the answer goes back to the replica's state machine (the
-        committed ISR itself reaches this node through the metadata log)."""
+        committed ISR itself reaches this node through the metadata log). At most
+        `MAX_ISR_CHANGES_IN_FLIGHT` at once: a node back from a pause may propose hundreds together,
+        and as many simultaneous requests would crowd out the heartbeats at the controller."""
         new_isr = list(proposal.new_isr)
+        if self._isr_slots is None:
+            self._isr_slots = asyncio.Semaphore(MAX_ISR_CHANGES_IN_FLIGHT)
         try:
-            await self._controller_call("alter_partition", {
-                "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic": p.key.topic,
-                "partition": p.key.partition, "leader_epoch": proposal.leader_epoch,
-                "partition_epoch": proposal.partition_epoch, "new_isr": new_isr})
+            async with self._isr_slots:
+                await self._controller_call("alter_partition", {
+                    "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic": p.key.topic,
+                    "partition": p.key.partition, "leader_epoch": proposal.leader_epoch,
+                    "partition_epoch": proposal.partition_epoch, "new_isr": new_isr})
         except Exception as e:
             log.info("%s: ISR change to %s refused: %s", p.key, new_isr, e)
             self._isr_backoff.refused(p.key, time.monotonic())
