@@ -274,7 +274,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         fo = "—" if "failover" not in r else f"{r['failover'][0]:.1f} s (refused: {r['failover'][1] or 'none'})"
         created = "not settled" if r["create_s"] is None else f"{r['create_s']:.0f} s"
         rows.append([f"{r['replicas']:,}", created, *idle_cells, prod, fo])
-    lines = [f"`{command_line()}` at {git_revision(ROOT)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+    lines = ["## Scale: many partitions per node on 3 nodes", "",
+             f"`{command_line()}` at {git_revision(ROOT)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
              f"load average before / after the idle windows: "
              + "; ".join(f"{r.get('load_before', '?')} / {r.get('load_after', '?')}" for r in results)
              + ". The machine (2 cores) was shared with other engineers' work: CPU seconds are the nodes' own.",

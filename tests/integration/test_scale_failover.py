@@ -22,10 +22,11 @@ JSON_V2 = "application/vnd.kafka.json.v2+json"
 #: Bounds on the waits (a loaded 2-core CI machine opens 3,000 logs slowly); not speed assertions.
 SETTLE_S = 600.0
 WRITABLE_S = 600.0
-#: The session is longer than the suite's fast settings: opening 1,000 logs on a loaded machine
-#: must not look like a dead node.
-OVERRIDES = {"broker.session.timeout.ms": "6000", "broker.heartbeat.interval.ms": "500",
-             "replica.lag.time.max.ms": "10000", "log.cleaner.enable": "false"}
+#: Sessions and elections longer than the suite's fast settings: opening 3,000 logs on a loaded
+#: machine must not look like a dead node or a dead Raft leader.
+OVERRIDES = {"broker.session.timeout.ms": "10000", "broker.heartbeat.interval.ms": "1000",
+             "controller.quorum.election.timeout.ms": "3000", "replica.lag.time.max.ms": "10000",
+             "log.cleaner.enable": "false"}
 
 
 def _views(client: httpx.Client, url: str, topic: str) -> list[dict] | None:
@@ -59,11 +60,12 @@ def test_every_partition_is_writable_again_after_one_of_three_nodes_is_killed(tm
             for t in topics:
                 body = {"topic_name": t, "partitions_count": PARTITIONS, "replication_factor": 3,
                         "configs": [{"name": "min.insync.replicas", "value": "2"}]}
-                for attempt in range(120):  # a node busy opening the last topic's logs may answer 503
+                for attempt in range(120):
                     r = client.post(f"{cluster.nodes[attempt % 3].url}/v3/clusters/{cid}/topics", json=body)
                     if r.status_code == 201 or "already exists" in r.text:
                         break
-                    assert r.status_code == 503, r.text
+                    # A node busy opening the last topic's logs may answer 503, or be fenced a moment.
+                    assert r.status_code == 503 or "available broker" in r.text, r.text
                     time.sleep(1.0)
 
             def settled() -> bool:
