@@ -30,6 +30,7 @@ from lakelog.ingest_api.cluster.controller import Controller
 from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.errors import NotControllerError
 from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.partition_change import batch_changes
 from lakelog.ingest_api.cluster.image_values import encode_record
 from lakelog.ingest_api.cluster.quorum import QuorumHost
 from lakelog.ingest_api.error_table import code_of
@@ -233,8 +234,10 @@ class ControllerHost:
 
     async def _propose_all(self, records: Records) -> int:
         assert self.quorum is not None
-        # Together (QuorumHost.propose_many): one round of replication commits them, not one per record.
-        index = await self.quorum.propose_many([encode_record(r) for r in records], self.request_timeout_ms / 1000)
+        # Together (QuorumHost.propose_many): one round of replication commits them, not one per record;
+        # the partition changes of one round packed into few entries (`batch_changes`).
+        index = await self.quorum.propose_many([encode_record(r) for r in batch_changes(records)],
+                                               self.request_timeout_ms / 1000)
         return max(index, self.image.last_applied_index)
 
     async def run_op(self, op: str, args: dict[str, Any]) -> dict[str, Any]:

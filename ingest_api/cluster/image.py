@@ -30,6 +30,9 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
     partition_change           topic, topic_id, partition, [leader], [isr], [replicas],
                                [adding_replicas], [removing_replicas],
                                leader_epoch, partition_epoch     the resulting epochs, explicitly
+    partition_changes          changes [{partition_change's fields, no type}]: many partition
+                               changes of one controller round in one entry, each applied (or
+                               skipped and counted) as its own `partition_change`, in order
     allocate_producer_ids      node_id, broker_epoch, first_id, count
     user_credential, delete_user, create_api_key, delete_api_key, create_acls, delete_acls
                                users, API keys and ACLs: `image.security`
@@ -148,6 +151,11 @@ def _observe(observer: Any, method: str, *args: Any) -> Any:
     except Exception:  # the observer only informs (the console's events); the apply goes on
         logging.getLogger("lakelog.metadata").exception("the metadata image's observer failed")
         return None
+
+
+#: Most partition changes one `partition_changes` record carries (each at most ~400 bytes of JSON:
+#: well under `max_entry_bytes`).
+MAX_CHANGES_PER_RECORD = 1000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,6 +432,23 @@ class ClusterImage:
         parts[p] = new
         self.topics[t.name] = dataclasses.replace(t, partitions=tuple(parts))
 
+    def _partition_changes(self, rec: Mapping[str, Any], index: int) -> None:
+        changes = rec.get("changes")
+        if not isinstance(changes, list) or not changes or len(changes) > MAX_CHANGES_PER_RECORD:
+            raise RecordRejected(f"a partition_changes record carries 1 to {MAX_CHANGES_PER_RECORD} changes")
+        for c in changes:
+            if not isinstance(c, Mapping):
+                self._skip(index, "a partition_changes entry is not an object")
+                continue
+            one = {**c, "type": "partition_change"}
+            token = _observe(self.observer, "before", self, one)
+            try:
+                self._partition_change(one, index)
+            except (RecordRejected, InvariantViolation, ValueError) as e:
+                self._skip(index, str(e))
+                continue
+            _observe(self.observer, "after", self, one, token)
+
     def _allocate_producer_ids(self, rec: Mapping[str, Any], index: int) -> None:
         read_int(rec, "node_id", 0, MAX_NODE_ID)
         first = read_int(rec, "first_id", 0, MAX_LONG)
@@ -473,6 +498,7 @@ _HANDLERS: dict[str, Callable[[ClusterImage, Mapping[str, Any], int], None]] = {
     "delete_topic": ClusterImage._delete_topic,
     "alter_configs": ClusterImage._alter_configs,
     "partition_change": ClusterImage._partition_change,
+    "partition_changes": ClusterImage._partition_changes,
     "allocate_producer_ids": ClusterImage._allocate_producer_ids,
     **{t: ClusterImage._security_record for t in SECURITY_RECORD_TYPES},
     **{t: ClusterImage._schema_record for t in SCHEMA_RECORD_TYPES},

@@ -22,7 +22,7 @@ import dataclasses
 from typing import Any
 
 from lakelog.ingest_api.cluster import reassignment
-from lakelog.ingest_api.cluster.image import ClusterImage
+from lakelog.ingest_api.cluster.image import MAX_CHANGES_PER_RECORD, ClusterImage
 from lakelog.ingest_api.cluster.image_values import NO_LEADER, PartitionState, TopicImage
 
 
@@ -104,3 +104,31 @@ def change_record(t: TopicImage, partition: int, old: PartitionState, new: Parti
         record["adding_replicas"] = list(new.adding)
         record["removing_replicas"] = list(new.removing)
     return record
+
+
+def batch_changes(records: list[dict[str, Any]], max_changes: int = MAX_CHANGES_PER_RECORD) -> list[dict[str, Any]]:
+    """`records` with each run of two or more consecutive `partition_change` records packed into
+    `partition_changes` records of at most `max_changes` (one metadata entry, applied change by
+    change in order): a failover moving a thousand leaderships is a few entries, not a thousand.
+    Other records keep their places."""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        for i in range(0, len(run), max_changes):
+            chunk = run[i:i + max_changes]
+            if len(chunk) == 1:
+                out.append(chunk[0])
+            else:
+                out.append({"type": "partition_changes",
+                            "changes": [{k: v for k, v in c.items() if k != "type"} for c in chunk]})
+        run.clear()
+
+    for r in records:
+        if r.get("type") == "partition_change":
+            run.append(r)
+            continue
+        flush()
+        out.append(r)
+    flush()
+    return out

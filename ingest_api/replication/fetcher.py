@@ -1,6 +1,12 @@
-"""Follower side of replication: one fetcher task per leader node.
+"""Follower side of replication: one fetcher task per leader node, one fetch session with it.
 
-A fetcher owns the follower partitions whose leader is its node. Before a partition fetches for
+A fetcher owns the follower partitions whose leader is its node, and fetches them all in one fetch
+session (`sessions.py`): the first request names every partition, later ones only the partitions
+whose fetch state changed since (appended to, truncated, added, paused, forgotten), so an idle
+round names none and costs the same at any partition count. Only changed partitions (`_dirty`:
+named in the last answer, added or removed by the metadata, truncated) and ended pauses are looked
+at when the next request is built. Any failed request ends the session: the next one opens a new
+session with a full request. Before a partition fetches for
 the first time in a leader epoch (after a restart, or when it sees a new leader) it asks the leader
 OffsetsForLeaderEpoch for its own latest epoch and truncates to the answer (KIP-101 / KIP-279,
 `truncation.py`) — never to its own high watermark. Then it long-polls the leader with its fetch
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 from typing import TYPE_CHECKING
 
@@ -55,6 +62,19 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None
         #: key -> (leader epoch it was paused in, monotonic time the pause ends)
         self._paused: dict[PartitionKey, tuple[int, float]] = {}
+        #: Partitions whose fetch state may have changed since the last request: only these are
+        #: looked at when the next request is built (an idle, caught-up partition is not).
+        self._dirty: set[PartitionKey] = set()
+        #: Throttled partitions (out of the ISR, a follower rate set): looked at every round.
+        self._throttled: set[PartitionKey] = set()
+        #: The fetch session with the leader (`sessions.py`); id 0: the next request opens one.
+        self._session_id = 0
+        self._session_epoch = 0
+        #: key -> (fetch offset, leader epoch, log start, max bytes) as the session last carried it.
+        self._sent: dict[PartitionKey, tuple[int, int, int, int]] = {}
+        #: Operation counts (tests, metrics): requests sent, partitions looked at building them.
+        self.requests = 0
+        self.partitions_examined = 0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader_id}")
@@ -71,32 +91,71 @@ class ReplicaFetcher:
     def add(self, key: PartitionKey) -> None:
         self.keys.add(key)
         self._paused.pop(key, None)
+        self._dirty.add(key)
         self._changed.set()
 
     def remove(self, key: PartitionKey) -> None:
         self.keys.discard(key)
         self._paused.pop(key, None)
+        self._dirty.add(key)
         self._changed.set()
 
-    def _partitions(self) -> list[Partition]:
-        out = []
-        for key in list(self.keys):
-            p = self.node.local_partition(key)
-            if p is None or p.role != Role.FOLLOWER or p.leader_id != self.leader_id:
+    def _reset_session(self) -> None:
+        """The next request opens a new session and names every partition."""
+        self._session_id = 0
+        self._sent.clear()
+
+    def _eligible(self, key: PartitionKey, now: float) -> Partition | None:
+        p = self.node.local_partition(key)
+        if key not in self.keys or p is None or p.role != Role.FOLLOWER or p.leader_id != self.leader_id:
+            return None
+        paused = self._paused.get(key)
+        if paused is not None:
+            if paused[0] == p.leader_epoch and now < paused[1]:
+                return None
+            del self._paused[key]
+        return p
+
+    def _plan(self) -> tuple[list[Partition], dict[PartitionKey, Partition], list[PartitionKey]]:
+        """(partitions to truncate first, partitions whose fetch state the next request carries,
+        partitions to forget): a full pass over `keys` only when a session opens, otherwise over
+        the changed partitions and the pauses that ended."""
+        now = time.monotonic()
+        if self._session_id == 0:
+            look = set(self.keys) | self._dirty | set(self._sent)
+        else:
+            look = self._dirty | {k for k, (_, until) in self._paused.items() if until <= now}
+        look |= self._throttled
+        self._dirty, self._throttled = set(), set()
+        need, fetch, forget = [], {}, []
+        for key in look:
+            self.partitions_examined += 1
+            p = self._eligible(key, now)
+            if p is None or p.needs_truncation:
+                if p is not None:
+                    need.append(p)
+                if key in self._sent:
+                    forget.append(key)
                 continue
-            paused = self._paused.get(key)
-            if paused is not None and paused[0] == p.leader_epoch and time.monotonic() < paused[1]:
-                continue
-            self._paused.pop(key, None)
-            out.append(p)
-        return out
+            fetch[key] = p
+        return need, fetch, forget
 
     async def _run(self) -> None:
         cfg = self.node.config
         backoff = cfg.replica_fetch_backoff_ms / 1000
         while True:
-            parts = self._partitions()
-            if not parts:
+            try:
+                need, fetch, forget = self._plan()
+                if need:
+                    await self._truncate(need)
+                    for p in need:
+                        self._dirty.add(p.key)
+                if (fetch or forget or self._sent) and await self._fetch(fetch, forget):
+                    continue
+                if self._dirty:  # truncated, or changed meanwhile: plan again at once
+                    continue
+                # Nothing to fetch (or every partition's throttle quota is spent): wait for a change,
+                # a pause to end, or the backoff.
                 self._changed.clear()
                 now = time.monotonic()
                 wait = min([backoff] + [max(0.0, until - now) for _, until in self._paused.values()])
@@ -104,18 +163,11 @@ class ReplicaFetcher:
                     await asyncio.wait_for(self._changed.wait(), max(wait, 0.01))
                 except asyncio.TimeoutError:
                     pass
-                continue
-            try:
-                need = [p for p in parts if p.needs_truncation]
-                if need:
-                    await self._truncate(need)
-                ready = [p for p in parts if not p.needs_truncation and p.role == Role.FOLLOWER]
-                if ready:
-                    await self._fetch(ready)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # a peer down, a bad answer: back off and retry
+            except Exception as e:  # a peer down, a bad answer: back off and retry in a new session
                 log.info("fetch from node %s failed: %s", self.leader_id, e)
+                self._reset_session()
                 await asyncio.sleep(backoff)
 
     # ------------------------------------------------------------------ truncation
@@ -192,38 +244,67 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------ fetch
 
-    async def _fetch(self, parts: list[Partition]) -> None:
+    async def _fetch(self, fetch: dict[PartitionKey, Partition], forget: list[PartitionKey]) -> bool:
+        """One request of the session: the fetch states that changed (all of them when the session
+        opens), the partitions forgotten; then the answer's partitions. False when nothing was sent
+        (every partition throttled with its quota spent, or none left)."""
         cfg = self.node.config
         replicas = self.node.replicas
+        now = time.monotonic()
         limits: dict[PartitionKey, tuple[int, int]] = {}  # throttled: key -> (rate, bytes allowed now)
-        for p in parts:
+        entries = []
+        for key, p in fetch.items():
+            max_bytes = cfg.replica_fetch_max_bytes
             rate = replicas.follower_throttle_rate(p)
             if rate is not None:
-                limits[p.key] = (rate, min(cfg.replica_fetch_max_bytes,
-                                           replicas.follower_quota.allowance(rate, time.monotonic())))
-        parts = [p for p in parts if limits.get(p.key, (0, 1))[1] > 0]
-        if not parts:  # every partition is throttled and its quota spent: wait for it to refill
-            await asyncio.sleep(cfg.replica_fetch_backoff_ms / 1000)
-            return
-        epochs = {p.key: p.leader_epoch for p in parts}
+                limits[key] = (rate, min(max_bytes, replicas.follower_quota.allowance(rate, now)))
+                max_bytes = limits[key][1]
+                self._throttled.add(key)  # the allowance changes with time: looked at every round
+                if max_bytes <= 0:  # its quota is spent: out of this request until it refills
+                    if key in self._sent:
+                        forget.append(key)
+                    continue
+            state = (p.log.log_end_offset, p.leader_epoch, p.log.log_start_offset, max_bytes)
+            if self._session_id == 0 or self._sent.get(key) != state:
+                entries.append((key, state))
+        for key in forget:
+            self._sent.pop(key, None)
+        for key, state in entries:
+            self._sent[key] = state
+        if not self._sent and not forget:
+            return False  # nothing to fetch, nothing to tell the leader
+        if self._session_id == 0:
+            self._session_id = random.randrange(1, 1 << 31)
+            self._session_epoch = 0
+        else:
+            self._session_epoch += 1
         body = {"replica_id": self.node.node_id, "broker_epoch": self.node.broker_epoch,
+                "session_id": self._session_id, "session_epoch": self._session_epoch,
                 "max_wait_ms": cfg.replica_fetch_wait_max_ms, "max_bytes": cfg.replica_fetch_response_max_bytes,
-                "partitions": [{"topic": p.key.topic, "partition": p.key.partition,
-                                "fetch_offset": p.log.log_end_offset, "current_leader_epoch": p.leader_epoch,
-                                "log_start_offset": p.log.log_start_offset,
-                                "max_bytes": limits.get(p.key, (0, cfg.replica_fetch_max_bytes))[1]}
-                               for p in parts]}
+                "partitions": [{"topic": k.topic, "partition": k.partition, "fetch_offset": st[0],
+                                "current_leader_epoch": st[1], "log_start_offset": st[2], "max_bytes": st[3]}
+                               for k, st in entries],
+                "forgotten": [{"topic": k.topic, "partition": k.partition} for k in forget]}
         timeout = (cfg.replica_fetch_wait_max_ms + cfg.request_timeout_ms) / 1000
+        self.requests += 1
+        incremental = self._session_epoch > 0
         resp = await self.node.peers.request(self.leader_id, "POST", "/internal/replication/fetch",
                                              json.dumps(body).encode(),
                                              headers={"Content-Type": "application/json"}, timeout_s=timeout)
         if resp.status_code != 200:
+            self._reset_session()
+            if incremental:  # the leader lost the session (it restarted): open a new one at once
+                log.info("fetch session with node %s refused (%s): opening a new one", self.leader_id,
+                         resp.text[:200])
+                return True
             raise RuntimeError(f"replica fetch answered {resp.status_code}: {resp.text[:200]}")
         for data in wire.decode_fetch_response(resp.content):
             key = PartitionKey(data.topic, data.partition)
+            sent = self._sent.get(key)
             p = self.node.local_partition(key)
-            if p is None or p.role != Role.FOLLOWER or p.leader_id != self.leader_id \
-                    or p.leader_epoch != epochs.get(key) or p.needs_truncation:
+            self._dirty.add(key)
+            if sent is None or p is None or p.role != Role.FOLLOWER or p.leader_id != self.leader_id \
+                    or p.leader_epoch != sent[1] or p.needs_truncation:
                 continue  # the partition moved while the request was out
             if data.error_code == wire.NONE:
                 if key in limits:
@@ -238,3 +319,4 @@ class ReplicaFetcher:
                     p.must_truncate()
             else:
                 self._pause(p, data.error, data.error_code)
+        return True

@@ -4,7 +4,7 @@ The rules (HW, ISR, follower LEOs, the produce purgatory's completions, the lead
 live in `ingest_api/replication/core.py` (`ReplicaCore`), a pure state machine. This module is its
 host on a node: it owns the `PartitionLog`, the clock (`monotonic_ms`), the asyncio futures of the two
 purgatories — fetches waiting for the HW to move (long-poll), acks=all produces waiting for the HW
-to pass them — and a lock; it turns what happens into events (`_step`), and carries out the
+to pass them — the change listener followers' fetch sessions hang on, and a lock; it turns what happens into events (`_step`), and carries out the
 effects: stamp the leader epoch in the log's cache, advance the log start offset, wake fetches,
 resolve produce futures (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND), and hand ISR
 proposals (`ProposeIsr`) back to its caller, the replica manager, which sends them to the controller.
@@ -23,6 +23,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from lakelog.ingest_api.errors import (
     LeaderNotAvailableError,
@@ -65,8 +66,12 @@ def monotonic_ms() -> int:
 
 class Partition:
     def __init__(self, key: PartitionKey, log: PartitionLog, node_id: int,
-                 log_dir: LogDirHealth | None = None) -> None:
+                 log_dir: LogDirHealth | None = None, *,
+                 on_change: Callable[[PartitionKey], None] | None = None) -> None:
         self.key = key
+        #: Told (any thread) when the replica changed in a way a follower's fetch session must see:
+        #: an append, the HW moving, a role change or the replica's end (`replication/sessions.py`).
+        self._on_change = on_change
         self.log = log
         self.node_id = node_id
         #: The health of the log directory holding `log`: an I/O error appending takes it offline.
@@ -77,7 +82,6 @@ class Partition:
         self._waiters: set[asyncio.Future] = set()
         self._produce_waiters: dict[int, asyncio.Future] = {}
         self._produce_ids = itertools.count()
-        self._leo_waiters: set[asyncio.Future] = set()
         #: What `close_waiters` fails the waiting produces with.
         self._abort_error: BaseException | None = None
         log.add_append_listener(self._on_append)
@@ -152,6 +156,7 @@ class Partition:
         resolve: list[tuple[asyncio.Future, BaseException | None]] = []
         proposals: list[ProposeIsr] = []
         on_log: list[rc.Effect] = []
+        changed = False
         with self._lock:
             effects = self.core.step(event)
             if not effects:  # the common case (an append that moves no HW): nothing to carry out
@@ -161,9 +166,11 @@ class Partition:
                 if kind is rc.HighWatermarkAdvanced:
                     wake |= self._waiters
                     self._waiters = set()
+                    changed = True
                 elif kind is rc.WakeAll:
-                    wake |= self._waiters | self._leo_waiters
-                    self._waiters, self._leo_waiters = set(), set()
+                    wake |= self._waiters
+                    self._waiters = set()
+                    changed = True
                 elif kind is rc.CompleteProduce:
                     fut = self._produce_waiters.pop(e.request_id, None)  # type: ignore[union-attr]
                     if fut is not None:
@@ -182,6 +189,8 @@ class Partition:
             _wake(fut)
         for fut, err in resolve:
             _resolve(fut, err)
+        if changed and self._on_change is not None:
+            self._on_change(self.key)
         return proposals
 
     def _produce_error(self, e: rc.CompleteProduce) -> BaseException | None:
@@ -359,37 +368,19 @@ class Partition:
             with self._lock:
                 self._waiters.discard(fut)
 
-    async def wait_for_leo(self, offset: int, timeout_s: float) -> None:
-        """Return when the LEO passes `offset` (a follower's long-poll), or after `timeout_s`."""
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        with self._lock:
-            if self.log.log_end_offset > offset:
-                return
-            self._leo_waiters.add(fut)
-        try:
-            await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            with self._lock:
-                self._leo_waiters.discard(fut)
-
     def _on_append(self, leo: int) -> None:
         # Called by the log under its lock, possibly on another thread: only hand off.
-        if not self._leo_waiters:
-            return
-        with self._lock:
-            waiters, self._leo_waiters = self._leo_waiters, set()
-        for fut in waiters:
-            _wake(fut)
+        if self._on_change is not None:
+            self._on_change(self.key)
 
     def wake_all(self) -> None:
         """Release every waiting fetch (shutdown, deletion, role change)."""
         with self._lock:
             waiters, self._waiters = self._waiters, set()
-            leo_waiters, self._leo_waiters = self._leo_waiters, set()
-        for fut in waiters | leo_waiters:
+        for fut in waiters:
             _wake(fut)
+        if self._on_change is not None:
+            self._on_change(self.key)
 
     def close_waiters(self, err: BaseException) -> None:
         """The replica is dropped (deleted, moved, the node stops): fetches return, produces fail with `err`."""

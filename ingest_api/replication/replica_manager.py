@@ -7,8 +7,9 @@
 * ISR (`isr_loop`, and on follower fetches): propose shrinks of lagging followers and expansions of
   caught-up ones to the controller (AlterPartition, one in flight per partition); the committed
   change comes back through the metadata log.
-* Leader side of replication: answer followers' fetches (recording their fetch offsets, long-polling
-  when there is nothing new) and OffsetsForLeaderEpoch.
+* Leader side of replication: answer followers' fetches in their fetch sessions (`FetchSessions`:
+  recording their fetch offsets, answering only partitions with news, long-polling on one waiter
+  per session when there is none) and OffsetsForLeaderEpoch.
 * The flush scheduler (`flush.ms` / `flush.messages`), on a background thread.
 
 Concurrency: replicas are added and removed on the node's event loop under `_lock` (the flush and
@@ -42,6 +43,7 @@ from lakelog.ingest_api.replication.events import ProposeIsr, Role
 from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
+from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
 from lakelog.logstore.fileutil import atomic_write
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
@@ -59,6 +61,10 @@ MAX_PARTITIONS_PER_REQUEST = 10000
 #: one new topic would stall the loop for seconds, and the controller quorum's ticks, heartbeats and
 #: lease run on it: its leader took the stall for a pause and stepped down, over and over.
 RECONCILE_SLICE_S = 0.05
+#: Partitions one ISR check looks at before it yields the event loop.
+ISR_CHECK_SLICE = 500
+#: AlterPartition requests one node has at the controller at once (the rest queue here).
+MAX_ISR_CHANGES_IN_FLIGHT = 8
 
 
 class ReplicaManager:
@@ -76,6 +82,7 @@ class ReplicaManager:
         self._new_fetcher = new_fetcher
         self._controller_call = controller_call
         self._isr_backoff = RetryBackoff()  # a refused ISR change is not re-sent on every follower fetch
+        self._isr_slots: asyncio.Semaphore | None = None
         self._broker_epoch = broker_epoch
         self._on_drop = on_drop
         self._partitions: dict[PartitionKey, Partition] = {}
@@ -84,11 +91,19 @@ class ReplicaManager:
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._lock = threading.RLock()
         self._reconcile_scheduled = False
+        #: key -> (partition state, topic configs, topic id) objects of the image it was last reconciled with.
+        self._reconciled: dict[PartitionKey, tuple[Any, Any, str]] = {}
+        #: Partitions the full passes brought in line (an operation count: tests, metrics).
+        self.partitions_reconciled = 0
         self._strays_removed = False
         #: Replication throttles (cluster/throttles.py): bytes this node sends as a leader to, and
         #: fetches as a follower for, throttled replicas out of the ISR.
         self.leader_quota = ThrottleQuota()
         self.follower_quota = ThrottleQuota()
+        #: Followers' fetch sessions with this node as their leader.
+        self.fetch_sessions = FetchSessions()
+        #: Partitions the last ISR check looked at (an operation count: tests, metrics).
+        self.isr_partitions_checked = 0
 
     # ------------------------------------------------------------------ views
 
@@ -125,7 +140,8 @@ class ReplicaManager:
 
         The partitions this node lacks are opened first, as many as the budget allows (at least
         one per call); only once none is missing does the full pass run (roles, fetchers, configs,
-        drops), so a sliced reconcile never repeats that pass per slice.
+        drops), so a sliced reconcile never repeats that pass per slice. The full pass brings in
+        line only the partitions whose state in the image changed since it last did.
         """
         deadline = None if budget_s is None else time.monotonic() + budget_s
         opened = 0
@@ -145,7 +161,14 @@ class ReplicaManager:
                 if self.node_id in st.replicas:
                     key = PartitionKey(name, p)
                     wanted.add(key)
-                    self._reconcile_one(key, topic, st)
+                    seen = self._reconciled.get(key)
+                    # The image replaces the state of a partition that changes and keeps the others'
+                    # objects: one that is the object reconciled last time has nothing new.
+                    if (seen is None or seen[0] is not st or seen[1] is not topic.configs
+                            or seen[2] != topic.topic_id or key not in self._partitions):
+                        self._reconcile_one(key, topic, st)
+                        self._reconciled[key] = (st, topic.configs, topic.topic_id)
+                        self.partitions_reconciled += 1
         for key in [k for k in self._partitions if k not in wanted]:
             self._drop_partition(key)
         return True
@@ -164,11 +187,14 @@ class ReplicaManager:
                 log.info("%s: leader in epoch %d, ISR %s", key, st.leader_epoch, st.isr)
             self._unfollow(key)
         else:
-            if part.make_follower(st.leader, st.leader_epoch, st.partition_epoch, st.replicas, st.isr):
+            new_term = part.make_follower(st.leader, st.leader_epoch, st.partition_epoch, st.replicas, st.isr)
+            if new_term:
                 log.info("%s: follower of node %d in epoch %d", key, st.leader, st.leader_epoch)
             self._unfollow(key, keep=st.leader)
             if st.leader >= 0:
-                self._fetcher(st.leader).add(key)
+                fetcher = self._fetcher(st.leader)
+                if new_term or key not in fetcher.keys:  # the fetcher looks only at what changed
+                    fetcher.add(key)
 
     def _fetcher(self, leader: int) -> ReplicaFetcher:
         f = self._fetchers.get(leader)
@@ -194,7 +220,7 @@ class ReplicaManager:
             atomic_write(marker, f"version: 0\ntopic_id: {topic_id}\n".encode())
         if not plog.recovery.clean_shutdown:
             log.warning("partition %s recovered: %s", key, plog.recovery)
-        partition = Partition(key, plog, self.node_id, self.log_dir)
+        partition = Partition(key, plog, self.node_id, self.log_dir, on_change=self.fetch_sessions.changed)
         with self._lock:
             self._partitions[key] = partition
             self._topic_ids[key.topic] = topic_id
@@ -206,6 +232,7 @@ class ReplicaManager:
         with self._lock:
             part = self._partitions.pop(key, None)
         self._topic_configs.pop(key, None)
+        self._reconciled.pop(key, None)
         self._unfollow(key)
         if part is None:
             return
@@ -246,16 +273,34 @@ class ReplicaManager:
     # ------------------------------------------------------------------ ISR changes
 
     async def isr_loop(self) -> None:
+        """Every replica.lag.time.max.ms / 2: the ISR check of every partition this node leads, in
+        slices of `ISR_CHECK_SLICE` partitions that yield the event loop between them."""
         lag = self.config.replica_lag_time_max_ms
         interval = max(0.05, lag / 2000)
         while True:
             await asyncio.sleep(interval)
-            for p in self.partitions():
-                if p.role != Role.LEADER:
-                    continue
-                proposal = p.tick(lag)
-                if proposal is not None and self._send_isr_change(p, proposal):
-                    log.info("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
+            leading = [p for p in self.partitions() if p.role == Role.LEADER]
+            for i in range(0, len(leading), ISR_CHECK_SLICE):
+                if i:
+                    await asyncio.sleep(0)
+                for p in leading[i:i + ISR_CHECK_SLICE]:
+                    self.check_isr(p, lag)
+
+    def check_isr(self, p: Partition, lag_max_ms: int) -> None:
+        """One partition's ISR check: followers whose fetch session holds it at the LEO count as caught
+        up at their session's last request (an idle partition is named in no request); then shrink
+        the ISR of members lagging longer than `lag_max_ms`."""
+        if p.role != Role.LEADER:
+            return
+        self.isr_partitions_checked += 1
+        for replica_id, offset, at_ms in list(self.fetch_sessions.caught_up(p.key, p.leader_epoch,
+                                                                            p.log.log_end_offset)):
+            proposal = p.on_follower_fetch(replica_id, offset, now=at_ms)
+            if proposal is not None and self._send_isr_change(p, proposal):
+                log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
+        proposal = p.tick(lag_max_ms)
+        if proposal is not None and self._send_isr_change(p, proposal):
+            log.info("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
 
     def _send_isr_change(self, p: Partition, proposal: ProposeIsr) -> bool:
         """Send an ISR change unless a refused one of this partition is backing off; True if sent."""
@@ -269,13 +314,18 @@ class ReplicaManager:
 
     async def _alter_partition(self, p: Partition, proposal: ProposeIsr) -> None:
         """AlterPartition through the controller; the answer goes back to the replica's state machine (the
-        committed ISR itself reaches this node through the metadata log)."""
+        committed ISR itself reaches this node through the metadata log). At most
+        `MAX_ISR_CHANGES_IN_FLIGHT` at once: a node back from a pause may propose hundreds together,
+        and as many simultaneous requests would crowd out the heartbeats at the controller."""
         new_isr = list(proposal.new_isr)
+        if self._isr_slots is None:
+            self._isr_slots = asyncio.Semaphore(MAX_ISR_CHANGES_IN_FLIGHT)
         try:
-            await self._controller_call("alter_partition", {
-                "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic": p.key.topic,
-                "partition": p.key.partition, "leader_epoch": proposal.leader_epoch,
-                "partition_epoch": proposal.partition_epoch, "new_isr": new_isr})
+            async with self._isr_slots:
+                await self._controller_call("alter_partition", {
+                    "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic": p.key.topic,
+                    "partition": p.key.partition, "leader_epoch": proposal.leader_epoch,
+                    "partition_epoch": proposal.partition_epoch, "new_isr": new_isr})
         except Exception as e:
             log.info("%s: ISR change to %s refused: %s", p.key, new_isr, e)
             self._isr_backoff.refused(p.key, time.monotonic())
@@ -313,61 +363,68 @@ class ReplicaManager:
         return out
 
     async def replica_fetch(self, request: dict[str, Any]) -> list[wire.PartitionData]:
-        """A follower's fetch: record its LEO, read from its fetch offset (past the HW), long-poll if empty."""
+        """A follower's fetch in its session (`replication/sessions.py`): record its fetch offsets, read
+        from them (past the HW), and answer the partitions with something to say; long-poll on the
+        session's one waiter when there is none. Event loop only."""
         replica_id = int(request["replica_id"])
         max_wait = min(int(request.get("max_wait_ms", 0)), self.config.replica_fetch_wait_max_ms) / 1000
         budget = min(int(request.get("max_bytes", 1 << 20)), self.config.replica_fetch_response_max_bytes)
-        entries = request.get("partitions", [])[:MAX_PARTITIONS_PER_REQUEST]
-        result = self._read_for_follower(replica_id, entries, budget)
-        if max_wait > 0 and not any(len(d.records) for d in result) and all(d.error_code == wire.NONE for d in result):
-            waits = []
-            for d in result:
-                p = self._partitions.get(PartitionKey(d.topic, d.partition))
-                if p is not None:
-                    waits.append(p.wait_for_leo(d.log_end_offset, max_wait))
-            if waits:
-                done, pending = await asyncio.wait([asyncio.ensure_future(w) for w in waits],
-                                                   return_when=asyncio.FIRST_COMPLETED, timeout=max_wait)
-                for t in pending:
-                    t.cancel()
-                # Re-read: the follower's fetch offset is unchanged, so its LEO record stays correct.
-                result = self._read_for_follower(replica_id, entries, budget)
+        if len(request.get("partitions", [])) > MAX_PARTITIONS_PER_REQUEST:
+            raise InvalidRequestError(f"a replica fetch names at most {MAX_PARTITIONS_PER_REQUEST} partitions")
+        session, full, named = self.fetch_sessions.begin(replica_id, request)
+        result = self._answer_session(session, full, named, budget)
+        if max_wait > 0 and not result:
+            await self.fetch_sessions.wait(session, max_wait)
+            result = self._answer_session(session, False, [], budget)
+        session.last_fetch_ms = int(time.time() * 1000)
         return result
 
-    def _read_for_follower(self, replica_id: int, entries: list[dict], budget: int) -> list[wire.PartitionData]:
+    def _answer_session(self, session: FetchSession, full: bool, named: list[PartitionKey],
+                        budget: int) -> list[wire.PartitionData]:
         out = []
         remaining = budget
-        for e in entries:
-            topic, part = str(e["topic"]), int(e["partition"])
-            p, code, msg = self._replica_partition(topic, part, int(e["current_leader_epoch"]))
-            if p is None:
-                out.append(wire.PartitionData(topic, part, code, msg, -1, -1, -1, b""))
+        for key in session.candidates(named, self.fetch_sessions.take_dirty(session)):
+            sp = session.partitions[key]
+            d = self._read_for_follower(session.replica_id, key, sp, remaining)
+            session.behind.discard(key)
+            if d.error_code != wire.NONE:
+                out.append(d)
                 continue
-            offset = int(e["fetch_offset"])
-            leo = p.log.log_end_offset
-            if offset > leo or offset < p.log.log_start_offset:
-                out.append(wire.PartitionData(topic, part, wire.OFFSET_OUT_OF_RANGE,
-                                              f"fetch offset {offset} outside [{p.log.log_start_offset}, {leo}]",
-                                              p.high_watermark, p.log.log_start_offset, leo, b""))
-                continue
-            proposal = p.on_follower_fetch(replica_id, offset)
-            if proposal is not None and self._send_isr_change(p, proposal):
-                log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
-            records: bytes | memoryview = b""
-            if offset < leo and remaining > 0:
-                want = min(remaining, int(e.get("max_bytes", remaining)))
-                rate = self.leader_throttle_rate(p, replica_id)
-                if rate is not None:
-                    want = min(want, self.leader_quota.allowance(rate, time.monotonic()))
-                if want > 0:
-                    res = p.log.read(offset, want)
-                    records = res.records
-                    remaining -= len(records)
-                    if rate is not None:
-                        self.leader_quota.record(rate, len(records), time.monotonic())
-            out.append(wire.PartitionData(topic, part, wire.NONE, None, p.high_watermark,
-                                          p.log.log_start_offset, p.log.log_end_offset, records))
+            remaining -= len(d.records)
+            if sp.fetch_offset < d.log_end_offset:
+                session.behind.add(key)
+            state = (d.high_watermark, d.log_start_offset, d.log_end_offset)
+            if full or len(d.records) or state != sp.sent:
+                sp.sent = state
+                out.append(d)
         return out
+
+    def _read_for_follower(self, replica_id: int, key: PartitionKey, sp: Any, remaining: int) -> wire.PartitionData:
+        topic, part = key.topic, key.partition
+        p, code, msg = self._replica_partition(topic, part, sp.current_leader_epoch)
+        if p is None:
+            return wire.PartitionData(topic, part, code, msg, -1, -1, -1, b"")
+        offset = sp.fetch_offset
+        leo = p.log.log_end_offset
+        if offset > leo or offset < p.log.log_start_offset:
+            return wire.PartitionData(topic, part, wire.OFFSET_OUT_OF_RANGE,
+                                      f"fetch offset {offset} outside [{p.log.log_start_offset}, {leo}]",
+                                      p.high_watermark, p.log.log_start_offset, leo, b"")
+        proposal = p.on_follower_fetch(replica_id, offset)
+        if proposal is not None and self._send_isr_change(p, proposal):
+            log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
+        records: bytes | memoryview = b""
+        if offset < leo and remaining > 0:
+            want = min(remaining, sp.max_bytes)
+            rate = self.leader_throttle_rate(p, replica_id)
+            if rate is not None:
+                want = min(want, self.leader_quota.allowance(rate, time.monotonic()))
+            if want > 0:
+                records = p.log.read(offset, want).records
+                if rate is not None:
+                    self.leader_quota.record(rate, len(records), time.monotonic())
+        return wire.PartitionData(topic, part, wire.NONE, None, p.high_watermark,
+                                  p.log.log_start_offset, p.log.log_end_offset, records)
 
     def leader_throttle_rate(self, p: Partition, replica_id: int) -> int | None:
         """The leader throttle rate for a follower's fetch of `p`, or None when it is not throttled

@@ -3,8 +3,14 @@
 A replica fetch request is JSON:
 
     {"replica_id": int, "broker_epoch": int, "max_wait_ms": int, "max_bytes": int,
+     "session_id": int, "session_epoch": int,
      "partitions": [{"topic": str, "partition": int, "fetch_offset": int,
-                     "current_leader_epoch": int, "log_start_offset": int}]}
+                     "current_leader_epoch": int, "log_start_offset": int, "max_bytes": int}],
+     "forgotten": [{"topic": str, "partition": int}]}
+
+`session_epoch` 0 opens a fetch session (`sessions.py`) and names every partition; a higher epoch
+names only the partitions whose fetch state changed, and the response then carries only the
+partitions with records, an error, or a high watermark / log start / LEO not sent before.
 
 The response carries record batches as they are stored, so it is framed bytes rather than JSON:
 

@@ -1,0 +1,317 @@
+"""Scale benchmark: what a 3-node cluster costs at many partitions, idle and when a node dies.
+
+    python bench/scale.py                        # 1,000 replicas per node: idle, produce, failover
+    python bench/scale.py --replicas 300,1000    # several sizes, one fresh cluster each
+    python bench/scale.py --only idle --profile  # idle CPU, and a cProfile of one idle node
+    python bench/scale.py --no-write             # print only, leave docs/benchmarks.md alone
+
+Every server is a real `lakelog node` process on loopback (`bench/cluster.py`'s `Cluster`, default
+broker settings apart from `log.cleaner.enable=false`), started and stopped by this script. Topics
+have 100 partitions, replication factor 3, `min.insync.replicas=2`, so with 3 nodes every node
+holds every partition: N replicas per node is N partitions.
+
+What is measured, per size:
+
+* idle — each node's CPU seconds (user + system, /proc/PID/stat) over `--idle-s` of no traffic,
+  after the cluster settled (every ISR full), as CPU seconds per minute, and its RSS. CPU seconds
+  rather than wall-clock shares hold up on a machine shared with other work.
+* profile (`--profile`) — the nodes run through `bench/cluster.py _serve` (cProfile of the main
+  thread on SIGUSR1 / SIGUSR2); one idle node's top functions by own time over the idle window.
+* produce — one acks=all JSON record to each partition in turn, sent to its leader: p50 / p99 / max.
+* failover — SIGKILL of one node (not the active controller); the seconds until every partition
+  took an acks=all produce again (any live node: a non-leader forwards), and how many attempts
+  were refused meanwhile (by status).
+
+The figures go to the "scale" section of docs/benchmarks.md through `bench.harness.rewrite_section`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import pstats
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python bench/scale.py` puts bench/ on the path, not the root
+    sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from bench.cluster import Cluster, NodeProc, kill_all_started  # noqa: E402
+from bench.harness import command_line, git_revision, load_average, markdown_table, rewrite_section  # noqa: E402
+
+DOC_PATH = ROOT / "docs" / "benchmarks.md"
+SECTION = "scale"
+PARTITIONS_PER_TOPIC = 100
+REPLICATION_FACTOR = 3
+JSON_V2 = "application/vnd.kafka.json.v2+json"
+SETTLE_S = 10.0
+#: Timeouts raised over the defaults so that a machine shared with other work (a load average of 10+
+#: on 2 cores) does not fence nodes or depose the Raft leader while 3,000 logs open; they change
+#: no per-partition work. The failover time then includes `broker.session.timeout.ms`.
+TOLERANT = {"broker.session.timeout.ms": "20000", "controller.quorum.election.timeout.ms": "5000",
+            "request.timeout.ms": "60000"}
+FAILOVER_GIVE_UP_S = 300.0
+
+
+def rss_mib(n: NodeProc) -> float:
+    try:
+        for line in Path(f"/proc/{n.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, AttributeError):
+        pass
+    return 0.0
+
+
+def partition_views(client: httpx.Client, node: NodeProc, topics: list[str]) -> dict[tuple[str, int], dict]:
+    out = {}
+    for t in topics:
+        r = client.get(node.url + f"/topics/{t}/partitions", timeout=30)
+        if r.status_code != 200:
+            raise RuntimeError(f"{t} on node {node.node_id}: {r.status_code}")
+        for v in r.json():
+            out[(t, v["partition"])] = v
+    return out
+
+
+def wait_settled(cluster: Cluster, topics: list[str], timeout_s: float) -> float | None:
+    """Wait until every live node sees every partition with a leader and a full ISR; returns the
+    seconds, or None when it did not within `timeout_s`."""
+    t0 = time.monotonic()
+    client = httpx.Client()
+    try:
+        while True:
+            try:
+                ok = all(all(v["leader"] >= 0 and all(r["in_sync"] for r in v["replicas"])
+                             for v in partition_views(client, n, topics).values()) for n in cluster.live())
+            except (httpx.HTTPError, RuntimeError):
+                ok = False
+            if ok:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                return None
+            time.sleep(1.0)
+    finally:
+        client.close()
+
+
+def create_topics(cluster: Cluster, count: int, settle_s: float) -> tuple[list[str], float | None]:
+    topics = [f"scale-{i:03d}" for i in range(count)]
+    t0 = time.monotonic()
+    with httpx.Client(timeout=300) as c:
+        cid = cluster.cluster_id()
+        for t in topics:
+            body = {"topic_name": t, "partitions_count": PARTITIONS_PER_TOPIC, "replication_factor": REPLICATION_FACTOR,
+                    "configs": [{"name": "min.insync.replicas", "value": "2"}]}
+            for attempt in range(60):  # a node busy opening the last topic's logs may answer 503 a while
+                r = c.post(cluster.live()[attempt % 3].url + f"/v3/clusters/{cid}/topics", json=body)
+                if r.status_code == 201 or (r.status_code == 400 and "already exists" in r.text):
+                    break
+                if r.status_code != 503:
+                    raise RuntimeError(f"creating {t}: {r.status_code} {r.text[:300]}")
+                time.sleep(1.0)
+            else:
+                raise RuntimeError(f"creating {t}: {r.status_code} {r.text[:300]}")
+    if wait_settled(cluster, topics, settle_s) is None:
+        return topics, None
+    return topics, time.monotonic() - t0
+
+
+def idle(cluster: Cluster, window_s: float) -> dict[int, tuple[float, float]]:
+    """node id -> (CPU seconds per minute over the window, RSS MiB at its end)."""
+    cpu0 = cluster.cpu_s()
+    t0 = time.monotonic()
+    time.sleep(window_s)
+    wall = time.monotonic() - t0
+    cpu1 = cluster.cpu_s()
+    return {n.node_id: ((cpu1[n.node_id] - cpu0[n.node_id]) * 60 / wall, rss_mib(n)) for n in cluster.nodes}
+
+
+def profile_idle(cluster: Cluster, node: NodeProc, window_s: float, limit: int = 25) -> list[str]:
+    assert node.profile_out is not None
+    node.profile_out.unlink(missing_ok=True)
+    node.send(signal.SIGUSR1)
+    time.sleep(window_s)
+    node.send(signal.SIGUSR2)
+    deadline = time.monotonic() + 30
+    while not node.profile_out.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    st = pstats.Stats(str(node.profile_out))
+    total = st.total_tt  # type: ignore[attr-defined]
+    rows = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:limit]  # type: ignore[attr-defined]
+    out = [f"main-thread CPU under the profiler: {total:.2f} s in {window_s:.0f} s", "",
+           "| own s | cum s | calls | function |", "|---:|---:|---:|---|"]
+    for (file, line, name), (_cc, nc, tt, ct, _callers) in rows:
+        short = file.replace(str(ROOT) + "/", "").rsplit("site-packages/", 1)[-1]
+        out.append(f"| {tt:.3f} | {ct:.3f} | {nc} | `{short}:{line}({name})` |")
+    return out
+
+
+def leaders(cluster: Cluster, topics: list[str]) -> dict[tuple[str, int], int]:
+    """Each partition's leader as the first live node that answers says."""
+    with httpx.Client() as c:
+        for n in cluster.live():
+            try:
+                return {k: v["leader"] for k, v in partition_views(c, n, topics).items()}
+            except (httpx.HTTPError, RuntimeError):
+                continue
+    raise RuntimeError("no live node answers for the partitions")
+
+
+def produce_each(cluster: Cluster, topics: list[str]) -> tuple[list[float], int]:
+    """One acks=all record to each partition in turn, at its leader; the latencies in ms of those
+    that succeeded, and how many did not."""
+    urls = {n.node_id: n.url for n in cluster.nodes}
+    out = []
+    failed = 0
+    with httpx.Client(timeout=30) as c:
+        for (t, p), leader in sorted(leaders(cluster, topics).items()):
+            if leader not in urls:
+                failed += 1
+                continue
+            t0 = time.perf_counter()
+            r = c.post(urls[leader] + f"/topics/{t}/partitions/{p}?acks=all", content=b'{"records":[{"value":1}]}',
+                       headers={"Content-Type": JSON_V2})
+            if r.status_code == 200:
+                out.append((time.perf_counter() - t0) * 1000)
+            else:
+                failed += 1
+    return out, failed
+
+
+def failover(cluster: Cluster, topics: list[str]) -> tuple[float, dict[int, int]]:
+    """SIGKILL one node that is not the active controller; seconds until every partition took an
+    acks=all produce through a live node, and the refusals meanwhile by status."""
+    controller = cluster.controller_id()
+    victim = next(n for n in reversed(cluster.nodes) if n.node_id != controller)
+    live = [n for n in cluster.nodes if n is not victim]
+    pending = {(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)}
+    refused: dict[int, int] = {}
+    victim.kill()
+    t0 = time.monotonic()
+
+    def attempt(key: tuple[str, int], url: str) -> tuple[tuple[str, int], int]:
+        try:
+            r = client.post(url + f"/topics/{key[0]}/partitions/{key[1]}?acks=all",
+                            content=b'{"records":[{"value":1}]}', headers={"Content-Type": JSON_V2})
+            return key, r.status_code
+        except httpx.HTTPError:
+            return key, 0
+
+    with httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16)) as client, \
+            ThreadPoolExecutor(8) as pool:
+        round_no = 0
+        while pending:
+            if time.monotonic() - t0 > FAILOVER_GIVE_UP_S:
+                raise TimeoutError(f"{len(pending)} partitions still not writable after {FAILOVER_GIVE_UP_S}s")
+            url = live[round_no % len(live)].url
+            round_no += 1
+            for key, status in pool.map(lambda k: attempt(k, url), sorted(pending)):
+                if status == 200:
+                    pending.discard(key)
+                else:
+                    refused[status] = refused.get(status, 0) + 1
+            if pending:
+                time.sleep(0.2)
+    return time.monotonic() - t0, refused
+
+
+def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
+    topics_count = max(1, replicas // PARTITIONS_PER_TOPIC)
+    cluster = Cluster(root / f"r{replicas}", f"s{replicas}", 3, TOLERANT if args.tolerant else {}, profile=args.profile)
+    cluster.start(timeout_s=120)
+    result: dict = {"replicas": topics_count * PARTITIONS_PER_TOPIC}
+    try:
+        topics, created_s = create_topics(cluster, topics_count, args.settle_s)
+        result["create_s"] = created_s
+        if created_s is None:
+            print(f"{replicas}: the cluster did not settle within {args.settle_s:.0f} s", flush=True)
+        time.sleep(SETTLE_S)
+        if "idle" in args.only:
+            result["load_before"] = load_average()
+            result["idle"] = idle(cluster, args.idle_s)
+            result["load_after"] = load_average()
+            print(f"{replicas} replicas/node idle: " + ", ".join(
+                f"node {k}: {c:.2f} CPU s/min, {m:.0f} MiB" for k, (c, m) in result["idle"].items()), flush=True)
+            if args.profile:
+                result["profile"] = profile_idle(cluster, cluster.nodes[-1], args.idle_s)
+                print("\n".join(result["profile"]), flush=True)
+        if "produce" in args.only:
+            lat, failed = produce_each(cluster, topics)
+            lat.sort()
+            if lat:
+                result["produce"] = (statistics.median(lat), lat[max(0, int(len(lat) * 0.99) - 1)], lat[-1], failed)
+                print(f"{replicas}: produce p50 {result['produce'][0]:.1f} ms p99 {result['produce'][1]:.1f} ms, "
+                      f"{failed} refused", flush=True)
+        if "failover" in args.only:
+            result["failover"] = failover(cluster, topics)
+            print(f"{replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL; "
+                  f"refused {result['failover'][1]}", flush=True)
+    finally:
+        cluster.stop()
+    return result
+
+
+def report(results: list[dict], args: argparse.Namespace) -> str:
+    rows = []
+    for r in results:
+        idle_cells = ["—", "—", "—"]
+        if "idle" in r:
+            cpus = [c for c, _ in r["idle"].values()]
+            rss = [m for _, m in r["idle"].values()]
+            idle_cells = [" / ".join(f"{c:.2f}" for c in cpus), f"{max(cpus) / 60 * 100:.1f}%",
+                          " / ".join(f"{m:.0f}" for m in rss)]
+        prod = "—" if "produce" not in r else "{:.1f} / {:.1f} / {:.1f} ({} refused)".format(*r["produce"])
+        fo = "—" if "failover" not in r else f"{r['failover'][0]:.1f} s (refused: {r['failover'][1] or 'none'})"
+        created = "not settled" if r["create_s"] is None else f"{r['create_s']:.0f} s"
+        rows.append([f"{r['replicas']:,}", created, *idle_cells, prod, fo])
+    lines = ["## Scale: many partitions per node on 3 nodes", "",
+             f"`{command_line()}` at {git_revision(ROOT)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+             f"load average before / after the idle windows: "
+             + "; ".join(f"{r.get('load_before', '?')} / {r.get('load_after', '?')}" for r in results)
+             + ". The machine (2 cores) was shared with other engineers' work: CPU seconds are the nodes' own.",
+             "",
+             markdown_table(["replicas per node", "create + settle", f"idle CPU s/min, nodes 1/2/3 ({args.idle_s:.0f} s)",
+                             "busiest node, % of a core", "RSS MiB", "acks=all produce to each partition, p50 / p99 / max ms",
+                             "SIGKILL one node -> all writable"], rows)]
+    for r in results:
+        if "profile" in r:
+            lines += ["", f"Profile of node 3, idle, {r['replicas']:,} replicas:", "", *r["profile"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/scale.py")
+    parser.add_argument("--replicas", default="1000", help="replicas per node, comma-separated (multiples of 100)")
+    parser.add_argument("--idle-s", type=float, default=60.0)
+    parser.add_argument("--only", default="idle,produce,failover")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--tolerant", action="store_true", help="raise the session and election timeouts (TOLERANT)")
+    parser.add_argument("--settle-s", type=float, default=300.0, help="most seconds to wait for every ISR to fill")
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--section", default=SECTION, help="the docs/benchmarks.md section to rewrite")
+    parser.add_argument("--dir", default=tempfile.gettempdir())
+    args = parser.parse_args(argv)
+    args.only = set(args.only.split(","))
+    atexit.register(kill_all_started)
+    root = Path(tempfile.mkdtemp(prefix="lakelog-scale-", dir=args.dir))
+    results = [run_size(root, int(n), args) for n in args.replicas.split(",")]
+    shutil.rmtree(root, ignore_errors=True)  # kept after a failure: the node logs say why
+    text = report(results, args)
+    print(text)
+    if not args.no_write:
+        rewrite_section(DOC_PATH, args.section, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
