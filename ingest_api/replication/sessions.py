@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from lakelog.ingest_api.errors import InvalidRequestError
-from lakelog.ingest_api.partition import PartitionKey
+from lakelog.ingest_api.replication.partition import PartitionKey
 
 #: Most partitions one fetch session holds.
 MAX_SESSION_PARTITIONS = 100_000

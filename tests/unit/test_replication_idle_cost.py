@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass
 
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.config import NodeConfig
-from lakelog.ingest_api.partition import PartitionKey
-from lakelog.ingest_api.replica_manager import ReplicaManager
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.replication.partition import PartitionKey
+from lakelog.ingest_api.replication.replica_manager import ReplicaManager
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.logstore.record_batch import Record, build_batch
