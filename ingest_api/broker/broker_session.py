@@ -28,13 +28,13 @@ import threading
 import time
 from typing import Any, Awaitable, Callable
 
+from lakelog.infra import error_codes
 from lakelog.infra.errors import invariant
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.cluster.errors import BrokerNotRegisteredError, FencedBrokerError
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.config.node import NodeConfig
-from lakelog.ingest_api.error_table import code_of, http_error
-from lakelog.ingest_api.errors import NodeError
+from lakelog.ingest_api.errors import NodeError, RemoteError
 from lakelog.ingest_api.raft.lease import ClockGap
 
 log = logging.getLogger("lakelog.node")
@@ -57,7 +57,8 @@ _TRANSITIONS: dict[BrokerState, frozenset[BrokerState]] = {
 }
 
 #: Controller error codes that mean "register again": fenced broker, unknown broker epoch.
-_REREGISTER_CODES = (code_of(FencedBrokerError), code_of(BrokerNotRegisteredError))
+_REREGISTER_ERRORS = (FencedBrokerError, BrokerNotRegisteredError)
+_REREGISTER_CODES = tuple(error_codes.code(c.__name__).error_code for c in _REREGISTER_ERRORS)
 
 
 class BrokerSession:
@@ -182,7 +183,8 @@ class BrokerSession:
         except asyncio.CancelledError:
             raise
         except NodeError as e:
-            if http_error(e)[1] in _REREGISTER_CODES and self.state == BrokerState.REGISTERED:
+            relayed = isinstance(e, RemoteError) and e.error_code in _REREGISTER_CODES
+            if (relayed or isinstance(e, _REREGISTER_ERRORS)) and self.state == BrokerState.REGISTERED:
                 self.transition(BrokerState.UNREGISTERED)
             log.info("heartbeat failed: %s", e)
         except Exception as e:

@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from lakelog.infra import error_codes
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_CONFIG_CONTROLLER_OPS
 from lakelog.ingest_api.cluster.broker_configs import controller_records as broker_config_controller_records
@@ -33,7 +34,6 @@ from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.partition_change import batch_changes
 from lakelog.ingest_api.cluster.image_values import encode_record
 from lakelog.ingest_api.cluster.quorum import QuorumHost
-from lakelog.ingest_api.error_table import code_of
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -47,6 +47,9 @@ from lakelog.ingest_api.security.records import CONTROLLER_OPS as SECURITY_CONTR
 from lakelog.ingest_api.security.records import controller_records as security_controller_records
 from lakelog.ingest_api.schemas.state import CONTROLLER_OPS as SCHEMA_CONTROLLER_OPS
 from lakelog.ingest_api.schemas.state_writes import controller_records as schema_controller_records
+
+#: The code another node answers when it is not the active controller (the one error table's row).
+_NOT_CONTROLLER_CODE = error_codes.code(NotControllerError.__name__).error_code
 
 log = logging.getLogger("lakelog.node")
 
@@ -284,7 +287,7 @@ class ControllerHost:
                     try:
                         return await self._forward(leader, op, args, attempt_timeout_s)
                     except (NodeError, RemoteError) as e:
-                        if isinstance(e, RemoteError) and e.error_code != code_of(NotControllerError):
+                        if isinstance(e, RemoteError) and e.error_code != _NOT_CONTROLLER_CODE:
                             raise  # anything else is final
                         last = e
             await asyncio.sleep(delay)
@@ -297,7 +300,7 @@ class ControllerHost:
         doc = resp.json() if resp.content else {}
         if resp.status_code == 200:
             return doc
-        if doc.get("error_code") != code_of(NotControllerError):
+        if doc.get("error_code") != _NOT_CONTROLLER_CODE:
             raise RemoteError(resp.status_code, int(doc.get("error_code", resp.status_code * 100)),
                               str(doc.get("message", resp.text[:200])))
-        raise RemoteError(resp.status_code, code_of(NotControllerError), str(doc.get("message")))
+        raise RemoteError(resp.status_code, _NOT_CONTROLLER_CODE, str(doc.get("message")))

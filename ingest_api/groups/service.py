@@ -36,6 +36,7 @@ import time
 import uuid
 from typing import Any
 
+from lakelog.infra import error_codes
 from lakelog.ingest_api.errors import (
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
@@ -65,7 +66,6 @@ from lakelog.ingest_api.groups.offsets_codec import (
     encode_value,
 )
 from lakelog.ingest_api.errors import InvalidRequestError, NodeError, RemoteError
-from lakelog.ingest_api.error_table import code_of
 from lakelog.ingest_api.replication.partition import PartitionKey, now_ms
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 
@@ -81,7 +81,8 @@ ANSWER_SLACK_S = 2.0
 RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
              NotLeaderOrFollowerError)
 #: Errors another node's coordinator answers that a caller re-raises as themselves, by `error_code`.
-_RELAYED_BY_CODE: dict[int, type[NodeError]] = {code_of(c): c for c in (*BY_KAFKA_NAME.values(), NotReadyError)}
+_RELAYED_BY_CODE: dict[int, type[NodeError]] = {
+    error_codes.code(c.__name__).error_code: c for c in (*BY_KAFKA_NAME.values(), NotReadyError)}
 
 
 def _effect_doc(e: Effect) -> dict[str, Any]:

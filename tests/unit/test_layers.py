@@ -37,14 +37,12 @@ INNER_LAYERS: list[tuple[str, ...]] = [
     ("cluster",),  # the metadata image, the controller, the quorum host
     ("replication",),  # the replicas, their fetchers, the peer client
     ("broker", "groups"),  # the broker's services; the group coordinator and consumer instances
+    ("error_table",),  # every part's error classes bound to the one code table (infra/error_codes.py)
     ("node",),  # the wiring: builds every service
     ("http", "kafka"),  # the front doors
     ("server",),  # the node's process: the node and both doors on one event loop
 ]
 INNER_LAYER_OF = {part: i for i, layer in enumerate(INNER_LAYERS) for part in layer}
-#: The error table maps the error classes of every part, and parts below the doors answer with it; it
-#: moves below `ingest_api/` (issue 26), and until then it is the one part outside the order.
-UNORDERED = {"error_table"}
 
 
 def _module_files() -> dict[str, Path]:
@@ -168,18 +166,18 @@ def _inner_part(mod: str) -> str | None:
 
 def test_every_part_of_ingest_api_has_a_layer():
     parts = {p for p in map(_inner_part, _graph()) if p}
-    assert parts - set(INNER_LAYER_OF) - UNORDERED == set()
+    assert parts - set(INNER_LAYER_OF) == set()
 
 
 def test_ingest_api_parts_import_only_their_own_part_or_a_lower_one():
     wrong = []
     for mod, deps in _graph().items():
         part = _inner_part(mod)
-        if part is None or part in UNORDERED:
+        if part is None:
             continue
         for dep in deps:
             dep_part = _inner_part(dep)
-            if dep_part in (None, part) or dep_part in UNORDERED:
+            if dep_part in (None, part):
                 continue
             if INNER_LAYER_OF[dep_part] >= INNER_LAYER_OF[part]:
                 wrong.append(f"{mod} -> {dep}")
@@ -193,7 +191,7 @@ def test_no_cycle_between_parts_of_ingest_api():
             a, b = _inner_part(mod), _inner_part(dep)
             if a and b and a != b:
                 edges[a].add(b)
-    assert _cycles({p: edges.get(p, set()) - UNORDERED for p in INNER_LAYER_OF}) == []
+    assert _cycles({p: edges.get(p, set()) for p in INNER_LAYER_OF}) == []
 
 
 def test_ingest_api_package_inits_hold_only_a_docstring():
