@@ -16,8 +16,8 @@ from lakelog.infra.config import INT_MAX, ConfigDef, ConfigError
 
 MIB = 1024 * 1024
 
-#: Security protocols the Kafka listener speaks this release (SSL and SASL come later).
-SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+#: Security protocols the Kafka listener speaks this release (SSL and SASL_SSL come later).
+SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT")
 #: Every protocol name Kafka defines (a map may name them; a listener may not use one we lack).
 KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: Schemes of the HTTP door in `listeners`.
@@ -27,8 +27,8 @@ KAFKA_CONFIG = (
     ConfigDef()
     .define("listener.security.protocol.map", str,
             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-            "Kafka listener name -> security protocol, as NAME:PROTOCOL,... (only PLAINTEXT is served "
-            "this release).")
+            "Kafka listener name -> security protocol, as NAME:PROTOCOL,... (PLAINTEXT and SASL_PLAINTEXT "
+            "are served this release).")
     .define("socket.request.max.bytes", int, 100 * MIB,
             "Largest Kafka request frame; a larger one closes its connection.", min=1024, max=INT_MAX,
             unit="bytes")
@@ -50,12 +50,14 @@ class KafkaListener:
     security_protocol: str
 
 
-def check_no_security(listeners: list[KafkaListener], authentication_enabled: bool, authorizer_enabled: bool) -> None:
-    """Refuse a Kafka listener on a node that authenticates or authorizes: the Kafka door has no SASL
-    and no ACL checks yet, so it would serve what the HTTP door refuses."""
-    if listeners and (authentication_enabled or authorizer_enabled):
-        raise ConfigError("listeners: a Kafka listener cannot run with authentication.enabled or authorizer.enabled "
-                          "yet (the Kafka door has no SASL or ACL checks); remove it from listeners")
+def check_listener_security(listeners: list[KafkaListener], authentication_enabled: bool) -> None:
+    """Refuse a PLAINTEXT Kafka listener on a node that authenticates: its clients would act unauthenticated
+    (as User:ANONYMOUS) where the HTTP door demands credentials. A SASL_PLAINTEXT listener
+    authenticates against the stored users; with the authorizer on, every door checks the same ACLs."""
+    plain = [lst.name for lst in listeners if lst.security_protocol == "PLAINTEXT"]
+    if plain and authentication_enabled:
+        raise ConfigError(f"listeners: Kafka listener {plain[0]} is PLAINTEXT but authentication.enabled is on; "
+                          "map it to SASL_PLAINTEXT in listener.security.protocol.map")
 
 
 def parse_protocol_map(text: str) -> dict[str, str]:
@@ -83,8 +85,8 @@ def parse_listeners(text: str, protocol_map: str) -> list[KafkaListener]:
     protocols = parse_protocol_map(protocol_map)
     out: list[KafkaListener] = []
     for entry in split_listeners(text)[1]:
-        name, sep, _ = entry.partition("://")
-        parts = urlsplit(entry)
+        name, sep, address = entry.partition("://")
+        parts = urlsplit("//" + address)  # a name with "_" (SASL_PLAINTEXT) is no URL scheme
         try:
             port = parts.port
         except ValueError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
-from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis
+from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
@@ -32,6 +32,7 @@ HANDLERS: dict[int, ApiHandler] = {
     14: group_apis.sync_group,
     15: group_apis.describe_groups,
     16: group_apis.list_groups,
+    17: sasl_apis.sasl_handshake,
     18: metadata_apis.api_versions,
     19: admin_apis.create_topics,
     20: admin_apis.delete_topics,
@@ -39,6 +40,7 @@ HANDLERS: dict[int, ApiHandler] = {
     23: records_apis.offset_for_leader_epoch,
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
+    36: sasl_apis.sasl_authenticate,
     37: admin_apis.create_partitions,
     42: group_apis.delete_groups,
     44: admin_apis.incremental_alter_configs,

@@ -8,6 +8,11 @@ task; a writer awaits those tasks in arrival order and writes each answer. At mo
 until the writer has answered one (TCP pushes back on the client). `max.connections` bounds the
 open connections of all Kafka listeners; one more is closed as soon as it is accepted.
 
+On a SASL listener a connection is answered ApiVersions, SaslHandshake and SaslAuthenticate until
+it has authenticated (sasl_apis.py); any other request before that closes it, as Kafka does. The
+reader waits for each SASL answer before it reads on, so the next frame meets the settled state; a
+failed authentication is answered, then the connection is closed.
+
 A frame that cannot be decoded (malformed, truncated, oversized) closes its connection with a log
 line; every other connection keeps being served. A well-framed request of an API or version this
 node does not answer gets UNSUPPORTED_VERSION (codec.unsupported_version_response). A handler that
@@ -27,6 +32,8 @@ from kio.schema.errors import ErrorCode
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.kafka import codec
 from lakelog.ingest_api.config.kafka import KafkaListener
+from lakelog.ingest_api.kafka.versions import BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from lakelog.ingest_api.security.context import ANONYMOUS
 
 log = logging.getLogger("lakelog.kafka")
 
@@ -35,7 +42,8 @@ Handler = Callable[[codec.Request, "Connection"], Awaitable[Any]]
 
 
 class Connection:
-    """One client connection: who it is, on which listener; read by handlers (client host, listener)."""
+    """One client connection: who it is, on which listener; read by handlers (client host, listener,
+    principal) and written by the SASL handlers (principal, the exchange under way, `close_after_answer`)."""
 
     def __init__(self, listener: KafkaListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.listener = listener
@@ -43,6 +51,13 @@ class Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if peer else "/unknown"
+        #: Who the requests act as: None on a SASL listener until SaslAuthenticate succeeds.
+        self.principal: str | None = None if listener.security_protocol.startswith("SASL_") else ANONYMOUS
+        #: The mechanism SaslHandshake chose, and its exchange (sasl_apis.py) while it runs.
+        self.sasl_mechanism: str | None = None
+        self.sasl_exchange: Any = None
+        #: Set by a handler whose answer is the connection's last (a failed authentication).
+        self.close_after_answer = False
 
 
 class KafkaServer:
@@ -121,6 +136,10 @@ class KafkaServer:
                 try:
                     req = codec.decode_request(frame)
                 except codec.UnsupportedVersion as e:
+                    if conn.principal is None and e.api_key not in BEFORE_AUTHENTICATION:
+                        log.warning("Kafka connection from %s closed: api_key %d before SASL authentication",
+                                    conn.client_host, e.api_key)
+                        break
                     try:
                         data = codec.unsupported_version_response(e, self.api_versions())
                     except codec.FrameError as fe:
@@ -132,7 +151,17 @@ class KafkaServer:
                     log.warning("Kafka connection from %s closed: %s; the frame began %s", conn.client_host, e,
                                 bytes(frame[:64]).hex())
                     break
-                await answers.put(asyncio.get_running_loop().create_task(self._answer(req, conn)))
+                if conn.principal is None and req.api_key not in BEFORE_AUTHENTICATION:
+                    log.warning("Kafka connection from %s closed: api_key %d before SASL authentication",
+                                conn.client_host, req.api_key)
+                    break
+                task = asyncio.get_running_loop().create_task(self._answer(req, conn))
+                await answers.put(task)
+                if req.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                    # The exchange's state settles before the next frame is read (and checked against it).
+                    await asyncio.wait([task])
+                    if conn.close_after_answer:
+                        break
         except asyncio.CancelledError:  # the listener stops: nothing more is answered
             writer_task.cancel()
             while not answers.empty():
