@@ -82,7 +82,7 @@ class NodeServer(uvicorn.Server):
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
         if self.started and self.node.config.kafka_listeners:
-            self.kafka = KafkaDoor(self.node, self.config.app.state.groups)
+            self.kafka = KafkaDoor(self.node, self.node.groups)
             try:
                 await self.kafka.start()
             except OSError as e:  # as uvicorn does for its own port: say so, shut the application down, exit 1
