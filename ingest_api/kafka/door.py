@@ -4,13 +4,15 @@
 loop (ingest_api/server.py), after the group coordinator has started and before the node stops.
 Each handler is a function of the door's `KafkaContext`; it returns a plain dict which becomes the
 response type of the request's version (codec.to_entity), or None for no answer (acks=0).
+`handle` applies the principal's quotas around each handler (throttle.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable
 
-from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis
+from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
@@ -69,7 +71,14 @@ class KafkaDoor:
         await self.server.stop()
 
     async def handle(self, req: Request, conn: Connection) -> Any:
+        security = self.context.node.security
+        principal = conn.principal
+        throttle_ms = throttle.admit(security, principal, req)
         doc = await HANDLERS[req.api_key](self.context, req, conn)
+        throttle.charge(security, principal, req, doc)
         if doc is None:
             return None
+        if throttle_ms > 0:
+            doc["throttle_time"] = throttle_ms
+            await asyncio.sleep(throttle_ms / 1000)  # the connection's later answers wait too: it is muted
         return to_entity(response_class(req.api_key, req.api_version), doc)

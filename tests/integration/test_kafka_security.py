@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import json
 import time
 
 import httpx
@@ -15,17 +16,20 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from lakelog.ingest_api.kafka import codec
 from lakelog.ingest_api.security.cluster_auth import ClusterAuth
+from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.kafka_wire import WireClient
 from tests.support.nodes import NodeProcess, free_port
 
 SECRET = "kafka-security-test-secret-8d2e"
 PASSWORDS = {"alice": "alice-pw-Zx81", "mallory": "mallory-pw-Qp05"}
 WAIT_S = 60
+MALLORY_RATE = 2000  # produce bytes/s of User:mallory
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +41,8 @@ def secure(tmp_path_factory):
         "listeners": f"http://127.0.0.1:{http_port},SASL_PLAINTEXT://127.0.0.1:{kafka_port}",
         "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:admin",
         "cluster.secret": SECRET, "offsets.topic.num.partitions": "2", "group.initial.rebalance.delay.ms": "0",
-        "fetch.max.wait.ms": "200"})
+        "fetch.max.wait.ms": "200",
+        "quota.overrides": json.dumps({"User:mallory": {"producer.byte.rate": MALLORY_RATE}})})
     node.start()
     try:
         with httpx.Client(base_url=node.url, auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster"),
@@ -46,13 +51,15 @@ def secure(tmp_path_factory):
             for name, pw in PASSWORDS.items():
                 r = root_client.post(f"/v3/clusters/{cid}/users", json={"name": name, "password": pw})
                 assert r.status_code == 201, r.text
-            for topic in ("orders", "payroll"):
+            for topic in ("orders", "payroll", "bulk"):
                 r = root_client.post(f"/v3/clusters/{cid}/topics", json={"topic_name": topic, "partitions_count": 1})
                 assert r.status_code == 201, r.text
             for acl in ({"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders",
                          "pattern_type": "PREFIXED", "operation": "ALL", "permission": "ALLOW"},
                         {"principal": "User:alice", "resource_type": "GROUP", "resource_name": "g-alice",
                          "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"},
+                        {"principal": "User:mallory", "resource_type": "TOPIC", "resource_name": "bulk",
+                         "pattern_type": "LITERAL", "operation": "WRITE", "permission": "ALLOW"},
                         {"principal": "User:mallory", "resource_type": "GROUP", "resource_name": "g-mallory",
                          "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"}):
                 r = root_client.post(f"/v3/clusters/{cid}/acls", json=acl)
@@ -147,3 +154,16 @@ def test_a_principal_without_read_is_refused_the_topic_over_kafka_and_http(secur
     r = httpx.get(f"{secure.url}/topics/payroll/partitions/0/records?offset=0&timeout=0", timeout=30,
                   headers={"Authorization": f"Basic {basic}", "Accept": "application/vnd.kafka.binary.v2+json"})
     assert r.status_code == 403 and r.json()["error_code"] == 40301
+
+
+def test_a_principal_over_its_produce_quota_is_answered_with_a_throttle_time(secure):
+    batch = build_batch([Record(i, 1_700_000_000_000, None, b"x" * 1000) for i in range(4)])
+    produce = ProduceRequest(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=10), topic_data=(
+        TopicProduceData(name="bulk", partition_data=(PartitionProduceData(index=0, records=batch),)),))
+    with WireClient("127.0.0.1", secure.kafka_port) as c:
+        c.request(SaslHandshakeRequest(mechanism="PLAIN"))
+        _, auth = c.request(SaslAuthenticateRequest(auth_bytes=b"\0mallory\0" + PASSWORDS["mallory"].encode()))
+        assert auth.error_code == ErrorCode.none
+        answers = [c.request(produce)[1] for _ in range(2)]  # twice the per-second rate in one go
+    assert all(a.responses[0].partition_responses[0].error_code == ErrorCode.none for a in answers)  # served ...
+    assert answers[-1].throttle_time > datetime.timedelta(0)  # ... and told to slow down
