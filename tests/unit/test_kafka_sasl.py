@@ -14,6 +14,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 
+from lakelog.cli.cluster_spec import build_spec
 from lakelog.infra.config import ConfigError
 from lakelog.ingest_api.config.kafka import KafkaListener, check_listener_security, parse_listeners
 from lakelog.ingest_api.kafka import codec
@@ -152,3 +153,10 @@ def test_a_sasl_listener_answers_api_versions_and_closes_on_anything_else_before
             await server.stop()
 
     asyncio.run(run())
+
+
+def test_lakelog_up_serves_sasl_plaintext_kafka_ports_when_the_cluster_authenticates(tmp_path):
+    secured = build_spec(1, tmp_path / "a", node_overrides={"authentication.enabled": "true"}, kafka_port=19092)
+    assert secured.node_listeners(1).endswith(",SASL_PLAINTEXT://127.0.0.1:19092")
+    plain = build_spec(1, tmp_path / "b", kafka_port=19092)
+    assert plain.node_listeners(1).endswith(",PLAINTEXT://127.0.0.1:19092")
