@@ -121,7 +121,7 @@ def run_node(config: NodeConfig) -> int:
     raise_open_file_limit()
     exit_zero_on_sigterm()
     tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
-    check_listener_security(config.kafka_listeners, config.authentication_enabled)
+    check_listener_security(config.kafka_listeners, config.authentication_enabled, tls_settings.enabled(config))
     # Slow headers close the connection; too many header bytes are answered 431 as they arrive.
     guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000, config.max_header_bytes)
     if guarded is not None:

@@ -17,6 +17,7 @@ from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
 from lakelog.ingest_api.kafka.versions import SUPPORTED
+from lakelog.ingest_api.security import tls
 
 ApiHandler = Callable[[KafkaContext, Request, Connection], Awaitable[dict[str, Any] | None]]
 
@@ -62,7 +63,8 @@ class KafkaDoor:
         self.server = KafkaServer(cfg.kafka_listeners, self.handle, metadata_apis.api_versions_table,
                                   max_frame_bytes=cfg.socket_request_max_bytes, max_connections=cfg.max_connections,
                                   idle_timeout_ms=cfg.connections_max_idle_ms,
-                                  max_in_flight=cfg.queued_max_requests_per_connection)
+                                  max_in_flight=cfg.queued_max_requests_per_connection,
+                                  ssl_context=tls.server_context(cfg))
 
     async def start(self) -> None:
         await self.server.start()

@@ -1,7 +1,7 @@
 """SaslHandshake and SaslAuthenticate on the Kafka door: PLAIN and SCRAM-SHA-256 against the users the
 cluster metadata stores (the same users HTTP Basic authenticates).
 
-The exchange, as Kafka's clients run it on a SASL_PLAINTEXT listener:
+The exchange, as Kafka's clients run it on a SASL_PLAINTEXT or SASL_SSL listener:
   1. ApiVersions (answered before authentication);
   2. SaslHandshake v1 names the mechanism: one of MECHANISMS, else UNSUPPORTED_SASL_MECHANISM
      with the list; a second handshake is ILLEGAL_SASL_STATE;
@@ -20,6 +20,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from lakelog.ingest_api.config.kafka import SASL_PROTOCOLS
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.codec import Request
 from lakelog.ingest_api.kafka.context import KafkaContext
@@ -36,7 +37,7 @@ MECHANISMS = (SCRAM_SHA_256, PLAIN)
 
 async def sasl_handshake(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     mechanism = req.body.mechanism
-    if conn.sasl_mechanism is not None or not conn.listener.security_protocol.startswith("SASL_"):
+    if conn.sasl_mechanism is not None or conn.listener.security_protocol not in SASL_PROTOCOLS:
         conn.close_after_answer = True
         return {"error_code": ErrorCode.illegal_sasl_state.value, "mechanisms": list(MECHANISMS)}
     if mechanism not in MECHANISMS:

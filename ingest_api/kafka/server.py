@@ -18,6 +18,9 @@ line; every other connection keeps being served. A well-framed request of an API
 node does not answer gets UNSUPPORTED_VERSION (codec.unsupported_version_response). A handler that
 fails unexpectedly answers UNKNOWN_SERVER_ERROR in the response type of its request.
 
+SSL and SASL_SSL listeners speak TLS with the node's certificate (`security/tls.py`), handshaken by
+asyncio before the first frame.
+
 Concurrency: everything runs on the node's event loop; handlers await the node's services.
 """
 
@@ -25,13 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Any, Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.kafka import codec
-from lakelog.ingest_api.config.kafka import KafkaListener
+from lakelog.infra.config import ConfigError
+from lakelog.ingest_api.config.kafka import SASL_PROTOCOLS, TLS_PROTOCOLS, KafkaListener
 from lakelog.ingest_api.kafka.versions import BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from lakelog.ingest_api.security.context import ANONYMOUS
 
@@ -52,7 +57,7 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if peer else "/unknown"
         #: Who the requests act as: None on a SASL listener until SaslAuthenticate succeeds.
-        self.principal: str | None = None if listener.security_protocol.startswith("SASL_") else ANONYMOUS
+        self.principal: str | None = None if listener.security_protocol in SASL_PROTOCOLS else ANONYMOUS
         #: The mechanism SaslHandshake chose, and its exchange (sasl_apis.py) while it runs.
         self.sasl_mechanism: str | None = None
         self.sasl_exchange: Any = None
@@ -64,7 +69,8 @@ class KafkaServer:
     """The node's Kafka listeners. `start()` and `stop()` run on the node's event loop."""
 
     def __init__(self, listeners: list[KafkaListener], handler: Handler, api_versions: Callable[[], list[dict]], *,
-                 max_frame_bytes: int, max_connections: int, idle_timeout_ms: int, max_in_flight: int) -> None:
+                 max_frame_bytes: int, max_connections: int, idle_timeout_ms: int, max_in_flight: int,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.listeners = listeners
         self.handler = handler
         self.api_versions = api_versions
@@ -72,6 +78,7 @@ class KafkaServer:
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_ms / 1000
         self.max_in_flight = max_in_flight
+        self.ssl_context = ssl_context
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task] = set()
         #: Each listener's bound port (0 in the config picks a free one: tests).
@@ -83,8 +90,11 @@ class KafkaServer:
 
     async def start(self) -> None:
         for lst in self.listeners:
+            tls = self.ssl_context if lst.security_protocol in TLS_PROTOCOLS else None
+            if lst.security_protocol in TLS_PROTOCOLS and tls is None:
+                raise ConfigError(f"Kafka listener {lst.name} is {lst.security_protocol} but the node has no certificate")
             server = await asyncio.start_server(lambda r, w, lst=lst: self._accept(lst, r, w), lst.host, lst.port,
-                                                limit=64 * 1024)
+                                                limit=64 * 1024, ssl=tls)
             self._servers.append(server)
             self.bound_ports[lst.name] = server.sockets[0].getsockname()[1]
             log.info("Kafka listener %s on %s:%d", lst.name, lst.host, self.bound_ports[lst.name], extra=NOTICE)

@@ -1,13 +1,15 @@
 """The Kafka door of a secured node (authentication and the authorizer on), with confluent-kafka over
 SASL_PLAINTEXT: PLAIN and SCRAM-SHA-256 clients of the users the node stores produce and consume; a
 wrong password is refused with SASL_AUTHENTICATION_FAILED; a principal that may not READ a topic is
-refused it over Kafka (TOPIC_AUTHORIZATION_FAILED) and over HTTP (403), by the same ACL."""
+refused it over Kafka (TOPIC_AUTHORIZATION_FAILED) and over HTTP (403), by the same ACL; quotas answer
+with a throttle time; SASL_SSL with the node's certificate."""
 
 from __future__ import annotations
 
 import base64
 import datetime
 import json
+import ssl
 import time
 
 import httpx
@@ -25,6 +27,7 @@ from lakelog.ingest_api.security.cluster_auth import ClusterAuth
 from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.kafka_wire import WireClient
 from tests.support.nodes import NodeProcess, free_port
+from tests.support.tls import make_pki
 
 SECRET = "kafka-security-test-secret-8d2e"
 PASSWORDS = {"alice": "alice-pw-Zx81", "mallory": "mallory-pw-Qp05"}
@@ -167,3 +170,45 @@ def test_a_principal_over_its_produce_quota_is_answered_with_a_throttle_time(sec
         answers = [c.request(produce)[1] for _ in range(2)]  # twice the per-second rate in one go
     assert all(a.responses[0].partition_responses[0].error_code == ErrorCode.none for a in answers)  # served ...
     assert answers[-1].throttle_time > datetime.timedelta(0)  # ... and told to slow down
+
+
+def test_sasl_ssl_with_the_nodes_certificate(tmp_path):
+    pki = make_pki(tmp_path / "pki")
+    http_port, kafka_port = free_port(), free_port()
+    node = NodeProcess(tmp_path / "data", http_port, kafka_port=kafka_port, tls_ca=pki.ca_cert, overrides={
+        "listeners": f"https://127.0.0.1:{http_port},SASL_SSL://127.0.0.1:{kafka_port}",
+        "ssl.certfile": pki.server_cert, "ssl.keyfile": pki.server_key, "ssl.cafile": pki.ca_cert,
+        "authentication.enabled": "true", "authorizer.enabled": "true", "super.users": "User:alice",
+        "cluster.secret": SECRET, "offsets.topic.num.partitions": "1"})
+    node.start()
+    try:
+        with httpx.Client(base_url=node.url, auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster"),
+                          timeout=30, verify=ssl.create_default_context(cafile=pki.ca_cert)) as root_client:
+            cid = root_client.get("/v3/clusters").json()["data"][0]["cluster_id"]
+            r = root_client.post(f"/v3/clusters/{cid}/users", json={"name": "alice", "password": PASSWORDS["alice"]})
+            assert r.status_code == 201, r.text
+            r = root_client.post(f"/v3/clusters/{cid}/topics", json={"topic_name": "secret-orders",
+                                                                     "partitions_count": 1})
+            assert r.status_code == 201, r.text
+        conf = {**_sasl(node, "alice", "SCRAM-SHA-256"), "security.protocol": "SASL_SSL",
+                "ssl.ca.location": pki.ca_cert}
+        p = Producer(conf)
+        p.produce("secret-orders", value=b"over TLS")
+        assert p.flush(WAIT_S) == 0
+        c = Consumer({**conf, "group.id": "g-tls", "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe(["secret-orders"])
+            deadline = time.monotonic() + WAIT_S
+            got = None
+            while got is None and time.monotonic() < deadline:
+                m = c.poll(1.0)
+                if m is not None and not m.error():
+                    got = m.value()
+            assert got == b"over TLS"
+        finally:
+            c.close()
+    finally:
+        try:
+            node.stop()
+        finally:
+            node.kill()

@@ -113,16 +113,20 @@ def test_plain_messages():
 
 
 def test_listener_security_settings():
-    sasl = parse_listeners("http://0.0.0.0:8080,SASL_PLAINTEXT://0.0.0.0:9092",
-                           "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT")
-    assert [x.security_protocol for x in sasl] == ["SASL_PLAINTEXT"]
-    check_listener_security(sasl, authentication_enabled=True)
+    sasl = parse_listeners("http://0.0.0.0:8080,SASL_PLAINTEXT://0.0.0.0:9092,SASL_SSL://0.0.0.0:9093",
+                           "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL")
+    assert [x.security_protocol for x in sasl] == ["SASL_PLAINTEXT", "SASL_SSL"]
+    check_listener_security(sasl, authentication_enabled=True, tls_enabled=True)
+    with pytest.raises(ConfigError, match="ssl.certfile"):  # SASL_SSL needs the node's certificate
+        check_listener_security(sasl, authentication_enabled=True, tls_enabled=False)
     plain = parse_listeners("http://0.0.0.0:8080,PLAINTEXT://0.0.0.0:9092", "PLAINTEXT:PLAINTEXT")
-    check_listener_security(plain, authentication_enabled=False)
+    check_listener_security(plain, authentication_enabled=False, tls_enabled=False)
     with pytest.raises(ConfigError, match="SASL_PLAINTEXT"):
-        check_listener_security(plain, authentication_enabled=True)
-    with pytest.raises(ConfigError, match="SASL_SSL"):
-        parse_listeners("http://0.0.0.0:8080,SASL_SSL://0.0.0.0:9092", "SASL_SSL:SASL_SSL")
+        check_listener_security(plain, authentication_enabled=True, tls_enabled=False)
+    ssl_only = parse_listeners("http://0.0.0.0:8080,SSL://0.0.0.0:9092", "SSL:SSL")
+    check_listener_security(ssl_only, authentication_enabled=False, tls_enabled=True)
+    with pytest.raises(ConfigError, match="SASL_SSL"):  # TLS alone is not authentication
+        check_listener_security(ssl_only, authentication_enabled=True, tls_enabled=True)
 
 
 async def _handler(req: codec.Request, conn) -> object:
