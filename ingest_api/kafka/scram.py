@@ -15,7 +15,8 @@ Messages (UTF-8 text, attributes `name=value` separated by commas):
 The cluster metadata stores exactly (salt, iterations, StoredKey, ServerKey) per user
 (`security/credentials.py`), so the password never reaches this node. Only SHA-256 credentials are
 stored, so SCRAM-SHA-512 cannot be offered. An unknown user is answered with a decoy credential's
-salt and iterations and refused at the final message, as a wrong password is (no user-name oracle).
+iterations and a salt derived from its name, and refused at the final message, as a wrong password
+is (no user-name oracle).
 
 Every failure raises `AuthenticationFailedError` (answered SASL_AUTHENTICATION_FAILED). The nonce is
 passed in, so the exchange is deterministic under test. Concurrency: one exchange per connection.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import hmac
 from typing import Callable
@@ -100,11 +102,17 @@ class ScramExchange:
             raise AuthenticationFailedError("SCRAM extensions are not supported")
         self._name = _username(attrs[0][1])
         self._credential = self._lookup(self._name) if self._name else None
-        cred = self._credential or self._decoy
+        cred = self._credential or self._decoy_for(self._name)
         self._nonce = attrs[1][1] + self._server_nonce
         self._first_bare = bare
         self._server_first = f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},i={cred.iterations}"
         return self._server_first.encode()
+
+    def _decoy_for(self, name: str) -> ScramCredential:
+        """The decoy with a salt of its own per user name (stable while the decoy is), so an unknown name
+        is not told apart by a salt shared with every other unknown name."""
+        salt = hmac.new(self._decoy.stored_key, name.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()[:16]
+        return dataclasses.replace(self._decoy, salt=salt)
 
     def final(self, message: bytes) -> bytes:
         if not self._nonce or self._done:
@@ -123,7 +131,7 @@ class ScramExchange:
             raise AuthenticationFailedError("the SCRAM channel binding or nonce does not match")
         without_proof = text[:text.rindex(",p=")]
         auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
-        cred = self._credential or self._decoy
+        cred = self._credential or self._decoy_for(self._name)
         signature = hmac.new(cred.stored_key, auth_message, hashlib.sha256).digest()
         if len(proof) != len(signature):
             raise AuthenticationFailedError("a SCRAM proof of the wrong length")
