@@ -16,8 +16,11 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from kio.schema.errors import ErrorCode
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
@@ -124,6 +127,33 @@ def test_a_wrong_password_is_refused_and_the_connection_closed(secure):
             c.read_frame()
 
 
+def _as_mallory(node: NodeProcess) -> WireClient:
+    c = WireClient("127.0.0.1", node.kafka_port)
+    c.request(SaslHandshakeRequest(mechanism="PLAIN"))
+    _, auth = c.request(SaslAuthenticateRequest(auth_bytes=b"\0mallory\0" + PASSWORDS["mallory"].encode()))
+    assert auth.error_code == ErrorCode.none
+    return c
+
+
+def test_each_refusal_names_its_resource_and_listings_leave_out_what_may_not_be_seen(secure):
+    with _as_mallory(secure) as c:
+        _, md = c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                          include_topic_authorized_operations=False))
+        assert {t.name for t in md.topics} == {"bulk"}  # WRITE implies DESCRIBE; orders, payroll left out
+        _, md = c.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="payroll"),),
+                                          allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        assert md.topics[0].error_code == ErrorCode.topic_authorization_failed
+        batch = build_batch([Record(0, 1_700_000_000_000, None, b"x")])
+        _, res = c.request(ProduceRequest(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=10),
+                                          topic_data=(TopicProduceData(name="payroll", partition_data=(
+                                              PartitionProduceData(index=0, records=batch),)),)))
+        assert res.responses[0].partition_responses[0].error_code == ErrorCode.topic_authorization_failed
+        _, fc = c.request(FindCoordinatorRequest(key_type=0, coordinator_keys=("g-alice",)))
+        assert fc.coordinators[0].error_code == ErrorCode.group_authorization_failed
+        _, dc = c.request(DescribeClusterRequest(include_cluster_authorized_operations=False))
+        assert dc.error_code == ErrorCode.cluster_authorization_failed
+
+
 def _fetch_payroll() -> FetchRequest:
     return FetchRequest(replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
                         session_epoch=-1, topics=(FetchTopic(topic="payroll", partitions=(
@@ -133,10 +163,7 @@ def _fetch_payroll() -> FetchRequest:
 
 
 def test_a_principal_without_read_is_refused_the_topic_over_kafka_and_http(secure):
-    with WireClient("127.0.0.1", secure.kafka_port) as c:
-        c.request(SaslHandshakeRequest(mechanism="PLAIN"))
-        _, auth = c.request(SaslAuthenticateRequest(auth_bytes=b"\0mallory\0" + PASSWORDS["mallory"].encode()))
-        assert auth.error_code == ErrorCode.none
+    with _as_mallory(secure) as c:
         _, fetched = c.request(_fetch_payroll())
         assert fetched.responses[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
     seen = []
@@ -163,10 +190,7 @@ def test_a_principal_over_its_produce_quota_is_answered_with_a_throttle_time(sec
     batch = build_batch([Record(i, 1_700_000_000_000, None, b"x" * 1000) for i in range(4)])
     produce = ProduceRequest(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=10), topic_data=(
         TopicProduceData(name="bulk", partition_data=(PartitionProduceData(index=0, records=batch),)),))
-    with WireClient("127.0.0.1", secure.kafka_port) as c:
-        c.request(SaslHandshakeRequest(mechanism="PLAIN"))
-        _, auth = c.request(SaslAuthenticateRequest(auth_bytes=b"\0mallory\0" + PASSWORDS["mallory"].encode()))
-        assert auth.error_code == ErrorCode.none
+    with _as_mallory(secure) as c:
         answers = [c.request(produce)[1] for _ in range(2)]  # twice the per-second rate in one go
     assert all(a.responses[0].partition_responses[0].error_code == ErrorCode.none for a in answers)  # served ...
     assert answers[-1].throttle_time > datetime.timedelta(0)  # ... and told to slow down
