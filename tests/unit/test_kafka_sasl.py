@@ -1,29 +1,34 @@
 """SASL on the Kafka door without a node: the SCRAM-SHA-256 server exchange (RFC 7677's own example as a
-golden vector), PLAIN messages, the listener closing a connection that skips authentication, and the
-listener settings a node refuses."""
+golden vector), PLAIN messages, the listener closing a connection that skips authentication, the
+listener settings a node refuses, and quotas answered with a throttle time."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import hashlib
 import hmac
 import struct
+from types import SimpleNamespace
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
 from lakelog.cli.cluster_spec import build_spec
 from lakelog.infra.config import ConfigError
 from lakelog.ingest_api.config.kafka import KafkaListener, check_listener_security, parse_listeners
-from lakelog.ingest_api.kafka import codec
+from lakelog.ingest_api.kafka import codec, throttle
 from lakelog.ingest_api.kafka.metadata_apis import api_versions_table
 from lakelog.ingest_api.kafka.sasl_apis import parse_plain
 from lakelog.ingest_api.kafka.scram import ScramExchange
 from lakelog.ingest_api.kafka.server import KafkaServer
+from lakelog.ingest_api.security.context import CLUSTER_PRINCIPAL
 from lakelog.ingest_api.security.credentials import make_credential
 from lakelog.ingest_api.security.errors import AuthenticationFailedError
+from lakelog.ingest_api.security.quotas import QuotaLimits, QuotaManager
 
 # RFC 7677 section 3: user "user", password "pencil".
 SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
@@ -165,3 +170,21 @@ def test_lakelog_up_serves_sasl_plaintext_kafka_ports_when_the_cluster_authentic
     assert secured.node_listeners(1).endswith(",SASL_PLAINTEXT://127.0.0.1:19092")
     plain = build_spec(1, tmp_path / "b", kafka_port=19092)
     assert plain.node_listeners(1).endswith(",PLAINTEXT://127.0.0.1:19092")
+
+
+def _produce_request(size: int) -> codec.Request:
+    body = ProduceRequest(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=1), topic_data=(
+        TopicProduceData(name="t", partition_data=(PartitionProduceData(index=0, records=b"x" * size),)),))
+    return codec.Request(0, 9, 1, "c", body)
+
+
+def test_a_principal_over_its_byte_rate_gets_a_throttle_time_and_the_cluster_never_does():
+    security = SimpleNamespace(quotas=QuotaManager(QuotaLimits(producer_byte_rate=1000)), refresh=lambda: None)
+    req = _produce_request(5000)
+    assert throttle.admit(security, "User:a", req) == 0
+    throttle.charge(security, "User:a", req, None)  # 5 s worth of bytes at once
+    assert 0 < throttle.admit(security, "User:a", req) <= throttle.MAX_THROTTLE_MS
+    assert throttle.admit(security, "User:b", req) == 0  # a bucket per principal
+    for principal in (CLUSTER_PRINCIPAL, None):  # the cluster itself; a connection not yet authenticated
+        throttle.charge(security, principal, req, None)
+        assert throttle.admit(security, principal, req) == 0
