@@ -130,8 +130,10 @@ class ClusterSpec:
     added_nodes: tuple[int, ...] = ()
     #: `lakelog up --sql --sql-thrift-port N`: the SQL server's Thrift JDBC/ODBC server (loopback); None: none.
     sql_thrift_port: int | None = None
-    #: `lakelog up --kafka-port BASE`: node i's Kafka listener (PLAINTEXT) on BASE+i-1; None: none.
+    #: `lakelog up --kafka-port BASE`: node i's Kafka listener on BASE+i-1; None: none.
     kafka_port: int | None = DEFAULT_KAFKA_PORT
+    #: The Kafka listener's security protocol: SASL_PLAINTEXT when the cluster authenticates.
+    kafka_protocol: str = "PLAINTEXT"
 
     def node_kafka_port(self, node_id: int) -> int | None:
         return None if self.kafka_port is None else self.kafka_port + node_id - 1
@@ -139,7 +141,7 @@ class ClusterSpec:
     def node_listeners(self, node_id: int) -> str:
         """The node's `listeners`: its HTTP door, and its Kafka door when the cluster has one."""
         kafka = self.node_kafka_port(node_id)
-        return self.node_url(node_id) + (f",PLAINTEXT://{HOST}:{kafka}" if kafka is not None else "")
+        return self.node_url(node_id) + (f",{self.kafka_protocol}://{HOST}:{kafka}" if kafka is not None else "")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -265,11 +267,11 @@ def build_spec(nodes: int = DEFAULT_NODES, data_dir: str | os.PathLike = DEFAULT
                                       "authentication is on (it cannot apply the users' READ ACLs)")
         if sql_thrift_port in (sql_port, sql_port + 1) or http_port <= sql_thrift_port < http_port + nodes:
             raise LauncherConfigError(f"--sql-thrift-port {sql_thrift_port}: a port no node nor the SQL server uses")
-    if any(overrides.get(k, "false").strip().lower() == "true" for k in ("authentication.enabled",
-                                                                         "authorizer.enabled")):
-        kafka_port = None  # the Kafka door has no SASL or ACL checks yet (ingest_api/config/kafka.py)
+    # A node that authenticates refuses a PLAINTEXT Kafka listener (ingest_api/config/kafka.py).
+    authenticates = overrides.get("authentication.enabled", "false").strip().lower() == "true"
     spec = ClusterSpec(nodes, root, http_port, remote_tier, overrides, jobs, sql_port,
-                       sql_thrift_port=sql_thrift_port, kafka_port=kafka_port)
+                       sql_thrift_port=sql_thrift_port, kafka_port=kafka_port,
+                       kafka_protocol="SASL_PLAINTEXT" if authenticates else "PLAINTEXT")
     from lakelog.ingest_api.config.node import NodeConfig
 
     for i in range(1, nodes + 1):

@@ -15,7 +15,7 @@ from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
 from lakelog.ingest_api.http.app import create_app
 from lakelog.ingest_api.http.body_buffering import whole_body_protocol
 from lakelog.ingest_api.config.node import NodeConfig
-from lakelog.ingest_api.config.kafka import check_no_security
+from lakelog.ingest_api.config.kafka import check_listener_security
 from lakelog.ingest_api.kafka.door import KafkaDoor
 from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.security import tls as tls_settings
@@ -82,7 +82,7 @@ class NodeServer(uvicorn.Server):
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
         if self.started and self.node.config.kafka_listeners:
-            self.kafka = KafkaDoor(self.node, self.config.app.state.groups)
+            self.kafka = KafkaDoor(self.node, self.node.groups)
             try:
                 await self.kafka.start()
             except OSError as e:  # as uvicorn does for its own port: say so, shut the application down, exit 1
@@ -121,7 +121,7 @@ def run_node(config: NodeConfig) -> int:
     raise_open_file_limit()
     exit_zero_on_sigterm()
     tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
-    check_no_security(config.kafka_listeners, config.authentication_enabled, config.authorizer_enabled)
+    check_listener_security(config.kafka_listeners, config.authentication_enabled, tls_settings.enabled(config))
     # Slow headers close the connection; too many header bytes are answered 431 as they arrive.
     guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000, config.max_header_bytes)
     if guarded is not None:

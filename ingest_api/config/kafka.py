@@ -16,8 +16,11 @@ from lakelog.infra.config import INT_MAX, ConfigDef, ConfigError
 
 MIB = 1024 * 1024
 
-#: Security protocols the Kafka listener speaks this release (SSL and SASL come later).
-SUPPORTED_PROTOCOLS = ("PLAINTEXT",)
+#: Security protocols the Kafka listener speaks (SSL and SASL_SSL with the node's `ssl.*` certificate).
+SUPPORTED_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: Protocols whose clients authenticate with SASL (the others act as User:ANONYMOUS).
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 #: Every protocol name Kafka defines (a map may name them; a listener may not use one we lack).
 KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: Schemes of the HTTP door in `listeners`.
@@ -27,8 +30,8 @@ KAFKA_CONFIG = (
     ConfigDef()
     .define("listener.security.protocol.map", str,
             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-            "Kafka listener name -> security protocol, as NAME:PROTOCOL,... (only PLAINTEXT is served "
-            "this release).")
+            "Kafka listener name -> security protocol, as NAME:PROTOCOL,... (SSL and SASL_SSL need "
+            "ssl.certfile; while authentication.enabled is on only SASL_PLAINTEXT and SASL_SSL).")
     .define("socket.request.max.bytes", int, 100 * MIB,
             "Largest Kafka request frame; a larger one closes its connection.", min=1024, max=INT_MAX,
             unit="bytes")
@@ -50,12 +53,19 @@ class KafkaListener:
     security_protocol: str
 
 
-def check_no_security(listeners: list[KafkaListener], authentication_enabled: bool, authorizer_enabled: bool) -> None:
-    """Refuse a Kafka listener on a node that authenticates or authorizes: the Kafka door has no SASL
-    and no ACL checks yet, so it would serve what the HTTP door refuses."""
-    if listeners and (authentication_enabled or authorizer_enabled):
-        raise ConfigError("listeners: a Kafka listener cannot run with authentication.enabled or authorizer.enabled "
-                          "yet (the Kafka door has no SASL or ACL checks); remove it from listeners")
+def check_listener_security(listeners: list[KafkaListener], authentication_enabled: bool, tls_enabled: bool) -> None:
+    """Refuse a Kafka listener without SASL on a node that authenticates: its clients would act
+    unauthenticated (as User:ANONYMOUS) where the HTTP door demands credentials. SASL listeners
+    authenticate against the stored users; with the authorizer on, every door checks the same ACLs.
+    SSL and SASL_SSL need the node's certificate (`ssl.certfile`, `ssl.keyfile`)."""
+    for lst in listeners:
+        if authentication_enabled and lst.security_protocol not in SASL_PROTOCOLS:
+            raise ConfigError(f"listeners: Kafka listener {lst.name} is {lst.security_protocol} but "
+                              "authentication.enabled is on; map it to SASL_PLAINTEXT or SASL_SSL in "
+                              "listener.security.protocol.map")
+        if lst.security_protocol in TLS_PROTOCOLS and not tls_enabled:
+            raise ConfigError(f"listeners: Kafka listener {lst.name} is {lst.security_protocol}, which needs "
+                              "ssl.certfile and ssl.keyfile")
 
 
 def parse_protocol_map(text: str) -> dict[str, str]:
@@ -83,8 +93,8 @@ def parse_listeners(text: str, protocol_map: str) -> list[KafkaListener]:
     protocols = parse_protocol_map(protocol_map)
     out: list[KafkaListener] = []
     for entry in split_listeners(text)[1]:
-        name, sep, _ = entry.partition("://")
-        parts = urlsplit(entry)
+        name, sep, address = entry.partition("://")
+        parts = urlsplit("//" + address)  # a name with "_" (SASL_PLAINTEXT) is no URL scheme
         try:
             port = parts.port
         except ValueError:
@@ -95,9 +105,6 @@ def parse_listeners(text: str, protocol_map: str) -> list[KafkaListener]:
         proto = protocols.get(name)
         if proto is None:
             raise ConfigError(f"listeners: listener {name} is not named in listener.security.protocol.map")
-        if proto not in SUPPORTED_PROTOCOLS:
-            raise ConfigError(f"listeners: listener {name} uses {proto}; this release serves only "
-                              f"{', '.join(SUPPORTED_PROTOCOLS)} on the Kafka listener")
         if any(o.name == name for o in out):
             raise ConfigError(f"listeners: listener {name} is named twice")
         out.append(KafkaListener(name, parts.hostname, port, proto))

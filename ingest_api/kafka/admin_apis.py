@@ -4,6 +4,11 @@ CreatePartitions, DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 They call `node.admin` (AdminService), as the HTTP admin routers do; every change goes through the
 controller. Config resources are topics (resource type 2) and, for DescribeConfigs, this node's
 broker keys (type 4, read-only here; sensitive keys without their value).
+
+Authorization (the node's authorizer, as for HTTP): CreateTopics needs CREATE on the cluster or the
+topic, DeleteTopics DELETE and CreatePartitions ALTER on the topic; configs need DESCRIBE (to read)
+or ALTER (to change) on the topic, or on the cluster for broker configs — the ACL model's operations,
+which the HTTP config routes require too. A refusal is TOPIC_ / CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from kio.schema.errors import ErrorCode
 from lakelog.infra.config import ConfigError
 from lakelog.ingest_api.config.node import NODE_CONFIG
 from lakelog.ingest_api.kafka.codec import Request, field_of
-from lakelog.ingest_api.kafka.context import KafkaContext, kafka_topic_id
+from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext, kafka_topic_id
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
+from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 NONE = ErrorCode.none.value
 TOPIC, BROKER = 2, 4
@@ -29,6 +35,15 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 def _error(e: BaseException) -> tuple[int, str]:
     return kafka_code(e).value, str(e)[:500]
+
+
+def _may(ctx: KafkaContext, conn: Connection, operation: Operation, rtype: ResourceType, name: str,
+         api: str) -> bool:
+    return ctx.allowed(conn.principal, operation, rtype, name, api, conn.client_host)
+
+
+def _refused(rtype: ResourceType, operation: Operation, name: str) -> tuple[int, str]:
+    return REFUSED[rtype], f"not authorized to {operation.value} {rtype.value} {name!r}"
 
 
 def _text(v: Any) -> str | None:
@@ -48,6 +63,11 @@ async def create_topics(ctx: KafkaContext, req: Request, conn: Connection) -> di
     for t in b.topics:
         doc: dict[str, Any] = {"name": t.name, "topic_id": None, "error_message": None, "topic_config_error_code": 0,
                                "num_partitions": -1, "replication_factor": -1, "configs": None}
+        if not (_may(ctx, conn, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, "CreateTopics")
+                or _may(ctx, conn, Operation.CREATE, ResourceType.TOPIC, t.name, "CreateTopics")):
+            code, msg = _refused(ResourceType.TOPIC, Operation.CREATE, t.name)
+            out.append({**doc, "error_code": code, "error_message": msg})
+            continue
         try:
             if t.assignments:
                 raise ConfigError("manual replica assignments are not supported on the Kafka door; "
@@ -70,6 +90,10 @@ async def create_topics(ctx: KafkaContext, req: Request, conn: Connection) -> di
 async def delete_topics(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     out = []
     for name in req.body.topic_names:
+        if not _may(ctx, conn, Operation.DELETE, ResourceType.TOPIC, name, "DeleteTopics"):
+            code, msg = _refused(ResourceType.TOPIC, Operation.DELETE, name)
+            out.append({"name": name, "error_code": code, "error_message": msg})
+            continue
         try:
             await ctx.node.admin.delete_topic(name)
             out.append({"name": name, "error_code": NONE, "error_message": None})
@@ -83,6 +107,10 @@ async def create_partitions(ctx: KafkaContext, req: Request, conn: Connection) -
     b = req.body
     out = []
     for t in b.topics:
+        if not _may(ctx, conn, Operation.ALTER, ResourceType.TOPIC, t.name, "CreatePartitions"):
+            code, msg = _refused(ResourceType.TOPIC, Operation.ALTER, t.name)
+            out.append({"name": t.name, "error_code": code, "error_message": msg})
+            continue
         try:
             if t.assignments:
                 raise ConfigError("manual replica assignments are not supported on the Kafka door")
@@ -136,8 +164,22 @@ def _describe_one(ctx: KafkaContext, res: Any) -> dict[str, Any]:
     return {**doc, "error_code": NONE}
 
 
+def _config_refusal(ctx: KafkaContext, conn: Connection, res: Any, operation: Operation, api: str
+                    ) -> dict[str, Any] | None:
+    """The answer refusing a config resource to this principal, or None when allowed."""
+    rtype, name = (ResourceType.TOPIC, res.resource_name) if res.resource_type == TOPIC else \
+        (ResourceType.CLUSTER, CLUSTER_NAME)
+    if _may(ctx, conn, operation, rtype, name, api):
+        return None
+    code, msg = _refused(rtype, operation, res.resource_name)
+    return {"resource_type": res.resource_type, "resource_name": res.resource_name, "error_code": code,
+            "error_message": msg, "configs": []}
+
+
 async def describe_configs(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
-    return {"throttle_time": 0, "results": [_describe_one(ctx, r) for r in req.body.resources]}
+    return {"throttle_time": 0, "results": [
+        _config_refusal(ctx, conn, r, Operation.DESCRIBE, "DescribeConfigs") or _describe_one(ctx, r)
+        for r in req.body.resources]}
 
 
 async def _alter(ctx: KafkaContext, res: Any, validate_only: bool, incremental: bool) -> dict[str, Any]:
@@ -174,11 +216,18 @@ async def _alter(ctx: KafkaContext, res: Any, validate_only: bool, incremental: 
     return {**doc, "error_code": NONE}
 
 
+async def _alter_all(ctx: KafkaContext, req: Request, conn: Connection, incremental: bool, api: str
+                     ) -> dict[str, Any]:
+    out = []
+    for r in req.body.resources:
+        refused = _config_refusal(ctx, conn, r, Operation.ALTER, api)
+        out.append(refused or await _alter(ctx, r, bool(req.body.validate_only), incremental))
+    return {"throttle_time": 0, "responses": out}
+
+
 async def alter_configs(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": [await _alter(ctx, r, bool(req.body.validate_only), False)
-                                              for r in req.body.resources]}
+    return await _alter_all(ctx, req, conn, False, "AlterConfigs")
 
 
 async def incremental_alter_configs(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": [await _alter(ctx, r, bool(req.body.validate_only), True)
-                                              for r in req.body.resources]}
+    return await _alter_all(ctx, req, conn, True, "IncrementalAlterConfigs")

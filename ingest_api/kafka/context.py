@@ -3,7 +3,8 @@
 Handlers (metadata_apis, records_apis, group_apis, admin_apis) are plain functions of a
 `KafkaContext`, the request and its connection. They call the same services the HTTP routers call —
 the node's produce and fetch entry points, `node.admin`, `node.replicas`, the group coordinator's
-`GroupService` — and never the HTTP routers.
+`GroupService` — and never the HTTP routers. `allowed` asks the node's authorizer (the same ACLs
+and super users the HTTP door checks) for the connection's principal.
 """
 
 from __future__ import annotations
@@ -12,13 +13,39 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from lakelog.infra.error_codes import KafkaCode
 from lakelog.ingest_api.config.kafka import KafkaListener
+from lakelog.ingest_api.error_table import kafka_code
+from lakelog.ingest_api.security.acl import Operation, ResourceType
+from lakelog.ingest_api.security.errors import AuthorizationFailedError
+
+#: The Kafka code of an ACL refusal by resource type: the error table's row of an authorization
+#: failure for a topic; a group or the cluster answer Kafka's codes for those resources.
+REFUSED: dict[ResourceType, int] = {
+    ResourceType.TOPIC: int(kafka_code(AuthorizationFailedError("refused"))),
+    ResourceType.GROUP: int(KafkaCode.GROUP_AUTHORIZATION_FAILED),
+    ResourceType.CLUSTER: int(KafkaCode.CLUSTER_AUTHORIZATION_FAILED),
+}
 
 
 @dataclass
 class KafkaContext:
     node: Any  # ingest_api.node.Node (Any: the node wires this package, not the reverse)
     groups: Any  # ingest_api.groups.service.GroupService
+
+    def allowed(self, principal: str | None, operation: Operation, rtype: ResourceType, name: str, api: str,
+                client: str, *, audit: bool = True) -> bool:
+        """Whether the node's authorizer (the one HTTP uses) lets `principal` do this; a refusal is audited
+        unless `audit` is off (a listing that leaves out what may not be seen)."""
+        security = self.node.security
+        if not security.authorizer_enabled:
+            return True
+        if principal is not None and security.authorizer().authorize(principal, operation, rtype, name):
+            return True
+        if audit:
+            security.audit.refusal("authorization_failed", principal=principal, operation=operation.value,
+                                   resource_type=rtype.value, resource_name=name, api=api, client=client)
+        return False
 
     def endpoint(self, node_id: int, listener_name: str) -> tuple[str, int] | None:
         """Where clients of `listener_name` reach node `node_id`'s Kafka door (None: it has none)."""

@@ -4,17 +4,20 @@
 loop (ingest_api/server.py), after the group coordinator has started and before the node stops.
 Each handler is a function of the door's `KafkaContext`; it returns a plain dict which becomes the
 response type of the request's version (codec.to_entity), or None for no answer (acks=0).
+`handle` applies the principal's quotas around each handler (throttle.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable
 
-from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis
+from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
 from lakelog.ingest_api.kafka.versions import SUPPORTED
+from lakelog.ingest_api.security import tls
 
 ApiHandler = Callable[[KafkaContext, Request, Connection], Awaitable[dict[str, Any] | None]]
 
@@ -32,6 +35,7 @@ HANDLERS: dict[int, ApiHandler] = {
     14: group_apis.sync_group,
     15: group_apis.describe_groups,
     16: group_apis.list_groups,
+    17: sasl_apis.sasl_handshake,
     18: metadata_apis.api_versions,
     19: admin_apis.create_topics,
     20: admin_apis.delete_topics,
@@ -39,6 +43,7 @@ HANDLERS: dict[int, ApiHandler] = {
     23: records_apis.offset_for_leader_epoch,
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
+    36: sasl_apis.sasl_authenticate,
     37: admin_apis.create_partitions,
     42: group_apis.delete_groups,
     44: admin_apis.incremental_alter_configs,
@@ -58,7 +63,8 @@ class KafkaDoor:
         self.server = KafkaServer(cfg.kafka_listeners, self.handle, metadata_apis.api_versions_table,
                                   max_frame_bytes=cfg.socket_request_max_bytes, max_connections=cfg.max_connections,
                                   idle_timeout_ms=cfg.connections_max_idle_ms,
-                                  max_in_flight=cfg.queued_max_requests_per_connection)
+                                  max_in_flight=cfg.queued_max_requests_per_connection,
+                                  ssl_context=tls.server_context(cfg))
 
     async def start(self) -> None:
         await self.server.start()
@@ -67,7 +73,14 @@ class KafkaDoor:
         await self.server.stop()
 
     async def handle(self, req: Request, conn: Connection) -> Any:
+        security = self.context.node.security
+        principal = conn.principal
+        throttle_ms = throttle.admit(security, principal, req)
         doc = await HANDLERS[req.api_key](self.context, req, conn)
+        throttle.charge(security, principal, req, doc)
         if doc is None:
             return None
+        if throttle_ms > 0:
+            doc["throttle_time"] = throttle_ms
+            await asyncio.sleep(throttle_ms / 1000)  # the connection's later answers wait too: it is muted
         return to_entity(response_class(req.api_key, req.api_version), doc)

@@ -3,6 +3,12 @@
 Metadata advertises each node's own Kafka address on the listener the client connected to, so a
 client sends each partition's requests to its leader; a node without a door on that listener is
 left out (as Kafka leaves out brokers without the listener).
+
+Authorization (the node's authorizer): Metadata needs DESCRIBE on each topic — a topic asked for by
+name answers TOPIC_AUTHORIZATION_FAILED, a listing of every topic leaves it out, as Kafka does;
+DescribeCluster needs DESCRIBE on the cluster; FindCoordinator DESCRIBE on the group. ApiVersions is
+answered to anyone (before authentication too). InitProducerId without a transactional id is
+answered to any authenticated principal (Produce checks WRITE on each topic).
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ from kio.schema.errors import ErrorCode
 
 from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC
 from lakelog.ingest_api.kafka.codec import Request, field_of
-from lakelog.ingest_api.kafka.context import KafkaContext, kafka_topic_id
+from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext, kafka_topic_id
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.kafka.versions import SUPPORTED
+from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 NONE = ErrorCode.none.value
 #: Kafka's "no authorized operations given" marker (KIP-430).
@@ -48,11 +55,19 @@ def _topic_doc(ctx: KafkaContext, name: str) -> dict[str, Any]:
             "topic_authorized_operations": NO_OPERATIONS}
 
 
+def _refused_doc(name: str) -> dict[str, Any]:
+    return {"error_code": REFUSED[ResourceType.TOPIC], "name": name, "topic_id": None, "is_internal": False,
+            "partitions": [], "topic_authorized_operations": NO_OPERATIONS}
+
+
 async def metadata(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     node = ctx.node
     topics = req.body.topics
+    refused: list[str] = []
     if topics is None or (req.api_version == 0 and not topics):
-        names = sorted(node.image.topics)
+        names = [n for n in sorted(node.image.topics)
+                 if ctx.allowed(conn.principal, Operation.DESCRIBE, ResourceType.TOPIC, n, "Metadata",
+                                conn.client_host, audit=False)]
     else:
         names = []
         for t in topics:
@@ -60,15 +75,24 @@ async def metadata(ctx: KafkaContext, req: Request, conn: Connection) -> dict[st
             if name is None:  # asked by topic id
                 tid = field_of(t, "topic_id")
                 name = next((n for n, ti in node.image.topics.items() if kafka_topic_id(ti.topic_id) == tid), None)
-            if name is not None:
+            if name is None:
+                continue
+            if ctx.allowed(conn.principal, Operation.DESCRIBE, ResourceType.TOPIC, name, "Metadata", conn.client_host):
                 names.append(name)
+            else:
+                refused.append(name)
     return {"throttle_time": 0, "brokers": ctx.live_brokers(conn.listener), "cluster_id": node.cluster_id,
-            "controller_id": node.controller_id, "topics": [_topic_doc(ctx, n) for n in names],
+            "controller_id": node.controller_id, "topics": [_topic_doc(ctx, n) for n in names] + [_refused_doc(n) for n in refused],
             "cluster_authorized_operations": NO_OPERATIONS}
 
 
 async def describe_cluster(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     node = ctx.node
+    if not ctx.allowed(conn.principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, "DescribeCluster",
+                       conn.client_host):
+        return {"throttle_time": 0, "error_code": REFUSED[ResourceType.CLUSTER],
+                "error_message": "not authorized to DESCRIBE the cluster", "cluster_id": node.cluster_id,
+                "controller_id": -1, "brokers": [], "cluster_authorized_operations": NO_OPERATIONS}
     brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                for b in ctx.live_brokers(conn.listener)]
     return {"throttle_time": 0, "error_code": NONE, "error_message": None, "cluster_id": node.cluster_id,
@@ -80,6 +104,10 @@ async def _coordinator(ctx: KafkaContext, key: str, key_type: int, conn: Connect
     if key_type != 0:  # transactions come later
         return {**out, "error_code": ErrorCode.coordinator_not_available.value,
                 "error_message": "transactions are not supported yet"}
+    if not ctx.allowed(conn.principal, Operation.DESCRIBE, ResourceType.GROUP, key, "FindCoordinator",
+                       conn.client_host):
+        return {**out, "error_code": REFUSED[ResourceType.GROUP], "error_message": f"not authorized to DESCRIBE "
+                f"GROUP {key!r}"}
     try:
         await ctx.groups.ensure_offsets_topic()
     except Exception as e:

@@ -6,6 +6,10 @@ stored batch bytes unchanged (`Node.fetch_wait`, which reads the remote tier bel
 start). A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER: the client refreshes
 its metadata and goes to the leader (the Kafka door never forwards).
 
+Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic, Fetch
+READ; ListOffsets and OffsetForLeaderEpoch DESCRIBE (which READ or WRITE imply), as Kafka and the
+HTTP offsets route require. A refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED.
+
 Fetch sessions (KIP-227): every fetch is answered as a full, sessionless fetch (session id 0), which
 a client reads as "no session was created" and keeps sending full fetches; an incremental fetch
 (a session id other than 0) answers FETCH_SESSION_ID_NOT_FOUND, after which the client starts over.
@@ -20,12 +24,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
-from lakelog.ingest_api.kafka.context import KafkaContext
+from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.replication.partition import PartitionKey
+from lakelog.ingest_api.security.acl import Operation, ResourceType
 
 NONE = ErrorCode.none.value
+TOPIC_REFUSED = REFUSED[ResourceType.TOPIC]
 ACKS = {0: "0", 1: "1", -1: "all"}
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
 
@@ -61,9 +67,12 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
     transactional = body.transactional_id is not None
     jobs, names = [], []
     for t in body.topic_data:
+        allowed = _may(ctx, conn, Operation.WRITE, t.name, "Produce")
         for p in t.partition_data:
             names.append(t.name)
-            if acks is None:
+            if not allowed:
+                jobs.append(_invalid(p.index, TOPIC_REFUSED))
+            elif acks is None:
                 jobs.append(_invalid(p.index, ErrorCode.invalid_required_acks.value))
             else:
                 jobs.append(_produce_one(ctx, t.name, int(p.index), p.records, acks, transactional))
@@ -75,6 +84,10 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
         by_topic.setdefault(name, []).append(r)
     return {"throttle_time": 0, "responses": [{"name": n, "partition_responses": rs} for n, rs in by_topic.items()],
             "node_endpoints": _node_endpoints(ctx, results, conn)}
+
+
+def _may(ctx: KafkaContext, conn: Connection, operation: Operation, topic: str, api: str) -> bool:
+    return ctx.allowed(conn.principal, operation, ResourceType.TOPIC, topic, api, conn.client_host)
 
 
 def _current_leader(ctx: KafkaContext, topic: str, index: int) -> dict[str, int] | None:
@@ -154,18 +167,28 @@ async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, 
     max_bytes = max(1, min(int(field_of(body, "max_bytes", cfg.fetch_max_bytes)), cfg.fetch_max_bytes))
     wait_s = min(ms(body.max_wait), cfg.fetch_max_wait_ms) / 1000
     min_bytes = int(body.min_bytes)
-    topics = [(t.topic, list(t.partitions)) for t in body.topics]
+    topics, refused = [], []
+    for t in body.topics:
+        if _may(ctx, conn, Operation.READ, t.topic, "Fetch"):
+            topics.append((t.topic, list(t.partitions)))
+        else:
+            refused.append({"topic": t.topic, "partitions": [_refused_fetch(int(fp.partition)) for fp in t.partitions]})
     deadline = time.monotonic() + wait_s
     while True:
         responses, total = await _fetch_all(ctx, topics, max_bytes)
         left = deadline - time.monotonic()
-        if total >= min_bytes or left <= 0 or _any_error(responses):
+        if total >= min_bytes or left <= 0 or _any_error(responses) or not topics:
             break
         await _wait_for_any(ctx, topics, responses, left)
         if time.monotonic() >= deadline:
             responses, total = await _fetch_all(ctx, topics, max_bytes)
             break
-    return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses}
+    return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses + refused}
+
+
+def _refused_fetch(index: int) -> dict[str, Any]:
+    return {"partition_index": index, "error_code": TOPIC_REFUSED, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
 
 
 def _any_error(responses: list[dict[str, Any]]) -> bool:
@@ -221,6 +244,11 @@ async def _list_one(ctx: KafkaContext, topic: str, lp: Any) -> dict[str, Any]:
 async def list_offsets(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     topics = []
     for t in req.body.topics:
+        if not _may(ctx, conn, Operation.DESCRIBE, t.name, "ListOffsets"):
+            topics.append({"name": t.name, "partitions": [
+                {"partition_index": int(lp.partition_index), "error_code": TOPIC_REFUSED, "timestamp": -1,
+                 "offset": -1, "leader_epoch": -1} for lp in t.partitions]})
+            continue
         topics.append({"name": t.name, "partitions": [await _list_one(ctx, t.name, lp) for lp in t.partitions]})
     return {"throttle_time": 0, "topics": topics}
 
@@ -242,6 +270,12 @@ def _epoch_one(ctx: KafkaContext, topic: str, ep: Any) -> dict[str, Any]:
 
 
 async def offset_for_leader_epoch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
-    return {"throttle_time": 0, "topics": [
-        {"topic": t.topic, "partitions": [_epoch_one(ctx, t.topic, ep) for ep in t.partitions]}
-        for t in req.body.topics]}
+    out = []
+    for t in req.body.topics:
+        if _may(ctx, conn, Operation.DESCRIBE, t.topic, "OffsetForLeaderEpoch"):
+            out.append({"topic": t.topic, "partitions": [_epoch_one(ctx, t.topic, ep) for ep in t.partitions]})
+        else:
+            out.append({"topic": t.topic, "partitions": [
+                {"partition": int(ep.partition), "error_code": TOPIC_REFUSED, "leader_epoch": -1, "end_offset": -1}
+                for ep in t.partitions]})
+    return {"throttle_time": 0, "topics": out}

@@ -8,10 +8,18 @@ task; a writer awaits those tasks in arrival order and writes each answer. At mo
 until the writer has answered one (TCP pushes back on the client). `max.connections` bounds the
 open connections of all Kafka listeners; one more is closed as soon as it is accepted.
 
+On a SASL listener a connection is answered ApiVersions, SaslHandshake and SaslAuthenticate until
+it has authenticated (sasl_apis.py); any other request before that closes it, as Kafka does. The
+reader waits for each SASL answer before it reads on, so the next frame meets the settled state; a
+failed authentication is answered, then the connection is closed.
+
 A frame that cannot be decoded (malformed, truncated, oversized) closes its connection with a log
 line; every other connection keeps being served. A well-framed request of an API or version this
 node does not answer gets UNSUPPORTED_VERSION (codec.unsupported_version_response). A handler that
 fails unexpectedly answers UNKNOWN_SERVER_ERROR in the response type of its request.
+
+SSL and SASL_SSL listeners speak TLS with the node's certificate (`security/tls.py`), handshaken by
+asyncio before the first frame.
 
 Concurrency: everything runs on the node's event loop; handlers await the node's services.
 """
@@ -20,13 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Any, Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.kafka import codec
-from lakelog.ingest_api.config.kafka import KafkaListener
+from lakelog.infra.config import ConfigError
+from lakelog.ingest_api.config.kafka import SASL_PROTOCOLS, TLS_PROTOCOLS, KafkaListener
+from lakelog.ingest_api.kafka.versions import BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from lakelog.ingest_api.security.context import ANONYMOUS
 
 log = logging.getLogger("lakelog.kafka")
 
@@ -35,7 +47,8 @@ Handler = Callable[[codec.Request, "Connection"], Awaitable[Any]]
 
 
 class Connection:
-    """One client connection: who it is, on which listener; read by handlers (client host, listener)."""
+    """One client connection: who it is, on which listener; read by handlers (client host, listener,
+    principal) and written by the SASL handlers (principal, the exchange under way, `close_after_answer`)."""
 
     def __init__(self, listener: KafkaListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.listener = listener
@@ -43,13 +56,21 @@ class Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if peer else "/unknown"
+        #: Who the requests act as: None on a SASL listener until SaslAuthenticate succeeds.
+        self.principal: str | None = None if listener.security_protocol in SASL_PROTOCOLS else ANONYMOUS
+        #: The mechanism SaslHandshake chose, and its exchange (sasl_apis.py) while it runs.
+        self.sasl_mechanism: str | None = None
+        self.sasl_exchange: Any = None
+        #: Set by a handler whose answer is the connection's last (a failed authentication).
+        self.close_after_answer = False
 
 
 class KafkaServer:
     """The node's Kafka listeners. `start()` and `stop()` run on the node's event loop."""
 
     def __init__(self, listeners: list[KafkaListener], handler: Handler, api_versions: Callable[[], list[dict]], *,
-                 max_frame_bytes: int, max_connections: int, idle_timeout_ms: int, max_in_flight: int) -> None:
+                 max_frame_bytes: int, max_connections: int, idle_timeout_ms: int, max_in_flight: int,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.listeners = listeners
         self.handler = handler
         self.api_versions = api_versions
@@ -57,6 +78,7 @@ class KafkaServer:
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_ms / 1000
         self.max_in_flight = max_in_flight
+        self.ssl_context = ssl_context
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task] = set()
         #: Each listener's bound port (0 in the config picks a free one: tests).
@@ -68,8 +90,11 @@ class KafkaServer:
 
     async def start(self) -> None:
         for lst in self.listeners:
+            tls = self.ssl_context if lst.security_protocol in TLS_PROTOCOLS else None
+            if lst.security_protocol in TLS_PROTOCOLS and tls is None:
+                raise ConfigError(f"Kafka listener {lst.name} is {lst.security_protocol} but the node has no certificate")
             server = await asyncio.start_server(lambda r, w, lst=lst: self._accept(lst, r, w), lst.host, lst.port,
-                                                limit=64 * 1024)
+                                                limit=64 * 1024, ssl=tls)
             self._servers.append(server)
             self.bound_ports[lst.name] = server.sockets[0].getsockname()[1]
             log.info("Kafka listener %s on %s:%d", lst.name, lst.host, self.bound_ports[lst.name], extra=NOTICE)
@@ -121,6 +146,10 @@ class KafkaServer:
                 try:
                     req = codec.decode_request(frame)
                 except codec.UnsupportedVersion as e:
+                    if conn.principal is None and e.api_key not in BEFORE_AUTHENTICATION:
+                        log.warning("Kafka connection from %s closed: api_key %d before SASL authentication",
+                                    conn.client_host, e.api_key)
+                        break
                     try:
                         data = codec.unsupported_version_response(e, self.api_versions())
                     except codec.FrameError as fe:
@@ -132,7 +161,17 @@ class KafkaServer:
                     log.warning("Kafka connection from %s closed: %s; the frame began %s", conn.client_host, e,
                                 bytes(frame[:64]).hex())
                     break
-                await answers.put(asyncio.get_running_loop().create_task(self._answer(req, conn)))
+                if conn.principal is None and req.api_key not in BEFORE_AUTHENTICATION:
+                    log.warning("Kafka connection from %s closed: api_key %d before SASL authentication",
+                                conn.client_host, req.api_key)
+                    break
+                task = asyncio.get_running_loop().create_task(self._answer(req, conn))
+                await answers.put(task)
+                if req.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+                    # The exchange's state settles before the next frame is read (and checked against it).
+                    await asyncio.wait([task])
+                    if conn.close_after_answer:
+                        break
         except asyncio.CancelledError:  # the listener stops: nothing more is answered
             writer_task.cancel()
             while not answers.empty():

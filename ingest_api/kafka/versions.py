@@ -10,6 +10,10 @@ from __future__ import annotations
 from kio.schema.index import api_key_map, schema_name_map
 
 API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+#: What a SASL listener answers before its connection has authenticated; any other request closes it.
+BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 #: api_key -> (name, lowest version, highest version) answered.
 SUPPORTED: dict[int, tuple[str, int, int]] = {
@@ -26,6 +30,8 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 4),
+    # v0 would be followed by raw, unframed SASL tokens: only v1 (tokens in SaslAuthenticate) is served.
+    17: ("SaslHandshake", 1, 1),
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 5),
@@ -33,6 +39,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     23: ("OffsetForLeaderEpoch", 2, 4),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
+    36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),

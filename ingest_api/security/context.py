@@ -16,7 +16,8 @@ from typing import Any
 
 from lakelog.ingest_api.security.acl import Authorizer, Operation, ResourceType
 from lakelog.ingest_api.security.audit import AuditLog
-from lakelog.ingest_api.security.credentials import CredentialCache, make_credential, parse_api_key, verify_password
+from lakelog.ingest_api.security.credentials import (CredentialCache, ScramCredential, make_credential, parse_api_key,
+                                                       verify_password)
 from lakelog.ingest_api.security.errors import AuthorizationFailedError
 from lakelog.ingest_api.security.quotas import QuotaLimits, QuotaManager, parse_overrides
 
@@ -90,9 +91,8 @@ class SecurityContext:
                 user, sep, password = base64.b64decode(value, validate=True).decode("utf-8").partition(":")
             except (binascii.Error, ValueError):
                 return None
-            cred = state.users.get(user) if sep else None
-            if verify_password(self._decoy if cred is None else cred, password) and cred is not None:
-                principal = f"User:{user}"
+            if sep:
+                principal = self.verify_user_password(user, password)
         elif scheme == "bearer" and self.apikey:
             parsed = parse_api_key(value)
             key = state.api_keys.get(parsed[0]) if parsed else None
@@ -101,6 +101,23 @@ class SecurityContext:
         if principal is not None:
             self.cache.put(header, state.generation, principal)
         return principal
+
+    def verify_user_password(self, user: str, password: str) -> str | None:
+        """The principal of a stored user whose password this is, else None (PBKDF2: call off the loop
+        when it matters). An unknown user costs the same work as a wrong password."""
+        cred = self.state.users.get(user)
+        if verify_password(self._decoy if cred is None else cred, password) and cred is not None:
+            return f"User:{user}"
+        return None
+
+    def user_credential(self, user: str) -> ScramCredential | None:
+        """A stored user's SCRAM credential (for a SCRAM exchange), None for no such user."""
+        return self.state.users.get(user)
+
+    @property
+    def decoy_credential(self) -> ScramCredential:
+        """The credential an exchange for an unknown user proceeds with, so it fails as a wrong password does."""
+        return self._decoy
 
     def check(self, principal: str, operation: Operation, rtype: ResourceType, name: str, method: str,
               path: str, client: str = "?") -> None:

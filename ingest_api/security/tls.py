@@ -1,6 +1,7 @@
 """TLS of the HTTP listener and of internal calls, from the node's `ssl.*` keys.
 
-With `ssl.certfile` and `ssl.keyfile` set, the node serves HTTPS only (its listener must be
+With `ssl.certfile` and `ssl.keyfile` set, the node serves HTTPS only (and its SSL / SASL_SSL Kafka
+listeners with the same certificate) (its listener must be
 `https://host:port`), and calls its peers — Raft, replica fetch, forwarding, controller requests —
 over HTTPS too, verifying their certificates against `ssl.cafile` (or the system trust store) and
 presenting its own certificate, so `ssl.client.auth=required` works between nodes as for clients.
@@ -45,6 +46,17 @@ def uvicorn_kwargs(config: Any) -> dict[str, Any]:
     if config.ssl_cafile:
         kw["ssl_ca_certs"] = config.ssl_cafile
     return kw
+
+
+def server_context(config: Any) -> ssl.SSLContext | None:
+    """The context of the node's SSL and SASL_SSL Kafka listeners: the HTTP listener's certificate and
+    `ssl.client.auth` (None without TLS)."""
+    if not enabled(config):
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=config.ssl_cafile or None)
+    ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+    ctx.verify_mode = _CERT_REQS[config.ssl_client_auth]
+    return ctx
 
 
 def client_context(config: Any) -> ssl.SSLContext | None:

@@ -99,8 +99,9 @@ def test_listeners_hold_one_http_door_and_named_kafka_listeners():
     assert [(x.name, x.host, x.port) for x in cfg.kafka_listeners] == [("PLAINTEXT", "0.0.0.0", 9092)]
     assert [(x.host, x.port) for x in cfg.advertised_kafka_listeners] == [("kafka.example", 19092)]
     assert NodeConfig({}).kafka_listeners == []
-    with pytest.raises(ConfigError, match="only PLAINTEXT"):
-        parse_listeners("http://a:1,SSL://a:2", "SSL:SSL")
+    assert [x.security_protocol for x in parse_listeners("http://a:1,SSL://a:2", "SSL:SSL")] == ["SSL"]
+    with pytest.raises(ConfigError, match="PROTOCOL one of"):
+        parse_listeners("http://a:1,TLS://a:2", "TLS:TLS")
     with pytest.raises(ConfigError, match="not named"):
         parse_listeners("http://a:1,OTHER://a:2", "PLAINTEXT:PLAINTEXT")
     with pytest.raises(ConfigError, match="exactly one"):
