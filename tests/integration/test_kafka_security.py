@@ -30,6 +30,7 @@ from lakelog.ingest_api.security.cluster_auth import ClusterAuth
 from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.kafka_wire import WireClient
 from tests.support.nodes import NodeProcess, free_port
+from tests.support.security import seed_secured_node
 from tests.support.tls import make_pki
 
 SECRET = "kafka-security-test-secret-8d2e"
@@ -51,25 +52,15 @@ def secure(tmp_path_factory):
         "quota.overrides": json.dumps({"User:mallory": {"producer.byte.rate": MALLORY_RATE}})})
     node.start()
     try:
-        with httpx.Client(base_url=node.url, auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster"),
-                          timeout=30) as root_client:
-            cid = root_client.get("/v3/clusters").json()["data"][0]["cluster_id"]
-            for name, pw in PASSWORDS.items():
-                r = root_client.post(f"/v3/clusters/{cid}/users", json={"name": name, "password": pw})
-                assert r.status_code == 201, r.text
-            for topic in ("orders", "payroll", "bulk"):
-                r = root_client.post(f"/v3/clusters/{cid}/topics", json={"topic_name": topic, "partitions_count": 1})
-                assert r.status_code == 201, r.text
-            for acl in ({"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders",
-                         "pattern_type": "PREFIXED", "operation": "ALL", "permission": "ALLOW"},
-                        {"principal": "User:alice", "resource_type": "GROUP", "resource_name": "g-alice",
-                         "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"},
-                        {"principal": "User:mallory", "resource_type": "TOPIC", "resource_name": "bulk",
-                         "pattern_type": "LITERAL", "operation": "WRITE", "permission": "ALLOW"},
-                        {"principal": "User:mallory", "resource_type": "GROUP", "resource_name": "g-mallory",
-                         "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"}):
-                r = root_client.post(f"/v3/clusters/{cid}/acls", json=acl)
-                assert r.status_code == 201, r.text
+        seed_secured_node(node.url, SECRET, PASSWORDS, ("orders", "payroll", "bulk"), (
+            {"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders",
+             "pattern_type": "PREFIXED", "operation": "ALL", "permission": "ALLOW"},
+            {"principal": "User:alice", "resource_type": "GROUP", "resource_name": "g-alice",
+             "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"},
+            {"principal": "User:mallory", "resource_type": "TOPIC", "resource_name": "bulk",
+             "pattern_type": "LITERAL", "operation": "WRITE", "permission": "ALLOW"},
+            {"principal": "User:mallory", "resource_type": "GROUP", "resource_name": "g-mallory",
+             "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"}))
         yield node
     finally:
         try:

@@ -21,6 +21,7 @@ import pytest
 from lakelog.ingest_api.security.cluster_auth import ClusterAuth, sign
 from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.nodes import LAKELOG, Cluster, NodeProcess, free_port, start_node
+from tests.support.security import seed_secured_node
 from tests.support.tls import make_pki
 
 SECRET = "security-test-cluster-secret-4f1c"
@@ -41,24 +42,15 @@ def secure(tmp_path_factory):
         "request.header.timeout.ms": "1000",
         "quota.overrides": json.dumps({"User:greedy": {"producer.byte.rate": GREEDY_RATE}})})
     try:
-        with httpx.Client(base_url=node.url, auth=ClusterAuth(SECRET.encode(), 0, principal="User:__cluster"), timeout=30) as root:
-            cid = root.get("/v3/clusters").json()["data"][0]["cluster_id"]
-            for name, pw in PASSWORDS.items():
-                r = root.post(f"/v3/clusters/{cid}/users", json={"name": name, "password": pw})
-                assert r.status_code == 201, r.text
-            for topic in ("orders", "payroll", "bulk"):
-                r = root.post(f"/v3/clusters/{cid}/topics", json={"topic_name": topic, "partitions_count": 1})
-                assert r.status_code == 201, r.text
-            for acl in ({"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders",
-                         "pattern_type": "PREFIXED", "operation": "ALL", "permission": "ALLOW"},
-                        {"principal": "User:alice", "resource_type": "GROUP", "resource_name": "g-alice",
-                         "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"},
-                        {"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders-secret",
-                         "pattern_type": "LITERAL", "operation": "READ", "permission": "DENY"},
-                        {"principal": "User:*", "resource_type": "TOPIC", "resource_name": "bulk",
-                         "pattern_type": "LITERAL", "operation": "WRITE", "permission": "ALLOW"}):
-                r = root.post(f"/v3/clusters/{cid}/acls", json=acl)
-                assert r.status_code == 201, r.text
+        cid = seed_secured_node(node.url, SECRET, PASSWORDS, ("orders", "payroll", "bulk"), (
+            {"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders",
+             "pattern_type": "PREFIXED", "operation": "ALL", "permission": "ALLOW"},
+            {"principal": "User:alice", "resource_type": "GROUP", "resource_name": "g-alice",
+             "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"},
+            {"principal": "User:alice", "resource_type": "TOPIC", "resource_name": "orders-secret",
+             "pattern_type": "LITERAL", "operation": "READ", "permission": "DENY"},
+            {"principal": "User:*", "resource_type": "TOPIC", "resource_name": "bulk",
+             "pattern_type": "LITERAL", "operation": "WRITE", "permission": "ALLOW"}))
         node.cluster_id = cid
         yield node
     finally:
