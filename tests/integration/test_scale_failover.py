@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from tests.support.faults import wait_for
 from tests.support.nodes import Cluster
 
 TOPICS = 10
@@ -35,13 +36,6 @@ def _views(client: httpx.Client, url: str, topic: str) -> list[dict] | None:
     except httpx.HTTPError:
         return None
     return r.json() if r.status_code == 200 else None
-
-
-def _wait(cond, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"{what} not within {timeout_s}s"
-        time.sleep(1.0)
 
 
 def _controller(client: httpx.Client, url: str) -> int:
@@ -77,7 +71,7 @@ def test_every_partition_is_writable_again_after_one_of_three_nodes_is_killed(tm
                             return False
                 return True
 
-            _wait(settled, SETTLE_S, "every ISR full on every node")
+            wait_for(settled, SETTLE_S, "every ISR full on every node", interval_s=1.0)
             victim = next(n for n in reversed(cluster.nodes) if n.node_id != _controller(client, url))
             live = [n for n in cluster.nodes if n is not victim]
             victim.kill()
@@ -106,8 +100,9 @@ def test_every_partition_is_writable_again_after_one_of_three_nodes_is_killed(tm
                             refused[status] = refused.get(status, 0) + 1
                 return not pending
 
-            _wait(all_writable, WRITABLE_S, f"every partition writable after SIGKILL of node {victim.node_id} "
-                                            f"(still failing: {len(pending)}, refusals by status: {refused})")
+            wait_for(all_writable, WRITABLE_S, f"every partition writable after SIGKILL of node {victim.node_id}",
+                     interval_s=1.0)
+            assert not pending, f"still failing: {len(pending)}, refusals by status: {refused}"
             # The dead node leads nothing any more, as every live node sees it.
             for n in live:
                 for t in topics:
