@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from lakelog.ingest_api.cluster.metadata_follower import cancel_task
 from lakelog.infra import error_codes
 from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.cluster.broker_configs import CONTROLLER_OPS as BROKER_CONFIG_CONTROLLER_OPS
@@ -203,12 +204,7 @@ class ControllerHost:
                      extra=NOTICE)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_task(self._task)
 
     async def _run(self, term: int) -> None:
         # Act only once this term's first entry is applied: then every broker epoch and producer-id

@@ -43,6 +43,7 @@ import logging
 import time
 from typing import Any
 
+from lakelog.ingest_api.cluster.metadata_follower import cancel_task
 from lakelog.ingest_api.errors import InvalidRequestError
 from lakelog.ingest_api.groups.assignors import TopicPartition, parse_strategies
 from lakelog.ingest_api.groups.consumer_config import FORMATS, STOP_TIMEOUT_S, InstanceConfig
@@ -175,12 +176,7 @@ class ConsumerManager:
         self._task = asyncio.get_running_loop().create_task(self._expiry_loop(), name="consumer-instance-expiry")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_task(self._task)
         # Best effort and bounded: the node is stopping, its commits and leave requests may not get through
         # (then the members' sessions expire on the coordinator).
         closing = asyncio.gather(*(i.close() for i in list(self.instances.values())), return_exceptions=True)

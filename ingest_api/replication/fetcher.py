@@ -32,6 +32,7 @@ import random
 import time
 from typing import TYPE_CHECKING
 
+from lakelog.ingest_api.cluster.metadata_follower import cancel_task
 from lakelog.ingest_api.replication.events import Role
 from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.ingest_api.replication import wire
@@ -80,13 +81,8 @@ class ReplicaFetcher:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"fetcher-{self.leader_id}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_task(self._task)
+        self._task = None
 
     def add(self, key: PartitionKey) -> None:
         self.keys.add(key)
