@@ -5,7 +5,7 @@
     python bench/peer_kafka.py --records 500000 --rounds 3
     python bench/peer_kafka.py --no-write            # print only
 
-Kafka: the broker and tools resolved once from Maven Central (bench/pom.xml -> .jars/kafka, or
+Kafka: the broker and tools resolved once from Maven Central (infra/kafka/pom.xml -> .jars/kafka, or
 `--jars DIR` / $LAKELOG_KAFKA_JARS), KRaft nodes (broker and controller in one JVM each; one, or
 three forming the quorum) on loopback, data in a temp dir; Kafka's own `ProducerPerformance`
 (--throughput -1, default producer settings plus acks) and `ConsumerPerformance` (its nMsg.sec).
@@ -95,7 +95,7 @@ def resolve_jars() -> None:
     if (JARS / ".resolved").exists():
         return
     JARS.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mvn", "--batch-mode", "--quiet", "-f", str(ROOT / "bench" / "pom.xml"),
+    subprocess.run(["mvn", "--batch-mode", "--quiet", "-f", str(ROOT / "infra" / "kafka" / "pom.xml"),
                     "dependency:copy-dependencies", f"-DoutputDirectory={JARS}", "-DincludeScope=runtime"],
                    check=True)
     (JARS / ".resolved").touch()
