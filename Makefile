@@ -7,7 +7,7 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars jvm console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment clean
+.PHONY: setup venv jars kafka jvm console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment clean
 
 setup: venv jars jvm console
 
@@ -23,6 +23,16 @@ $(JARS)/.resolved: infra/pom.xml
 	mkdir -p $(JARS)
 	mvn --batch-mode --quiet -f infra/pom.xml dependency:copy-dependencies \
 	    -DoutputDirectory=$(CURDIR)/$(JARS) -DincludeScope=runtime
+	touch $@
+
+# Apache Kafka's own programs (broker, shell tools, Connect's standalone worker with the FileStream
+# connectors), from Maven Central into .jars/kafka: the Kafka-protocol tests drive Lakelog with them and
+# the peer benchmarks run the broker beside Lakelog.
+kafka: $(JARS)/kafka/.resolved
+$(JARS)/kafka/.resolved: infra/kafka/pom.xml
+	mkdir -p $(JARS)/kafka
+	mvn --batch-mode --quiet -f infra/kafka/pom.xml dependency:copy-dependencies \
+	    -DoutputDirectory=$(CURDIR)/$(JARS)/kafka -DincludeScope=runtime
 	touch $@
 
 # The JVM `lakelog` data source (spark_log/jvm/): javac + jar against pyspark's own jars, no
@@ -60,7 +70,7 @@ up: setup
 	$(BIN)/lakelog up --sql
 
 # The whole test suite.
-test: setup browser
+test: setup kafka browser
 	$(BIN)/python -m pytest
 
 bench: setup
@@ -81,8 +91,8 @@ bench-sql: setup
 bench-console: setup
 	$(BIN)/python bench/console.py
 
-# Apache Kafka 4.1 (jars from Maven Central via bench/pom.xml into .jars/kafka) against Lakelog's client.
-bench-peer: setup
+# Apache Kafka 4.1 (jars from Maven Central via infra/kafka/pom.xml into .jars/kafka) against Lakelog's client.
+bench-peer: setup kafka
 	$(BIN)/python bench/peer_kafka.py --rf 1
 	$(BIN)/python bench/peer_kafka.py --rf 3
 
