@@ -29,6 +29,9 @@ class NodeMetrics:
         self.log_dir_offline = Gauge("lakelog_log_dir_offline", "1 when an I/O error took the log directory "
                                      "offline (writes refused until a restart)", registry=r)
         self.log_dir_offline.set_function(lambda: _log_dir_offline(node))
+        #: Set to read the Kafka door's count once the door runs (ingest_api/server.py); 0 without one.
+        self.kafka_connections = Gauge("lakelog_kafka_connections", "Open connections of the node's Kafka "
+                                       "listeners", registry=r)
         r.register(_PartitionCollector(node))
         r.register(_TieringCollector(node))
 

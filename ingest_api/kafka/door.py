@@ -72,6 +72,11 @@ class KafkaDoor:
     async def stop(self) -> None:
         await self.server.stop()
 
+    @property
+    def connection_count(self) -> int:
+        """Open connections of all the door's listeners (read on the node's event loop or a scrape)."""
+        return self.server.connection_count
+
     async def handle(self, req: Request, conn: Connection) -> Any:
         security = self.context.node.security
         principal = conn.principal
