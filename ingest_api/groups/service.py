@@ -84,6 +84,9 @@ RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvail
 _RELAYED_BY_CODE: dict[int, type[NodeError]] = {
     error_codes.code(c.__name__).error_code: c for c in (*BY_KAFKA_NAME.values(), NotReadyError)}
 
+#: How a controller on another node answers a topic that exists (forwarded as a RemoteError).
+_TOPIC_EXISTS_CODE = error_codes.code(TopicExistsError.__name__).error_code
+
 
 def _effect_doc(e: Effect) -> dict[str, Any]:
     if isinstance(e, JoinResult):
@@ -465,6 +468,11 @@ class GroupService:
                          self.config.offsets_topic_num_partitions, rf)
             except TopicExistsError:
                 pass
+            except RemoteError as e:
+                # Forwarded to the controller on another node, which answered that another node
+                # created it first (this node has not applied that record yet): the topic is there.
+                if e.error_code != _TOPIC_EXISTS_CODE:
+                    raise
 
     async def call(self, group_id: str, op: str, args: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         """Run `op` on the group's coordinator (one attempt); group errors raised as GroupError."""
