@@ -8,6 +8,7 @@ JARS   := .jars
 BIN    := $(VENV)/bin
 
 .PHONY: setup venv jars kafka jvm console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment clean
+.PHONY: bench-kafka-perf
 
 setup: venv jars jvm console
 
@@ -95,6 +96,12 @@ bench-console: setup
 bench-peer: setup kafka
 	$(BIN)/python bench/peer_kafka.py --rf 1
 	$(BIN)/python bench/peer_kafka.py --rf 3
+
+# Kafka's own ProducerPerformance / ConsumerPerformance against Lakelog's Kafka door and Apache Kafka 4.1:
+# 1 node vs 1 broker, then 3 nodes vs 3 brokers (RF 3). Run it on a quiet machine (about 15 minutes).
+bench-kafka-perf: setup kafka
+	$(BIN)/python bench/kafka_perf.py --rf 1
+	$(BIN)/python bench/kafka_perf.py --rf 3
 
 # Partition moves on a 4-node cluster, unthrottled and under a replication throttle, about two minutes.
 bench-reassignment: setup
