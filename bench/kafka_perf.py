@@ -227,6 +227,10 @@ def report(args, res: Results, rate: int, load_start, load_end, other_cpus: floa
     def verdict(case: str) -> str:
         return "met" if res.best("lakelog", case) >= res.best("kafka", case) else "**missed**"
 
+    def lagged(side: str) -> str:
+        """A mark on a latency figure taken while the side fell behind the asked rate (its queue grew)."""
+        return " (below the rate)" if min(res.all(side, "fixed rate")) < 0.9 * rate else ""
+
     settings = ", ".join(f"`{k}={v}`" for k, v in PRODUCER_PROPS.items())
     lines = [
         f"### RF {args.rf}: " + ("1 node vs 1 broker" if args.rf == 1 else f"{args.rf} nodes vs {args.rf} brokers"), "",
@@ -250,14 +254,15 @@ def report(args, res: Results, rate: int, load_start, load_end, other_cpus: floa
         f"| server CPU s per 1,000 records, consume | {res.best('kafka', 'consume cpu', True):.4f} | "
         f"{res.best('lakelog', 'consume cpu', True):.4f} | {ratio('consume cpu')} | | |",
         f"| produce latency p50 / p99 at {rate:,} records/s (50% of Kafka's peak), ms | "
-        f"{res.best('kafka', 'p50', True):.0f} / {res.best('kafka', 'p99', True):.0f} | "
-        f"{res.best('lakelog', 'p50', True):.0f} / {res.best('lakelog', 'p99', True):.0f} | | | |",
+        f"{res.best('kafka', 'p50', True):.0f} / {res.best('kafka', 'p99', True):.0f}{lagged('kafka')} | "
+        f"{res.best('lakelog', 'p50', True):.0f} / {res.best('lakelog', 'p99', True):.0f}{lagged('lakelog')} | | | |",
         "",
         "Rates are the best round, CPU and latency the lowest. Server CPU: user + system seconds of the "
         "brokers' JVMs / the nodes' processes (/proc/PID/stat) across the case; the tools' own CPU is not in it. "
         "The fixed-rate runs produced at " + ", ".join(f"{v:,.0f}" for v in res.all("kafka", "fixed rate"))
         + " (Kafka) and " + ", ".join(f"{v:,.0f}" for v in res.all("lakelog", "fixed rate"))
-        + f" (Lakelog) records/s for {args.latency_seconds} s each.", "",
+        + f" (Lakelog) records/s for {args.latency_seconds} s each; \"below the rate\": a run that fell more than 10% short "
+        "of the asked rate, so its latency includes time queued in the producer.", "",
         "All rounds: " + "; ".join(f"{side} {case} " + ", ".join(f"{v:.4f}" if case.endswith("cpu") else f"{v:,.0f}"
                                                                 for v in values)
                                    for (side, case), values in res.rows.items()),
