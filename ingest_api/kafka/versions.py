@@ -37,12 +37,18 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 5),
     22: ("InitProducerId", 0, 5),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    29: ("DescribeAcls", 1, 3),
+    30: ("CreateAcls", 1, 3),
+    31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
+    48: ("DescribeClientQuotas", 0, 1),
+    50: ("DescribeUserScramCredentials", 0, 0),
+    51: ("AlterUserScramCredentials", 0, 0),
     60: ("DescribeCluster", 0, 1),
 }
 
