@@ -1,6 +1,6 @@
-"""DescribeUserScramCredentials, AlterUserScramCredentials and DescribeClientQuotas on the Kafka door:
-the users and quota overrides the cluster metadata stores (the ones HTTP's /v3/.../users and
-/v3/.../quotas change), as Kafka's `kafka-configs --entity-type users` reads and writes them.
+"""DescribeUserScramCredentials and AlterUserScramCredentials on the Kafka door: the users the cluster
+metadata stores (the ones HTTP's /v3/.../users changes), as Kafka's `kafka-configs --entity-type
+users` reads and writes their SCRAM credentials.
 
 SCRAM mechanisms are Kafka's codes: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512 (0 UNKNOWN). An upsertion
 carries salt, iterations and SaltedPassword, which the client computed: the node derives StoredKey
@@ -18,12 +18,6 @@ The valid changes of one request go to the controller as one metadata change (de
 upsertions); each is audited. Authorization, as Kafka: describing needs DESCRIBE on the cluster
 (Kafka's DESCRIBE_CONFIGS is not in the ACL model), altering ALTER on it; a refusal answers
 CLUSTER_AUTHORIZATION_FAILED.
-
-DescribeClientQuotas answers the per-principal quota overrides as Kafka's `user` entities:
-`producer.byte.rate` as `producer_byte_rate`, `consumer.byte.rate` as `consumer_byte_rate`, and
-`request.rate` (requests per second; Kafka's nearest key, `request_percentage`, measures something
-else) under its own name. Client-id and IP entities and default entities are not stored: a filter
-on them matches nothing.
 """
 
 from __future__ import annotations
@@ -46,12 +40,6 @@ NONE = ErrorCode.none.value
 #: Kafka's ScramMechanism codes.
 MECHANISMS = {1: SCRAM_SHA_256, 2: SCRAM_SHA_512}
 MECHANISM_CODES = {name: code for code, name in MECHANISMS.items()}
-#: Quota keys stored -> the names Kafka's tools show.
-QUOTA_NAMES = {"producer.byte.rate": "producer_byte_rate", "consumer.byte.rate": "consumer_byte_rate",
-               "request.rate": "request.rate"}
-USER_ENTITY = "user"
-#: DescribeClientQuotas match types.
-MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 
 def _cluster_refusal(ctx: KafkaContext, conn: Connection, operation: Operation, api: str) -> tuple[int, str] | None:
@@ -153,31 +141,3 @@ async def alter_user_scram_credentials(ctx: KafkaContext, req: Request, conn: Co
     return {"throttle_time": 0, "results": [
         {"user": n, "error_code": errors.get(n, (NONE, None))[0], "error_message": errors.get(n, (NONE, None))[1]}
         for n in names]}
-
-
-def _entity_matches(components: Any, strict: bool, user: str) -> bool:
-    """Whether the stored entity {user: name} matches a DescribeClientQuotas filter."""
-    for c in components:
-        if c.entity_type != USER_ENTITY:
-            return False  # no client-id or ip entities are stored
-        if int(c.match_type) == MATCH_EXACT and c.match != user:
-            return False
-        if int(c.match_type) == MATCH_DEFAULT:
-            return False  # the default user's quotas are the node config's, not an entity
-    return not strict or [c.entity_type for c in components] == [USER_ENTITY]
-
-
-async def describe_client_quotas(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
-    out: dict[str, Any] = {"throttle_time": 0, "error_code": NONE, "error_message": None, "entries": []}
-    refused = _cluster_refusal(ctx, conn, Operation.DESCRIBE, "DescribeClientQuotas")
-    if refused:
-        return {**out, "error_code": refused[0], "error_message": refused[1], "entries": None}
-    quotas = ctx.node.image.security.quotas
-    entries = []
-    for principal in sorted(quotas):
-        user = principal.partition(":")[2]
-        if _entity_matches(req.body.components, bool(req.body.strict), user):
-            entries.append({"entity": [{"entity_type": USER_ENTITY, "entity_name": user}],
-                            "values": [{"key": QUOTA_NAMES.get(k, k), "value": float(v)}
-                                       for k, v in sorted(quotas[principal].items())]})
-    return {**out, "entries": entries}

@@ -16,12 +16,13 @@ from kio.schema.alter_user_scram_credentials.v0.request import (AlterUserScramCr
 from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
 from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+from kio.schema.alter_client_quotas.v1.request import AlterClientQuotasRequest, EntityData, EntryData, OpData
 from kio.schema.describe_client_quotas.v1.request import ComponentData, DescribeClientQuotasRequest
 from kio.schema.describe_user_scram_credentials.v0.request import DescribeUserScramCredentialsRequest, UserName
 from kio.schema.errors import ErrorCode
 
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.kafka import acl_apis, codec, scram_admin_apis
+from lakelog.ingest_api.kafka import acl_apis, codec, quota_apis, scram_admin_apis
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.security.acl import AclBinding, Authorizer
 from lakelog.ingest_api.security.errors import InvalidSecurityRequestError
@@ -179,7 +180,7 @@ def test_client_quotas_are_described_as_user_entities():
         "producer.byte.rate": 1024, "request.rate": 5}}))
 
     def entries(*components, strict=False):
-        return _call(scram_admin_apis.describe_client_quotas, ctx, conn, DescribeClientQuotasRequest(
+        return _call(quota_apis.describe_client_quotas, ctx, conn, DescribeClientQuotasRequest(
             components=tuple(ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components),
             strict=strict))["entries"]
 
@@ -190,6 +191,23 @@ def test_client_quotas_are_described_as_user_entities():
     assert entries(("user", 0, "bob")) == everything and entries(("user", 2, None), strict=True) == everything
     assert entries(("user", 0, "alice")) == [] and entries(("client-id", 2, None)) == []
     assert entries(("user", 1, None)) == []
+
+    def alter(user, *ops, entity_type="user", validate_only=False):
+        return _call(quota_apis.alter_client_quotas, ctx, conn, AlterClientQuotasRequest(entries=(EntryData(
+            entity=(EntityData(entity_type=entity_type, entity_name=user),),
+            ops=tuple(OpData(key=k, value=v, remove=r) for k, v, r in ops)),), validate_only=validate_only))[
+            "entries"][0]["error_code"]
+
+    assert alter("bob", ("consumer_byte_rate", 2048.0, False), ("request.rate", 0.0, True)) == 0
+    assert dict(ctx.node.image.security.quotas["User:bob"]) == {"producer.byte.rate": 1024, "consumer.byte.rate": 2048}
+    assert alter("carol", ("producer_byte_rate", 10.0, False), validate_only=True) == 0
+    assert "User:carol" not in ctx.node.image.security.quotas  # validated, not stored
+    invalid = ErrorCode.invalid_request.value
+    assert alter("bob", ("request_percentage", 50.0, False)) == invalid  # not a key Lakelog has
+    assert alter(None, ("producer_byte_rate", 1.0, False)) == invalid  # the default user: the node config's
+    assert alter("app-1", ("producer_byte_rate", 1.0, False), entity_type="client-id") == invalid
+    assert alter("bob", ("producer_byte_rate", 0, True), ("consumer_byte_rate", 0, True)) == 0
+    assert "User:bob" not in ctx.node.image.security.quotas  # the last key removed: the override goes
 
 
 def test_users_with_either_mechanism_survive_the_snapshot_and_old_snapshots_still_load():
