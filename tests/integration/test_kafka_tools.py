@@ -160,11 +160,17 @@ def test_kafka_configs_and_kafka_acls_and_a_refusal_seen_by_a_java_consumer(tc):
     configs = {c["name"]: c["value"] for c in tc.root.get(f"/v3/clusters/{tc.cid}/topics/tools-shared/configs")
                .json()["data"]}
     assert configs["retention.ms"] == "3600000" and configs["cleanup.policy"] == "compact"
-    # A user made by kafka-configs (AlterUserScramCredentials: the tool sends salted passwords).
-    tc.tools.run(CONFIGS, *admin, "--alter", "--entity-type", "users", "--entity-name", "bob", "--add-config",
-                 f"SCRAM-SHA-512=[iterations=8192,password={BOB_PW}],SCRAM-SHA-256=[password={BOB_PW}]")
+    # A user made by kafka-configs (AlterUserScramCredentials: the tool sends salted passwords), and a
+    # quota of it (AlterClientQuotas; the tool alters the two in separate runs).
+    user = ("--alter", "--entity-type", "users", "--entity-name", "bob", "--add-config")
+    tc.tools.run(CONFIGS, *admin, *user, f"SCRAM-SHA-512=[iterations=8192,password={BOB_PW}],"
+                                         f"SCRAM-SHA-256=[password={BOB_PW}]")
+    tc.tools.run(CONFIGS, *admin, *user, "consumer_byte_rate=1048576")
     out = tc.tools.run(CONFIGS, *admin, "--describe", "--entity-type", "users", "--entity-name", "bob").stdout
     assert "SCRAM-SHA-256=iterations=4096" in out and "SCRAM-SHA-512=iterations=8192" in out, out
+    assert "consumer_byte_rate=1048576" in out, out
+    quotas = tc.root.get(f"/v3/clusters/{tc.cid}/quotas").json()["data"]
+    assert quotas == [{"principal": "User:bob", "quotas": {"consumer.byte.rate": 1048576}}]
     users = {u["name"]: u for u in tc.root.get(f"/v3/clusters/{tc.cid}/users").json()["data"]}
     assert [c["mechanism"] for c in users["bob"]["credentials"]] == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
     # ACLs: bob may read tools-shared* with groups g-bob* (the tool gives both the PREFIXED pattern); nothing else.
