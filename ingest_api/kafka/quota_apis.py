@@ -33,6 +33,7 @@ from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 from lakelog.ingest_api.security.audit import AuditLog
+from lakelog.ingest_api.security.errors import InvalidSecurityRequestError
 from lakelog.ingest_api.security.records import check_quotas, check_user_name
 
 NONE = ErrorCode.none.value
@@ -110,8 +111,9 @@ async def alter_client_quotas(ctx: KafkaContext, req: Request, conn: Connection)
             names = [(e.entity_type, e.entity_name) for e in entry.entity]
             current = dict(ctx.node.image.security.quotas.get(f"User:{names[0][1]}", {})) if names else {}
             principal, new = _new_quotas(entry, current)
-        except ValueError as e:
-            results.append({**doc, "error_code": ErrorCode.invalid_request.value, "error_message": str(e)[:500]})
+        except ValueError as e:  # answered as the HTTP quota route answers it: the error table's row
+            refusal = InvalidSecurityRequestError(str(e)[:500])
+            results.append({**doc, "error_code": int(kafka_code(refusal)), "error_message": str(refusal)})
             continue
         if not req.body.validate_only and (new is not None or current):
             try:
