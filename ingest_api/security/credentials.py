@@ -13,9 +13,10 @@ and the cluster metadata holds `ScramCredential(mechanism, salt, iterations, sto
 server_key)` per user and mechanism — exactly the parameters a SCRAM server keeps, so a later SCRAM
 exchange can use them. A Kafka admin client sends SaltedPassword itself (AlterUserScramCredentials):
 `credential_from_salted_password` derives the same keys from it. HTTP Basic sends the password
-itself: verification recomputes StoredKey and compares it in constant time. PBKDF2 is deliberately slow (4096 iterations at least), so `CredentialCache` remembers a
-successful check, keyed by an HMAC of the header under a per-process random key (no password is kept
-in clear), and is emptied whenever users change.
+itself: verification recomputes StoredKey and compares it in constant time. PBKDF2 is deliberately
+slow (4096 iterations at least), so `CredentialCache` remembers a successful check, keyed by an
+HMAC of the header under a per-process random key (no password is kept in clear), and is emptied
+whenever users change.
 
 API keys are `llk_<id>_<secret>`: `id` (16 hex chars) names the key, `secret` (43 url-safe base64
 chars, 256 random bits) is shown once at creation. The metadata holds the id, the principal and

@@ -151,8 +151,8 @@ class SecurityState:
         raise ValueError(f"not a security record: {t!r}")
 
 
-RECORD_TYPES = ("user_credential", "delete_user_credential", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls",
-                "alter_quota")
+RECORD_TYPES = ("user_credential", "delete_user_credential", "delete_user", "create_api_key", "delete_api_key",
+                "create_acls", "delete_acls", "alter_quota")
 
 
 def check_quotas(d: Any) -> dict[str, float]:
@@ -208,8 +208,8 @@ def _api_key(d: Any) -> ApiKey:
 
 # ------------------------------------------------------------------------- the controller side
 
-CONTROLLER_OPS = ("upsert_user", "alter_user_credentials", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls",
-                  "alter_quota")
+CONTROLLER_OPS = ("upsert_user", "alter_user_credentials", "delete_user", "create_api_key", "delete_api_key",
+                  "create_acls", "delete_acls", "alter_quota")
 
 
 def controller_records(op: str, args: Mapping[str, Any], state: SecurityState) -> tuple[list[dict], dict]:

@@ -1,6 +1,7 @@
 """SASL on the Kafka door without a node: the SCRAM-SHA-256 server exchange (RFC 7677's own example as a
-golden vector), SCRAM-SHA-512 against a client written from RFC 5802, PLAIN messages, the listener closing a connection that skips authentication, the
-listener settings a node refuses, and quotas answered with a throttle time."""
+golden vector), SCRAM-SHA-512 against a client written from RFC 5802, PLAIN messages, the listener
+closing a connection that skips authentication, the listener settings a node refuses, and quotas
+answered with a throttle time."""
 
 from __future__ import annotations
 
