@@ -13,6 +13,7 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
+from lakelog.ingest_api.kafka import acl_apis, quota_apis, scram_admin_apis
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
@@ -41,12 +42,19 @@ HANDLERS: dict[int, ApiHandler] = {
     20: admin_apis.delete_topics,
     22: metadata_apis.init_producer_id,
     23: records_apis.offset_for_leader_epoch,
+    29: acl_apis.describe_acls,
+    30: acl_apis.create_acls,
+    31: acl_apis.delete_acls,
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
     36: sasl_apis.sasl_authenticate,
     37: admin_apis.create_partitions,
     42: group_apis.delete_groups,
     44: admin_apis.incremental_alter_configs,
+    48: quota_apis.describe_client_quotas,
+    49: quota_apis.alter_client_quotas,
+    50: scram_admin_apis.describe_user_scram_credentials,
+    51: scram_admin_apis.alter_user_scram_credentials,
     60: metadata_apis.describe_cluster,
 }
 
