@@ -40,7 +40,7 @@ from lakelog.ingest_api.cluster.throttles import (
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
 from lakelog.ingest_api.replication.events import ProposeIsr, Role
-from lakelog.ingest_api.replication.partition import Partition, PartitionKey
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey, monotonic_ms
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
@@ -376,7 +376,7 @@ class ReplicaManager:
         if max_wait > 0 and not result:
             await self.fetch_sessions.wait(session, max_wait)
             result = self._answer_session(session, False, [], budget)
-        session.last_fetch_ms = int(time.time() * 1000)
+        session.last_fetch_ms = monotonic_ms()
         return result
 
     def _answer_session(self, session: FetchSession, full: bool, named: list[PartitionKey],

@@ -50,3 +50,22 @@ def test_replica_lag_still_counts_in_monotonic_time(tmp_path):
     proposal = p.tick(LAG_MAX_MS, now=later)
     assert proposal is not None and 2 not in proposal.new_isr
     p.log.close()
+
+
+def test_a_silent_fetch_session_follower_leaves_the_isr(tmp_path):
+    """The ISR check reads a caught-up follower's last request time from its fetch session: that time
+    must be on the clock `tick` compares it with, or a follower silent since then stays in the ISR."""
+    from lakelog.ingest_api.replication.partition import monotonic_ms
+    from lakelog.ingest_api.replication.sessions import FetchSessions
+
+    p = leader_with_follower(tmp_path)
+    sessions = FetchSessions()
+    sessions.begin(2, {"session_id": 7, "session_epoch": 0, "partitions": [
+        {"topic": "t", "partition": 0, "fetch_offset": p.log.log_end_offset, "current_leader_epoch": 3}]})
+    seen = list(sessions.caught_up(p.key, 3, p.log.log_end_offset))
+    assert [r for r, _, _ in seen] == [2]
+    for replica_id, offset, at_ms in seen:
+        p.on_follower_fetch(replica_id, offset, now=at_ms)
+    proposal = p.tick(LAG_MAX_MS, now=monotonic_ms() + LAG_MAX_MS + 1000)
+    assert proposal is not None and 2 not in proposal.new_isr, "a follower silent past the lag bound stayed in the ISR"
+    p.log.close()
