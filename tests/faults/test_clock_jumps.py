@@ -25,9 +25,9 @@ import httpx
 import pytest
 
 from tests.faults.test_replication_faults import _seed
+from tests.integration.test_consumer_groups import FAST_GROUPS, JSON_V2, V2, new_consumer, poll, produce
 from tests.support.faults import broker_fenced, controller_id, create_topic, own_offsets, partition_state, wait_for
 from tests.support.nodes import NodeProcess, free_port
-from tests.integration.test_consumer_groups import FAST_GROUPS, JSON_V2, V2, new_consumer, poll, produce
 
 pytestmark = pytest.mark.timeout(240)
 
