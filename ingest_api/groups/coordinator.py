@@ -2,14 +2,14 @@
 
 One `GroupCoordinator` holds the groups of the `__consumer_offsets` partitions a node leads. It does
 no I/O and reads no clock: every event carries `now_ms`, member ids come from the `new_member_id`
-function given at construction.
+function given at construction. The node's `GroupService` feeds it HTTP requests and timer ticks,
+delivers the effects (delayed JoinGroup / SyncGroup answers) and appends commits to the log.
 
 Clocks: `now_ms` is the monotonic clock (milliseconds) of the node feeding the events — every
 membership time is a duration (session timeouts, rebalance and sync deadlines, how long a group has
 been empty), so a step of the wall clock neither expires members nor keeps dead ones. Only commit
 timestamps (`CommittedOffset.commit_timestamp_ms`, read back by the next coordinator) are wall
-clock; `expired_offsets` takes both clocks. The node's `GroupService` feeds it HTTP requests and timer ticks,
-delivers the effects (delayed JoinGroup / SyncGroup answers) and appends commits to the log.
+clock; `expired_offsets` takes both clocks.
 
 Group lifecycle (Kafka's states):
 
