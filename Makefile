@@ -66,12 +66,19 @@ browser:
 	    if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	    else echo "the console tests need /usr/bin/chromium (apt-get install chromium)" >&2; fi; fi
 
+# libfaketime, which the clock-jump fault test preloads into a node (the Debian package `faketime`).
+.PHONY: faketime
+faketime:
+	@if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 && [ ! -e /usr/lib/faketime/libfaketime.so.1 ]; then \
+	    if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q faketime; \
+	    else echo "tests/faults/test_clock_jumps.py needs libfaketime (apt-get install faketime)" >&2; fi; fi
+
 # The main job: a local cluster on the embedded defaults, with its SQL server (`lakelog sql` answers at once).
 up: setup
 	$(BIN)/lakelog up --sql
 
 # The whole test suite.
-test: setup kafka browser
+test: setup kafka browser faketime
 	$(BIN)/python -m pytest
 
 bench: setup

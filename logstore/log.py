@@ -96,6 +96,10 @@ _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 assert _OFFSET_LENGTH_EPOCH.size == 16
 
 
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class PartitionLog:
     """The log of one partition replica (see the module docstring)."""
 
@@ -116,7 +120,8 @@ class PartitionLog:
         self._listeners: list[Callable[[int], None]] = []
         self._truncation_listeners: list[Callable[[int], None]] = []
         self._unflushed_records = 0
-        self._last_flush_ms = self._now_ms()
+        #: Monotonic: `flush.ms` is a duration, which a step of the wall clock must not stretch or cut.
+        self._last_flush_mono_ms = _monotonic_ms()
         self.epochs = LeaderEpochCache(self.directory)
         self._producers = ProducerStateManager(self.directory, producer_id_expiration_ms=producer_id_expiration_ms,
                                                max_producer_ids=max_producer_ids,
@@ -262,7 +267,7 @@ class PartitionLog:
             self._unflushed_records += records
             info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
                               len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
-            self._after_append(now)
+            self._after_append()
             return info
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
@@ -306,7 +311,7 @@ class PartitionLog:
             self._unflushed_records += records
             info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
                               self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
-            self._after_append(now)
+            self._after_append()
             return info
 
     def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
@@ -321,9 +326,9 @@ class PartitionLog:
             self._roll_locked(first_offset)
         self._local.append(parts, entries)
 
-    def _after_append(self, now: int) -> None:
+    def _after_append(self) -> None:
         cfg = self.config
-        if self._unflushed_records >= cfg.flush_messages or now - self._last_flush_ms >= cfg.flush_ms:
+        if self._unflushed_records >= cfg.flush_messages or _monotonic_ms() - self._last_flush_mono_ms >= cfg.flush_ms:
             self._flush_locked()
         leo = self.log_end_offset
         for listener in self._listeners:
@@ -357,13 +362,13 @@ class PartitionLog:
     def _flush_locked(self) -> None:
         self._local.flush()
         self._unflushed_records = 0
-        self._last_flush_ms = self._now_ms()
+        self._last_flush_mono_ms = _monotonic_ms()
 
     def flush_if_due(self) -> None:
         """For a periodic task: flush when `flush.ms` has passed since the last flush. Takes the lock."""
         with self._lock:
             if not self._closed and self._unflushed_records and \
-                    self._now_ms() - self._last_flush_ms >= self.config.flush_ms:
+                    _monotonic_ms() - self._last_flush_mono_ms >= self.config.flush_ms:
                 self._flush_locked()
 
     # ------------------------------------------------------------------ reads and lookups

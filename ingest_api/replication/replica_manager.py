@@ -40,7 +40,7 @@ from lakelog.ingest_api.cluster.throttles import (
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
 from lakelog.ingest_api.replication.events import ProposeIsr, Role
-from lakelog.ingest_api.replication.partition import Partition, PartitionKey
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey, monotonic_ms
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
@@ -104,6 +104,9 @@ class ReplicaManager:
         self.fetch_sessions = FetchSessions()
         #: Partitions the last ISR check looked at (an operation count: tests, metrics).
         self.isr_partitions_checked = 0
+        #: ISR changes this node sent as a leader (Kafka's IsrShrinksPerSec / IsrExpandsPerSec; metrics).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # ------------------------------------------------------------------ views
 
@@ -297,10 +300,12 @@ class ReplicaManager:
                                                                             p.log.log_end_offset)):
             proposal = p.on_follower_fetch(replica_id, offset, now=at_ms)
             if proposal is not None and self._send_isr_change(p, proposal):
+                self.isr_expands += 1
                 log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
         proposal = p.tick(lag_max_ms)
         if proposal is not None and self._send_isr_change(p, proposal):
-            log.info("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
+            self.isr_shrinks += 1
+            log.warning("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
 
     def _send_isr_change(self, p: Partition, proposal: ProposeIsr) -> bool:
         """Send an ISR change unless a refused one of this partition is backing off; True if sent."""
@@ -376,7 +381,7 @@ class ReplicaManager:
         if max_wait > 0 and not result:
             await self.fetch_sessions.wait(session, max_wait)
             result = self._answer_session(session, False, [], budget)
-        session.last_fetch_ms = int(time.time() * 1000)
+        session.last_fetch_ms = monotonic_ms()
         return result
 
     def _answer_session(self, session: FetchSession, full: bool, named: list[PartitionKey],
@@ -412,6 +417,7 @@ class ReplicaManager:
                                       p.high_watermark, p.log.log_start_offset, leo, b"")
         proposal = p.on_follower_fetch(replica_id, offset)
         if proposal is not None and self._send_isr_change(p, proposal):
+            self.isr_expands += 1
             log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
         records: bytes | memoryview = b""
         if offset < leo and remaining > 0:

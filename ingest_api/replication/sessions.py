@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from lakelog.ingest_api.errors import InvalidRequestError
-from lakelog.ingest_api.replication.partition import PartitionKey
+from lakelog.ingest_api.replication.partition import PartitionKey, monotonic_ms
 
 #: Most partitions one fetch session holds.
 MAX_SESSION_PARTITIONS = 100_000
@@ -65,7 +64,8 @@ class FetchSession:
         self.dirty: set[PartitionKey] = set()
         #: Followers still behind the LEO at their last answer: looked at each round.
         self.behind: set[PartitionKey] = set()
-        #: Wall-clock ms of the session's last request (answered or not): its follower's liveness.
+        #: Monotonic ms of the session's last request (answered or not): its follower's liveness, on
+        #: the clock the ISR check compares it with (`Partition.tick`).
         self.last_fetch_ms = 0
         self.waiter: asyncio.Future | None = None
         #: Partitions looked at in rounds of this session (an operation count: tests, metrics).
@@ -138,7 +138,7 @@ class FetchSessions:
                 raise InvalidRequestError(f"fetch session {session_id} of node {replica_id} expects epoch "
                                           f"{session.epoch + 1}, not {epoch}")
         session.epoch = epoch
-        session.last_fetch_ms = int(time.time() * 1000)
+        session.last_fetch_ms = monotonic_ms()
         session.rounds += 1
         named = session.apply(entries, forgotten)
         if epoch == 0:
