@@ -228,8 +228,9 @@ class RemoteLogManager:
 
         The leader uploads sealed segments below the HW and applies remote retention; every
         replica applies local retention (`local.retention.*`: only tiered segments are deleted).
-        A fenced leader stops uploading until its leader epoch changes; a store error is logged
-        and retried next round (local data stays).
+        A fenced leader stops uploading until its leader epoch changes; a store error (a missed
+        deadline included) is logged and the partition's next copy round waits its backoff
+        (`remote.log.upload.retry.backoff.ms`, doubling); local data stays.
         """
         rp = self.remote(p)
         epoch, hw = p.leader_epoch, p.high_watermark
