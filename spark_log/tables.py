@@ -147,7 +147,7 @@ def _sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitio
                         latest_path = lp or latest_path
                     starts = {p: state.last.nexts.get(p, 0) for p in partitions}
                 else:
-                    synced = _highest_synced(spark, remote, topic, tables) if tables.exists(path) else {}
+                    synced = _highest_synced(spark, remote, topic, tables)
                     starts = {p: synced.get(p, -1) + 1 for p in partitions}
                 ends = _remote_ends(store, topic, partitions) if starts else {}
                 nexts = {p: max(s, ends[p] + 1) if ends[p] is not None else s for p, s in starts.items()}
