@@ -372,16 +372,22 @@ class ReplicaManager:
         if len(request.get("partitions", [])) > MAX_PARTITIONS_PER_REQUEST:
             raise InvalidRequestError(f"a replica fetch names at most {MAX_PARTITIONS_PER_REQUEST} partitions")
         session, full, named = self.fetch_sessions.begin(replica_id, request)
-        result = self._answer_session(session, full, named, budget)
+        result, lazy = self._answer_session(session, full, named, budget)
         if max_wait > 0 and not result:
+            # Only lazy news (a moved HW): keep it for the answer that ends the long-poll.
+            self.fetch_sessions.defer(session, [PartitionKey(d.topic, d.partition) for d in lazy])
             await self.fetch_sessions.wait(session, max_wait)
-            result = self._answer_session(session, False, [], budget)
+            result, lazy = self._answer_session(session, False, [], budget)
+        self._mark_sent(session, result)
+        self._mark_sent(session, lazy)
         session.last_fetch_ms = int(time.time() * 1000)
-        return result
+        return result + lazy
 
     def _answer_session(self, session: FetchSession, full: bool, named: list[PartitionKey],
-                        budget: int) -> list[wire.PartitionData]:
-        out = []
+                        budget: int) -> tuple[list[wire.PartitionData], list[wire.PartitionData]]:
+        """(partitions with records, an error, or in a full request; partitions whose only news is their
+        HW, log start or LEO)."""
+        out, lazy = [], []
         remaining = budget
         for key in session.candidates(named, self.fetch_sessions.take_dirty(session)):
             sp = session.partitions[key]
@@ -393,11 +399,18 @@ class ReplicaManager:
             remaining -= len(d.records)
             if sp.fetch_offset < d.log_end_offset:
                 session.behind.add(key)
-            state = (d.high_watermark, d.log_start_offset, d.log_end_offset)
-            if full or len(d.records) or state != sp.sent:
-                sp.sent = state
+            if full or len(d.records):
                 out.append(d)
-        return out
+            elif (d.high_watermark, d.log_start_offset, d.log_end_offset) != sp.sent:
+                lazy.append(d)
+        return out, lazy
+
+    @staticmethod
+    def _mark_sent(session: FetchSession, answered: list[wire.PartitionData]) -> None:
+        for d in answered:
+            sp = session.partitions.get(PartitionKey(d.topic, d.partition))
+            if sp is not None and d.error_code == wire.NONE:
+                sp.sent = (d.high_watermark, d.log_start_offset, d.log_end_offset)
 
     def _read_for_follower(self, replica_id: int, key: PartitionKey, sp: Any, remaining: int) -> wire.PartitionData:
         topic, part = key.topic, key.partition

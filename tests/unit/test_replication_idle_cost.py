@@ -5,7 +5,9 @@ in one process: the fetcher's requests go straight to the leader's `replica_fetc
 encoded and decoded as between nodes). After one record per partition is replicated, idle rounds
 must look at no partition on either side — the follower names none in its requests, the leader
 examines none — whether the topic has 8 partitions or 80; an append to one partition is looked at
-alone; the ISR check refreshes an idle follower's catching-up time from its session.
+alone; the ISR check refreshes an idle follower's catching-up time from its session. An acks=all
+append costs each follower one fetch: the fetch that moves the HW long-polls instead of being
+answered at once with the new HW.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from lakelog.logstore.record_batch import Record, build_batch
 from tests.unit.test_cluster_image import applied, create, part, register
 
 WAIT_MS = 20
+#: A long-poll far longer than the test: a request answered before it ends was answered early.
+LONG_WAIT_MS = 60_000
 IDLE_ROUNDS = 10
 
 
@@ -66,9 +70,9 @@ class _FollowerNode:
         return self.replicas.local_partition(key)
 
 
-def _config(node_id: int, tmp_path) -> NodeConfig:
+def _config(node_id: int, tmp_path, wait_ms: int = WAIT_MS) -> NodeConfig:
     return NodeConfig({"node.id": node_id, "log.dirs": str(tmp_path / f"node-{node_id}"),
-                       "replica.fetch.wait.max.ms": WAIT_MS, "replica.fetch.backoff.ms": 50})
+                       "replica.fetch.wait.max.ms": wait_ms, "replica.fetch.backoff.ms": 50})
 
 
 async def _no_controller(*args, **kwargs):
@@ -149,3 +153,50 @@ def test_an_idle_fetch_round_looks_at_no_partition_at_any_partition_count(tmp_pa
         assert cost["append_follower_examined"] <= 3, cost
         assert cost["append_leader_examined"] <= 3, cost
     assert large == small
+
+
+async def _fetches_per_append(tmp_path) -> None:
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("t", "id-t", part([1, 2])))
+    leader = ReplicaManager(_config(1, tmp_path, LONG_WAIT_MS), image, cleaner=None, new_fetcher=lambda n: None,
+                            controller_call=_no_controller, broker_epoch=lambda: 11, on_drop=lambda key: None)
+    fetchers: list[ReplicaFetcher] = []
+    node = _FollowerNode(_config(2, tmp_path, LONG_WAIT_MS), None, _Peers(leader))
+
+    def new_fetcher(leader_id: int) -> ReplicaFetcher:
+        fetchers.append(ReplicaFetcher(node, leader_id))  # type: ignore[arg-type]
+        return fetchers[-1]
+
+    follower = ReplicaManager(_config(2, tmp_path, LONG_WAIT_MS), image, cleaner=None, new_fetcher=new_fetcher,
+                              controller_call=_no_controller, broker_epoch=lambda: 12, on_drop=lambda key: None)
+    node.replicas = follower
+    assert leader.reconcile_now() and follower.reconcile_now()
+    key = PartitionKey("t", 0)
+    lp, fp = leader.local_partition(key), follower.local_partition(key)
+    try:
+        await _until(lambda: bool(fetchers) and fetchers[0].requests >= 2)  # the session is open and waiting
+        await asyncio.sleep(0.05)
+        for n in range(1, 4):
+            before = fetchers[0].requests
+            commit = asyncio.ensure_future(lp.wait_for_commit(n, timeout_s=30, min_isr=2))
+            lp.append_as_leader(build_batch([Record(0, 1_700_000_000_000, None, b"v")]), required_acks="all",
+                                min_isr=2)
+            await asyncio.wait_for(commit, 30)  # acknowledged by the follower's fetch from offset n
+            await asyncio.sleep(0.05)
+            # Two requests: the one woken by the append (answered with the record) and the next,
+            # whose fetch offset moved the HW; it waits (up to LONG_WAIT_MS) instead of answering the HW.
+            assert fetchers[0].requests == before + 1, (n, fetchers[0].requests - before)
+            assert lp.high_watermark == n
+            assert fp.log.log_end_offset == n
+            assert fp.high_watermark == n - 1  # the HW reaches the follower with its next answer
+    finally:
+        await follower.stop_fetchers()
+        for rm in (leader, follower):
+            for p in rm.partitions():
+                p.log.close()
+
+
+def test_an_acks_all_append_costs_each_follower_one_fetch(tmp_path):
+    asyncio.run(_fetches_per_append(tmp_path))
