@@ -64,7 +64,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
-from lakelog.infra.config import LogConfig
+from lakelog.infra.config import LONG_MAX, LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
 from lakelog.logstore.errors import InvalidRecordError, LogClosedError
@@ -359,12 +359,19 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = self._now_ms()
 
-    def flush_if_due(self) -> None:
-        """For a periodic task: flush when `flush.ms` has passed since the last flush. Takes the lock."""
+    def flush_if_due(self) -> int | None:
+        """For a periodic task: flush when `flush.ms` has passed since the last flush. Returns the
+        wall-clock ms at which the records still unflushed fall due, or None when none are (or
+        `flush.ms` is left at its never-due default). Takes the lock."""
         with self._lock:
-            if not self._closed and self._unflushed_records and \
-                    self._now_ms() - self._last_flush_ms >= self.config.flush_ms:
+            if self._closed or not self._unflushed_records:
+                return None
+            if self._now_ms() - self._last_flush_ms >= self.config.flush_ms:
                 self._flush_locked()
+                return None
+            if self.config.flush_ms >= LONG_MAX:
+                return None
+            return self._last_flush_ms + self.config.flush_ms
 
     # ------------------------------------------------------------------ reads and lookups
 

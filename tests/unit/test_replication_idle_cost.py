@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 
 from lakelog.ingest_api.cluster.image import ClusterImage
@@ -200,3 +201,43 @@ async def _fetches_per_append(tmp_path) -> None:
 
 def test_an_acks_all_append_costs_each_follower_one_fetch(tmp_path):
     asyncio.run(_fetches_per_append(tmp_path))
+
+
+def _flush_visits(tmp_path, partitions: int) -> list[int]:
+    """Partitions the flush scheduler visits in each of its passes: idle, after one append (not due
+    yet), idle again, once it falls due (flushed), idle after that."""
+    image = ClusterImage()
+    applied(image, register(1, 11))
+    applied(image, create("t", "id-t", *[part([1]) for _ in range(partitions)], configs={"flush.ms": "100"}))
+    rm = ReplicaManager(_config(1, tmp_path), image, cleaner=None, new_fetcher=lambda n: None,
+                        controller_call=_no_controller, broker_epoch=lambda: 11, on_drop=lambda key: None)
+    assert rm.reconcile_now()
+    p = rm.local_partition(PartitionKey("t", partitions - 1))
+    visits = []
+    try:
+        def one_pass() -> None:
+            before = rm.flush_partitions_visited
+            rm.flush_due()
+            visits.append(rm.flush_partitions_visited - before)
+
+        one_pass()
+        p.append_as_leader(build_batch([Record(0, 1_700_000_000_000, None, b"v")]))
+        one_pass()  # looked at: not due yet (unless this machine is very slow: then flushed here)
+        due = p.log.flush_if_due()
+        one_pass()  # not due yet, or nothing left to flush: not looked at
+        if due is not None:
+            time.sleep(max(0.0, due / 1000 - time.time()) + 0.01)
+            one_pass()  # due: flushed
+            assert p.log.flush_if_due() is None
+        one_pass()
+        return visits
+    finally:
+        for q in rm.partitions():
+            q.log.close()
+
+
+def test_the_flush_scheduler_visits_only_partitions_with_unflushed_records(tmp_path):
+    small = _flush_visits(tmp_path / "small", 8)
+    large = _flush_visits(tmp_path / "large", 80)
+    for visits in (small, large):  # the same at 8 and 80 partitions: only the one appended to
+        assert visits in ([0, 1, 0, 1, 0], [0, 1, 0, 0]), visits
