@@ -332,8 +332,21 @@ class Node:
         return self.admin.partition_state(topic, partition)
 
     def leader_of(self, topic: str, partition: int) -> int:
-        """The partition's leader per this node's metadata (-1 when it has none)."""
-        return self.admin.partition_state(topic, partition).leader
+        """The partition's leader per this node's metadata (-1 when it has none).
+
+        Readiness is per partition: while this node is not ready (starting, catching up with the
+        metadata, its serving lease lapsed) it still names a leader on another live node, so a
+        request for that partition is forwarded rather than refused (the leader checks its own
+        leadership: a stale view here costs a NOT_LEADER_OR_FOLLOWER answer, never a wrong append).
+        Only a partition this node would serve itself, one with no live leader in its view, or
+        one it does not know yet is refused as not ready (NotReadyError).
+        """
+        if self.ready:
+            return self.admin.partition_state(topic, partition).leader
+        st = self.image.partition(topic, partition)
+        if st is None or st.leader == self.node_id or st.leader < 0 or not self.image.is_live(st.leader):
+            self.check_ready()
+        return st.leader  # type: ignore[union-attr]
 
     def partition(self, topic: str, partition: int) -> Partition:
         """The local replica, which must be the leader."""
@@ -374,8 +387,10 @@ class Node:
                               producer: Any = None, principal: str | None = None) -> ProduceResults:
         """Append JSON / binary records: one batch per target partition (forwarded to its leader when
         that is another node, acting for `principal`); results in request order. `records` as
-        columns (ingest_api/records/produce_columns.py) costs no object per record."""
-        self.check_ready()
+        columns (ingest_api/records/produce_columns.py) costs no object per record. Readiness is
+        per partition (`leader_of`): a node catching up forwards to live leaders elsewhere."""
+        if not self.ready and self.image.topic(topic) is None:
+            self.check_ready()  # not known here yet: not ready, rather than "not found"
         meta = self.admin.topic_metadata(topic)
         cols = records if isinstance(records, ProduceColumns) else ProduceColumns.from_records(records)
         n = len(cols)

@@ -157,3 +157,30 @@ def test_controlled_shutdown_keeps_asking_while_a_controller_is_known(caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert any("controlled shutdown timed out" in m for m in messages)
     assert not any("no controller quorum" in m for m in messages)
+
+
+def test_a_node_that_is_not_ready_refuses_only_the_partitions_it_would_serve_itself(tmp_path):
+    """Readiness is per partition: a node catching up names a live leader elsewhere (its produce is
+    forwarded there) and refuses, as not ready, what it would serve itself, a partition whose
+    leader is not live in its view, and a topic it does not know yet."""
+    from lakelog.ingest_api.errors import NotReadyError
+    from lakelog.ingest_api.node import Node
+
+    node = Node(NodeConfig({"node.id": 1, "log.dirs": str(tmp_path)}))
+    ctrl = _controller(node.image)
+    for n in (1, 2, 3):
+        records, epoch = ctrl.register_broker(n, "inc", "h", 8080 + n, None, 0)
+        _commit(node.image, records)
+        if n != 3:  # node 3 stays fenced
+            records, _ = ctrl.heartbeat(n, epoch, 0, caught_up_offset=node.image.last_applied_index)
+            _commit(node.image, records)
+    _commit(node.image, [{"type": "create_topic", "name": "t", "topic_id": "id-t", "configs": {}, "partitions": [
+        {"replicas": [r, o], "isr": [r, o], "leader": r, "leader_epoch": 0, "partition_epoch": 0}
+        for r, o in ((2, 1), (1, 2), (3, 1))]}])
+    assert not node.ready
+    assert node.leader_of("t", 0) == 2  # led by live node 2: forwarded there
+    for partition in (1, 2):  # led by this node, or by fenced node 3
+        with pytest.raises(NotReadyError):
+            node.leader_of("t", partition)
+    with pytest.raises(NotReadyError):
+        node.leader_of("unknown", 0)
