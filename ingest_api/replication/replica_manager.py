@@ -5,8 +5,8 @@
   run one `ReplicaFetcher` per leader followed, delete replicas moved away or deleted; once the node
   is ready, delete stray partition directories left from before.
 * ISR (`isr_loop`, and on follower fetches): propose shrinks of lagging followers and expansions of
-  caught-up ones to the controller (AlterPartition, one in flight per partition); the committed
-  change comes back through the metadata log.
+  caught-up ones to the controller (AlterPartition, one in flight per partition, the changes of many
+  partitions in one request); the committed change comes back through the metadata log.
 * Leader side of replication: answer followers' fetches in their fetch sessions (`FetchSessions`:
   recording their fetch offsets, answering only partitions with news, long-polling on one waiter
   per session when there is none) and OffsetsForLeaderEpoch.
@@ -66,8 +66,8 @@ MAX_PARTITIONS_PER_REQUEST = 10000
 RECONCILE_SLICE_S = 0.05
 #: Partitions one ISR check looks at before it yields the event loop.
 ISR_CHECK_SLICE = 500
-#: AlterPartition requests one node has at the controller at once (the rest queue here).
-MAX_ISR_CHANGES_IN_FLIGHT = 8
+#: Most ISR changes one AlterPartition request carries (one request at a time; the rest wait here).
+MAX_ISR_CHANGES_PER_REQUEST = 1000
 
 
 class ReplicaManager:
@@ -85,7 +85,11 @@ class ReplicaManager:
         self._new_fetcher = new_fetcher
         self._controller_call = controller_call
         self._isr_backoff = RetryBackoff()  # a refused ISR change is not re-sent on every follower fetch
-        self._isr_slots: asyncio.Semaphore | None = None
+        #: ISR changes waiting for the next AlterPartition request, and the task sending them.
+        self._isr_pending: dict[PartitionKey, tuple[Partition, ProposeIsr]] = {}
+        self._isr_sender: asyncio.Task | None = None
+        #: AlterPartition requests sent (an operation count: tests, metrics).
+        self.isr_requests = 0
         self._broker_epoch = broker_epoch
         self._on_drop = on_drop
         self._partitions: dict[PartitionKey, Partition] = {}
@@ -314,36 +318,48 @@ class ReplicaManager:
             log.info("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
 
     def _send_isr_change(self, p: Partition, proposal: ProposeIsr) -> bool:
-        """Send an ISR change unless a refused one of this partition is backing off; True if sent."""
+        """Queue an ISR change for the next AlterPartition request unless a refused one of this
+        partition is backing off; True if queued."""
         if not self._isr_backoff.may_send(p.key, time.monotonic()):
             # Not sent: answered as refused, so the replica proposes it again after the backoff
             # (not on every follower fetch, several times a millisecond).
             p.isr_change_answered(proposal.partition_epoch, accepted=False)
             return False
-        asyncio.get_running_loop().create_task(self._alter_partition(p, proposal))
+        self._isr_pending[p.key] = (p, proposal)
+        if self._isr_sender is None or self._isr_sender.done():
+            self._isr_sender = asyncio.get_running_loop().create_task(self._send_isr_changes())
         return True
 
-    async def _alter_partition(self, p: Partition, proposal: ProposeIsr) -> None:
-        """AlterPartition through the controller; the answer goes back to the replica's state machine (the
-        committed ISR itself reaches this node through the metadata log). At most
-        `MAX_ISR_CHANGES_IN_FLIGHT` at once: a node back from a pause may propose hundreds together,
-        and as many simultaneous requests would crowd out the heartbeats at the controller."""
-        new_isr = list(proposal.new_isr)
-        if self._isr_slots is None:
-            self._isr_slots = asyncio.Semaphore(MAX_ISR_CHANGES_IN_FLIGHT)
-        try:
-            async with self._isr_slots:
-                await self._controller_call("alter_partition", {
-                    "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic": p.key.topic,
-                    "partition": p.key.partition, "leader_epoch": proposal.leader_epoch,
-                    "partition_epoch": proposal.partition_epoch, "new_isr": new_isr})
-        except Exception as e:
-            log.info("%s: ISR change to %s refused: %s", p.key, new_isr, e)
-            self._isr_backoff.refused(p.key, time.monotonic())
-            p.isr_change_answered(proposal.partition_epoch, accepted=False)
-            return
-        self._isr_backoff.accepted(p.key)
-        p.isr_change_answered(proposal.partition_epoch, accepted=True)
+    async def _send_isr_changes(self) -> None:
+        """The queued ISR changes to the controller, many partitions per AlterPartition request
+        (`alter_partitions`: applied in one controller round, one metadata entry), one request at a
+        time; what is proposed while one is out goes in the next. A node back from a pause may
+        propose hundreds together: a request each would crowd out the heartbeats at the controller.
+        The answers go back to the replicas' state machines (the committed ISR itself reaches this
+        node through the metadata log)."""
+        while self._isr_pending:
+            await asyncio.sleep(0)  # the rest of this ISR check slice joins the request
+            keys = list(self._isr_pending)[:MAX_ISR_CHANGES_PER_REQUEST]
+            batch = [self._isr_pending.pop(k) for k in keys]
+            entries = [{"topic": p.key.topic, "partition": p.key.partition, "leader_epoch": pr.leader_epoch,
+                        "partition_epoch": pr.partition_epoch, "new_isr": list(pr.new_isr)} for p, pr in batch]
+            self.isr_requests += 1
+            try:
+                answer = await self._controller_call("alter_partitions", {
+                    "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "partitions": entries})
+                errors = list(answer.get("errors") or [None] * len(batch))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                errors = [str(e)] * len(batch)
+            for (p, proposal), error in zip(batch, errors):
+                if error is None:
+                    self._isr_backoff.accepted(p.key)
+                    p.isr_change_answered(proposal.partition_epoch, accepted=True)
+                else:
+                    log.info("%s: ISR change to %s refused: %s", p.key, list(proposal.new_isr), error)
+                    self._isr_backoff.refused(p.key, time.monotonic())
+                    p.isr_change_answered(proposal.partition_epoch, accepted=False)
 
     # ------------------------------------------------------------------ leader side of replication
 

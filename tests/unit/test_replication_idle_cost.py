@@ -241,3 +241,37 @@ def test_the_flush_scheduler_visits_only_partitions_with_unflushed_records(tmp_p
     large = _flush_visits(tmp_path / "large", 80)
     for visits in (small, large):  # the same at 8 and 80 partitions: only the one appended to
         assert visits in ([0, 1, 0, 1, 0], [0, 1, 0, 0]), visits
+
+
+async def _isr_requests(tmp_path, partitions: int) -> list[int]:
+    """The AlterPartition requests a leader sends when every one of its partitions' followers falls
+    out of the ISR at once: the number of partitions each request carries."""
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("t", "id-t", *[part([1, 2]) for _ in range(partitions)]))
+    calls: list[int] = []
+
+    async def controller(op, args):
+        assert op == "alter_partitions"
+        calls.append(len(args["partitions"]))
+        return {"errors": [None] * len(args["partitions"])}
+
+    rm = ReplicaManager(_config(1, tmp_path), image, cleaner=None, new_fetcher=lambda n: None,
+                        controller_call=controller, broker_epoch=lambda: 11, on_drop=lambda key: None)
+    assert rm.reconcile_now()
+    try:
+        for p in rm.partitions():
+            rm.check_isr(p, lag_max_ms=-1)  # follower 2 has never fetched: every partition shrinks
+        await _until(lambda: sum(calls) == partitions)
+        await asyncio.sleep(0.05)
+        assert rm.isr_requests == len(calls)
+        return calls
+    finally:
+        for p in rm.partitions():
+            p.log.close()
+
+
+def test_the_isr_changes_of_many_partitions_go_to_the_controller_in_one_request(tmp_path):
+    assert asyncio.run(_isr_requests(tmp_path / "small", 8)) == [8]
+    assert asyncio.run(_isr_requests(tmp_path / "large", 80)) == [80]
