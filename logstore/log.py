@@ -146,6 +146,12 @@ class PartitionLog:
         return self._local.active_segment
 
     @property
+    def has_sealed_segments(self) -> bool:
+        """Whether a segment besides the active one exists: retention and compaction act on those
+        only. Read without the lock: a roll meanwhile is seen by the next caller."""
+        return len(self._local.segments) > 1
+
+    @property
     def log_end_offset(self) -> int:
         """LEO: the offset the next appended record will get."""
         return self._local.log_end_offset

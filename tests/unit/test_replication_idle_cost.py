@@ -275,3 +275,35 @@ async def _isr_requests(tmp_path, partitions: int) -> list[int]:
 def test_the_isr_changes_of_many_partitions_go_to_the_controller_in_one_request(tmp_path):
     assert asyncio.run(_isr_requests(tmp_path / "small", 8)) == [8]
     assert asyncio.run(_isr_requests(tmp_path / "large", 80)) == [80]
+
+
+def _cleaner_services(tmp_path, partitions: int) -> list[int]:
+    """Logs the cleaner's passes look at: idle logs holding only their active segment, then after
+    one of them rolled."""
+    from lakelog.compaction.cleaner import LogCleaner
+    from lakelog.logstore.log import PartitionLog
+
+    config = NodeConfig({"node.id": 1, "log.dirs": str(tmp_path)}).log_config({})
+    logs = [PartitionLog(tmp_path / f"t-{p}", config) for p in range(partitions)]
+    cleaner = LogCleaner(interval_ms=1000)
+    try:
+        for log in logs:
+            # A fresh record: nothing is old enough for retention, so the rolled log keeps its segment.
+            log.append_as_leader(build_batch([Record(0, int(time.time() * 1000), None, b"v")]), 0)
+            cleaner.register(log)
+        counts = []
+        for roll in (False, True, False):
+            if roll:
+                logs[-1].roll()
+            before = cleaner.logs_serviced
+            cleaner.run_once()
+            counts.append(cleaner.logs_serviced - before)
+        return counts
+    finally:
+        for log in logs:
+            log.close()
+
+
+def test_the_cleaner_passes_over_logs_with_only_an_active_segment(tmp_path):
+    assert _cleaner_services(tmp_path / "small", 8) == [0, 1, 1]
+    assert _cleaner_services(tmp_path / "large", 80) == [0, 1, 1]
