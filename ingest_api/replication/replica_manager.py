@@ -64,6 +64,8 @@ MAX_PARTITIONS_PER_REQUEST = 10000
 #: one new topic would stall the loop for seconds, and the controller quorum's ticks, heartbeats and
 #: lease run on it: its leader took the stall for a pause and stepped down, over and over.
 RECONCILE_SLICE_S = 0.05
+#: Opening at least this many logs in one pass is reported ("startup phase", at INFO).
+LOG_OPENING_REPORT_MIN = 10
 #: Partitions one ISR check looks at before it yields the event loop.
 ISR_CHECK_SLICE = 500
 #: Most ISR changes one AlterPartition request carries (one request at a time; the rest wait here).
@@ -98,10 +100,21 @@ class ReplicaManager:
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._lock = threading.RLock()
         self._reconcile_scheduled = False
+        #: (monotonic start, logs opened, logs recovered) when the open pass in progress began.
+        self._opening_since: tuple[float, int, int] | None = None
+        #: Partition logs opened, and of those recovered after an unclean shutdown (counts).
+        self.logs_opened = 0
+        self.logs_recovered = 0
         #: key -> (partition state, topic configs, topic id) objects of the image it was last reconciled with.
         self._reconciled: dict[PartitionKey, tuple[Any, Any, str]] = {}
-        #: Partitions the full passes brought in line (an operation count: tests, metrics).
+        #: Partitions the full passes brought in line, and partitions the passes looked at (operation
+        #: counts: tests, metrics).
         self.partitions_reconciled = 0
+        self.partitions_examined_by_reconcile = 0
+        #: topic name -> the image's topic object of the last full pass over it, and the keys of its
+        #: partitions this node held then.
+        self._seen_topics: dict[str, Any] = {}
+        self._keys_by_topic: dict[str, set[PartitionKey]] = {}
         self._strays_removed = False
         #: Replication throttles (cluster/throttles.py): bytes this node sends as a leader to, and
         #: fetches as a follower for, throttled replicas out of the ISR.
@@ -152,15 +165,21 @@ class ReplicaManager:
     def reconcile_now(self, budget_s: float | None = None) -> bool:
         """Bring the replicas in line with the image; False when `budget_s` ran out first.
 
-        The partitions this node lacks are opened first, as many as the budget allows (at least
-        one per call); only once none is missing does the full pass run (roles, fetchers, configs,
-        drops), so a sliced reconcile never repeats that pass per slice. The full pass brings in
-        line only the partitions whose state in the image changed since it last did.
+        Only topics whose image object changed since the last full pass are looked at (the image
+        replaces a topic's object when anything in it changes), and of those only the partitions
+        whose state object changed: applying a metadata delta costs what it changed, not the
+        partition count. The partitions this node lacks are opened first, as many as the budget
+        allows (at least one per call); only once none is missing does the full pass run (roles,
+        fetchers, configs, drops), so a sliced reconcile never repeats that pass per slice.
         """
         deadline = None if budget_s is None else time.monotonic() + budget_s
+        changed = [(name, t) for name, t in self.image.topics.items() if self._seen_topics.get(name) is not t]
         opened = 0
-        for name, topic in self.image.topics.items():
+        if self._opening_since is None:
+            self._opening_since = (time.monotonic(), self.logs_opened, self.logs_recovered)
+        for name, topic in changed:
             for p, st in enumerate(topic.partitions):
+                self.partitions_examined_by_reconcile += 1
                 key = PartitionKey(name, p)
                 if self.node_id not in st.replicas or (
                         key in self._partitions and self._topic_ids.get(name) == topic.topic_id):
@@ -169,23 +188,40 @@ class ReplicaManager:
                     return False
                 self._reconcile_one(key, topic, st)
                 opened += 1
-        wanted: set[PartitionKey] = set()
-        for name, topic in self.image.topics.items():
-            for p, st in enumerate(topic.partitions):
-                if self.node_id in st.replicas:
-                    key = PartitionKey(name, p)
-                    wanted.add(key)
-                    seen = self._reconciled.get(key)
-                    # The image replaces the state of a partition that changes and keeps the others'
-                    # objects: one that is the object reconciled last time has nothing new.
-                    if (seen is None or seen[0] is not st or seen[1] is not topic.configs
-                            or seen[2] != topic.topic_id or key not in self._partitions):
-                        self._reconcile_one(key, topic, st)
-                        self._reconciled[key] = (st, topic.configs, topic.topic_id)
-                        self.partitions_reconciled += 1
-        for key in [k for k in self._partitions if k not in wanted]:
-            self._drop_partition(key)
+        since, opened_before, recovered_before = self._opening_since
+        self._opening_since = None
+        if self.logs_opened - opened_before >= LOG_OPENING_REPORT_MIN:
+            log.info("startup phase: %d partition logs opened in %.1f s (%d recovered after an unclean shutdown)",
+                     self.logs_opened - opened_before, time.monotonic() - since,
+                     self.logs_recovered - recovered_before)
+        for name, topic in changed:
+            self._reconcile_topic(name, topic)
+        for name in [n for n in self._seen_topics if n not in self.image.topics]:
+            for key in self._keys_by_topic.pop(name, set()):
+                self._drop_partition(key)
+            del self._seen_topics[name]
         return True
+
+    def _reconcile_topic(self, name: str, topic: Any) -> None:
+        """The full pass over one changed topic: its partitions whose state changed, and drops."""
+        wanted: set[PartitionKey] = set()
+        for p, st in enumerate(topic.partitions):
+            if self.node_id not in st.replicas:
+                continue
+            key = PartitionKey(name, p)
+            wanted.add(key)
+            seen = self._reconciled.get(key)
+            # The image replaces the state of a partition that changes and keeps the others'
+            # objects: one that is the object reconciled last time has nothing new.
+            if (seen is None or seen[0] is not st or seen[1] is not topic.configs
+                    or seen[2] != topic.topic_id or key not in self._partitions):
+                self._reconcile_one(key, topic, st)
+                self._reconciled[key] = (st, topic.configs, topic.topic_id)
+                self.partitions_reconciled += 1
+        for key in self._keys_by_topic.get(name, set()) - wanted:
+            self._drop_partition(key)
+        self._keys_by_topic[name] = wanted
+        self._seen_topics[name] = topic
 
     def _reconcile_one(self, key: PartitionKey, topic: Any, st: Any) -> None:
         part = self._partitions.get(key)
@@ -232,7 +268,9 @@ class ReplicaManager:
         plog = PartitionLog(directory, self.config.log_config(configs))
         if not marker.exists():
             atomic_write(marker, f"version: 0\ntopic_id: {topic_id}\n".encode())
+        self.logs_opened += 1
         if not plog.recovery.clean_shutdown:
+            self.logs_recovered += 1
             log.warning("partition %s recovered: %s", key, plog.recovery)
         partition = Partition(key, plog, self.node_id, self.log_dir, on_change=self.fetch_sessions.changed)
         plog.add_append_listener(lambda leo: self._mark_unflushed(key))
@@ -263,6 +301,7 @@ class ReplicaManager:
         if self._strays_removed:
             return
         self._strays_removed = True
+        log.info("startup phase: serving; %d partition logs open", len(self._partitions))
         with self._lock:
             known = {f"{k.topic}-{k.partition}" for k in self._partitions}
         for d in self.data_dir.iterdir():

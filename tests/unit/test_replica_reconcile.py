@@ -56,3 +56,30 @@ def test_an_unbudgeted_reconcile_does_everything_at_once(tmp_path):
     applied(image, create("t", "id-t", *[part([1]) for _ in range(5)]))
     rm = _manager(tmp_path, image)
     assert rm.reconcile_now() is True and len(rm.partitions()) == 5
+
+
+def _delta_cost(tmp_path, topics: int) -> tuple[int, int]:
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    for t in range(topics):
+        applied(image, create(f"t{t}", f"id-{t}", *[part([1, 2]) for _ in range(10)]))
+    rm = _manager(tmp_path, image)
+    assert rm.reconcile_now()
+    assert rm.reconcile_now()  # nothing changed: nothing looked at
+    before = (rm.partitions_examined_by_reconcile, rm.partitions_reconciled)
+    applied(image, {"type": "partition_change", "topic": "t0", "topic_id": "id-0", "partition": 3, "isr": [1],
+                    "leader_epoch": 0, "partition_epoch": 1})
+    assert rm.reconcile_now()
+    assert rm.local_partition(PartitionKey("t0", 3)).isr == [1]
+    cost = (rm.partitions_examined_by_reconcile - before[0], rm.partitions_reconciled - before[1])
+    for p in rm.partitions():
+        p.log.close()
+    return cost
+
+
+def test_applying_a_metadata_delta_looks_at_the_changed_topic_only(tmp_path):
+    # One partition's ISR changed: its topic's 10 partitions are looked at, 1 brought in line,
+    # whether the node holds 30 partitions or 120.
+    assert _delta_cost(tmp_path / "small", 3) == (10, 1)
+    assert _delta_cost(tmp_path / "large", 12) == (10, 1)
