@@ -305,13 +305,7 @@ class Node:
         # timeouts, which may be long; past the shutdown timeout (at least a second) they are left.
         if not self.remote_logs.close(max(1.0, deadline - time.monotonic())):
             self.abandoned_threads = True
-        failed = 0
-        for p in partitions:
-            try:
-                p.log.close()
-            except OSError as e:  # a full or failed disk: the next start's recovery truncates what is unflushed
-                failed += 1
-                log.error("closing %s failed (its last flush or checkpoint is not written): %s", p.key, e)
+        failed = self.replicas.close_logs()
         if failed:
             log.warning("node %s stopped; %d partition(s) not closed cleanly (recovered at the next start)",
                         self.node_id, failed, extra=NOTICE)

@@ -28,6 +28,7 @@ import resource
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -64,6 +65,12 @@ MAX_PARTITIONS_PER_REQUEST = 10000
 #: one new topic would stall the loop for seconds, and the controller quorum's ticks, heartbeats and
 #: lease run on it: its leader took the stall for a pause and stepped down, over and over.
 RECONCILE_SLICE_S = 0.05
+#: Threads that open (after a restart) and close (at stop) partition logs side by side: each mostly
+#: waits on the disk (fsyncs, the clean-shutdown marker), so thousands of logs take seconds, not minutes.
+LOG_IO_THREADS = 8
+#: Missing logs from which the reconcile opens them on the threads, and most per batch.
+PARALLEL_OPEN_MIN = 16
+LOG_OPEN_BATCH = 500
 #: Opening at least this many logs in one pass is reported ("startup phase", at INFO).
 LOG_OPENING_REPORT_MIN = 10
 #: Partitions one ISR check looks at before it yields the event loop.
@@ -102,6 +109,10 @@ class ReplicaManager:
         self._reconcile_scheduled = False
         #: (monotonic start, logs opened, logs recovered) when the open pass in progress began.
         self._opening_since: tuple[float, int, int] | None = None
+        #: Logs opening on the threads (`_load_logs`), the pool, and keys whose opening there failed.
+        self._loading: asyncio.Task | None = None
+        self._open_pool: ThreadPoolExecutor | None = None
+        self._load_failed: set[PartitionKey] = set()
         #: Partition logs opened, and of those recovered after an unclean shutdown (counts).
         self.logs_opened = 0
         self.logs_recovered = 0
@@ -154,6 +165,12 @@ class ReplicaManager:
 
     def _reconcile(self) -> None:
         self._reconcile_scheduled = False
+        if self._loading is not None:
+            return  # logs are opening on the threads; that task reconciles again when it is done
+        missing = self._missing_logs(LOG_OPEN_BATCH)
+        if len(missing) >= PARALLEL_OPEN_MIN:
+            self._loading = asyncio.get_running_loop().create_task(self._load_logs(missing), name="log-open")
+            return
         try:
             done = self.reconcile_now(budget_s=RECONCILE_SLICE_S)
         except Exception:
@@ -201,6 +218,51 @@ class ReplicaManager:
                 self._drop_partition(key)
             del self._seen_topics[name]
         return True
+
+    def _missing_logs(self, limit: int) -> list[tuple[PartitionKey, Any]]:
+        """Up to `limit` (key, topic) whose log this node should hold and has not opened (not
+        counting those whose opening on the threads failed: the reconcile opens them itself)."""
+        out: list[tuple[PartitionKey, Any]] = []
+        for name, topic in self.image.topics.items():
+            if self._seen_topics.get(name) is topic:
+                continue
+            for p, st in enumerate(topic.partitions):
+                key = PartitionKey(name, p)
+                if self.node_id not in st.replicas or key in self._load_failed or (
+                        key in self._partitions and self._topic_ids.get(name) == topic.topic_id):
+                    continue
+                out.append((key, topic))
+                if len(out) >= limit:
+                    return out
+        return out
+
+    async def _load_logs(self, missing: list[tuple[PartitionKey, Any]]) -> None:
+        """Open the logs of `missing` on `LOG_IO_THREADS` threads (a restart opens thousands: each
+        mostly waits on the disk), registering each on the event loop as it comes; then reconcile."""
+        loop = asyncio.get_running_loop()
+        if self._open_pool is None:
+            self._open_pool = ThreadPoolExecutor(max_workers=LOG_IO_THREADS, thread_name_prefix="log-open")
+        started = time.monotonic()
+        try:
+            futures = [loop.run_in_executor(self._open_pool, self._load_log, key, topic.topic_id, topic.configs)
+                       for key, topic in missing]
+            for (key, topic), fut in zip(missing, futures):
+                try:
+                    plog = await fut
+                except Exception:
+                    log.exception("opening the log of %s failed", key)
+                    self._load_failed.add(key)
+                    continue
+                now = self.image.topics.get(key.topic)
+                if now is None or now.topic_id != topic.topic_id or key in self._partitions:
+                    plog.close()  # the metadata moved on meanwhile: the reconcile decides again
+                    continue
+                self._register_partition(key, topic.topic_id, topic.configs, plog)
+            log.info("startup phase: %d partition logs opened in %.1f s on %d threads", len(missing),
+                     time.monotonic() - started, LOG_IO_THREADS)
+        finally:
+            self._loading = None
+            self.schedule_reconcile()
 
     def _reconcile_topic(self, name: str, topic: Any) -> None:
         """The full pass over one changed topic: its partitions whose state changed, and drops."""
@@ -259,6 +321,10 @@ class ReplicaManager:
                 f.remove(key)
 
     def _open_partition(self, key: PartitionKey, topic_id: str, configs: dict[str, str]) -> Partition:
+        return self._register_partition(key, topic_id, configs, self._load_log(key, topic_id, configs))
+
+    def _load_log(self, key: PartitionKey, topic_id: str, configs: dict[str, str]) -> PartitionLog:
+        """Open (recover, or create) a partition's log in its directory. Any thread."""
         directory = self.data_dir / f"{key.topic}-{key.partition}"
         marker = directory / PARTITION_METADATA_FILE
         if directory.exists() and marker.exists() and _read_topic_id(marker) != topic_id:
@@ -268,6 +334,11 @@ class ReplicaManager:
         plog = PartitionLog(directory, self.config.log_config(configs))
         if not marker.exists():
             atomic_write(marker, f"version: 0\ntopic_id: {topic_id}\n".encode())
+        return plog
+
+    def _register_partition(self, key: PartitionKey, topic_id: str, configs: dict[str, str],
+                            plog: PartitionLog) -> Partition:
+        """A freshly opened log becomes this node's replica. Event loop (or the caller's thread in tests)."""
         self.logs_opened += 1
         if not plog.recovery.clean_shutdown:
             self.logs_recovered += 1
@@ -277,6 +348,7 @@ class ReplicaManager:
         with self._lock:
             self._partitions[key] = partition
             self._topic_ids[key.topic] = topic_id
+        self._topic_configs[key] = dict(configs)  # the log was opened with them
         if self.cleaner is not None:
             self.cleaner.register(plog, lambda: partition.high_watermark)
         return partition
@@ -563,6 +635,30 @@ class ReplicaManager:
                 due = None
             if due is not None:
                 heapq.heappush(self._flush_due, (due, key))
+
+    def close_logs(self) -> int:
+        """Close every replica's log (flush, checkpoints, the clean-shutdown marker) on up to
+        `LOG_IO_THREADS` threads: a close mostly waits on fsyncs, which then run side by side.
+        Returns how many failed (a full or failed disk: the next start recovers those). Once, at stop."""
+        if self._open_pool is not None:  # no log opens after this (one being opened finishes first)
+            self._open_pool.shutdown(wait=True, cancel_futures=True)
+        parts = self.partitions()
+        started = time.monotonic()
+
+        def close(p: Partition) -> bool:
+            try:
+                p.log.close()
+                return True
+            except OSError as e:
+                log.error("closing %s failed (its last flush or checkpoint is not written): %s", p.key, e)
+                return False
+
+        with ThreadPoolExecutor(max_workers=max(1, min(LOG_IO_THREADS, len(parts))),
+                                thread_name_prefix="log-close") as pool:
+            closed = list(pool.map(close, parts))
+        if len(parts) >= LOG_OPENING_REPORT_MIN:
+            log.info("stop phase: %d partition logs closed in %.1f s", len(parts), time.monotonic() - started)
+        return closed.count(False)
 
     async def stop_fetchers(self) -> None:
         """Stop following and release every waiter (the node leaves the cluster)."""

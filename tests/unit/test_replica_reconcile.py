@@ -83,3 +83,28 @@ def test_applying_a_metadata_delta_looks_at_the_changed_topic_only(tmp_path):
     # whether the node holds 30 partitions or 120.
     assert _delta_cost(tmp_path / "small", 3) == (10, 1)
     assert _delta_cost(tmp_path / "large", 12) == (10, 1)
+
+
+def test_a_scheduled_reconcile_opens_many_logs_on_threads_then_brings_them_in_line(tmp_path):
+    import asyncio
+
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("many", "id-many", *[part([1, 2] if p % 2 else [2, 1]) for p in range(40)]))
+    rm = _manager(tmp_path, image)
+
+    async def run() -> None:
+        rm.schedule_reconcile()
+        for _ in range(3000):
+            await asyncio.sleep(0.01)
+            if rm.partitions_reconciled == 40:
+                break
+        assert rm.partitions_reconciled == 40 and rm.logs_opened == 40  # each opened once
+        roles = {p: rm.local_partition(PartitionKey("many", p)).core.role.name for p in range(40)}
+        assert [p for p, role in roles.items() if role == "LEADER"] == [p for p in range(40) if p % 2]
+
+    try:
+        asyncio.run(run())
+    finally:
+        assert rm.close_logs() == 0
