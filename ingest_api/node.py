@@ -342,6 +342,14 @@ class Node:
             self.check_ready()
         return st.leader  # type: ignore[union-attr]
 
+    def producible_topic(self, name: str):
+        """The topic's metadata for a produce, whose readiness is per partition (`leader_of`): a node
+        that is not ready answers from its view, or as not ready when it does not know the topic
+        yet (rather than "not found")."""
+        if not self.ready and self.image.topic(name) is None:
+            self.check_ready()
+        return self.admin.topic_metadata(name)
+
     def partition(self, topic: str, partition: int) -> Partition:
         """The local replica, which must be the leader."""
         st = self.admin.partition_state(topic, partition)
@@ -383,9 +391,7 @@ class Node:
         that is another node, acting for `principal`); results in request order. `records` as
         columns (ingest_api/records/produce_columns.py) costs no object per record. Readiness is
         per partition (`leader_of`): a node catching up forwards to live leaders elsewhere."""
-        if not self.ready and self.image.topic(topic) is None:
-            self.check_ready()  # not known here yet: not ready, rather than "not found"
-        meta = self.admin.topic_metadata(topic)
+        meta = self.producible_topic(topic)
         cols = records if isinstance(records, ProduceColumns) else ProduceColumns.from_records(records)
         n = len(cols)
         if n > self.config.max_records_per_request:

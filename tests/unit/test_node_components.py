@@ -184,6 +184,9 @@ def test_a_node_that_is_not_ready_refuses_only_the_partitions_it_would_serve_its
             node.leader_of("t", partition)
     with pytest.raises(NotReadyError):
         node.leader_of("unknown", 0)
+    assert node.producible_topic("t").partitions == 3  # a produce to the topic is routed per partition
+    with pytest.raises(NotReadyError):
+        node.producible_topic("unknown")
 
 
 def test_the_isr_changes_of_many_partitions_are_one_request_and_one_metadata_entry():
