@@ -211,7 +211,7 @@ class Node:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = load_or_create_meta_properties(self.data_dir, self.node_id, self._wanted_cluster_id())
-        self._start_background(lambda: self.replicas.flush_loop(self.session.stopped), "flush-scheduler")
+        self._start_background(lambda: self.replicas.flush.loop(self.session.stopped), "flush-scheduler")
         if self.cleaner is not None:
             self.cleaner.start()
         self.remote_logs.open()

@@ -10,9 +10,7 @@
 * Leader side of replication: answer followers' fetches in their fetch sessions (`FetchSessions`:
   recording their fetch offsets, answering only partitions with news, long-polling on one waiter
   per session when there is none) and OffsetsForLeaderEpoch.
-* The flush scheduler (`flush.ms` / `flush.messages`), on a background thread: it visits only the
-  partitions appended to since its last pass (`_unflushed`, fed by the logs' append listeners) and
-  those whose unflushed records fall due (a heap by due time); an idle partition costs nothing.
+* The flush scheduler (`flush.ms`, `flush_scheduler.py`): fed by the logs' append listeners.
 
 Concurrency: replicas are added and removed on the node's event loop under `_lock` (the flush and
 remote-log-manager threads list them); a `Partition` has its own concurrency contract.
@@ -21,7 +19,6 @@ remote-log-manager threads list them); a `Partition` has its own concurrency con
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import os
 import resource
@@ -47,10 +44,11 @@ from lakelog.ingest_api.replication.events import ProposeIsr, Role
 from lakelog.ingest_api.replication.partition import Partition, PartitionKey
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
+from lakelog.ingest_api.replication.flush_scheduler import FlushScheduler
 from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
 from lakelog.logstore.fileutil import atomic_write
 from lakelog.logstore.log import PartitionLog
-from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
+from lakelog.logstore.log_dir_health import LogDirHealth
 
 log = logging.getLogger("lakelog.node")
 
@@ -135,13 +133,9 @@ class ReplicaManager:
         self.fetch_sessions = FetchSessions()
         #: Partitions the last ISR check looked at (an operation count: tests, metrics).
         self.isr_partitions_checked = 0
-        #: Partitions appended to since their last flush (guarded by `_unflushed_lock`; any thread).
-        self._unflushed: set[PartitionKey] = set()
-        self._unflushed_lock = threading.Lock()
-        #: (wall ms their unflushed records fall due, key): the flush scheduler's thread only.
-        self._flush_due: list[tuple[int, PartitionKey]] = []
-        #: Partitions the flush scheduler looked at (an operation count: tests, metrics).
-        self.flush_partitions_visited = 0
+        #: The flush scheduler (`flush_scheduler.py`), fed by the logs' append listeners; the node
+        #: runs its loop on a thread.
+        self.flush = FlushScheduler(config.log_flush_scheduler_interval_ms, self.local_partition, self.log_dir)
 
     # ------------------------------------------------------------------ views
 
@@ -344,7 +338,7 @@ class ReplicaManager:
             self.logs_recovered += 1
             log.warning("partition %s recovered: %s", key, plog.recovery)
         partition = Partition(key, plog, self.node_id, self.log_dir, on_change=self.fetch_sessions.changed)
-        plog.add_append_listener(lambda leo: self._mark_unflushed(key))
+        plog.add_append_listener(lambda leo: self.flush.mark(key))
         with self._lock:
             self._partitions[key] = partition
             self._topic_ids[key.topic] = topic_id
@@ -595,46 +589,6 @@ class ReplicaManager:
         return rate if is_throttled(listed, p.key.partition, self.node_id) else None
 
     # ------------------------------------------------------------------ background work and stop
-
-    def _mark_unflushed(self, key: PartitionKey) -> None:
-        # A log's append listener: under the log's lock, on any thread.
-        with self._unflushed_lock:
-            self._unflushed.add(key)
-
-    def flush_loop(self, stopped: threading.Event) -> None:
-        """The flush scheduler (a background thread) until `stopped` is set."""
-        interval = self.config.log_flush_scheduler_interval_ms / 1000
-        while not stopped.wait(interval):
-            self.flush_due()
-
-    def flush_due(self, now_ms: int | None = None) -> None:
-        """One pass of the flush scheduler (`flush.ms`), on its thread: the partitions appended to
-        since the last pass, and those whose unflushed records fall due by now (`_flush_due`, a heap
-        of the scheduler's own); an idle partition is neither."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        with self._unflushed_lock:
-            keys, self._unflushed = self._unflushed, set()
-        while self._flush_due and self._flush_due[0][0] <= now:
-            keys.add(heapq.heappop(self._flush_due)[1])
-        for key in keys:
-            p = self._partitions.get(key)
-            if p is None:
-                continue
-            self.flush_partitions_visited += 1
-            try:
-                due = p.log.flush_if_due()
-            except OSError as e:
-                if not is_disk_failure(e):
-                    log.exception("flush of %s failed", p.key)
-                    due = now + int(self.config.log_flush_scheduler_interval_ms)  # retried next pass
-                else:  # acks do not wait for fsync (as Kafka's); nothing more is acknowledged after this
-                    self.log_dir.failed(str(p.key), "flush", e)
-                    due = None
-            except Exception:  # a closed log during deletion; the next pass moves on
-                log.exception("flush of %s failed", p.key)
-                due = None
-            if due is not None:
-                heapq.heappush(self._flush_due, (due, key))
 
     def close_logs(self) -> int:
         """Close every replica's log (flush, checkpoints, the clean-shutdown marker) on up to

@@ -216,9 +216,9 @@ def _flush_visits(tmp_path, partitions: int) -> list[int]:
     visits = []
     try:
         def one_pass() -> None:
-            before = rm.flush_partitions_visited
-            rm.flush_due()
-            visits.append(rm.flush_partitions_visited - before)
+            before = rm.flush.partitions_visited
+            rm.flush.run_pass()
+            visits.append(rm.flush.partitions_visited - before)
 
         one_pass()
         p.append_as_leader(build_batch([Record(0, 1_700_000_000_000, None, b"v")]))
