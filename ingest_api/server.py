@@ -132,9 +132,11 @@ def run_node(config: NodeConfig) -> int:
         # A declared body reaches the routers in one piece, not in 64 KiB steps (body_buffering.py).
         tls["http"] = whole_body_protocol(guarded, config.max_request_bytes)
     config = resolve_cluster_secret(config)  # refuses a missing or published secret before anything starts
+    logging.getLogger("lakelog.node").info("startup phase: process up (its modules imported)")
     node = Node(config)
     node.start()
     app = create_app(node)
+    logging.getLogger("lakelog.node").info("startup phase: node and app built")
     server = NodeServer(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
                                        access_log=False, timeout_graceful_shutdown=5,
                                        limit_concurrency=config.max_connections, timeout_keep_alive=30,

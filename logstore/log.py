@@ -64,7 +64,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
-from lakelog.infra.config import LogConfig
+from lakelog.infra.config import LONG_MAX, LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
 from lakelog.logstore.errors import InvalidRecordError, LogClosedError
@@ -149,6 +149,12 @@ class PartitionLog:
     @property
     def active_segment(self) -> LogSegment:
         return self._local.active_segment
+
+    @property
+    def has_sealed_segments(self) -> bool:
+        """Whether a segment besides the active one exists: retention and compaction act on those
+        only. Read without the lock: a roll meanwhile is seen by the next caller."""
+        return len(self._local.segments) > 1
 
     @property
     def log_end_offset(self) -> int:
@@ -364,12 +370,19 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_mono_ms = _monotonic_ms()
 
-    def flush_if_due(self) -> None:
-        """For a periodic task: flush when `flush.ms` has passed since the last flush. Takes the lock."""
+    def flush_if_due(self) -> int | None:
+        """For a periodic task: flush when `flush.ms` has passed since the last flush. Returns the
+        monotonic ms at which the records still unflushed fall due, or None when none are (or
+        `flush.ms` is left at its never-due default). Takes the lock."""
         with self._lock:
-            if not self._closed and self._unflushed_records and \
-                    _monotonic_ms() - self._last_flush_mono_ms >= self.config.flush_ms:
+            if self._closed or not self._unflushed_records:
+                return None
+            if _monotonic_ms() - self._last_flush_mono_ms >= self.config.flush_ms:
                 self._flush_locked()
+                return None
+            if self.config.flush_ms >= LONG_MAX:
+                return None
+            return self._last_flush_mono_ms + self.config.flush_ms
 
     # ------------------------------------------------------------------ reads and lookups
 
