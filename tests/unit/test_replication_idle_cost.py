@@ -226,7 +226,7 @@ def _flush_visits(tmp_path, partitions: int) -> list[int]:
         due = p.log.flush_if_due()
         one_pass()  # not due yet, or nothing left to flush: not looked at
         if due is not None:
-            time.sleep(max(0.0, due / 1000 - time.time()) + 0.01)
+            time.sleep(max(0.0, due / 1000 - time.monotonic()) + 0.01)
             one_pass()  # due: flushed
             assert p.log.flush_if_due() is None
         one_pass()
