@@ -50,6 +50,7 @@ import re
 import time
 
 from lakelog.spark_log.delta_commits import SYNC_WRITE_CONF, appended_rows, session_conf
+from lakelog.spark_log.sync_pause import SYNC_PAUSE
 from lakelog.spark_log.sync_state import SyncRange, app_id, read_sync_state, txn_version
 from lakelog.tiering.remote_scan import TABLES_DIR, open_remote, tables_path
 
@@ -216,6 +217,7 @@ def _run_step(spark, store, remote: str, topic: str, config: dict[str, str], rng
         if not replay:
             rng = SyncRange(rng.seq, rng.starts, rng.nexts, dead.count() if dead is not None else 0)
             _append_typed(spark, new, path, topic, rng, widen=bool(registry), tables=tables)
+            SYNC_PAUSE.after_append(topic, rng.seq)  # a test's kill point (sync_pause.py); nothing otherwise
             added = appended_rows(store, topic, app_id(topic), rng.seq)
             tables.written(path)
             if read_sync_state(store, topic, app_id(topic)).last != rng:
