@@ -76,11 +76,13 @@ def _print_summary(summary, out=sys.stdout) -> None:
 def cmd_jobs_run(args: argparse.Namespace) -> int:
     from lakelog.spark_log.jobs import plan
     from lakelog.spark_log.runs import recorded_run, runner_name
-    from lakelog.tiering.remote_scan import open_remote
+    from lakelog.tiering.remote_scan import JOB_STORE_TIMEOUT_KEY, job_store_timeout_ms, open_remote
 
-    store = open_remote(args.remote)  # check the topics and configs before a JVM starts
+    config = dict(args.config or [])
+    # check the topics and configs before a JVM starts, with the run's deadline on each call
+    store = open_remote(args.remote, job_store_timeout_ms(config.get(JOB_STORE_TIMEOUT_KEY)))
     try:
-        plan(store, args.job, args.topic, dict(args.config or []))
+        plan(store, args.job, args.topic, config)
     except ValueError as e:
         raise CommandError(str(e)) from None
     finally:
@@ -120,7 +122,7 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
     from lakelog.tiering.job_runs import JOB_NAMES
     from lakelog.spark_log.runs import recorded_run, runner_name, serve_queued
     from lakelog.tiering import job_runs
-    from lakelog.tiering.remote_scan import open_remote
+    from lakelog.tiering.remote_scan import JOB_STORE_TIMEOUT_KEY, job_store_timeout_ms, open_remote
 
     intervals = dict(DEFAULT_INTERVALS_S)
     for job, seconds in args.every or []:
@@ -134,7 +136,7 @@ def cmd_jobs_schedule(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     runner = runner_name("lakelog jobs schedule")
-    store = open_remote(args.remote)
+    store = open_remote(args.remote, job_store_timeout_ms(dict(args.config or []).get(JOB_STORE_TIMEOUT_KEY)))
     spark = _session(args.remote, args.master, "lakelog-scheduler")
     next_run = {j: time.monotonic() for j in active}
     timed = ", ".join(f"{j} every {s:g}s" for j, s in active.items()) or "no timed jobs"

@@ -37,11 +37,12 @@ from lakelog.tiering.remote_scan import load_manifest, open_remote
 LEASE_RENEW_INTERVAL_S = 60.0
 
 
-def _executor_store(remote: str):
+def _executor_store(remote: str, timeout_ms: int):
+    """The remote store in a task, with the run's deadline on each call (from the task's arguments)."""
     from lakelog.spark_log.native import prepare_executor
 
     prepare_executor()
-    return open_remote(remote)
+    return open_remote(remote, timeout_ms)
 
 
 def _segments(store, topic: str, partition: int, ids: list[str]):
@@ -54,10 +55,10 @@ def _segments(store, topic: str, partition: int, ids: list[str]):
 
 
 def _map_task(args: tuple):
-    remote, topic, partition, pieces, start, end, max_bytes, max_uncompressed = args
+    remote, timeout_ms, topic, partition, pieces, start, end, max_bytes, max_uncompressed = args
     from lakelog.compaction.remote_split import map_segments
 
-    store = _executor_store(remote)
+    store = _executor_store(remote, timeout_ms)
     try:
         segments = _segments(store, topic, partition, [i for i, _, _ in pieces])
         return map_segments(store, topic, partition, segments, start_offset=start, end_offset=end,
@@ -68,10 +69,10 @@ def _map_task(args: tuple):
 
 
 def _rewrite_task(args: tuple):
-    remote, topic, partition, groups, ids, map_broadcast, map_end, cfg, now_ms = args
+    remote, timeout_ms, topic, partition, groups, ids, map_broadcast, map_end, cfg, now_ms = args
     from lakelog.compaction.remote_split import rewrite_run
 
-    store = _executor_store(remote)
+    store = _executor_store(remote, timeout_ms)
     try:
         segments = {s.segment_id: s for s in _segments(store, topic, partition, [i for g in groups for i in g])}
         return rewrite_run(store, topic, partition, [[segments[i] for i in g] for g in groups], ids,
@@ -83,10 +84,12 @@ def _rewrite_task(args: tuple):
 def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[str], partitions: dict,
                    configs: dict, *, owner: str, force: bool, delete_delay_ms: int, job_config: dict[str, str],
                    progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None,
-                   job_groups: list[str] | None = None) -> list[dict]:
+                   job_groups: list[str] | None = None, store_timeout_ms: int | None = None) -> list[dict]:
     """One compaction round of every partition of `names`; one report row per partition.
 
-    `run_tasks(spark, fn, tasks, progress, job_groups)` runs one Spark job (jobs.py's runner)."""
+    `run_tasks(spark, fn, tasks, progress, job_groups)` runs one Spark job (jobs.py's runner);
+    `store_timeout_ms` is the run's deadline on each object-store call, carried by every task
+    (None: the declared default)."""
     from lakelog.compaction.config import CompactionJobConfig
     from lakelog.compaction.remote_common import PartitionReport
     from lakelog.compaction.remote_split import SplitRound, open_round
@@ -134,7 +137,7 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
             map_args = []
             for (t, p), ids in wave:
                 r = rounds[(t, p)]
-                map_args.append((remote, t, p, ids, r.section.first_dirty, r.section.uncleanable, r.max_map_bytes,
+                map_args.append((remote, store_timeout_ms, t, p, ids, r.section.first_dirty, r.section.uncleanable, r.max_map_bytes,
                                  r.config.max_uncompressed_batch_bytes))
             for ((t, p), _), partial in zip(wave, run_tasks(spark, _map_task, map_args, renew_all, job_groups)):
                 if (t, p) in rounds and rounds[(t, p)].add_partial(partial):
@@ -150,7 +153,7 @@ def run_compaction(spark, run_tasks: Callable, store, remote: str, names: list[s
             rewrite_args, rewrite_of = [], []
             for (t, p), r in rounds.items():
                 for task in r.rewrites:
-                    rewrite_args.append((remote, t, p, task.groups, task.ids, broadcasts[(t, p)], r.map_end,
+                    rewrite_args.append((remote, store_timeout_ms, t, p, task.groups, task.ids, broadcasts[(t, p)], r.map_end,
                                          configs[t], r.job.now))
                     rewrite_of.append((t, p))
             results: dict[tuple[str, int], list] = {key: [] for key in rounds}

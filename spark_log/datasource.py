@@ -11,7 +11,9 @@ URL: also read what the remote tier does not hold yet, see below), `partitions`
 (comma-separated), `startingOffset` / `endingOffset` (inclusive, applied to every partition),
 `startingTimestamp` / `endingTimestamp` (inclusive, ms since the epoch), `chunkBytes` (ranged GET
 size, default 8 MiB), `maxPartitionBytes` (segments read by one Spark task, default 128 MiB),
-`arrowBatchRows` (rows per Arrow batch, default 65,536). All optional but the first two.
+`arrowBatchRows` (rows per Arrow batch, default 65,536), `storeTimeoutMs` (the deadline of each
+object-store call, planning's and the tasks', as `remote.job.store.timeout.ms`, whose default and
+bounds it takes; sync-tables passes its run's value). All optional but the first two.
 
 Planning reads each partition's manifest once (in the driver) and makes one Spark partition per
 run of consecutive remote segments (up to `maxPartitionBytes`) that can hold a wanted row: the options prune partitions, segments (by offset range
@@ -42,7 +44,15 @@ from typing import Iterator
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from lakelog.tiering.remote_scan import ARROW_BATCH_ROWS, DEFAULT_CHUNK_BYTES, iter_segment_arrow, load_manifest, open_remote, readable_segments
+from lakelog.tiering.remote_scan import (
+    ARROW_BATCH_ROWS,
+    DEFAULT_CHUNK_BYTES,
+    iter_segment_arrow,
+    job_store_timeout_ms,
+    load_manifest,
+    open_remote,
+    readable_segments,
+)
 from lakelog.spark_log.hot_tail import NodeAccess, iter_hot_records, partition_ids
 from lakelog.tiering.manifest_model import RemoteSegment
 
@@ -54,6 +64,8 @@ FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", 
 _LONG_MAX = (1 << 63) - 1
 #: Segments read by one Spark task, at most (Spark's spark.sql.files.maxPartitionBytes default).
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+#: The option that carries `remote.job.store.timeout.ms` to planning and to every task.
+STORE_TIMEOUT_OPTION = "storeTimeoutMs"
 
 
 @dataclass
@@ -103,6 +115,7 @@ class SegmentPartition(InputPartition):
     offsets: frozenset[int] | None
     chunk_bytes: int
     arrow_rows: int = ARROW_BATCH_ROWS
+    store_timeout_ms: int | None = None  # None: remote.job.store.timeout.ms's default
 
 
 @dataclass(frozen=True)
@@ -199,6 +212,8 @@ class LakelogReader(DataSourceReader):
         self.arrow_rows = int(options.get("arrowbatchrows", ARROW_BATCH_ROWS))
         if not 1 <= self.arrow_rows <= 1 << 20:
             raise ValueError("arrowBatchRows must lie between 1 and 1048576")
+        given = options.get(STORE_TIMEOUT_OPTION.lower())
+        self.store_timeout_ms = None if given is None else job_store_timeout_ms(given)  # checked: bounds
         self.partitions_ = Bounds()
         self.offsets = Bounds()
         self.timestamps = Bounds()
@@ -218,7 +233,7 @@ class LakelogReader(DataSourceReader):
 
         prepare_executor()  # planning runs in a Python worker of the driver: the shipped packages
         live = set(partition_ids(self.nodes, self.topic)) if self.nodes is not None else None
-        store = _open_store(self.remote)
+        store = _open_store(self.remote, self.store_timeout_ms)
         try:
             from lakelog.tiering.remote_scan import remote_partitions
 
@@ -241,7 +256,7 @@ class LakelogReader(DataSourceReader):
                             continue
                         out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
                                                     self.timestamps.high, self.offsets.values, self.chunk_bytes,
-                                                    self.arrow_rows))
+                                                    self.arrow_rows, self.store_timeout_ms))
                     if m.end_offset is not None:
                         next_remote = m.end_offset + 1
                 if live is not None:
@@ -284,7 +299,7 @@ class LakelogStreamReader(DataSourceStreamReader):
         """partition -> (remote log start offset, next offset after the remote end)."""
         from lakelog.tiering.remote_scan import remote_partitions
 
-        store = _open_store(self.batch.remote)
+        store = _open_store(self.batch.remote, self.batch.store_timeout_ms)
         try:
             out = {}
             for p in remote_partitions(store, self.batch.topic).get(self.batch.topic, []):
@@ -303,7 +318,7 @@ class LakelogStreamReader(DataSourceStreamReader):
         return {p: end for p, (_, end) in self._ends().items()}
 
     def partitions(self, start: dict, end: dict):
-        store = _open_store(self.batch.remote)
+        store = _open_store(self.batch.remote, self.batch.store_timeout_ms)
         try:
             out = []
             for p, stop in end.items():
@@ -314,7 +329,8 @@ class LakelogStreamReader(DataSourceStreamReader):
                 for seg in readable_segments(m, from_offset=first, to_offset=stop - 1):
                     out.append(SegmentPartition(self.batch.remote, self.batch.topic, int(p), seg,
                                                 max(first, seg.base_offset), min(stop - 1, seg.end_offset),
-                                                None, None, None, self.batch.chunk_bytes, self.batch.arrow_rows))
+                                                None, None, None, self.batch.chunk_bytes, self.batch.arrow_rows,
+                                                self.batch.store_timeout_ms))
             return out
         finally:
             store.close()
@@ -335,13 +351,14 @@ def _arrow_schema(fields: tuple[str, ...]):
                       for f in fields])
 
 
-def _open_store(remote: str):
+def _open_store(remote: str, timeout_ms: int | None):
     """The remote store, from a Python worker (planning on the driver, reading on executors) that
-    may have only pyspark and pyarrow: the application's shipped packages are loaded first."""
+    may have only pyspark and pyarrow: the application's shipped packages are loaded first. Each
+    call has the deadline `timeout_ms` (the reader's `storeTimeoutMs`; None: the default)."""
     from lakelog.spark_log.native import prepare_executor
 
     prepare_executor()
-    return open_remote(remote)
+    return open_remote(remote, timeout_ms)
 
 
 def _read_rows(p: SegmentPartition, fields: tuple[str, ...]):
@@ -354,7 +371,7 @@ def _read_rows(p: SegmentPartition, fields: tuple[str, ...]):
     wanted = [f for f in fields if f not in ("topic", "partition")]
     if p.offsets is not None and "offset" not in wanted:
         wanted.append("offset")
-    store = _open_store(p.remote)
+    store = _open_store(p.remote, p.store_timeout_ms)
     try:
         for n, cols in iter_segment_arrow(store, p.topic, p.partition, p.segment, columns=wanted,
                                           from_offset=p.from_offset, to_offset=p.to_offset,

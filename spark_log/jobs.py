@@ -23,7 +23,9 @@ change the tier (compaction, retention, rebuild-index) take each partition's job
 never work on one partition at once; the loser reports the partition "skipped"); every job
 changes manifests only through their compare-and-swap, so it is safe while the nodes keep
 tiering. Tasks carry only names and plain data; executors open the store themselves
-from the remote URL and the usual AWS environment.
+from the remote URL and the usual AWS environment, with the run's deadline on each call
+(`remote.job.store.timeout.ms`, resolved once on the driver and carried in every task's
+arguments beside the URL, so `--config remote.job.store.timeout.ms=N` bounds the executors too).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from typing import Callable, Iterable
 
 from lakelog.infra.config import LogConfig
 from lakelog.tiering.remote_scan import (
+    JOB_STORE_TIMEOUT_KEY,
     REMOTE_INDEX_TABLE,
-    job_store_timeout,
+    job_store_timeout_ms,
     open_remote,
     remote_partitions,
     tables_path,
@@ -50,8 +53,6 @@ from lakelog.tiering.topics import read_topic_descriptor
 from lakelog.tiering.job_runs import JOB_NAMES  # the run records (tiering/job_runs.py) name the same jobs
 
 REMOTE_ENV = "LAKELOG_REMOTE"
-#: The run's `--config` key that bounds each object-store call of its driver (tiering/config.py).
-JOB_STORE_TIMEOUT_KEY = "remote.job.store.timeout.ms"
 
 
 @dataclass
@@ -88,20 +89,21 @@ def _policy(cfg: dict[str, str]) -> set[str]:
 # tasks (run in executors: top-level functions of plain arguments)
 
 
-def _executor_store(remote: str):
-    """The remote store in a task: the application's shipped packages (boto3 for S3, the codecs)
-    and the native decoder made importable first (executors may have only pyspark and pyarrow)."""
+def _executor_store(remote: str, timeout_ms: int):
+    """The remote store in a task, with the run's deadline `timeout_ms` on each call: the
+    application's shipped packages (boto3 for S3, the codecs) and the native decoder made
+    importable first (executors may have only pyspark and pyarrow)."""
     from lakelog.spark_log.native import prepare_executor
 
     prepare_executor()
-    return open_remote(remote)
+    return open_remote(remote, timeout_ms)
 
 
 def _retention_task(args: tuple) -> dict:
-    remote, topic, partition, cfg, owner, _force, delete_delay_ms = args
+    remote, timeout_ms, topic, partition, cfg, owner, _force, delete_delay_ms = args
     from lakelog.compaction.remote import expire_partition
 
-    store = _executor_store(remote)
+    store = _executor_store(remote, timeout_ms)
     try:
         return asdict(expire_partition(store, topic, partition, LogConfig(cfg), owner=owner,
                                        delete_delay_ms=delete_delay_ms))
@@ -111,10 +113,10 @@ def _retention_task(args: tuple) -> dict:
 
 def _rebuild_task(args: tuple) -> list[dict]:
     """One rebuild-index task: its runs of segments (tiering/index_rebuild_tasks.py), a row each."""
-    remote, runs, mode = args
+    remote, timeout_ms, runs, mode = args
     from lakelog.tiering.index_rebuild_tasks import rebuild_run
 
-    store = _executor_store(remote)
+    store = _executor_store(remote, timeout_ms)
     try:
         return [row for run in runs for row in rebuild_run(store, run, mode=mode)]
     finally:
@@ -217,24 +219,25 @@ def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, ov
             progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None) -> JobSummary:
     """Run `job` over the remote tier at `remote` with `spark`; see the module docstring.
 
-    `overrides` may hold `remote.job.store.timeout.ms`: the deadline of each object-store call the
-    driver makes during the run (tasks in executors take `JOB_STORE_TIMEOUT_ENV` or the default)."""
+    `overrides` may hold `remote.job.store.timeout.ms`: the deadline of each object-store call of
+    the run, the driver's and its tasks' (each task gets the value in its arguments)."""
     overrides = dict(overrides or {})
-    store_timeout = overrides.pop(JOB_STORE_TIMEOUT_KEY, None)
-    with job_store_timeout(store_timeout):
-        return _run_job(spark, job, remote, topics=topics, overrides=overrides, force=force, rebuild_all=rebuild_all,
-                        delete_delay_ms=delete_delay_ms, progress=progress, on_plan=on_plan)
+    store_timeout_ms = job_store_timeout_ms(overrides.pop(JOB_STORE_TIMEOUT_KEY, None))
+    return _run_job(spark, job, remote, topics=topics, overrides=overrides, force=force, rebuild_all=rebuild_all,
+                    delete_delay_ms=delete_delay_ms, progress=progress, on_plan=on_plan,
+                    store_timeout_ms=store_timeout_ms)
 
 
 def _run_job(spark, job: str, remote: str, *, topics: list[str] | None, overrides: dict[str, str],
              force: bool, rebuild_all: bool, delete_delay_ms: int | None,
-             progress: Callable[[int], None] | None, on_plan: Callable[[int], None] | None) -> JobSummary:
+             progress: Callable[[int], None] | None, on_plan: Callable[[int], None] | None,
+             store_timeout_ms: int) -> JobSummary:
     if job not in JOB_NAMES:
         raise ValueError(f"unknown job {job!r}; jobs: {', '.join(JOB_NAMES)}")
     started = time.monotonic()
     summary = JobSummary(job, remote)
     size_shuffle_partitions(spark)
-    store = open_remote(remote)
+    store = open_remote(remote, store_timeout_ms)
     try:
         from lakelog.compaction.config import split_overrides
 
@@ -256,9 +259,10 @@ def _run_job(spark, job: str, remote: str, *, topics: list[str] | None, override
                 summary.rows = run_compaction(spark, _run_tasks, store, remote, names, partitions, configs,
                                               owner=owner, force=force, delete_delay_ms=delay, job_config=job_keys,
                                               progress=progress, on_plan=on_plan,
-                                              job_groups=summary.spark_job_groups)
+                                              job_groups=summary.spark_job_groups, store_timeout_ms=store_timeout_ms)
             else:
-                tasks = [(remote, t, p, configs[t], owner, force, delay) for t in names for p in partitions[t]]
+                tasks = [(remote, store_timeout_ms, t, p, configs[t], owner, force, delay)
+                         for t in names for p in partitions[t]]
                 if on_plan:
                     on_plan(len(tasks))
                 summary.rows = _run_tasks(spark, _retention_task, tasks, progress, summary.spark_job_groups)
@@ -271,14 +275,16 @@ def _run_job(spark, job: str, remote: str, *, topics: list[str] | None, override
                 spark, _run_tasks, _rebuild_task, write_remote_index_table, store, remote, names, partitions, configs,
                 owner=owner, rebuild_all=rebuild_all,
                 max_task_bytes=RebuildJobConfig(rebuild_keys).rebuild_task_max_bytes, progress=progress,
-                on_plan=on_plan, job_groups=summary.spark_job_groups, phases=summary.phases)
+                on_plan=on_plan, job_groups=summary.spark_job_groups, phases=summary.phases,
+                store_timeout_ms=store_timeout_ms)
         else:
             from lakelog.spark_log.tables import sync_topic
 
             if on_plan:
                 on_plan(len(names))
             for t in names:
-                row = sync_topic(spark, remote, t, configs[t], partitions[t], owner=owner)
+                row = sync_topic(spark, remote, t, configs[t], partitions[t], owner=owner,
+                                 store_timeout_ms=store_timeout_ms)
                 summary.rows.append(row)
                 if progress:
                     progress(len(summary.rows))
@@ -322,10 +328,11 @@ REMOTE_INDEX_WRITE_CONF = {"spark.databricks.delta.snapshotPartitions": "1",
                            "spark.databricks.delta.writeChecksumFile.enabled": "false"}
 
 
-def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
+def write_remote_index_table(spark, remote: str, rows: list[dict], store_timeout_ms: int | None = None) -> bool:
     """Replace `<remote>/tables/_remote_index` with `rows` (one per remote segment); leave it as it
     is when its latest commit already holds exactly these rows (spark_log/remote_index_table.py:
-    a fingerprint in the commit's userMetadata). True when the table was written.
+    a fingerprint in the commit's userMetadata). True when the table was written. The store is
+    read with the deadline `store_timeout_ms` (None: the declared default).
 
     The rows go to the JVM as one Arrow table (a local relation): built from Python rows, the
     DataFrame's write ran Python workers to unpickle them, which cost ~2 s of a 2.5 s commit on a
@@ -340,7 +347,7 @@ def write_remote_index_table(spark, remote: str, rows: list[dict]) -> bool:
     path = tables_path(remote, REMOTE_INDEX_TABLE)
     schema = _parse_datatype_string(REMOTE_INDEX_SCHEMA)
     fingerprint = rows_fingerprint(REMOTE_INDEX_SCHEMA, schema.fieldNames(), rows)
-    store = open_remote(remote)
+    store = open_remote(remote, store_timeout_ms)
     try:
         exists, latest = table_state(store)
         if latest == fingerprint:

@@ -42,10 +42,12 @@ def skipped_row(topic: str, partition: int, action: str, reason: str) -> dict:
 def run_rebuild(spark, run_tasks: Callable, task: Callable, write_table: Callable, store, remote: str,
                 names: list[str], partitions: dict, configs: dict, *, owner: str, rebuild_all: bool, max_task_bytes: int, progress: Callable[[int], None] | None = None,
                 on_plan: Callable[[int], None] | None = None, job_groups: list[str] | None = None,
-                phases: dict | None = None) -> tuple[list[dict], dict]:
+                phases: dict | None = None, store_timeout_ms: int | None = None) -> tuple[list[dict], dict]:
     """Rebuild the indexes of every partition of `names` whose lease this run gets; returns (rows,
     extra totals). jobs.py's: `run_tasks(spark, fn, tasks, progress, job_groups)` the runner, `task`
-    the Spark task over (remote, runs, mode), `write_table(spark, remote, rows)` the table writer."""
+    the Spark task over (remote, store_timeout_ms, runs, mode), `write_table(spark, remote, rows,
+    store_timeout_ms)` the table writer. `store_timeout_ms`: the run's deadline on each
+    object-store call, carried by every task (None: the declared default)."""
     from lakelog.tiering.errors import LeaseHeldError
     from lakelog.tiering.index_rebuild_tasks import plan_rebuild_tasks
     from lakelog.tiering.lease import acquire
@@ -95,7 +97,8 @@ def run_rebuild(spark, run_tasks: Callable, task: Callable, write_table: Callabl
         phases["leases_s"] = time.monotonic() - t0  # the leases taken and the orphan sweeps
         # Runs of segments per task, not one task per segment (see index_rebuild_tasks.py).
         planned = plan_rebuild_tasks(held, max_bytes=max_task_bytes, cores=int(spark.sparkContext.defaultParallelism))
-        tasks = [(remote, [tuple(r) for r in runs], "all" if rebuild_all else "missing") for runs in planned]
+        tasks = [(remote, store_timeout_ms, [tuple(r) for r in runs], "all" if rebuild_all else "missing")
+                 for runs in planned]
         if on_plan:
             on_plan(len(tasks))
         renewed = [time.monotonic()]
@@ -124,8 +127,8 @@ def run_rebuild(spark, run_tasks: Callable, task: Callable, write_table: Callabl
         phases["leases_s"] = phases.get("leases_s", 0.0) + time.monotonic() - t0
     t0 = time.monotonic()
     table_rows = [r for r in rows if "segment_id" in r and "base_offset" in r]
-    table_rows += previous_rows(spark, remote, [(r["topic"], r["partition"]) for r in skipped])
-    write_table(spark, remote, table_rows)
+    table_rows += previous_rows(spark, remote, [(r["topic"], r["partition"]) for r in skipped], store_timeout_ms)
+    write_table(spark, remote, table_rows, store_timeout_ms)
     phases["table_s"] = time.monotonic() - t0
     extra = {}
     if skipped:
@@ -137,7 +140,7 @@ def run_rebuild(spark, run_tasks: Callable, task: Callable, write_table: Callabl
     return rows + skipped + lost, extra
 
 
-def previous_rows(spark, remote: str, keys: list[tuple[str, int]]) -> list[dict]:
+def previous_rows(spark, remote: str, keys: list[tuple[str, int]], store_timeout_ms: int | None = None) -> list[dict]:
     """The `_remote_index` rows of the partitions `keys` as the table holds them now ([] when there
     is no table yet or no key)."""
     if not keys:
@@ -147,7 +150,7 @@ def previous_rows(spark, remote: str, keys: list[tuple[str, int]]) -> list[dict]
     from lakelog.spark_log.remote_index_table import table_state
     from lakelog.tiering.remote_scan import open_remote
 
-    store = open_remote(remote)
+    store = open_remote(remote, store_timeout_ms)
     try:
         exists, _ = table_state(store)
     finally:

@@ -25,7 +25,7 @@ from typing import Callable
 
 from lakelog.tiering import job_runs as jr
 from lakelog.tiering.errors import TieringError
-from lakelog.tiering.remote_scan import open_remote
+from lakelog.tiering.remote_scan import JOB_STORE_TIMEOUT_KEY, job_store_timeout_ms, open_remote
 
 PROGRESS_WRITE_MS = 1_000
 
@@ -111,7 +111,8 @@ def recorded_run(spark, job: str, remote: str, *, run: jr.JobRun | None = None, 
     (RUNNING) record; without it a new record is written."""
     from lakelog.spark_log.jobs import run_job
 
-    store = open_remote(remote)
+    # The record's own calls have the run's deadline too (`--config remote.job.store.timeout.ms`).
+    store = open_remote(remote, job_store_timeout_ms((kwargs.get("overrides") or {}).get(JOB_STORE_TIMEOUT_KEY)))
     try:
         if run is None:
             at = jr.now_ms()
@@ -175,7 +176,7 @@ def recorded_run(spark, job: str, remote: str, *, run: jr.JobRun | None = None, 
 def serve_queued(spark, remote: str, runner: str, overrides: dict[str, str] | None = None,
                  should_stop: Callable[[], bool] = lambda: False) -> int:
     """Run every QUEUED run this runner can claim, oldest first; returns how many ran."""
-    store = open_remote(remote)
+    store = open_remote(remote, job_store_timeout_ms((overrides or {}).get(JOB_STORE_TIMEOUT_KEY)))
     try:
         ids = jr.queued_runs(store)
         ran = 0

@@ -50,6 +50,7 @@ import re
 import time
 
 from lakelog.spark_log.delta_commits import SYNC_WRITE_CONF, appended_rows, session_conf
+from lakelog.spark_log.sync_pause import SYNC_PAUSE
 from lakelog.spark_log.sync_state import SyncRange, app_id, read_sync_state, txn_version
 from lakelog.tiering.remote_scan import TABLES_DIR, open_remote, tables_path
 
@@ -119,14 +120,16 @@ def _concurrent_commit(e: Exception) -> bool:
 
 
 def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitions: list[int], *,
-               owner: str = "sync") -> dict:
-    """Append the topic's new remote records to its Delta table; returns a summary row."""
+               owner: str = "sync", store_timeout_ms: int | None = None) -> dict:
+    """Append the topic's new remote records to its Delta table; returns a summary row.
+    `store_timeout_ms`: the run's deadline on each object-store call, the driver's and the data
+    source's tasks' (its option `storeTimeoutMs`); None: the declared default."""
     with session_conf(spark, {**SYNC_WRITE_CONF, **SYNC_CACHE_CONF}):
-        return _sync_topic(spark, remote, topic, config, partitions, _TableStates(spark))
+        return _sync_topic(spark, remote, topic, config, partitions, _TableStates(spark), store_timeout_ms)
 
 
 def _sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitions: list[int],
-                tables: _TableStates) -> dict:
+                tables: _TableStates, store_timeout_ms: int | None) -> dict:
     """Plan one step from the table's sync state, finish the newest step's follow-ups first when
     they are behind, append; a step that lost a race to a concurrent sync is planned again."""
     started = time.monotonic()
@@ -134,7 +137,7 @@ def _sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitio
     compacted = "compact" in {p.strip() for p in config.get("cleanup.policy", "delete").split(",")}
     added = errors_added = 0
     latest_path = None
-    store = open_remote(remote)
+    store = open_remote(remote, store_timeout_ms)
     try:
         for attempt in range(1, MAX_STEP_ATTEMPTS + 1):
             state = read_sync_state(store, topic, app_id(topic))
@@ -142,7 +145,7 @@ def _sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitio
                 if state.last is not None:
                     if _follow_ups_behind(store, topic, state.last, compacted=compacted, tables=tables):
                         _, dead, lp = _run_step(spark, store, remote, topic, config, state.last, tables,
-                                                compacted=compacted, replay=True)
+                                                compacted=compacted, replay=True, store_timeout_ms=store_timeout_ms)
                         errors_added += dead
                         latest_path = lp or latest_path
                     starts = {p: state.last.nexts.get(p, 0) for p in partitions}
@@ -155,7 +158,7 @@ def _sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitio
                     break  # nothing new: no Spark job
                 rng = SyncRange(state.next_seq, starts, nexts)
                 n, dead, lp = _run_step(spark, store, remote, topic, config, rng, tables, compacted=compacted,
-                                        replay=False)
+                                        replay=False, store_timeout_ms=store_timeout_ms)
             except Exception as e:  # noqa: BLE001 - only a lost race is retried
                 if not _concurrent_commit(e) or attempt == MAX_STEP_ATTEMPTS:
                     raise
@@ -191,7 +194,8 @@ def _follow_ups_behind(store, topic: str, rng: SyncRange, *, compacted: bool, ta
 
 
 def _run_step(spark, store, remote: str, topic: str, config: dict[str, str], rng: SyncRange,
-              tables: _TableStates, *, compacted: bool, replay: bool) -> tuple[int | None, int, str | None]:
+              tables: _TableStates, *, compacted: bool, replay: bool,
+              store_timeout_ms: int | None = None) -> tuple[int | None, int, str | None]:
     """One sync step over `rng`: its rows appended in one Delta commit that records `rng` (not with
     `replay`: the table holds it already), then its follow-ups (dead letters, `<topic>_latest`),
     each under txn version `rng.seq`. Returns (rows added, dead letters added, the latest table's
@@ -202,7 +206,7 @@ def _run_step(spark, store, remote: str, topic: str, config: dict[str, str], rng
     path = tables_path(remote, topic)
     errors_path = tables_path(remote, topic + ERRORS_SUFFIX)
     table_existed = tables.exists(path)
-    new, dead, registry = _step_rows(spark, remote, topic, config, rng)
+    new, dead, registry = _step_rows(spark, remote, topic, config, rng, store_timeout_ms)
     new = new.persist()
     if dead is not None:
         dead = dead.persist()
@@ -213,6 +217,7 @@ def _run_step(spark, store, remote: str, topic: str, config: dict[str, str], rng
         if not replay:
             rng = SyncRange(rng.seq, rng.starts, rng.nexts, dead.count() if dead is not None else 0)
             _append_typed(spark, new, path, topic, rng, widen=bool(registry), tables=tables)
+            SYNC_PAUSE.after_append(topic, rng.seq)  # a test's kill point (sync_pause.py); nothing otherwise
             added = appended_rows(store, topic, app_id(topic), rng.seq)
             tables.written(path)
             if read_sync_state(store, topic, app_id(topic)).last != rng:
@@ -229,16 +234,21 @@ def _run_step(spark, store, remote: str, topic: str, config: dict[str, str], rng
     return added, errors_added, latest_path
 
 
-def _step_rows(spark, remote: str, topic: str, config: dict[str, str], rng: SyncRange):
-    """(rows, dead letters or None, registry URL) of the records [start, next) of each partition."""
+def _step_rows(spark, remote: str, topic: str, config: dict[str, str], rng: SyncRange,
+               store_timeout_ms: int | None = None):
+    """(rows, dead letters or None, registry URL) of the records [start, next) of each partition;
+    the data source's store calls have the deadline `store_timeout_ms` (None: the default)."""
     from pyspark.sql import functions as F
 
     # "lakelog": the JVM reader when its jar is on the session's class path, else the Python reader.
-    from lakelog.spark_log.datasource import register as register_source
+    from lakelog.spark_log.datasource import STORE_TIMEOUT_OPTION, register as register_source
 
     register_source(spark)
-    df = (spark.read.format("lakelog").option("remote", remote).option("topic", topic)
-          .option("startingOffset", min(rng.starts.values())).load())
+    reader = (spark.read.format("lakelog").option("remote", remote).option("topic", topic)
+              .option("startingOffset", min(rng.starts.values())))
+    if store_timeout_ms is not None:
+        reader = reader.option(STORE_TIMEOUT_OPTION, store_timeout_ms)
+    df = reader.load()
     condition = F.lit(False)
     for p, start in rng.starts.items():
         if rng.nexts[p] > start:

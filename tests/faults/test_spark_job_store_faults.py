@@ -1,12 +1,14 @@
 """Spark jobs over an object store that hangs (moto's S3 server SIGSTOPped mid-job), with a real
-local Spark session: each job fails within `remote.job.store.timeout.ms` (3 s here, set for the
-driver and, through the environment, for the executors' tasks) with an error naming the store and
-the key, instead of waiting on the store client's own timeouts (10 minutes a request here); once
-the store is back, a rerun succeeds and the data is whole: manifests valid, no lease left held,
-the Delta table holding each tiered record once.
+local Spark session: each job fails within `remote.job.store.timeout.ms` (3 s here, given to the
+run as `--config` is: the driver resolves it and every task carries it in its arguments) with an
+error naming the store and the key, instead of waiting on the store client's own timeouts (10
+minutes a request here); once the store is back, a rerun succeeds and the data is whole:
+manifests valid, no lease left held, the Delta table holding each tiered record once.
 
-The JVM and the Python workers it starts take the environment once, when the first session of the
-process starts: run this file in a process of its own, or first (as `tests/faults/` sorts it)."""
+The deadline reaches the executors with the job, not through their environment, so the file does
+not depend on its place in the pytest process: a JVM started by an earlier Spark test serves it
+as well. (The S3 server's endpoint and credentials reach the Python workers the same way, through
+`spark.executorEnv.*` in the session's conf.)"""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from lakelog.spark_log.session import remote_session
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.lease import lease_key
 from lakelog.tiering.manager import RemoteTier
-from lakelog.tiering.remote_scan import JOB_STORE_TIMEOUT_ENV, iter_segment_records, load_manifest
+from lakelog.tiering.remote_scan import JOB_STORE_TIMEOUT_KEY, iter_segment_records, load_manifest
 from lakelog.tiering.stores import open_store
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
 from tests.faults.test_replication_faults import _seed
@@ -34,6 +36,8 @@ from tests.support.s3server import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 DEADLINE_MS = 3_000
+#: A run's `--config`: the deadline of each object-store call, the driver's and the tasks'.
+RUN_CONFIG = {JOB_STORE_TIMEOUT_KEY: str(DEADLINE_MS)}
 #: How long the test waits for a job that must fail by its deadline: far below the store client's
 #: own timeouts (600 s a request), so only the deadline can end it in time.
 PATIENCE_S = 240.0
@@ -44,9 +48,9 @@ TIER_CONFIG = {"remote.storage.request.timeout.ms": 600_000, "remote.storage.max
 @pytest.fixture(scope="module")
 def s3():
     server = S3Server().start()
-    env = {**server.env(), JOB_STORE_TIMEOUT_ENV: str(DEADLINE_MS)}
+    env = server.env()
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the driver, the Python workers and S3A all read these
+    os.environ.update(env)  # the driver's store and the session's S3A settings read these
     try:
         yield server
     finally:
@@ -60,7 +64,9 @@ def s3():
 
 @pytest.fixture(scope="module")
 def spark(s3):
-    session = remote_session("s3://lakelog-faults/x", app_name="lakelog-job-store-faults-test")
+    # The Python workers take their environment from the session, whatever JVM this process has.
+    session = remote_session("s3://lakelog-faults/x", app_name="lakelog-job-store-faults-test",
+                             conf={f"spark.executorEnv.{k}": v for k, v in s3.env().items()})
     yield session
     session.stop()
 
@@ -127,7 +133,9 @@ def test_retention_job_over_a_hung_store_fails_by_its_deadline_and_a_rerun_succe
     assert len(before.copy_finished) > 2
 
     try:
-        ok, error = _in_time(lambda: run_job(spark, "retention", remote, on_plan=lambda n: s3.freeze()),
+        # Frozen once planned: what meets the hung store is the tasks (the lease, the manifest).
+        ok, error = _in_time(lambda: run_job(spark, "retention", remote, overrides=RUN_CONFIG,
+                                             on_plan=lambda n: s3.freeze()),
                              "the retention job")
     finally:
         s3.thaw()
@@ -158,7 +166,7 @@ def test_sync_tables_over_a_hung_store_fails_by_its_deadline_and_a_rerun_makes_t
 
     monkeypatch.setattr(sync_tables, "appended_rows", hangs_after_the_append)
     try:
-        ok, error = _in_time(lambda: run_job(spark, "sync-tables", remote), "sync-tables")
+        ok, error = _in_time(lambda: run_job(spark, "sync-tables", remote, overrides=RUN_CONFIG), "sync-tables")
     finally:
         s3.thaw()
     assert not ok, error

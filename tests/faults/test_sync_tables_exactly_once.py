@@ -1,17 +1,26 @@
 """sync-tables exactly once into Delta (spark_log/sync_state.py), against real Delta writes on the
-filesystem store: a run that dies between its Delta append and its follow-ups, then reruns; two
-syncs started at once; a step planned from a stale state. After each, every tiered record is in
+filesystem store: a `lakelog jobs run sync-tables` process SIGKILLed between its Delta append and
+its follow-ups (held there by the test-only seam spark_log/sync_pause.py), then rerun; two syncs
+started at once; a step planned from a stale state. After each, every tiered record is in
 `<topic>` exactly once and `<topic>_latest` is the newest value per key."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from lakelog.logstore.record_batch import Record, build_batch
 from lakelog.spark_log import tables as sync_tables
+from lakelog.spark_log.sync_pause import ENV as SYNC_PAUSE_ENV
 from lakelog.spark_log.delta_log import newest_version, read_commit
 from lakelog.spark_log.jobs import run_job
 from lakelog.spark_log.session import remote_session
@@ -22,10 +31,9 @@ from tests.integration.test_remote_compaction import TOPIC, build_remote, remote
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "4000"}
-
-
-class Crash(Exception):
-    """The sync process dying right after its Delta append."""
+LAKELOG = str(Path(sys.executable).with_name("lakelog"))
+#: Longest a sync process may take to reach its pause, or to end (a JVM start on a loaded machine).
+PROCESS_PATIENCE_S = 400.0
 
 
 @pytest.fixture(scope="module")
@@ -76,24 +84,55 @@ def _build(tmp_path, seed: int):
     return store, (tier0, tier1), (log0, log1), (tmp_path / "remote").as_uri()
 
 
-def test_a_sync_killed_after_its_delta_append_reruns_to_each_record_once(tmp_path, spark, monkeypatch):
-    rng = random.Random(_seed("sync-tables killed between its Delta append and its follow-ups"))
+def _cli_sync(tmp_path, remote: str, name: str, env: dict[str, str]) -> subprocess.Popen:
+    """`lakelog jobs run sync-tables` as its own process group (its JVM and Python workers in it),
+    stdout and stderr to files under `tmp_path`."""
+    out = open(tmp_path / f"{name}.out", "w")
+    err = open(tmp_path / f"{name}.err", "w")
+    try:
+        return subprocess.Popen([LAKELOG, "jobs", "run", "sync-tables", "--remote", remote, "--master", "local[1]"],
+                                cwd=tmp_path, env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env},
+                                stdout=out, stderr=err, start_new_session=True)
+    finally:
+        out.close()
+        err.close()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of `proc` (the CLI, its JVM, their workers) and reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=60)
+
+
+def _output(tmp_path, name: str) -> str:
+    return (tmp_path / f"{name}.out").read_text() + (tmp_path / f"{name}.err").read_text()[-4000:]
+
+
+def test_a_sync_process_killed_after_its_delta_append_reruns_to_each_record_once(tmp_path, spark):
+    rng = random.Random(_seed("sync-tables process killed between its Delta append and its follow-ups"))
     store, tiers, logs, remote = _build(tmp_path, rng.randrange(1000))
     assert run_job(spark, "sync-tables", remote).totals["rows_added"] == len(_expected_offsets(store))
     for p in (0, 1):
         _more(rng, logs[p], tiers[p], p, rng.randint(5, 20))
 
-    real = sync_tables.appended_rows
-    calls = []
-
-    def dies_after_the_append(*args, **kwargs):
-        calls.append(args)
-        raise Crash("killed right after the Delta append")
-
-    monkeypatch.setattr(sync_tables, "appended_rows", dies_after_the_append)
-    with pytest.raises(Exception, match="killed right after the Delta append"):
-        run_job(spark, "sync-tables", remote, topics=[TOPIC])
-    assert calls
+    marker = tmp_path / "paused-after-append"
+    proc = _cli_sync(tmp_path, remote, "killed", {SYNC_PAUSE_ENV: str(marker)})
+    try:
+        deadline = time.monotonic() + PROCESS_PATIENCE_S
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), f"the sync never reached its append (exit {proc.poll()}):\n" + \
+            _output(tmp_path, "killed")
+        paused = json.loads(marker.read_text())
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole job dies: CLI, JVM, Python workers
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        _stop(proc)
+    assert paused == {"pid": proc.pid, "topic": TOPIC, "seq": 1}
     # The append is in the table (with its range); <topic>_latest was never brought up to it.
     assert _offsets(spark, remote) == _expected_offsets(store)
     assert _latest(spark, remote) != _expected_latest(store)
@@ -101,9 +140,12 @@ def test_a_sync_killed_after_its_delta_append_reruns_to_each_record_once(tmp_pat
     assert state.last is not None and state.last.seq == 1
     assert state.last.nexts == {p: remote_records(store, p)[-1][0] + 1 for p in (0, 1)}
 
-    monkeypatch.setattr(sync_tables, "appended_rows", real)
-    rerun = run_job(spark, "sync-tables", remote)
-    assert rerun.totals["rows_added"] == 0  # nothing twice ...
+    rerun = _cli_sync(tmp_path, remote, "rerun", {})
+    try:
+        assert rerun.wait(timeout=PROCESS_PATIENCE_S) == 0, _output(tmp_path, "rerun")
+    finally:
+        _stop(rerun)
+    assert f"{TOPIC}: +0 rows" in _output(tmp_path, "rerun")  # nothing twice ...
     assert _offsets(spark, remote) == _expected_offsets(store)  # ... nothing skipped
     assert _latest(spark, remote) == _expected_latest(store)  # the follow-up was done by the rerun
     version = newest_version(store, TOPIC)

@@ -22,3 +22,28 @@ def test_segments_are_grouped_in_order_up_to_the_byte_limit():
     assert len(group_segments(parts, 1 << 30)) == 1
     assert pickle.loads(pickle.dumps(groups[0])) == groups[0]  # shipped to executors
     assert isinstance(groups[0], SegmentGroup)
+
+
+def test_the_readers_store_timeout_reaches_every_planned_task_and_its_store(tmp_path):
+    """`storeTimeoutMs` (sync-tables passes its run's `remote.job.store.timeout.ms`) is carried by
+    each planned Spark partition, and the store a task opens from it has that deadline."""
+    import pytest
+
+    from lakelog.infra.config import ConfigError
+    from lakelog.spark_log.datasource import LakelogReader, _open_store
+    from tests.integration.test_remote_compaction import TOPIC, build_remote
+
+    build_remote(tmp_path)
+    remote = (tmp_path / "remote").as_uri()
+    reader = LakelogReader({"remote": remote, "topic": TOPIC, "storeTimeoutMs": "2500", "maxPartitionBytes": "1"})
+    planned = [p for g in reader.partitions() for p in g.parts]
+    assert len(planned) > 1 and {p.store_timeout_ms for p in planned} == {2500}
+    store = _open_store(planned[0].remote, planned[0].store_timeout_ms)
+    try:
+        assert store.deadlines.default_ms == 2500
+    finally:
+        store.close()
+    default = LakelogReader({"remote": remote, "topic": TOPIC})
+    assert {p.store_timeout_ms for g in default.partitions() for p in g.parts} == {None}
+    with pytest.raises(ConfigError):
+        LakelogReader({"remote": remote, "topic": TOPIC, "storeTimeoutMs": "0"})
