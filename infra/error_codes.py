@@ -78,6 +78,8 @@ class KafkaCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    TRANSACTION_COORDINATOR_FENCED = 52
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
@@ -149,6 +151,8 @@ ERRORS: dict[str, ErrorCode] = {
     "FencedBrokerError": _E(409, 40907, _K.STALE_BROKER_EPOCH),
     "OutOfOrderSequenceError": _E(409, 40908, _K.OUT_OF_ORDER_SEQUENCE_NUMBER),
     "InvalidProducerEpochError": _E(409, 40909, _K.INVALID_PRODUCER_EPOCH),
+    "InvalidTxnStateError": _E(409, 40940, _K.INVALID_TXN_STATE),
+    "TransactionCoordinatorFencedError": _E(409, 40941, _K.TRANSACTION_COORDINATOR_FENCED),
     "GroupMaxSizeReachedError": _E(409, 40910, _K.GROUP_MAX_SIZE_REACHED),
     "InconsistentProtocolError": _E(409, 40911, _K.INCONSISTENT_GROUP_PROTOCOL),
     "UnknownMemberIdError": _E(409, 40912, _K.UNKNOWN_MEMBER_ID),

@@ -111,6 +111,7 @@ from lakelog.logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     KafkaStorageError,
     LogClosedError,
     LogDirectoryFullError,
@@ -118,6 +119,7 @@ from lakelog.logstore.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
+    TransactionCoordinatorFencedError,
 )
 from lakelog.tiering.errors import (
     RemoteCorruptionError,
@@ -188,6 +190,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = _bind(error_codes.ERRORS, (
     RemoteStorageUnavailableError, RemoteFetchTimeoutError,
     NotCoordinatorError, CoordinatorLoadInProgressError, KafkaStorageError, LogDirectoryFullError,
     ProduceTimeoutError, QuorumTimeoutError,
+    InvalidTxnStateError, TransactionCoordinatorFencedError,
 ), messages={
     OutOfOrderSequenceError: _prefixed("OUT_OF_ORDER_SEQUENCE_NUMBER: "),
     InvalidProducerEpochError: _prefixed("INVALID_PRODUCER_EPOCH: "),
