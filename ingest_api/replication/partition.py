@@ -131,6 +131,11 @@ class Partition:
         return self.core.high_watermark
 
     @property
+    def last_stable_offset(self) -> int:
+        """LSO: below it every transaction is decided (the log's, from this replica's HW)."""
+        return self.log.last_stable_offset
+
+    @property
     def epoch_start_offset(self) -> int:
         return self.core.epoch_start_offset
 
