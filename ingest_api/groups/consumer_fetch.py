@@ -36,7 +36,7 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
         records = bytes(res.records)
         if isolation != "read_committed":
             return records, next_offset_after(records, offset)
-        cut, aborted = node.partition(tp.topic, tp.partition).read_committed_view(offset, records)
+        cut, aborted = await node.read_committed_view(node.partition(tp.topic, tp.partition), offset, records)
         kept = committed_batches([b for _, b in iter_batches(cut)], aborted, keep_control=True)
         return b"".join(bytes(b.buffer) for b in kept), next_offset_after(cut, offset)
     if leader < 0:

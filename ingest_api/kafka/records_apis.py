@@ -142,7 +142,7 @@ async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
         data = bytes(result.records)
         aborted = None
         if isolation == READ_COMMITTED:
-            data, found = p.read_committed_view(int(fp.fetch_offset), data)
+            data, found = await ctx.node.read_committed_view(p, int(fp.fetch_offset), data)
             aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in found]
     except Exception as e:
         leader = _current_leader(ctx, topic, index)

@@ -207,7 +207,7 @@ async def fetch_records(topic: str, partition: int, request: Request,
         if p is None:
             records, kept = b"", []
         else:
-            records, aborted = p.read_committed_view(offset, records)
+            records, aborted = await node.read_committed_view(p, offset, records)
             kept = list(committed_batches(_batches(records), aborted, keep_control=fmt == RECORDBATCH))
     else:
         kept = list(data_batches(_batches(records))) if fmt != RECORDBATCH else []
