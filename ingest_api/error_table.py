@@ -95,6 +95,15 @@ from lakelog.ingest_api.groups.errors import (
     UnknownMemberIdError,
 )
 from lakelog.ingest_api.groups.offsets_codec import OffsetsRecordError
+from lakelog.ingest_api.transactions.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    TransactionalIdNotFoundError,
+)
+from lakelog.ingest_api.transactions.state_codec import TransactionStateRecordError
 from lakelog.ingest_api.schemas import errors as registry
 from lakelog.ingest_api.schemas.codec import SchemaValueError
 from lakelog.ingest_api.schemas import rest_v3 as schemas_v3
@@ -188,6 +197,8 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = _bind(error_codes.ERRORS, (
     RemoteStorageUnavailableError, RemoteFetchTimeoutError,
     NotCoordinatorError, CoordinatorLoadInProgressError, KafkaStorageError, LogDirectoryFullError,
     ProduceTimeoutError, QuorumTimeoutError,
+    InvalidTxnStateError, InvalidProducerIdMappingError, ProducerFencedError, TransactionalIdNotFoundError,
+    InvalidTransactionTimeoutError, ConcurrentTransactionsError, TransactionStateRecordError,
 ), messages={
     OutOfOrderSequenceError: _prefixed("OUT_OF_ORDER_SEQUENCE_NUMBER: "),
     InvalidProducerEpochError: _prefixed("INVALID_PRODUCER_EPOCH: "),
