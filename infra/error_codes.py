@@ -82,6 +82,7 @@ class KafkaCode(enum.IntEnum):
     INVALID_PRODUCER_ID_MAPPING = 49
     INVALID_TRANSACTION_TIMEOUT = 50
     CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
@@ -156,6 +157,8 @@ ERRORS: dict[str, ErrorCode] = {
     "FencedBrokerError": _E(409, 40907, _K.STALE_BROKER_EPOCH),
     "OutOfOrderSequenceError": _E(409, 40908, _K.OUT_OF_ORDER_SEQUENCE_NUMBER),
     "InvalidProducerEpochError": _E(409, 40909, _K.INVALID_PRODUCER_EPOCH),
+    "InvalidTxnStateError": _E(409, 40940, _K.INVALID_TXN_STATE),
+    "TransactionCoordinatorFencedError": _E(409, 40941, _K.TRANSACTION_COORDINATOR_FENCED),
     "GroupMaxSizeReachedError": _E(409, 40910, _K.GROUP_MAX_SIZE_REACHED),
     "InconsistentProtocolError": _E(409, 40911, _K.INCONSISTENT_GROUP_PROTOCOL),
     "UnknownMemberIdError": _E(409, 40912, _K.UNKNOWN_MEMBER_ID),
@@ -165,9 +168,8 @@ ERRORS: dict[str, ErrorCode] = {
     "TopicExistsError": _E(409, 40916, _K.TOPIC_ALREADY_EXISTS),
     "NonEmptyGroupError": _E(409, 40918, _K.NON_EMPTY_GROUP),  # DeleteGroups of a group with members
     "BrokerInUseError": _E(409, 40917, _K.POLICY_VIOLATION),
-    # transactions (ingest_api/transactions/errors.py)
-    "InvalidTxnStateError": _E(409, 40940, _K.INVALID_TXN_STATE),
-    "InvalidProducerIdMappingError": _E(409, 40941, _K.INVALID_PRODUCER_ID_MAPPING),
+    # transactions (ingest_api/transactions/errors.py; InvalidTxnStateError above serves the coordinator too)
+    "InvalidProducerIdMappingError": _E(409, 40943, _K.INVALID_PRODUCER_ID_MAPPING),
     "ProducerFencedError": _E(409, 40942, _K.PRODUCER_FENCED),
     # 413 / 415 / 416
     "RequestTooLargeError": _E(413, 41301, _K.RECORD_LIST_TOO_LARGE),  # a body over max.request.bytes, too many records

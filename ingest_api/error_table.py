@@ -99,7 +99,6 @@ from lakelog.ingest_api.transactions.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
     ProducerFencedError,
     TransactionalIdNotFoundError,
 )
@@ -120,6 +119,7 @@ from lakelog.logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     KafkaStorageError,
     LogClosedError,
     LogDirectoryFullError,
@@ -127,6 +127,7 @@ from lakelog.logstore.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
+    TransactionCoordinatorFencedError,
 )
 from lakelog.tiering.errors import (
     RemoteCorruptionError,
@@ -197,7 +198,8 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = _bind(error_codes.ERRORS, (
     RemoteStorageUnavailableError, RemoteFetchTimeoutError,
     NotCoordinatorError, CoordinatorLoadInProgressError, KafkaStorageError, LogDirectoryFullError,
     ProduceTimeoutError, QuorumTimeoutError,
-    InvalidTxnStateError, InvalidProducerIdMappingError, ProducerFencedError, TransactionalIdNotFoundError,
+    InvalidTxnStateError, TransactionCoordinatorFencedError,
+    InvalidProducerIdMappingError, ProducerFencedError, TransactionalIdNotFoundError,
     InvalidTransactionTimeoutError, ConcurrentTransactionsError, TransactionStateRecordError,
 ), messages={
     OutOfOrderSequenceError: _prefixed("OUT_OF_ORDER_SEQUENCE_NUMBER: "),

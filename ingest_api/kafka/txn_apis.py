@@ -237,7 +237,8 @@ def _active_producers(partition: Any) -> list[dict[str, Any]]:
     out = []
     for pid, entry in partition.log.producer_state.items():
         out.append({"producer_id": pid, "producer_epoch": entry.producer_epoch, "last_sequence": entry.last_seq,
-                    "last_timestamp": entry.last_timestamp, "coordinator_epoch": -1, "current_txn_start_offset": -1})
+                    "last_timestamp": entry.last_timestamp, "coordinator_epoch": entry.coordinator_epoch,
+                    "current_txn_start_offset": entry.current_txn_first_offset})
     return out
 
 

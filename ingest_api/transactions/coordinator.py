@@ -51,9 +51,9 @@ from lakelog.ingest_api.transactions.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
     ProducerFencedError,
 )
+from lakelog.logstore.errors import InvalidTxnStateError
 from lakelog.ingest_api.transactions.state_codec import MAX_TXN_PARTITIONS, TxnRecord
 
 #: The highest epoch before a producer id is replaced (Kafka's Short.MaxValue - 1).

@@ -2,7 +2,8 @@
 
 Their HTTP statuses, `error_code`s and Kafka codes are rows of infra/error_codes.py, bound in
 ingest_api/error_table.py. A coordinator that moved or is loading answers the group coordinator's
-NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS (ingest_api/groups/errors.py): one meaning, one class.
+NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS (ingest_api/groups/errors.py), a request that does not
+fit the transaction's state the log's INVALID_TXN_STATE (logstore/errors.py): one meaning, one class.
 """
 
 from __future__ import annotations
@@ -16,13 +17,6 @@ class TransactionError(NodeError):
 
     #: Kafka's error name, for the coordinator's answers between nodes.
     kafka_name = "UNKNOWN_SERVER_ERROR"
-
-
-class InvalidTxnStateError(TransactionError):
-    """The request does not fit the transaction's state (e.g. commit after abort, produce to a partition not added)."""
-
-    kind = ErrorKind.INVALID_REQUEST
-    kafka_name = "INVALID_TXN_STATE"
 
 
 class InvalidProducerIdMappingError(TransactionError):
@@ -62,5 +56,5 @@ class TransactionalIdNotFoundError(TransactionError):
 
 #: Errors a coordinator answers between nodes, by Kafka name (the caller re-raises them).
 BY_KAFKA_NAME: dict[str, type[TransactionError]] = {c.kafka_name: c for c in (
-    InvalidTxnStateError, InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
+    InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
     ConcurrentTransactionsError, ProducerFencedError, TransactionalIdNotFoundError)}

@@ -82,6 +82,7 @@ from lakelog.ingest_api.transactions.state_codec import (
     encode_key,
     encode_value,
 )
+from lakelog.logstore.errors import InvalidProducerEpochError, InvalidTxnStateError, TransactionCoordinatorFencedError
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 
 log = logging.getLogger("lakelog.transactions")
@@ -99,10 +100,11 @@ MARKER_BACKOFF_S = (0.05, 1.0)
 RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
              NotLeaderOrFollowerError, PeerUnavailableError, txn_errors.ConcurrentTransactionsError)
 #: Errors a coordinator answers between nodes by Kafka name, re-raised as themselves by the caller.
-_BY_KAFKA_NAME: dict[str, type[NodeError]] = {
+_ANSWERED = (TransactionError, NotCoordinatorError, CoordinatorLoadInProgressError, InvalidTxnStateError)
+_BY_KAFKA_NAME: dict[str, type[Exception]] = {
     **txn_errors.BY_KAFKA_NAME, NotCoordinatorError.kafka_name: NotCoordinatorError,
-    CoordinatorLoadInProgressError.kafka_name: CoordinatorLoadInProgressError}
-_RELAYED_BY_CODE: dict[int, type[NodeError]] = {
+    CoordinatorLoadInProgressError.kafka_name: CoordinatorLoadInProgressError, "INVALID_TXN_STATE": InvalidTxnStateError}
+_RELAYED_BY_CODE: dict[int, type[Exception]] = {
     error_codes.code(c.__name__).error_code: c for c in (*_BY_KAFKA_NAME.values(), NotReadyError)}
 
 
@@ -377,9 +379,12 @@ class TransactionService:
         except (NodeError, OSError, ValueError) as err:
             log.info("transaction %s: markers to node %d failed (retrying): %s", e.transactional_id, leader, err)
             return gone
-        written = {(a["topic"], int(a["partition"])) for a in answers if a.get("error") is None}
+        written = {(a["topic"], int(a["partition"])) for a in answers if a.get("error") is None or a.get("superseded")}
         for a in answers:
-            if a.get("error") is not None:
+            if a.get("superseded"):
+                log.warning("transaction %s: marker for %s-%s superseded: %s", e.transactional_id, a["topic"],
+                            a["partition"], a["error"])
+            elif a.get("error") is not None:
                 log.info("transaction %s: marker for %s-%s: %s (retrying)", e.transactional_id, a["topic"],
                          a["partition"], a["error"])
         return written | gone
@@ -394,8 +399,14 @@ class TransactionService:
             out = {"topic": topic, "partition": partition, "error": None}
             try:
                 part = self.node.partition(topic, partition)
-                await part.append_txn_marker(pid, int(m["producer_epoch"]), commit, int(m["coordinator_epoch"]))
-            except NodeError as err:
+                await part.append_txn_marker(pid, int(m["producer_epoch"]), commit, int(m["coordinator_epoch"]),
+                                             timeout_s=self.config.request_timeout_ms / 1000,
+                                             min_isr=part.log.config.min_insync_replicas)
+            except (InvalidProducerEpochError, TransactionCoordinatorFencedError) as err:
+                # The partition holds a newer epoch or coordinator: this marker is superseded, and
+                # sending it again would never succeed (Kafka's coordinator stops sending it too).
+                return {**out, "error": f"{type(err).__name__}: {err}"[:300], "superseded": True}
+            except Exception as err:  # a leader that moved, a full ISR wait: the coordinator retries
                 return {**out, "error": f"{type(err).__name__}: {err}"[:300]}
             for key in [k for k in self._verified if k[1] == pid and k[3] == topic and k[4] == partition]:
                 del self._verified[key]
@@ -418,8 +429,8 @@ class TransactionService:
         """`run`, with coordinator errors answered in the `error` field (between nodes)."""
         try:
             return await self.run(op, args)
-        except (TransactionError, NotCoordinatorError, CoordinatorLoadInProgressError) as e:
-            return {"error": e.kafka_name, "message": str(e)}
+        except _ANSWERED as e:
+            return {"error": error_codes.code(type(e).__name__).kafka.name, "message": str(e)}
 
     async def _run(self, outcome: Persist | None) -> tuple[int, int] | None:
         """Persist a coordinator decision (if any); its answer once acknowledged."""

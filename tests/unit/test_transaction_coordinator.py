@@ -17,9 +17,9 @@ from lakelog.ingest_api.transactions.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
     ProducerFencedError,
 )
+from lakelog.logstore.errors import InvalidTxnStateError
 
 TIMEOUT = 60_000
 A, B = ("orders", 0), ("orders", 1)
