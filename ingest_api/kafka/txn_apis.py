@@ -24,6 +24,7 @@ transactional id (docs/transactions.md lists it among the limits).
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -47,6 +48,11 @@ def _code(e: BaseException, req: Request) -> int:
     if code == FENCED and req.api_version < _FENCED_SINCE.get(req.api_key, 0):
         return OLD_FENCED
     return code
+
+
+def _instant(ms_since_epoch: int) -> datetime.datetime:
+    """A timestamp field that is never null on the wire (-1: none) as the codec's datetime."""
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(milliseconds=ms_since_epoch)
 
 
 def _may(ctx: KafkaContext, conn: Connection, operation: Operation, rtype: ResourceType, name: str, api: str) -> bool:
@@ -179,7 +185,7 @@ async def describe_transactions(ctx: KafkaContext, req: Request, conn: Connectio
     states = []
     for tid in req.body.transactional_ids:
         base = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
-                "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+                "transaction_start_time": _instant(-1), "producer_id": -1, "producer_epoch": -1, "topics": []}
         try:
             d = ctx.node.transactions.describe_here(tid)
         except Exception as e:
@@ -189,7 +195,7 @@ async def describe_transactions(ctx: KafkaContext, req: Request, conn: Connectio
         for topic, p in d["partitions"]:
             by_topic.setdefault(topic, []).append(p)
         states.append({**base, "error_code": NONE, "transaction_state": d["state"],
-                       "transaction_timeout": d["timeout_ms"], "transaction_start_time": d["start_ms"],
+                       "transaction_timeout": d["timeout_ms"], "transaction_start_time": _instant(d["start_ms"]),
                        "producer_id": d["producer_id"], "producer_epoch": d["producer_epoch"],
                        "topics": [{"topic": t, "partitions": ps} for t, ps in sorted(by_topic.items())]})
     return {"throttle_time": 0, "transaction_states": states}
