@@ -65,6 +65,7 @@ from lakelog.ingest_api.broker.dynamic_config import DynamicConfigs
 from lakelog.ingest_api.groups.consumer import ConsumerManager
 from lakelog.ingest_api.groups.instances import ConsumerInstanceService
 from lakelog.ingest_api.groups.service import GroupService
+from lakelog.ingest_api.transactions.service import TransactionService
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -142,6 +143,7 @@ class Node:
         # The services the front doors call; their loops run while a door serves (`http/app.py`'s lifespan).
         self.security = SecurityContext(self)  # authentication, ACLs, quotas (off by default)
         self.groups = GroupService(self)  # the group coordinator of the __consumer_offsets partitions led here
+        self.transactions = TransactionService(self, self.groups)  # the coordinator of the __transaction_state partitions led here
         self.consumers = ConsumerManager(self, self.groups)  # REST Proxy consumer instances held here
         self.consumer_instances = ConsumerInstanceService(self, self.consumers, self.groups,
                                                           FORWARDED_HEADER)  # routing, ownership, topic ACLs

@@ -13,6 +13,7 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
+from lakelog.ingest_api.kafka import txn_apis
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
@@ -41,6 +42,11 @@ HANDLERS: dict[int, ApiHandler] = {
     20: admin_apis.delete_topics,
     22: metadata_apis.init_producer_id,
     23: records_apis.offset_for_leader_epoch,
+    24: txn_apis.add_partitions_to_txn,
+    25: txn_apis.add_offsets_to_txn,
+    26: txn_apis.end_txn,
+    27: txn_apis.write_txn_markers,
+    28: txn_apis.txn_offset_commit,
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
     36: sasl_apis.sasl_authenticate,
@@ -48,6 +54,9 @@ HANDLERS: dict[int, ApiHandler] = {
     42: group_apis.delete_groups,
     44: admin_apis.incremental_alter_configs,
     60: metadata_apis.describe_cluster,
+    61: txn_apis.describe_producers,
+    65: txn_apis.describe_transactions,
+    66: txn_apis.list_transactions,
 }
 
 if set(HANDLERS) != set(SUPPORTED):

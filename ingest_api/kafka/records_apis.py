@@ -4,7 +4,9 @@ Produce appends the client's RecordBatch bytes as they came (`Node.produce_batch
 HTTP path's entry point: CRC and producer state checked, nothing re-encoded). Fetch answers the
 stored batch bytes unchanged (`Node.fetch_wait`, which reads the remote tier below the local log
 start). A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER: the client refreshes
-its metadata and goes to the leader (the Kafka door never forwards).
+its metadata and goes to the leader (the Kafka door never forwards). A transactional Produce is
+appended only after the transaction coordinator confirmed the partition is in the producer's
+ongoing transaction (KIP-890 part 1, txn_apis.verify_produce); otherwise INVALID_TXN_STATE.
 
 Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic, Fetch
 READ; ListOffsets and OffsetForLeaderEpoch DESCRIBE (which READ or WRITE imply), as Kafka and the
@@ -30,6 +32,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
+from lakelog.ingest_api.kafka import txn_apis
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
@@ -47,15 +50,14 @@ READ_COMMITTED = 1
 
 
 async def _produce_one(ctx: KafkaContext, topic: str, index: int, records: bytes | None, acks: str,
-                       transactional: bool) -> dict[str, Any]:
+                       transactional_id: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"index": index, "base_offset": -1, "log_start_offset": -1, "record_errors": [],
                            "error_message": None}
-    if transactional:
-        return {**out, "error_code": ErrorCode.transactional_id_authorization_failed.value,
-                "error_message": "transactions are not supported yet"}
     if not records:
         return {**out, "error_code": ErrorCode.corrupt_message.value, "error_message": "no record batch"}
     try:
+        if transactional_id is not None:
+            await txn_apis.verify_produce(ctx, transactional_id, records, topic, index)
         info = await ctx.node.produce_batches(topic, index, records, acks)
     except Exception as e:
         code = kafka_code(e).value
@@ -71,7 +73,7 @@ async def _produce_one(ctx: KafkaContext, topic: str, index: int, records: bytes
 async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any] | None:
     body = req.body
     acks = ACKS.get(int(body.acks))
-    transactional = body.transactional_id is not None
+    transactional_id = body.transactional_id
     jobs, names = [], []
     for t in body.topic_data:
         allowed = _may(ctx, conn, Operation.WRITE, t.name, "Produce")
@@ -82,7 +84,7 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
             elif acks is None:
                 jobs.append(_invalid(p.index, ErrorCode.invalid_required_acks.value))
             else:
-                jobs.append(_produce_one(ctx, t.name, int(p.index), p.records, acks, transactional))
+                jobs.append(_produce_one(ctx, t.name, int(p.index), p.records, acks, transactional_id))
     results = await asyncio.gather(*jobs)
     if acks == "0":
         return None  # acks=0: no answer at all

@@ -37,6 +37,12 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 5),
     22: ("InitProducerId", 0, 5),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    # Transactions version 1 (KIP-98, KIP-360, KIP-447, KIP-890 part 1): not KIP-890 part 2's versions.
+    24: ("AddPartitionsToTxn", 0, 3),
+    25: ("AddOffsetsToTxn", 0, 4),
+    26: ("EndTxn", 0, 4),
+    27: ("WriteTxnMarkers", 1, 1),
+    28: ("TxnOffsetCommit", 0, 4),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
@@ -44,6 +50,9 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     42: ("DeleteGroups", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     60: ("DescribeCluster", 0, 1),
+    61: ("DescribeProducers", 0, 0),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
 }
 
 
