@@ -63,7 +63,8 @@ Batch rules (`clean_batch`):
     aborted transactions below the map end (`aborted`, from the `.txnindex` files) are dropped
     whole and never enter the offset map. COMMIT / ABORT markers are kept as they are: a marker
     may only go once no batch of its transaction is left and every reader has passed it, which
-    needs per-producer bookkeeping across rounds this cleaner does not keep yet.
+    needs per-producer bookkeeping across rounds this cleaner does not keep yet. (The remote
+    compaction job keeps its replacements' `.txnindex` entries but does not drop aborted data yet.)
 
 Invariants (checked with `invariant()`): output batches keep their input order and offsets, so
 offsets strictly increase; the map only grows to `max_entries`; a mapped offset never decreases.
