@@ -66,7 +66,8 @@ Batch rules (`clean_batch`):
     needs per-producer bookkeeping across rounds this cleaner does not keep yet. The remote
     compaction job applies the same rules from the remote `.txnindex` objects in its one-task round
     (the tier holds only decided transactions: segments are copied below the LSO) and keeps the
-    entries in its replacements; its split round (remote_split.py) does not drop aborted data yet.
+    entries in its replacements; its split round (remote_split.py), which maps over decoded columns and cannot drop them,
+    ends its dirty section at the first aborted transaction's first offset instead.
 
 Invariants (checked with `invariant()`): output batches keep their input order and offsets, so
 offsets strictly increase; the map only grows to `max_entries`; a mapped offset never decreases.

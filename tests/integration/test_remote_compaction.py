@@ -279,3 +279,36 @@ def test_replacements_keep_the_aborted_transactions_of_the_segments_they_replace
     finally:
         tier.close()
         log.close()
+
+
+def test_the_split_round_stops_below_the_first_aborted_transaction(tmp_path):
+    import time
+
+    from lakelog.compaction.remote_split import SplitRound, open_round
+
+    now = int(time.time() * 1000)
+    log = PartitionLog(tmp_path / "log" / f"{TOPIC}-0", LogConfig({"segment.bytes": 600, "retention.ms": -1,
+                                                                     "cleanup.policy": "compact"}))
+    for i in range(10):
+        log.append_as_leader(build_batch([Record(0, now, b"k%d" % (i % 3), b"v%d" % i)]), 1)
+    log.append_as_leader(build_batch([Record(0, now, b"k0", b"aborted")], producer_id=5, producer_epoch=0,
+                                     base_sequence=0, is_transactional=True), 1)   # 10
+    log.append_control(5, 0, False, 0, 1)                                          # 11
+    for i in range(10):
+        log.append_as_leader(build_batch([Record(0, now, b"k%d" % (i % 3), b"w%d" % i)]), 1)
+    log.roll()
+    store = FileSystemStore(tmp_path / "remote")
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000}))
+    try:
+        tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+        opened = open_round(store, TOPIC, 0, config(), owner="t", force=True, now_ms=now, delete_delay_ms=0,
+                            max_map_bytes=1 << 20, task_max_bytes=1 << 20)
+        assert isinstance(opened, SplitRound)
+        try:
+            # An aborted record must not supersede the committed k0 = v9 in a round that cannot drop it.
+            assert opened.section.uncleanable == 10
+        finally:
+            opened.release()
+    finally:
+        tier.close()
+        log.close()
