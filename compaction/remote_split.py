@@ -85,7 +85,7 @@ from lakelog.tiering.lease import Lease, acquire
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.remote_scan import index_entries, iter_segment_batches
+from lakelog.tiering.remote_scan import index_entries, iter_segment_batches, txn_index_entries
 from lakelog.tiering.store import ObjectStore
 
 def _to_ipc(table: pa.Table) -> bytearray:
@@ -572,6 +572,21 @@ def _add_stats(total: CompactionStats, part: CompactionStats) -> None:
         setattr(total, name, b if a is None else a if b is None else min(a, b))
 
 
+def _below_aborted_transactions(job: PartitionJob, section: DirtySection) -> DirtySection | None:
+    """The dirty section ended at the first aborted transaction's first offset: this round maps
+    over decoded columns and cannot keep an aborted record from superseding a committed one, so it
+    stops below them (the one-task round in remote.py drops them); None when nothing is left."""
+    firsts = [e.first_offset for s in section.segments
+              for e in txn_index_entries(job.store, job.topic, job.partition, s) if e.last_offset >= section.first_dirty]
+    if not firsts or min(firsts) >= section.uncleanable:
+        return section
+    section.uncleanable = max(section.first_dirty, min(firsts))
+    if section.uncleanable <= section.first_dirty:
+        job.report.reason = f"an aborted transaction starts at the first dirty offset {section.first_dirty}"
+        return None
+    return section
+
+
 def open_round(store: ObjectStore, topic: str, partition: int, config: LogConfig, *, owner: str,
                force: bool = False, now_ms: int | None = None, delete_delay_ms: int, max_map_bytes: int,
                task_max_bytes: int, lease_ttl_ms: int = 10 * 60 * 1000) -> SplitRound | PartitionReport:
@@ -587,6 +602,8 @@ def open_round(store: ObjectStore, topic: str, partition: int, config: LogConfig
         job = PartitionJob(store, topic, partition, current_time_ms() if now_ms is None else now_ms, lease, meta,
                             meta.load(), report)
         section = plan_round(job, config, force=force)
+        if section is not None:
+            section = _below_aborted_transactions(job, section)
     except BaseException:
         lease.release()
         raise

@@ -78,6 +78,11 @@ class KafkaCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
@@ -90,6 +95,7 @@ class KafkaCode(enum.IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
+    PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     INCONSISTENT_VOTER_SET = 94
@@ -97,6 +103,7 @@ class KafkaCode(enum.IntEnum):
     BROKER_ID_NOT_REGISTERED = 102
     INCONSISTENT_TOPIC_ID = 103
     INCONSISTENT_CLUSTER_ID = 104
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
 
 
@@ -135,6 +142,7 @@ ERRORS: dict[str, ErrorCode] = {
     "SecurityNotFoundError": _E(404, 40409, _K.RESOURCE_NOT_FOUND),
     "NotFoundError": _E(404, 40410, _K.RESOURCE_NOT_FOUND),
     "NoReassignmentInProgressError": _E(404, 40411, _K.NO_REASSIGNMENT_IN_PROGRESS),  # also a GET of an unmoved partition
+    "TransactionalIdNotFoundError": _E(404, 40440, _K.TRANSACTIONAL_ID_NOT_FOUND),
     # 406 Not Acceptable
     "NotAcceptableError": _E(406, 40601, _K.INVALID_REQUEST),  # and ConsumerFormatMismatchError, a case of it
     "RecordDeserializationError": _E(406, 40602, _K.INVALID_RECORD),
@@ -149,6 +157,8 @@ ERRORS: dict[str, ErrorCode] = {
     "FencedBrokerError": _E(409, 40907, _K.STALE_BROKER_EPOCH),
     "OutOfOrderSequenceError": _E(409, 40908, _K.OUT_OF_ORDER_SEQUENCE_NUMBER),
     "InvalidProducerEpochError": _E(409, 40909, _K.INVALID_PRODUCER_EPOCH),
+    "InvalidTxnStateError": _E(409, 40940, _K.INVALID_TXN_STATE),
+    "TransactionCoordinatorFencedError": _E(409, 40941, _K.TRANSACTION_COORDINATOR_FENCED),
     "GroupMaxSizeReachedError": _E(409, 40910, _K.GROUP_MAX_SIZE_REACHED),
     "InconsistentProtocolError": _E(409, 40911, _K.INCONSISTENT_GROUP_PROTOCOL),
     "UnknownMemberIdError": _E(409, 40912, _K.UNKNOWN_MEMBER_ID),
@@ -158,6 +168,9 @@ ERRORS: dict[str, ErrorCode] = {
     "TopicExistsError": _E(409, 40916, _K.TOPIC_ALREADY_EXISTS),
     "NonEmptyGroupError": _E(409, 40918, _K.NON_EMPTY_GROUP),  # DeleteGroups of a group with members
     "BrokerInUseError": _E(409, 40917, _K.POLICY_VIOLATION),
+    # transactions (ingest_api/transactions/errors.py; InvalidTxnStateError above serves the coordinator too)
+    "InvalidProducerIdMappingError": _E(409, 40943, _K.INVALID_PRODUCER_ID_MAPPING),
+    "ProducerFencedError": _E(409, 40942, _K.PRODUCER_FENCED),
     # 413 / 415 / 416
     "RequestTooLargeError": _E(413, 41301, _K.RECORD_LIST_TOO_LARGE),  # a body over max.request.bytes, too many records
     "RecordTooLargeError": _E(413, 41302, _K.MESSAGE_TOO_LARGE),  # a batch over max.message.bytes
@@ -181,6 +194,7 @@ ERRORS: dict[str, ErrorCode] = {
     "IneligibleReplicaError": _E(422, 42211, _K.INELIGIBLE_REPLICA),
     "InvalidIsrError": _E(422, 42212, _K.INVALID_REQUEST),
     "InvalidReplicaAssignmentError": _E(422, 42213, _K.INVALID_REPLICA_ASSIGNMENT),
+    "InvalidTransactionTimeoutError": _E(422, 42240, _K.INVALID_TRANSACTION_TIMEOUT),
     # 429 Too Many Requests
     "ThrottledError": _E(429, 42901, _K.THROTTLING_QUOTA_EXCEEDED),
     "TooManyInstancesError": _E(429, 42902, _K.THROTTLING_QUOTA_EXCEEDED),
@@ -191,6 +205,7 @@ ERRORS: dict[str, ErrorCode] = {
     "CorruptRecordError": _E(500, 50002, _K.CORRUPT_MESSAGE),
     "RemoteCorruptionError": _E(500, 50003, _K.CORRUPT_MESSAGE),
     "OffsetsRecordError": _E(500, 50004, _K.UNKNOWN_SERVER_ERROR),  # a stored __consumer_offsets record is malformed
+    "TransactionStateRecordError": _E(500, 50040, _K.UNKNOWN_SERVER_ERROR),  # likewise of __transaction_state
     # 503 Service Unavailable
     # a node not serving yet: NOT_LEADER_OR_FOLLOWER makes a Kafka client refresh its metadata and retry
     "NotReadyError": _E(503, 50301, _K.NOT_LEADER_OR_FOLLOWER),
@@ -214,6 +229,8 @@ ERRORS: dict[str, ErrorCode] = {
     "RemoteStorageTimeoutError": _E(503, 50323, _K.REQUEST_TIMED_OUT),
     "NotCoordinatorError": _E(503, 50330, _K.NOT_COORDINATOR),
     "CoordinatorLoadInProgressError": _E(503, 50331, _K.COORDINATOR_LOAD_IN_PROGRESS),
+    # the transaction is between states (markers being written, an epoch being fenced): retry
+    "ConcurrentTransactionsError": _E(503, 50335, _K.CONCURRENT_TRANSACTIONS),
     # the log directory failed an I/O operation and is offline
     "KafkaStorageError": _E(503, 50340, _K.KAFKA_STORAGE_ERROR),
     # 507 Insufficient Storage: ENOSPC / EDQUOT, the log directory is full (and offline)

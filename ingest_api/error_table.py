@@ -95,6 +95,14 @@ from lakelog.ingest_api.groups.errors import (
     UnknownMemberIdError,
 )
 from lakelog.ingest_api.groups.offsets_codec import OffsetsRecordError
+from lakelog.ingest_api.transactions.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    ProducerFencedError,
+    TransactionalIdNotFoundError,
+)
+from lakelog.ingest_api.transactions.state_codec import TransactionStateRecordError
 from lakelog.ingest_api.schemas import errors as registry
 from lakelog.ingest_api.schemas.codec import SchemaValueError
 from lakelog.ingest_api.schemas import rest_v3 as schemas_v3
@@ -111,6 +119,7 @@ from lakelog.logstore.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     KafkaStorageError,
     LogClosedError,
     LogDirectoryFullError,
@@ -118,6 +127,7 @@ from lakelog.logstore.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
+    TransactionCoordinatorFencedError,
 )
 from lakelog.tiering.errors import (
     RemoteCorruptionError,
@@ -190,6 +200,9 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = _bind(error_codes.ERRORS, (
     RemoteStorageTimeoutError,
     NotCoordinatorError, CoordinatorLoadInProgressError, KafkaStorageError, LogDirectoryFullError,
     ProduceTimeoutError, QuorumTimeoutError,
+    InvalidTxnStateError, TransactionCoordinatorFencedError,
+    InvalidProducerIdMappingError, ProducerFencedError, TransactionalIdNotFoundError,
+    InvalidTransactionTimeoutError, ConcurrentTransactionsError, TransactionStateRecordError,
 ), messages={
     OutOfOrderSequenceError: _prefixed("OUT_OF_ORDER_SEQUENCE_NUMBER: "),
     InvalidProducerEpochError: _prefixed("INVALID_PRODUCER_EPOCH: "),

@@ -65,6 +65,7 @@ from lakelog.ingest_api.broker.dynamic_config import DynamicConfigs
 from lakelog.ingest_api.groups.consumer import ConsumerManager
 from lakelog.ingest_api.groups.instances import ConsumerInstanceService
 from lakelog.ingest_api.groups.service import GroupService
+from lakelog.ingest_api.transactions.service import TransactionService
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -84,7 +85,9 @@ from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.ingest_api.replication.peers import FORWARDED_HEADER, PeerClient, json_or_empty
 from lakelog.ingest_api.security.context import SecurityContext
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
+from lakelog.index.transaction_index import AbortedTxn
 from lakelog.logstore.errors import OffsetOutOfRangeError
+from lakelog.logstore.read_committed import cut_at_offset, next_offset_after
 from lakelog.logstore.log_append import AppendInfo
 from lakelog.logstore.local_log import FetchResult
 from lakelog.logstore.log_dir_health import LogDirState
@@ -140,6 +143,7 @@ class Node:
         # The services the front doors call; their loops run while a door serves (`http/app.py`'s lifespan).
         self.security = SecurityContext(self)  # authentication, ACLs, quotas (off by default)
         self.groups = GroupService(self)  # the group coordinator of the __consumer_offsets partitions led here
+        self.transactions = TransactionService(self, self.groups)  # the coordinator of the __transaction_state partitions led here
         self.consumers = ConsumerManager(self, self.groups)  # REST Proxy consumer instances held here
         self.consumer_instances = ConsumerInstanceService(self, self.consumers, self.groups,
                                                           FORWARDED_HEADER)  # routing, ownership, topic ACLs
@@ -510,3 +514,24 @@ class Node:
             return None
         return found
 
+    async def read_committed_view(self, p: Partition, fetch_offset: int,
+                                  records: bytes | memoryview) -> tuple[bytes, list[AbortedTxn]]:
+        """Fetched `records` as a read_committed reader gets them: whole batches below the LSO,
+        and the aborted transactions overlapping them (`aborted_transactions`)."""
+        cut = bytes(cut_at_offset(records, p.last_stable_offset))
+        if not cut:
+            return cut, []
+        return cut, await self.aborted_transactions(p, fetch_offset, next_offset_after(cut, fetch_offset))
+
+    async def aborted_transactions(self, p: Partition, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset) — from the remote
+        tier's `.txnindex` objects for a fetch below the local log start of a tiered topic, then
+        from the local ones. A door that bounds its read at the LSO itself (file ranges) calls this."""
+        local = p.log.aborted_transactions(fetch_offset, upper_bound_offset)
+        if fetch_offset >= p.log.log_start_offset or not self.remote_logs.tiered(p):
+            return local
+        remote = await self.remote_logs.aborted_transactions(p, fetch_offset, upper_bound_offset)
+        if remote.complete:
+            return list(remote.aborted)
+        seen = {(a.producer_id, a.first_offset) for a in remote.aborted}
+        return list(remote.aborted) + [a for a in local if (a.producer_id, a.first_offset) not in seen]

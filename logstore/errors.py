@@ -106,3 +106,13 @@ class KafkaStorageError(LogStoreError):
 
 class LogDirectoryFullError(KafkaStorageError):
     """The log directory's filesystem is full (ENOSPC, EDQUOT): free space, then restart the node."""
+
+
+class InvalidTxnStateError(InvalidRecordError):
+    """A producer with an open transaction sent a non-transactional batch (Kafka's INVALID_TXN_STATE)."""
+
+
+class TransactionCoordinatorFencedError(LogStoreError):
+    """A COMMIT / ABORT marker comes from a coordinator epoch below the last marker's: a stale coordinator."""
+
+    kind = ErrorKind.NOT_LEADER

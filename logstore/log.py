@@ -3,6 +3,7 @@
 Directory contents:
 
     00000000000000000000.log / .index / .timeindex     sealed segments ...
+    00000000000000000000.txnindex                      (aborted transactions, once there is one)
     00000000000000005376.log / .index / .timeindex     ... and the active segment (the last)
     leader-epoch-checkpoint                            (epoch, start offset) entries
     log-start-offset-checkpoint                        the log start offset
@@ -17,7 +18,18 @@ Invariants (checked with `invariant()`):
     lie in [base offset, next segment's base offset);
   * leader epochs in the epoch cache only grow;
   * the producer state reflects exactly the batches below the LEO (see producer_state.py), and no
-    snapshot lies above the LEO.
+    snapshot lies above the LEO;
+  * log start offset <= high watermark <= LEO (the HW is the replication layer's, told to the log
+    by `update_high_watermark`), and last stable offset (LSO) <= HW.
+
+Transactions (Kafka's, KIP-98): a transactional batch opens its producer's transaction; a COMMIT
+or ABORT marker (a control batch, control_record.py, written by `append_control` on the leader and
+replicated like any batch) closes it. The LSO is the first offset of the earliest transaction not
+yet decided below the HW (producer_state.py), else the HW: a read_committed reader reads below it.
+Each ABORT marker that closes a transaction appends an entry to the active segment's `.txnindex`
+(index/transaction_index.py) with the LSO of that moment; `aborted_transactions` answers a
+read_committed fetch from them. A `.txnindex` is truncated with its segment, deleted with it,
+rebuilt on recovery, and rebuilt from the log when a read finds it damaged.
 
 Lookups follow the design: binary search of segments by base offset, the floor entry of the sparse
 offset index, then a forward scan of batch headers.
@@ -64,9 +76,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
+from lakelog.index.errors import CorruptIndexError
+from lakelog.index.transaction_index import AbortedTxn
 from lakelog.infra.config import LONG_MAX, LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
+from lakelog.logstore.control_record import ControlRecordType, EndTransactionMarker, build_control_batch
 from lakelog.logstore.errors import InvalidRecordError, LogClosedError
 from lakelog.logstore.file_records import SegmentReader
 from lakelog.logstore.fileutil import atomic_write
@@ -79,6 +94,7 @@ from lakelog.logstore.log_loader import (
     LOG_START_OFFSET_FILE,
     LogLoader,
     rebuild_producer_state,
+    rebuild_txn_indexes,
 )
 from lakelog.logstore.log_segments import LogSegments
 from lakelog.logstore.producer_state import (
@@ -86,6 +102,7 @@ from lakelog.logstore.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     DEFAULT_SNAPSHOTS_TO_KEEP,
     BatchMetadata,
+    CompletedTxn,
     ProducerStateEntry,
     ProducerStateManager,
 )
@@ -131,6 +148,9 @@ class PartitionLog:
         self.recovery = loaded.recovery
         self.log_start_offset = loaded.log_start_offset
         self._local = LocalLog(self.directory, self.config, segments, loaded.recovery_point, self._now_ms)
+        self._high_watermark = self.log_start_offset
+        #: Base offsets of segments whose `.txnindex` a read found damaged and rebuilt.
+        self.txn_index_rebuilds_on_read: list[int] = []
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -190,6 +210,40 @@ class PartitionLog:
     def producer_entry(self, producer_id: int) -> ProducerStateEntry | None:
         with self._lock:
             return self._producers.entry(producer_id)
+
+    @property
+    def high_watermark(self) -> int:
+        """The HW as the replication layer last told it (`update_high_watermark`)."""
+        return self._high_watermark
+
+    def update_high_watermark(self, high_watermark: int) -> None:
+        """The replication layer's HW moved (either way: a new leader's may start lower); it is
+        kept within [log start, LEO]. Transactions whose marker it passed become stable.
+        Takes the log's lock."""
+        with self._lock:
+            hw = max(self.log_start_offset, min(high_watermark, self.log_end_offset))
+            self._high_watermark = hw
+            self._producers.on_high_watermark(hw)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest undecided transaction (open, or its marker not yet
+        below the HW); None when there is none. Takes the log's lock."""
+        with self._lock:
+            return self._producers.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """LSO: min(first unstable offset, HW); a read_committed reader reads below it. Takes the lock."""
+        with self._lock:
+            unstable = self._producers.first_unstable_offset()
+            hw = self._high_watermark
+            return hw if unstable is None else max(self.log_start_offset, min(unstable, hw))
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of each open transaction. Takes the lock."""
+        with self._lock:
+            return self._producers.ongoing_transactions()
 
     def remove_expired_producers(self) -> list[int]:
         """For a periodic task: drop producers idle for `producer.id.expiration.ms` (by their
@@ -269,7 +323,7 @@ class PartitionLog:
             self._append_locked(parts, entries, max_ts, now, first_offset)
             for batch, base, batch_max_ts in idempotent:
                 self._producers.apply(batch.producer_id, batch.producer_epoch, batch.base_sequence, base,
-                                      batch.last_offset_delta, batch_max_ts)
+                                      batch.last_offset_delta, batch_max_ts, is_transactional=batch.is_transactional)
             self._unflushed_records += records
             info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
                               len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
@@ -313,12 +367,95 @@ class PartitionLog:
             # Unchecked: the leader checked them, and the state must end as the leader's.
             for _, batch, _ in parsed:
                 if batch.producer_id >= 0:
-                    self._producers.apply_batch(batch)
+                    self._record_completed(self._producers.apply_batch(batch))
             self._unflushed_records += records
             info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
                               self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
             self._after_append()
             return info
+
+    def append_control(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                       leader_epoch: int) -> int:
+        """Append a COMMIT (`commit`) or ABORT marker for the producer's transaction as leader;
+        returns its offset. It closes the producer's open transaction (an ABORT adds a `.txnindex`
+        entry); a marker for a producer with none is appended all the same (Kafka's coordinator
+        may resend one). Raises InvalidProducerEpochError for an epoch below the producer's and
+        TransactionCoordinatorFencedError for a coordinator epoch below its last marker's.
+
+        Concurrency: takes the log's lock.
+        """
+        with self._lock:
+            self._check_open()
+            self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            offset = self.log_end_offset
+            now = self._now_ms()
+            batch = build_control_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+                                        coordinator_epoch=coordinator_epoch, timestamp=now, base_offset=offset,
+                                        partition_leader_epoch=leader_epoch)
+            if leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
+                self.epochs.assign(leader_epoch, offset)
+            self._append_locked([batch], [(0, offset, now, len(batch))], now, now, offset)
+            marker = EndTransactionMarker(ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
+                                          coordinator_epoch)
+            self._record_completed(self._producers.apply_marker(producer_id, producer_epoch, offset, marker, now))
+            self._unflushed_records += 1
+            self._after_append()
+            return offset
+
+    def _record_completed(self, completed: CompletedTxn | None) -> None:
+        """A marker just appended (in the active segment) closed `completed`: index an abort."""
+        if completed is None:
+            return
+        if completed.last_offset < self._high_watermark:
+            self._producers.on_high_watermark(self._high_watermark)
+        if completed.is_aborted:
+            lso = self._producers.last_stable_offset_of(completed)
+            self.active_segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                            completed.last_offset, lso))
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
+        `.txnindex` of the segment holding `fetch_offset` onward (a read_committed fetch answers
+        them with the records). A damaged `.txnindex` is rebuilt from the log, never served.
+
+        Concurrency: takes the log's lock.
+        """
+        with self._lock:
+            self._check_open()
+            found: list[AbortedTxn] = []
+            for seg in self._local.segments.from_offset(fetch_offset):
+                if seg.base_offset >= upper_bound_offset:
+                    break
+                try:
+                    if not seg.txn_index.verified:
+                        seg.txn_index.sanity_check(seg.next_offset)
+                    search = seg.txn_index.collect(fetch_offset, upper_bound_offset)
+                except CorruptIndexError:
+                    rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
+                    self.txn_index_rebuilds_on_read.append(seg.base_offset)
+                    search = seg.txn_index.collect(fetch_offset, upper_bound_offset)
+                found.extend(search.aborted)
+                if search.complete:
+                    break
+            return found
+
+    def segment_aborted_transactions(self, base_offset: int) -> list[AbortedTxn]:
+        """The `.txnindex` entries of the segment starting at `base_offset` (rebuilt first if
+        damaged; [] when no such segment). For the remote tier's upload of that segment.
+        Takes the log's lock."""
+        with self._lock:
+            self._check_open()
+            seg = self._local.segments.starting_at(base_offset)
+            if seg is None:
+                return []
+            try:
+                if not seg.txn_index.verified:
+                    seg.txn_index.sanity_check(seg.next_offset)
+                return seg.txn_index.entries()
+            except CorruptIndexError:
+                rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
+                self.txn_index_rebuilds_on_read.append(seg.base_offset)
+                return seg.txn_index.entries()
 
     def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
         max_ts = max(d.max_timestamp for d in duplicates)
@@ -481,6 +618,8 @@ class PartitionLog:
             # Snapshots lie at batch boundaries, so none is left in (new LEO, offset].
             rebuild_producer_state(self._producers, self._local.segments, self.log_start_offset,
                                    self.log_end_offset)
+            self._high_watermark = max(self.log_start_offset, min(self._high_watermark, self.log_end_offset))
+            self._producers.on_high_watermark(self._high_watermark)
             self._local.lower_recovery_point()
             for listener in self._truncation_listeners:
                 listener(self.log_end_offset)
@@ -495,6 +634,7 @@ class PartitionLog:
             self._producers.clear()
             self._local.truncate_fully_and_start_at(offset)
             self.log_start_offset = offset
+            self._high_watermark = offset
             self.epochs.clear()
             self._write_log_start_offset()
             for listener in self._truncation_listeners:
@@ -559,11 +699,32 @@ class PartitionLog:
         its snapshots are left alone: they describe the history, which compaction does not change
         (the newest snapshot lies at or above the active segment's base, above every sealed one).
 
+        The aborted transactions of the old segments' `.txnindex` files carry over to the new
+        segment covering each marker's offset, unless the new segments come with their own
+        (a cleaner that drops aborted data writes the entries it keeps).
+
         Concurrency: takes the log's lock.
         """
         with self._lock:
             self._check_open()
+            if not any(seg.txn_index.path.exists() for seg in new_segments):
+                self._carry_txn_entries(new_segments, old_segments)
             self._local.replace_segments(new_segments, old_segments)
+
+    def _carry_txn_entries(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        entries: list[AbortedTxn] = []
+        for seg in old_segments:
+            try:
+                entries += seg.txn_index.entries()
+            except CorruptIndexError:
+                rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
+                entries += seg.txn_index.entries()
+        ordered = sorted(new_segments, key=lambda seg: seg.base_offset)
+        for i, seg in enumerate(ordered):
+            end = ordered[i + 1].base_offset if i + 1 < len(ordered) else old_segments[-1].next_offset
+            mine = [e for e in entries if seg.base_offset <= e.last_offset < end]
+            if mine:
+                seg.txn_index.write_all(mine)
 
     # ------------------------------------------------------------------ config and lifecycle
 

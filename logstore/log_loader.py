@@ -7,9 +7,12 @@ recovers those from the recovery point on after an unclean shutdown (re-read bat
 CRC-checked, cut at the first torn or corrupt batch, later segments dropped, indexes rebuilt) and
 checks the others structurally, rebuilds the leader epoch cache from what it re-read, then loads
 the idempotent producer state (newest snapshot at or below the LEO plus a replay of batch headers;
-folded into the recovery scan where it can be). It answers a `LoadedLog`: the `RecoveryReport`
+folded into the recovery scan where it can be), and rebuilds the `.txnindex` of every recovered
+segment and of every segment whose `.txnindex` fails its checks (`rebuild_txn_indexes`: a replay of
+the producer state from the newest snapshot at or below the first such segment). It answers a `LoadedLog`: the `RecoveryReport`
 (what was found and cut), the log start offset and the recovery point. `rebuild_producer_state`
-is the same producer load, used again by `PartitionLog.truncate_to`.
+is the same producer load, used again by `PartitionLog.truncate_to`; `rebuild_txn_indexes` again
+by `PartitionLog.aborted_transactions` when a read finds a damaged `.txnindex`.
 
 The checkpoint and marker files of the directory are named here.
 
@@ -23,14 +26,22 @@ from pathlib import Path
 from typing import Callable
 
 from lakelog.index.errors import CorruptIndexError
+from lakelog.index.transaction_index import AbortedTxn
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import read_checkpoint
 from lakelog.logstore.errors import CorruptRecordError, UnsupportedFormatVersionError
 from lakelog.logstore.leader_epoch import LeaderEpochCache
 from lakelog.logstore.log_segments import LogSegments
-from lakelog.logstore.producer_state import ProducerStateManager, SnapshotLoad, snapshot_name
-from lakelog.logstore.record_batch import CONTROL_MASK, HEADER, HEADER_SIZE, LOG_OVERHEAD, RecordBatch
+from lakelog.logstore.producer_state import CompletedTxn, ProducerStateManager, SnapshotLoad, snapshot_name
+from lakelog.logstore.record_batch import (
+    CONTROL_MASK,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TRANSACTIONAL_MASK,
+    RecordBatch,
+)
 from lakelog.logstore.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -64,12 +75,15 @@ class RecoveryReport:
     producer_snapshot_offset: int | None = None  # producer state loaded from this snapshot
     producer_batches_replayed: int = 0  # producer batches applied on top of it
     producer_snapshots_removed: list[str] = field(default_factory=list)  # corrupt or above the LEO
+    txn_indexes_rebuilt: list[int] = field(default_factory=list)  # segments whose .txnindex was rebuilt
 
     def __str__(self) -> str:
         producers = (f"; producer state from snapshot {self.producer_snapshot_offset} + "
                      f"{self.producer_batches_replayed} batch(es)"
                      + (f", removed snapshots {self.producer_snapshots_removed}" if self.producer_snapshots_removed
                         else ""))
+        if self.txn_indexes_rebuilt:
+            producers += f"; rebuilt .txnindex of {self.txn_indexes_rebuilt}"
         if self.clean_shutdown and not self.indexes_rebuilt and not self.swaps_completed:
             return "clean shutdown, nothing to recover" + producers
         return (f"recovered {self.segments_recovered} segment(s), truncated {self.bytes_truncated} bytes, "
@@ -125,7 +139,9 @@ class LogLoader:
         if clean:
             for seg in self.segments:
                 self._check_segment(seg, report)
+            recovered_from: int | None = None
         else:
+            recovered_from = self.segments[self.segments.index_for(rp)].base_offset
             replayed_from = self._recover(rp, report)
         if self.log_start_offset > self.segments.active.next_offset:
             # Recovery cut the log below its start offset: nothing readable is left. Restart the
@@ -139,6 +155,7 @@ class LogLoader:
             self.epochs.clear()
             replayed_from = None
         self._open_producer_state(report, replayed_from)
+        self._check_txn_indexes(report, recovered_from)
         marker.unlink(missing_ok=True)
         invariant(self.log_start_offset <= self.segments.active.next_offset,
                   f"log start offset {self.log_start_offset} above log end offset {self.segments.active.next_offset}")
@@ -173,7 +190,7 @@ class LogLoader:
             for p in list(self.directory.iterdir()):
                 b = parse_base_offset(p.name)
                 if b is not None and p.name.endswith(LOG_SUFFIX) and base <= b < last:
-                    for suffix in (".log", ".index", ".timeindex"):
+                    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
                         (self.directory / (p.name[:20] + suffix)).unlink(missing_ok=True)
             seg.change_suffix(SWAP_SUFFIX, "")
             # Its index files may be missing or half-renamed: regenerate them from the .log.
@@ -257,6 +274,22 @@ class LogLoader:
         report.producer_snapshot_offset = load.offset
         report.producer_batches_replayed = replayed
 
+    def _check_txn_indexes(self, report: RecoveryReport, recovered_from: int | None) -> None:
+        """Rebuild the `.txnindex` of segments recovered (base >= `recovered_from`; None after a
+        clean shutdown) or failing their checks; the others are sound."""
+        targets = []
+        for seg in self.segments:
+            if recovered_from is not None and seg.base_offset >= recovered_from:
+                targets.append(seg)
+                continue
+            try:
+                seg.txn_index.sanity_check(seg.next_offset)
+            except CorruptIndexError:
+                targets.append(seg)
+        if targets:
+            rebuild_txn_indexes(self.producers, self.segments, self.log_start_offset, targets)
+            report.txn_indexes_rebuilt += [seg.base_offset for seg in targets]
+
     def _check_segment(self, seg: LogSegment, report: RecoveryReport) -> None:
         """Structural checks of a flushed segment; rebuild its indexes or cut a damaged tail.
 
@@ -295,9 +328,44 @@ def rebuild_producer_state(producers: ProducerStateManager, segments: LogSegment
     return load, _replay_producer_batches(producers, segments, start, end_offset)
 
 
-def _replay_producer_batches(producers: ProducerStateManager, segments: LogSegments, start: int, end: int) -> int:
+def rebuild_txn_indexes(producers: ProducerStateManager, segments: LogSegments, log_start_offset: int,
+                        targets: list[LogSegment]) -> None:
+    """Rewrite the `.txnindex` of each segment of `targets` from the log.
+
+    A scratch producer state (the live one is left alone) is loaded from the newest snapshot at
+    or below the first target and replayed to the end of the last one; every ABORT marker that
+    closes a transaction inside a target becomes an entry with the LSO of that moment. A
+    transaction whose first batch lies below the log start (deleted by retention) cannot be
+    recovered and gets no entry. The caller holds the log's lock or owns the log.
+    """
+    if not targets:
+        return
+    scratch = ProducerStateManager(producers.directory, producer_id_expiration_ms=producers.producer_id_expiration_ms,
+                                   max_producer_ids=producers.max_producer_ids,
+                                   snapshots_to_keep=producers.snapshots_to_keep)
+    first = min(seg.base_offset for seg in targets)
+    end = max(seg.next_offset for seg in targets)
+    wanted = {seg.base_offset: seg for seg in targets}
+    found: dict[int, list[AbortedTxn]] = {b: [] for b in wanted}
+
+    def on_completed(seg: LogSegment, txn: CompletedTxn, last_stable_offset: int) -> None:
+        if txn.is_aborted and seg.base_offset in wanted:
+            found[seg.base_offset].append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                     last_stable_offset))
+
+    load = scratch.load_latest_snapshot(first)
+    start = log_start_offset if load.offset is None else max(load.offset, log_start_offset)
+    _replay_producer_batches(scratch, segments, start, end, on_completed=on_completed)
+    for base, seg in wanted.items():
+        seg.txn_index.write_all(found[base])
+
+
+def _replay_producer_batches(producers: ProducerStateManager, segments: LogSegments, start: int, end: int, *,
+                             on_completed: Callable[[LogSegment, CompletedTxn, int], None] | None = None) -> int:
     """Apply the producer batches with offsets in [start, end) to the state, reading headers
-    only (64 KiB at a time while batches are small, one header at a time once they are not)."""
+    only (64 KiB at a time while batches are small, one header at a time once they are not);
+    a control batch is read whole, for its marker. `on_completed(segment, transaction, LSO)`
+    sees each transaction a marker closes."""
     replayed = 0
     if start >= end:
         return 0
@@ -329,9 +397,14 @@ def _replay_producer_batches(producers: ProducerStateManager, segments: LogSegme
             if length < HEADER_SIZE - LOG_OVERHEAD:
                 raise CorruptRecordError(f"batch length {length} is impossible", file=str(seg.log_path),
                                          position=pos, offset=base)
-            if producer_id >= 0 and base + delta >= start:
+            if producer_id >= 0 and base + delta >= start and attributes & CONTROL_MASK:
+                completed = producers.apply_batch(RecordBatch(seg.read_bytes(pos, length + LOG_OVERHEAD)))
+                if completed is not None and on_completed is not None:
+                    on_completed(seg, completed, producers.last_stable_offset_of(completed))
+                replayed += 1
+            elif producer_id >= 0 and base + delta >= start:
                 producers.apply(producer_id, producer_epoch, base_sequence, base, delta, max_ts,
-                                is_control=bool(attributes & CONTROL_MASK))
+                                is_transactional=bool(attributes & TRANSACTIONAL_MASK))
                 replayed += 1
             pos += length + LOG_OVERHEAD
             # Large batches: read just the next header rather than 64 KiB of records.

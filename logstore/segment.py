@@ -1,7 +1,8 @@
-"""A log segment: one `.log` file of whole batches plus its `.index` and `.timeindex`.
+"""A log segment: one `.log` file of whole batches plus its `.index`, `.timeindex` and `.txnindex`.
 
 Files are named by the segment's base offset, zero-padded to 20 digits:
-`00000000000000005376.log`, `00000000000000005376.index`, `00000000000000005376.timeindex`.
+`00000000000000005376.log`, `00000000000000005376.index`, `00000000000000005376.timeindex`, and
+`00000000000000005376.txnindex` once a transaction is aborted in the segment (index/transaction_index.py).
 The `.log` holds RecordBatch v2 bytes back to back (see record_batch.py), exactly as received.
 Suffixes `.cleaned` and `.swap` mark replacement segments of a compaction in progress, and
 `.deleted` marks files on their way out (see local_log.py for the swap protocol).
@@ -17,7 +18,8 @@ Concurrency: not thread-safe; the partition log serialises every call.
 
 Composition: a segment holds its `.log` as `FileRecords` (file_records.py: the descriptor, the
 size, header scans, whole-batch reads, the valid prefix, pwritev, truncation) and its `OffsetIndex`
-and `TimeIndex` (index/); it keeps the tail (next offset, max timestamp), decides where indexes
+and `TimeIndex` (index/) and its `TransactionIndex` (written by the partition log, which knows
+the producers' transactions); it keeps the tail (next offset, max timestamp), decides where indexes
 get entries, and combines the three for lookups, reads, recovery and renames.
 """
 
@@ -32,6 +34,7 @@ from typing import Callable, Iterator
 from lakelog.index.errors import CorruptIndexError
 from lakelog.index.offset_index import OffsetIndex
 from lakelog.index.time_index import TimeIndex
+from lakelog.index.transaction_index import TransactionIndex
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.file_records import BatchPosition, FileRecords, SegmentReader
@@ -40,6 +43,7 @@ from lakelog.logstore.record_batch import HEADER_SIZE, LOG_OVERHEAD, NO_TIMESTAM
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
@@ -81,6 +85,7 @@ class LogSegment:
                                         config.max_index_bytes)
         self.time_index = TimeIndex(self.directory / (name + TIME_INDEX_SUFFIX + suffix), base_offset,
                                     config.max_index_bytes)
+        self.txn_index = TransactionIndex(self.directory / (name + TXN_INDEX_SUFFIX + suffix), base_offset)
         self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
         self._bytes_since_last_index_entry = 0
         self._next_offset: int | None = None if self.size else base_offset
@@ -331,6 +336,7 @@ class LogSegment:
         removed = self._log.truncate_to(bp.position)
         self.offset_index.truncate_to_position(bp.position)
         self.time_index.truncate_to(bp.base_offset)
+        self.txn_index.truncate_to(bp.base_offset)
         self._bytes_since_last_index_entry = 0
         self._next_offset = bp.base_offset if bp.position else self.base_offset
         self._max_timestamp = None
@@ -386,6 +392,7 @@ class LogSegment:
             self._log.flush()
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
             self._unflushed = False
 
     def close(self) -> None:
@@ -394,7 +401,9 @@ class LogSegment:
         self.time_index.close()
 
     def files(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        """The segment's files; the `.txnindex` only when it exists (an abort in the segment)."""
+        txn = [self.txn_index.path] if self.txn_index.path.exists() else []
+        return [self.log_path, self.offset_index.path, self.time_index.path] + txn
 
     def change_suffix(self, old: str, new: str) -> None:
         """Rename all three files from suffix `old` to `new` (e.g. '.swap' -> '').
@@ -408,6 +417,7 @@ class LogSegment:
 
         self.offset_index.rename_to(target(self.offset_index.path))
         self.time_index.rename_to(target(self.time_index.path))
+        self.txn_index.rename_to(target(self.txn_index.path))
         self._log.rename_to(target(self.log_path))
 
     def delete_files(self) -> None:

@@ -35,6 +35,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
+from lakelog.index.transaction_index import TxnIndexSearch
 from lakelog.ingest_api.broker.remote_reads import RemoteReads
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.replication.partition import Partition, PartitionKey
@@ -226,7 +227,7 @@ class RemoteLogManager:
     def tier_once(self, p: Partition) -> None:
         """One round of the remote log manager for one replica (on a background thread).
 
-        The leader uploads sealed segments below the HW and applies remote retention; every
+        The leader uploads sealed segments below the HW and the LSO and applies remote retention; every
         replica applies local retention (`local.retention.*`: only tiered segments are deleted).
         A fenced leader stops uploading until its leader epoch changes; a store error (a missed
         deadline included) is logged and the partition's next copy round waits its backoff
@@ -239,7 +240,9 @@ class RemoteLogManager:
         backoff = self.backoff
         if p.is_leader and self._fenced.get(p.key) != epoch and (backoff is None or backoff.ready(p.key)):
             try:
-                report = rp.copy_segments(p.log, epoch, hw)
+                # Below the LSO only, as Kafka copies: every transaction in an uploaded segment is
+                # decided, so the remote tier (and its compaction) never holds undecided data.
+                report = rp.copy_segments(p.log, epoch, min(hw, p.last_stable_offset))
                 if getattr(report, "restarted_at", None) is not None:
                     log.warning("%s: the remote tier restarted at %s (local data expired before it was tiered)",
                                 p.key, report.restarted_at)
@@ -315,6 +318,14 @@ class RemoteLogManager:
         res = await self.reads.run(f"a fetch of {p.key} at offset {offset}",
                                    lambda: rp.read(offset, max_bytes, max_offset=hw))
         return FetchResult(res.records, res.first_offset, res.log_start_offset, p.log.log_end_offset)
+
+    async def aborted_transactions(self, p: Partition, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
+        """The aborted transactions the remote tier's `.txnindex` objects list for a read_committed
+        fetch of [fetch_offset, upper_bound_offset) (off the loop)."""
+        rp = self.remote(p)
+        assert self.reads is not None
+        return await self.reads.run(f"the aborted transactions of {p.key} at offset {fetch_offset}",
+                                    rp.aborted_transactions, fetch_offset, upper_bound_offset)
 
     async def remote_log_start(self, p: Partition) -> int | None:
         """The remote log start offset (None: the remote tier holds nothing); during a store outage

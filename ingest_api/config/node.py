@@ -31,6 +31,7 @@ from lakelog.infra.config import (
 from lakelog.ingest_api.config.console_sql import CONSOLE_SQL_CONFIG
 from lakelog.ingest_api.config.groups import GROUP_CONFIG
 from lakelog.ingest_api.config.security import SECURITY_CONFIG
+from lakelog.ingest_api.config.transactions import TRANSACTION_CONFIG
 from lakelog.ingest_api.config.kafka import KAFKA_CONFIG, KafkaListener, parse_listeners, split_listeners
 from lakelog.tiering.config import TIERING_CONFIG
 
@@ -161,6 +162,7 @@ NODE_CONFIG.include(GROUP_CONFIG)  # consumer groups and consumer instances (ing
 NODE_CONFIG.include(SECURITY_CONFIG)  # authentication, ACLs, TLS, quotas (ingest_api/config/security.py)
 NODE_CONFIG.include(CONSOLE_SQL_CONFIG)  # the console's SQL page (ingest_api/http/console_sql.py)
 NODE_CONFIG.include(KAFKA_CONFIG)  # the Kafka listener (ingest_api/config/kafka.py)
+NODE_CONFIG.include(TRANSACTION_CONFIG)  # the transaction coordinator (ingest_api/config/transactions.py)
 
 #: Broker key -> the topic key it gives the default of.
 BROKER_TO_TOPIC = synonym_map(LOG_CONFIG)

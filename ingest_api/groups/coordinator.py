@@ -35,7 +35,9 @@ Committed offsets: `check_commit` validates a commit against the group's members
 current generation; or, with generation -1 and no member id, only while the group has no members —
 the stateless API); the service appends it to the log with acks=all and then calls `apply_offset`,
 which is also how a new coordinator rebuilds its cache from the partition. `expired_offsets` lists
-the offsets of empty groups older than `offsets.retention.minutes`.
+the offsets of empty groups older than `offsets.retention.minutes`. Transactional commits
+(TxnOffsetCommit) are held apart per producer id (`apply_txn_offset`) until the transaction's
+marker lands in the group's partition (`complete_txn`): visible on COMMIT, dropped on ABORT.
 
 Invariants (checked by `check_invariants`): generation ids never go back; a Stable / Completing
 group has a leader that is a member; an Empty group has no members; members <= group.max.size.
@@ -184,6 +186,10 @@ class GroupCoordinator:
         self.config = config
         self.new_member_id = new_member_id
         self.groups: dict[str, Group] = {}
+        #: Transactional commits (TxnOffsetCommit) not yet decided: producer id -> (group, topic-partition)
+        #: -> (log offset of the commit, the offset). They become committed offsets when the COMMIT
+        #: marker lands in the group's partition, and are dropped on ABORT.
+        self.pending_txn_offsets: dict[int, dict[tuple[str, TopicPartition], tuple[int, CommittedOffset]]] = {}
 
     # ------------------------------------------------------------------ membership
 
@@ -401,6 +407,24 @@ class GroupCoordinator:
         else:
             group.offsets[tp] = value
 
+    def apply_txn_offset(self, producer_id: int, group_id: str, tp: TopicPartition, log_offset: int,
+                         value: CommittedOffset) -> None:
+        """A transactional commit that is in the log: pending until its transaction's marker."""
+        self.pending_txn_offsets.setdefault(producer_id, {})[(group_id, tp)] = (log_offset, value)
+
+    def complete_txn(self, producer_id: int, commit: bool, in_partition: Callable[[str], bool]
+                     ) -> list[tuple[str, TopicPartition, int, CommittedOffset]]:
+        """The producer's marker landed in a partition: its pending commits of the groups
+        `in_partition` selects are decided. Returns the commits that became visible (on COMMIT),
+        for the caller to apply in log order against later plain commits."""
+        pending = self.pending_txn_offsets.get(producer_id, {})
+        decided = [(k, v) for k, v in pending.items() if in_partition(k[0])]
+        for k, _ in decided:
+            del pending[k]
+        if not pending:
+            self.pending_txn_offsets.pop(producer_id, None)
+        return [(g, tp, pos, value) for (g, tp), (pos, value) in decided] if commit else []
+
     def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         group = self.groups.get(group_id)
         return dict(group.offsets) if group is not None else {}
@@ -423,6 +447,12 @@ class GroupCoordinator:
         """Forget the groups (this node stopped coordinating them): pending answers fail NOT_COORDINATOR."""
         from lakelog.ingest_api.groups.errors import NotCoordinatorError
         out: list[Effect] = []
+        for pid in list(self.pending_txn_offsets):
+            pending = self.pending_txn_offsets[pid]
+            for k in [k for k in pending if predicate(k[0])]:
+                del pending[k]
+            if not pending:
+                del self.pending_txn_offsets[pid]
         for gid in [g for g in self.groups if predicate(g)]:
             group = self.groups.pop(gid)
             for m in group.members.values():

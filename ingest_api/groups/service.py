@@ -67,7 +67,8 @@ from lakelog.ingest_api.groups.offsets_codec import (
 )
 from lakelog.ingest_api.errors import InvalidRequestError, NodeError, RemoteError
 from lakelog.ingest_api.replication.partition import PartitionKey, monotonic_ms, now_ms
-from lakelog.logstore.record_batch import Record, build_batch, iter_batches
+from lakelog.logstore.producer_state import increment_sequence
+from lakelog.logstore.record_batch import NO_SEQUENCE, Record, build_batch, iter_batches
 
 log = logging.getLogger("lakelog.groups")
 
@@ -77,6 +78,8 @@ LOAD_READ_BYTES = 1024 * 1024
 MAX_COMMIT_PARTITIONS = 10_000
 #: Extra wait beyond the rebalance timeout for a delayed JoinGroup / SyncGroup answer.
 ANSWER_SLACK_S = 2.0
+#: Control record types (the int16 after the control key's version): Kafka's ABORT and COMMIT.
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
 #: Errors after which a call is worth retrying (the coordinator moves, loads, or is unreachable).
 RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
              NotLeaderOrFollowerError)
@@ -120,6 +123,8 @@ class GroupService:
         self._waiters: dict[tuple[str, str, str], asyncio.Future] = {}
         #: (group, topic-partition) -> log offset of the commit in the cache (later commits win).
         self._commit_positions: dict[tuple[str, TopicPartition], int] = {}
+        #: __consumer_offsets partition -> the lock that orders its transactional commit batches.
+        self._txn_locks: dict[int, asyncio.Lock] = {}
         self._task: asyncio.Task | None = None
         self._topic_lock: asyncio.Lock | None = None
         self._next_expiry = 0.0
@@ -216,7 +221,7 @@ class GroupService:
             if part is None:
                 return
             started = time.monotonic()
-            entries = await asyncio.to_thread(_read_offsets_log, part.log, p)
+            entries, open_txns = await asyncio.to_thread(_read_offsets_log, part.log, p)
             if not (part.is_leader and part.leader_epoch == epoch):
                 return  # leadership moved while reading: the next tick decides again
             n = self.num_partitions()
@@ -226,6 +231,10 @@ class GroupService:
                 tp = TopicPartition(key.topic, key.partition)
                 self.coordinator.apply_offset(key.group, tp, value, now)
                 self._commit_positions[(key.group, tp)] = log_offset
+            for pid, commits in open_txns.items():
+                for log_offset, key, value in commits:
+                    self.coordinator.apply_txn_offset(pid, key.group, TopicPartition(key.topic, key.partition),
+                                                      log_offset, value)
             self._loaded[p] = epoch
             log.info("%s-%d: loaded %d offset records in %.0f ms (leader epoch %d)", OFFSETS_TOPIC, p,
                      len(entries), (time.monotonic() - started) * 1000, epoch)
@@ -354,6 +363,61 @@ class GroupService:
         await self._append(p, [(OffsetKey(group, tp.topic, tp.partition), v) for tp, v in parsed], now)
         return {"error": None, "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": v.offset}
                                            for tp, v in parsed]}
+
+    async def _op_txn_commit(self, a: dict[str, Any]) -> dict[str, Any]:
+        """TxnOffsetCommit: the commits go to the log as a transactional batch of the producer
+        (the partition's producer state fences an older epoch), and stay pending until the
+        transaction's marker lands here (`complete_txn`)."""
+        group = str(a["group_id"])
+        p = self._require(group)
+        member_id, generation = str(a.get("member_id") or ""), int(a.get("generation", -1))
+        if member_id or generation >= 0:  # KIP-447: a member of the current generation (v3+)
+            self.coordinator.check_commit(group, member_id, generation)
+        pid, epoch = int(a["producer_id"]), int(a["producer_epoch"])
+        offsets = a.get("offsets") or []
+        if not isinstance(offsets, list) or len(offsets) > MAX_COMMIT_PARTITIONS:
+            raise InvalidRequestError(f"offsets must be a list of at most {MAX_COMMIT_PARTITIONS} entries")
+        now = now_ms()
+        parsed = [(OffsetKey(group, str(o["topic"]), int(o["partition"])),
+                   CommittedOffset(int(o["offset"]), str(o.get("metadata") or ""), now, int(o.get("leader_epoch", -1))))
+                  for o in offsets]
+        for k, v in parsed:
+            if len(v.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                raise OffsetMetadataTooLargeError(f"metadata of {k.topic}-{k.partition} is longer than "
+                                                  f"offset.metadata.max.bytes={self.config.offset_metadata_max_bytes}")
+        if not parsed:
+            return {"error": None, "offsets": []}
+        lock = self._txn_locks.setdefault(p, asyncio.Lock())
+        async with lock:  # one transactional batch at a time per partition: sequences follow the log
+            part = self.node.partition(OFFSETS_TOPIC, p)
+            known = part.log.producer_state.get(pid)
+            seq = (increment_sequence(known.last_seq, 1)
+                   if known is not None and known.producer_epoch == epoch and known.last_seq != NO_SEQUENCE else 0)
+            batch = build_batch([Record(i, now, encode_key(k), encode_value(v)) for i, (k, v) in enumerate(parsed)],
+                                producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+            try:
+                info = await self.node.produce_batches(OFFSETS_TOPIC, p, batch, "all")
+            except (NotLeaderOrFollowerError, LeaderNotAvailableError) as e:
+                raise NotCoordinatorError(f"the coordinator of {OFFSETS_TOPIC}-{p} moved: {e}") from None
+        if p in self._loaded:
+            for i, (k, v) in enumerate(parsed):
+                self.coordinator.apply_txn_offset(pid, group, TopicPartition(k.topic, k.partition),
+                                                  info.first_offset + i, v)
+        return {"error": None, "offsets": [{"topic": k.topic, "partition": k.partition, "offset": v.offset}
+                                           for k, v in parsed]}
+
+    def complete_txn(self, p: int, producer_id: int, commit: bool) -> None:
+        """The producer's COMMIT / ABORT marker is in `__consumer_offsets` partition `p` (appended
+        here, the leader, with acks=all): its pending commits of p's groups are decided."""
+        if p not in self._loaded:
+            return  # a coordinator loading p reads the marker from the log
+        n = self.num_partitions()
+        now = monotonic_ms()
+        for group, tp, pos, value in self.coordinator.complete_txn(
+                producer_id, commit, lambda g: coordinator_partition(g, n) == p):
+            if self._commit_positions.get((group, tp), -1) < pos:
+                self._commit_positions[(group, tp)] = pos
+                self.coordinator.apply_offset(group, tp, value, now)
 
     async def _append(self, p: int, entries: list[tuple[OffsetKey, CommittedOffset | None]], now: int) -> None:
         """Append commits (or tombstones) with acks=all, then put them in the cache. `now`: the wall
@@ -537,6 +601,7 @@ _OPS = {
     "heartbeat": GroupService._op_heartbeat,
     "leave": GroupService._op_leave,
     "commit": GroupService._op_commit,
+    "txn_commit": GroupService._op_txn_commit,
     "offset_fetch": GroupService._op_offset_fetch,
     "describe": GroupService._op_describe,
     "list": GroupService._op_list,
@@ -544,9 +609,13 @@ _OPS = {
 }
 
 
-def _read_offsets_log(plog: Any, p: int) -> list[tuple[int, OffsetKey, CommittedOffset | None]]:
-    """Every offset record of a `__consumer_offsets` log, in log order (on a thread)."""
+def _read_offsets_log(plog: Any, p: int) -> tuple[list[tuple[int, OffsetKey, CommittedOffset | None]],
+                                                   dict[int, list[tuple[int, OffsetKey, CommittedOffset]]]]:
+    """Every decided offset record of a `__consumer_offsets` log, in log order, and the
+    transactional commits still open at its end, by producer id (on a thread). A transactional
+    commit counts at its COMMIT marker (in the marker's place in the order) and never after ABORT."""
     out: list[tuple[int, OffsetKey, CommittedOffset | None]] = []
+    open_txns: dict[int, list[tuple[int, OffsetKey, CommittedOffset]]] = {}
     offset = plog.log_start_offset
     end = plog.log_end_offset
     while offset < end:
@@ -557,15 +626,33 @@ def _read_offsets_log(plog: Any, p: int) -> list[tuple[int, OffsetKey, Committed
         for _, batch in iter_batches(res.records):
             nxt = max(nxt, batch.next_offset)
             if batch.is_control:
+                commits = open_txns.pop(batch.producer_id, [])
+                if _control_type(batch) == CONTROL_COMMIT:
+                    out.extend(commits)
                 continue
             for rec in batch.records():
                 if rec.offset < offset or rec.key is None:
                     continue
                 try:
-                    out.append((rec.offset, decode_key(rec.key), decode_value(rec.value)))
+                    entry = (rec.offset, decode_key(rec.key), decode_value(rec.value))
                 except OffsetsRecordError as e:
                     log.error("%s-%d: skipping the record at offset %d: %s", OFFSETS_TOPIC, p, rec.offset, e)
+                    continue
+                if batch.is_transactional and entry[2] is not None:
+                    open_txns.setdefault(batch.producer_id, []).append(entry)  # type: ignore[arg-type]
+                else:
+                    out.append(entry)
         if nxt <= offset:
             break
         offset = nxt
-    return out
+    out.sort(key=lambda e: e[0])  # committed transactional offsets count at their own positions
+    return out, open_txns
+
+
+def _control_type(batch: Any) -> int:
+    """The type of a control batch's record (its key: int16 version, int16 type); -1 if unreadable."""
+    for rec in batch.records():
+        key = rec.key
+        if key is not None and len(key) >= 4:
+            return int.from_bytes(bytes(key[2:4]), "big", signed=True)
+    return -1

@@ -44,6 +44,7 @@ from lakelog.ingest_api.http.routers import (
     sql_access,
     stats,
     throttles_v3,
+    transactions_internal,
 )
 from lakelog.ingest_api.http.security_middleware import SecurityMiddleware
 from lakelog.ingest_api.http.webconsole import ConsoleMiddleware
@@ -117,11 +118,13 @@ def create_app(node: Node) -> FastAPI:
     async def lifespan(app: FastAPI):
         await node.start_cluster()
         await node.groups.start()
+        await node.transactions.start()
         await node.consumers.start()
         try:
             yield
         finally:
             await node.consumers.stop()  # instances leave their groups while the cluster is up
+            await node.transactions.stop()
             await node.groups.stop()
             await node.stop_cluster()
 
@@ -188,6 +191,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(replication.router)
     app.include_router(consumers.router)
     app.include_router(consumers.internal_router)
+    app.include_router(transactions_internal.router)  # the transaction coordinator's node-to-node calls
     app.include_router(security.router)
     app.include_router(stats.router)
     app.include_router(jobs.router)  # the Spark job runs the remote tier records (console)

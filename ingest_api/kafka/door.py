@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable
 
 from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
 from lakelog.ingest_api.kafka import acl_apis, quota_apis, scram_admin_apis
+from lakelog.ingest_api.kafka import txn_apis
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
@@ -45,6 +46,11 @@ HANDLERS: dict[int, ApiHandler] = {
     29: acl_apis.describe_acls,
     30: acl_apis.create_acls,
     31: acl_apis.delete_acls,
+    24: txn_apis.add_partitions_to_txn,
+    25: txn_apis.add_offsets_to_txn,
+    26: txn_apis.end_txn,
+    27: txn_apis.write_txn_markers,
+    28: txn_apis.txn_offset_commit,
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
     36: sasl_apis.sasl_authenticate,
@@ -56,6 +62,9 @@ HANDLERS: dict[int, ApiHandler] = {
     50: scram_admin_apis.describe_user_scram_credentials,
     51: scram_admin_apis.alter_user_scram_credentials,
     60: metadata_apis.describe_cluster,
+    61: txn_apis.describe_producers,
+    65: txn_apis.describe_transactions,
+    66: txn_apis.list_transactions,
 }
 
 if set(HANDLERS) != set(SUPPORTED):

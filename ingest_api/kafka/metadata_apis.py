@@ -6,9 +6,11 @@ left out (as Kafka leaves out brokers without the listener).
 
 Authorization (the node's authorizer): Metadata needs DESCRIBE on each topic — a topic asked for by
 name answers TOPIC_AUTHORIZATION_FAILED, a listing of every topic leaves it out, as Kafka does;
-DescribeCluster needs DESCRIBE on the cluster; FindCoordinator DESCRIBE on the group. ApiVersions is
-answered to anyone (before authentication too). InitProducerId without a transactional id is
-answered to any authenticated principal (Produce checks WRITE on each topic).
+DescribeCluster needs DESCRIBE on the cluster; FindCoordinator DESCRIBE on the group (a transaction
+coordinator, key type 1, is found for anyone: the ACLs know no TransactionalId resource). ApiVersions
+is answered to anyone (before authentication too). InitProducerId without a transactional id is
+answered to any authenticated principal (Produce checks WRITE on each topic); with one, it goes to
+the transaction coordinator (txn_apis.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from lakelog.ingest_api.kafka.codec import Request, field_of
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext, kafka_topic_id
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
+from lakelog.ingest_api.kafka.txn_apis import init_transactional
 from lakelog.ingest_api.kafka.versions import SUPPORTED
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 
@@ -101,9 +104,10 @@ async def describe_cluster(ctx: KafkaContext, req: Request, conn: Connection) ->
 
 async def _coordinator(ctx: KafkaContext, key: str, key_type: int, conn: Connection) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
-    if key_type != 0:  # transactions come later
-        return {**out, "error_code": ErrorCode.coordinator_not_available.value,
-                "error_message": "transactions are not supported yet"}
+    if key_type == 1:
+        return await _txn_coordinator(ctx, key, conn, out)
+    if key_type != 0:
+        return {**out, "error_code": ErrorCode.invalid_request.value, "error_message": f"key type {key_type}"}
     if not ctx.allowed(conn.principal, Operation.DESCRIBE, ResourceType.GROUP, key, "FindCoordinator",
                        conn.client_host):
         return {**out, "error_code": REFUSED[ResourceType.GROUP], "error_message": f"not authorized to DESCRIBE "
@@ -120,6 +124,20 @@ async def _coordinator(ctx: KafkaContext, key: str, key_type: int, conn: Connect
     return {**out, "error_code": NONE, "node_id": node_id, "host": ep[0], "port": ep[1]}
 
 
+async def _txn_coordinator(ctx: KafkaContext, key: str, conn: Connection, out: dict[str, Any]) -> dict[str, Any]:
+    """The transaction coordinator of transactional id `key` (the leader of its __transaction_state partition)."""
+    try:
+        await ctx.node.transactions.ensure_state_topic()
+    except Exception as e:
+        return {**out, "error_code": ErrorCode.coordinator_not_available.value, "error_message": str(e)}
+    node_id = ctx.node.transactions.coordinator_node(key)
+    ep = ctx.endpoint(node_id, conn.listener.name) if node_id >= 0 else None
+    if ep is None:
+        return {**out, "error_code": ErrorCode.coordinator_not_available.value,
+                "error_message": f"the transaction coordinator of {key} is not available yet"}
+    return {**out, "error_code": NONE, "node_id": node_id, "host": ep[0], "port": ep[1]}
+
+
 async def find_coordinator(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     key_type = int(field_of(req.body, "key_type", 0))
     if req.api_version >= 4:
@@ -130,8 +148,7 @@ async def find_coordinator(ctx: KafkaContext, req: Request, conn: Connection) ->
 
 async def init_producer_id(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     if req.body.transactional_id is not None:
-        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed.value,
-                "producer_id": -1, "producer_epoch": -1}
+        return await init_transactional(ctx, req)
     try:
         pid, epoch = await ctx.node.init_producer_id()
     except Exception as e:

@@ -4,11 +4,19 @@ Produce appends the client's RecordBatch bytes as they came (`Node.produce_batch
 HTTP path's entry point: CRC and producer state checked, nothing re-encoded). Fetch answers the
 stored batch bytes unchanged (`Node.fetch_wait`, which reads the remote tier below the local log
 start). A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER: the client refreshes
-its metadata and goes to the leader (the Kafka door never forwards).
+its metadata and goes to the leader (the Kafka door never forwards). A transactional Produce is
+appended only after the transaction coordinator confirmed the partition is in the producer's
+ongoing transaction (KIP-890 part 1, txn_apis.verify_produce); otherwise INVALID_TXN_STATE.
 
 Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic, Fetch
 READ; ListOffsets and OffsetForLeaderEpoch DESCRIBE (which READ or WRITE imply), as Kafka and the
 HTTP offsets route require. A refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED.
+
+Isolation (KIP-98): every Fetch answer carries the partition's last stable offset (LSO). A fetch
+with isolation_level 1 (READ_COMMITTED) answers only whole batches below the LSO, with the aborted
+transactions (producer id, first offset) overlapping what it returns, from the `.txnindex`
+files; the client drops their records and the control batches itself. ListOffsets with
+isolation_level 1 answers LATEST with the LSO.
 
 Fetch sessions (KIP-227): every fetch is answered as a full, sessionless fetch (session id 0), which
 a client reads as "no session was created" and keeps sending full fetches; an incremental fetch
@@ -24,6 +32,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
+from lakelog.ingest_api.kafka import txn_apis
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
@@ -34,21 +43,21 @@ NONE = ErrorCode.none.value
 TOPIC_REFUSED = REFUSED[ResourceType.TOPIC]
 ACKS = {0: "0", 1: "1", -1: "all"}
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
+READ_COMMITTED = 1
 
 
 # ---------------------------------------------------------------------- Produce
 
 
 async def _produce_one(ctx: KafkaContext, topic: str, index: int, records: bytes | None, acks: str,
-                       transactional: bool) -> dict[str, Any]:
+                       transactional_id: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"index": index, "base_offset": -1, "log_start_offset": -1, "record_errors": [],
                            "error_message": None}
-    if transactional:
-        return {**out, "error_code": ErrorCode.transactional_id_authorization_failed.value,
-                "error_message": "transactions are not supported yet"}
     if not records:
         return {**out, "error_code": ErrorCode.corrupt_message.value, "error_message": "no record batch"}
     try:
+        if transactional_id is not None:
+            await txn_apis.verify_produce(ctx, transactional_id, records, topic, index)
         info = await ctx.node.produce_batches(topic, index, records, acks)
     except Exception as e:
         code = kafka_code(e).value
@@ -64,7 +73,7 @@ async def _produce_one(ctx: KafkaContext, topic: str, index: int, records: bytes
 async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any] | None:
     body = req.body
     acks = ACKS.get(int(body.acks))
-    transactional = body.transactional_id is not None
+    transactional_id = body.transactional_id
     jobs, names = [], []
     for t in body.topic_data:
         allowed = _may(ctx, conn, Operation.WRITE, t.name, "Produce")
@@ -75,7 +84,7 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
             elif acks is None:
                 jobs.append(_invalid(p.index, ErrorCode.invalid_required_acks.value))
             else:
-                jobs.append(_produce_one(ctx, t.name, int(p.index), p.records, acks, transactional))
+                jobs.append(_produce_one(ctx, t.name, int(p.index), p.records, acks, transactional_id))
     results = await asyncio.gather(*jobs)
     if acks == "0":
         return None  # acks=0: no answer at all
@@ -121,7 +130,8 @@ def _read(ctx: KafkaContext, topic: str, partition: int) -> Any:
     return ctx.node.local_partition(PartitionKey(topic, partition))
 
 
-async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int) -> tuple[dict[str, Any], int]:
+async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
+                     isolation: int = 0) -> tuple[dict[str, Any], int]:
     index = int(fp.partition)
     out: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
                            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
@@ -130,24 +140,29 @@ async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int) -> tup
         p = ctx.node.partition(topic, index)  # raises unless this node leads it
         limit = max(1, min(int(fp.partition_max_bytes), budget))
         result = await ctx.node.fetch_wait(topic, index, int(fp.fetch_offset), limit, 0)
-        hw = p.high_watermark
+        hw, lso = p.high_watermark, p.last_stable_offset
+        data = bytes(result.records)
+        aborted = None
+        if isolation == READ_COMMITTED:
+            data, found = await ctx.node.read_committed_view(p, int(fp.fetch_offset), data)
+            aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in found]
     except Exception as e:
         leader = _current_leader(ctx, topic, index)
         if leader is not None:
             out["current_leader"] = leader
         return {**out, "error_code": kafka_code(e).value}, 0
-    data = bytes(result.records)
-    return {**out, "error_code": NONE, "high_watermark": hw, "last_stable_offset": hw,
-            "log_start_offset": result.log_start_offset, "records": data}, len(data)
+    return {**out, "error_code": NONE, "high_watermark": hw, "last_stable_offset": lso,
+            "log_start_offset": result.log_start_offset, "aborted_transactions": aborted,
+            "records": data}, len(data)
 
 
-async def _fetch_all(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], max_bytes: int
-                     ) -> tuple[list[dict[str, Any]], int]:
+async def _fetch_all(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], max_bytes: int,
+                     isolation: int = 0) -> tuple[list[dict[str, Any]], int]:
     budget, total, responses = max_bytes, 0, []
     for topic, parts in topics:
         docs = []
         for fp in parts:
-            doc, n = await _fetch_one(ctx, topic, fp, budget if total == 0 else max(0, budget))
+            doc, n = await _fetch_one(ctx, topic, fp, budget if total == 0 else max(0, budget), isolation)
             if total and n > budget:  # over the response's max.bytes: leave it for the next fetch
                 doc, n = {**doc, "records": b""}, 0
             budget -= n
@@ -167,6 +182,7 @@ async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, 
     max_bytes = max(1, min(int(field_of(body, "max_bytes", cfg.fetch_max_bytes)), cfg.fetch_max_bytes))
     wait_s = min(ms(body.max_wait), cfg.fetch_max_wait_ms) / 1000
     min_bytes = int(body.min_bytes)
+    isolation = int(field_of(body, "isolation_level", 0))
     topics, refused = [], []
     for t in body.topics:
         if _may(ctx, conn, Operation.READ, t.topic, "Fetch"):
@@ -175,13 +191,13 @@ async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, 
             refused.append({"topic": t.topic, "partitions": [_refused_fetch(int(fp.partition)) for fp in t.partitions]})
     deadline = time.monotonic() + wait_s
     while True:
-        responses, total = await _fetch_all(ctx, topics, max_bytes)
+        responses, total = await _fetch_all(ctx, topics, max_bytes, isolation)
         left = deadline - time.monotonic()
         if total >= min_bytes or left <= 0 or _any_error(responses) or not topics:
             break
         await _wait_for_any(ctx, topics, responses, left)
         if time.monotonic() >= deadline:
-            responses, total = await _fetch_all(ctx, topics, max_bytes)
+            responses, total = await _fetch_all(ctx, topics, max_bytes, isolation)
             break
     return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses + refused}
 
@@ -219,7 +235,7 @@ async def _wait_for_any(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], 
 # ---------------------------------------------------------------------- ListOffsets and OffsetForLeaderEpoch
 
 
-async def _list_one(ctx: KafkaContext, topic: str, lp: Any) -> dict[str, Any]:
+async def _list_one(ctx: KafkaContext, topic: str, lp: Any, isolation: int = 0) -> dict[str, Any]:
     index, ts = int(lp.partition_index), int(lp.timestamp)
     out: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
     try:
@@ -227,6 +243,8 @@ async def _list_one(ctx: KafkaContext, topic: str, lp: Any) -> dict[str, Any]:
         out["leader_epoch"] = p.leader_epoch
         if ts in (EARLIEST, LATEST):
             beginning, end = await ctx.node.offsets(topic, index)
+            if ts == LATEST and isolation == READ_COMMITTED:
+                end = min(end, p.last_stable_offset)
             out["offset"] = beginning if ts == EARLIEST else end
         elif ts == EARLIEST_LOCAL:
             out["offset"] = p.log_start_offset
@@ -242,6 +260,7 @@ async def _list_one(ctx: KafkaContext, topic: str, lp: Any) -> dict[str, Any]:
 
 
 async def list_offsets(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
+    isolation = int(field_of(req.body, "isolation_level", 0))
     topics = []
     for t in req.body.topics:
         if not _may(ctx, conn, Operation.DESCRIBE, t.name, "ListOffsets"):
@@ -249,7 +268,8 @@ async def list_offsets(ctx: KafkaContext, req: Request, conn: Connection) -> dic
                 {"partition_index": int(lp.partition_index), "error_code": TOPIC_REFUSED, "timestamp": -1,
                  "offset": -1, "leader_epoch": -1} for lp in t.partitions]})
             continue
-        topics.append({"name": t.name, "partitions": [await _list_one(ctx, t.name, lp) for lp in t.partitions]})
+        topics.append({"name": t.name, "partitions": [await _list_one(ctx, t.name, lp, isolation)
+                                                      for lp in t.partitions]})
     return {"throttle_time": 0, "topics": topics}
 
 

@@ -40,6 +40,12 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     29: ("DescribeAcls", 1, 3),
     30: ("CreateAcls", 1, 3),
     31: ("DeleteAcls", 1, 3),
+    # Transactions version 1 (KIP-98, KIP-360, KIP-447, KIP-890 part 1): not KIP-890 part 2's versions.
+    24: ("AddPartitionsToTxn", 0, 3),
+    25: ("AddOffsetsToTxn", 0, 4),
+    26: ("EndTxn", 0, 4),
+    27: ("WriteTxnMarkers", 1, 1),
+    28: ("TxnOffsetCommit", 0, 4),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     36: ("SaslAuthenticate", 0, 2),
@@ -51,6 +57,9 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
     60: ("DescribeCluster", 0, 1),
+    61: ("DescribeProducers", 0, 0),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
 }
 
 

@@ -5,7 +5,8 @@ live in `ingest_api/replication/core.py` (`ReplicaCore`), a pure state machine. 
 host on a node: it owns the `PartitionLog`, the clock (`monotonic_ms`), the asyncio futures of the two
 purgatories — fetches waiting for the HW to move (long-poll), acks=all produces waiting for the HW
 to pass them — the change listener followers' fetch sessions hang on, and a lock; it turns what happens into events (`_step`), and carries out the
-effects: stamp the leader epoch in the log's cache, advance the log start offset, wake fetches,
+effects: stamp the leader epoch in the log's cache, advance the log start offset, tell the log
+its HW (the log keeps the last stable offset from it and its transactions), wake fetches,
 resolve produce futures (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND), and hand ISR
 proposals (`ProposeIsr`) back to its caller, the replica manager, which sends them to the controller.
 
@@ -51,6 +52,10 @@ class PartitionKey:
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+#: How long `append_txn_marker` waits for the ISR to hold a marker (the coordinator retries after it).
+MARKER_COMMIT_TIMEOUT_S = 30.0
 
 
 def now_ms() -> int:
@@ -127,6 +132,11 @@ class Partition:
         return self.core.high_watermark
 
     @property
+    def last_stable_offset(self) -> int:
+        """LSO: below it every transaction is decided (the log's, from this replica's HW)."""
+        return self.log.last_stable_offset
+
+    @property
     def epoch_start_offset(self) -> int:
         return self.core.epoch_start_offset
 
@@ -160,8 +170,7 @@ class Partition:
         changed = urgent = False
         with self._lock:
             effects = self.core.step(event)
-            if not effects:  # the common case (an append that moves no HW): nothing to carry out
-                return proposals
+            hw = self.core.high_watermark
             for e in effects:
                 kind = type(e)
                 if kind is rc.HighWatermarkAdvanced:
@@ -180,7 +189,12 @@ class Partition:
                     proposals.append(e)  # type: ignore[arg-type]
                 elif kind is rc.StampLeaderEpoch or kind is rc.IncrementLogStart:
                     on_log.append(e)
-        # The log's own effects outside `_lock` (the log calls `_on_append` under its lock).
+        # The log's own effects outside `_lock` (the log calls `_on_append` under its lock). The
+        # HW reaches the log (its LSO) before any fetch is woken to read it.
+        if hw != self.log.high_watermark:
+            self.log.update_high_watermark(hw)
+        if not effects:  # the common case (an append that moves no HW): nothing more to carry out
+            return proposals
         for e in on_log:
             if isinstance(e, rc.StampLeaderEpoch):
                 self.log.epochs.assign(e.leader_epoch, e.start_offset)
@@ -253,6 +267,32 @@ class Partition:
             raise self.log_dir.failed(str(self.key), "append", e) from e
         self._step(rc.Appended(self.log.log_end_offset))
         return info
+
+    async def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                                *, timeout_s: float = MARKER_COMMIT_TIMEOUT_S, min_isr: int = 1) -> int:
+        """Write a COMMIT (`commit`) or ABORT marker of the producer's transaction as leader and
+        return its offset once the ISR holds it (acks=all). Raises what a produce raises
+        (LeaderNotAvailableError, NotLeaderOrFollowerError, NotEnoughReplicasError, the log
+        directory's KafkaStorageError, NotEnoughReplicasAfterAppendError, ProduceTimeoutError), and
+        the log's InvalidProducerEpochError / TransactionCoordinatorFencedError for a stale marker.
+
+        Concurrency: on the node's event loop, as a produce.
+        """
+        self.check_leader()
+        if self.core.append_refusal("all", min_isr) == "not_enough_replicas":
+            raise NotEnoughReplicasError(f"{self.key}: the ISR {self.isr} is smaller than "
+                                         f"min.insync.replicas={min_isr}")
+        self.log_dir.check_writable(str(self.key))
+        try:
+            offset = self.log.append_control(producer_id, producer_epoch, commit, coordinator_epoch,
+                                             self.core.leader_epoch)
+        except OSError as e:
+            if not is_disk_failure(e):
+                raise
+            raise self.log_dir.failed(str(self.key), "append", e) from e
+        self._step(rc.Appended(self.log.log_end_offset))
+        await self.wait_for_commit(offset + 1, timeout_s, min_isr)
+        return offset
 
     async def wait_for_commit(self, required_offset: int, timeout_s: float, min_isr: int) -> None:
         """acks=all: return once the HW reaches `required_offset` (the produced last offset + 1)."""

@@ -216,8 +216,16 @@ def test_bad_frames_close_only_their_connection_and_unknown_versions_are_answere
         _, md = healthy.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                                 include_topic_authorized_operations=False))
         assert md.cluster_id
-        _, pid = healthy.request(InitProducerIdRequest(transactional_id="txn-1", transaction_timeout=datetime.timedelta(seconds=60)))
-        assert pid.error_code == ErrorCode.transactional_id_authorization_failed
+        # A transactional id goes to the transaction coordinator, which bounds transaction.timeout.ms.
+        loading = (ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)
+
+        def answered():
+            _, r = healthy.request(InitProducerIdRequest(transactional_id="txn-1",
+                                                         transaction_timeout=datetime.timedelta(hours=1)))
+            return r if r.error_code not in loading else None
+
+        pid = wait_for(answered, WAIT_S, "the transaction coordinator")
+        assert pid.error_code == ErrorCode.invalid_transaction_timeout
         _, pid = healthy.request(InitProducerIdRequest(transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)))
         assert pid.error_code == ErrorCode.none and pid.producer_id >= 0
     assert "closed" in knode.read_log()

@@ -19,13 +19,14 @@ from lakelog.ingest_api.cluster.controller_config import ControllerConfig
 from lakelog.ingest_api.cluster.quorum_config import QuorumConfig
 from lakelog.ingest_api.config.node import BROKER_TO_TOPIC, NODE_CONFIG, NodeConfig
 from lakelog.ingest_api.groups.coordinator import CoordinatorConfig
+from lakelog.ingest_api.transactions.coordinator import TxnCoordinatorConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = sorted({name.split(".")[1] for name in tomllib.loads((ROOT / "pyproject.toml").read_text())
                    ["tool"]["setuptools"]["package-dir"]})
 
 #: Every component dataclass whose fields are configured by declared keys.
-COMPONENTS = (CoordinatorConfig, ControllerConfig, QuorumConfig)
+COMPONENTS = (CoordinatorConfig, ControllerConfig, QuorumConfig, TxnCoordinatorConfig)
 #: Number fields of those dataclasses that no key configures: the component's own limits, listed so that
 #: a new number is a decision (a declared key, or a limit named here), not a second default by accident.
 UNKEYED_NUMBERS = {

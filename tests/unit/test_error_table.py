@@ -39,6 +39,7 @@ from lakelog.ingest_api.error_table import (
     row_of,
 )
 from lakelog.ingest_api.errors import NodeError, RemoteError, RouteError, TopicExistsError
+from lakelog.ingest_api.transactions.errors import TransactionError
 from lakelog.ingest_api.groups.errors import ConsumerFormatMismatchError, GroupError, IllegalStateError
 from lakelog.ingest_api.security.errors import SecurityError
 from lakelog.ingest_api.raft.messages import NO_NODE
@@ -56,7 +57,7 @@ ANSWERING = [*sorted((ROOT / "ingest_api" / "http").rglob("*.py")), ROOT / "inge
 #: Errors that carry an answer already made (another node's, the framework's) instead of a row.
 RELAYS = (RemoteError, RouteError)
 #: Roots of the node's error trees: never raised themselves.
-ROOTS = {NodeError, ClusterError, GroupError, SecurityError, QuorumError}
+ROOTS = {NodeError, ClusterError, GroupError, SecurityError, QuorumError, TransactionError}
 
 
 def _all_modules() -> None:

@@ -37,6 +37,7 @@ INNER_LAYERS: list[tuple[str, ...]] = [
     ("cluster",),  # the metadata image, the controller, the quorum host
     ("replication",),  # the replicas, their fetchers, the peer client
     ("broker", "groups"),  # the broker's services; the group coordinator and consumer instances
+    ("transactions",),  # the transaction coordinator (its offsets partitions and pending offsets are the groups')
     ("error_table",),  # every part's error classes bound to the one code table (infra/error_codes.py)
     ("node",),  # the wiring: builds every service
     ("http", "kafka"),  # the front doors

@@ -156,11 +156,24 @@ def test_snapshot_bytes_follow_the_documented_layout():
         ProducerStateEntry(9, 0, 40, 66, ()),
     ))
     body = struct.pack(">qi", 1234, 2)
-    body += struct.pack(">qhqqB", 7, 3, 1001, 55, 1) + struct.pack(">iiqiq", 10, 12, 999, 2, 55)
-    body += struct.pack(">qhqqB", 9, 0, 40, 66, 0)
-    expected = b"LKPS" + struct.pack(">h", 1) + struct.pack(">I", crc32c(body)) + body
+    body += struct.pack(">qhqqqiB", 7, 3, 1001, 55, -1, -1, 1) + struct.pack(">iiqiq", 10, 12, 999, 2, 55)
+    body += struct.pack(">qhqqqiB", 9, 0, 40, 66, -1, -1, 0)
+    expected = b"LKPS" + struct.pack(">h", 2) + struct.pack(">I", crc32c(body)) + body
     assert encode_snapshot(snap) == expected
     assert decode_snapshot(expected) == snap
+
+
+def test_snapshot_carries_an_open_transaction_and_the_coordinator_epoch():
+    snap = ProducerSnapshot(90, (ProducerStateEntry(7, 3, 80, 55, (), 60, 4),))
+    body = struct.pack(">qi", 90, 1) + struct.pack(">qhqqqiB", 7, 3, 80, 55, 60, 4, 0)
+    assert encode_snapshot(snap) == b"LKPS" + struct.pack(">hI", 2, crc32c(body)) + body
+    assert decode_snapshot(encode_snapshot(snap)).producers[0].current_txn_first_offset == 60
+
+
+def test_version_1_snapshot_is_still_read_without_transactions():
+    body = struct.pack(">qi", 1234, 1) + struct.pack(">qhqqB", 9, 0, 40, 66, 0)
+    data = b"LKPS" + struct.pack(">h", 1) + struct.pack(">I", crc32c(body)) + body
+    assert decode_snapshot(data) == ProducerSnapshot(1234, (ProducerStateEntry(9, 0, 40, 66, ()),))
 
 
 metas = st.builds(lambda s1, s2, o, d, t: BatchMetadata(s1, s2, o, o + d, t),
@@ -185,8 +198,8 @@ def _good_snapshot() -> bytes:
 
 def test_snapshot_of_another_version_is_refused():
     data = bytearray(_good_snapshot())
-    data[4:6] = struct.pack(">h", 2)
-    with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
+    data[4:6] = struct.pack(">h", 3)
+    with pytest.raises(UnsupportedFormatVersionError, match="version 3"):
         decode_snapshot(bytes(data), file="x.snapshot")
 
 

@@ -1,0 +1,599 @@
+"""The transaction coordinator on a node: the pure `TransactionCoordinator` fed with requests and a
+clock, the `__transaction_state` partitions it leads loaded and appended to, the markers written to
+each partition's leader, and the routing of coordinator requests from any node.
+
+Which node coordinates transactional id T: the leader of partition
+`abs(T.hashCode()) % transaction.state.log.num.partitions` of `__transaction_state` (the formula of
+ingest_api/groups/hashing.py). The topic is created on first use (compacted, replication factor
+min(transaction.state.log.replication.factor, live nodes), min.insync.replicas
+min(rf, transaction.state.log.min.isr)) through the controller, so its leaders move with node
+failures like any partition's.
+
+Leadership, loading: a timer (`transaction.coordinator.tick.ms`) compares the partitions this node
+leads with those it has loaded. A newly led partition (or a new leader epoch) is read from the log
+start to the log end off the event loop; requests for its ids answer COORDINATOR_LOAD_IN_PROGRESS
+meanwhile. Its leader epoch becomes the coordinator epoch carried by its markers, so a partition
+refuses the markers of a deposed coordinator. After loading, the markers of every PrepareCommit /
+PrepareAbort are written again (a marker is idempotent at its partition). A partition no longer led
+is forgotten; its marker tasks stop.
+
+Changes: every state change is one record appended with acks=all; the coordinator applies it and
+the client is answered only once it is acknowledged (`_persist`), so an answered EndTxn survives
+the coordinator's node.
+
+Markers: after a PrepareCommit / PrepareAbort is acknowledged, one task per transactional id writes a
+marker to every partition of the transaction — grouped by the partition's leader, locally
+(`Partition.append_txn_marker`, acks=all) or as the signed internal request
+`POST /internal/transactions/markers` to the leader's node — retrying a partition whose leader
+moved or was unreachable (backoff from 50 ms to 1 s, each attempt bounded by request.timeout.ms)
+until every marker is written, then appends CompleteCommit / CompleteAbort. A marker landing in a
+`__consumer_offsets` partition makes the group coordinator decide the transaction's pending
+offsets there (`GroupService.complete_txn`).
+
+Produce verification (KIP-890 part 1): a transactional batch is appended only after the
+coordinator confirmed that its partition is in the producer's ongoing transaction at the batch's
+epoch (`verify_produce`, cached per (producer, epoch, partition) on the leader until the
+transaction's marker lands there).
+
+Timers: every `transaction.abort.timed.out.transaction.cleanup.interval.ms` transactions open longer
+than their timeout are aborted with the epoch bumped; every
+`transaction.remove.expired.transaction.cleanup.interval.ms` ids idle past
+`transactional.id.expiration.ms` get tombstones.
+
+Concurrency: everything runs on the server's event loop; the log read of a load runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+from lakelog.infra import error_codes
+from lakelog.ingest_api.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    NodeError,
+    NotLeaderOrFollowerError,
+    NotReadyError,
+    PeerUnavailableError,
+    RemoteError,
+    TopicExistsError,
+)
+from lakelog.ingest_api.groups.errors import CoordinatorLoadInProgressError, NotCoordinatorError
+from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
+from lakelog.ingest_api.replication.partition import PartitionKey, now_ms
+from lakelog.ingest_api.transactions import errors as txn_errors
+from lakelog.ingest_api.transactions.coordinator import (
+    Effect,
+    Persist,
+    TransactionCoordinator,
+    TxnCoordinatorConfig,
+    WriteMarkers,
+)
+from lakelog.ingest_api.transactions.errors import TransactionError
+from lakelog.ingest_api.transactions.state_codec import (
+    TransactionStateRecordError,
+    TxnRecord,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from lakelog.logstore.errors import InvalidProducerEpochError, InvalidTxnStateError, TransactionCoordinatorFencedError
+from lakelog.logstore.record_batch import Record, build_batch, iter_batches
+
+log = logging.getLogger("lakelog.transactions")
+
+TXN_TOPIC = "__transaction_state"
+#: Bytes read per step when a coordinator loads its partition.
+LOAD_READ_BYTES = 1024 * 1024
+#: Most transactional ids one DescribeTransactions / ListTransactions answer names.
+MAX_LISTED = 100_000
+#: Most (producer, epoch, partition) verifications a leader remembers.
+MAX_VERIFIED = 100_000
+#: Backoff between marker attempts, first and longest (seconds).
+MARKER_BACKOFF_S = (0.05, 1.0)
+#: Errors after which a call is worth retrying (the coordinator moves, loads, or is unreachable).
+RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
+             NotLeaderOrFollowerError, PeerUnavailableError, txn_errors.ConcurrentTransactionsError)
+#: Errors a coordinator answers between nodes by Kafka name, re-raised as themselves by the caller.
+_ANSWERED = (TransactionError, NotCoordinatorError, CoordinatorLoadInProgressError, InvalidTxnStateError)
+_BY_KAFKA_NAME: dict[str, type[Exception]] = {
+    **txn_errors.BY_KAFKA_NAME, NotCoordinatorError.kafka_name: NotCoordinatorError,
+    CoordinatorLoadInProgressError.kafka_name: CoordinatorLoadInProgressError, "INVALID_TXN_STATE": InvalidTxnStateError}
+_RELAYED_BY_CODE: dict[int, type[Exception]] = {
+    error_codes.code(c.__name__).error_code: c for c in (*_BY_KAFKA_NAME.values(), NotReadyError)}
+
+
+def raise_txn_error(doc: dict[str, Any]) -> dict[str, Any]:
+    """The answer, or its `error` raised as the matching error class."""
+    name = doc.get("error")
+    if name:
+        raise _BY_KAFKA_NAME.get(name, TransactionError)(str(doc.get("message") or name))
+    return doc
+
+
+class TransactionService:
+    def __init__(self, node: Any, groups: Any) -> None:
+        self.node = node
+        self.groups = groups  # ingest_api.groups.service.GroupService: offsets partitions, pending offsets
+        self.config = node.config
+        self.coordinator = TransactionCoordinator(TxnCoordinatorConfig.from_keys(self.config), self.partition_for)
+        #: __transaction_state partition -> the leader epoch its ids were loaded in.
+        self._loaded: dict[int, int] = {}
+        self._loading: dict[int, asyncio.Task] = {}
+        #: transactional id -> the task writing its markers.
+        self._markers: dict[str, asyncio.Task] = {}
+        #: Leader side: (transactional id, producer id, epoch, topic, partition) verified by the coordinator.
+        self._verified: OrderedDict[tuple[str, int, int, str, int], None] = OrderedDict()
+        self._persists: set[asyncio.Task] = set()
+        self._task: asyncio.Task | None = None
+        self._topic_lock: asyncio.Lock | None = None
+        self._next_abort = self._next_expire = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._topic_lock = asyncio.Lock()
+        now = time.monotonic()
+        self._next_abort = now + self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+        self._next_expire = now + self.config.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="transaction-coordinator")
+
+    async def stop(self) -> None:
+        tasks = [t for t in [self._task, *self._loading.values(), *self._markers.values(), *self._persists]
+                 if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._markers.clear()
+
+    async def _loop(self) -> None:
+        interval = self.config.transaction_coordinator_tick_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction coordinator tick failed")
+
+    def _tick(self) -> None:
+        self._check_leadership()
+        for e in self.coordinator.markers_due():
+            self._schedule_markers(e)
+        now = time.monotonic()
+        abort, expire = now >= self._next_abort, now >= self._next_expire
+        if abort:
+            self._next_abort = now + self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+        if expire:
+            self._next_expire = now + self.config.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
+        if not (abort or expire):
+            return
+        for persist in self.coordinator.tick(now_ms(), abort_timed_out=abort, expire_ids=expire):
+            if persist.record is not None:
+                log.info("transaction %s timed out: aborting it (producer %d fenced at epoch %d)",
+                         persist.transactional_id, persist.record.producer_id, persist.record.producer_epoch)
+            task = asyncio.get_running_loop().create_task(self._persist_quietly(persist))
+            self._persists.add(task)
+            task.add_done_callback(self._persists.discard)
+
+    async def _persist_quietly(self, persist: Persist) -> None:
+        try:
+            await self._persist(persist)
+        except NodeError as e:
+            log.info("transaction %s: writing its state failed (retried later): %s", persist.transactional_id, e)
+
+    # ------------------------------------------------------------------ partitions led and loaded
+
+    def num_partitions(self) -> int:
+        topic = self.node.image.topics.get(TXN_TOPIC)
+        return len(topic.partitions) if topic is not None else self.config.transaction_state_log_num_partitions
+
+    def partition_for(self, transactional_id: str) -> int:
+        return coordinator_partition(transactional_id, self.num_partitions())
+
+    def coordinator_node(self, transactional_id: str) -> int:
+        """The node coordinating the id (-1 while its partition has no leader or the topic is missing)."""
+        topic = self.node.image.topics.get(TXN_TOPIC)
+        if topic is None:
+            return -1
+        return topic.partitions[self.partition_for(transactional_id)].leader
+
+    def _led_partitions(self) -> dict[int, int]:
+        topic = self.node.image.topics.get(TXN_TOPIC)
+        out: dict[int, int] = {}
+        if topic is None:
+            return out
+        for p in range(len(topic.partitions)):
+            part = self.node.local_partition(PartitionKey(TXN_TOPIC, p))
+            if part is not None and part.is_leader:
+                out[p] = part.leader_epoch
+        return out
+
+    def _check_leadership(self) -> None:
+        led = self._led_partitions()
+        for p, epoch in list(self._loaded.items()):
+            if led.get(p) != epoch:
+                self._unload(p)
+        for p, epoch in led.items():
+            if p not in self._loaded and p not in self._loading:
+                self._loading[p] = asyncio.get_running_loop().create_task(self._load(p, epoch), name=f"load-txns-{p}")
+
+    def _unload(self, p: int) -> None:
+        self._loaded.pop(p, None)
+        for tid in [t for t in self._markers if self.partition_for(t) == p]:
+            self._markers.pop(tid).cancel()
+        self.coordinator.unload(p)
+        log.info("%s-%d: no longer coordinating its transactions", TXN_TOPIC, p)
+
+    async def _load(self, p: int, epoch: int) -> None:
+        try:
+            part = self.node.local_partition(PartitionKey(TXN_TOPIC, p))
+            if part is None:
+                return
+            started = time.monotonic()
+            entries = await asyncio.to_thread(_read_state_log, part.log, p)
+            if not (part.is_leader and part.leader_epoch == epoch):
+                return  # leadership moved while reading: the next tick decides again
+            effects = self.coordinator.load(p, epoch, entries, now_ms())
+            self._loaded[p] = epoch
+            log.info("%s-%d: loaded %d transaction records in %.0f ms (coordinator epoch %d)", TXN_TOPIC, p,
+                     len(entries), (time.monotonic() - started) * 1000, epoch)
+            self._run_effects(effects)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s-%d: loading the transactions failed (retried next tick)", TXN_TOPIC, p)
+        finally:
+            self._loading.pop(p, None)
+
+    def _require(self, transactional_id: str) -> int:
+        """The id's partition, if this node coordinates it and has loaded it."""
+        if not transactional_id:
+            raise InvalidRequestError("the transactional id must not be empty")
+        p = self.partition_for(transactional_id)
+        if p in self._loaded:
+            return p
+        if p in self._loading or p in self._led_partitions():
+            raise CoordinatorLoadInProgressError(f"node {self.node.node_id} is loading the transactions of "
+                                                 f"{transactional_id}; retry")
+        raise NotCoordinatorError(f"node {self.node.node_id} is not the coordinator of transactional id "
+                                  f"{transactional_id}")
+
+    async def ensure_state_topic(self) -> None:
+        """Create `__transaction_state` (compacted) if it does not exist yet."""
+        node = self.node
+        if TXN_TOPIC in node.image.topics:
+            return
+        assert self._topic_lock is not None
+        async with self._topic_lock:
+            if TXN_TOPIC in node.image.topics:
+                return
+            live = max(1, sum(1 for b in node.image.brokers.values() if not b.fenced))
+            cfg = self.config
+            rf = min(cfg.transaction_state_log_replication_factor, live)
+            try:
+                await node.admin.create_topic(TXN_TOPIC, partitions=cfg.transaction_state_log_num_partitions,
+                                              replication_factor=rf, configs={
+                                                  "cleanup.policy": "compact",
+                                                  "segment.bytes": str(cfg.transaction_state_log_segment_bytes),
+                                                  "min.insync.replicas": str(min(rf, cfg.transaction_state_log_min_isr))})
+                log.info("created %s: %d partitions, replication factor %d", TXN_TOPIC,
+                         cfg.transaction_state_log_num_partitions, rf)
+            except TopicExistsError:
+                pass
+
+    # ------------------------------------------------------------------ appends and effects
+
+    async def _persist(self, persist: Persist) -> None:
+        """Append the record with acks=all, then let the change take effect (and its markers start)."""
+        rec = persist.record
+        now = now_ms()
+        batch = build_batch([Record(0, now, encode_key(persist.transactional_id),
+                                    encode_value(rec) if rec is not None else None)])
+        try:
+            await self.node.produce_batches(TXN_TOPIC, persist.partition, batch, "all")
+        except BaseException as e:
+            self.coordinator.fail(persist.transactional_id, persist.token)
+            if isinstance(e, (NotLeaderOrFollowerError, LeaderNotAvailableError)):
+                raise NotCoordinatorError(f"the coordinator of {TXN_TOPIC}-{persist.partition} moved: {e}") from None
+            raise
+        self._run_effects(self.coordinator.complete(persist.transactional_id, persist.token, now_ms()))
+
+    def _run_effects(self, effects: list[Effect]) -> None:
+        for e in effects:
+            if isinstance(e, WriteMarkers):
+                self._schedule_markers(e)
+
+    def _schedule_markers(self, e: WriteMarkers) -> None:
+        running = self._markers.get(e.transactional_id)
+        if running is not None and not running.done():
+            return
+        self._markers[e.transactional_id] = asyncio.get_running_loop().create_task(
+            self._write_markers(e), name=f"markers-{e.transactional_id}")
+
+    async def _write_markers(self, e: WriteMarkers) -> None:
+        """Every marker of `e`, retried per partition until written; then the Complete* record."""
+        left = set(e.partitions)
+        delay, attempts = MARKER_BACKOFF_S[0], 0
+        max_attempts = self.config.transaction_marker_max_attempts
+        try:
+            while left:
+                attempts += 1
+                by_leader: dict[int, list[tuple[str, int]]] = {}
+                for tp in sorted(left):
+                    by_leader.setdefault(self._leader_of(*tp), []).append(tp)
+                results = await asyncio.gather(*(self._markers_to(leader, tps, e) for leader, tps in by_leader.items()))
+                for written in results:
+                    left -= written
+                if not left:
+                    break
+                if max_attempts and attempts >= max_attempts:
+                    log.warning("transaction %s: %d marker(s) not written after %d attempts (retried next tick)",
+                                e.transactional_id, len(left), attempts)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MARKER_BACKOFF_S[1])
+            persist = self.coordinator.markers_written(e.transactional_id, e.producer_id, e.producer_epoch, now_ms())
+            if persist is not None:
+                await self._persist(persist)
+        except asyncio.CancelledError:
+            raise
+        except NodeError as err:
+            log.info("transaction %s: completing it failed (retried next tick): %s", e.transactional_id, err)
+        finally:
+            if self._markers.get(e.transactional_id) is asyncio.current_task():
+                del self._markers[e.transactional_id]
+
+    def _leader_of(self, topic: str, partition: int) -> int:
+        t = self.node.image.topics.get(topic)
+        if t is None or not 0 <= partition < len(t.partitions):
+            return -1
+        return t.partitions[partition].leader
+
+    async def _markers_to(self, leader: int, tps: list[tuple[str, int]], e: WriteMarkers) -> set[tuple[str, int]]:
+        """Write the markers of `tps` on their leader; returns those written (or whose partition is gone)."""
+        markers = [{"topic": t, "partition": p, "producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
+                    "commit": e.commit, "coordinator_epoch": e.coordinator_epoch} for t, p in tps]
+        gone = {tp for tp in tps if tp[0] not in self.node.image.topics}
+        if gone:  # a deleted topic's markers have nowhere to go (Kafka drops them too)
+            markers = [m for m in markers if (m["topic"], m["partition"]) not in gone]
+        if leader < 0 or not markers:
+            return gone
+        try:
+            if leader == self.node.node_id:
+                answers = await self.write_markers_here(markers)
+            else:
+                resp = await self.node.peers.post_json(leader, "/internal/transactions/markers", {"markers": markers},
+                                                       timeout_s=self.config.request_timeout_ms / 1000 + 5)
+                answers = resp.json().get("results", []) if resp.status_code == 200 else []
+        except (NodeError, OSError, ValueError) as err:
+            log.info("transaction %s: markers to node %d failed (retrying): %s", e.transactional_id, leader, err)
+            return gone
+        written = {(a["topic"], int(a["partition"])) for a in answers if a.get("error") is None or a.get("superseded")}
+        for a in answers:
+            if a.get("superseded"):
+                log.warning("transaction %s: marker for %s-%s superseded: %s", e.transactional_id, a["topic"],
+                            a["partition"], a["error"])
+            elif a.get("error") is not None:
+                log.info("transaction %s: marker for %s-%s: %s (retrying)", e.transactional_id, a["topic"],
+                         a["partition"], a["error"])
+        return written | gone
+
+    async def write_markers_here(self, markers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Append the markers to the partitions this node leads (each with acks=all); one answer per
+        marker: `error` None, or the error's text. The leader side of WriteTxnMarkers."""
+
+        async def one(m: dict[str, Any]) -> dict[str, Any]:
+            topic, partition = str(m["topic"]), int(m["partition"])
+            pid, commit = int(m["producer_id"]), bool(m["commit"])
+            out = {"topic": topic, "partition": partition, "error": None}
+            try:
+                part = self.node.partition(topic, partition)
+                await part.append_txn_marker(pid, int(m["producer_epoch"]), commit, int(m["coordinator_epoch"]),
+                                             timeout_s=self.config.request_timeout_ms / 1000,
+                                             min_isr=part.log.config.min_insync_replicas)
+            except (InvalidProducerEpochError, TransactionCoordinatorFencedError) as err:
+                # The partition holds a newer epoch or coordinator: this marker is superseded, and
+                # sending it again would never succeed (Kafka's coordinator stops sending it too).
+                return {**out, "error": f"{type(err).__name__}: {err}"[:300], "superseded": True}
+            except Exception as err:  # a leader that moved, a full ISR wait: the coordinator retries
+                return {**out, "error": f"{type(err).__name__}: {err}"[:300]}
+            for key in [k for k in self._verified if k[1] == pid and k[3] == topic and k[4] == partition]:
+                del self._verified[key]
+            if topic == OFFSETS_TOPIC:
+                self.groups.complete_txn(partition, pid, commit)
+            return out
+
+        return list(await asyncio.gather(*(one(m) for m in markers)))
+
+    # ------------------------------------------------------------------ operations on the coordinator
+
+    async def run(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run one operation here, the coordinator; its errors raised (the Kafka door's entry)."""
+        handler = _OPS.get(op)
+        if handler is None:
+            raise InvalidRequestError(f"unknown transaction operation {op!r}")
+        return await handler(self, args)
+
+    async def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """`run`, with coordinator errors answered in the `error` field (between nodes)."""
+        try:
+            return await self.run(op, args)
+        except _ANSWERED as e:
+            return {"error": error_codes.code(type(e).__name__).kafka.name, "message": str(e)}
+
+    async def _run(self, outcome: Persist | None) -> tuple[int, int] | None:
+        """Persist a coordinator decision (if any); its answer once acknowledged."""
+        if outcome is None:
+            return None
+        await self._persist(outcome)
+        if outcome.answer_error is not None:
+            raise outcome.answer_error(f"transaction {outcome.transactional_id} is being aborted; retry")
+        return outcome.answer
+
+    async def _op_init(self, a: dict[str, Any]) -> dict[str, Any]:
+        tid = str(a["transactional_id"])
+        self._require(tid)
+        new_pid = -1
+        if self.coordinator.wants_producer_id(tid):
+            new_pid, _ = await self.node.init_producer_id()
+            self._require(tid)  # still the coordinator after the controller call
+        expected = (int(a.get("producer_id", -1)), int(a.get("producer_epoch", -1)))
+        outcome = self.coordinator.init_producer_id(tid, int(a["timeout_ms"]), now_ms(), new_producer_id=new_pid,
+                                                    expected=expected)
+        pid, epoch = outcome if isinstance(outcome, tuple) else await self._run(outcome)  # type: ignore[misc]
+        return {"error": None, "producer_id": pid, "producer_epoch": epoch}
+
+    async def _op_add_partitions(self, a: dict[str, Any]) -> dict[str, Any]:
+        tid = str(a["transactional_id"])
+        self._require(tid)
+        parts = [(str(t), int(p)) for t, p in a["partitions"]]
+        await self._run(self.coordinator.add_partitions(tid, int(a["producer_id"]), int(a["producer_epoch"]), parts,
+                                                        now_ms()))
+        return {"error": None}
+
+    async def _op_add_offsets(self, a: dict[str, Any]) -> dict[str, Any]:
+        tid, group = str(a["transactional_id"]), str(a["group_id"])
+        self._require(tid)
+        await self.groups.ensure_offsets_topic()
+        tp = (OFFSETS_TOPIC, self.groups.partition_for(group))
+        await self._run(self.coordinator.add_partitions(tid, int(a["producer_id"]), int(a["producer_epoch"]), [tp],
+                                                        now_ms()))
+        return {"error": None}
+
+    async def _op_end(self, a: dict[str, Any]) -> dict[str, Any]:
+        tid = str(a["transactional_id"])
+        self._require(tid)
+        await self._run(self.coordinator.end_txn(tid, int(a["producer_id"]), int(a["producer_epoch"]),
+                                                 bool(a["commit"]), now_ms()))
+        return {"error": None}
+
+    async def _op_verify(self, a: dict[str, Any]) -> dict[str, Any]:
+        tid = str(a["transactional_id"])
+        self._require(tid)
+        self.coordinator.verify(tid, int(a["producer_id"]), int(a["producer_epoch"]),
+                                (str(a["topic"]), int(a["partition"])))
+        return {"error": None}
+
+    async def _op_markers(self, a: dict[str, Any]) -> dict[str, Any]:
+        markers = a.get("markers")
+        if not isinstance(markers, list) or len(markers) > 100_000:
+            raise InvalidRequestError("markers must be a list of at most 100000 entries")
+        return {"error": None, "results": await self.write_markers_here(markers)}
+
+    async def _op_list(self, a: dict[str, Any]) -> dict[str, Any]:
+        states = set(a.get("states") or [])
+        pids = set(a.get("producer_ids") or [])
+        min_duration = int(a.get("min_duration_ms", -1))
+        now = now_ms()
+        out = []
+        for m in sorted(self.coordinator.txns.values(), key=lambda m: m.transactional_id):
+            if (states and m.state.display not in states) or (pids and m.producer_id not in pids) or m.producer_epoch < 0:
+                continue
+            if min_duration >= 0 and (m.start_ms < 0 or now - m.start_ms < min_duration):
+                continue
+            out.append({"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                        "state": m.state.display})
+            if len(out) >= MAX_LISTED:
+                break
+        return {"error": None, "transactions": out}
+
+    def describe_here(self, tid: str) -> dict[str, Any]:
+        """DescribeTransactions of one id this node coordinates (the door checks `_require` first)."""
+        self._require(tid)
+        m = self.coordinator.describe(tid)
+        if m is None or m.producer_epoch < 0:
+            raise txn_errors.TransactionalIdNotFoundError(f"no transactional id {tid}")
+        return {"transactional_id": tid, "state": m.state.display, "timeout_ms": m.timeout_ms,
+                "start_ms": m.start_ms, "producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
+                "partitions": sorted(m.partitions)}
+
+    # ------------------------------------------------------------------ the leader side of produce
+
+    async def verify_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                             partition: int) -> None:
+        """Raise unless the coordinator has (topic, partition) in the producer's ongoing transaction."""
+        key = (transactional_id, producer_id, producer_epoch, topic, partition)
+        if key in self._verified:
+            return
+        await self.call(transactional_id, "verify", {"producer_id": producer_id, "producer_epoch": producer_epoch,
+                                                     "topic": topic, "partition": partition})
+        self._verified[key] = None
+        while len(self._verified) > MAX_VERIFIED:
+            self._verified.popitem(last=False)
+
+    # ------------------------------------------------------------------ routing from any node
+
+    async def call(self, transactional_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run `op` on the id's coordinator (one attempt); its errors raised as themselves."""
+        await self.ensure_state_topic()
+        leader = self.coordinator_node(transactional_id)
+        if leader < 0:
+            raise LeaderNotAvailableError(f"the coordinator of transactional id {transactional_id} is not "
+                                          f"available yet ({TXN_TOPIC} partition {self.partition_for(transactional_id)} "
+                                          f"has no leader)")
+        body = {**args, "transactional_id": transactional_id}
+        if leader == self.node.node_id:
+            return raise_txn_error(await self.handle(op, body))
+        resp = await self.node.peers.post_json(leader, f"/internal/transactions/{op}", body,
+                                               timeout_s=self.config.request_timeout_ms / 1000 + 5)
+        try:
+            doc = resp.json()
+        except ValueError:
+            doc = {}
+        if resp.status_code != 200:
+            code = int(doc.get("error_code", resp.status_code * 100)) if isinstance(doc, dict) else resp.status_code * 100
+            cls = _RELAYED_BY_CODE.get(code)
+            if cls is not None:
+                raise cls(str(doc.get("message", "")))
+            raise RemoteError(resp.status_code, code, str(doc.get("message", resp.text[:200])))
+        return raise_txn_error(doc)
+
+
+_OPS = {
+    "init": TransactionService._op_init,
+    "add_partitions": TransactionService._op_add_partitions,
+    "add_offsets": TransactionService._op_add_offsets,
+    "end": TransactionService._op_end,
+    "verify": TransactionService._op_verify,
+    "markers": TransactionService._op_markers,
+    "list": TransactionService._op_list,
+}
+
+
+def _read_state_log(plog: Any, p: int) -> list[tuple[str, TxnRecord | None]]:
+    """Every record of a `__transaction_state` log, in log order (on a thread)."""
+    out: list[tuple[str, TxnRecord | None]] = []
+    offset = plog.log_start_offset
+    end = plog.log_end_offset
+    while offset < end:
+        res = plog.read(offset, LOAD_READ_BYTES)
+        if not len(res.records):
+            break
+        nxt = offset
+        for _, batch in iter_batches(res.records):
+            nxt = max(nxt, batch.next_offset)
+            if batch.is_control:
+                continue
+            for rec in batch.records():
+                if rec.offset < offset or rec.key is None:
+                    continue
+                try:
+                    out.append((decode_key(rec.key), decode_value(rec.value)))
+                except TransactionStateRecordError as e:
+                    log.error("%s-%d: skipping the record at offset %d: %s", TXN_TOPIC, p, rec.offset, e)
+        if nxt <= offset:
+            break
+        offset = nxt
+    return out
+
