@@ -233,6 +233,8 @@ ERRORS: dict[str, ErrorCode] = {
     "ConcurrentTransactionsError": _E(503, 50335, _K.CONCURRENT_TRANSACTIONS),
     # the log directory failed an I/O operation and is offline
     "KafkaStorageError": _E(503, 50340, _K.KAFKA_STORAGE_ERROR),
+    # a connection over max.connections (the Kafka door closes it without an answer)
+    "TooManyConnectionsError": _E(503, 50350, _K.NETWORK_EXCEPTION),
     # 507 Insufficient Storage: ENOSPC / EDQUOT, the log directory is full (and offline)
     "LogDirectoryFullError": _E(507, 50701, _K.KAFKA_STORAGE_ERROR),
     # 504 Gateway Timeout

@@ -114,6 +114,7 @@ from lakelog.ingest_api.security.errors import (
     RequestBodyTimeout,
     SecurityNotFoundError,
     ThrottledError,
+    TooManyConnectionsError,
 )
 from lakelog.logstore.errors import (
     CorruptRecordError,
@@ -191,7 +192,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = _bind(error_codes.ERRORS, (
     InvalidPartitionsError, InvalidTopicIdError, MixedDuplicateBatchesError, InvalidSessionTimeoutError,
     IneligibleReplicaError, InvalidIsrError, InvalidReplicaAssignmentError,
     ThrottledError, TooManyInstancesError,
-    HeadersTooLargeError,
+    HeadersTooLargeError, TooManyConnectionsError,
     InternalServerError, CorruptRecordError, RemoteCorruptionError, OffsetsRecordError,
     NotReadyError, NotLeaderOrFollowerError, NotEnoughReplicasError, NotEnoughReplicasAfterAppendError,
     RetriableError, LeaderNotAvailableError, UnknownLeaderEpochError, PeerUnavailableError, LogClosedError,

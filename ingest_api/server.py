@@ -127,7 +127,10 @@ def run_node(config: NodeConfig) -> int:
     tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
     check_listener_security(config.kafka_listeners, config.authentication_enabled, tls_settings.enabled(config))
     # Slow headers close the connection; too many header bytes are answered 431 as they arrive.
-    guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000, config.max_header_bytes)
+    # max.connections is counted as connections are accepted (connections.py): a connection over it is
+    # answered 503 and closed while the others keep being served.
+    guarded = guarded_http_protocol(config.request_header_timeout_ms / 1000, config.max_header_bytes,
+                                    config.max_connections)
     if guarded is not None:
         # A declared body reaches the routers in one piece, not in 64 KiB steps (body_buffering.py).
         tls["http"] = whole_body_protocol(guarded, config.max_request_bytes)
@@ -139,7 +142,8 @@ def run_node(config: NodeConfig) -> int:
     logging.getLogger("lakelog.node").info("startup phase: node and app built")
     server = NodeServer(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
                                        access_log=False, timeout_graceful_shutdown=5,
-                                       limit_concurrency=config.max_connections, timeout_keep_alive=30,
+                                       limit_concurrency=None if guarded is not None else config.max_connections,
+                                       timeout_keep_alive=30,
                                        h11_max_incomplete_event_size=config.max_header_bytes, **tls), node,
                           app.state.metrics)
     try:

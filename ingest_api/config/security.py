@@ -71,8 +71,8 @@ SECURITY_CONFIG = (
             "counted and summarised.", min=1, max=100_000, unit="1/s")
     .define("max.header.bytes", int, 16384, "Largest request line plus headers.", min=1024, max=1 << 20,
             unit="bytes")
-    .define("max.connections", int, 1000, "Concurrent connections and requests; more are answered 503.",
-            min=1, max=100_000)
+    .define("max.connections", int, 4096, "Open connections of each door (HTTP and Kafka); a new HTTP "
+            "connection over it is answered 503 (50350) and closed, a Kafka one is closed.", min=1, max=100_000)
     .define("request.header.timeout.ms", int, 10000, "Most time a client may take to send a request line and "
             "headers, from its first byte (or from connecting); then the connection is closed.", min=100,
             max=10 * 60 * 1000, unit="ms")

@@ -202,7 +202,8 @@ function download(name, partition, records) {
 const b64 = (text) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
 
 export function MessageBrowser({ name }) {
-  const [topic, terror] = usePoll(() => api('GET', `/stats/topics/${enc(name)}`), 0, [name]);
+  // Only the partition count is needed here: one partition's row, not the whole topic.
+  const [topic, terror] = usePoll(() => api('GET', `/stats/topics/${enc(name)}?limit=1`), 0, [name]);
   const [partition, setPartition] = useState(0);
   const [format, setFormat] = useState('auto');
   const [pageSize, setPageSize] = useState(20);
@@ -245,7 +246,7 @@ export function MessageBrowser({ name }) {
   return html`<h1>Messages of <${Link} to=${`/topics/${enc(name)}`}>${name}<//></h1>
     <div class="toolbar">
       <label>Partition <select id="partition" value=${partition} onChange=${(e) => setPartition(Number(e.target.value))}>
-        ${topic.partitions.map((p) => html`<option value=${p.partition}>${p.partition}</option>`)}</select></label>
+        ${Array.from({ length: topic.partitions_count }, (_, p) => html`<option value=${p}>${p}</option>`)}</select></label>
       <label>Show <select id="format" value=${format} onChange=${(e) => setFormat(e.target.value)}>
         <option value="auto">auto</option><option value="schema">by schema</option><option value="json">JSON</option><option value="text">text</option><option value="hex">hex</option></select></label>
       <label>Per page <select value=${pageSize} onChange=${(e) => setPageSize(Number(e.target.value))}>
@@ -267,5 +268,5 @@ export function MessageBrowser({ name }) {
         </div>
         <${Records} records=${view.records} format=${format} />
         <${DownloadRange} name=${name} partition=${partition} view=${view} />`}`}
-    <${Produce} name=${name} partitions=${topic.partitions.length} />`;
+    <${Produce} name=${name} partitions=${topic.partitions_count} />`;
 }

@@ -4,6 +4,7 @@ import { ActionForm, ErrorBox, Link, Pager, TOPIC_NAME, api, enc, fmtBytes, fmtM
          usePoll, v3 } from './lib.js';
 
 const PAGE = 50;
+const PARTITION_PAGE = 100;
 
 function CreateTopic({ onCreated }) {
   const submit = async (form) => {
@@ -121,17 +122,22 @@ function Actions({ name, partitions, onChange }) {
 }
 
 export function TopicPage({ name }) {
-  const [detail, error, reload] = usePoll(() => api('GET', `/stats/topics/${enc(name)}`), 5000, [name]);
+  // One page of partitions at a time: a topic of thousands is not fetched (nor gathered from every node) whole.
+  const [offset, setOffset] = useState(0);
+  const [detail, error, reload] = usePoll(
+    () => api('GET', `/stats/topics/${enc(name)}?offset=${offset}&limit=${PARTITION_PAGE}`), 5000, [name, offset]);
   const [configs, cerror, reloadConfigs] = usePoll(
     async () => (await api('GET', v3(`/topics/${enc(name)}/configs`))).data, 0, [name]);
   return html`<h1>Topic ${name}</h1>
     <p><${Link} to=${`/topics/${enc(name)}/messages`} class="button" id="browse">Browse messages<//></p>
     <${ErrorBox} error=${error} />
-    ${detail && html`<p class="muted">id ${detail.topic_id} · ${detail.partitions.length} partitions ·
+    ${detail && html`<p class="muted">id ${detail.topic_id} · ${fmtNum(detail.partitions_count)} partitions ·
       replication factor ${detail.replication_factor} · ${detail.configs['cleanup.policy']} ·
       retention ${fmtMs(detail.configs['retention.ms'])}</p>
+      ${detail.partitions_count > PARTITION_PAGE && html`<${Pager} offset=${offset} limit=${PARTITION_PAGE}
+        total=${detail.partitions_count} onPage=${setOffset} />`}
       <${Partitions} detail=${detail} />
-      <${Actions} name=${name} partitions=${detail.partitions.length} onChange=${reload} />`}
+      <${Actions} name=${name} partitions=${detail.partitions_count} onChange=${reload} />`}
     <${ErrorBox} error=${cerror} />
     ${configs && html`<${Configs} name=${name} configs=${configs} onChange=${() => { reloadConfigs(); reload(); }} />`}`;
 }

@@ -18,7 +18,7 @@ from lakelog.ingest_api.schemas.rest import AVRO_V2, JSONSCHEMA_V2, PROTOBUF_V2
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 FORMATS = {"json": JSON_V2, "binary": BINARY_V2, "avro": AVRO_V2, "jsonschema": JSONSCHEMA_V2,
            "protobuf": PROTOBUF_V2}
-#: Longest wait of one fetch round of `records` (then the round is repeated until the timeout).
+#: Longest pause of `records` between fetch rounds that failed at once, or without an assignment.
 FETCH_ROUND_MS = 200
 #: Most topics of one subscription / partitions of one assignment.
 MAX_TOPICS = 1000

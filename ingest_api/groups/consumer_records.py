@@ -1,7 +1,9 @@
 """A consumer instance's fetch rounds: where each partition starts, and the records of a `records` call.
 
-`InstanceRecords` is what a `ConsumerInstance` (consumer.py) holds to read: `records` (fetch rounds
-of at most `FETCH_ROUND_MS` until records arrive or the timeout passes), `_resolve_positions` (a
+`InstanceRecords` is what a `ConsumerInstance` (consumer.py) holds to read: `records` (a first
+round that does not wait, then one round that waits out the timeout: each assigned partition's
+fetch is one wait woken by appends, and the round ends at the first records, at a replacement of
+the assignment, or when every fetch has returned), `_resolve_positions` (a
 newly assigned partition starts at the group's committed offset, else per `auto.offset.reset`;
 while the coordinator cannot answer, it waits), `reset_offsets` and `_fetch_round` (one fetch per
 assigned partition through its leader, rendered in the instance's format within the bytes and
@@ -94,32 +96,61 @@ class InstanceRecords:
             if tps:
                 await self._resolve_positions(tps)
                 remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
-                wait_ms = 0 if first else min(remaining_ms, FETCH_ROUND_MS)
-                first = False
+                wait_ms = 0 if first else remaining_ms
                 ready = [tp for tp in tps if tp in self._state.positions]
+                started = time.monotonic()
                 out = await self._fetch_round(ready, wait_ms, max_bytes, version)
                 if out:
                     return out
-            if time.monotonic() >= deadline:
+                if (first or version != self._state.version) and time.monotonic() < deadline:
+                    first = False
+                    continue  # the long round comes next, or the new assignment's
+                first = False
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
                 return []
-            # With read_committed, data above the LSO answers a fetch at once without a record
-            # for us: pause rather than spin until the transaction is decided.
-            if not tps or self.cfg.isolation_level == "read_committed":
-                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            if not tps or time.monotonic() - started < FETCH_ROUND_MS / 1000:
+                # No assignment yet, or every fetch failed at once (no leader, positions unknown):
+                # wait for an assignment, a little at most, rather than spin.
+                await self._state.wait_for_assignment_change(min(FETCH_ROUND_MS / 1000, remaining_s))
+
+    async def _first_records(self, fetches: list[asyncio.Future]) -> None:
+        """Wait until a fetch returns records, the assignment is replaced, or every fetch has returned;
+        then cancel the fetches still waiting."""
+        changed = self._state.assignment_changed()
+        pending: set[asyncio.Future] = set(fetches)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending | {changed}, return_when=asyncio.FIRST_COMPLETED)
+                if changed in done:
+                    break
+                pending.discard(changed)
+                if any(not f.cancelled() and f.exception() is None and f.result() for f in done):
+                    break
+        finally:
+            changed.cancel()
+            for f in pending:
+                f.cancel()
+            if pending:
+                await asyncio.wait(pending)
 
     async def _fetch_round(self, tps: list[TopicPartition], wait_ms: int, max_bytes: int,
                            version: int) -> list[dict[str, Any]]:
         fetch_bytes = min(max_bytes, self.node.config.fetch_max_bytes)
         starts = {tp: self._state.positions[tp] for tp in tps}
-        results = await asyncio.gather(*(fetch_partition(self.node, tp, starts[tp], fetch_bytes, wait_ms,
-                                                         self.owner or "User:ANONYMOUS", self.cfg.isolation_level)
-                                         for tp in tps), return_exceptions=True)
+        fetches = [asyncio.ensure_future(fetch_partition(self.node, tp, starts[tp], fetch_bytes, wait_ms,
+                                                         self.owner or "User:ANONYMOUS", self.cfg.isolation_level))
+                   for tp in tps]
+        await self._first_records(fetches)
+        results = [None if f.cancelled() else f.exception() or f.result() for f in fetches]
         if version != self._state.version:
             return []  # the assignment changed while fetching: positions of kept partitions stay as they were
         fmt = FORMATS[self.cfg.format]
         out: list[dict[str, Any]] = []
         budget_bytes, budget_records = max_bytes, self.cfg.max_poll_records
         for tp, res in zip(tps, results):
+            if res is None:
+                continue  # cut short: another partition had records first; this one is fetched next time
             if isinstance(res, OffsetOutOfRangeError):
                 reset = await self.reset_offsets([tp])
                 if version == self._state.version and self._state.positions.get(tp) == starts[tp]:

@@ -9,11 +9,13 @@ replacement for the partitions that stay. The group membership (consumer_members
 assignment of a subscription; the fetcher (consumer_records.py) fills and advances the positions.
 
 Concurrency: everything on the server's event loop. Whoever awaits between reading the assignment
-and writing a position compares `version` first: a changed version means the assignment moved on.
+and writing a position compares `version` first: a changed version means the assignment moved on;
+a fetch waiting for records also waits on `assignment_changed()`, resolved by each replacement.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, Mapping
 
@@ -36,6 +38,24 @@ class SubscriptionState:
         #: Bumped by every replacement of the assignment.
         self.version = 0
         self.positions: dict[TopicPartition, int] = {}
+        #: Futures of `records` calls waiting for the next replacement of the assignment.
+        self._change_waiters: list[asyncio.Future] = []
+
+    def assignment_changed(self) -> asyncio.Future:
+        """A future resolved by the next replacement of the assignment (a waiting fetch wakes for it);
+        the caller cancels it when it stops waiting."""
+        self._change_waiters = [f for f in self._change_waiters if not f.done()]
+        fut = asyncio.get_running_loop().create_future()
+        self._change_waiters.append(fut)
+        return fut
+
+    async def wait_for_assignment_change(self, timeout_s: float) -> None:
+        """Return at the next replacement of the assignment, or after `timeout_s`."""
+        fut = self.assignment_changed()
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            pass
 
     @property
     def subscribed(self) -> bool:
@@ -90,6 +110,10 @@ class SubscriptionState:
         self.positions = {tp: o for tp, o in self.positions.items() if tp in keep}
         self.assignment = list(new)
         self.version += 1
+        waiters, self._change_waiters = self._change_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     def check_assigned(self, tp: TopicPartition) -> None:
         if tp not in self.assignment:

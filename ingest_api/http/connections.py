@@ -16,6 +16,14 @@ middleware's check sees only headers that are complete.) The count starts when a
 on the connection; bytes of a pipelined request that arrive in the same read as the previous
 request's end are not counted there (the middleware still checks that request's headers).
 
+`max.connections` is counted where connections are accepted: a connection made while that many
+are open is answered 503 (`error_code` 50350, `TooManyConnectionsError`) once its first bytes
+arrive — the client has sent its request and reads the answer — and closed; it never reaches the
+application, and the open connections keep being served. A refused connection that sends nothing
+is closed when the header deadline passes, and at most `max.connections` refused ones wait at a
+time (more are closed at once without an answer). (uvicorn's own `limit_concurrency` would instead
+answer 503 to every request on every connection once that many were open, idle ones included.)
+
 It relies on uvicorn's `HttpToolsProtocol` callbacks (`connection_made`, `on_message_begin`,
 `on_headers_complete`, `connection_lost`); when httptools is not installed, None is returned and
 uvicorn's own protocol is used without this protection.
@@ -31,22 +39,39 @@ _TERMINATOR = b"\r\n\r\n"
 
 def header_overflow_response(max_header_bytes: int) -> bytes:
     """The whole answer (status and `error_code` from the error table) written before the connection is closed."""
+    from lakelog.ingest_api.security.errors import HeadersTooLargeError
+
+    return closing_error_response(HeadersTooLargeError(f"request headers exceed max.header.bytes={max_header_bytes}"))
+
+
+def too_many_connections_response(max_connections: int) -> bytes:
+    """The answer to a connection over `max.connections`, written before it is closed."""
+    from lakelog.ingest_api.security.errors import TooManyConnectionsError
+
+    return closing_error_response(TooManyConnectionsError(
+        f"this node has max.connections={max_connections} connections open; retry later"))
+
+
+def closing_error_response(error: Exception) -> bytes:
+    """A whole HTTP/1.1 answer for `error` (status and body from the error table), with `connection: close`."""
     from http import HTTPStatus
 
     from lakelog.ingest_api.error_table import error_body
-    from lakelog.ingest_api.security.errors import HeadersTooLargeError
 
-    status, doc = error_body(HeadersTooLargeError(f"request headers exceed max.header.bytes={max_header_bytes}"))
+    status, doc = error_body(error)
     body = json.dumps(doc).encode()
     return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
             f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
 
 
-def guarded_http_protocol(timeout_s: float, max_header_bytes: int | None = None) -> type | None:
+def guarded_http_protocol(timeout_s: float, max_header_bytes: int | None = None,
+                          max_connections: int | None = None) -> type | None:
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # pragma: no cover - httptools is a dependency (uvicorn[standard])
         return None
+    #: Refused connections waiting for their first bytes (to answer 503), shared by every connection.
+    refusals_waiting = [0]
 
     class HeaderDeadlineProtocol(HttpToolsProtocol):
         _header_timer: Any = None
@@ -55,8 +80,11 @@ def guarded_http_protocol(timeout_s: float, max_header_bytes: int | None = None)
         _head_bytes = 0
         _tail = b""  # the last bytes of the previous read, to find a terminator split across reads
         _refused = False
+        _over_limit = False  # made while max.connections were open: answered 503 at its first bytes
 
         def data_received(self, data: bytes) -> None:  # type: ignore[override]
+            if self._over_limit and not self._refused:
+                self._refuse(too_many_connections_response(max_connections or 0))
             if self._refused:
                 return
             if max_header_bytes is not None and self._in_head:
@@ -71,10 +99,13 @@ def guarded_http_protocol(timeout_s: float, max_header_bytes: int | None = None)
             super().data_received(data)
 
         def _refuse_headers(self) -> None:
+            self._refuse(header_overflow_response(max_header_bytes or 0))
+
+        def _refuse(self, answer: bytes) -> None:
             self._refused = True
             self._disarm()
             if not self.transport.is_closing():
-                self.transport.write(header_overflow_response(max_header_bytes or 0))
+                self.transport.write(answer)
                 self.transport.close()
 
         def _start_head(self) -> None:
@@ -95,7 +126,16 @@ def guarded_http_protocol(timeout_s: float, max_header_bytes: int | None = None)
                 self.transport.close()
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
+            over = max_connections is not None and len(self.connections) >= max_connections
             super().connection_made(transport)
+            if over:
+                self.connections.discard(self)  # never counted: the open connections keep their places
+                if refusals_waiting[0] >= (max_connections or 0):
+                    self._refused = True
+                    transport.close()
+                    return
+                self._over_limit = True
+                refusals_waiting[0] += 1
             self._arm()
 
         def on_message_begin(self) -> None:
@@ -113,6 +153,9 @@ def guarded_http_protocol(timeout_s: float, max_header_bytes: int | None = None)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._over_limit:
+                self._over_limit = False
+                refusals_waiting[0] -= 1
             super().connection_lost(exc)
 
     return HeaderDeadlineProtocol

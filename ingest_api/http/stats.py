@@ -9,8 +9,8 @@ Counters are totals since the node started: the console turns two samples into r
 latency sums over counts into a mean latency per interval. A node that does not answer within
 `GATHER_TIMEOUT_S` is reported as unreachable, never waited for.
 
-Limits: the per-partition list is only built for one topic at a time (`topic=`), the topic list
-is paged (`MAX_PAGE_SIZE`), and the list of unhealthy partitions in the overview is capped
+Limits: the per-partition list is only built for one topic at a time (`topic=`), a page of its
+partitions at a time, the topic list is paged (`MAX_PAGE_SIZE` both), and the list of unhealthy partitions in the overview is capped
 (`MAX_LISTED_PARTITIONS`), so a cluster with thousands of topics stays cheap to look at.
 """
 
@@ -72,9 +72,11 @@ def _remote_figures(node, p) -> dict[str, Any] | None:
             "tiered_end_offset": tiered_end, "local_only_bytes": local_only}
 
 
-def node_stats(node, metrics, topic: str | None = None, *, counters_only: bool = False) -> dict[str, Any]:
+def node_stats(node, metrics, topic: str | None = None, *, counters_only: bool = False,
+               partitions_shown: range | None = None) -> dict[str, Any]:
     """This node's counters, its led partitions per topic (unless `counters_only`), and (with `topic`)
-    each of that topic's partitions it leads. Blocking (remote manifests may be read): run it in a thread."""
+    each of that topic's partitions it leads, only those in `partitions_shown` when given (a page of
+    a topic of thousands). Blocking (remote manifests may be read): run it in a thread."""
     topics: dict[str, dict[str, int]] = {}
     partitions = []
     for p in ([] if counters_only else node.partitions()):
@@ -85,13 +87,14 @@ def node_stats(node, metrics, topic: str | None = None, *, counters_only: bool =
             size = sum(s.size for s in segments)
         except Exception:  # a partition being deleted under us
             continue
-        remote = _remote_figures(node, p) if topic is None or p.key.topic == topic else None
+        shown = p.key.topic == topic and (partitions_shown is None or p.key.partition in partitions_shown)
+        remote = _remote_figures(node, p) if topic is None or shown else None
         t = topics.setdefault(p.key.topic, {"local_bytes": 0, "remote_bytes": 0, "partitions_led": 0})
         t["local_bytes"] += size
         t["partitions_led"] += 1
         if remote and "size_bytes" in remote:
             t["remote_bytes"] += remote["size_bytes"]
-        if p.key.topic == topic:
+        if shown:
             partitions.append({"partition": p.key.partition, "log_start_offset": p.log_start_offset,
                                "high_watermark": p.high_watermark, "log_end_offset": p.log_end_offset,
                                "last_stable_offset": p.last_stable_offset,
@@ -115,18 +118,21 @@ def _remote_tier_state(node) -> str | None:
     return status["state"] if status is not None else None
 
 
-async def gather(node, metrics, topic: str | None = None, *,
-                 counters_only: bool = False) -> dict[int, dict[str, Any] | None]:
+async def gather(node, metrics, topic: str | None = None, *, counters_only: bool = False,
+                 partitions_shown: range | None = None) -> dict[int, dict[str, Any] | None]:
     """`node_stats` of every registered node (None for one that did not answer in time)."""
     from urllib.parse import quote
 
     path = "/stats/node" + (f"?topic={quote(topic, safe='')}" if topic is not None
                             else "?counters_only=true" if counters_only else "")
+    if topic is not None and partitions_shown is not None:
+        path += f"&partition_offset={partitions_shown.start}&partition_limit={len(partitions_shown)}"
 
     async def one(node_id: int) -> dict[str, Any] | None:
         try:
             if node_id == node.node_id:
-                return await asyncio.to_thread(node_stats, node, metrics, topic, counters_only=counters_only)
+                return await asyncio.to_thread(node_stats, node, metrics, topic, counters_only=counters_only,
+                                               partitions_shown=partitions_shown)
             resp = await node.peers.request(node_id, "GET", path, timeout_s=GATHER_TIMEOUT_S)
             if resp.status_code != 200:
                 return None
@@ -232,19 +238,23 @@ async def topic_page(node, metrics, names: list[str], offset: int, limit: int, s
             "unreachable_nodes": [i for i, s in stats.items() if s is None]}
 
 
-async def topic_detail(node, metrics, name: str) -> dict[str, Any]:
-    """Every partition of a topic: leader, replicas, ISR from the metadata; offsets and sizes from its leader."""
+async def topic_detail(node, metrics, name: str, offset: int = 0, limit: int = MAX_PAGE_SIZE) -> dict[str, Any]:
+    """One page of a topic's partitions (`offset`, at most `limit`): leader, replicas, ISR from the
+    metadata; offsets and sizes from each one's leader. `partitions_count` is the whole topic's."""
     t = node.topic(name)  # raises TopicNotFoundError
     image = node.image.topics[name]
-    stats = await gather(node, metrics, topic=name)
+    shown = range(min(offset, len(image.partitions)), min(offset + limit, len(image.partitions)))
+    stats = await gather(node, metrics, topic=name, partitions_shown=shown)
     offsets: dict[int, dict[str, Any]] = {}
     for s in stats.values():
         for row in (s or {}).get("partitions", ()):
             offsets[row["partition"]] = row
     parts = []
-    for i, st in enumerate(image.partitions):
+    for i in shown:
+        st = image.partitions[i]
         parts.append({"partition": i, "leader": st.leader, "leader_epoch": st.leader_epoch,
                       "replicas": list(st.replicas), "isr": list(st.isr), **{k: v for k, v in offsets.get(i, {}).items()
                                                                             if k != "partition"}})
     return {"topic": name, "topic_id": t.topic_id, "replication_factor": t.replication_factor,
-            "configs": _config_summary(node, name), "partitions": parts}
+            "configs": _config_summary(node, name), "partitions_count": len(image.partitions),
+            "offset": shown.start, "partitions": parts}

@@ -44,6 +44,12 @@ class SecurityNotFoundError(SecurityError):
     kind = ErrorKind.NOT_FOUND
 
 
+class TooManyConnectionsError(SecurityError):
+    """A new HTTP connection while max.connections are open: answered 503 and closed at once."""
+
+    kind = ErrorKind.TRANSIENT
+
+
 class RequestBodyTimeout(SecurityError):
     """The client sent its request body too slowly (request.body.timeout.ms)."""
 

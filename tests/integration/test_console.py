@@ -659,3 +659,18 @@ def test_a_range_across_pages_downloads_within_the_configured_limits(page, clust
     form.locator("button[type=submit]").click()
     expect(form.locator(".error")).to_contain_text("at most 1,000 records in one download")
     assert page.problems == []
+
+
+def test_topic_page_shows_its_partitions_a_page_at_a_time(page, cluster):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "wide", "--partitions", "120", "--replication-factor", "1")
+    detail = httpx.get(f"{url}/stats/topics/wide", params={"offset": 100, "limit": 100}, timeout=30).json()
+    assert detail["partitions_count"] == 120 and detail["offset"] == 100
+    assert [row["partition"] for row in detail["partitions"]] == list(range(100, 120))
+    p = page.page
+    p.goto("/#/topics/wide")
+    expect(p.locator("#partitions tbody tr")).to_have_count(100, timeout=WAIT_MS)  # one page, not all 120
+    expect(p.locator(".pager")).to_contain_text("1–100 of 120")
+    p.get_by_role("button", name="Next ▶").click()
+    expect(p.locator("#partitions tbody tr")).to_have_count(20, timeout=WAIT_MS)
+    expect(p.locator("#partitions tr[data-partition='119']")).to_have_count(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -12,10 +12,12 @@ from lakelog.infra.config import LOG_CONFIG
 from lakelog.ingest_api.errors import BrokerNotFoundError, ConfigNotFoundError
 from lakelog.ingest_api.http.routers.deps import get_node
 from lakelog.ingest_api.http.routers.v3_resources import (
+    MAX_PAGE_SIZE,
     AlterConfigEntry,
     base_url,
     cluster_node,
     list_body,
+    page_of,
     resource_meta,
     topic_config_body,
     validate_topic_configs,
@@ -105,11 +107,18 @@ async def get_cluster(cluster_id: str, request: Request):
     return JSONResponse(_cluster_body(request, node))
 
 
+_PAGE_SIZE = Query(None, ge=1, le=MAX_PAGE_SIZE, description="items per page (absent: the whole list)")
+_PAGE_TOKEN = Query(None, max_length=1024, description="the `page_token` of the previous page's `metadata.next`")
+
+
 @router.get("/clusters/{cluster_id}/topics", summary="List topics")
-async def list_topics(cluster_id: str, request: Request):
+async def list_topics(cluster_id: str, request: Request, page_size: int | None = _PAGE_SIZE,
+                      page_token: str | None = _PAGE_TOKEN):
     node = cluster_node(request, cluster_id)
+    topics = {t.name: t for t in node.admin.topics()}  # sorted by name
+    page = page_of(list(topics), request, page_size, page_token)
     return list_body("KafkaTopicList", f"{base_url(request)}/clusters/{cluster_id}/topics",
-                 [_topic_body(request, node, t) for t in node.admin.topics()])
+                     [_topic_body(request, node, topics[name]) for name in page.keys], page.next_url)
 
 
 @router.post("/clusters/{cluster_id}/topics", status_code=201, summary="Create a topic")
@@ -194,11 +203,13 @@ async def alter_topic_configs(cluster_id: str, topic: str, body: AlterConfigsReq
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}/partitions", summary="List a topic's partitions")
-async def list_partitions(cluster_id: str, topic: str, request: Request):
+async def list_partitions(cluster_id: str, topic: str, request: Request, page_size: int | None = _PAGE_SIZE,
+                          page_token: str | None = _PAGE_TOKEN):
     node = cluster_node(request, cluster_id)
     t = node.admin.topic(topic)
+    page = page_of(range(t.partitions), request, page_size, page_token)
     return list_body("KafkaPartitionList", f"{base_url(request)}/clusters/{cluster_id}/topics/{topic}/partitions",
-                 [_partition_body(request, node, t, p) for p in range(t.partitions)])
+                     [_partition_body(request, node, t, p) for p in page.keys], page.next_url)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", summary="Describe a partition")

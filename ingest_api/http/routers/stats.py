@@ -21,10 +21,14 @@ router = APIRouter(prefix="/stats", tags=["console"])
 
 @router.get("/node", summary="This node's counters and the partitions it leads (with `topic`, each of them)")
 async def node_stats(request: Request, topic: str | None = Query(None, max_length=249),
-                     counters_only: bool = Query(False, description="leave out the partitions")):
+                     counters_only: bool = Query(False, description="leave out the partitions"),
+                     partition_offset: int = Query(0, ge=0, le=10_000_000),
+                     partition_limit: int | None = Query(None, ge=0, le=stats.MAX_PAGE_SIZE,
+                                                         description="with `topic`: only this many of its partitions")):
     node = get_node(request)
+    shown = None if partition_limit is None else range(partition_offset, partition_offset + partition_limit)
     return JSONResponse(await asyncio.to_thread(stats.node_stats, node, request.app.state.metrics, topic,
-                                                counters_only=counters_only))
+                                                counters_only=counters_only, partitions_shown=shown))
 
 
 @router.get("/cluster", summary="Nodes (fenced, controller, reachable, counters) and partition health")
@@ -44,10 +48,11 @@ async def topics(request: Request, offset: int = Query(0, ge=0, le=10_000_000),
     return JSONResponse(await stats.topic_page(node, request.app.state.metrics, names, offset, limit, search))
 
 
-@router.get("/topics/{topic}", summary="Each partition of a topic: leader, replicas, ISR, offsets, local and remote")
-async def topic(topic: str, request: Request):
+@router.get("/topics/{topic}", summary="A page of a topic's partitions: leader, replicas, ISR, offsets, local and remote")
+async def topic(topic: str, request: Request, offset: int = Query(0, ge=0, le=10_000_000),
+                limit: int = Query(stats.MAX_PAGE_SIZE, ge=1, le=stats.MAX_PAGE_SIZE)):
     node = get_node(request)
-    return JSONResponse(await stats.topic_detail(node, request.app.state.metrics, topic))
+    return JSONResponse(await stats.topic_detail(node, request.app.state.metrics, topic, offset, limit))
 
 
 MAX_EVENTS_READ = 1000

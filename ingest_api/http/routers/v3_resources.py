@@ -1,8 +1,14 @@
 """What the Confluent REST Proxy v3 routers share: resource URLs and bodies, the cluster check, list
-bodies, topic config bodies and validation, the ACL body's schema."""
+bodies and their paging (`page_size` / `page_token`), topic config bodies and validation, the ACL
+body's schema."""
 
 from __future__ import annotations
 
+import base64
+import bisect
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
@@ -10,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from lakelog.infra.config import LOG_CONFIG
-from lakelog.ingest_api.errors import ClusterNotFoundError, ConfigNotFoundError
+from lakelog.ingest_api.errors import ClusterNotFoundError, ConfigNotFoundError, InvalidRequestError
 from lakelog.ingest_api.http.routers.deps import get_node, get_node_per_partition
 
 #: Largest body of a users, API keys or ACLs request.
@@ -67,9 +73,53 @@ def resource_meta(self_url: str, resource: str) -> dict[str, Any]:
     return {"self": self_url, "resource_name": resource}
 
 
-def list_body(kind: str, self_url: str, data: list) -> JSONResponse:
-    """A v3 list answer (one page: `next` is null)."""
-    return JSONResponse({"kind": kind, "metadata": {"self": self_url, "next": None}, "data": data})
+def list_body(kind: str, self_url: str, data: list, next_url: str | None = None) -> JSONResponse:
+    """A v3 list answer; `next_url` is the following page's URL (null: this is the last page)."""
+    return JSONResponse({"kind": kind, "metadata": {"self": self_url, "next": next_url}, "data": data})
+
+
+#: Most items one page of a paged v3 list holds (`page_size`).
+MAX_PAGE_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class Page:
+    """The keys of one page of a v3 list, and the URL of the next page (None on the last)."""
+
+    keys: list
+    next_url: str | None
+
+
+def page_of(keys: Sequence, request: Request, page_size: int | None, page_token: str | None) -> Page:
+    """One page of `keys` (sorted, unique: topic names or partition ids).
+
+    Without `page_size` the answer is complete (the lists of the v3 spec are not paged); with it,
+    at most `page_size` keys after the one `page_token` names. The token is opaque to clients: the
+    last key of the previous page, so a page stays right when topics are created or deleted between
+    two requests (a deleted key is simply passed over).
+    """
+    if page_size is None:
+        if page_token is not None:
+            raise InvalidRequestError("page_token needs page_size")
+        return Page(list(keys), None)
+    start = 0
+    if page_token is not None:
+        start = bisect.bisect_right(keys, _decode_token(page_token, type(keys[0]) if keys else str))
+    chunk = list(keys[start:start + page_size])
+    if start + page_size >= len(keys):
+        return Page(chunk, None)
+    token = base64.urlsafe_b64encode(json.dumps(chunk[-1]).encode()).decode("ascii").rstrip("=")
+    return Page(chunk, str(request.url.include_query_params(page_token=token, page_size=page_size)))
+
+
+def _decode_token(token: str, key_type: type) -> Any:
+    try:
+        key = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        key = None
+    if type(key) is not key_type:
+        raise InvalidRequestError(f"page_token {token[:64]!r} is not one this list gave")
+    return key
 
 
 def topic_config_body(request: Request, node, topic: str, name: str, value: Any, overrides: dict) -> dict[str, Any]:
