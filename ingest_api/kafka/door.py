@@ -10,11 +10,13 @@ response type of the request's version (codec.to_entity), or None for no answer 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Awaitable, Callable
 
 from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
+from lakelog.ingest_api.kafka.fetch_sessions import FetchSessionCache
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
 from lakelog.ingest_api.kafka.versions import SUPPORTED
 from lakelog.ingest_api.security import tls
@@ -59,7 +61,10 @@ class KafkaDoor:
 
     def __init__(self, node: Any, groups: Any) -> None:
         cfg = node.config
-        self.context = KafkaContext(node, groups)
+        sessions = FetchSessionCache(cfg.max_incremental_fetch_session_cache_slots,
+                                     cfg.min_incremental_fetch_session_eviction_ms,
+                                     lambda: int(time.monotonic() * 1000))
+        self.context = KafkaContext(node, groups, sessions)
         self.server = KafkaServer(cfg.kafka_listeners, self.handle, metadata_apis.api_versions_table,
                                   max_frame_bytes=cfg.socket_request_max_bytes, max_connections=cfg.max_connections,
                                   idle_timeout_ms=cfg.connections_max_idle_ms,

@@ -10,15 +10,18 @@ Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE
 READ; ListOffsets and OffsetForLeaderEpoch DESCRIBE (which READ or WRITE imply), as Kafka and the
 HTTP offsets route require. A refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED.
 
-Fetch sessions (KIP-227): every fetch is answered as a full, sessionless fetch (session id 0), which
-a client reads as "no session was created" and keeps sending full fetches; an incremental fetch
-(a session id other than 0) answers FETCH_SESSION_ID_NOT_FOUND, after which the client starts over.
+Fetch sessions (KIP-227): `fetch_sessions.py` decides from the request's session id and epoch what
+is fetched (the request's partitions, or the session's) and which partitions the answer carries
+(all, or for an incremental fetch those with something new). Fetch v13+ and Produce v13 name
+topics by id (the id the controller gave the topic, which Metadata answers); an id this node does
+not know answers UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -67,23 +70,31 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
     transactional = body.transactional_id is not None
     jobs, names = [], []
     for t in body.topic_data:
-        allowed = _may(ctx, conn, Operation.WRITE, t.name, "Produce")
+        name = field_of(t, "name")  # Produce v13+ names the topic by id
+        topic_key = name if name is not None else t.topic_id
+        if name is None:
+            name = ctx.topic_name(t.topic_id)
+        allowed = name is not None and _may(ctx, conn, Operation.WRITE, name, "Produce")
         for p in t.partition_data:
-            names.append(t.name)
-            if not allowed:
+            names.append(topic_key)
+            if name is None:
+                jobs.append(_invalid(p.index, ErrorCode.unknown_topic_id.value))
+            elif not allowed:
                 jobs.append(_invalid(p.index, TOPIC_REFUSED))
             elif acks is None:
                 jobs.append(_invalid(p.index, ErrorCode.invalid_required_acks.value))
             else:
-                jobs.append(_produce_one(ctx, t.name, int(p.index), p.records, acks, transactional))
+                jobs.append(_produce_one(ctx, name, int(p.index), p.records, acks, transactional))
     results = await asyncio.gather(*jobs)
     if acks == "0":
         return None  # acks=0: no answer at all
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for name, r in zip(names, results):
-        by_topic.setdefault(name, []).append(r)
-    return {"throttle_time": 0, "responses": [{"name": n, "partition_responses": rs} for n, rs in by_topic.items()],
-            "node_endpoints": _node_endpoints(ctx, results, conn)}
+    by_topic: dict[Any, list[dict[str, Any]]] = {}
+    for key, r in zip(names, results):
+        by_topic.setdefault(key, []).append(r)
+    return {"throttle_time": 0, "node_endpoints": _node_endpoints(ctx, results, conn),
+            "responses": [{"topic_id": k, "partition_responses": rs} if isinstance(k, uuid.UUID)
+                          else {"name": k, "topic_id": ctx.topic_id(k), "partition_responses": rs}
+                          for k, rs in by_topic.items()]}
 
 
 def _may(ctx: KafkaContext, conn: Connection, operation: Operation, topic: str, api: str) -> bool:
@@ -159,20 +170,22 @@ async def _fetch_all(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], max
 
 async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     body = req.body
-    session_id = int(field_of(body, "session_id", 0))
-    if session_id != 0:
-        return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found.value, "session_id": 0,
-                "responses": []}
+    requested, unknown = _requested_topics(ctx, body.topics)
+    forgotten = _forgotten(ctx, field_of(body, "forgotten_topics_data", ()) or ())
+    session = ctx.fetch_sessions.open(int(field_of(body, "session_id", 0)), int(field_of(body, "session_epoch", -1)),
+                                      requested, forgotten)
+    if session.error_code != NONE:
+        return {"throttle_time": 0, "error_code": session.error_code, "session_id": 0, "responses": []}
     cfg = ctx.node.config
     max_bytes = max(1, min(int(field_of(body, "max_bytes", cfg.fetch_max_bytes)), cfg.fetch_max_bytes))
     wait_s = min(ms(body.max_wait), cfg.fetch_max_wait_ms) / 1000
     min_bytes = int(body.min_bytes)
     topics, refused = [], []
-    for t in body.topics:
-        if _may(ctx, conn, Operation.READ, t.topic, "Fetch"):
-            topics.append((t.topic, list(t.partitions)))
+    for topic, parts in session.topics:
+        if _may(ctx, conn, Operation.READ, topic, "Fetch"):
+            topics.append((topic, parts))
         else:
-            refused.append({"topic": t.topic, "partitions": [_refused_fetch(int(fp.partition)) for fp in t.partitions]})
+            refused.append({"topic": topic, "partitions": [_refused_fetch(int(fp.partition)) for fp in parts]})
     deadline = time.monotonic() + wait_s
     while True:
         responses, total = await _fetch_all(ctx, topics, max_bytes)
@@ -183,7 +196,37 @@ async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, 
         if time.monotonic() >= deadline:
             responses, total = await _fetch_all(ctx, topics, max_bytes)
             break
-    return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses + refused}
+    answered = [{**t, "topic_id": ctx.topic_id(t["topic"])} for t in session.answer(responses + refused)]
+    return {"throttle_time": 0, "error_code": NONE, "session_id": session.session_id,
+            "responses": answered + unknown}
+
+
+def _requested_topics(ctx: KafkaContext, fetch_topics: Any) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:
+    """The request's (topic name, partitions), and the answers for topic ids this node does not know
+    (Fetch v13+ names topics by id; earlier versions by name)."""
+    named, unknown = [], []
+    for t in fetch_topics:
+        name = field_of(t, "topic")
+        if name is None:
+            name = ctx.topic_name(t.topic_id)
+        if name is None:
+            unknown.append({"topic_id": t.topic_id, "partitions": [
+                {**_refused_fetch(int(fp.partition)), "error_code": ErrorCode.unknown_topic_id.value}
+                for fp in t.partitions]})
+        else:
+            named.append((name, list(t.partitions)))
+    return named, unknown
+
+
+def _forgotten(ctx: KafkaContext, forgotten_topics: Any) -> list[tuple[str, int]]:
+    out = []
+    for t in forgotten_topics:
+        name = field_of(t, "topic")
+        if name is None:
+            name = ctx.topic_name(t.topic_id)
+        if name is not None:
+            out.extend((name, int(p)) for p in t.partitions)
+    return out
 
 
 def _refused_fetch(index: int) -> dict[str, Any]:

@@ -17,8 +17,8 @@ BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICA
 
 #: api_key -> (name, lowest version, highest version) answered.
 SUPPORTED: dict[int, tuple[str, int, int]] = {
-    0: ("Produce", 3, 12),
-    1: ("Fetch", 4, 12),
+    0: ("Produce", 3, 13),
+    1: ("Fetch", 4, 18),
     2: ("ListOffsets", 1, 9),
     3: ("Metadata", 0, 12),
     8: ("OffsetCommit", 2, 9),
