@@ -14,6 +14,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
+from lakelog.ingest_api.kafka import log_admin_apis
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.fetch_sessions import FetchSessionCache
@@ -41,14 +42,20 @@ HANDLERS: dict[int, ApiHandler] = {
     18: metadata_apis.api_versions,
     19: admin_apis.create_topics,
     20: admin_apis.delete_topics,
+    21: log_admin_apis.delete_records,
     22: metadata_apis.init_producer_id,
     23: records_apis.offset_for_leader_epoch,
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
+    35: log_admin_apis.describe_log_dirs,
     36: sasl_apis.sasl_authenticate,
     37: admin_apis.create_partitions,
     42: group_apis.delete_groups,
+    43: log_admin_apis.elect_leaders,
     44: admin_apis.incremental_alter_configs,
+    45: log_admin_apis.alter_partition_reassignments,
+    46: log_admin_apis.list_partition_reassignments,
+    47: log_admin_apis.offset_delete,
     60: metadata_apis.describe_cluster,
 }
 
