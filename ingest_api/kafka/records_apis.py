@@ -3,7 +3,9 @@
 Produce appends the client's RecordBatch bytes as they came (`Node.produce_batches`, the binary
 HTTP path's entry point: CRC and producer state checked, nothing re-encoded). Fetch answers the
 stored batch bytes unchanged (`Node.fetch_wait`, which reads the remote tier below the local log
-start). A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER: the client refreshes
+start); on a plain-TCP listener the batches in the local log are answered as file ranges that the
+listener sends with sendfile (`fetch.zero.copy.enable`). A partition this node does not lead
+answers NOT_LEADER_OR_FOLLOWER: the client refreshes
 its metadata and goes to the leader (the Kafka door never forwards).
 
 Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic, Fetch
@@ -26,12 +28,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from lakelog.ingest_api.config.kafka import TLS_PROTOCOLS
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.replication.partition import PartitionKey
 from lakelog.ingest_api.security.acl import Operation, ResourceType
+from lakelog.logstore.errors import OffsetOutOfRangeError
+from lakelog.logstore.file_records import FileSlices
 
 NONE = ErrorCode.none.value
 TOPIC_REFUSED = REFUSED[ResourceType.TOPIC]
@@ -132,7 +137,21 @@ def _read(ctx: KafkaContext, topic: str, partition: int) -> Any:
     return ctx.node.local_partition(PartitionKey(topic, partition))
 
 
-async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int) -> tuple[dict[str, Any], int]:
+async def _read_records(ctx: KafkaContext, p: Any, topic: str, index: int, offset: int, limit: int,
+                        zero_copy: bool) -> Any:
+    """The records from `offset`: as file ranges (FileSlices, sent with sendfile) when `zero_copy`
+    and they are in the local log; else read into memory by the node's fetch path (TLS, and the
+    remote tier below the local log start)."""
+    if zero_copy and offset >= p.log.log_start_offset:
+        try:
+            return p.log.read_slices(offset, limit, max_offset=p.high_watermark)
+        except OffsetOutOfRangeError:
+            pass  # retention moved the local start meanwhile, or past the end: the node's path answers
+    return await ctx.node.fetch_wait(topic, index, offset, limit, 0)
+
+
+async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
+                     zero_copy: bool = False) -> tuple[dict[str, Any], int]:
     index = int(fp.partition)
     out: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
                            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
@@ -140,25 +159,25 @@ async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int) -> tup
     try:
         p = ctx.node.partition(topic, index)  # raises unless this node leads it
         limit = max(1, min(int(fp.partition_max_bytes), budget))
-        result = await ctx.node.fetch_wait(topic, index, int(fp.fetch_offset), limit, 0)
+        result = await _read_records(ctx, p, topic, index, int(fp.fetch_offset), limit, zero_copy)
         hw = p.high_watermark
     except Exception as e:
         leader = _current_leader(ctx, topic, index)
         if leader is not None:
             out["current_leader"] = leader
         return {**out, "error_code": kafka_code(e).value}, 0
-    data = bytes(result.records)
+    data = result.records if isinstance(result.records, FileSlices) else bytes(result.records)
     return {**out, "error_code": NONE, "high_watermark": hw, "last_stable_offset": hw,
             "log_start_offset": result.log_start_offset, "records": data}, len(data)
 
 
-async def _fetch_all(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], max_bytes: int
-                     ) -> tuple[list[dict[str, Any]], int]:
+async def _fetch_all(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], max_bytes: int,
+                     zero_copy: bool = False) -> tuple[list[dict[str, Any]], int]:
     budget, total, responses = max_bytes, 0, []
     for topic, parts in topics:
         docs = []
         for fp in parts:
-            doc, n = await _fetch_one(ctx, topic, fp, budget if total == 0 else max(0, budget))
+            doc, n = await _fetch_one(ctx, topic, fp, budget if total == 0 else max(0, budget), zero_copy)
             if total and n > budget:  # over the response's max.bytes: leave it for the next fetch
                 doc, n = {**doc, "records": b""}, 0
             budget -= n
@@ -186,15 +205,17 @@ async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, 
             topics.append((topic, parts))
         else:
             refused.append({"topic": topic, "partitions": [_refused_fetch(int(fp.partition)) for fp in parts]})
+    # Plain TCP: record bytes go from the segment files to the socket with sendfile (server.py).
+    zero_copy = cfg.fetch_zero_copy_enable and conn.listener.security_protocol not in TLS_PROTOCOLS
     deadline = time.monotonic() + wait_s
     while True:
-        responses, total = await _fetch_all(ctx, topics, max_bytes)
+        responses, total = await _fetch_all(ctx, topics, max_bytes, zero_copy)
         left = deadline - time.monotonic()
         if total >= min_bytes or left <= 0 or _any_error(responses) or not topics:
             break
         await _wait_for_any(ctx, topics, responses, left)
         if time.monotonic() >= deadline:
-            responses, total = await _fetch_all(ctx, topics, max_bytes)
+            responses, total = await _fetch_all(ctx, topics, max_bytes, zero_copy)
             break
     answered = [{**t, "topic_id": ctx.topic_id(t["topic"])} for t in session.answer(responses + refused)]
     return {"throttle_time": 0, "error_code": NONE, "session_id": session.session_id,
