@@ -23,17 +23,20 @@ asyncio before the first frame.
 
 Zero-copy: an answer whose records are file ranges (codec.ResponseFrame: a Fetch on a plain-TCP
 listener, `records_apis.py`) is written piece by piece: its encoded bytes through the stream, and
-each range with `loop.sendfile` straight from the segment snapshot to the socket (os.sendfile),
-after the stream's buffer has drained. The ranges' descriptors are closed once sent, or when the
+each range with os.sendfile straight from the segment snapshot to the socket (on a worker thread:
+see `_send_frame`), after the stream's buffer has emptied. The ranges' descriptors are closed once sent, or when the
 connection ends first.
 
-Concurrency: everything runs on the node's event loop; handlers await the node's services.
+Concurrency: everything runs on the node's event loop; handlers await the node's services. Only
+the sendfile of zero-copy answers runs on worker threads, one range at a time per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import select
 import ssl
 from typing import Any, Awaitable, Callable
 
@@ -249,23 +252,63 @@ class KafkaServer:
             await conn.writer.drain()
 
     async def _send_frame(self, conn: Connection, frame: codec.ResponseFrame) -> None:
-        """Bytes through the stream, file ranges with sendfile (the stream drained first)."""
+        """Bytes through the stream; file ranges with os.sendfile once the stream's buffer is empty.
+
+        The event loop may be uvloop (uvicorn's), which has no `loop.sendfile`, so a worker thread
+        sends each range on a duplicate of the socket's descriptor, waiting for it to be writable
+        (at most `connections.max.idle.ms`). The stream is the only other writer and waits meanwhile;
+        the duplicates keep the socket and the segment snapshot open until the thread is done, even if
+        the connection is closed under it."""
         loop = asyncio.get_running_loop()
+        transport = conn.writer.transport
+        pending: asyncio.Future | None = None
         try:
             for piece in frame.pieces:
                 if isinstance(piece, bytes):
                     conn.writer.write(piece)
                     continue
+                transport.set_write_buffer_limits(high=0)  # drain() now waits until the buffer is empty
                 await conn.writer.drain()
+                transport.set_write_buffer_limits()
+                sock = conn.writer.get_extra_info("socket")
+                if sock is None:
+                    raise ConnectionError("the connection has no socket")
                 for s in piece.slices:
-                    with open(s.reader.fileno(), "rb", buffering=0, closefd=False) as f:
-                        sent = await loop.sendfile(conn.writer.transport, f, s.position, s.size)
-                    if sent != s.size:  # the snapshot is a fixed size: a short send is a lost connection
-                        raise ConnectionError(f"sendfile sent {sent} of {s.size} bytes")
+                    pending = loop.run_in_executor(None, _sendfile_all, sock.fileno(), s.reader.fileno(), s.position,
+                                                   s.size, self.idle_timeout_s)
+                    sent = await asyncio.shield(pending)
+                    pending = None
                     self.sendfile_bytes += sent
             await conn.writer.drain()
         finally:
-            frame.close()
+            if pending is not None and not pending.done():
+                pending.add_done_callback(lambda _: frame.close())  # the thread still sends from the files
+            else:
+                frame.close()
+
+
+def _sendfile_all(sock_fd: int, file_fd: int, offset: int, count: int, timeout_s: float) -> int:
+    """Send `count` bytes of `file_fd` from `offset` to the (non-blocking) socket; on a worker thread.
+    Works on duplicates of both descriptors, so closing the connection meanwhile is safe."""
+    sock_fd, file_fd = os.dup(sock_fd), os.dup(file_fd)
+    poller = select.poll()
+    poller.register(sock_fd, select.POLLOUT)
+    sent = 0
+    try:
+        while sent < count:
+            try:
+                n = os.sendfile(sock_fd, file_fd, offset + sent, count - sent)
+            except BlockingIOError:
+                if not poller.poll(timeout_s * 1000):
+                    raise ConnectionError(f"the socket took no bytes for {timeout_s} s") from None
+                continue
+            if n == 0:
+                raise ConnectionError(f"sendfile sent {sent} of {count} bytes: the segment snapshot ended")
+            sent += n
+        return sent
+    finally:
+        os.close(sock_fd)
+        os.close(file_fd)
 
 
 def _close_frame(item: asyncio.Future) -> None:

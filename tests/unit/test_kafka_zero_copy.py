@@ -8,6 +8,7 @@ import datetime
 import struct
 
 import pytest
+import uvloop
 from kio.index import load_response_schema
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.serial import entity_reader
@@ -86,3 +87,13 @@ def test_the_listener_sends_the_ranges_with_sendfile(log):
             await server.stop()
 
     asyncio.run(run())
+
+
+def test_the_listener_sends_with_sendfile_on_uvloop_too(log):
+    """The node's loop is uvloop (uvicorn's), which has no loop.sendfile."""
+    policy = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        test_the_listener_sends_the_ranges_with_sendfile(log)
+    finally:
+        asyncio.set_event_loop_policy(policy)
