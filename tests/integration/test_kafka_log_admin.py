@@ -125,6 +125,12 @@ def _committed(bootstrap: str, group: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in res.topic_partitions if tp.offset >= 0}
 
 
+def _partition0(admin: AdminClient):
+    """Partition 0 of topic `mv` in a Metadata answer, or None while the answering node lacks it."""
+    t = admin.list_topics("mv", timeout=WAIT_S).topics.get("mv")
+    return None if t is None or t.error is not None else t.partitions.get(0)
+
+
 def _raise_partition_errors(out) -> None:
     """kafka-python may answer per-partition errors in a dict rather than raising them."""
     for v in (out.values() if isinstance(out, dict) else []):
@@ -142,7 +148,8 @@ def test_reassignments_and_leader_elections_on_three_nodes(tmp_path):
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         _create(admin, "mv", 1, rf=2)
-        md = admin.list_topics("mv", timeout=WAIT_S).topics["mv"].partitions[0]
+        # Every node learns of the topic from the metadata log: until then a node's answer lacks it.
+        md = wait_for(lambda: _partition0(admin), timeout_s=WAIT_S)
         old = list(md.replicas)
         spare = next(n for n in (1, 2, 3) if n not in old)
         kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
@@ -153,8 +160,8 @@ def test_reassignments_and_leader_elections_on_three_nodes(tmp_path):
             kp.alter_partition_reassignments({KpTopicPartition("mv", 0): target})
 
             def moved() -> bool:
-                p = admin.list_topics("mv", timeout=WAIT_S).topics["mv"].partitions[0]
-                return sorted(p.replicas) == sorted(target) and not kp.list_partition_reassignments()
+                p = _partition0(admin)
+                return p is not None and sorted(p.replicas) == sorted(target) and not kp.list_partition_reassignments()
 
             wait_for(moved, timeout_s=120)
             # A reassignment of an unknown partition is answered for that partition alone.
@@ -167,8 +174,8 @@ def test_reassignments_and_leader_elections_on_three_nodes(tmp_path):
         from confluent_kafka import ElectionType
 
         def preferred_leads() -> bool:
-            p = admin.list_topics("mv", timeout=WAIT_S).topics["mv"].partitions[0]
-            if p.leader == p.replicas[0]:
+            p = _partition0(admin)
+            if p is not None and p.leader == p.replicas[0]:
                 return True
             admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("mv", 0)]).result(WAIT_S)
             return False
