@@ -90,7 +90,7 @@ class KafkaServer:
         self.ssl_context = ssl_context
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task] = set()
-        #: Bytes sent with sendfile (zero-copy) since start: the bench and tests read it.
+        #: Bytes sent with sendfile (zero-copy) since start (tests read it).
         self.sendfile_bytes = 0
         #: Each listener's bound port (0 in the config picks a free one: tests).
         self.bound_ports: dict[str, int] = {}
