@@ -7,7 +7,9 @@ VENV   := .venv
 JARS   := .jars
 BIN    := $(VENV)/bin
 
-.PHONY: setup venv jars kafka jvm console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment bench-kafka-fetch clean
+.PHONY: setup venv jars kafka jvm console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment clean
+.PHONY: bench-kafka-perf
+.PHONY: bench-kafka-fetch
 
 setup: venv jars jvm console
 
@@ -65,12 +67,19 @@ browser:
 	    if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	    else echo "the console tests need /usr/bin/chromium (apt-get install chromium)" >&2; fi; fi
 
+# libfaketime, which the clock-jump fault test preloads into a node (the Debian package `faketime`).
+.PHONY: faketime
+faketime:
+	@if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 && [ ! -e /usr/lib/faketime/libfaketime.so.1 ]; then \
+	    if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q faketime; \
+	    else echo "tests/faults/test_clock_jumps.py needs libfaketime (apt-get install faketime)" >&2; fi; fi
+
 # The main job: a local cluster on the embedded defaults, with its SQL server (`lakelog sql` answers at once).
 up: setup
 	$(BIN)/lakelog up --sql
 
 # The whole test suite.
-test: setup kafka browser
+test: setup kafka browser faketime
 	$(BIN)/python -m pytest
 
 bench: setup
@@ -95,6 +104,12 @@ bench-console: setup
 bench-peer: setup kafka
 	$(BIN)/python bench/peer_kafka.py --rf 1
 	$(BIN)/python bench/peer_kafka.py --rf 3
+
+# Kafka's own ProducerPerformance / ConsumerPerformance against Lakelog's Kafka door and Apache Kafka 4.1:
+# 1 node vs 1 broker, then 3 nodes vs 3 brokers (RF 3). Run it on a quiet machine (about 15 minutes).
+bench-kafka-perf: setup kafka
+	$(BIN)/python bench/kafka_perf.py --rf 1
+	$(BIN)/python bench/kafka_perf.py --rf 3
 
 # Partition moves on a 4-node cluster, unthrottled and under a replication throttle, about two minutes.
 bench-reassignment: setup

@@ -5,6 +5,7 @@
     python bench/cluster.py --only throughput,failover   # a subset; implies --no-write
     python bench/cluster.py --no-write # print only, leave docs/benchmarks.md alone
     python bench/cluster.py --profile  # profile the nodes even when the throughput target is met
+    python bench/cluster.py --base-rev REV  # also an RF=3 cluster running the tree of git revision REV
 
 Every server is a real `lakelog node` process on loopback, started and stopped by this script (each
 in its own session; SIGKILL of its process group if it does not stop in time; also on Ctrl-C,
@@ -40,6 +41,11 @@ What is measured:
   restarted and the full ISR awaited between runs; with the default broker settings (a real
   deployment: `broker.session.timeout.ms` 9000 dominates) and with `FAST_CLUSTER` of
   tests/support/nodes.py (the test suite's settings).
+
+With `--base-rev REV` (an A/B against an earlier tree, in the same run), a third cluster, "RF=3 at REV",
+runs the nodes of that git revision (`git archive REV`, imported ahead of this tree through
+PYTHONPATH) and takes its turn in the throughput rounds (RF=3 acks=all to the leader) and the latency
+slices (RF=3 acks=all at both rates); its rows are marked "information".
 
 The idle clusters' CPU is measured first (the 3-node cluster's Raft heartbeats run all the time), and
 the nodes' WARNING / ERROR log lines and replication events are summarised at the end. The figures go
@@ -102,6 +108,8 @@ DOC_PATH = ROOT / "docs" / "benchmarks.md"
 SECTION = "cluster"
 
 LAKELOG = str(Path(sys.executable).with_name("lakelog"))
+#: `python -c` program running the CLI of the `lakelog` package first on PYTHONPATH (`--base-rev`).
+RUN_CLI = "import sys; from lakelog.cli.main import main; sys.argv[0] = 'lakelog'; sys.exit(main())"
 #: The same fixed glibc malloc thresholds as bench/node.py gives its servers (see MALLOC_TUNABLES there).
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=134217728"
 #: Every node of every cluster: no background cleaner competing for the CPUs (as bench/node.py).
@@ -175,6 +183,8 @@ class NodeProc:
     #: When set, the node runs through `python bench/cluster.py _serve` with cProfile signals (SIGUSR1
     #: starts a profile of the main thread, SIGUSR2 writes it here).
     profile_out: Path | None = None
+    #: When set, the node runs the `lakelog` package found in this directory (`--base-rev`).
+    tree: Path | None = None
 
     @property
     def url(self) -> str:
@@ -188,14 +198,19 @@ class NodeProc:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         settings = {"node.id": str(self.node_id), "log.dirs": str(self.data_dir), "listeners": self.url,
                     **self.settings}
-        if self.profile_out is None:
+        env = dict(os.environ, GLIBC_TUNABLES=MALLOC_TUNABLES)
+        if self.tree is not None:
+            args = [sys.executable, "-c", RUN_CLI, "node"]
+            for k, v in settings.items():
+                args += ["--set", f"{k}={v}"]
+            env["PYTHONPATH"] = str(self.tree)
+        elif self.profile_out is None:
             args = [LAKELOG, "node"]
             for k, v in settings.items():
                 args += ["--set", f"{k}={v}"]
         else:
             args = [sys.executable, str(Path(__file__).resolve()), "_serve", "--profile-out", str(self.profile_out),
                     *(f"{k}={v}" for k, v in settings.items())]
-        env = dict(os.environ, GLIBC_TUNABLES=MALLOC_TUNABLES)
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== bench start {self.starts + 1} at {time.time():.3f}\n".encode())
             log.flush()
@@ -262,7 +277,8 @@ class NodeProc:
 class Cluster:
     """`size` node processes on loopback forming one cluster (every node a controller voter)."""
 
-    def __init__(self, root: Path, name: str, size: int, settings: dict[str, str], *, profile: bool = False) -> None:
+    def __init__(self, root: Path, name: str, size: int, settings: dict[str, str], *, profile: bool = False,
+                 tree: Path | None = None) -> None:
         self.name = name
         self.size = size
         self.settings = {**BASE_SETTINGS, **settings}
@@ -272,7 +288,8 @@ class Cluster:
             common.update({"controller.quorum.voters": ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports)),
                            "cluster.secret": CLUSTER_SECRET, "cluster.id": f"bench{name}".ljust(21, "0")[:21]})
         self.nodes = [NodeProc(i + 1, p, root / f"{name}-node-{i + 1}", root / f"{name}-node-{i + 1}.log", common,
-                               profile_out=(root / f"{name}-node-{i + 1}.prof") if profile else None)
+                               profile_out=(root / f"{name}-node-{i + 1}.prof") if profile else None,
+                               tree=tree)
                       for i, p in enumerate(ports)]
         self._cluster_id: str | None = None
         self._local = threading.local()
@@ -535,14 +552,18 @@ class Context:
     extra: list[str] = field(default_factory=list)  # paragraphs under "Where the time goes"
     c3: Cluster | None = None
     c1: Cluster | None = None
+    #: `--base-rev`: an RF=3 cluster running an earlier tree, and that revision.
+    base: Cluster | None = None
+    base_rev: str = ""
     idle: dict[str, float] = field(default_factory=dict)  # cluster name -> CPUs used while idle
     clusters: list[Cluster] = field(default_factory=list)
 
     def log(self, message: str) -> None:
         print(f"  .. {message}", flush=True)
 
-    def start_cluster(self, name: str, size: int, settings: dict[str, str], *, profile: bool = False) -> Cluster:
-        c = Cluster(self.root, name, size, settings, profile=profile)
+    def start_cluster(self, name: str, size: int, settings: dict[str, str], *, profile: bool = False,
+                      tree: Path | None = None) -> Cluster:
+        c = Cluster(self.root, name, size, settings, profile=profile, tree=tree)
         self.clusters.append(c)  # registered before starting: stopped whatever happens
         t0 = time.perf_counter()
         c.start()
@@ -616,6 +637,8 @@ class Case:
     rf: int
     acks: str
     via_follower: bool = False
+    #: Runs on the `--base-rev` cluster.
+    base: bool = False
 
 
 CASES = {
@@ -623,13 +646,14 @@ CASES = {
     "rf1": Case("rf1", "RF=1 acks=1", 1, "1"),
     "rf3-1": Case("rf3-1", "RF=3 acks=1, to the leader", 3, "1"),
     "rf3-fwd": Case("rf3-fwd", "RF=3 acks=all, through a non-leader", 3, "all", via_follower=True),
+    "rf3-all-base": Case("rf3-all-base", "RF=3 acks=all, to the leader, at --base-rev", 3, "all", base=True),
 }
 
 
 def make_run(ctx: Context, meter: Meter, case: Case, conns: int, bodies: list[bytes], requests: int,
              log: CaseLog, executor: ThreadPoolExecutor | None) -> Callable[[], float]:
     counter = itertools.count()
-    cluster = ctx.c3 if case.rf == 3 else ctx.c1
+    cluster = ctx.base if case.base else ctx.c3 if case.rf == 3 else ctx.c1
     assert cluster is not None
     prime = small_bodies(1, seed=9)[0]
 
@@ -710,7 +734,8 @@ def bench_throughput(ctx: Context) -> None:
     per_round: dict[str, list[float]] = {}
     summaries: dict[int, dict[str, dict]] = {}
     for conns in (1, 4):
-        keys = ["rf3-all", "rf1", "rf3-1"] + (["rf3-fwd"] if conns == 1 else [])
+        keys = ["rf3-all", "rf1", "rf3-1"] + (["rf3-fwd"] if conns == 1 else []) + \
+            (["rf3-all-base"] if ctx.base is not None else [])
         logs = {k: CaseLog() for k in keys}
         executor = ThreadPoolExecutor(max_workers=conns) if conns > 1 else None
         try:
@@ -727,7 +752,7 @@ def bench_throughput(ctx: Context) -> None:
             t = timings[k]
             ratio = paired_ratio(ref, t)
             per_round[f"{k}-{conns}"] = [r / x for x, r in zip(t.samples, ref.samples)]
-            cl = ctx.c3 if CASES[k].rf == 3 else ctx.c1
+            cl = ctx.base if CASES[k].base else ctx.c3 if CASES[k].rf == 3 else ctx.c1
             summaries[conns][k] = summarize(logs[k], nbytes, requests, cl, t.rate(nbytes), ratio,
                                             ctx.idle.get(cl.name, 0.0))
             ctx.log(f"{conns}c {CASES[k].label}: {fmt_rate(t.rate(nbytes))}"
@@ -745,6 +770,11 @@ def bench_throughput(ctx: Context) -> None:
             ctx.rows.append(Row(f"Produce, 1 MiB requests, {label}: RF=3 acks=all through a non-leader "
                                 "(forwarded to the leader, one hop)", fmt_rate(fwd["rate"]),
                                 fmt_rate(s["rf1"]["rate"]), f"{fwd['ratio']:.2f}x", "information", "info"))
+        if "rf3-all-base" in s:
+            b = s["rf3-all-base"]
+            ctx.rows.append(Row(f"Produce, 1 MiB requests, {label}: RF=3 acks=all to the leader, nodes at "
+                                f"{ctx.base_rev} (A/B, same rounds)", fmt_rate(b["rate"]), fmt_rate(s["rf1"]["rate"]),
+                                f"{b['ratio']:.2f}x", "information", "info"))
         a1 = s["rf3-1"]
         ctx.rows.append(Row(f"Produce, 1 MiB requests, {label}: RF=3 acks=1 to the leader (diagnostic: the "
                             "followers still copy everything, nobody waits for them)",
@@ -972,6 +1002,13 @@ def bench_latency(ctx: Context) -> None:
              ("RF=3 acks=1", url3, produce_path(t3, 0, "1"), ctx.c3, LATENCY_RATE),
              (f"RF=3 acks=all at {low}/s", url3, produce_path(t3, 0, "all"), ctx.c3, low),
              (f"RF=1 acks=1 at {low}/s", url1, produce_path(t1, 0, "1"), ctx.c1, low)]
+    tb = "lat-rf3-base"
+    leader_b = 0
+    if ctx.base is not None:
+        ctx.base.create_topic(tb, 1, 3, MIN_ISR)
+        leader_b, url_b = ctx.base.leader_url(tb, 0)
+        cases += [(f"RF=3 acks=all at {ctx.base_rev}", url_b, produce_path(tb, 0, "all"), ctx.base, LATENCY_RATE),
+                  (f"RF=3 acks=all at {low}/s at {ctx.base_rev}", url_b, produce_path(tb, 0, "all"), ctx.base, low)]
     results = {name: LatencyResult() for name, *_ in cases}
     used: dict[str, float] = {name: 0.0 for name, *_ in cases}
     leader_used: dict[str, float] = {name: 0.0 for name, *_ in cases}
@@ -987,13 +1024,20 @@ def bench_latency(ctx: Context) -> None:
             sent[name] += int(rate * duration / LATENCY_SLICES) + LATENCY_WORKERS  # + the untimed warm-ups
             fetches[name] += count_diff(c0, cluster.request_counts()).get(FETCH_ROUTE, 0.0)
             used[name] += sum(u.nodes[cluster.name].values())
-            leader_used[name] += u.nodes[cluster.name][leader3 if cluster is ctx.c3 else 1]
+            leader_used[name] += u.nodes[cluster.name][leader3 if cluster is ctx.c3 else
+                                                       leader_b if cluster is ctx.base else 1]
     ctx.c3.delete_topic(t3)
     ctx.c1.delete_topic(t1)
+    if ctx.base is not None:
+        ctx.base.delete_topic(tb)
     body = f"1 record, {SMALL_VALUE_BYTES} B value, {len(bodies[0]):,} B"
-    for name, ref_name, rate in (("RF=3 acks=all", "RF=1 acks=1", LATENCY_RATE),
-                                 ("RF=3 acks=1", "RF=1 acks=1", LATENCY_RATE),
-                                 (f"RF=3 acks=all at {low}/s", f"RF=1 acks=1 at {low}/s", low)):
+    compare = [("RF=3 acks=all", "RF=1 acks=1", LATENCY_RATE),
+               ("RF=3 acks=1", "RF=1 acks=1", LATENCY_RATE),
+               (f"RF=3 acks=all at {low}/s", f"RF=1 acks=1 at {low}/s", low)]
+    if ctx.base is not None:
+        compare += [(f"RF=3 acks=all at {ctx.base_rev}", "RF=1 acks=1", LATENCY_RATE),
+                    (f"RF=3 acks=all at {low}/s at {ctx.base_rev}", f"RF=1 acks=1 at {low}/s", low)]
+    for name, ref_name, rate in compare:
         r, ref = results[name], results[ref_name]
         ratio = (f"p50 {pct(r.latencies, 0.5) / pct(ref.latencies, 0.5):.1f}x" if r.latencies and ref.latencies
                  else "")
@@ -1689,6 +1733,17 @@ BENCHES: dict[str, Callable[[Context], None]] = {
 }
 
 
+def extract_tree(rev: str, root: Path) -> Path:
+    """The tree of git revision `rev` as an importable `lakelog` package under `root` (the directory
+    to put on PYTHONPATH)."""
+    dest = root / "base-tree"
+    pkg = dest / "lakelog"
+    pkg.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(pkg)], input=archive, check=True)
+    return dest
+
+
 def idle_cost(ctx: Context, seconds: float) -> None:
     """CPU the idle clusters use (heartbeats, Raft ticks, replica fetch long-polls)."""
     meter = Meter(ctx.clusters)
@@ -1767,6 +1822,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default="/tmp", help="where the temporary data goes (default /tmp)")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--note", default="", help="what else ran on the machine, for the report")
+    parser.add_argument("--base-rev", default="", help="also run an RF=3 cluster on the tree of this git revision "
+                        "(A/B in the same rounds; implies --no-write)")
     args = parser.parse_args(argv)
     if args.scale <= 0:
         parser.error("--scale must be positive")
@@ -1775,7 +1832,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
     selected = [b for b in BENCHES if b in selected]  # failover last: it kills nodes
-    write = not args.no_write and not args.only
+    write = not args.no_write and not args.only and not args.base_rev
 
     atexit.register(kill_all_started)
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -1795,6 +1852,9 @@ def main(argv: list[str] | None = None) -> int:
         if "throughput" in selected or "latency" in selected:
             ctx.c3 = ctx.start_cluster("rf3", 3, {})
             ctx.c1 = ctx.start_cluster("rf1", 1, {})
+            if args.base_rev:
+                ctx.base_rev = args.base_rev
+                ctx.base = ctx.start_cluster("rf3base", 3, {}, tree=extract_tree(args.base_rev, root))
             idle_cost(ctx, 1.0 if args.quick else 3.0)
         for name in selected:
             print(f"[{name}]", flush=True)

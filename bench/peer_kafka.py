@@ -193,18 +193,22 @@ class KafkaCluster:
 class LakelogCluster:
     """`size` `lakelog node` processes on loopback (with 3, every node a controller voter)."""
 
-    def __init__(self, workdir: Path, size: int = 1) -> None:
+    def __init__(self, workdir: Path, size: int = 1, *, kafka: bool = False) -> None:
         self.dir = workdir / "lakelog"
         self.dir.mkdir()
         self.size = size
         ports = [free_port() for _ in range(size)]
+        #: With `kafka`, each node also serves a PLAINTEXT Kafka listener (bench/kafka_perf.py).
+        kafka_ports = [free_port() for _ in range(size)] if kafka else []
+        self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports)
         voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
         self.procs, self.logs = [], []
         for i, port in enumerate(ports):
             d = self.dir / f"node-{i + 1}"
             d.mkdir()
             cfg = d / "node.toml"
-            lines = [f'"node.id" = {i + 1}', f'"listeners" = "http://127.0.0.1:{port}"', f'"log.dirs" = "{d / "data"}"',
+            listeners = f"http://127.0.0.1:{port}" + (f",PLAINTEXT://127.0.0.1:{kafka_ports[i]}" if kafka else "")
+            lines = [f'"node.id" = {i + 1}', f'"listeners" = "{listeners}"', f'"log.dirs" = "{d / "data"}"',
                      '"log.cleaner.enable" = false', '"group.initial.rebalance.delay.ms" = 0']
             if size > 1:
                 lines += [f'"controller.quorum.voters" = "{voters}"', '"cluster.secret" = "peer-bench-secret-0123456789"',

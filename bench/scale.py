@@ -21,6 +21,10 @@ What is measured, per size:
 * failover — SIGKILL of one node (not the active controller); the seconds until every partition
   took an acks=all produce again (any live node: a non-leader forwards), and how many attempts
   were refused meanwhile (by status).
+* restart — a clean stop (SIGTERM) of one node that is not the active controller, then its start
+  again: the seconds the stop took, from the start until the node serves (`/readyz` answers 200),
+  and until every partition lists it in the ISR again (polled every second); and the phases the
+  restarted node's log names (`startup phase` lines at INFO).
 
 The figures go to the "scale" section of docs/benchmarks.md through `bench.harness.rewrite_section`.
 """
@@ -29,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import datetime
+import json
 import pstats
 import shutil
 import signal
@@ -60,6 +66,9 @@ SETTLE_S = 10.0
 TOLERANT = {"broker.session.timeout.ms": "20000", "controller.quorum.election.timeout.ms": "5000",
             "request.timeout.ms": "60000"}
 FAILOVER_GIVE_UP_S = 300.0
+#: Lines of a restarted node's log that mark its way back to serving (`restart`).
+PHASE_MARKS = (b"startup phase", b"truncation of", b"started: cluster", b"registered with broker epoch",
+               b"metadata", b"snapshot")
 
 
 def rss_mib(n: NodeProc) -> float:
@@ -225,6 +234,38 @@ def failover(cluster: Cluster, topics: list[str]) -> tuple[float, dict[int, int]
     return time.monotonic() - t0, refused
 
 
+def restart(cluster: Cluster, topics: list[str], timeout_s: float) -> dict:
+    """Clean stop and start of one node that is not the active controller: seconds to stop, to
+    serve again, and to be back in every ISR."""
+    controller = cluster.controller_id()
+    node = next(n for n in reversed(cluster.nodes) if n.node_id != controller)
+    t0 = time.monotonic()
+    node.terminate()
+    assert node.proc is not None
+    node.proc.wait(timeout_s)
+    out = {"stop_s": time.monotonic() - t0}
+    mark = node.log_path.stat().st_size
+    t0, wall0 = time.monotonic(), time.time()
+    node.start()
+    node.wait_ready(timeout_s)
+    out["ready_s"] = time.monotonic() - t0
+    settled = wait_settled(cluster, topics, timeout_s)
+    out["in_sync_s"] = None if settled is None else time.monotonic() - t0
+    out["phases"] = []
+    with open(node.log_path, "rb") as f:
+        f.seek(mark)
+        for line in f:
+            if not any(m in line for m in PHASE_MARKS):
+                continue
+            try:
+                doc = json.loads(line)
+                at = datetime.datetime.fromisoformat(doc["ts"].replace("Z", "+00:00")).timestamp() - wall0
+                out["phases"].append(f"+{at:.1f} s: {doc['msg']}")
+            except (ValueError, KeyError):
+                out["phases"].append(line.decode(errors="replace").strip())
+    return out
+
+
 def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
     topics_count = max(1, replicas // PARTITIONS_PER_TOPIC)
     cluster = Cluster(root / f"r{replicas}", f"s{replicas}", 3, TOLERANT if args.tolerant else {}, profile=args.profile)
@@ -252,6 +293,12 @@ def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
                 result["produce"] = (statistics.median(lat), lat[max(0, int(len(lat) * 0.99) - 1)], lat[-1], failed)
                 print(f"{replicas}: produce p50 {result['produce'][0]:.1f} ms p99 {result['produce'][1]:.1f} ms, "
                       f"{failed} refused", flush=True)
+        if "restart" in args.only:
+            result["restart"] = restart(cluster, topics, FAILOVER_GIVE_UP_S)
+            r = result["restart"]
+            print(f"{replicas}: clean stop {r['stop_s']:.1f} s; restart to serving {r['ready_s']:.1f} s, to back in "
+                  f"every ISR {r['in_sync_s'] if r['in_sync_s'] is None else round(r['in_sync_s'], 1)} s", flush=True)
+            print("\n".join(r["phases"]), flush=True)
         if "failover" in args.only:
             result["failover"] = failover(cluster, topics)
             print(f"{replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL; "
@@ -273,7 +320,10 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         prod = "—" if "produce" not in r else "{:.1f} / {:.1f} / {:.1f} ({} refused)".format(*r["produce"])
         fo = "—" if "failover" not in r else f"{r['failover'][0]:.1f} s (refused: {r['failover'][1] or 'none'})"
         created = "not settled" if r["create_s"] is None else f"{r['create_s']:.0f} s"
-        rows.append([f"{r['replicas']:,}", created, *idle_cells, prod, fo])
+        rs = r.get("restart")
+        rst = "—" if rs is None else (f"stop {rs['stop_s']:.1f} s; serving {rs['ready_s']:.1f} s; all ISRs "
+                                      + ("not within the limit" if rs["in_sync_s"] is None else f"{rs['in_sync_s']:.1f} s"))
+        rows.append([f"{r['replicas']:,}", created, *idle_cells, prod, fo, rst])
     lines = ["## Scale: many partitions per node on 3 nodes", "",
              f"`{command_line()}` at {git_revision(ROOT)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
              f"load average before / after the idle windows: "
@@ -282,7 +332,7 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
              "",
              markdown_table(["replicas per node", "create + settle", f"idle CPU s/min, nodes 1/2/3 ({args.idle_s:.0f} s)",
                              "busiest node, % of a core", "RSS MiB", "acks=all produce to each partition, p50 / p99 / max ms",
-                             "SIGKILL one node -> all writable"], rows)]
+                             "SIGKILL one node -> all writable", "clean restart of one node"], rows)]
     for r in results:
         if "profile" in r:
             lines += ["", f"Profile of node 3, idle, {r['replicas']:,} replicas:", "", *r["profile"]]
@@ -293,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/scale.py")
     parser.add_argument("--replicas", default="1000", help="replicas per node, comma-separated (multiples of 100)")
     parser.add_argument("--idle-s", type=float, default=60.0)
-    parser.add_argument("--only", default="idle,produce,failover")
+    parser.add_argument("--only", default="idle,produce,failover,restart",
+                        help="comma-separated subset of idle, produce, failover, restart (restart runs before failover)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tolerant", action="store_true", help="raise the session and election timeouts (TOLERANT)")
     parser.add_argument("--settle-s", type=float, default=300.0, help="most seconds to wait for every ISR to fill")

@@ -53,7 +53,8 @@ def _cmd_users_list(args: argparse.Namespace) -> int:
 
     with client_from_args(args) as client:
         for u in client._json("GET", f"{_base(client)}/users").get("data", []):
-            print(f"{u['name']}\t{u['mechanism']}\titerations={u['iterations']}")
+            print(f"{u['name']}\t" + "\t".join(f"{c['mechanism']} iterations={c['iterations']}"
+                                                 for c in u.get("credentials", [])))
     return 0
 
 
@@ -198,7 +199,7 @@ def _resource_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_commands(sub: Any, add: Any, client_opts: argparse.ArgumentParser) -> None:
-    users = sub.add_parser("users", help="add, list and remove users (SCRAM-SHA-256 credentials)")
+    users = sub.add_parser("users", help="add, list and remove users (SCRAM-SHA-256 and -512 credentials)")
     usub = users.add_subparsers(dest="users_command", required=True)
     p = add(usub, "add", "users add", _cmd_users_add, parents=[client_opts], help="create a user or change its password",
             description="Create a user or change its password. The user's password is --new-password P, else "

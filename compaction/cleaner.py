@@ -395,6 +395,8 @@ class LogCleaner:
         self._thread: threading.Thread | None = None
         self.errors: deque[tuple[Path, BaseException]] = deque(maxlen=max_errors_kept)
         self.passes = 0
+        #: Logs the passes looked at (an operation count: tests, metrics).
+        self.logs_serviced = 0
 
     def register(self, log, high_watermark: Callable[[], int | None] | None = None) -> None:
         """Have the cleaner look after `log`; `high_watermark()` is asked at every pass."""
@@ -417,7 +419,9 @@ class LogCleaner:
             return [log for log, _ in self._logs.values()]
 
     def run_once(self) -> list[CleanerPassEntry]:
-        """One pass over every registered log, on the caller's thread."""
+        """One pass over the registered logs, on the caller's thread. A log holding only its active
+        segment is passed over (no entry): retention and compaction never touch the active
+        segment, and a segment is sealed only by an append (a roll), so an idle log costs no work."""
         with self._pass_lock:
             with self._lock:
                 registered = list(self._logs.values())
@@ -425,6 +429,9 @@ class LogCleaner:
             for log, hw_fn in registered:
                 if self._stop.is_set():
                     break
+                if not log.closed and not log.has_sealed_segments:
+                    continue
+                self.logs_serviced += 1
                 out.append(self._service(log, hw_fn))
             self.passes += 1
             return out

@@ -211,6 +211,7 @@ ERRORS: dict[str, ErrorCode] = {
     "RemoteStorageUnavailableError": _E(503, 50321, _K.KAFKA_STORAGE_ERROR),
     # no answer within remote.fetch.max.wait.ms; the read goes on and fills the caches
     "RemoteFetchTimeoutError": _E(503, 50322, _K.REQUEST_TIMED_OUT),
+    "RemoteStorageTimeoutError": _E(503, 50323, _K.REQUEST_TIMED_OUT),
     "NotCoordinatorError": _E(503, 50330, _K.NOT_COORDINATOR),
     "CoordinatorLoadInProgressError": _E(503, 50331, _K.COORDINATOR_LOAD_IN_PROGRESS),
     # the log directory failed an I/O operation and is offline

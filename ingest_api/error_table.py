@@ -122,6 +122,7 @@ from lakelog.logstore.errors import (
 from lakelog.tiering.errors import (
     RemoteCorruptionError,
     RemoteFetchTimeoutError,
+    RemoteStorageTimeoutError,
     RemoteStorageUnavailableError,
     TransientStoreError,
 )
@@ -186,6 +187,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = _bind(error_codes.ERRORS, (
     RetriableError, LeaderNotAvailableError, UnknownLeaderEpochError, PeerUnavailableError, LogClosedError,
     OffsetNotAvailableError, QuorumUnavailableError, MetadataFollowerError, TransientStoreError,
     RemoteStorageUnavailableError, RemoteFetchTimeoutError,
+    RemoteStorageTimeoutError,
     NotCoordinatorError, CoordinatorLoadInProgressError, KafkaStorageError, LogDirectoryFullError,
     ProduceTimeoutError, QuorumTimeoutError,
 ), messages={
@@ -198,6 +200,7 @@ ERROR_TABLE: dict[type[BaseException], HttpError] = _bind(error_codes.ERRORS, (
     TransientStoreError: _prefixed("the remote tier is unavailable; retry: "),
     RemoteStorageUnavailableError: _prefixed("REMOTE_STORAGE_UNAVAILABLE: the remote tier is degraded; retry: "),
     RemoteFetchTimeoutError: _prefixed("REMOTE_STORAGE_TIMEOUT: retry: "),
+    RemoteStorageTimeoutError: _prefixed("REMOTE_STORAGE_TIMEOUT: retry: "),
 })
 
 #: The registry's errors wherever they are answered (its API at /subjects, /schemas, /config, /mode,

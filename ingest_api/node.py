@@ -211,7 +211,7 @@ class Node:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = load_or_create_meta_properties(self.data_dir, self.node_id, self._wanted_cluster_id())
-        self._start_background(lambda: self.replicas.flush_loop(self.session.stopped), "flush-scheduler")
+        self._start_background(lambda: self.replicas.flush.loop(self.session.stopped), "flush-scheduler")
         if self.cleaner is not None:
             self.cleaner.start()
         self.remote_logs.open()
@@ -305,13 +305,7 @@ class Node:
         # timeouts, which may be long; past the shutdown timeout (at least a second) they are left.
         if not self.remote_logs.close(max(1.0, deadline - time.monotonic())):
             self.abandoned_threads = True
-        failed = 0
-        for p in partitions:
-            try:
-                p.log.close()
-            except OSError as e:  # a full or failed disk: the next start's recovery truncates what is unflushed
-                failed += 1
-                log.error("closing %s failed (its last flush or checkpoint is not written): %s", p.key, e)
+        failed = self.replicas.close_logs()
         if failed:
             log.warning("node %s stopped; %d partition(s) not closed cleanly (recovered at the next start)",
                         self.node_id, failed, extra=NOTICE)
@@ -332,8 +326,29 @@ class Node:
         return self.admin.partition_state(topic, partition)
 
     def leader_of(self, topic: str, partition: int) -> int:
-        """The partition's leader per this node's metadata (-1 when it has none)."""
-        return self.admin.partition_state(topic, partition).leader
+        """The partition's leader per this node's metadata (-1 when it has none).
+
+        Readiness is per partition: while this node is not ready (starting, catching up with the
+        metadata, its serving lease lapsed) it still names a leader on another live node, so a
+        request for that partition is forwarded rather than refused (the leader checks its own
+        leadership: a stale view here costs a NOT_LEADER_OR_FOLLOWER answer, never a wrong append).
+        Only a partition this node would serve itself, one with no live leader in its view, or
+        one it does not know yet is refused as not ready (NotReadyError).
+        """
+        if self.ready:
+            return self.admin.partition_state(topic, partition).leader
+        st = self.image.partition(topic, partition)
+        if st is None or st.leader == self.node_id or st.leader < 0 or not self.image.is_live(st.leader):
+            self.check_ready()
+        return st.leader  # type: ignore[union-attr]
+
+    def producible_topic(self, name: str):
+        """The topic's metadata for a produce, whose readiness is per partition (`leader_of`): a node
+        that is not ready answers from its view, or as not ready when it does not know the topic
+        yet (rather than "not found")."""
+        if not self.ready and self.image.topic(name) is None:
+            self.check_ready()
+        return self.admin.topic_metadata(name)
 
     def partition(self, topic: str, partition: int) -> Partition:
         """The local replica, which must be the leader."""
@@ -374,9 +389,9 @@ class Node:
                               producer: Any = None, principal: str | None = None) -> ProduceResults:
         """Append JSON / binary records: one batch per target partition (forwarded to its leader when
         that is another node, acting for `principal`); results in request order. `records` as
-        columns (ingest_api/records/produce_columns.py) costs no object per record."""
-        self.check_ready()
-        meta = self.admin.topic_metadata(topic)
+        columns (ingest_api/records/produce_columns.py) costs no object per record. Readiness is
+        per partition (`leader_of`): a node catching up forwards to live leaders elsewhere."""
+        meta = self.producible_topic(topic)
         cols = records if isinstance(records, ProduceColumns) else ProduceColumns.from_records(records)
         n = len(cols)
         if n > self.config.max_records_per_request:

@@ -14,6 +14,7 @@ import uvicorn
 from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
 from lakelog.ingest_api.http.app import create_app
 from lakelog.ingest_api.http.body_buffering import whole_body_protocol
+from lakelog.ingest_api.http.metrics import NodeMetrics
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.config.kafka import check_listener_security
 from lakelog.ingest_api.kafka.door import KafkaDoor
@@ -71,9 +72,10 @@ class NodeServer(uvicorn.Server):
     shut down; a second signal stops at once.
     """
 
-    def __init__(self, config: uvicorn.Config, node: Node) -> None:
+    def __init__(self, config: uvicorn.Config, node: Node, metrics: NodeMetrics) -> None:
         super().__init__(config)
         self.node = node
+        self.metrics = metrics
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False
         self.kafka: KafkaDoor | None = None
@@ -90,6 +92,8 @@ class NodeServer(uvicorn.Server):
                 await self.kafka.stop()
                 await self.lifespan.shutdown()
                 sys.exit(1)
+            door = self.kafka
+            self.metrics.kafka_connections.set_function(lambda: door.connection_count)
 
     async def shutdown(self, sockets=None) -> None:
         if self.kafka is not None:
@@ -128,13 +132,16 @@ def run_node(config: NodeConfig) -> int:
         # A declared body reaches the routers in one piece, not in 64 KiB steps (body_buffering.py).
         tls["http"] = whole_body_protocol(guarded, config.max_request_bytes)
     config = resolve_cluster_secret(config)  # refuses a missing or published secret before anything starts
+    logging.getLogger("lakelog.node").info("startup phase: process up (its modules imported)")
     node = Node(config)
     node.start()
     app = create_app(node)
+    logging.getLogger("lakelog.node").info("startup phase: node and app built")
     server = NodeServer(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
                                        access_log=False, timeout_graceful_shutdown=5,
                                        limit_concurrency=config.max_connections, timeout_keep_alive=30,
-                                       h11_max_incomplete_event_size=config.max_header_bytes, **tls), node)
+                                       h11_max_incomplete_event_size=config.max_header_bytes, **tls), node,
+                          app.state.metrics)
     try:
         server.run()
     finally:

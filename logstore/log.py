@@ -64,7 +64,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
-from lakelog.infra.config import LogConfig
+from lakelog.infra.config import LONG_MAX, LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
 from lakelog.logstore.errors import InvalidRecordError, LogClosedError
@@ -96,6 +96,10 @@ _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 assert _OFFSET_LENGTH_EPOCH.size == 16
 
 
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class PartitionLog:
     """The log of one partition replica (see the module docstring)."""
 
@@ -116,7 +120,8 @@ class PartitionLog:
         self._listeners: list[Callable[[int], None]] = []
         self._truncation_listeners: list[Callable[[int], None]] = []
         self._unflushed_records = 0
-        self._last_flush_ms = self._now_ms()
+        #: Monotonic: `flush.ms` is a duration, which a step of the wall clock must not stretch or cut.
+        self._last_flush_mono_ms = _monotonic_ms()
         self.epochs = LeaderEpochCache(self.directory)
         self._producers = ProducerStateManager(self.directory, producer_id_expiration_ms=producer_id_expiration_ms,
                                                max_producer_ids=max_producer_ids,
@@ -144,6 +149,12 @@ class PartitionLog:
     @property
     def active_segment(self) -> LogSegment:
         return self._local.active_segment
+
+    @property
+    def has_sealed_segments(self) -> bool:
+        """Whether a segment besides the active one exists: retention and compaction act on those
+        only. Read without the lock: a roll meanwhile is seen by the next caller."""
+        return len(self._local.segments) > 1
 
     @property
     def log_end_offset(self) -> int:
@@ -262,7 +273,7 @@ class PartitionLog:
             self._unflushed_records += records
             info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
                               len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
-            self._after_append(now)
+            self._after_append()
             return info
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
@@ -306,7 +317,7 @@ class PartitionLog:
             self._unflushed_records += records
             info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
                               self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
-            self._after_append(now)
+            self._after_append()
             return info
 
     def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
@@ -321,9 +332,9 @@ class PartitionLog:
             self._roll_locked(first_offset)
         self._local.append(parts, entries)
 
-    def _after_append(self, now: int) -> None:
+    def _after_append(self) -> None:
         cfg = self.config
-        if self._unflushed_records >= cfg.flush_messages or now - self._last_flush_ms >= cfg.flush_ms:
+        if self._unflushed_records >= cfg.flush_messages or _monotonic_ms() - self._last_flush_mono_ms >= cfg.flush_ms:
             self._flush_locked()
         leo = self.log_end_offset
         for listener in self._listeners:
@@ -357,14 +368,21 @@ class PartitionLog:
     def _flush_locked(self) -> None:
         self._local.flush()
         self._unflushed_records = 0
-        self._last_flush_ms = self._now_ms()
+        self._last_flush_mono_ms = _monotonic_ms()
 
-    def flush_if_due(self) -> None:
-        """For a periodic task: flush when `flush.ms` has passed since the last flush. Takes the lock."""
+    def flush_if_due(self) -> int | None:
+        """For a periodic task: flush when `flush.ms` has passed since the last flush. Returns the
+        monotonic ms at which the records still unflushed fall due, or None when none are (or
+        `flush.ms` is left at its never-due default). Takes the lock."""
         with self._lock:
-            if not self._closed and self._unflushed_records and \
-                    self._now_ms() - self._last_flush_ms >= self.config.flush_ms:
+            if self._closed or not self._unflushed_records:
+                return None
+            if _monotonic_ms() - self._last_flush_mono_ms >= self.config.flush_ms:
                 self._flush_locked()
+                return None
+            if self.config.flush_ms >= LONG_MAX:
+                return None
+            return self._last_flush_mono_ms + self.config.flush_ms
 
     # ------------------------------------------------------------------ reads and lookups
 

@@ -39,11 +39,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 from lakelog.infra.config import LogConfig
-from lakelog.tiering.remote_scan import REMOTE_INDEX_TABLE, open_remote, remote_partitions, tables_path
+from lakelog.tiering.remote_scan import (
+    REMOTE_INDEX_TABLE,
+    job_store_timeout,
+    open_remote,
+    remote_partitions,
+    tables_path,
+)
 from lakelog.tiering.topics import read_topic_descriptor
 from lakelog.tiering.job_runs import JOB_NAMES  # the run records (tiering/job_runs.py) name the same jobs
 
 REMOTE_ENV = "LAKELOG_REMOTE"
+#: The run's `--config` key that bounds each object-store call of its driver (tiering/config.py).
+JOB_STORE_TIMEOUT_KEY = "remote.job.store.timeout.ms"
 
 
 @dataclass
@@ -170,6 +178,7 @@ def _run_tasks(spark, fn: Callable[[tuple], dict], tasks: list[tuple], progress:
 
 def plan(store, job: str, topics: list[str] | None, overrides: dict[str, str]) -> tuple[list[str], dict, dict]:
     """(topics, partitions per topic, configs per topic) a job works on."""
+    overrides = {k: v for k, v in overrides.items() if k != JOB_STORE_TIMEOUT_KEY}  # the run's, not a topic's
     found = remote_partitions(store)
     names = [t for t in (topics or list(found))]
     missing = [t for t in names if t not in found]
@@ -206,7 +215,20 @@ def size_shuffle_partitions(spark) -> int:
 def run_job(spark, job: str, remote: str, *, topics: list[str] | None = None, overrides: dict[str, str] | None = None,
             force: bool = False, rebuild_all: bool = False, delete_delay_ms: int | None = None,
             progress: Callable[[int], None] | None = None, on_plan: Callable[[int], None] | None = None) -> JobSummary:
-    """Run `job` over the remote tier at `remote` with `spark`; see the module docstring."""
+    """Run `job` over the remote tier at `remote` with `spark`; see the module docstring.
+
+    `overrides` may hold `remote.job.store.timeout.ms`: the deadline of each object-store call the
+    driver makes during the run (tasks in executors take `JOB_STORE_TIMEOUT_ENV` or the default)."""
+    overrides = dict(overrides or {})
+    store_timeout = overrides.pop(JOB_STORE_TIMEOUT_KEY, None)
+    with job_store_timeout(store_timeout):
+        return _run_job(spark, job, remote, topics=topics, overrides=overrides, force=force, rebuild_all=rebuild_all,
+                        delete_delay_ms=delete_delay_ms, progress=progress, on_plan=on_plan)
+
+
+def _run_job(spark, job: str, remote: str, *, topics: list[str] | None, overrides: dict[str, str],
+             force: bool, rebuild_all: bool, delete_delay_ms: int | None,
+             progress: Callable[[int], None] | None, on_plan: Callable[[int], None] | None) -> JobSummary:
     if job not in JOB_NAMES:
         raise ValueError(f"unknown job {job!r}; jobs: {', '.join(JOB_NAMES)}")
     started = time.monotonic()

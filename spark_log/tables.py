@@ -20,11 +20,16 @@ unknown or of another type, or does not decode, goes to the dead-letter table
 `<remote>/tables/<topic>_errors` (partition, offset, timestamp, key, value, schema_id, reason) and
 the sync goes on.
 
-Incremental and idempotent: a sync reads the highest synced offset per partition from the table
-itself and appends only the records above it. The append carries a Delta transaction id
-(`txnAppId` = `lakelog-sync-<topic>`, `txnVersion` = the sum over partitions of the first offset
-it starts from): that number grows with every append, and a retried or concurrent append of the
-same range has the same one, so Delta skips it. Running sync twice adds nothing.
+Exactly once, with the table as the truth (spark_log/sync_state.py): each sync step covers
+offsets [start, next) per partition, `next` being one past the remote tier's end when the step is
+planned, and appends them in ONE Delta commit that also records that range (the commit's
+userMetadata) under the transaction id `txnAppId` = `lakelog-sync-<topic>`, `txnVersion` = the
+step's sequence number (the table's newest + 1). The next step starts where the table's newest
+range ends, never at the sync's own memory; Delta skips a retried or stale step (its version is
+not above the table's) and fails one of two steps committed at once (the loser plans again). The
+step's follow-ups, dead letters and `<topic>_latest`, carry the same sequence number as their own
+transaction ids; a sync that finds them behind the table's newest step (a run died between the
+append and them) does them first, over that step's recorded range. Running sync twice adds nothing.
 
 Records reach a table once they are in the remote tier (COPY_FINISHED), so a table trails the
 log by what the nodes have not tiered yet.
@@ -33,11 +38,10 @@ What one sync costs: each table's existence is asked once (`_TableStates`); when
 manifest reaches its start offset, no Spark job runs. Otherwise the new rows are read once, cached
 by the append (for `<topic>_latest`; uncompressed: `SYNC_CACHE_CONF`), and counted from the
 append's own Delta commit (`delta_commits.appended_rows`: its `numOutputRows`; 0 when Delta skipped
-the append as already made). The latest record per key is a hash aggregate of `max(offset)` per
+the append as already made). A step whose range holds no row (its last offsets are control records
+or compacted away) commits an empty version that records the range. The latest record per key is a hash aggregate of `max(offset)` per
 (partition, key) and a semi-join of the rows at those offsets (`_latest_per_key`): no sort of whole
-rows. The writes make no Delta checksum files (`delta_commits.SYNC_WRITE_CONF`). The rare append of no rows (a manifest whose last offsets are
-control records or compacted away) commits an empty version once: its transaction id then repeats
-and Delta skips it.
+rows. The writes make no Delta checksum files (`delta_commits.SYNC_WRITE_CONF`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import re
 import time
 
 from lakelog.spark_log.delta_commits import SYNC_WRITE_CONF, appended_rows, session_conf
+from lakelog.spark_log.sync_state import SyncRange, app_id, read_sync_state, txn_version
 from lakelog.tiering.remote_scan import TABLES_DIR, open_remote, tables_path
 
 LATEST_SUFFIX = "_latest"
@@ -54,6 +59,8 @@ REGISTRY_URL_KEY = "schema.registry.url"
 TYPE_WIDENING = "delta.enableTypeWidening"
 TYPE_WIDENING_DEFAULT = "spark.databricks.delta.properties.defaults.enableTypeWidening"
 SQL_DATABASE = "lakelog"
+#: Steps one sync plans before it gives up on concurrent syncs committing first.
+MAX_STEP_ATTEMPTS = 5
 #: Session settings of the sync on top of `SYNC_WRITE_CONF`: the new rows' cache (kept for
 #: `<topic>_latest`) is not compressed. Its columns are mostly the records' keys and values, which
 #: Spark's cache schemes leave as they are anyway (binary is passed through), and choosing and
@@ -82,20 +89,33 @@ class _TableStates:
         self.known[path] = True
 
 
-def _has_records_from(remote: str, topic: str, starts: dict[int, int]) -> bool:
-    """Whether some partition's remote tier (COPY_FINISHED segments, what the data source reads)
-    reaches its start offset: without, there is nothing to append and no Spark job runs."""
+def _remote_ends(store, topic: str, partitions: list[int]) -> dict[int, int | None]:
+    """The last offset of each partition's remote tier (COPY_FINISHED segments, what the data
+    source reads), None for an empty one."""
     from lakelog.tiering.remote_scan import load_manifest
 
-    store = open_remote(remote)
-    try:
-        for p, start in starts.items():
-            end = load_manifest(store, topic, p).end_offset
-            if end is not None and end >= start:
-                return True
-        return False
-    finally:
-        store.close()
+    return {p: load_manifest(store, topic, p).end_offset for p in partitions}
+
+
+def _highest_synced(spark, remote: str, topic: str, tables: _TableStates) -> dict[int, int]:
+    """The highest offset per partition in the table and its dead letters: where a table without
+    a recorded sync range (made before sync ranges, `sync_state.py`) continues."""
+    from pyspark.sql import functions as F
+
+    synced: dict[int, int] = {}
+    for done in (tables_path(remote, topic), tables_path(remote, topic + ERRORS_SUFFIX)):
+        if tables.exists(done):
+            for r in spark.read.format("delta").load(done).groupBy("partition").agg(F.max("offset").alias("o")).collect():
+                synced[int(r["partition"])] = max(synced.get(int(r["partition"]), -1), int(r["o"]))
+    return synced
+
+
+def _concurrent_commit(e: Exception) -> bool:
+    """Whether a Delta write failed because another writer committed first (plan again)."""
+    text = f"{type(e).__name__}: {e}"
+    return any(name in text for name in ("ConcurrentTransactionException", "ConcurrentAppendException",
+                                         "MetadataChangedException", "ProtocolChangedException",
+                                         "DELTA_CONCURRENT", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED"))
 
 
 def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitions: list[int], *,
@@ -107,51 +127,123 @@ def sync_topic(spark, remote: str, topic: str, config: dict[str, str], partition
 
 def _sync_topic(spark, remote: str, topic: str, config: dict[str, str], partitions: list[int],
                 tables: _TableStates) -> dict:
-    from pyspark.sql import functions as F
-
+    """Plan one step from the table's sync state, finish the newest step's follow-ups first when
+    they are behind, append; a step that lost a race to a concurrent sync is planned again."""
     started = time.monotonic()
     path = tables_path(remote, topic)
-    synced: dict[int, int] = {}
-    errors_path = tables_path(remote, topic + ERRORS_SUFFIX)
-    latest_table = tables_path(remote, topic + LATEST_SUFFIX)
-    for done in (path, errors_path):  # a record is synced once it is in the table or in its dead letters
-        if tables.exists(done):
-            for r in spark.read.format("delta").load(done).groupBy("partition").agg(F.max("offset").alias("o")).collect():
-                synced[int(r["partition"])] = max(synced.get(int(r["partition"]), -1), int(r["o"]))
-    table_existed = tables.exists(path)
     compacted = "compact" in {p.strip() for p in config.get("cleanup.policy", "delete").split(",")}
-    starts = {p: synced.get(p, -1) + 1 for p in partitions}
     added = errors_added = 0
     latest_path = None
-    if starts and _has_records_from(remote, topic, starts):
-        added, errors_added, latest_path = _append_new(spark, remote, topic, config, starts, tables,
-                                                       table_existed=table_existed, compacted=compacted)
-    if compacted and latest_path is None and not tables.exists(latest_table) and tables.exists(path):
-        latest_path = write_latest_table(spark, remote, topic, exists=False)
+    store = open_remote(remote)
+    try:
+        for attempt in range(1, MAX_STEP_ATTEMPTS + 1):
+            state = read_sync_state(store, topic, app_id(topic))
+            try:
+                if state.last is not None:
+                    if _follow_ups_behind(store, topic, state.last, compacted=compacted, tables=tables):
+                        _, dead, lp = _run_step(spark, store, remote, topic, config, state.last, tables,
+                                                compacted=compacted, replay=True)
+                        errors_added += dead
+                        latest_path = lp or latest_path
+                    starts = {p: state.last.nexts.get(p, 0) for p in partitions}
+                else:
+                    synced = _highest_synced(spark, remote, topic, tables)
+                    starts = {p: synced.get(p, -1) + 1 for p in partitions}
+                ends = _remote_ends(store, topic, partitions) if starts else {}
+                nexts = {p: max(s, ends[p] + 1) if ends[p] is not None else s for p, s in starts.items()}
+                if nexts == starts:
+                    break  # nothing new: no Spark job
+                rng = SyncRange(state.next_seq, starts, nexts)
+                n, dead, lp = _run_step(spark, store, remote, topic, config, rng, tables, compacted=compacted,
+                                        replay=False)
+            except Exception as e:  # noqa: BLE001 - only a lost race is retried
+                if not _concurrent_commit(e) or attempt == MAX_STEP_ATTEMPTS:
+                    raise
+                tables.known.clear()
+                continue
+            if n is None:
+                continue  # a concurrent sync committed this seq first: plan from the table again
+            added += n
+            errors_added += dead
+            latest_path = lp or latest_path
+            break
+        if compacted and latest_path is None and tables.exists(path) and \
+                not tables.exists(tables_path(remote, topic + LATEST_SUFFIX)):
+            latest_path = write_latest_table(spark, remote, topic, exists=False)
+    finally:
+        store.close()
     return {"topic": topic, "table": path, "rows_added": added, "latest_table": latest_path,
             "errors_added": errors_added, "seconds": time.monotonic() - started}
 
 
-def _append_new(spark, remote: str, topic: str, config: dict[str, str], starts: dict[int, int],
-                tables: _TableStates, *, table_existed: bool, compacted: bool) -> tuple[int, int, str | None]:
-    """Append the records from `starts` on; returns (rows added, dead letters added, the latest
-    table's path when written). The rows are cached for the latest table's step; their count is the
-    append commit's `numOutputRows` (`delta_commits.appended_rows`), not a pass of its own."""
-    from pyspark.sql import functions as F
+def _follow_ups_behind(store, topic: str, rng: SyncRange, *, compacted: bool, tables: _TableStates) -> bool:
+    """Whether the step `rng` (the table's newest) left its dead letters or `<topic>_latest` undone:
+    the run that appended it died before them (`sync_state.py`)."""
+    if rng.dead:
+        done = txn_version(store, topic + ERRORS_SUFFIX, app_id(topic, ERRORS_SUFFIX))
+        if done is None or done < rng.seq:
+            return True
+    if compacted:
+        done = txn_version(store, topic + LATEST_SUFFIX, app_id(topic, LATEST_SUFFIX))
+        if done is None or done < rng.seq:
+            return True
+    return False
 
+
+def _run_step(spark, store, remote: str, topic: str, config: dict[str, str], rng: SyncRange,
+              tables: _TableStates, *, compacted: bool, replay: bool) -> tuple[int | None, int, str | None]:
+    """One sync step over `rng`: its rows appended in one Delta commit that records `rng` (not with
+    `replay`: the table holds it already), then its follow-ups (dead letters, `<topic>_latest`),
+    each under txn version `rng.seq`. Returns (rows added, dead letters added, the latest table's
+    path when written); rows added is None when a concurrent sync committed `rng.seq` with another
+    range (this step's rows were skipped by Delta; nothing else was written). The rows are cached
+    for the follow-ups; their count is the append commit's `numOutputRows`
+    (`delta_commits.appended_rows`), not a pass of its own."""
     path = tables_path(remote, topic)
     errors_path = tables_path(remote, topic + ERRORS_SUFFIX)
-    lowest = min(starts.values())
+    table_existed = tables.exists(path)
+    new, dead, registry = _step_rows(spark, remote, topic, config, rng)
+    new = new.persist()
+    if dead is not None:
+        dead = dead.persist()
+    errors_added = 0
+    latest_path = None
+    try:
+        added = 0
+        if not replay:
+            rng = SyncRange(rng.seq, rng.starts, rng.nexts, dead.count() if dead is not None else 0)
+            _append_typed(spark, new, path, topic, rng, widen=bool(registry), tables=tables)
+            added = appended_rows(store, topic, app_id(topic), rng.seq)
+            tables.written(path)
+            if read_sync_state(store, topic, app_id(topic)).last != rng:
+                return None, 0, None
+        if dead is not None and rng.dead:
+            errors_added = _append_dead(store, dead, errors_path, topic, rng)
+        if compacted:
+            latest_path = _follow_latest(spark, store, remote, topic, new, rng, tables,
+                                         fresh=not table_existed and rng.seq == 0)
+    finally:
+        new.unpersist()
+        if dead is not None:
+            dead.unpersist()
+    return added, errors_added, latest_path
+
+
+def _step_rows(spark, remote: str, topic: str, config: dict[str, str], rng: SyncRange):
+    """(rows, dead letters or None, registry URL) of the records [start, next) of each partition."""
+    from pyspark.sql import functions as F
+
     # "lakelog": the JVM reader when its jar is on the session's class path, else the Python reader.
     from lakelog.spark_log.datasource import register as register_source
 
     register_source(spark)
     df = (spark.read.format("lakelog").option("remote", remote).option("topic", topic)
-          .option("startingOffset", lowest).load())
-    condition = None
-    for p, start in starts.items():
-        c = (F.col("partition") == p) & (F.col("offset") >= start)
-        condition = c if condition is None else condition | c
+          .option("startingOffset", min(rng.starts.values())).load())
+    condition = F.lit(False)
+    for p, start in rng.starts.items():
+        if rng.nexts[p] > start:
+            condition = condition | ((F.col("partition") == p) & (F.col("offset") >= start)
+                                     & (F.col("offset") < rng.nexts[p]))
     new = df.where(condition).withColumn(
         "date", F.date_from_unix_date(F.floor(F.unix_millis(F.col("timestamp")) / 86_400_000).cast("int")))
     dead = None
@@ -168,47 +260,42 @@ def _append_new(spark, remote: str, topic: str, config: dict[str, str], starts: 
         if clash:
             raise ValueError(f"value.schema of {topic} names columns the table already has: {sorted(clash)}")
         new = new.withColumn("_parsed", parsed).select(*new.columns, *[F.col("_parsed." + n).alias(n) for n in names])
-    latest_exists = compacted and tables.exists(tables_path(remote, topic + LATEST_SUFFIX))
-    version = sum(starts.values())
-    app_id = f"lakelog-sync-{topic}"
-    new = new.persist()
-    errors_added = 0
-    latest_path = None
-    try:
-        # Registry-decoded rows may all be dead letters: no append (and no empty table) then.
-        added = 0
-        if dead is None or new.count():
-            _append_typed(spark, new, path, topic, version, widen=bool(registry), tables=tables)
-            store = open_remote(remote)
-            try:
-                added = appended_rows(store, topic, app_id, version)
-            finally:
-                store.close()
-        if added:
-            tables.written(path)
-            if latest_exists:
-                latest_path = merge_latest_table(spark, remote, topic, new)
-            elif compacted and not table_existed:
-                # the table is exactly these rows: its latest table from them (cached), not read back
-                latest_path = write_latest_table(spark, remote, topic, source=new,
-                                                 exists=tables.exists(tables_path(remote, topic + LATEST_SUFFIX)))
-                tables.written(latest_path)
-        if dead is not None:
-            dead = dead.persist()
-            errors_added = dead.count()
-            if errors_added:
-                (dead.write.format("delta").mode("append").partitionBy("partition", "date")
-                 .option("txnAppId", f"{app_id}{ERRORS_SUFFIX}").option("txnVersion", version)
-                 .save(errors_path))
-    finally:
-        new.unpersist()
-        if dead is not None:
-            dead.unpersist()
-    return added, errors_added, latest_path
+    return new, dead, registry
 
 
-def _append_typed(spark, new, path: str, topic: str, version: int, *, widen: bool, tables: _TableStates) -> None:
-    """Append with schema merge. With `widen` (registry-typed tables), a compatible schema change widens a
+def _append_dead(store, dead, errors_path: str, topic: str, rng: SyncRange) -> int:
+    """Append the step's dead letters to `<topic>_errors` under txn version `rng.seq`; the rows it
+    added (0 when they were already there)."""
+    app = app_id(topic, ERRORS_SUFFIX)
+    (dead.write.format("delta").mode("append").partitionBy("partition", "date")
+     .option("txnAppId", app).option("txnVersion", rng.seq).save(errors_path))
+    return appended_rows(store, topic + ERRORS_SUFFIX, app, rng.seq)
+
+
+def _follow_latest(spark, store, remote: str, topic: str, new, rng: SyncRange, tables: _TableStates, *,
+                   fresh: bool) -> str | None:
+    """Bring `<topic>_latest` up to step `rng` (txn version `rng.seq`): a MERGE of the step's rows
+    when the table is exactly one step behind, else written whole (from the step's own rows when
+    the step made the topic's table: `fresh`). None when it was there already."""
+    latest = tables_path(remote, topic + LATEST_SUFFIX)
+    done = txn_version(store, topic + LATEST_SUFFIX, app_id(topic, LATEST_SUFFIX))
+    if done is not None and done >= rng.seq:
+        return None
+    txn = {"spark.databricks.delta.write.txnAppId": app_id(topic, LATEST_SUFFIX),
+           "spark.databricks.delta.write.txnVersion": str(rng.seq)}
+    exists = tables.exists(latest)
+    with session_conf(spark, txn):
+        if exists and (done is None or done == rng.seq - 1):
+            path = merge_latest_table(spark, remote, topic, new)
+        else:
+            path = write_latest_table(spark, remote, topic, source=new if fresh else None, exists=exists)
+    tables.written(path)
+    return path
+
+
+def _append_typed(spark, new, path: str, topic: str, rng: SyncRange, *, widen: bool, tables: _TableStates) -> None:
+    """Append with schema merge, in one commit that carries the step's txn (`app_id(topic)`,
+    `rng.seq`) and its range (userMetadata, `sync_state.py`). With `widen` (registry-typed tables), a compatible schema change widens a
     column in place (int -> long, float -> double) by Delta type widening: a new table is created with
     `delta.enableTypeWidening` (the session default for new tables, set around its creation), and a
     table made before it (whose merge then fails on the type change) gets it once, then the append is
@@ -217,8 +304,8 @@ def _append_typed(spark, new, path: str, topic: str, version: int, *, widen: boo
 
     def append() -> None:
         (new.write.format("delta").mode("append").partitionBy("partition", "date")
-         .option("txnAppId", f"lakelog-sync-{topic}").option("txnVersion", version)
-         .option("mergeSchema", "true").save(path))
+         .option("txnAppId", app_id(topic)).option("txnVersion", rng.seq)
+         .option("userMetadata", rng.encode()).option("mergeSchema", "true").save(path))
 
     if not widen:
         return append()

@@ -32,6 +32,24 @@ TIERING_CONFIG = (
     .define("remote.storage.health.probe.interval.ms", int, 2_000,
             "While the store is degraded, one call every this often goes to the store as a probe; "
             "its success marks the store healthy again.", min=1, max=600_000, unit="ms")
+    # -- deadlines of the tiering manager and the Spark jobs (tiering/deadline_store.py)
+    .define("remote.log.upload.timeout.ms", int, 300_000,
+            "Longest one PUT of a segment's object (its .log streaming included) may take before the "
+            "upload fails with a retriable error and the copy round stops; the next round starts the "
+            "segment again under a new id.", min=1, max=86_400_000, unit="ms")
+    .define("remote.log.metadata.timeout.ms", int, 30_000,
+            "Longest one read or write of a partition manifest (and any other call of the tiering "
+            "manager but a segment PUT) may take before it fails with a retriable error.",
+            min=1, max=3_600_000, unit="ms")
+    .define("remote.log.upload.retry.backoff.ms", int, 500,
+            "After a failed copy round, a partition's uploads wait this long before the next round; "
+            "the wait doubles with each failure in a row.", min=0, max=600_000, unit="ms")
+    .define("remote.log.upload.retry.backoff.max.ms", int, 30_000,
+            "Longest wait between copy rounds after failures in a row.", min=0, max=3_600_000, unit="ms")
+    .define("remote.job.store.timeout.ms", int, 120_000,
+            "Longest one object-store call of a Spark job (driver or task) may take; a job facing a "
+            "dead or hung store fails within it, naming the store and this key.",
+            min=1, max=86_400_000, unit="ms")
     # -- reads
     .define("remote.fetch.max.wait.ms", int, 1_000,
             "Longest a fetch (or an offset lookup) waits on the remote tier before it answers a "

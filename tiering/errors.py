@@ -63,6 +63,17 @@ class RemoteFetchTimeoutError(TransientStoreError):
         self.retry_after_s = retry_after_s
 
 
+class RemoteStorageTimeoutError(TransientStoreError):
+    """A call to the object store missed its deadline (tiering/deadline_store.py): the store hangs."""
+
+    def __init__(self, message: str, *, key: str | None = None, deadline_ms: int = 0, config_key: str = "",
+                 retry_after_s: float = 1.0) -> None:
+        super().__init__(message, key=key)
+        self.deadline_ms = deadline_ms
+        self.config_key = config_key
+        self.retry_after_s = retry_after_s
+
+
 class ObjectNotFoundError(StoreError):
     """The object (or the range asked of it) does not exist."""
 

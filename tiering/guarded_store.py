@@ -7,8 +7,10 @@ Every call of the `ObjectStore` interface asks `StoreHealth.admit()` first: refu
 `RemoteStorageUnavailableError` (a `TransientStoreError`, retriable, with `retry_after_s`) without a
 request. Admitted, its outcome is reported: a `TransientStoreError` or an `OSError` is a failure;
 any answer, an `ObjectNotFoundError` or a lost conditional write included, is a success. The
-deadline of each request is the inner store's (`remote.storage.connect.timeout.ms`,
-`remote.storage.request.timeout.ms`, `remote.storage.max.attempts`); callers that must answer
+deadline of each request is the inner store's: on a node a `DeadlineStore` (tiering/deadline_store.py:
+`remote.log.upload.timeout.ms`, `remote.log.metadata.timeout.ms`; a miss is a failure here),
+under it the S3 client's (`remote.storage.connect.timeout.ms`, `remote.storage.request.timeout.ms`,
+`remote.storage.max.attempts`); callers that must answer
 sooner (a fetch, `remote.fetch.max.wait.ms`) bound their wait and report a missed deadline to the
 same `StoreHealth`.
 

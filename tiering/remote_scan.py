@@ -18,6 +18,8 @@ Concurrency: the functions are pure apart from the store; each Spark task opens 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -35,6 +37,8 @@ from lakelog.logstore.record_batch import (
     crc32c,
     iter_batches,
 )
+from lakelog.tiering.config import TieringConfig
+from lakelog.tiering.deadline_store import DeadlineStore, Deadlines
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
 from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
@@ -73,8 +77,35 @@ def store_url(remote_url: str) -> str:
     return "s3://" + remote_url[len("s3a://"):] if remote_url.startswith("s3a://") else remote_url
 
 
+#: Environment variable that sets `remote.job.store.timeout.ms` for every process of a job (the
+#: driver, and the executors' tasks, which open the store themselves through `open_remote`).
+JOB_STORE_TIMEOUT_ENV = "LAKELOG_REMOTE_JOB_STORE_TIMEOUT_MS"
+#: `remote.job.store.timeout.ms` of this process while a job run sets it (`job_store_timeout`).
+_job_store_timeout_ms: int | None = None
+
+
+@contextlib.contextmanager
+def job_store_timeout(ms: int | None):
+    """Within the block, stores this process opens by `open_remote` take `ms` as their deadline
+    (a job run's `--config remote.job.store.timeout.ms=...`); None leaves it as it is."""
+    global _job_store_timeout_ms
+    saved = _job_store_timeout_ms
+    if ms is not None:
+        _job_store_timeout_ms = int(TieringConfig({"remote.job.store.timeout.ms": ms}).remote_job_store_timeout_ms)
+    try:
+        yield
+    finally:
+        _job_store_timeout_ms = saved
+
+
 def open_remote(remote_url: str) -> ObjectStore:
-    return open_store(store_url(remote_url))
+    """The store of a remote tier for the Spark jobs, the SQL catalog and the CLI: every call has
+    the deadline `remote.job.store.timeout.ms` (this process's run setting, else the environment's
+    JOB_STORE_TIMEOUT_ENV, else the declared default), so a job facing a hung store fails within
+    it with an error that names the store, the call and the key (tiering/deadline_store.py)."""
+    value = _job_store_timeout_ms if _job_store_timeout_ms is not None else os.environ.get(JOB_STORE_TIMEOUT_ENV)
+    cfg = TieringConfig({} if value is None else {"remote.job.store.timeout.ms": value})
+    return DeadlineStore(open_store(store_url(remote_url), cfg), Deadlines.for_jobs(cfg))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,6 +60,10 @@ CONTROLLER_RETRIES = 50
 Records = list[dict[str, Any]]
 
 
+#: Most ISR changes one `alter_partitions` request carries.
+MAX_ALTER_PARTITIONS = 2000
+
+
 @dataclass(frozen=True)
 class ControllerOp:
     """One controller request: `run(controller, image, args, now_ms) -> (records, result fields)`;
@@ -104,6 +108,14 @@ def _alter_partition(ctrl: Controller, image: ClusterImage, args: dict[str, Any]
     return records, {}
 
 
+def _alter_partitions(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
+    entries = args["partitions"]
+    if not isinstance(entries, list) or len(entries) > MAX_ALTER_PARTITIONS:
+        raise InvalidRequestError(f"alter_partitions carries a list of at most {MAX_ALTER_PARTITIONS} partitions")
+    records, outcomes = ctrl.alter_partitions(int(args["node_id"]), int(args["broker_epoch"]), entries)
+    return records, {"errors": outcomes}
+
+
 def _allocate_producer_ids(ctrl: Controller, image: ClusterImage, args: dict[str, Any], now: int):
     records, first, count = ctrl.allocate_producer_ids(int(args["node_id"]), int(args["broker_epoch"]))
     return records, {"first_id": first, "count": count}
@@ -139,6 +151,7 @@ OPS: dict[str, ControllerOp] = {
     "alter_configs": ControllerOp(lambda c, i, a, n: (c.alter_configs(str(a["name"]), dict(a["configs"])), {})),
     "create_partitions": ControllerOp(lambda c, i, a, n: (c.create_partitions(str(a["name"]), int(a["total"])), {})),
     "alter_partition": ControllerOp(_alter_partition),
+    "alter_partitions": ControllerOp(_alter_partitions),
     "allocate_producer_ids": ControllerOp(_allocate_producer_ids),
     # partition reassignment and node removal (ingest_api/cluster/reassignment.py)
     "alter_partition_reassignments": ControllerOp(lambda c, i, a, n: (c.alter_partition_reassignments(

@@ -45,6 +45,8 @@ from lakelog.tiering.stores import open_store
 from lakelog.tiering.errors import FencedLeaderEpochError as RemoteFencedError
 from lakelog.tiering.errors import RemoteStorageUnavailableError, TieringError
 from lakelog.tiering.guarded_store import GuardedStore
+from lakelog.tiering.deadline_store import DeadlineStore, Deadlines
+from lakelog.tiering.upload_backoff import UploadBackoff
 from lakelog.tiering.store_health import StoreHealth
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,8 @@ class RemoteLogManager:
         #: Partitions whose uploads a newer leader fenced, with the leader epoch that was fenced:
         #: skipped until the metadata gives this node a new epoch.
         self._fenced: dict[PartitionKey, int] = {}
+        #: Waits between a partition's failed copy rounds (set by `open` from the declared keys).
+        self.backoff: UploadBackoff | None = None
         #: Topic descriptors this node last wrote to the remote tier (see _publish_topic_descriptor).
         self._published_descriptors: dict = {}
         #: The object store's health (tiering/store_health.py) and the reads waiting on it (opened by `open`).
@@ -119,8 +123,12 @@ class RemoteLogManager:
         tiering = TieringConfig(self.config.tiering_config())
         self.health = StoreHealth(failure_threshold=tiering.remote_storage_health_failure_threshold,
                                   probe_interval_ms=tiering.remote_storage_health_probe_interval_ms)
-        store = GuardedStore(open_store(self.config.remote_url, tiering), self.health)
+        # Every call with a deadline (uploads, manifests, the rest), a missed one a failure of the health.
+        store = GuardedStore(DeadlineStore(open_store(self.config.remote_url, tiering), Deadlines.for_node(tiering)),
+                             self.health)
         self.tier = RemoteTier(store, tiering)
+        self.backoff = UploadBackoff(base_ms=tiering.remote_log_upload_retry_backoff_ms,
+                                     max_ms=tiering.remote_log_upload_retry_backoff_max_ms)
         self.reads = RemoteReads(threads=tiering.remote_log_reader_threads,
                                  max_pending=tiering.remote_log_reader_max_pending_tasks,
                                  max_wait_ms=tiering.remote_fetch_max_wait_ms, health=self.health)
@@ -175,6 +183,8 @@ class RemoteLogManager:
         if self.tier is not None:
             self.tier.forget(key.topic, key.partition)
         self._fenced.pop(key, None)
+        if self.backoff is not None:
+            self.backoff.forget(key)
 
     # ------------------------------------------------------------------ the background rounds
 
@@ -218,27 +228,33 @@ class RemoteLogManager:
 
         The leader uploads sealed segments below the HW and applies remote retention; every
         replica applies local retention (`local.retention.*`: only tiered segments are deleted).
-        A fenced leader stops uploading until its leader epoch changes; a store error is logged
-        and retried next round (local data stays).
+        A fenced leader stops uploading until its leader epoch changes; a store error (a missed
+        deadline included) is logged and the partition's next copy round waits its backoff
+        (`remote.log.upload.retry.backoff.ms`, doubling); local data stays.
         """
         rp = self.remote(p)
         epoch, hw = p.leader_epoch, p.high_watermark
         if p.is_leader and p.key.partition == 0:
             self._publish_topic_descriptor(p.key.topic)
-        if p.is_leader and self._fenced.get(p.key) != epoch:
+        backoff = self.backoff
+        if p.is_leader and self._fenced.get(p.key) != epoch and (backoff is None or backoff.ready(p.key)):
             try:
                 report = rp.copy_segments(p.log, epoch, hw)
                 if getattr(report, "restarted_at", None) is not None:
                     log.warning("%s: the remote tier restarted at %s (local data expired before it was tiered)",
                                 p.key, report.restarted_at)
                 rp.enforce_log_retention(p.log, epoch)
+                if backoff is not None:
+                    backoff.succeeded(p.key)
             except RemoteFencedError as e:
                 log.info("%s: remote tier uploads fenced in leader epoch %d: %s", p.key, epoch, e)
                 self._fenced[p.key] = epoch
             except RemoteStorageUnavailableError as e:  # uploads pause; the next round resumes in order
-                log.debug("%s: remote tier copy paused: %s", p.key, e)
-            except Exception as e:  # transient store errors, a closed log: retried next round
-                log.warning("%s: remote tier copy failed (retried in the next round): %s", p.key, e)
+                wait_s = backoff.failed(p.key) if backoff is not None else 0.0
+                log.debug("%s: remote tier copy paused (next round in %.1f s): %s", p.key, wait_s, e)
+            except Exception as e:  # transient store errors, missed deadlines, a closed log: retried later
+                wait_s = backoff.failed(p.key) if backoff is not None else 0.0
+                log.warning("%s: remote tier copy failed (retried in %.1f s): %s", p.key, wait_s, e)
         elif not p.is_leader:
             assert self.tier is not None
             self.tier.metrics.forget_partition(p.key.topic, p.key.partition)  # upload lag is the leader's

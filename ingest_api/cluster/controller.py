@@ -68,6 +68,7 @@ from lakelog.ingest_api.cluster.errors import NotControllerError
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.image_values import PartitionState
 from lakelog.ingest_api.cluster.partition_change import LivenessView
+from lakelog.ingest_api.errors import NodeError
 
 
 class Controller:
@@ -183,6 +184,28 @@ class Controller:
         self._require_active()
         self._brokers.check_broker(node_id, broker_epoch)
         return self._partitions.alter_partition(node_id, topic, partition, leader_epoch, partition_epoch, new_isr)
+
+    def alter_partitions(self, node_id: int, broker_epoch: int, requests: Iterable[Mapping[str, Any]]
+                         ) -> tuple[list[dict[str, Any]], list[str | None]]:
+        """A leader's ISR changes of many partitions in one request (each as `alter_partition`, with
+        `topic`, `partition`, `leader_epoch`, `partition_epoch`, `new_isr`): the records of the
+        accepted ones, for one controller round, and per request None (accepted) or why it was
+        refused. The broker epoch is checked once, for all."""
+        self._require_active()
+        self._brokers.check_broker(node_id, broker_epoch)
+        records: list[dict[str, Any]] = []
+        outcomes: list[str | None] = []
+        for r in requests:
+            try:
+                recs, _ = self._partitions.alter_partition(
+                    node_id, str(r["topic"]), int(r["partition"]), int(r["leader_epoch"]),
+                    int(r["partition_epoch"]), [int(x) for x in r["new_isr"]])
+            except NodeError as e:  # this partition's change is refused; the others go ahead
+                outcomes.append(f"{type(e).__name__}: {e}")
+                continue
+            records += recs
+            outcomes.append(None)
+        return records, outcomes
 
     def alter_partition_reassignments(self, changes: Iterable[tuple[str, int, list[int] | None]]
                                       ) -> list[dict[str, Any]]:

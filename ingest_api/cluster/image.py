@@ -35,6 +35,7 @@ validated it already, so a skip means a duplicate or stale proposal, or a bug. F
                                skipped and counted) as its own `partition_change`, in order
     allocate_producer_ids      node_id, broker_epoch, first_id, count
     user_credential, delete_user, create_api_key, delete_api_key, create_acls, delete_acls
+    delete_user_credential
                                users, API keys and ACLs: `image.security`
                                (ingest_api/security/records.py)
     schema_register, schema_delete, schema_config, schema_mode

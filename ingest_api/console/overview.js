@@ -57,6 +57,12 @@ function nodeStatus(n) {
   return ['up', 'ok'];
 }
 
+// A node's Kafka listeners as `bootstrap.servers` entries, the listener's name beside any but PLAINTEXT.
+function kafkaListeners(n) {
+  if (!n.kafka_listeners || !n.kafka_listeners.length) return '–';
+  return n.kafka_listeners.map((l) => `${l.host}:${l.port}${l.name === 'PLAINTEXT' ? '' : ` (${l.name})`}`).join(', ');
+}
+
 export function Overview() {
   const [data, error] = usePoll(async () => {
     const [o, ev] = await Promise.all([api('GET', '/stats/cluster'), api('GET', `/stats/events?limit=${EVENTS_SHOWN}`)]);
@@ -79,11 +85,13 @@ export function Overview() {
       <div class=${'card ' + (p.at_min_isr ? 'warn' : '')}><b id="at-min-isr">${fmtNum(p.at_min_isr)}</b><span>at min ISR</span></div>
     </section>
     <h2>Nodes</h2>
-    <table id="nodes"><thead><tr><th>Node</th><th>Status</th><th>Address</th><th>Rack</th><th>Role</th></tr></thead>
+    <table id="nodes"><thead><tr><th>Node</th><th>Status</th><th>Address</th><th>Kafka listener</th>
+      <th>Kafka connections</th><th>Rack</th><th>Role</th></tr></thead>
     <tbody>${data.nodes.map((n) => {
       const [status, cls] = nodeStatus(n);
       return html`<tr data-node=${n.node_id}><td>${n.node_id}</td><td><span class=${'badge ' + cls}>${status}</span></td>
-        <td>${n.host}:${n.port}</td><td>${n.rack ?? '–'}</td>
+        <td>${n.host}:${n.port}</td><td class="kafka-listener">${kafkaListeners(n)}</td>
+        <td class="kafka-connections">${fmtNum(n.stats?.kafka_connections)}</td><td>${n.rack ?? '–'}</td>
         <td>${n.controller ? 'active controller' : ''}${n.node_id === data.served_by ? ' (serving this page)' : ''}</td></tr>`;
     })}</tbody></table>
     <section class="charts">

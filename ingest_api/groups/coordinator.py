@@ -5,6 +5,12 @@ no I/O and reads no clock: every event carries `now_ms`, member ids come from th
 function given at construction. The node's `GroupService` feeds it HTTP requests and timer ticks,
 delivers the effects (delayed JoinGroup / SyncGroup answers) and appends commits to the log.
 
+Clocks: `now_ms` is the monotonic clock (milliseconds) of the node feeding the events — every
+membership time is a duration (session timeouts, rebalance and sync deadlines, how long a group has
+been empty), so a step of the wall clock neither expires members nor keeps dead ones. Only commit
+timestamps (`CommittedOffset.commit_timestamp_ms`, read back by the next coordinator) are wall
+clock; `expired_offsets` takes both clocks.
+
 Group lifecycle (Kafka's states):
 
     Empty --join--> PreparingRebalance --all members joined / rebalance timeout--> CompletingRebalance
@@ -399,16 +405,17 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         return dict(group.offsets) if group is not None else {}
 
-    def expired_offsets(self, now_ms: int) -> list[tuple[str, TopicPartition]]:
-        """Offsets of empty groups not committed within offsets.retention.minutes of now (and of the
-        group becoming empty): the service writes tombstones for them."""
+    def expired_offsets(self, now_ms: int, *, wall_ms: int) -> list[tuple[str, TopicPartition]]:
+        """Offsets of empty groups committed more than offsets.retention.minutes ago (`wall_ms`, the
+        wall clock of commit timestamps) and empty for that long (`now_ms`, monotonic): the service
+        writes tombstones for them."""
         out = []
         retention = self.config.offsets_retention_ms
         for g in self.groups.values():
-            if g.state != GroupState.EMPTY:
+            if g.state != GroupState.EMPTY or g.empty_since_ms + retention > now_ms:
                 continue
             for tp, v in g.offsets.items():
-                if max(v.commit_timestamp_ms, g.empty_since_ms) + retention <= now_ms:
+                if v.commit_timestamp_ms + retention <= wall_ms:
                     out.append((g.group_id, tp))
         return out
 

@@ -67,7 +67,7 @@ from lakelog.ingest_api.groups.offsets_codec import (
     encode_value,
 )
 from lakelog.ingest_api.errors import InvalidRequestError, NodeError, RemoteError
-from lakelog.ingest_api.replication.partition import PartitionKey, now_ms
+from lakelog.ingest_api.replication.partition import PartitionKey, monotonic_ms, now_ms
 from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 
 log = logging.getLogger("lakelog.groups")
@@ -84,6 +84,9 @@ RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvail
 #: Errors another node's coordinator answers that a caller re-raises as themselves, by `error_code`.
 _RELAYED_BY_CODE: dict[int, type[NodeError]] = {
     error_codes.code(c.__name__).error_code: c for c in (*BY_KAFKA_NAME.values(), NotReadyError)}
+
+#: How a controller on another node answers a topic that exists (forwarded as a RemoteError).
+_TOPIC_EXISTS_CODE = error_codes.code(TopicExistsError.__name__).error_code
 
 
 def _effect_doc(e: Effect) -> dict[str, Any]:
@@ -154,7 +157,7 @@ class GroupService:
             await asyncio.sleep(interval)
             try:
                 self._check_leadership()
-                self._deliver(self.coordinator.tick(now_ms()))
+                self._deliver(self.coordinator.tick(monotonic_ms()))
                 if time.monotonic() >= self._next_expiry:
                     self._next_expiry = time.monotonic() + self.config.offsets_retention_check_interval_ms / 1000
                     await self._expire_offsets()
@@ -219,7 +222,7 @@ class GroupService:
                 return  # leadership moved while reading: the next tick decides again
             n = self.num_partitions()
             self._deliver(self.coordinator.remove_groups(lambda g: coordinator_partition(g, n) == p))
-            now = now_ms()
+            now = monotonic_ms()
             for log_offset, key, value in entries:
                 tp = TopicPartition(key.topic, key.partition)
                 self.coordinator.apply_offset(key.group, tp, value, now)
@@ -291,7 +294,7 @@ class GroupService:
             group, str(a.get("member_id") or ""), client_id=str(a.get("client_id", "")),
             client_host=str(a.get("client_host", "")), session_timeout_ms=int(a["session_timeout_ms"]),
             rebalance_timeout_ms=rebalance_ms, protocol_type=str(a.get("protocol_type", "consumer")),
-            protocols=protocols, now_ms=now_ms())
+            protocols=protocols, now_ms=monotonic_ms())
         if not a.get("member_id") and a.get("require_known_member_id"):
             # Kafka's two-step join (KIP-394): the new member learns its id before it waits, so a
             # client that stops during the rebalance can leave instead of holding the group up.
@@ -310,7 +313,7 @@ class GroupService:
         self._require(group)
         assignments = a.get("assignments")
         effects = self.coordinator.sync(group, mid, int(a["generation"]),
-                                        dict(assignments) if assignments is not None else None, now_ms())
+                                        dict(assignments) if assignments is not None else None, monotonic_ms())
         member = self.coordinator.groups[group].members.get(mid)
         wait = (member.rebalance_timeout_ms if member else self.config.group_max_session_timeout_ms) / 1000
         res = await self._await_answer((group, mid, "sync"), effects, wait + ANSWER_SLACK_S)
@@ -321,13 +324,13 @@ class GroupService:
     async def _op_heartbeat(self, a: dict[str, Any]) -> dict[str, Any]:
         group = str(a["group_id"])
         self._require(group)
-        self.coordinator.heartbeat(group, str(a["member_id"]), int(a["generation"]), now_ms())
+        self.coordinator.heartbeat(group, str(a["member_id"]), int(a["generation"]), monotonic_ms())
         return {"error": None}
 
     async def _op_leave(self, a: dict[str, Any]) -> dict[str, Any]:
         group = str(a["group_id"])
         self._require(group)
-        self._deliver(self.coordinator.leave(group, str(a["member_id"]), now_ms()))
+        self._deliver(self.coordinator.leave(group, str(a["member_id"]), monotonic_ms()))
         return {"error": None}
 
     async def _op_commit(self, a: dict[str, Any]) -> dict[str, Any]:
@@ -354,7 +357,8 @@ class GroupService:
                                            for tp, v in parsed]}
 
     async def _append(self, p: int, entries: list[tuple[OffsetKey, CommittedOffset | None]], now: int) -> None:
-        """Append commits (or tombstones) with acks=all, then put them in the cache."""
+        """Append commits (or tombstones) with acks=all, then put them in the cache. `now`: the wall
+        clock, the records' timestamp."""
         batch = build_batch([Record(i, now, encode_key(k), encode_value(v) if v is not None else None)
                              for i, (k, v) in enumerate(entries)])
         try:
@@ -367,7 +371,7 @@ class GroupService:
             tp, pos = TopicPartition(k.topic, k.partition), info.first_offset + i
             if self._commit_positions.get((k.group, tp), -1) < pos:
                 self._commit_positions[(k.group, tp)] = pos
-                self.coordinator.apply_offset(k.group, tp, v, now)
+                self.coordinator.apply_offset(k.group, tp, v, monotonic_ms())
 
     async def _op_offset_fetch(self, a: dict[str, Any]) -> dict[str, Any]:
         group = str(a["group_id"])
@@ -454,7 +458,7 @@ class GroupService:
     async def _expire_offsets(self) -> None:
         n = self.num_partitions()
         by_partition: dict[int, list[tuple[OffsetKey, None]]] = {}
-        for group, tp in self.coordinator.expired_offsets(now_ms()):
+        for group, tp in self.coordinator.expired_offsets(monotonic_ms(), wall_ms=now_ms()):
             p = coordinator_partition(group, n)
             if p in self._loaded:
                 by_partition.setdefault(p, []).append((OffsetKey(group, tp.topic, tp.partition), None))
@@ -491,6 +495,11 @@ class GroupService:
                          self.config.offsets_topic_num_partitions, rf)
             except TopicExistsError:
                 pass
+            except RemoteError as e:
+                # Forwarded to the controller on another node, which answered that another node
+                # created it first (this node has not applied that record yet): the topic is there.
+                if e.error_code != _TOPIC_EXISTS_CODE:
+                    raise
 
     async def call(self, group_id: str, op: str, args: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         """Run `op` on the group's coordinator (one attempt); group errors raised as GroupError."""

@@ -29,7 +29,11 @@ class NodeMetrics:
         self.log_dir_offline = Gauge("lakelog_log_dir_offline", "1 when an I/O error took the log directory "
                                      "offline (writes refused until a restart)", registry=r)
         self.log_dir_offline.set_function(lambda: _log_dir_offline(node))
+        #: Set to read the Kafka door's count once the door runs (ingest_api/server.py); 0 without one.
+        self.kafka_connections = Gauge("lakelog_kafka_connections", "Open connections of the node's Kafka "
+                                       "listeners", registry=r)
         r.register(_PartitionCollector(node))
+        r.register(_IsrCollector(node))
         r.register(_TieringCollector(node))
 
 
@@ -67,6 +71,34 @@ class _PartitionCollector:
             except Exception:  # a partition being deleted while scraped
                 continue
         yield from (leo, hw, lso, segs, size, waiting)
+
+
+class _IsrCollector:
+    """The ISR of the partitions this node leads: its size, under-replicated partitions (ISR smaller
+    than the replica set), and the ISR shrinks and expansions this node sent."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+
+    def collect(self):
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("lakelog_partition_in_sync_replicas", "ISR size (on the leader)", labels=labels)
+        under = GaugeMetricFamily("lakelog_partition_under_replicated", "1 when the ISR is smaller than the "
+                                  "replica set (on the leader)", labels=labels)
+        for p in self.node.partitions():
+            if not p.is_leader:
+                continue
+            lv = [p.key.topic, str(p.key.partition)]
+            isr, replicas = p.isr, p.replicas
+            size.add_metric(lv, len(isr))
+            under.add_metric(lv, 1 if len(isr) < len(replicas) else 0)
+        yield from (size, under)
+        replicas = getattr(self.node, "replicas", None)
+        if replicas is not None:
+            yield CounterMetricFamily("lakelog_isr_shrinks", "ISR shrinks this node sent as a leader (a follower "
+                                      "lagged past replica.lag.time.max.ms)", value=replicas.isr_shrinks)
+            yield CounterMetricFamily("lakelog_isr_expands", "ISR expansions this node sent as a leader (a "
+                                      "follower caught up)", value=replicas.isr_expands)
 
 
 #: `lakelog_remote_store_state` values (tiering/store_health.py StoreState).

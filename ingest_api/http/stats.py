@@ -102,6 +102,7 @@ def node_stats(node, metrics, topic: str | None = None, *, counters_only: bool =
             "fetch_bytes": _sum_samples(metrics.fetch_bytes, "_total"),
             "produce_latency": _latency(metrics, PRODUCE_ROUTES),
             "fetch_latency": _latency(metrics, FETCH_ROUTES),
+            "kafka_connections": int(_sum_samples(metrics.kafka_connections, "_connections")),
             "topics": topics, "partitions": partitions,
             "log_dir": node.replicas.log_dir.status()["state"], "remote_tier": _remote_tier_state(node)}
 
@@ -186,6 +187,8 @@ async def cluster_overview(node, metrics) -> dict[str, Any]:
         b = node.image.brokers[i]
         s = stats.get(i)
         nodes.append({"node_id": i, "host": b.host, "port": b.port, "rack": b.rack, "fenced": b.fenced,
+                      "kafka_listeners": [{"name": name, "host": host, "port": port}
+                                          for name, host, port in (b.kafka_listeners or ())],
                       "in_controlled_shutdown": b.in_controlled_shutdown, "controller": i == controller,
                       "reachable": s is not None, "stats": None if s is None else
                       {k: v for k, v in s.items() if k not in ("topics", "partitions")}})

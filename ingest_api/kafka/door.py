@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 
 from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
 from lakelog.ingest_api.kafka import log_admin_apis
+from lakelog.ingest_api.kafka import acl_apis, quota_apis, scram_admin_apis
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.fetch_sessions import FetchSessionCache
@@ -45,6 +46,9 @@ HANDLERS: dict[int, ApiHandler] = {
     21: log_admin_apis.delete_records,
     22: metadata_apis.init_producer_id,
     23: records_apis.offset_for_leader_epoch,
+    29: acl_apis.describe_acls,
+    30: acl_apis.create_acls,
+    31: acl_apis.delete_acls,
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
     35: log_admin_apis.describe_log_dirs,
@@ -56,6 +60,10 @@ HANDLERS: dict[int, ApiHandler] = {
     45: log_admin_apis.alter_partition_reassignments,
     46: log_admin_apis.list_partition_reassignments,
     47: log_admin_apis.offset_delete,
+    48: quota_apis.describe_client_quotas,
+    49: quota_apis.alter_client_quotas,
+    50: scram_admin_apis.describe_user_scram_credentials,
+    51: scram_admin_apis.alter_user_scram_credentials,
     60: metadata_apis.describe_cluster,
 }
 
@@ -83,6 +91,11 @@ class KafkaDoor:
 
     async def stop(self) -> None:
         await self.server.stop()
+
+    @property
+    def connection_count(self) -> int:
+        """Open connections of all the door's listeners (read on the node's event loop or a scrape)."""
+        return self.server.connection_count
 
     async def handle(self, req: Request, conn: Connection) -> Any:
         security = self.context.node.security

@@ -1,12 +1,13 @@
-"""SaslHandshake and SaslAuthenticate on the Kafka door: PLAIN and SCRAM-SHA-256 against the users the
-cluster metadata stores (the same users HTTP Basic authenticates).
+"""SaslHandshake and SaslAuthenticate on the Kafka door: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 against
+the users the cluster metadata stores (the same users HTTP Basic authenticates).
 
 The exchange, as Kafka's clients run it on a SASL_PLAINTEXT or SASL_SSL listener:
   1. ApiVersions (answered before authentication);
   2. SaslHandshake v1 names the mechanism: one of MECHANISMS, else UNSUPPORTED_SASL_MECHANISM
      with the list; a second handshake is ILLEGAL_SASL_STATE;
   3. SaslAuthenticate carries the mechanism's tokens: PLAIN one message (`authzid NUL user NUL
-     password`, checked by PBKDF2 off the event loop), SCRAM-SHA-256 two (scram.py).
+     password`, checked by PBKDF2 off the event loop), SCRAM-SHA-256/512 two (scram.py) against the
+     user's credential of that mechanism.
 A success sets the connection's principal `User:<name>`; a failure answers SASL_AUTHENTICATION_FAILED
 (the error table's row of `AuthenticationFailedError`), is audited, and closes the connection after
 the answer. Sessions do not expire (session_lifetime_ms 0: no re-authentication, KIP-368).
@@ -25,14 +26,14 @@ from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.codec import Request
 from lakelog.ingest_api.kafka.context import KafkaContext
 from lakelog.ingest_api.kafka.scram import MAX_MESSAGE_BYTES, ScramExchange
-from lakelog.ingest_api.kafka.scram import MECHANISM as SCRAM_SHA_256
 from lakelog.ingest_api.kafka.server import Connection
+from lakelog.ingest_api.security.credentials import SCRAM_SHA_256, SCRAM_SHA_512
 from lakelog.ingest_api.security.errors import AuthenticationFailedError
 
 NONE = ErrorCode.none.value
 PLAIN = "PLAIN"
-#: Mechanisms served, in the order SaslHandshake lists them (only SHA-256 credentials are stored).
-MECHANISMS = (SCRAM_SHA_256, PLAIN)
+#: Mechanisms served, in the order SaslHandshake lists them.
+MECHANISMS = (SCRAM_SHA_256, SCRAM_SHA_512, PLAIN)
 
 
 async def sasl_handshake(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
@@ -43,10 +44,10 @@ async def sasl_handshake(ctx: KafkaContext, req: Request, conn: Connection) -> d
     if mechanism not in MECHANISMS:
         return {"error_code": ErrorCode.unsupported_sasl_mechanism.value, "mechanisms": list(MECHANISMS)}
     conn.sasl_mechanism = mechanism
-    if mechanism == SCRAM_SHA_256:
+    if mechanism != PLAIN:
         security = ctx.node.security
-        conn.sasl_exchange = ScramExchange(security.user_credential, security.decoy_credential,
-                                           secrets.token_urlsafe(24))
+        conn.sasl_exchange = ScramExchange(mechanism, lambda user: security.user_credential(user, mechanism),
+                                           security.decoy_credential(mechanism), secrets.token_urlsafe(24))
     return {"error_code": NONE, "mechanisms": list(MECHANISMS)}
 
 

@@ -1,4 +1,5 @@
-"""The server side of a SCRAM-SHA-256 exchange (RFC 5802, RFC 7677) over the stored credentials (pure).
+"""The server side of a SCRAM-SHA-256 or SCRAM-SHA-512 exchange (RFC 5802, RFC 7677) over the stored
+credentials (pure). H below is the mechanism's hash (SHA-256 or SHA-512).
 
 Messages (UTF-8 text, attributes `name=value` separated by commas):
 
@@ -8,13 +9,13 @@ Messages (UTF-8 text, attributes `name=value` separated by commas):
     server-final   "v=BASE64(ServerSignature)"
 
     AuthMessage     = client-first-bare "," server-first "," client-final-without-proof
-    ClientSignature = HMAC-SHA256(StoredKey, AuthMessage)
-    ClientKey       = ClientProof XOR ClientSignature;  accepted iff SHA-256(ClientKey) == StoredKey
-    ServerSignature = HMAC-SHA256(ServerKey, AuthMessage)
+    ClientSignature = HMAC-H(StoredKey, AuthMessage)
+    ClientKey       = ClientProof XOR ClientSignature;  accepted iff H(ClientKey) == StoredKey
+    ServerSignature = HMAC-H(ServerKey, AuthMessage)
 
-The cluster metadata stores exactly (salt, iterations, StoredKey, ServerKey) per user
-(`security/credentials.py`), so the password never reaches this node. Only SHA-256 credentials are
-stored, so SCRAM-SHA-512 cannot be offered. An unknown user is answered with a decoy credential's
+The cluster metadata stores exactly (salt, iterations, StoredKey, ServerKey) per user and mechanism
+(`security/credentials.py`), so the password never reaches this node. A user without a credential
+of the exchange's mechanism is treated as unknown. An unknown user is answered with a decoy credential's
 iterations and a salt derived from its name, and refused at the final message, as a wrong password
 is (no user-name oracle).
 
@@ -31,10 +32,9 @@ import hashlib
 import hmac
 from typing import Callable
 
-from lakelog.ingest_api.security.credentials import ScramCredential
+from lakelog.ingest_api.security.credentials import HASHES, ScramCredential
 from lakelog.ingest_api.security.errors import AuthenticationFailedError
 
-MECHANISM = "SCRAM-SHA-256"
 MAX_MESSAGE_BYTES = 4096
 MAX_NONCE_CHARS = 256
 GS2_HEADER = "n,,"
@@ -67,10 +67,15 @@ def _text(message: bytes) -> str:
 
 
 class ScramExchange:
-    """One SCRAM-SHA-256 exchange: `first(client_first)` then `final(client_final)`; `user` once accepted."""
+    """One SCRAM exchange of `mechanism` (a key of credentials.HASHES): `first(client_first)` then
+    `final(client_final)`; `user` once accepted. `lookup(user)` is the user's credential of that mechanism."""
 
-    def __init__(self, lookup: Callable[[str], ScramCredential | None], decoy: ScramCredential,
+    def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None], decoy: ScramCredential,
                  server_nonce: str) -> None:
+        if decoy.mechanism != mechanism:
+            raise ValueError(f"a {decoy.mechanism} decoy for a {mechanism} exchange")
+        self.mechanism = mechanism
+        self._hash = HASHES[mechanism]
         self._lookup = lookup
         self._decoy = decoy
         self._server_nonce = server_nonce
@@ -111,7 +116,7 @@ class ScramExchange:
     def _decoy_for(self, name: str) -> ScramCredential:
         """The decoy with a salt of its own per user name (stable while the decoy is), so an unknown name
         is not told apart by a salt shared with every other unknown name."""
-        salt = hmac.new(self._decoy.stored_key, name.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()[:16]
+        salt = hmac.new(self._decoy.stored_key, name.encode("utf-8", "surrogatepass"), self._hash).digest()[:16]
         return dataclasses.replace(self._decoy, salt=salt)
 
     def final(self, message: bytes) -> bytes:
@@ -132,14 +137,15 @@ class ScramExchange:
         without_proof = text[:text.rindex(",p=")]
         auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         cred = self._credential or self._decoy_for(self._name)
-        signature = hmac.new(cred.stored_key, auth_message, hashlib.sha256).digest()
+        signature = hmac.new(cred.stored_key, auth_message, self._hash).digest()
         if len(proof) != len(signature):
             raise AuthenticationFailedError("a SCRAM proof of the wrong length")
         client_key = bytes(a ^ b for a, b in zip(proof, signature))
-        if not hmac.compare_digest(hashlib.sha256(client_key).digest(), cred.stored_key) or self._credential is None:
+        if not hmac.compare_digest(hashlib.new(self._hash, client_key).digest(), cred.stored_key) \
+                or self._credential is None:
             raise AuthenticationFailedError("Authentication failed during authentication due to invalid "
-                                            "credentials with SASL mechanism SCRAM-SHA-256")
+                                            f"credentials with SASL mechanism {self.mechanism}")
         self.user = self._name
-        server_signature = hmac.new(cred.server_key, auth_message, hashlib.sha256).digest()
+        server_signature = hmac.new(cred.server_key, auth_message, self._hash).digest()
         return b"v=" + base64.b64encode(server_signature)
 

@@ -38,6 +38,9 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 5),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    29: ("DescribeAcls", 1, 3),
+    30: ("CreateAcls", 1, 3),
+    31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     35: ("DescribeLogDirs", 1, 4),
@@ -49,6 +52,10 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     45: ("AlterPartitionReassignments", 0, 1),
     46: ("ListPartitionReassignments", 0, 0),
     47: ("OffsetDelete", 0, 0),
+    48: ("DescribeClientQuotas", 0, 1),
+    49: ("AlterClientQuotas", 0, 1),
+    50: ("DescribeUserScramCredentials", 0, 0),
+    51: ("AlterUserScramCredentials", 0, 0),
     60: ("DescribeCluster", 0, 1),
 }
 

@@ -50,6 +50,8 @@ log = logging.getLogger("lakelog.replication")
 
 #: Most OffsetsForLeaderEpoch rounds for one truncation (KIP-279 needs at most a few).
 MAX_TRUNCATION_ROUNDS = 16
+#: Truncating at least this many partitions at once is reported at INFO (a restart, a failover).
+TRUNCATION_REPORT_MIN = 10
 #: Retry delay when the leader has not applied the metadata this node has (about a Raft round trip).
 LAGGING_LEADER_RETRY_S = 0.05
 
@@ -169,6 +171,14 @@ class ReplicaFetcher:
     # ------------------------------------------------------------------ truncation
 
     async def _truncate(self, parts: list[Partition]) -> None:
+        started = time.monotonic()
+        rounds = await self._truncate_rounds(parts)
+        if len(parts) >= TRUNCATION_REPORT_MIN:
+            log.info("truncation of %d partitions following node %d: %d OffsetsForLeaderEpoch round(s), %.1f s",
+                     len(parts), self.leader_id, rounds, time.monotonic() - started)
+
+    async def _truncate_rounds(self, parts: list[Partition]) -> int:
+        """The truncation of `parts`; returns the OffsetsForLeaderEpoch rounds it took."""
         epochs_at_start = {p.key: p.leader_epoch for p in parts}
         asking: dict[PartitionKey, int] = {}
         for p in parts:
@@ -177,9 +187,9 @@ class ReplicaFetcher:
                 self._apply_truncation(p, step.offset)
             else:
                 asking[p.key] = step.epoch
-        for _ in range(MAX_TRUNCATION_ROUNDS):
+        for rounds in range(MAX_TRUNCATION_ROUNDS):
             if not asking:
-                return
+                return rounds
             body = {"replica_id": self.node.node_id,
                     "partitions": [{"topic": k.topic, "partition": k.partition,
                                     "current_leader_epoch": epochs_at_start[k], "leader_epoch": e}
@@ -211,6 +221,7 @@ class ReplicaFetcher:
                 del asking[key]
         for key in asking:
             log.warning("%s: no truncation point after %d rounds; retrying", key, MAX_TRUNCATION_ROUNDS)
+        return MAX_TRUNCATION_ROUNDS
 
     def _apply_truncation(self, p: Partition, offset: int, *, final: bool = True) -> None:
         leo = p.log.log_end_offset

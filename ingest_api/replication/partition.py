@@ -67,10 +67,11 @@ def monotonic_ms() -> int:
 class Partition:
     def __init__(self, key: PartitionKey, log: PartitionLog, node_id: int,
                  log_dir: LogDirHealth | None = None, *,
-                 on_change: Callable[[PartitionKey], None] | None = None) -> None:
+                 on_change: Callable[[PartitionKey, bool], None] | None = None) -> None:
         self.key = key
         #: Told (any thread) when the replica changed in a way a follower's fetch session must see:
-        #: an append, the HW moving, a role change or the replica's end (`replication/sessions.py`).
+        #: an append, a role change or the replica's end (urgent: True), or the HW moving (False: news
+        #: that rides along with the next answer, `replication/sessions.py`).
         self._on_change = on_change
         self.log = log
         self.node_id = node_id
@@ -156,7 +157,7 @@ class Partition:
         resolve: list[tuple[asyncio.Future, BaseException | None]] = []
         proposals: list[ProposeIsr] = []
         on_log: list[rc.Effect] = []
-        changed = False
+        changed = urgent = False
         with self._lock:
             effects = self.core.step(event)
             if not effects:  # the common case (an append that moves no HW): nothing to carry out
@@ -170,7 +171,7 @@ class Partition:
                 elif kind is rc.WakeAll:
                     wake |= self._waiters
                     self._waiters = set()
-                    changed = True
+                    changed = urgent = True
                 elif kind is rc.CompleteProduce:
                     fut = self._produce_waiters.pop(e.request_id, None)  # type: ignore[union-attr]
                     if fut is not None:
@@ -190,7 +191,7 @@ class Partition:
         for fut, err in resolve:
             _resolve(fut, err)
         if changed and self._on_change is not None:
-            self._on_change(self.key)
+            self._on_change(self.key, urgent)
         return proposals
 
     def _produce_error(self, e: rc.CompleteProduce) -> BaseException | None:
@@ -371,7 +372,7 @@ class Partition:
     def _on_append(self, leo: int) -> None:
         # Called by the log under its lock, possibly on another thread: only hand off.
         if self._on_change is not None:
-            self._on_change(self.key)
+            self._on_change(self.key, True)
 
     def wake_all(self) -> None:
         """Release every waiting fetch (shutdown, deletion, role change)."""
@@ -380,7 +381,7 @@ class Partition:
         for fut in waiters:
             _wake(fut)
         if self._on_change is not None:
-            self._on_change(self.key)
+            self._on_change(self.key, True)
 
     def close_waiters(self, err: BaseException) -> None:
         """The replica is dropped (deleted, moved, the node stops): fetches return, produces fail with `err`."""

@@ -5,12 +5,12 @@
   run one `ReplicaFetcher` per leader followed, delete replicas moved away or deleted; once the node
   is ready, delete stray partition directories left from before.
 * ISR (`isr_loop`, and on follower fetches): propose shrinks of lagging followers and expansions of
-  caught-up ones to the controller (AlterPartition, one in flight per partition); the committed
-  change comes back through the metadata log.
+  caught-up ones to the controller (AlterPartition, one in flight per partition, the changes of many
+  partitions in one request); the committed change comes back through the metadata log.
 * Leader side of replication: answer followers' fetches in their fetch sessions (`FetchSessions`:
   recording their fetch offsets, answering only partitions with news, long-polling on one waiter
   per session when there is none) and OffsetsForLeaderEpoch.
-* The flush scheduler (`flush.ms` / `flush.messages`), on a background thread.
+* The flush scheduler (`flush.ms`, `flush_scheduler.py`): fed by the logs' append listeners.
 
 Concurrency: replicas are added and removed on the node's event loop under `_lock` (the flush and
 remote-log-manager threads list them); a `Partition` has its own concurrency contract.
@@ -25,6 +25,7 @@ import resource
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -40,13 +41,14 @@ from lakelog.ingest_api.cluster.throttles import (
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
 from lakelog.ingest_api.replication.events import ProposeIsr, Role
-from lakelog.ingest_api.replication.partition import Partition, PartitionKey
+from lakelog.ingest_api.replication.partition import Partition, PartitionKey, monotonic_ms
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
+from lakelog.ingest_api.replication.flush_scheduler import FlushScheduler
 from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
 from lakelog.logstore.fileutil import atomic_write
 from lakelog.logstore.log import PartitionLog
-from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
+from lakelog.logstore.log_dir_health import LogDirHealth
 
 log = logging.getLogger("lakelog.node")
 
@@ -61,10 +63,18 @@ MAX_PARTITIONS_PER_REQUEST = 10000
 #: one new topic would stall the loop for seconds, and the controller quorum's ticks, heartbeats and
 #: lease run on it: its leader took the stall for a pause and stepped down, over and over.
 RECONCILE_SLICE_S = 0.05
+#: Threads that open (after a restart) and close (at stop) partition logs side by side: each mostly
+#: waits on the disk (fsyncs, the clean-shutdown marker), so thousands of logs take seconds, not minutes.
+LOG_IO_THREADS = 8
+#: Missing logs from which the reconcile opens them on the threads, and most per batch.
+PARALLEL_OPEN_MIN = 16
+LOG_OPEN_BATCH = 500
+#: Opening at least this many logs in one pass is reported ("startup phase", at INFO).
+LOG_OPENING_REPORT_MIN = 10
 #: Partitions one ISR check looks at before it yields the event loop.
 ISR_CHECK_SLICE = 500
-#: AlterPartition requests one node has at the controller at once (the rest queue here).
-MAX_ISR_CHANGES_IN_FLIGHT = 8
+#: Most ISR changes one AlterPartition request carries (one request at a time; the rest wait here).
+MAX_ISR_CHANGES_PER_REQUEST = 1000
 
 
 class ReplicaManager:
@@ -82,7 +92,11 @@ class ReplicaManager:
         self._new_fetcher = new_fetcher
         self._controller_call = controller_call
         self._isr_backoff = RetryBackoff()  # a refused ISR change is not re-sent on every follower fetch
-        self._isr_slots: asyncio.Semaphore | None = None
+        #: ISR changes waiting for the next AlterPartition request, and the task sending them.
+        self._isr_pending: dict[PartitionKey, tuple[Partition, ProposeIsr]] = {}
+        self._isr_sender: asyncio.Task | None = None
+        #: AlterPartition requests sent (an operation count: tests, metrics).
+        self.isr_requests = 0
         self._broker_epoch = broker_epoch
         self._on_drop = on_drop
         self._partitions: dict[PartitionKey, Partition] = {}
@@ -91,10 +105,25 @@ class ReplicaManager:
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._lock = threading.RLock()
         self._reconcile_scheduled = False
+        #: (monotonic start, logs opened, logs recovered) when the open pass in progress began.
+        self._opening_since: tuple[float, int, int] | None = None
+        #: Logs opening on the threads (`_load_logs`), the pool, and keys whose opening there failed.
+        self._loading: asyncio.Task | None = None
+        self._open_pool: ThreadPoolExecutor | None = None
+        self._load_failed: set[PartitionKey] = set()
+        #: Partition logs opened, and of those recovered after an unclean shutdown (counts).
+        self.logs_opened = 0
+        self.logs_recovered = 0
         #: key -> (partition state, topic configs, topic id) objects of the image it was last reconciled with.
         self._reconciled: dict[PartitionKey, tuple[Any, Any, str]] = {}
-        #: Partitions the full passes brought in line (an operation count: tests, metrics).
+        #: Partitions the full passes brought in line, and partitions the passes looked at (operation
+        #: counts: tests, metrics).
         self.partitions_reconciled = 0
+        self.partitions_examined_by_reconcile = 0
+        #: topic name -> the image's topic object of the last full pass over it, and the keys of its
+        #: partitions this node held then.
+        self._seen_topics: dict[str, Any] = {}
+        self._keys_by_topic: dict[str, set[PartitionKey]] = {}
         self._strays_removed = False
         #: Replication throttles (cluster/throttles.py): bytes this node sends as a leader to, and
         #: fetches as a follower for, throttled replicas out of the ISR.
@@ -104,6 +133,12 @@ class ReplicaManager:
         self.fetch_sessions = FetchSessions()
         #: Partitions the last ISR check looked at (an operation count: tests, metrics).
         self.isr_partitions_checked = 0
+        #: ISR changes this node sent as a leader (Kafka's IsrShrinksPerSec / IsrExpandsPerSec; metrics).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        #: The flush scheduler (`flush_scheduler.py`), fed by the logs' append listeners; the node
+        #: runs its loop on a thread.
+        self.flush = FlushScheduler(config.log_flush_scheduler_interval_ms, self.local_partition, self.log_dir)
 
     # ------------------------------------------------------------------ views
 
@@ -127,6 +162,12 @@ class ReplicaManager:
 
     def _reconcile(self) -> None:
         self._reconcile_scheduled = False
+        if self._loading is not None:
+            return  # logs are opening on the threads; that task reconciles again when it is done
+        missing = self._missing_logs(LOG_OPEN_BATCH)
+        if len(missing) >= PARALLEL_OPEN_MIN:
+            self._loading = asyncio.get_running_loop().create_task(self._load_logs(missing), name="log-open")
+            return
         try:
             done = self.reconcile_now(budget_s=RECONCILE_SLICE_S)
         except Exception:
@@ -138,15 +179,21 @@ class ReplicaManager:
     def reconcile_now(self, budget_s: float | None = None) -> bool:
         """Bring the replicas in line with the image; False when `budget_s` ran out first.
 
-        The partitions this node lacks are opened first, as many as the budget allows (at least
-        one per call); only once none is missing does the full pass run (roles, fetchers, configs,
-        drops), so a sliced reconcile never repeats that pass per slice. The full pass brings in
-        line only the partitions whose state in the image changed since it last did.
+        Only topics whose image object changed since the last full pass are looked at (the image
+        replaces a topic's object when anything in it changes), and of those only the partitions
+        whose state object changed: applying a metadata delta costs what it changed, not the
+        partition count. The partitions this node lacks are opened first, as many as the budget
+        allows (at least one per call); only once none is missing does the full pass run (roles,
+        fetchers, configs, drops), so a sliced reconcile never repeats that pass per slice.
         """
         deadline = None if budget_s is None else time.monotonic() + budget_s
+        changed = [(name, t) for name, t in self.image.topics.items() if self._seen_topics.get(name) is not t]
         opened = 0
-        for name, topic in self.image.topics.items():
+        if self._opening_since is None:
+            self._opening_since = (time.monotonic(), self.logs_opened, self.logs_recovered)
+        for name, topic in changed:
             for p, st in enumerate(topic.partitions):
+                self.partitions_examined_by_reconcile += 1
                 key = PartitionKey(name, p)
                 if self.node_id not in st.replicas or (
                         key in self._partitions and self._topic_ids.get(name) == topic.topic_id):
@@ -155,23 +202,85 @@ class ReplicaManager:
                     return False
                 self._reconcile_one(key, topic, st)
                 opened += 1
-        wanted: set[PartitionKey] = set()
-        for name, topic in self.image.topics.items():
-            for p, st in enumerate(topic.partitions):
-                if self.node_id in st.replicas:
-                    key = PartitionKey(name, p)
-                    wanted.add(key)
-                    seen = self._reconciled.get(key)
-                    # The image replaces the state of a partition that changes and keeps the others'
-                    # objects: one that is the object reconciled last time has nothing new.
-                    if (seen is None or seen[0] is not st or seen[1] is not topic.configs
-                            or seen[2] != topic.topic_id or key not in self._partitions):
-                        self._reconcile_one(key, topic, st)
-                        self._reconciled[key] = (st, topic.configs, topic.topic_id)
-                        self.partitions_reconciled += 1
-        for key in [k for k in self._partitions if k not in wanted]:
-            self._drop_partition(key)
+        since, opened_before, recovered_before = self._opening_since
+        self._opening_since = None
+        if self.logs_opened - opened_before >= LOG_OPENING_REPORT_MIN:
+            log.info("startup phase: %d partition logs opened in %.1f s (%d recovered after an unclean shutdown)",
+                     self.logs_opened - opened_before, time.monotonic() - since,
+                     self.logs_recovered - recovered_before)
+        for name, topic in changed:
+            self._reconcile_topic(name, topic)
+        for name in [n for n in self._seen_topics if n not in self.image.topics]:
+            for key in self._keys_by_topic.pop(name, set()):
+                self._drop_partition(key)
+            del self._seen_topics[name]
         return True
+
+    def _missing_logs(self, limit: int) -> list[tuple[PartitionKey, Any]]:
+        """Up to `limit` (key, topic) whose log this node should hold and has not opened (not
+        counting those whose opening on the threads failed: the reconcile opens them itself)."""
+        out: list[tuple[PartitionKey, Any]] = []
+        for name, topic in self.image.topics.items():
+            if self._seen_topics.get(name) is topic:
+                continue
+            for p, st in enumerate(topic.partitions):
+                key = PartitionKey(name, p)
+                if self.node_id not in st.replicas or key in self._load_failed or (
+                        key in self._partitions and self._topic_ids.get(name) == topic.topic_id):
+                    continue
+                out.append((key, topic))
+                if len(out) >= limit:
+                    return out
+        return out
+
+    async def _load_logs(self, missing: list[tuple[PartitionKey, Any]]) -> None:
+        """Open the logs of `missing` on `LOG_IO_THREADS` threads (a restart opens thousands: each
+        mostly waits on the disk), registering each on the event loop as it comes; then reconcile."""
+        loop = asyncio.get_running_loop()
+        if self._open_pool is None:
+            self._open_pool = ThreadPoolExecutor(max_workers=LOG_IO_THREADS, thread_name_prefix="log-open")
+        started = time.monotonic()
+        try:
+            futures = [loop.run_in_executor(self._open_pool, self._load_log, key, topic.topic_id, topic.configs)
+                       for key, topic in missing]
+            for (key, topic), fut in zip(missing, futures):
+                try:
+                    plog = await fut
+                except Exception:
+                    log.exception("opening the log of %s failed", key)
+                    self._load_failed.add(key)
+                    continue
+                now = self.image.topics.get(key.topic)
+                if now is None or now.topic_id != topic.topic_id or key in self._partitions:
+                    plog.close()  # the metadata moved on meanwhile: the reconcile decides again
+                    continue
+                self._register_partition(key, topic.topic_id, topic.configs, plog)
+            log.info("startup phase: %d partition logs opened in %.1f s on %d threads", len(missing),
+                     time.monotonic() - started, LOG_IO_THREADS)
+        finally:
+            self._loading = None
+            self.schedule_reconcile()
+
+    def _reconcile_topic(self, name: str, topic: Any) -> None:
+        """The full pass over one changed topic: its partitions whose state changed, and drops."""
+        wanted: set[PartitionKey] = set()
+        for p, st in enumerate(topic.partitions):
+            if self.node_id not in st.replicas:
+                continue
+            key = PartitionKey(name, p)
+            wanted.add(key)
+            seen = self._reconciled.get(key)
+            # The image replaces the state of a partition that changes and keeps the others'
+            # objects: one that is the object reconciled last time has nothing new.
+            if (seen is None or seen[0] is not st or seen[1] is not topic.configs
+                    or seen[2] != topic.topic_id or key not in self._partitions):
+                self._reconcile_one(key, topic, st)
+                self._reconciled[key] = (st, topic.configs, topic.topic_id)
+                self.partitions_reconciled += 1
+        for key in self._keys_by_topic.get(name, set()) - wanted:
+            self._drop_partition(key)
+        self._keys_by_topic[name] = wanted
+        self._seen_topics[name] = topic
 
     def _reconcile_one(self, key: PartitionKey, topic: Any, st: Any) -> None:
         part = self._partitions.get(key)
@@ -209,6 +318,10 @@ class ReplicaManager:
                 f.remove(key)
 
     def _open_partition(self, key: PartitionKey, topic_id: str, configs: dict[str, str]) -> Partition:
+        return self._register_partition(key, topic_id, configs, self._load_log(key, topic_id, configs))
+
+    def _load_log(self, key: PartitionKey, topic_id: str, configs: dict[str, str]) -> PartitionLog:
+        """Open (recover, or create) a partition's log in its directory. Any thread."""
         directory = self.data_dir / f"{key.topic}-{key.partition}"
         marker = directory / PARTITION_METADATA_FILE
         if directory.exists() and marker.exists() and _read_topic_id(marker) != topic_id:
@@ -218,12 +331,21 @@ class ReplicaManager:
         plog = PartitionLog(directory, self.config.log_config(configs))
         if not marker.exists():
             atomic_write(marker, f"version: 0\ntopic_id: {topic_id}\n".encode())
+        return plog
+
+    def _register_partition(self, key: PartitionKey, topic_id: str, configs: dict[str, str],
+                            plog: PartitionLog) -> Partition:
+        """A freshly opened log becomes this node's replica. Event loop (or the caller's thread in tests)."""
+        self.logs_opened += 1
         if not plog.recovery.clean_shutdown:
+            self.logs_recovered += 1
             log.warning("partition %s recovered: %s", key, plog.recovery)
         partition = Partition(key, plog, self.node_id, self.log_dir, on_change=self.fetch_sessions.changed)
+        plog.add_append_listener(lambda leo: self.flush.mark(key))
         with self._lock:
             self._partitions[key] = partition
             self._topic_ids[key.topic] = topic_id
+        self._topic_configs[key] = dict(configs)  # the log was opened with them
         if self.cleaner is not None:
             self.cleaner.register(plog, lambda: partition.high_watermark)
         return partition
@@ -248,6 +370,7 @@ class ReplicaManager:
         if self._strays_removed:
             return
         self._strays_removed = True
+        log.info("startup phase: serving; %d partition logs open", len(self._partitions))
         with self._lock:
             known = {f"{k.topic}-{k.partition}" for k in self._partitions}
         for d in self.data_dir.iterdir():
@@ -297,42 +420,56 @@ class ReplicaManager:
                                                                             p.log.log_end_offset)):
             proposal = p.on_follower_fetch(replica_id, offset, now=at_ms)
             if proposal is not None and self._send_isr_change(p, proposal):
+                self.isr_expands += 1
                 log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
         proposal = p.tick(lag_max_ms)
         if proposal is not None and self._send_isr_change(p, proposal):
-            log.info("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
+            self.isr_shrinks += 1
+            log.warning("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
 
     def _send_isr_change(self, p: Partition, proposal: ProposeIsr) -> bool:
-        """Send an ISR change unless a refused one of this partition is backing off; True if sent."""
+        """Queue an ISR change for the next AlterPartition request unless a refused one of this
+        partition is backing off; True if queued."""
         if not self._isr_backoff.may_send(p.key, time.monotonic()):
             # Not sent: answered as refused, so the replica proposes it again after the backoff
             # (not on every follower fetch, several times a millisecond).
             p.isr_change_answered(proposal.partition_epoch, accepted=False)
             return False
-        asyncio.get_running_loop().create_task(self._alter_partition(p, proposal))
+        self._isr_pending[p.key] = (p, proposal)
+        if self._isr_sender is None or self._isr_sender.done():
+            self._isr_sender = asyncio.get_running_loop().create_task(self._send_isr_changes())
         return True
 
-    async def _alter_partition(self, p: Partition, proposal: ProposeIsr) -> None:
-        """AlterPartition through the controller; the answer goes back to the replica's state machine (the
-        committed ISR itself reaches this node through the metadata log). At most
-        `MAX_ISR_CHANGES_IN_FLIGHT` at once: a node back from a pause may propose hundreds together,
-        and as many simultaneous requests would crowd out the heartbeats at the controller."""
-        new_isr = list(proposal.new_isr)
-        if self._isr_slots is None:
-            self._isr_slots = asyncio.Semaphore(MAX_ISR_CHANGES_IN_FLIGHT)
-        try:
-            async with self._isr_slots:
-                await self._controller_call("alter_partition", {
-                    "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "topic": p.key.topic,
-                    "partition": p.key.partition, "leader_epoch": proposal.leader_epoch,
-                    "partition_epoch": proposal.partition_epoch, "new_isr": new_isr})
-        except Exception as e:
-            log.info("%s: ISR change to %s refused: %s", p.key, new_isr, e)
-            self._isr_backoff.refused(p.key, time.monotonic())
-            p.isr_change_answered(proposal.partition_epoch, accepted=False)
-            return
-        self._isr_backoff.accepted(p.key)
-        p.isr_change_answered(proposal.partition_epoch, accepted=True)
+    async def _send_isr_changes(self) -> None:
+        """The queued ISR changes to the controller, many partitions per AlterPartition request
+        (`alter_partitions`: applied in one controller round, one metadata entry), one request at a
+        time; what is proposed while one is out goes in the next. A node back from a pause may
+        propose hundreds together: a request each would crowd out the heartbeats at the controller.
+        The answers go back to the replicas' state machines (the committed ISR itself reaches this
+        node through the metadata log)."""
+        while self._isr_pending:
+            await asyncio.sleep(0)  # the rest of this ISR check slice joins the request
+            keys = list(self._isr_pending)[:MAX_ISR_CHANGES_PER_REQUEST]
+            batch = [self._isr_pending.pop(k) for k in keys]
+            entries = [{"topic": p.key.topic, "partition": p.key.partition, "leader_epoch": pr.leader_epoch,
+                        "partition_epoch": pr.partition_epoch, "new_isr": list(pr.new_isr)} for p, pr in batch]
+            self.isr_requests += 1
+            try:
+                answer = await self._controller_call("alter_partitions", {
+                    "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "partitions": entries})
+                errors = list(answer.get("errors") or [None] * len(batch))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                errors = [str(e)] * len(batch)
+            for (p, proposal), error in zip(batch, errors):
+                if error is None:
+                    self._isr_backoff.accepted(p.key)
+                    p.isr_change_answered(proposal.partition_epoch, accepted=True)
+                else:
+                    log.info("%s: ISR change to %s refused: %s", p.key, list(proposal.new_isr), error)
+                    self._isr_backoff.refused(p.key, time.monotonic())
+                    p.isr_change_answered(proposal.partition_epoch, accepted=False)
 
     # ------------------------------------------------------------------ leader side of replication
 
@@ -372,16 +509,22 @@ class ReplicaManager:
         if len(request.get("partitions", [])) > MAX_PARTITIONS_PER_REQUEST:
             raise InvalidRequestError(f"a replica fetch names at most {MAX_PARTITIONS_PER_REQUEST} partitions")
         session, full, named = self.fetch_sessions.begin(replica_id, request)
-        result = self._answer_session(session, full, named, budget)
+        result, lazy = self._answer_session(session, full, named, budget)
         if max_wait > 0 and not result:
+            # Only lazy news (a moved HW): keep it for the answer that ends the long-poll.
+            self.fetch_sessions.defer(session, [PartitionKey(d.topic, d.partition) for d in lazy])
             await self.fetch_sessions.wait(session, max_wait)
-            result = self._answer_session(session, False, [], budget)
-        session.last_fetch_ms = int(time.time() * 1000)
-        return result
+            result, lazy = self._answer_session(session, False, [], budget)
+        self._mark_sent(session, result)
+        self._mark_sent(session, lazy)
+        session.last_fetch_ms = monotonic_ms()
+        return result + lazy
 
     def _answer_session(self, session: FetchSession, full: bool, named: list[PartitionKey],
-                        budget: int) -> list[wire.PartitionData]:
-        out = []
+                        budget: int) -> tuple[list[wire.PartitionData], list[wire.PartitionData]]:
+        """(partitions with records, an error, or in a full request; partitions whose only news is their
+        HW, log start or LEO)."""
+        out, lazy = [], []
         remaining = budget
         for key in session.candidates(named, self.fetch_sessions.take_dirty(session)):
             sp = session.partitions[key]
@@ -393,11 +536,18 @@ class ReplicaManager:
             remaining -= len(d.records)
             if sp.fetch_offset < d.log_end_offset:
                 session.behind.add(key)
-            state = (d.high_watermark, d.log_start_offset, d.log_end_offset)
-            if full or len(d.records) or state != sp.sent:
-                sp.sent = state
+            if full or len(d.records):
                 out.append(d)
-        return out
+            elif (d.high_watermark, d.log_start_offset, d.log_end_offset) != sp.sent:
+                lazy.append(d)
+        return out, lazy
+
+    @staticmethod
+    def _mark_sent(session: FetchSession, answered: list[wire.PartitionData]) -> None:
+        for d in answered:
+            sp = session.partitions.get(PartitionKey(d.topic, d.partition))
+            if sp is not None and d.error_code == wire.NONE:
+                sp.sent = (d.high_watermark, d.log_start_offset, d.log_end_offset)
 
     def _read_for_follower(self, replica_id: int, key: PartitionKey, sp: Any, remaining: int) -> wire.PartitionData:
         topic, part = key.topic, key.partition
@@ -412,6 +562,7 @@ class ReplicaManager:
                                       p.high_watermark, p.log.log_start_offset, leo, b"")
         proposal = p.on_follower_fetch(replica_id, offset)
         if proposal is not None and self._send_isr_change(p, proposal):
+            self.isr_expands += 1
             log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
         records: bytes | memoryview = b""
         if offset < leo and remaining > 0:
@@ -445,20 +596,29 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ background work and stop
 
-    def flush_loop(self, stopped: threading.Event) -> None:
-        """The flush scheduler (a background thread) until `stopped` is set."""
-        interval = self.config.log_flush_scheduler_interval_ms / 1000
-        while not stopped.wait(interval):
-            for p in self.partitions():
-                try:
-                    p.log.flush_if_due()
-                except OSError as e:
-                    if not is_disk_failure(e):
-                        log.exception("flush of %s failed", p.key)
-                    else:  # acks do not wait for fsync (as Kafka's); nothing more is acknowledged after this
-                        self.log_dir.failed(str(p.key), "flush", e)
-                except Exception:  # a closed log during deletion; the next pass moves on
-                    log.exception("flush of %s failed", p.key)
+    def close_logs(self) -> int:
+        """Close every replica's log (flush, checkpoints, the clean-shutdown marker) on up to
+        `LOG_IO_THREADS` threads: a close mostly waits on fsyncs, which then run side by side.
+        Returns how many failed (a full or failed disk: the next start recovers those). Once, at stop."""
+        if self._open_pool is not None:  # no log opens after this (one being opened finishes first)
+            self._open_pool.shutdown(wait=True, cancel_futures=True)
+        parts = self.partitions()
+        started = time.monotonic()
+
+        def close(p: Partition) -> bool:
+            try:
+                p.log.close()
+                return True
+            except OSError as e:
+                log.error("closing %s failed (its last flush or checkpoint is not written): %s", p.key, e)
+                return False
+
+        with ThreadPoolExecutor(max_workers=max(1, min(LOG_IO_THREADS, len(parts))),
+                                thread_name_prefix="log-close") as pool:
+            closed = list(pool.map(close, parts))
+        if len(parts) >= LOG_OPENING_REPORT_MIN:
+            log.info("stop phase: %d partition logs closed in %.1f s", len(parts), time.monotonic() - started)
+        return closed.count(False)
 
     async def stop_fetchers(self) -> None:
         """Stop following and release every waiter (the node leaves the cluster)."""

@@ -10,11 +10,18 @@ names, only the ones with something to say: new records, an error, or a high wat
 or log end other than it last sent in this session.
 
 What the leader looks at in one round is `FetchSession.candidates()`: the partitions the request
-named, those changed on this node since the last answer (`dirty`: appended to, HW moved, role
-changed — `FetchSessions.changed`, called by the partition), and those whose follower is still
-behind. An idle, caught-up partition is none of these. A round with nothing to answer waits on
-ONE future per session, woken by `changed` for any of its partitions, up to the request's
-`max_wait_ms`.
+named, those changed on this node since the last answer (`dirty`: appended to, role changed;
+`lazy`: only the HW or log start moved — `FetchSessions.changed`, called by the partition), and
+those whose follower is still behind. An idle, caught-up partition is none of these. A round with
+nothing to answer waits on ONE future per session, woken by `changed` for any of its partitions,
+up to the request's `max_wait_ms`.
+
+A moved HW or log start alone is news that can wait (`lazy`): it neither wakes a waiting round nor
+answers a request at once; it rides along with the next answer that carries records or an error,
+or the answer at the end of the long-poll. Otherwise every acks=all produce would cost each
+follower a second round trip: the follower's fetch that moves the HW would be answered at once
+with that HW, and the follower would fetch again only to wait (two fetches per produce per
+follower instead of one, on the same event loop that answers the producer).
 
 Refusals (the follower starts a new session with a full request): an incremental request for a
 session this node does not hold (it restarted, or another full request replaced it) or with an
@@ -32,12 +39,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from lakelog.ingest_api.errors import InvalidRequestError
-from lakelog.ingest_api.replication.partition import PartitionKey
+from lakelog.ingest_api.replication.partition import PartitionKey, monotonic_ms
 
 #: Most partitions one fetch session holds.
 MAX_SESSION_PARTITIONS = 100_000
@@ -61,11 +67,15 @@ class FetchSession:
         self.session_id = session_id
         self.epoch = 0
         self.partitions: dict[PartitionKey, SessionPartition] = {}
-        #: Changed on this node since their last answer (guarded by the owner's lock).
+        #: Changed on this node since their last answer (guarded by the owner's lock): appended to,
+        #: role changed (wakes the waiting round) ...
         self.dirty: set[PartitionKey] = set()
+        #: ... or only the HW / log start moved (answered with the next answer, wakes nothing).
+        self.lazy: set[PartitionKey] = set()
         #: Followers still behind the LEO at their last answer: looked at each round.
         self.behind: set[PartitionKey] = set()
-        #: Wall-clock ms of the session's last request (answered or not): its follower's liveness.
+        #: Monotonic ms of the session's last request (answered or not): its follower's liveness, on
+        #: the clock the ISR check compares it with (`Partition.tick`).
         self.last_fetch_ms = 0
         self.waiter: asyncio.Future | None = None
         #: Partitions looked at in rounds of this session (an operation count: tests, metrics).
@@ -138,7 +148,7 @@ class FetchSessions:
                 raise InvalidRequestError(f"fetch session {session_id} of node {replica_id} expects epoch "
                                           f"{session.epoch + 1}, not {epoch}")
         session.epoch = epoch
-        session.last_fetch_ms = int(time.time() * 1000)
+        session.last_fetch_ms = monotonic_ms()
         session.rounds += 1
         named = session.apply(entries, forgotten)
         if epoch == 0:
@@ -146,9 +156,16 @@ class FetchSessions:
         return session, epoch == 0, named
 
     def take_dirty(self, session: FetchSession) -> set[PartitionKey]:
+        """The session's changed partitions, urgent and lazy, cleared. Any thread."""
         with self._lock:
             dirty, session.dirty = session.dirty, set()
-            return dirty
+            lazy, session.lazy = session.lazy, set()
+        return dirty | lazy if lazy else dirty
+
+    def defer(self, session: FetchSession, keys: list[PartitionKey]) -> None:
+        """Lazy news a round did not answer: looked at again by the session's next round. Any thread."""
+        with self._lock:
+            session.lazy.update(keys)
 
     async def wait(self, session: FetchSession, timeout_s: float) -> None:
         """Wait until a partition of the session changes, the session is replaced, or `timeout_s`."""
@@ -166,14 +183,18 @@ class FetchSessions:
                 if session.waiter is fut:
                     session.waiter = None
 
-    def changed(self, key: PartitionKey) -> None:
-        """A partition changed on this node (append, HW, role): mark it in the sessions holding it. Any thread."""
+    def changed(self, key: PartitionKey, urgent: bool = True) -> None:
+        """A partition changed on this node: mark it in the sessions holding it, and wake their waiting
+        rounds when `urgent` (an append, a role change) rather than only its HW or log start. Any thread."""
         with self._lock:
             hit = []
             for s in self._by_replica.values():
                 if key in s.partitions:
-                    s.dirty.add(key)
-                    hit.append(s)
+                    if urgent:
+                        s.dirty.add(key)
+                        hit.append(s)
+                    else:
+                        s.lazy.add(key)
         for s in hit:
             _wake(s)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from lakelog.ingest_api.security.acl import Authorizer, Operation, ResourceType
 from lakelog.ingest_api.security.audit import AuditLog
-from lakelog.ingest_api.security.credentials import (CredentialCache, ScramCredential, make_credential, parse_api_key,
-                                                       verify_password)
+from lakelog.ingest_api.security.credentials import (HASHES, SCRAM_SHA_256, CredentialCache, ScramCredential,
+                                                       make_credential, parse_api_key, verify_password)
 from lakelog.ingest_api.security.errors import AuthorizationFailedError
 from lakelog.ingest_api.security.quotas import QuotaLimits, QuotaManager, parse_overrides
 
@@ -50,7 +50,8 @@ class SecurityContext:
         self.cache = CredentialCache()
         #: Checked against when a Basic user does not exist, so that a wrong password costs the same
         #: PBKDF2 work for an unknown user as for a known one (no user-name oracle by timing).
-        self._decoy = make_credential(secrets.token_urlsafe(24), self.scram_iterations)
+        decoy_password = secrets.token_urlsafe(24)
+        self._decoys = {m: make_credential(decoy_password, self.scram_iterations, mechanism=m) for m in HASHES}
         self._authorizer: Authorizer | None = None
         self._authorizer_generation = -1
         self._quota_generation = -1
@@ -105,19 +106,20 @@ class SecurityContext:
     def verify_user_password(self, user: str, password: str) -> str | None:
         """The principal of a stored user whose password this is, else None (PBKDF2: call off the loop
         when it matters). An unknown user costs the same work as a wrong password."""
-        cred = self.state.users.get(user)
-        if verify_password(self._decoy if cred is None else cred, password) and cred is not None:
+        creds = self.state.users.get(user, {})
+        # The SCRAM-SHA-256 credential when the user has one (every password set over HTTP makes one).
+        cred = creds.get(SCRAM_SHA_256) or next(iter(creds.values()), None)
+        if verify_password(self._decoys[SCRAM_SHA_256] if cred is None else cred, password) and cred is not None:
             return f"User:{user}"
         return None
 
-    def user_credential(self, user: str) -> ScramCredential | None:
-        """A stored user's SCRAM credential (for a SCRAM exchange), None for no such user."""
-        return self.state.users.get(user)
+    def user_credential(self, user: str, mechanism: str = SCRAM_SHA_256) -> ScramCredential | None:
+        """A stored user's credential of a SCRAM mechanism (for a SCRAM exchange), None for none."""
+        return self.state.users.get(user, {}).get(mechanism)
 
-    @property
-    def decoy_credential(self) -> ScramCredential:
+    def decoy_credential(self, mechanism: str = SCRAM_SHA_256) -> ScramCredential:
         """The credential an exchange for an unknown user proceeds with, so it fails as a wrong password does."""
-        return self._decoy
+        return self._decoys[mechanism]
 
     def check(self, principal: str, operation: Operation, rtype: ResourceType, name: str, method: str,
               path: str, client: str = "?") -> None:

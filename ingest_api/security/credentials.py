@@ -1,19 +1,22 @@
-"""Stored credentials: passwords as SCRAM-SHA-256 keeps them (RFC 5802 / RFC 7677), and API keys.
+"""Stored credentials: passwords as SCRAM keeps them (RFC 5802; SCRAM-SHA-256 RFC 7677, and
+SCRAM-SHA-512 with SHA-512 as H), and API keys.
 
 A password is never stored, logged or replicated. The node that receives it derives, with a fresh
-random salt:
+random salt and H the mechanism's hash (SHA-256: 32-byte keys, SHA-512: 64-byte keys):
 
-    SaltedPassword = PBKDF2-HMAC-SHA256(password, salt, iterations)     (32 bytes)
-    ClientKey      = HMAC-SHA256(SaltedPassword, "Client Key")
-    StoredKey      = SHA-256(ClientKey)
-    ServerKey      = HMAC-SHA256(SaltedPassword, "Server Key")
+    SaltedPassword = PBKDF2-HMAC-H(password, salt, iterations)
+    ClientKey      = HMAC-H(SaltedPassword, "Client Key")
+    StoredKey      = H(ClientKey)
+    ServerKey      = HMAC-H(SaltedPassword, "Server Key")
 
 and the cluster metadata holds `ScramCredential(mechanism, salt, iterations, stored_key,
-server_key)` — exactly the parameters a SCRAM server keeps, so a later SCRAM exchange can use them.
-HTTP Basic sends the password itself: verification recomputes StoredKey and compares it in constant
-time. PBKDF2 is deliberately slow (4096 iterations at least), so `CredentialCache` remembers a
-successful check, keyed by an HMAC of the header under a per-process random key (no password is kept
-in clear), and is emptied whenever users change.
+server_key)` per user and mechanism — exactly the parameters a SCRAM server keeps, so a later SCRAM
+exchange can use them. A Kafka admin client sends SaltedPassword itself (AlterUserScramCredentials):
+`credential_from_salted_password` derives the same keys from it. HTTP Basic sends the password
+itself: verification recomputes StoredKey and compares it in constant time. PBKDF2 is deliberately
+slow (4096 iterations at least), so `CredentialCache` remembers a successful check, keyed by an
+HMAC of the header under a per-process random key (no password is kept in clear), and is emptied
+whenever users change.
 
 API keys are `llk_<id>_<secret>`: `id` (16 hex chars) names the key, `secret` (43 url-safe base64
 chars, 256 random bits) is shown once at creation. The metadata holds the id, the principal and
@@ -32,7 +35,10 @@ import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 
-MECHANISM = "SCRAM-SHA-256"
+SCRAM_SHA_256 = "SCRAM-SHA-256"
+SCRAM_SHA_512 = "SCRAM-SHA-512"
+#: Mechanism -> its hash (hashlib's name); HTTP makes a credential of each for every password.
+HASHES = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 MIN_ITERATIONS = 4096  # RFC 7677's minimum
 MAX_ITERATIONS = 1_000_000
 SALT_BYTES = 16
@@ -58,10 +64,19 @@ class ScramCredential:
     def from_dict(cls, d: dict) -> "ScramCredential":
         cred = cls(str(d["mechanism"]), _unb64(d["salt"]), int(d["iterations"]), _unb64(d["stored_key"]),
                    _unb64(d["server_key"]))
-        if cred.mechanism != MECHANISM or not MIN_ITERATIONS <= cred.iterations <= MAX_ITERATIONS \
-                or len(cred.stored_key) != 32 or len(cred.server_key) != 32 or not 8 <= len(cred.salt) <= 64:
-            raise ValueError("not a SCRAM-SHA-256 credential")
+        size = key_bytes(cred.mechanism)
+        if not MIN_ITERATIONS <= cred.iterations <= MAX_ITERATIONS \
+                or len(cred.stored_key) != size or len(cred.server_key) != size or not 8 <= len(cred.salt) <= 64:
+            raise ValueError(f"not a {cred.mechanism} credential")
         return cred
+
+
+def key_bytes(mechanism: str) -> int:
+    """The size of a mechanism's keys (its hash's digest); ValueError for a mechanism not stored."""
+    h = HASHES.get(mechanism)
+    if h is None:
+        raise ValueError(f"mechanism {mechanism!r} is not one of {', '.join(HASHES)}")
+    return hashlib.new(h).digest_size
 
 
 def _b64(b: bytes) -> str:
@@ -74,11 +89,16 @@ def _unb64(s: object) -> bytes:
     return base64.b64decode(s, validate=True)
 
 
-def _keys(password: bytes, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
-    salted = hashlib.pbkdf2_hmac("sha256", password, salt, iterations)
-    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
-    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
-    return hashlib.sha256(client_key).digest(), server_key
+def _keys(password: bytes, salt: bytes, iterations: int, mechanism: str = SCRAM_SHA_256) -> tuple[bytes, bytes]:
+    return _salted_keys(mechanism, hashlib.pbkdf2_hmac(HASHES[mechanism], password, salt, iterations))
+
+
+def _salted_keys(mechanism: str, salted: bytes) -> tuple[bytes, bytes]:
+    """(StoredKey, ServerKey) of a SaltedPassword."""
+    h = HASHES[mechanism]
+    client_key = hmac.new(salted, b"Client Key", h).digest()
+    server_key = hmac.new(salted, b"Server Key", h).digest()
+    return hashlib.new(h, client_key).digest(), server_key
 
 
 def check_password(password: str) -> bytes:
@@ -90,13 +110,32 @@ def check_password(password: str) -> bytes:
     return raw
 
 
-def make_credential(password: str, iterations: int = MIN_ITERATIONS, salt: bytes | None = None) -> ScramCredential:
-    """A new credential for `password` with a fresh random salt."""
+def _check_iterations(iterations: int) -> None:
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ValueError(f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
+
+
+def make_credential(password: str, iterations: int = MIN_ITERATIONS, salt: bytes | None = None,
+                    mechanism: str = SCRAM_SHA_256) -> ScramCredential:
+    """A new credential of `mechanism` for `password` with a fresh random salt."""
+    _check_iterations(iterations)
+    key_bytes(mechanism)
     salt = os.urandom(SALT_BYTES) if salt is None else salt
-    stored, server = _keys(check_password(password), salt, iterations)
-    return ScramCredential(MECHANISM, salt, iterations, stored, server)
+    stored, server = _keys(check_password(password), salt, iterations, mechanism)
+    return ScramCredential(mechanism, salt, iterations, stored, server)
+
+
+def credential_from_salted_password(mechanism: str, salt: bytes, iterations: int,
+                                    salted_password: bytes) -> ScramCredential:
+    """The credential whose SaltedPassword a client computed itself (Kafka's AlterUserScramCredentials
+    sends salt, iterations and SaltedPassword, never the password); ValueError when malformed."""
+    _check_iterations(iterations)
+    if len(salted_password) != key_bytes(mechanism):
+        raise ValueError(f"a {mechanism} salted password is {key_bytes(mechanism)} bytes")
+    if not 8 <= len(salt) <= 64:
+        raise ValueError("the salt must be 8 to 64 bytes")
+    stored, server = _salted_keys(mechanism, salted_password)
+    return ScramCredential(mechanism, bytes(salt), iterations, stored, server)
 
 
 def verify_password(credential: ScramCredential, password: str) -> bool:
@@ -104,7 +143,7 @@ def verify_password(credential: ScramCredential, password: str) -> bool:
     raw = password.encode("utf-8", "surrogatepass")
     if not raw or len(raw) > MAX_PASSWORD_BYTES:
         return False
-    stored, _ = _keys(raw, credential.salt, credential.iterations)
+    stored, _ = _keys(raw, credential.salt, credential.iterations, credential.mechanism)
     return hmac.compare_digest(stored, credential.stored_key)
 
 

@@ -7,7 +7,9 @@ applied record makes a new one with a new `generation`, which the caches of the 
 Records (JSON, like every metadata record):
 
     user_credential   name, credential {mechanism, salt, iterations, stored_key, server_key}
-                      creates the user or replaces its credential
+                      creates the user or replaces its credential of that mechanism
+                      (SCRAM-SHA-256 or SCRAM-SHA-512; a user holds at most one of each)
+    delete_user_credential  name, mechanism   removes one credential; the user goes with its last
     delete_user       name                       (its API keys stay until deleted)
     create_api_key    key_id, principal, secret_sha256 (hex)
     delete_api_key    key_id
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from lakelog.ingest_api.security.acl import MAX_ACLS, AclBinding, AclFilter, check_principal
-from lakelog.ingest_api.security.credentials import ApiKey, ScramCredential
+from lakelog.ingest_api.security.credentials import SCRAM_SHA_256, ApiKey, ScramCredential
 from lakelog.ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
 from lakelog.ingest_api.security.quotas import QUOTA_KEYS
 
@@ -38,6 +40,7 @@ USER_NAME = re.compile(r"^[a-zA-Z0-9._@-]{1,128}$")
 MAX_USERS = 100_000
 MAX_API_KEYS = 100_000
 MAX_ACLS_PER_REQUEST = 1000
+MAX_CREDENTIAL_CHANGES_PER_REQUEST = 1000
 _generations = itertools.count(1)
 
 
@@ -51,7 +54,8 @@ def check_user_name(name: object) -> str:
 
 @dataclass(frozen=True)
 class SecurityState:
-    users: Mapping[str, ScramCredential] = field(default_factory=dict)
+    #: user name -> mechanism -> credential (never empty: a user without credentials is deleted).
+    users: Mapping[str, Mapping[str, ScramCredential]] = field(default_factory=dict)
     api_keys: Mapping[str, ApiKey] = field(default_factory=dict)
     acls: frozenset[AclBinding] = frozenset()
     quotas: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -65,7 +69,7 @@ class SecurityState:
         return sorted(self.acls, key=AclBinding.sort_key)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"users": [{"name": n, "credential": self.users[n].to_dict()} for n in sorted(self.users)],
+        d = {"users": [_user_dict(n, self.users[n]) for n in sorted(self.users)],
              "api_keys": [self.api_keys[k].to_dict() for k in sorted(self.api_keys)],
              "acls": [b.to_dict() for b in self.sorted_acls()]}
         if self.quotas:  # absent while unused, so earlier snapshots keep their bytes
@@ -77,8 +81,7 @@ class SecurityState:
     def from_dict(cls, d: Any) -> "SecurityState":
         if not isinstance(d, dict):
             raise ValueError("security state must be an object")
-        users = {check_user_name(u.get("name")): ScramCredential.from_dict(u.get("credential"))
-                 for u in _list(d, "users")}
+        users = {check_user_name(u.get("name")): _user_credentials(u) for u in _list(d, "users")}
         keys = {}
         for k in _list(d, "api_keys"):
             key = _api_key(k)
@@ -96,7 +99,17 @@ class SecurityState:
             if not isinstance(cred, dict):
                 raise ValueError("credential must be an object")
             users = dict(self.users)
-            users[check_user_name(rec.get("name"))] = ScramCredential.from_dict(cred)
+            name, credential = check_user_name(rec.get("name")), ScramCredential.from_dict(cred)
+            users[name] = {**users.get(name, {}), credential.mechanism: credential}
+            return SecurityState(users, self.api_keys, self.acls, self.quotas)
+        if t == "delete_user_credential":
+            name, mechanism = check_user_name(rec.get("name")), rec.get("mechanism")
+            if mechanism not in self.users.get(name, {}):
+                raise ValueError(f"no {mechanism} credential of user {name!r}")
+            users = dict(self.users)
+            users[name] = {m: c for m, c in users[name].items() if m != mechanism}
+            if not users[name]:
+                del users[name]
             return SecurityState(users, self.api_keys, self.acls, self.quotas)
         if t == "delete_user":
             name = check_user_name(rec.get("name"))
@@ -138,8 +151,8 @@ class SecurityState:
         raise ValueError(f"not a security record: {t!r}")
 
 
-RECORD_TYPES = ("user_credential", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls",
-                "alter_quota")
+RECORD_TYPES = ("user_credential", "delete_user_credential", "delete_user", "create_api_key", "delete_api_key",
+                "create_acls", "delete_acls", "alter_quota")
 
 
 def check_quotas(d: Any) -> dict[str, float]:
@@ -150,6 +163,25 @@ def check_quotas(d: Any) -> dict[str, float]:
         if k not in QUOTA_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 2**53:
             raise ValueError(f"quota {k!r} must be one of {', '.join(QUOTA_KEYS)} with a rate >= 0")
         out[k] = v
+    return out
+
+
+def _user_dict(name: str, creds: Mapping[str, ScramCredential]) -> dict[str, Any]:
+    """A user in the snapshot: one SCRAM-SHA-256 credential as `credential` (the form every snapshot
+    had before SCRAM-SHA-512), any other set as `credentials`."""
+    if list(creds) == [SCRAM_SHA_256]:
+        return {"name": name, "credential": creds[SCRAM_SHA_256].to_dict()}
+    return {"name": name, "credentials": [creds[m].to_dict() for m in sorted(creds)]}
+
+
+def _user_credentials(u: Any) -> dict[str, ScramCredential]:
+    if not isinstance(u, dict):
+        raise ValueError("a user must be an object")
+    creds = [ScramCredential.from_dict(c) for c in (_list(u, "credentials") if "credentials" in u
+                                                    else [u.get("credential")])]
+    out = {c.mechanism: c for c in creds}
+    if not out or len(out) != len(creds):
+        raise ValueError("a user holds one credential of each of its mechanisms")
     return out
 
 
@@ -176,17 +208,22 @@ def _api_key(d: Any) -> ApiKey:
 
 # ------------------------------------------------------------------------- the controller side
 
-CONTROLLER_OPS = ("upsert_user", "delete_user", "create_api_key", "delete_api_key", "create_acls", "delete_acls",
-                  "alter_quota")
+CONTROLLER_OPS = ("upsert_user", "alter_user_credentials", "delete_user", "create_api_key", "delete_api_key",
+                  "create_acls", "delete_acls", "alter_quota")
 
 
 def controller_records(op: str, args: Mapping[str, Any], state: SecurityState) -> tuple[list[dict], dict]:
     """(records to propose, result) for a security admin request; raises a SecurityError when refused."""
     try:
-        if op == "upsert_user":
+        if op == "upsert_user":  # {"name", "credential"} or {"name", "credentials": [...]}: one per mechanism
             name = check_user_name(args.get("name"))
-            cred = ScramCredential.from_dict(args.get("credential"))
-            return [{"type": "user_credential", "name": name, "credential": cred.to_dict()}], {}
+            creds = [ScramCredential.from_dict(c) for c in (_list(args, "credentials") if "credentials" in args
+                                                            else [args.get("credential")])]
+            if not creds or len({c.mechanism for c in creds}) != len(creds):
+                raise ValueError("one credential of each mechanism")
+            return [{"type": "user_credential", "name": name, "credential": c.to_dict()} for c in creds], {}
+        if op == "alter_user_credentials":
+            return _alter_user_credentials(args, state), {}
         if op == "delete_user":
             name = check_user_name(args.get("name"))
             if name not in state.users:
@@ -208,9 +245,13 @@ def controller_records(op: str, args: Mapping[str, Any], state: SecurityState) -
             if len(state.acls | set(bindings)) > MAX_ACLS:
                 raise ValueError(f"the cluster may hold at most {MAX_ACLS} ACLs")
             return [{"type": "create_acls", "acls": [b.to_dict() for b in bindings]}], {}
-        if op == "delete_acls":
-            flt = AclFilter.from_params(dict(args.get("filter") or {}))
-            doomed = [b for b in state.sorted_acls() if flt.matches(b)]
+        if op == "delete_acls":  # {"filter": {...}} or {"acls": [binding, ...]} (those present are deleted)
+            if "acls" in args:
+                exact = {AclBinding.from_dict(a) for a in _list(args, "acls")}
+                doomed = [b for b in state.sorted_acls() if b in exact]
+            else:
+                flt = AclFilter.from_params(dict(args.get("filter") or {}))
+                doomed = [b for b in state.sorted_acls() if flt.matches(b)]
             records = [{"type": "delete_acls", "acls": [b.to_dict() for b in doomed]}] if doomed else []
             return records, {"deleted": [b.to_dict() for b in doomed]}
         if op == "alter_quota":
@@ -223,3 +264,22 @@ def controller_records(op: str, args: Mapping[str, Any], state: SecurityState) -
     except (ValueError, TypeError, KeyError) as e:
         raise InvalidSecurityRequestError(str(e)) from None
     raise InvalidSecurityRequestError(f"unknown security request {op!r}")
+
+
+def _alter_user_credentials(args: Mapping[str, Any], state: SecurityState) -> list[dict]:
+    """Records for {"deletions": [{"name", "mechanism"}], "upsertions": [{"name", "credential"}]}
+    (Kafka's AlterUserScramCredentials): deletions first, each of a credential that exists."""
+    deletions, upsertions = _list(args, "deletions"), _list(args, "upsertions")
+    if not 1 <= len(deletions) + len(upsertions) <= MAX_CREDENTIAL_CHANGES_PER_REQUEST:
+        raise ValueError(f"between 1 and {MAX_CREDENTIAL_CHANGES_PER_REQUEST} credential changes per request")
+    records: list[dict] = []
+    for d in deletions:
+        name, mechanism = check_user_name(d.get("name")), d.get("mechanism")
+        if mechanism not in state.users.get(name, {}):
+            raise SecurityNotFoundError(f"User {name} has no {mechanism} credential.")
+        records.append({"type": "delete_user_credential", "name": name, "mechanism": mechanism})
+    for u in upsertions:
+        cred = ScramCredential.from_dict(u.get("credential"))
+        records.append({"type": "user_credential", "name": check_user_name(u.get("name")),
+                        "credential": cred.to_dict()})
+    return records

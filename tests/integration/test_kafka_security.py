@@ -1,5 +1,5 @@
 """The Kafka door of a secured node (authentication and the authorizer on), with confluent-kafka over
-SASL_PLAINTEXT: PLAIN and SCRAM-SHA-256 clients of the users the node stores produce and consume; a
+SASL_PLAINTEXT: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 clients of the users the node stores produce and consume; a
 wrong password is refused with SASL_AUTHENTICATION_FAILED; a principal that may not READ a topic is
 refused it over Kafka (TOPIC_AUTHORIZATION_FAILED) and over HTTP (403), by the same ACL; quotas answer
 with a throttle time; SASL_SSL with the node's certificate."""
@@ -95,6 +95,21 @@ def test_plain_and_scram_clients_produce_and_consume_as_stored_users(secure):
         c.commit(asynchronous=False)
     finally:
         c.close()
+
+
+def test_scram_sha_512_clients_of_users_made_over_http(secure):
+    """A password set over HTTP stores a SCRAM-SHA-512 credential beside the SHA-256 one."""
+    delivered = []
+    p = Producer({**_sasl(secure, "alice", "SCRAM-SHA-512"), "acks": "all"})
+    p.produce("orders", value=b"sha-512", on_delivery=lambda err, msg: delivered.append(err or msg.offset()))
+    assert p.flush(WAIT_S) == 0
+    assert len(delivered) == 1 and isinstance(delivered[0], int), delivered  # authenticated, and written
+    seen = []
+    wrong = Producer({**_sasl(secure, "alice", "SCRAM-SHA-512", "not-the-password"), "error_cb": seen.append})
+    deadline = time.monotonic() + WAIT_S
+    while not any(e.code() == KafkaError._AUTHENTICATION for e in seen) and time.monotonic() < deadline:
+        wrong.poll(0.5)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in seen), seen
 
 
 def test_a_wrong_password_is_refused_and_the_connection_closed(secure):

@@ -112,6 +112,9 @@ def test_readme_quick_start_runs_as_written(tmp_path):
     group = next(o for ln, o in out.items() if "groups describe dashboards" in ln)
     rows = [r.split() for r in group.splitlines() if r.startswith("dashboards")]
     assert len(rows) == 3 and sum(int(r[3]) for r in rows) == 100 and all(r[5] == "0" for r in rows), group
+    # The Kafka consumer line reads the 100 records of the produce line and the Kafka producer's one.
+    kafka_read = next(o for ln, o in out.items() if "from confluent_kafka import Consumer" in ln)
+    assert kafka_read.strip() == "101 records", kafka_read
     # The curl line: the records of partition 0 from offset 0 (binary embedded format, as curl sends
     # Accept: */*), the five the consume line printed first among them.
     answer = json.loads(next(o for ln, o in out.items() if ln.startswith("curl")))

@@ -18,7 +18,9 @@
   reach each other only through it (`controller.quorum.voters` and `advertised.listeners` point at
   the proxies); the test's client talks to the nodes directly. Internal requests are signed with
   `X-Lakelog-Node`, so the proxy learns the source node of a connection from its first request and
-  can blackhole (accept, never answer) or reset the traffic of any (source, destination) pair.
+  can blackhole (accept, never answer) or reset the traffic of any (source, destination) pair, or
+  slow it: `slow(src, dst, delay_s)` holds back the answer to each replica fetch `src` sends `dst`
+  (a follower slowed to a crawl, its other traffic — heartbeats, Raft — untouched).
 * Disk faults: `tear_active_segment` cuts the last batch of a partition's active segment and
   appends garbage (a torn write); `segment_batches` lists a replica's batches from its files.
 
@@ -570,6 +572,8 @@ class _Conn:
     client_w: asyncio.StreamWriter
     upstream_w: asyncio.StreamWriter | None = None
     blackholed: bool = False
+    #: Seconds to hold back the next answer (set when a slowed request goes upstream).
+    hold_s: float = 0.0
 
 
 class FaultNet:
@@ -580,14 +584,21 @@ class FaultNet:
     the pair's traffic vanish: with `mode="blackhole"` connections are accepted and requests read
     and dropped, never answered (a silent partition; the sender waits for its timeout); with
     `mode="reset"` connections are closed at once. Connections open when a pair is blocked are cut
-    the same way. `heal()` unblocks everything and closes the blackholed connections (their HTTP
-    streams are lost), so senders reconnect at once.
+    the same way. `slow(src, dst, delay_s)` delays the answer to every request of the pair whose
+    path starts with `path_prefix` (the replica fetch by default) by `delay_s`: the proxy reads a
+    signed connection's requests one at a time (node-to-node HTTP/1.1 sends one request at a time
+    per connection, with `Content-Length` bodies) to see their paths. `heal()` unblocks and
+    unslows everything and closes the blackholed connections (their HTTP streams are lost), so
+    senders reconnect at once.
     """
 
     def __init__(self, mode: str = "blackhole") -> None:
         assert mode in ("blackhole", "reset")
         self.mode = mode
         self._blocked: set[tuple[int, int]] = set()
+        #: (src, dst) -> (path prefix, seconds each matching answer is held back).
+        self._slowed: dict[tuple[int, int], tuple[bytes, float]] = {}
+        self.delayed = 0
         self._conns: set[_Conn] = set()
         self._servers: dict[int, asyncio.base_events.Server] = {}
         self.ports: dict[int, int] = {}
@@ -631,6 +642,10 @@ class FaultNet:
                 pairs |= {(node_id, o), (o, node_id)}
         self._call(self._block, pairs)
 
+    def slow(self, src: int, dst: int, delay_s: float, path_prefix: str = "/internal/replication/fetch") -> None:
+        """Hold back each answer `dst` gives `src` to a request under `path_prefix` by `delay_s`."""
+        self._call(self._slowed.__setitem__, (src, dst), (path_prefix.encode(), delay_s))
+
     def heal(self) -> None:
         self._call(self._heal)
 
@@ -656,6 +671,7 @@ class FaultNet:
 
     def _heal(self) -> None:
         self._blocked.clear()
+        self._slowed.clear()
         for c in list(self._conns):
             if c.blackholed:
                 self._close_conn(c)
@@ -713,9 +729,52 @@ class FaultNet:
             if c in self._conns:
                 await self._swallow(c, reader)
             return
-        up_w.write(head)
-        await asyncio.gather(self._pipe(c, reader, up_w), self._pipe(c, up_r, writer), return_exceptions=True)
+        if src is None:
+            up_w.write(head)
+            requests = self._pipe(c, reader, up_w)
+        else:
+            requests = self._pipe_requests(c, reader, up_w, head)
+        await asyncio.gather(requests, self._pipe(c, up_r, writer), return_exceptions=True)
         self._close_conn(c)
+
+    def _delay_for(self, c: _Conn, head: bytes) -> float:
+        slowed = self._slowed.get((c.src, c.dst)) if c.src is not None else None
+        if slowed is None:
+            return 0.0
+        parts = head.split(b" ", 2)
+        return slowed[1] if len(parts) > 1 and parts[1].startswith(slowed[0]) else 0.0
+
+    async def _pipe_requests(self, c: _Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             head: bytes) -> None:
+        """Client to node, one request at a time, so a slowed pair's answers can be held back."""
+        try:
+            while True:
+                length = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
+                if length is None and re.search(rb"(?im)^transfer-encoding:", head):
+                    writer.write(head)  # a body of unknown length: pass the rest through as it comes
+                    await self._pipe(c, reader, writer)
+                    return
+                c.hold_s = self._delay_for(c, head)
+                if not c.blackholed:
+                    writer.write(head)
+                remaining = int(length.group(1)) if length else 0
+                while remaining:
+                    data = await reader.read(min(65536, remaining))
+                    if not data:
+                        return
+                    remaining -= len(data)
+                    if not c.blackholed:
+                        writer.write(data)
+                        await writer.drain()
+                head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError):
+            pass
+        finally:
+            if not c.blackholed:
+                try:
+                    writer.write_eof() if writer.can_write_eof() else writer.close()
+                except Exception:
+                    pass
 
     async def _swallow(self, c: _Conn, reader: asyncio.StreamReader) -> None:
         try:
@@ -733,6 +792,10 @@ class FaultNet:
                     break
                 if c.blackholed:
                     continue  # dropped on the floor
+                if c.hold_s:
+                    hold, c.hold_s = c.hold_s, 0.0
+                    self.delayed += 1
+                    await asyncio.sleep(hold)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):

@@ -124,6 +124,8 @@ class NodeProcess:
     tls_client: tuple[str, str] | None = None
     #: The port of the node's Kafka listener (PLAINTEXT on loopback); None: no Kafka listener.
     kafka_port: int | None = None
+    #: Environment variables added to the process's (fault hooks, LD_PRELOAD of a fake clock).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -143,7 +145,8 @@ class NodeProcess:
         for k, v in self.overrides.items():
             args += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **self.env} if self.env else None)
         log.close()
         if wait:
             self.wait_ready(timeout_s)

@@ -169,10 +169,10 @@ def test_commit_rules_and_offsets_expiry():
         c.check_commit("g", m1, 0)
     with pytest.raises(UnknownMemberIdError):
         c.check_commit("g", "nobody", 1)
-    assert c.expired_offsets(10_000) == []  # the group is not empty
+    assert c.expired_offsets(10_000, wall_ms=10_000) == []  # the group is not empty
     c.leave("g", m1, 300)
-    assert c.expired_offsets(1299) == []  # retention counts from the group becoming empty
-    assert c.expired_offsets(1300) == [("g", TP("t", 0))]
+    assert c.expired_offsets(1299, wall_ms=1299) == []  # retention counts from the group becoming empty
+    assert c.expired_offsets(1300, wall_ms=1300) == [("g", TP("t", 0))]
     c.apply_offset("g", TP("t", 0), None, 1300)
     assert "g" not in c.groups
 

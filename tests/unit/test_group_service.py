@@ -9,7 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from lakelog.infra import error_codes
 from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.errors import RemoteError, TopicExistsError
 from lakelog.ingest_api.groups.assignors import TopicPartition as TP
 from lakelog.ingest_api.groups.errors import CoordinatorLoadInProgressError, NotCoordinatorError, RebalanceInProgressError
 from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
@@ -154,5 +156,37 @@ def test_delete_removes_an_empty_group_and_its_offsets_and_refuses_one_with_memb
         other = GroupService(node)
         await loaded(other, group)
         assert (await other.handle("offset_fetch", {"group_id": group}))["offsets"] == []
+
+    asyncio.run(main())
+
+
+def test_the_offsets_topic_created_first_by_another_node_is_not_an_error(tmp_path):
+    """Two nodes create `__consumer_offsets` at once: the one whose request the controller (on a third
+    node) refuses gets the refusal as a RemoteError with TopicExistsError's code, before it has applied
+    the other's record. The group request that asked for the topic goes on; other refusals do not."""
+    topic_exists = error_codes.code(TopicExistsError.__name__).error_code
+
+    async def main():
+        node = FakeNode(tmp_path)
+        node.image.topics = {}
+        node.image.brokers = {1: SimpleNamespace(fenced=False)}
+        refusals = [RemoteError(409, topic_exists, f"Topic '{OFFSETS_TOPIC}' already exists."),
+                    RemoteError(400, 40002, "invalid replication factor")]
+        asked: list[str] = []
+
+        async def create_topic(name, **kwargs):
+            asked.append(name)
+            raise refusals.pop(0)
+
+        node.admin = SimpleNamespace(create_topic=create_topic)
+        svc = GroupService(node)
+        await svc.start()
+        try:
+            await svc.ensure_offsets_topic()
+            assert asked == [OFFSETS_TOPIC]
+            with pytest.raises(RemoteError, match="replication factor"):
+                await svc.ensure_offsets_topic()
+        finally:
+            await svc.stop()
 
     asyncio.run(main())

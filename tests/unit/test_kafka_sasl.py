@@ -1,6 +1,7 @@
 """SASL on the Kafka door without a node: the SCRAM-SHA-256 server exchange (RFC 7677's own example as a
-golden vector), PLAIN messages, the listener closing a connection that skips authentication, the
-listener settings a node refuses, and quotas answered with a throttle time."""
+golden vector), SCRAM-SHA-512 against a client written from RFC 5802, PLAIN messages, the listener
+closing a connection that skips authentication, the listener settings a node refuses, and quotas
+answered with a throttle time."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from lakelog.ingest_api.kafka.sasl_apis import parse_plain
 from lakelog.ingest_api.kafka.scram import ScramExchange
 from lakelog.ingest_api.kafka.server import KafkaServer
 from lakelog.ingest_api.security.context import CLUSTER_PRINCIPAL
-from lakelog.ingest_api.security.credentials import make_credential
+from lakelog.ingest_api.security.credentials import (SCRAM_SHA_256, SCRAM_SHA_512, credential_from_salted_password,
+                                                       make_credential)
 from lakelog.ingest_api.security.errors import AuthenticationFailedError
 from lakelog.ingest_api.security.quotas import QuotaLimits, QuotaManager
 
@@ -45,19 +47,40 @@ DECOY = make_credential("decoy-password", 4096)
 
 
 def _exchange() -> ScramExchange:
-    return ScramExchange(USERS.get, DECOY, SERVER_NONCE)
+    return ScramExchange(SCRAM_SHA_256, USERS.get, DECOY, SERVER_NONCE)
 
 
-def _client_final(password: str, server_first: bytes, client_first: bytes = CLIENT_FIRST) -> bytes:
-    """A client's final message for `password` (RFC 5802's client side)."""
+def _client_final(password: str, server_first: bytes, client_first: bytes = CLIENT_FIRST, h: str = "sha256") -> bytes:
+    """A client's final message for `password` (RFC 5802's client side, hash `h`)."""
     attrs = dict(a.split("=", 1) for a in server_first.decode().split(","))
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
-    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    salted = hashlib.pbkdf2_hmac(h, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", h).digest()
     without_proof = f"c=biws,r={attrs['r']}".encode()
     auth = client_first[3:] + b"," + server_first + b"," + without_proof
-    signature = hmac.new(hashlib.sha256(client_key).digest(), auth, hashlib.sha256).digest()
+    signature = hmac.new(hashlib.new(h, client_key).digest(), auth, h).digest()
     proof = bytes(a ^ b for a, b in zip(client_key, signature))
     return without_proof + b",p=" + base64.b64encode(proof)
+
+
+def test_scram_sha_512_accepts_the_password_and_its_salted_form_and_refuses_another():
+    cred = make_credential("pencil", 4096, SALT, mechanism=SCRAM_SHA_512)
+    assert len(cred.stored_key) == len(cred.server_key) == 64
+    # What a Kafka admin client sends (AlterUserScramCredentials) makes the same credential.
+    salted = hashlib.pbkdf2_hmac("sha512", b"pencil", SALT, 4096)
+    assert credential_from_salted_password(SCRAM_SHA_512, SALT, 4096, salted) == cred
+    with pytest.raises(ValueError):  # a SHA-256-sized salted password for SHA-512
+        credential_from_salted_password(SCRAM_SHA_512, SALT, 4096, salted[:32])
+    decoy = make_credential("decoy-password", 4096, mechanism=SCRAM_SHA_512)
+    users = {"user": cred}
+    ok = ScramExchange(SCRAM_SHA_512, users.get, decoy, SERVER_NONCE)
+    first = ok.first(CLIENT_FIRST)
+    final = ok.final(_client_final("pencil", first, h="sha512"))
+    assert ok.user == "user" and final.startswith(b"v=") and len(base64.b64decode(final[2:])) == 64
+    wrong = ScramExchange(SCRAM_SHA_512, users.get, decoy, SERVER_NONCE)
+    with pytest.raises(AuthenticationFailedError, match="SCRAM-SHA-512"):
+        wrong.final(_client_final("crayon", wrong.first(CLIENT_FIRST), h="sha512"))
+    with pytest.raises(ValueError):  # a decoy of the other mechanism is a wiring mistake
+        ScramExchange(SCRAM_SHA_512, users.get, DECOY, SERVER_NONCE)
 
 
 def test_scram_sha_256_answers_rfc_7677s_example_byte_for_byte():
@@ -105,7 +128,7 @@ def test_a_final_message_before_the_first_is_refused():
 
 def test_user_names_are_unescaped():
     users = {"a,b=c": make_credential("pw", 4096)}
-    ex = ScramExchange(users.get, DECOY, "srv")
+    ex = ScramExchange(SCRAM_SHA_256, users.get, DECOY, "srv")
     first = ex.first(b"n,,n=a=2Cb=3Dc,r=cli")
     assert b"s=" + base64.b64encode(users["a,b=c"].salt) in first
 

@@ -34,7 +34,7 @@ def _controller(image: ClusterImage) -> Controller:
 
 def test_every_controller_op_is_in_the_table():
     assert set(OPS) == {"register_broker", "heartbeat", "create_topic", "delete_topic", "alter_configs",
-                        "create_partitions", "alter_partition", "allocate_producer_ids", "alter_partition_reassignments",
+                        "create_partitions", "alter_partition", "alter_partitions", "allocate_producer_ids", "alter_partition_reassignments",
                         "unregister_broker",
                         "elect_leaders", *SECURITY_OPS, *SCHEMA_OPS, *BROKER_CONFIG_OPS}
 
@@ -157,3 +157,59 @@ def test_controlled_shutdown_keeps_asking_while_a_controller_is_known(caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert any("controlled shutdown timed out" in m for m in messages)
     assert not any("no controller quorum" in m for m in messages)
+
+
+def test_a_node_that_is_not_ready_refuses_only_the_partitions_it_would_serve_itself(tmp_path):
+    """Readiness is per partition: a node catching up names a live leader elsewhere (its produce is
+    forwarded there) and refuses, as not ready, what it would serve itself, a partition whose
+    leader is not live in its view, and a topic it does not know yet."""
+    from lakelog.ingest_api.errors import NotReadyError
+    from lakelog.ingest_api.node import Node
+
+    node = Node(NodeConfig({"node.id": 1, "log.dirs": str(tmp_path)}))
+    ctrl = _controller(node.image)
+    for n in (1, 2, 3):
+        records, epoch = ctrl.register_broker(n, "inc", "h", 8080 + n, None, 0)
+        _commit(node.image, records)
+        if n != 3:  # node 3 stays fenced
+            records, _ = ctrl.heartbeat(n, epoch, 0, caught_up_offset=node.image.last_applied_index)
+            _commit(node.image, records)
+    _commit(node.image, [{"type": "create_topic", "name": "t", "topic_id": "id-t", "configs": {}, "partitions": [
+        {"replicas": [r, o], "isr": [r, o], "leader": r, "leader_epoch": 0, "partition_epoch": 0}
+        for r, o in ((2, 1), (1, 2), (3, 1))]}])
+    assert not node.ready
+    assert node.leader_of("t", 0) == 2  # led by live node 2: forwarded there
+    for partition in (1, 2):  # led by this node, or by fenced node 3
+        with pytest.raises(NotReadyError):
+            node.leader_of("t", partition)
+    with pytest.raises(NotReadyError):
+        node.leader_of("unknown", 0)
+    assert node.producible_topic("t").partitions == 3  # a produce to the topic is routed per partition
+    with pytest.raises(NotReadyError):
+        node.producible_topic("unknown")
+
+
+def test_the_isr_changes_of_many_partitions_are_one_request_and_one_metadata_entry():
+    from lakelog.ingest_api.cluster.partition_change import batch_changes
+
+    image = ClusterImage()
+    ctrl = _controller(image)
+    epochs = {}
+    for n in (1, 2):
+        records, epochs[n] = ctrl.register_broker(n, "inc", "h", 8080 + n, None, 0)
+        _commit(image, records)
+        records, _ = ctrl.heartbeat(n, epochs[n], 0, caught_up_offset=image.last_applied_index)
+        _commit(image, records)
+    _commit(image, [{"type": "create_topic", "name": "t", "topic_id": "id-t", "configs": {}, "partitions": [
+        {"replicas": [1, 2], "isr": [1, 2], "leader": 1, "leader_epoch": 0, "partition_epoch": 0}
+        for _ in range(300)]}])
+    shrinks = [{"topic": "t", "partition": p, "leader_epoch": 0, "partition_epoch": 0, "new_isr": [1]}
+               for p in range(300)]
+    stale = {"topic": "t", "partition": 0, "leader_epoch": 0, "partition_epoch": 7, "new_isr": [1]}
+    records, outcomes = ctrl.alter_partitions(1, epochs[1], shrinks + [stale])
+    assert outcomes[:300] == [None] * 300
+    assert "InvalidUpdateVersionError" in outcomes[300]  # refused alone; the others go ahead
+    entries = batch_changes(records)
+    assert len(entries) == 1 and len(entries[0]["changes"]) == 300
+    _commit(image, entries)
+    assert all(st.isr == (1,) and st.partition_epoch == 1 for st in image.topics["t"].partitions)

@@ -56,3 +56,55 @@ def test_an_unbudgeted_reconcile_does_everything_at_once(tmp_path):
     applied(image, create("t", "id-t", *[part([1]) for _ in range(5)]))
     rm = _manager(tmp_path, image)
     assert rm.reconcile_now() is True and len(rm.partitions()) == 5
+
+
+def _delta_cost(tmp_path, topics: int) -> tuple[int, int]:
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    for t in range(topics):
+        applied(image, create(f"t{t}", f"id-{t}", *[part([1, 2]) for _ in range(10)]))
+    rm = _manager(tmp_path, image)
+    assert rm.reconcile_now()
+    assert rm.reconcile_now()  # nothing changed: nothing looked at
+    before = (rm.partitions_examined_by_reconcile, rm.partitions_reconciled)
+    applied(image, {"type": "partition_change", "topic": "t0", "topic_id": "id-0", "partition": 3, "isr": [1],
+                    "leader_epoch": 0, "partition_epoch": 1})
+    assert rm.reconcile_now()
+    assert rm.local_partition(PartitionKey("t0", 3)).isr == [1]
+    cost = (rm.partitions_examined_by_reconcile - before[0], rm.partitions_reconciled - before[1])
+    for p in rm.partitions():
+        p.log.close()
+    return cost
+
+
+def test_applying_a_metadata_delta_looks_at_the_changed_topic_only(tmp_path):
+    # One partition's ISR changed: its topic's 10 partitions are looked at, 1 brought in line,
+    # whether the node holds 30 partitions or 120.
+    assert _delta_cost(tmp_path / "small", 3) == (10, 1)
+    assert _delta_cost(tmp_path / "large", 12) == (10, 1)
+
+
+def test_a_scheduled_reconcile_opens_many_logs_on_threads_then_brings_them_in_line(tmp_path):
+    import asyncio
+
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("many", "id-many", *[part([1, 2] if p % 2 else [2, 1]) for p in range(40)]))
+    rm = _manager(tmp_path, image)
+
+    async def run() -> None:
+        rm.schedule_reconcile()
+        for _ in range(3000):
+            await asyncio.sleep(0.01)
+            if rm.partitions_reconciled == 40:
+                break
+        assert rm.partitions_reconciled == 40 and rm.logs_opened == 40  # each opened once
+        roles = {p: rm.local_partition(PartitionKey("many", p)).core.role.name for p in range(40)}
+        assert [p for p, role in roles.items() if role == "LEADER"] == [p for p in range(40) if p % 2]
+
+    try:
+        asyncio.run(run())
+    finally:
+        assert rm.close_logs() == 0

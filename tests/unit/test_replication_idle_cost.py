@@ -5,13 +5,16 @@ in one process: the fetcher's requests go straight to the leader's `replica_fetc
 encoded and decoded as between nodes). After one record per partition is replicated, idle rounds
 must look at no partition on either side — the follower names none in its requests, the leader
 examines none — whether the topic has 8 partitions or 80; an append to one partition is looked at
-alone; the ISR check refreshes an idle follower's catching-up time from its session.
+alone; the ISR check refreshes an idle follower's catching-up time from its session. An acks=all
+append costs each follower one fetch: the fetch that moves the HW long-polls instead of being
+answered at once with the new HW.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 
 from lakelog.ingest_api.cluster.image import ClusterImage
@@ -24,6 +27,8 @@ from lakelog.logstore.record_batch import Record, build_batch
 from tests.unit.test_cluster_image import applied, create, part, register
 
 WAIT_MS = 20
+#: A long-poll far longer than the test: a request answered before it ends was answered early.
+LONG_WAIT_MS = 60_000
 IDLE_ROUNDS = 10
 
 
@@ -66,9 +71,9 @@ class _FollowerNode:
         return self.replicas.local_partition(key)
 
 
-def _config(node_id: int, tmp_path) -> NodeConfig:
+def _config(node_id: int, tmp_path, wait_ms: int = WAIT_MS) -> NodeConfig:
     return NodeConfig({"node.id": node_id, "log.dirs": str(tmp_path / f"node-{node_id}"),
-                       "replica.fetch.wait.max.ms": WAIT_MS, "replica.fetch.backoff.ms": 50})
+                       "replica.fetch.wait.max.ms": wait_ms, "replica.fetch.backoff.ms": 50})
 
 
 async def _no_controller(*args, **kwargs):
@@ -149,3 +154,156 @@ def test_an_idle_fetch_round_looks_at_no_partition_at_any_partition_count(tmp_pa
         assert cost["append_follower_examined"] <= 3, cost
         assert cost["append_leader_examined"] <= 3, cost
     assert large == small
+
+
+async def _fetches_per_append(tmp_path) -> None:
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("t", "id-t", part([1, 2])))
+    leader = ReplicaManager(_config(1, tmp_path, LONG_WAIT_MS), image, cleaner=None, new_fetcher=lambda n: None,
+                            controller_call=_no_controller, broker_epoch=lambda: 11, on_drop=lambda key: None)
+    fetchers: list[ReplicaFetcher] = []
+    node = _FollowerNode(_config(2, tmp_path, LONG_WAIT_MS), None, _Peers(leader))
+
+    def new_fetcher(leader_id: int) -> ReplicaFetcher:
+        fetchers.append(ReplicaFetcher(node, leader_id))  # type: ignore[arg-type]
+        return fetchers[-1]
+
+    follower = ReplicaManager(_config(2, tmp_path, LONG_WAIT_MS), image, cleaner=None, new_fetcher=new_fetcher,
+                              controller_call=_no_controller, broker_epoch=lambda: 12, on_drop=lambda key: None)
+    node.replicas = follower
+    assert leader.reconcile_now() and follower.reconcile_now()
+    key = PartitionKey("t", 0)
+    lp, fp = leader.local_partition(key), follower.local_partition(key)
+    try:
+        await _until(lambda: bool(fetchers) and fetchers[0].requests >= 2)  # the session is open and waiting
+        await asyncio.sleep(0.05)
+        for n in range(1, 4):
+            before = fetchers[0].requests
+            commit = asyncio.ensure_future(lp.wait_for_commit(n, timeout_s=30, min_isr=2))
+            lp.append_as_leader(build_batch([Record(0, 1_700_000_000_000, None, b"v")]), required_acks="all",
+                                min_isr=2)
+            await asyncio.wait_for(commit, 30)  # acknowledged by the follower's fetch from offset n
+            await asyncio.sleep(0.05)
+            # Two requests: the one woken by the append (answered with the record) and the next,
+            # whose fetch offset moved the HW; it waits (up to LONG_WAIT_MS) instead of answering the HW.
+            assert fetchers[0].requests == before + 1, (n, fetchers[0].requests - before)
+            assert lp.high_watermark == n
+            assert fp.log.log_end_offset == n
+            assert fp.high_watermark == n - 1  # the HW reaches the follower with its next answer
+    finally:
+        await follower.stop_fetchers()
+        for rm in (leader, follower):
+            for p in rm.partitions():
+                p.log.close()
+
+
+def test_an_acks_all_append_costs_each_follower_one_fetch(tmp_path):
+    asyncio.run(_fetches_per_append(tmp_path))
+
+
+def _flush_visits(tmp_path, partitions: int) -> list[int]:
+    """Partitions the flush scheduler visits in each of its passes: idle, after one append (not due
+    yet), idle again, once it falls due (flushed), idle after that."""
+    image = ClusterImage()
+    applied(image, register(1, 11))
+    applied(image, create("t", "id-t", *[part([1]) for _ in range(partitions)], configs={"flush.ms": "100"}))
+    rm = ReplicaManager(_config(1, tmp_path), image, cleaner=None, new_fetcher=lambda n: None,
+                        controller_call=_no_controller, broker_epoch=lambda: 11, on_drop=lambda key: None)
+    assert rm.reconcile_now()
+    p = rm.local_partition(PartitionKey("t", partitions - 1))
+    visits = []
+    try:
+        def one_pass() -> None:
+            before = rm.flush.partitions_visited
+            rm.flush.run_pass()
+            visits.append(rm.flush.partitions_visited - before)
+
+        one_pass()
+        p.append_as_leader(build_batch([Record(0, 1_700_000_000_000, None, b"v")]))
+        one_pass()  # looked at: not due yet (unless this machine is very slow: then flushed here)
+        due = p.log.flush_if_due()
+        one_pass()  # not due yet, or nothing left to flush: not looked at
+        if due is not None:
+            time.sleep(max(0.0, due / 1000 - time.monotonic()) + 0.01)
+            one_pass()  # due: flushed
+            assert p.log.flush_if_due() is None
+        one_pass()
+        return visits
+    finally:
+        for q in rm.partitions():
+            q.log.close()
+
+
+def test_the_flush_scheduler_visits_only_partitions_with_unflushed_records(tmp_path):
+    small = _flush_visits(tmp_path / "small", 8)
+    large = _flush_visits(tmp_path / "large", 80)
+    for visits in (small, large):  # the same at 8 and 80 partitions: only the one appended to
+        assert visits in ([0, 1, 0, 1, 0], [0, 1, 0, 0]), visits
+
+
+async def _isr_requests(tmp_path, partitions: int) -> list[int]:
+    """The AlterPartition requests a leader sends when every one of its partitions' followers falls
+    out of the ISR at once: the number of partitions each request carries."""
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("t", "id-t", *[part([1, 2]) for _ in range(partitions)]))
+    calls: list[int] = []
+
+    async def controller(op, args):
+        assert op == "alter_partitions"
+        calls.append(len(args["partitions"]))
+        return {"errors": [None] * len(args["partitions"])}
+
+    rm = ReplicaManager(_config(1, tmp_path), image, cleaner=None, new_fetcher=lambda n: None,
+                        controller_call=controller, broker_epoch=lambda: 11, on_drop=lambda key: None)
+    assert rm.reconcile_now()
+    try:
+        for p in rm.partitions():
+            rm.check_isr(p, lag_max_ms=-1)  # follower 2 has never fetched: every partition shrinks
+        await _until(lambda: sum(calls) == partitions)
+        await asyncio.sleep(0.05)
+        assert rm.isr_requests == len(calls)
+        return calls
+    finally:
+        for p in rm.partitions():
+            p.log.close()
+
+
+def test_the_isr_changes_of_many_partitions_go_to_the_controller_in_one_request(tmp_path):
+    assert asyncio.run(_isr_requests(tmp_path / "small", 8)) == [8]
+    assert asyncio.run(_isr_requests(tmp_path / "large", 80)) == [80]
+
+
+def _cleaner_services(tmp_path, partitions: int) -> list[int]:
+    """Logs the cleaner's passes look at: idle logs holding only their active segment, then after
+    one of them rolled."""
+    from lakelog.compaction.cleaner import LogCleaner
+    from lakelog.logstore.log import PartitionLog
+
+    config = NodeConfig({"node.id": 1, "log.dirs": str(tmp_path)}).log_config({})
+    logs = [PartitionLog(tmp_path / f"t-{p}", config) for p in range(partitions)]
+    cleaner = LogCleaner(interval_ms=1000)
+    try:
+        for log in logs:
+            # A fresh record: nothing is old enough for retention, so the rolled log keeps its segment.
+            log.append_as_leader(build_batch([Record(0, int(time.time() * 1000), None, b"v")]), 0)
+            cleaner.register(log)
+        counts = []
+        for roll in (False, True, False):
+            if roll:
+                logs[-1].roll()
+            before = cleaner.logs_serviced
+            cleaner.run_once()
+            counts.append(cleaner.logs_serviced - before)
+        return counts
+    finally:
+        for log in logs:
+            log.close()
+
+
+def test_the_cleaner_passes_over_logs_with_only_an_active_segment(tmp_path):
+    assert _cleaner_services(tmp_path / "small", 8) == [0, 1, 1]
+    assert _cleaner_services(tmp_path / "large", 80) == [0, 1, 1]

@@ -233,7 +233,7 @@ def test_users_keys_and_acls_replicate_through_the_image_and_its_snapshot():
     restored = ClusterImage()
     restored.restore(img.snapshot())
     assert restored.security == img.security and restored.snapshot() == img.snapshot()
-    assert verify_password(restored.security.users["alice"], "hunter2-zebra")
+    assert verify_password(restored.security.users["alice"]["SCRAM-SHA-256"], "hunter2-zebra")
     assert b"hunter2-zebra" not in img.snapshot()  # no password in the metadata
     result = _apply(img, "delete_acls", {"filter": {"resource_type": "TOPIC"}})
     assert [d["resource_name"] for d in result["deleted"]] == ["t"]
@@ -308,13 +308,14 @@ def test_a_wrong_password_costs_the_same_work_for_unknown_and_known_users(monkey
     from lakelog.ingest_api.security.records import SecurityState
 
     state = SecurityState()
-    state.users["alice"] = make_credential("alice-right-pw")
+    state.users["alice"] = {"SCRAM-SHA-256": make_credential("alice-right-pw")}
     node = SimpleNamespace(config=NodeConfig({"authentication.enabled": "true"}),
                            image=SimpleNamespace(security=state))
     ctx = SecurityContext(node)
     derived: list[int] = []
     real_keys = credentials._keys
-    monkeypatch.setattr(credentials, "_keys", lambda pw, salt, it: derived.append(it) or real_keys(pw, salt, it))
+    monkeypatch.setattr(credentials, "_keys",
+                        lambda pw, salt, it, m: derived.append(it) or real_keys(pw, salt, it, m))
 
     def basic(user: str, password: str) -> str:
         return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()

@@ -23,6 +23,12 @@ def get_node(request: Request) -> Node:
     return node
 
 
+def get_node_per_partition(request: Request) -> Node:
+    """The node, for a route about one topic's partitions that checks readiness per partition
+    (`Node.leader_of`): a node catching up still forwards to a live leader elsewhere."""
+    return request.app.state.node
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body as bytes, refused with 413 over `limit` bytes (request_body.py)."""
     body = await read_body_buffer(request, limit)

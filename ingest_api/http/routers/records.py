@@ -21,7 +21,7 @@ from lakelog.ingest_api.records.formats import (
 from lakelog.ingest_api.replication.partition import PartitionKey
 from lakelog.ingest_api.records.produce_columns import ProduceColumns, ProduceResults
 from lakelog.ingest_api.http.request_body import read_body_buffer
-from lakelog.ingest_api.http.routers.deps import forward_to_leader, get_node, read_body
+from lakelog.ingest_api.http.routers.deps import forward_to_leader, get_node, get_node_per_partition, read_body
 from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS, parse_schema_produce, render_schema_record
 from lakelog.ingest_api.http.routers.schemas import registry_of as schema_registry
 from lakelog.ingest_api.http.security_middleware import request_principal
@@ -95,7 +95,7 @@ def _check_acks(acks: str) -> str:
 @router.post("/topics/{topic}", summary="Produce records to a topic (partition chosen per record)",
              openapi_extra={"requestBody": _PRODUCE_BODY, "responses": _OFFSETS_RESPONSE})
 async def produce_to_topic(topic: str, request: Request, acks: str = Query("all", description="0, 1 or all")):
-    node = get_node(request)
+    node = get_node_per_partition(request)
     acks = _check_acks(acks)
     fmt = media_type(request.headers.get("content-type"))
     if fmt == JSON:
@@ -123,7 +123,7 @@ async def produce_to_topic(topic: str, request: Request, acks: str = Query("all"
                  "responses": _OFFSETS_RESPONSE})
 async def produce_to_partition(topic: str, partition: int, request: Request,
                                acks: str = Query("all", description="0, 1 or all")):
-    node = get_node(request)
+    node = get_node_per_partition(request)
     acks = _check_acks(acks)
     fmt = media_type(request.headers.get("content-type"))
     if fmt == JSON:
@@ -180,7 +180,7 @@ async def fetch_records(topic: str, partition: int, request: Request,
                         offset: int = Query(..., ge=0, description="first offset to return"),
                         max_bytes: int | None = Query(None, ge=1, description="most bytes of batches to return"),
                         timeout: int = Query(1000, ge=0, description="ms to wait when no record is there yet")):
-    node = get_node(request)
+    node = get_node_per_partition(request)
     # A wildcard (curl's `*/*`) or no Accept gets base64 keys and values: every record can be
     # rendered that way, and Confluent's resources weight the binary format above JSON.
     fmt = accepted(request.headers.get("accept"), (JSON_V2, BINARY_V2, RECORDBATCH, *SCHEMA_FORMATS), BINARY_V2)
@@ -217,7 +217,7 @@ async def fetch_records(topic: str, partition: int, request: Request,
             summary="Beginning and end offsets; with `timestamp`, the first offset at or after it")
 async def partition_offsets(topic: str, partition: int, request: Request,
                             timestamp: int | None = Query(None, description="ms since the epoch")):
-    node = get_node(request)
+    node = get_node_per_partition(request)
     forwarded = await forward_to_leader(request, node, topic, partition)
     if forwarded is not None:
         return forwarded

@@ -49,7 +49,7 @@ from lakelog.ingest_api.errors import (
 )
 from lakelog.ingest_api.records.formats import JSON, media_type
 from lakelog.ingest_api.records.produce_columns import ProduceRecord
-from lakelog.ingest_api.http.routers.v3_resources import cluster_node
+from lakelog.ingest_api.http.routers.v3_resources import cluster_node_per_partition
 from lakelog.ingest_api.http.routers.deps import read_body
 from lakelog.ingest_api.schemas.rest_v3 import V3SchemaSerializer, wants_schema
 
@@ -327,8 +327,8 @@ class _StreamingProduce(Response):
                      "timestamp": {"type": ["string", "null"], "format": "date-time"}}}}}},
                  "responses": {"200": {"description": "one delivery report per record, in order"}}})
 async def produce_record(cluster_id: str, topic_name: str, request: Request):
-    node = cluster_node(request, cluster_id)
-    meta = node.topic(topic_name)
+    node = cluster_node_per_partition(request, cluster_id)
+    meta = node.producible_topic(topic_name)
     _check_content_type(request)
     if request.headers.get("content-length") is None:  # streaming mode (chunked)
         return _StreamingProduce(node, topic_name, meta.partitions, request.url.path, b"", False)
@@ -356,8 +356,8 @@ async def produce_record(cluster_id: str, topic_name: str, request: Request):
                          "key": {"type": ["object", "null"]}, "value": {"type": ["object", "null"]},
                          "timestamp": {"type": ["string", "null"], "format": "date-time"}}}}}}}}}})
 async def produce_records_batch(cluster_id: str, topic_name: str, request: Request):
-    node = cluster_node(request, cluster_id)
-    meta = node.topic(topic_name)
+    node = cluster_node_per_partition(request, cluster_id)
+    meta = node.producible_topic(topic_name)
     _check_content_type(request)
     body = await read_body(request, node.config.max_request_bytes)
     if not body.strip(_WS):

@@ -6,6 +6,7 @@
     DELETE /v3/clusters/{id}/acls?...   the same filter (every field required but may be ANY) -> the deleted
     GET    /v3/clusters/{id}/users                     names and mechanisms (never a credential)
     POST   /v3/clusters/{id}/users      {"name", "password"}   creates or changes a password -> 201
+                                                           (a SCRAM-SHA-256 and a SCRAM-SHA-512 credential)
     DELETE /v3/clusters/{id}/users/{user}
     GET    /v3/clusters/{id}/api-keys                  ids and principals
     POST   /v3/clusters/{id}/api-keys   {"principal"}  -> 201 {"key_id", "principal", "api_key"} (shown once)
@@ -31,7 +32,7 @@ from lakelog.ingest_api.http.routers.deps import read_json_object
 from lakelog.ingest_api.http.routers.v3_resources import ACL_SCHEMA, MAX_SECURITY_BODY_BYTES, cluster_node
 from lakelog.ingest_api.http.security_middleware import request_principal
 from lakelog.ingest_api.security.acl import AclBinding, AclFilter, check_principal
-from lakelog.ingest_api.security.credentials import make_credential, new_api_key
+from lakelog.ingest_api.security.credentials import HASHES, make_credential, new_api_key
 from lakelog.ingest_api.security.errors import InvalidSecurityRequestError, SecurityNotFoundError
 from lakelog.ingest_api.security.audit import AuditLog
 from lakelog.ingest_api.security.records import check_user_name
@@ -100,7 +101,9 @@ async def delete_acls(cluster_id: str, request: Request):
 async def list_users(cluster_id: str, request: Request):
     node = cluster_node(request, cluster_id)
     users = node.image.security.users
-    return JSONResponse({"data": [{"name": n, "mechanism": users[n].mechanism, "iterations": users[n].iterations}
+    return JSONResponse({"data": [{"name": n, "mechanism": ", ".join(sorted(users[n])),
+                                   "credentials": [{"mechanism": m, "iterations": users[n][m].iterations}
+                                                   for m in sorted(users[n])]}
                                   for n in sorted(users)]})
 
 
@@ -115,12 +118,13 @@ async def upsert_user(cluster_id: str, request: Request):
         check_user_name(name)
         if not isinstance(password, str):
             raise ValueError("password must be a string")
-        cred = make_credential(password, request.app.state.node.security.scram_iterations)
+        iterations = request.app.state.node.security.scram_iterations
+        creds = [make_credential(password, iterations, mechanism=m) for m in sorted(HASHES)]
     except ValueError as e:
         raise InvalidSecurityRequestError(str(e)) from None
-    await node.admin.submit("upsert_user", {"name": name, "credential": cred.to_dict()})
+    await node.admin.submit("upsert_user", {"name": name, "credentials": [c.to_dict() for c in creds]})
     AuditLog.change("user_upserted", by=request_principal(request), user=name)
-    return JSONResponse({"name": name, "mechanism": cred.mechanism}, status_code=201)
+    return JSONResponse({"name": name, "mechanism": ", ".join(c.mechanism for c in creds)}, status_code=201)
 
 
 @router.delete("/clusters/{cluster_id}/users/{user}", status_code=204, summary="Delete a user")

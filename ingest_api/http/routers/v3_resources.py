@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from lakelog.infra.config import LOG_CONFIG
 from lakelog.ingest_api.errors import ClusterNotFoundError, ConfigNotFoundError
-from lakelog.ingest_api.http.routers.deps import get_node
+from lakelog.ingest_api.http.routers.deps import get_node, get_node_per_partition
 
 #: Largest body of a users, API keys or ACLs request.
 MAX_SECURITY_BODY_BYTES = 1 << 20
@@ -48,6 +48,15 @@ def base_url(request: Request) -> str:
 def cluster_node(request: Request, cluster_id: str):
     """The ready node, when `cluster_id` is its cluster; ClusterNotFoundError otherwise."""
     node = get_node(request)
+    if cluster_id != node.cluster_id:
+        raise ClusterNotFoundError(f"Cluster {cluster_id} not found.")
+    return node
+
+
+def cluster_node_per_partition(request: Request, cluster_id: str):
+    """The node, when `cluster_id` is its cluster, for a produce route that checks readiness per
+    partition (`Node.leader_of`); ClusterNotFoundError otherwise."""
+    node = get_node_per_partition(request)
     if cluster_id != node.cluster_id:
         raise ClusterNotFoundError(f"Cluster {cluster_id} not found.")
     return node
