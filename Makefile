@@ -9,6 +9,7 @@ BIN    := $(VENV)/bin
 
 .PHONY: setup venv jars kafka jvm console browser up test bench bench-tiering bench-spark bench-sql bench-console bench-peer bench-reassignment clean
 .PHONY: bench-kafka-perf
+.PHONY: bench-kafka-fetch
 
 setup: venv jars jvm console
 
@@ -113,6 +114,10 @@ bench-kafka-perf: setup kafka
 # Partition moves on a 4-node cluster, unthrottled and under a replication throttle, about two minutes.
 bench-reassignment: setup
 	$(BIN)/python bench/reassignment.py
+
+# Kafka Fetch through the Kafka door: sendfile (zero-copy) against read-and-send, alternated; a few minutes.
+bench-kafka-fetch: setup
+	$(BIN)/python bench/kafka_fetch.py
 
 clean:
 	rm -rf $(VENV) $(JARS) build *.egg-info node_modules $(VENDOR)

@@ -6,6 +6,8 @@ headers (61 bytes per batch, no CRC check), reads whole CRC-checked batches from
 iterates batches in large chunks, finds the valid prefix after a crash, appends buffers with
 pwritev, truncates, fsyncs, renames and opens snapshot readers. `SegmentReader` reads a snapshot
 of the file through a private (dup'd) descriptor. `BatchPosition` is what a header scan answers.
+`FileSlices` names byte ranges of whole batches in such snapshots without reading them: the Kafka
+door sends them with sendfile (zero-copy), or reads them where it cannot (`read()`).
 
 Crash behaviour: an append the process did not finish can leave a torn batch at the tail;
 `valid_batches` stops at it (or at the first corrupt batch, or offsets that do not increase) and
@@ -18,6 +20,7 @@ unaffected by later truncation, deletion or close of the file it was opened from
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -144,6 +147,22 @@ class FileRecords:
             return None
         return (data if end == len(data) else view[:end]), last_offset
 
+    def whole_batches_extent(self, start: BatchPosition, want: int, max_offset: int | None) -> tuple[int, int] | None:
+        """Like `read_whole_batches` without reading the batches: from their headers alone (61
+        bytes each, no CRC check) the length of the whole batches from `start` within `want`
+        bytes and below `max_offset`, and the last offset. None when no whole batch qualifies."""
+        end = start.position
+        last_offset = -1
+        for bp in self.scan_headers(start.position):
+            if bp.position + bp.size - start.position > want:
+                break
+            if max_offset is not None and bp.last_offset >= max_offset:
+                break
+            end, last_offset = bp.position + bp.size, bp.last_offset
+        if last_offset < 0:
+            return None
+        return end - start.position, last_offset
+
     def batches(self, start_position: int = 0, *, verify: bool = True) -> Iterator[tuple[int, RecordBatch]]:
         """Every batch from `start_position`, read in large chunks, CRC-checked when `verify`.
 
@@ -244,6 +263,10 @@ class SegmentReader:
         """The private descriptor (for `os.pread` of bytes [0, size)); -1 once closed."""
         return self._fd
 
+    @property
+    def path(self) -> str:
+        return self._path
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -254,6 +277,53 @@ class SegmentReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """Bytes [position, position + size) of a segment snapshot: whole batches."""
+
+    reader: SegmentReader
+    position: int
+    size: int
+
+
+class FileSlices:
+    """Whole batches of one partition, as byte ranges of segment snapshots (Kafka's FileRecords
+    as a fetch answer holds it): nothing is read until `read()`, or until the Kafka door sends the
+    ranges with sendfile. Owns the snapshots' descriptors: `close()` them, or they are closed when
+    the object is collected.
+
+    Concurrency: the snapshots are private descriptors, so any thread may read or send them while
+    the log appends, truncates, deletes or swaps segments.
+    """
+
+    def __init__(self, slices: list[FileSlice]) -> None:
+        self.slices = slices
+        self._size = sum(s.size for s in slices)
+        readers = [s.reader for s in slices]
+        self._finalizer = weakref.finalize(self, _close_readers, readers)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def read(self) -> bytes:
+        """The bytes of every slice, back to back (for TLS and anything else that cannot sendfile)."""
+        out = bytearray()
+        for s in self.slices:
+            data = os.pread(s.reader.fileno(), s.size, s.position)
+            if len(data) != s.size:
+                raise TruncatedBatchError(f"read {len(data)} of {s.size} bytes", file=s.reader.path, position=s.position)
+            out += data
+        return bytes(out)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close_readers(readers: list[SegmentReader]) -> None:
+    for r in readers:
+        r.close()
 
 
 def _chunked_batches(fd: int, path: str, start_position: int, end: int,

@@ -29,7 +29,7 @@ from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
 from lakelog.logstore.errors import OffsetOutOfRangeError, SegmentsChangedError
-from lakelog.logstore.file_records import SegmentReader
+from lakelog.logstore.file_records import FileSlice, FileSlices, SegmentReader
 from lakelog.logstore.fileutil import fsync_dir
 from lakelog.logstore.log_loader import RECOVERY_POINT_FILE
 from lakelog.logstore.log_segments import LogSegments
@@ -41,7 +41,9 @@ from lakelog.logstore.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, Se
 class FetchResult:
     """Whole batches read from the log, CRC-checked, plus the log's bounds at read time."""
 
-    records: bytes | memoryview  # whole batches; a memoryview of a private buffer is possible
+    #: Whole batches; a memoryview of a private buffer is possible; `read_slices` answers FileSlices
+    #: (byte ranges of segment snapshots, not read).
+    records: bytes | memoryview | FileSlices
     first_offset: int  # base offset of the first batch returned (may be below the offset asked)
     log_start_offset: int
     log_end_offset: int
@@ -160,6 +162,43 @@ class LocalLog:
             start_offset = last + 1
         records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return FetchResult(records, first_offset if records else start_offset, log_start_offset, leo)
+
+    def read_slices(self, start_offset: int, max_bytes: int, *, max_offset: int | None, min_one_batch: bool,
+                    log_start_offset: int) -> FetchResult:
+        """The batches `read` would answer as FileSlices: each segment's range through a snapshot
+        reader, found from batch headers, nothing read (see `PartitionLog.read_slices`)."""
+        leo = self.log_end_offset
+        if start_offset < log_start_offset or start_offset > leo:
+            raise OffsetOutOfRangeError(f"offset {start_offset} is out of range [{log_start_offset}, {leo}]")
+        bound = leo if max_offset is None else min(max_offset, leo)
+        slices: list[FileSlice] = []
+        first_offset = -1
+        remaining = max_bytes
+        segments = self.segments
+        i = segments.index_for(start_offset) if start_offset < bound else len(segments)
+        try:
+            while i < len(segments) and (remaining > 0 or not slices):
+                seg = segments[i]
+                got = segments.repairing(seg, lambda: seg.extent(start_offset, remaining, max_offset=bound,
+                                                                 min_one_batch=min_one_batch and not slices))
+                i += 1
+                if got is None:
+                    if slices:
+                        break
+                    continue  # nothing at or after start_offset here (a compacted gap): next segment
+                position, size, base, last = got
+                if first_offset < 0:
+                    first_offset = base
+                slices.append(FileSlice(seg.open_reader(), position, size))
+                remaining -= size
+                if last + 1 >= bound or last + 1 < seg.next_offset:
+                    break  # at the bound, or out of bytes inside this segment: never skip batches
+                start_offset = last + 1
+        except BaseException:
+            for s in slices:
+                s.reader.close()
+            raise
+        return FetchResult(FileSlices(slices), first_offset if slices else start_offset, log_start_offset, leo)
 
     def open_readers(self, start_offset: int) -> list[SegmentReader]:
         """Snapshot readers of every segment holding offsets at or above `start_offset`."""

@@ -537,6 +537,21 @@ class PartitionLog:
             return self._local.read(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
                                     log_start_offset=self.log_start_offset)
 
+    def read_slices(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+                    min_one_batch: bool = True) -> FetchResult:
+        """The batches `read` answers, as file positions instead of bytes: `records` is a
+        FileSlices (segment snapshots and byte ranges, found from batch headers; batch CRCs are
+        not checked, as nothing is read). The caller sends them (sendfile) or reads them, and
+        closes them. Raises as `read`.
+
+        Concurrency: takes the log's lock to find the ranges and open the snapshots; the slices
+        stay valid after the lock is released, whatever retention or compaction does next.
+        """
+        with self._lock:
+            self._check_open()
+            return self._local.read_slices(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
+                                           log_start_offset=self.log_start_offset)
+
     def batches(self, start_offset: int | None = None, *, max_offset: int | None = None
                 ) -> Iterator[RecordBatch]:
         """Every CRC-checked batch from `start_offset` (default: log start) below `max_offset`.

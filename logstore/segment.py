@@ -223,6 +223,25 @@ class LogSegment:
         self._read_hint = (last_offset + 1, start.position + len(data))
         return start.position, data, last_offset
 
+    def extent(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+               min_one_batch: bool = True) -> tuple[int, int, int, int] | None:
+        """Where `read` would read, without reading: (position, size, first batch's base offset,
+        last offset) of the same whole batches, from batch headers alone (no CRC check; a Kafka
+        consumer checks each batch's CRC). None when nothing qualifies."""
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        if max_offset is not None and start.last_offset >= max_offset:
+            return None
+        want = max(max_bytes, start.size) if min_one_batch else max_bytes
+        if want < start.size:
+            return None
+        got = self._log.whole_batches_extent(start, want, max_offset)
+        if got is None:
+            return None
+        size, last_offset = got
+        return start.position, size, start.base_offset, last_offset
+
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `start_offset` with timestamp >= `timestamp`."""
         entry = self.time_index.last_entry_before(timestamp)

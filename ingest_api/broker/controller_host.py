@@ -158,7 +158,7 @@ OPS: dict[str, ControllerOp] = {
         (str(r["topic"]), r["partition"], r.get("replicas")) for r in a["reassignments"]), {})),
     "unregister_broker": ControllerOp(lambda c, i, a, n: (c.unregister_broker(int(a["node_id"])), {})),
     "elect_leaders": ControllerOp(lambda c, i, a, n: (c.elect_leaders(
-        (str(r["topic"]), r["partition"]) for r in a["partitions"]), {})),
+        ((str(r["topic"]), r["partition"]) for r in a["partitions"]), unclean=bool(a.get("unclean", False))), {})),
     # users, API keys, ACLs, quotas (ingest_api/security/records.py)
     **{op: _security_op(op) for op in SECURITY_CONTROLLER_OPS},
     # the Schema Registry: subjects, versions, config, mode (ingest_api/schemas/state.py)

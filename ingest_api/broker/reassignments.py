@@ -70,13 +70,19 @@ class ReassignmentService:
 
     async def elect_preferred_leaders(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Leadership back to each partition's first replica where it is in the ISR and may lead."""
+        await self.elect_leaders(partitions, unclean=False)
+
+    async def elect_leaders(self, partitions: Iterable[tuple[str, int]], *, unclean: bool) -> None:
+        """Kafka's ElectLeaders on the controller's election path: PREFERRED (`unclean` off) as
+        `elect_preferred_leaders`; UNCLEAN elects a leader for each partition that has none, from
+        outside the ISR when no ISR member may lead."""
         entries = [{"topic": t, "partition": p} for t, p in partitions]
         if len(entries) > MAX_REASSIGNMENTS_PER_REQUEST:
             raise RequestTooLargeError(f"at most {MAX_REASSIGNMENTS_PER_REQUEST} partitions per election request")
         for e in entries:
             self._check_partition(e["topic"], e["partition"])
         if entries:
-            await self.admin.submit("elect_leaders", {"partitions": entries})
+            await self.admin.submit("elect_leaders", {"partitions": entries, "unclean": unclean})
 
     async def alter(self, changes: Iterable[tuple[str, int, list[int] | None]]) -> None:
         """Start, change (target replicas) or cancel (None) reassignments, all or none."""

@@ -214,11 +214,12 @@ class Controller:
         self._require_active()
         return self._partitions.alter_partition_reassignments(changes)
 
-    def elect_leaders(self, partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
-        """Kafka's ElectLeaders (PREFERRED) for the named partitions: leadership to each one's first
-        replica where it is eligible, in the ISR and not leading already (else unchanged)."""
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]], *, unclean: bool = False) -> list[dict[str, Any]]:
+        """Kafka's ElectLeaders for the named partitions: PREFERRED (leadership to each one's first
+        replica where it is eligible, in the ISR and not leading already) or UNCLEAN (a leader for
+        partitions without one, from outside the ISR if need be); see ControllerPartitions."""
         self._require_active()
-        return self._partitions.elect_leaders(partitions)
+        return self._partitions.elect_leaders(partitions, unclean=unclean)
 
     def elect_preferred_leaders(self, topic: str | None = None) -> list[dict[str, Any]]:
         """Move leadership back to each partition's first replica where it is eligible and in the ISR."""

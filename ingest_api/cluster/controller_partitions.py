@@ -37,7 +37,7 @@ from lakelog.ingest_api.cluster.errors import (
     NotPartitionLeaderError,
 )
 from lakelog.ingest_api.cluster.image import ClusterImage
-from lakelog.ingest_api.cluster.image_values import BrokerRegistration, PartitionState, TopicImage
+from lakelog.ingest_api.cluster.image_values import NO_LEADER, BrokerRegistration, PartitionState, TopicImage
 from lakelog.ingest_api.cluster.partition_change import LivenessView, change_record, target_state
 from lakelog.ingest_api.errors import InvalidRequestError, PartitionNotFoundError
 
@@ -243,13 +243,21 @@ class PartitionReconciler:
                 out.append((t, partition, state, new))
         return self.proposed(self.records(out))
 
-    def elect_leaders(self, partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
-        """Kafka's ElectLeaders (PREFERRED) for the named partitions: leadership to each one's first
-        replica where it is eligible, in the ISR and not leading already (else unchanged)."""
+    def elect_leaders(self, partitions: Iterable[tuple[str, int]], *, unclean: bool = False) -> list[dict[str, Any]]:
+        """Kafka's ElectLeaders for the named partitions. PREFERRED: leadership to each one's first
+        replica where it is eligible, in the ISR and not leading already (else unchanged). UNCLEAN
+        (`unclean`): a partition without a leader gets one from its ISR, or else from any eligible
+        replica (which may lose acknowledged records), whatever `unclean.leader.election.enable` says."""
         view = LivenessView(self._image)
         out: list[Change] = []
         for topic, partition in partitions:
             t, state = self._partition(topic, partition)
+            if unclean:
+                if state.leader == NO_LEADER:
+                    new = target_state(state, view, unclean=True, rebalance=False)
+                    if new.leader != NO_LEADER:
+                        out.append((t, partition, state, new))
+                continue
             preferred = state.preferred_leader
             if preferred != state.leader and preferred in state.isr and view.eligible(preferred):
                 new = dataclasses.replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1,

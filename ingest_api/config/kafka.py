@@ -40,6 +40,15 @@ KAFKA_CONFIG = (
     .define("queued.max.requests.per.connection", int, 16,
             "Most requests of one Kafka connection read and not yet answered; the connection is not "
             "read further until one is answered.", min=1, max=1000)
+    .define("fetch.zero.copy.enable", bool, True,
+            "Send Kafka Fetch answers' record bytes with sendfile straight from the segment files on "
+            "plain-TCP listeners (TLS listeners and the remote tier always read them into memory).")
+    .define("max.incremental.fetch.session.cache.slots", int, 1000,
+            "Most Kafka consumer fetch sessions (KIP-227) the node keeps; 0 answers every fetch sessionless.",
+            min=0, max=1_000_000)
+    .define("min.incremental.fetch.session.eviction.ms", int, 120_000,
+            "A fetch session idle this long may be evicted from a full cache for a new one.", min=0,
+            max=INT_MAX, unit="ms")
 )
 
 

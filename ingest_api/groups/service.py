@@ -56,6 +56,7 @@ from lakelog.ingest_api.groups.errors import (
     RebalanceInProgressError,
 )
 from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
+from lakelog.ingest_api.groups.subscriptions import subscribed_topics
 from lakelog.ingest_api.groups.offsets_codec import (
     CommittedOffset,
     OffsetKey,
@@ -493,6 +494,31 @@ class GroupService:
         self._deliver(self.coordinator.remove_groups(lambda gid: gid == group))
         return {"error": None}
 
+    async def _op_delete_offsets(self, a: dict[str, Any]) -> dict[str, Any]:
+        """Kafka's OffsetDelete: tombstones (acks=all) for the named partitions' committed offsets,
+        except on topics a member of the group is subscribed to (`subscribed`: Kafka's
+        GROUP_SUBSCRIBED_TO_TOPIC). A member whose subscription cannot be read protects every topic."""
+        group = str(a["group_id"])
+        p = self._require(group)
+        wanted = a.get("partitions") or []
+        if not isinstance(wanted, list) or len(wanted) > MAX_COMMIT_PARTITIONS:
+            raise InvalidRequestError(f"partitions must be a list of at most {MAX_COMMIT_PARTITIONS} entries")
+        g = self.coordinator.describe(group)
+        if g is None:
+            raise GroupNotFoundError(f"group {group} has no members and no committed offsets")
+        busy = subscribed_topics(m.protocols for m in g.members.values()) if g.members else set()
+        committed = self.coordinator.committed(group)
+        out, doomed = [], []
+        for topic, partition in wanted:
+            tp = TopicPartition(str(topic), int(partition))
+            refused = busy is None or tp.topic in busy
+            out.append({"topic": tp.topic, "partition": tp.partition, "error": "subscribed" if refused else None})
+            if not refused and tp in committed:
+                doomed.append((OffsetKey(group, tp.topic, tp.partition), None))
+        if doomed:
+            await self._append(p, doomed, now_ms())
+        return {"error": None, "partitions": out}
+
     async def _expire_offsets(self) -> None:
         n = self.num_partitions()
         by_partition: dict[int, list[tuple[OffsetKey, None]]] = {}
@@ -606,6 +632,7 @@ _OPS = {
     "describe": GroupService._op_describe,
     "list": GroupService._op_list,
     "delete": GroupService._op_delete,
+    "delete_offsets": GroupService._op_delete_offsets,
 }
 
 

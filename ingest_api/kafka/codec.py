@@ -23,6 +23,12 @@ flexible versions and tagged fields. This module adds the frame, a typed `FrameE
 API, version and byte position, and `to_entity`, which builds a response of any version from one
 plain dict (fields a version lacks are dropped, fields it adds take their defaults), so a handler
 is written once per API rather than once per version.
+
+Zero-copy answers: a Fetch answer's `records` may be a logstore FileSlices (byte ranges of segment
+files, not read). `encode_response_pieces` then writes the frame as pieces — the encoded bytes
+before, between and after the records, and the FileSlices themselves, whose lengths are in the
+frame's size and the records' length prefixes — which the listener sends with sendfile
+(`ResponseFrame`); `encode_response` reads them in (for TLS).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 from lakelog.ingest_api.errors import InvalidRequestError
+from lakelog.logstore.file_records import FileSlices
 from lakelog.ingest_api.kafka.versions import API_VERSIONS, supports
 
 SIZE = struct.Struct(">i")
@@ -137,12 +144,29 @@ def encode_request(body: Any, correlation_id: int, client_id: str | None = "lake
     return bytes(data)
 
 
+def has_slices(entity: Any) -> bool:
+    """Whether a Fetch-shaped entity carries FileSlices records (responses -> partitions -> records)."""
+    for t in getattr(entity, "responses", None) or ():
+        for p in getattr(t, "partitions", None) or ():
+            if isinstance(getattr(p, "records", None), FileSlices):
+                return True
+    return False
+
+
 def response_class(api_key: int, version: int) -> Any:
     return _response_types(api_key, version)[0]
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
-    """A response entity -> its frame with the size prefix."""
+    """A response entity -> its frame with the size prefix (FileSlices records are read in)."""
+    frame = encode_response_pieces(api_key, version, correlation_id, body) if has_slices(body) else None
+    if frame is not None:
+        if isinstance(frame, bytes):
+            return frame
+        try:
+            return frame.to_bytes()
+        finally:
+            frame.close()
     cls, write_header, write_body = _response_types(api_key, version)
     header_cls = cls.__header_schema__
     out = io.BytesIO()
@@ -152,6 +176,65 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     data = out.getbuffer()
     SIZE.pack_into(data, 0, len(data) - 4)
     return bytes(data)
+
+
+class ResponseFrame:
+    """A response frame (size prefix included) as pieces: bytes, and FileSlices to send from their
+    files. Owns the slices: `close()` once sent (or abandoned)."""
+
+    def __init__(self, pieces: list[bytes | FileSlices]) -> None:
+        self.pieces = pieces
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.pieces)
+
+    def to_bytes(self) -> bytes:
+        """The whole frame in memory (reads the slices)."""
+        return b"".join(p if isinstance(p, bytes) else p.read() for p in self.pieces)
+
+    def close(self) -> None:
+        for p in self.pieces:
+            if isinstance(p, FileSlices):
+                p.close()
+
+
+class _PieceWriter:
+    """The writable kio's writers write into: bytes accumulate; a FileSlices becomes a piece of its own."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes | FileSlices] = []
+        self._buf = bytearray()
+
+    def write(self, data: Any) -> int:
+        if isinstance(data, FileSlices):
+            self.pieces.append(bytes(self._buf))
+            self._buf = bytearray()
+            self.pieces.append(data)
+        else:
+            self._buf += data
+        return len(data)
+
+    def finish(self) -> list[bytes | FileSlices]:
+        self.pieces.append(bytes(self._buf))
+        return [p for p in self.pieces if len(p)]
+
+
+def encode_response_pieces(api_key: int, version: int, correlation_id: int, body: Any) -> ResponseFrame | bytes:
+    """`encode_response`, except that FileSlices records stay pieces of a ResponseFrame (bytes when
+    the body holds none)."""
+    cls, write_header, write_body = _response_types(api_key, version)
+    out = _PieceWriter()
+    out.write(b"\0\0\0\0")
+    write_header(out, cls.__header_schema__(correlation_id=correlation_id))
+    write_body(out, body)
+    pieces = out.finish()
+    size = sum(len(p) for p in pieces) - SIZE.size
+    head = bytearray(pieces[0])
+    SIZE.pack_into(head, 0, size)
+    pieces[0] = bytes(head)
+    if len(pieces) == 1:
+        return pieces[0]
+    return ResponseFrame(pieces)
 
 
 def unsupported_version_response(e: UnsupportedVersion, api_versions: list[dict[str, int]]) -> bytes:

@@ -10,12 +10,13 @@ and super users the HTTP door checks) for the connection's principal.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lakelog.infra.error_codes import KafkaCode
 from lakelog.ingest_api.config.kafka import KafkaListener
 from lakelog.ingest_api.error_table import kafka_code
+from lakelog.ingest_api.kafka.fetch_sessions import FetchSessionCache
 from lakelog.ingest_api.security.acl import Operation, ResourceType
 from lakelog.ingest_api.security.errors import AuthorizationFailedError
 
@@ -32,6 +33,9 @@ REFUSED: dict[ResourceType, int] = {
 class KafkaContext:
     node: Any  # ingest_api.node.Node (Any: the node wires this package, not the reverse)
     groups: Any  # ingest_api.groups.service.GroupService
+    fetch_sessions: FetchSessionCache  # consumers' fetch sessions (KIP-227)
+    #: Kafka topic id -> topic name, rebuilt when a lookup misses or names a topic since replaced.
+    _names_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
 
     def allowed(self, principal: str | None, operation: Operation, rtype: ResourceType, name: str, api: str,
                 client: str, *, audit: bool = True) -> bool:
@@ -46,6 +50,23 @@ class KafkaContext:
             security.audit.refusal("authorization_failed", principal=principal, operation=operation.value,
                                    resource_type=rtype.value, resource_name=name, api=api, client=client)
         return False
+
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        """The name of the topic with this Kafka topic id (requests of Fetch v13+, Produce v13+), or None."""
+        if topic_id is None:
+            return None
+        topics = self.node.image.topics
+        name = self._names_by_id.get(topic_id)
+        t = topics.get(name) if name is not None else None
+        if t is None or kafka_topic_id(t.topic_id) != topic_id:
+            self._names_by_id = {kafka_topic_id(ti.topic_id): n for n, ti in topics.items()}
+            name = self._names_by_id.get(topic_id)
+        return name
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        """The Kafka topic id of a topic (the zero UUID for one this node does not know)."""
+        t = self.node.image.topics.get(name)
+        return kafka_topic_id(t.topic_id) if t is not None else uuid.UUID(int=0)
 
     def endpoint(self, node_id: int, listener_name: str) -> tuple[str, int] | None:
         """Where clients of `listener_name` reach node `node_id`'s Kafka door (None: it has none)."""

@@ -10,13 +10,16 @@ response type of the request's version (codec.to_entity), or None for no answer 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Awaitable, Callable
 
 from lakelog.ingest_api.kafka import admin_apis, group_apis, metadata_apis, records_apis, sasl_apis, throttle
+from lakelog.ingest_api.kafka import log_admin_apis
 from lakelog.ingest_api.kafka import acl_apis, quota_apis, scram_admin_apis
 from lakelog.ingest_api.kafka import txn_apis
 from lakelog.ingest_api.kafka.codec import Request, response_class, to_entity
 from lakelog.ingest_api.kafka.context import KafkaContext
+from lakelog.ingest_api.kafka.fetch_sessions import FetchSessionCache
 from lakelog.ingest_api.kafka.server import Connection, KafkaServer
 from lakelog.ingest_api.kafka.versions import SUPPORTED
 from lakelog.ingest_api.security import tls
@@ -41,6 +44,7 @@ HANDLERS: dict[int, ApiHandler] = {
     18: metadata_apis.api_versions,
     19: admin_apis.create_topics,
     20: admin_apis.delete_topics,
+    21: log_admin_apis.delete_records,
     22: metadata_apis.init_producer_id,
     23: records_apis.offset_for_leader_epoch,
     29: acl_apis.describe_acls,
@@ -53,10 +57,15 @@ HANDLERS: dict[int, ApiHandler] = {
     28: txn_apis.txn_offset_commit,
     32: admin_apis.describe_configs,
     33: admin_apis.alter_configs,
+    35: log_admin_apis.describe_log_dirs,
     36: sasl_apis.sasl_authenticate,
     37: admin_apis.create_partitions,
     42: group_apis.delete_groups,
+    43: log_admin_apis.elect_leaders,
     44: admin_apis.incremental_alter_configs,
+    45: log_admin_apis.alter_partition_reassignments,
+    46: log_admin_apis.list_partition_reassignments,
+    47: log_admin_apis.offset_delete,
     48: quota_apis.describe_client_quotas,
     49: quota_apis.alter_client_quotas,
     50: scram_admin_apis.describe_user_scram_credentials,
@@ -76,7 +85,10 @@ class KafkaDoor:
 
     def __init__(self, node: Any, groups: Any) -> None:
         cfg = node.config
-        self.context = KafkaContext(node, groups)
+        sessions = FetchSessionCache(cfg.max_incremental_fetch_session_cache_slots,
+                                     cfg.min_incremental_fetch_session_eviction_ms,
+                                     lambda: int(time.monotonic() * 1000))
+        self.context = KafkaContext(node, groups, sessions)
         self.server = KafkaServer(cfg.kafka_listeners, self.handle, metadata_apis.api_versions_table,
                                   max_frame_bytes=cfg.socket_request_max_bytes, max_connections=cfg.max_connections,
                                   idle_timeout_ms=cfg.connections_max_idle_ms,

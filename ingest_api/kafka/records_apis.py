@@ -3,10 +3,12 @@
 Produce appends the client's RecordBatch bytes as they came (`Node.produce_batches`, the binary
 HTTP path's entry point: CRC and producer state checked, nothing re-encoded). Fetch answers the
 stored batch bytes unchanged (`Node.fetch_wait`, which reads the remote tier below the local log
-start). A partition this node does not lead answers NOT_LEADER_OR_FOLLOWER: the client refreshes
-its metadata and goes to the leader (the Kafka door never forwards). A transactional Produce is
-appended only after the transaction coordinator confirmed the partition is in the producer's
-ongoing transaction (KIP-890 part 1, txn_apis.verify_produce); otherwise INVALID_TXN_STATE.
+start); on a plain-TCP listener the batches in the local log are answered as file ranges that the
+listener sends with sendfile (`fetch.zero.copy.enable`). A partition this node does not lead
+answers NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata and goes to the leader (the Kafka
+door never forwards). A transactional Produce is appended only after the transaction coordinator
+confirmed the partition is in the producer's ongoing transaction (KIP-890 part 1,
+txn_apis.verify_produce); otherwise INVALID_TXN_STATE.
 
 Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic, Fetch
 READ; ListOffsets and OffsetForLeaderEpoch DESCRIBE (which READ or WRITE imply), as Kafka and the
@@ -18,19 +20,23 @@ transactions (producer id, first offset) overlapping what it returns, from the `
 files; the client drops their records and the control batches itself. ListOffsets with
 isolation_level 1 answers LATEST with the LSO.
 
-Fetch sessions (KIP-227): every fetch is answered as a full, sessionless fetch (session id 0), which
-a client reads as "no session was created" and keeps sending full fetches; an incremental fetch
-(a session id other than 0) answers FETCH_SESSION_ID_NOT_FOUND, after which the client starts over.
+Fetch sessions (KIP-227): `fetch_sessions.py` decides from the request's session id and epoch what
+is fetched (the request's partitions, or the session's) and which partitions the answer carries
+(all, or for an incremental fetch those with something new). Fetch v13+ and Produce v13 name
+topics by id (the id the controller gave the topic, which Metadata answers); an id this node does
+not know answers UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from lakelog.ingest_api.config.kafka import TLS_PROTOCOLS
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
 from lakelog.ingest_api.kafka import txn_apis
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
@@ -38,6 +44,8 @@ from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.replication.partition import PartitionKey
 from lakelog.ingest_api.security.acl import Operation, ResourceType
+from lakelog.logstore.errors import OffsetOutOfRangeError
+from lakelog.logstore.file_records import FileSlices
 
 NONE = ErrorCode.none.value
 TOPIC_REFUSED = REFUSED[ResourceType.TOPIC]
@@ -76,23 +84,31 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
     transactional_id = body.transactional_id
     jobs, names = [], []
     for t in body.topic_data:
-        allowed = _may(ctx, conn, Operation.WRITE, t.name, "Produce")
+        name = field_of(t, "name")  # Produce v13+ names the topic by id
+        topic_key = name if name is not None else t.topic_id
+        if name is None:
+            name = ctx.topic_name(t.topic_id)
+        allowed = name is not None and _may(ctx, conn, Operation.WRITE, name, "Produce")
         for p in t.partition_data:
-            names.append(t.name)
-            if not allowed:
+            names.append(topic_key)
+            if name is None:
+                jobs.append(_invalid(p.index, ErrorCode.unknown_topic_id.value))
+            elif not allowed:
                 jobs.append(_invalid(p.index, TOPIC_REFUSED))
             elif acks is None:
                 jobs.append(_invalid(p.index, ErrorCode.invalid_required_acks.value))
             else:
-                jobs.append(_produce_one(ctx, t.name, int(p.index), p.records, acks, transactional_id))
+                jobs.append(_produce_one(ctx, name, int(p.index), p.records, acks, transactional_id))
     results = await asyncio.gather(*jobs)
     if acks == "0":
         return None  # acks=0: no answer at all
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for name, r in zip(names, results):
-        by_topic.setdefault(name, []).append(r)
-    return {"throttle_time": 0, "responses": [{"name": n, "partition_responses": rs} for n, rs in by_topic.items()],
-            "node_endpoints": _node_endpoints(ctx, results, conn)}
+    by_topic: dict[Any, list[dict[str, Any]]] = {}
+    for key, r in zip(names, results):
+        by_topic.setdefault(key, []).append(r)
+    return {"throttle_time": 0, "node_endpoints": _node_endpoints(ctx, results, conn),
+            "responses": [{"topic_id": k, "partition_responses": rs} if isinstance(k, uuid.UUID)
+                          else {"name": k, "topic_id": ctx.topic_id(k), "partition_responses": rs}
+                          for k, rs in by_topic.items()]}
 
 
 def _may(ctx: KafkaContext, conn: Connection, operation: Operation, topic: str, api: str) -> bool:
@@ -130,8 +146,21 @@ def _read(ctx: KafkaContext, topic: str, partition: int) -> Any:
     return ctx.node.local_partition(PartitionKey(topic, partition))
 
 
+async def _read_records(ctx: KafkaContext, p: Any, topic: str, index: int, offset: int, limit: int,
+                        zero_copy: bool) -> Any:
+    """The records from `offset`: as file ranges (FileSlices, sent with sendfile) when `zero_copy`
+    and they are in the local log; else read into memory by the node's fetch path (TLS, and the
+    remote tier below the local log start)."""
+    if zero_copy and offset >= p.log.log_start_offset:
+        try:
+            return p.log.read_slices(offset, limit, max_offset=p.high_watermark)
+        except OffsetOutOfRangeError:
+            pass  # retention moved the local start meanwhile, or past the end: the node's path answers
+    return await ctx.node.fetch_wait(topic, index, offset, limit, 0)
+
+
 async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
-                     isolation: int = 0) -> tuple[dict[str, Any], int]:
+                     isolation: int = 0, zero_copy: bool = False) -> tuple[dict[str, Any], int]:
     index = int(fp.partition)
     out: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
                            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
@@ -139,13 +168,17 @@ async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
     try:
         p = ctx.node.partition(topic, index)  # raises unless this node leads it
         limit = max(1, min(int(fp.partition_max_bytes), budget))
-        result = await ctx.node.fetch_wait(topic, index, int(fp.fetch_offset), limit, 0)
-        hw, lso = p.high_watermark, p.last_stable_offset
-        data = bytes(result.records)
         aborted = None
         if isolation == READ_COMMITTED:
-            data, found = await ctx.node.read_committed_view(p, int(fp.fetch_offset), data)
+            # read into memory: the aborted batches are cut out of what is answered
+            result = await ctx.node.fetch_wait(topic, index, int(fp.fetch_offset), limit, 0)
+            hw, lso = p.high_watermark, p.last_stable_offset
+            data, found = await ctx.node.read_committed_view(p, int(fp.fetch_offset), bytes(result.records))
             aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in found]
+        else:
+            result = await _read_records(ctx, p, topic, index, int(fp.fetch_offset), limit, zero_copy)
+            hw, lso = p.high_watermark, p.last_stable_offset
+            data = result.records if isinstance(result.records, FileSlices) else bytes(result.records)
     except Exception as e:
         leader = _current_leader(ctx, topic, index)
         if leader is not None:
@@ -157,12 +190,12 @@ async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
 
 
 async def _fetch_all(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], max_bytes: int,
-                     isolation: int = 0) -> tuple[list[dict[str, Any]], int]:
+                     isolation: int = 0, zero_copy: bool = False) -> tuple[list[dict[str, Any]], int]:
     budget, total, responses = max_bytes, 0, []
     for topic, parts in topics:
         docs = []
         for fp in parts:
-            doc, n = await _fetch_one(ctx, topic, fp, budget if total == 0 else max(0, budget), isolation)
+            doc, n = await _fetch_one(ctx, topic, fp, budget if total == 0 else max(0, budget), isolation, zero_copy)
             if total and n > budget:  # over the response's max.bytes: leave it for the next fetch
                 doc, n = {**doc, "records": b""}, 0
             budget -= n
@@ -174,32 +207,66 @@ async def _fetch_all(ctx: KafkaContext, topics: list[tuple[str, list[Any]]], max
 
 async def fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     body = req.body
-    session_id = int(field_of(body, "session_id", 0))
-    if session_id != 0:
-        return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found.value, "session_id": 0,
-                "responses": []}
+    requested, unknown = _requested_topics(ctx, body.topics)
+    forgotten = _forgotten(ctx, field_of(body, "forgotten_topics_data", ()) or ())
+    session = ctx.fetch_sessions.open(int(field_of(body, "session_id", 0)), int(field_of(body, "session_epoch", -1)),
+                                      requested, forgotten)
+    if session.error_code != NONE:
+        return {"throttle_time": 0, "error_code": session.error_code, "session_id": 0, "responses": []}
     cfg = ctx.node.config
     max_bytes = max(1, min(int(field_of(body, "max_bytes", cfg.fetch_max_bytes)), cfg.fetch_max_bytes))
     wait_s = min(ms(body.max_wait), cfg.fetch_max_wait_ms) / 1000
     min_bytes = int(body.min_bytes)
     isolation = int(field_of(body, "isolation_level", 0))
     topics, refused = [], []
-    for t in body.topics:
-        if _may(ctx, conn, Operation.READ, t.topic, "Fetch"):
-            topics.append((t.topic, list(t.partitions)))
+    for topic, parts in session.topics:
+        if _may(ctx, conn, Operation.READ, topic, "Fetch"):
+            topics.append((topic, parts))
         else:
-            refused.append({"topic": t.topic, "partitions": [_refused_fetch(int(fp.partition)) for fp in t.partitions]})
+            refused.append({"topic": topic, "partitions": [_refused_fetch(int(fp.partition)) for fp in parts]})
+    # Plain TCP: record bytes go from the segment files to the socket with sendfile (server.py).
+    zero_copy = cfg.fetch_zero_copy_enable and conn.listener.security_protocol not in TLS_PROTOCOLS
     deadline = time.monotonic() + wait_s
     while True:
-        responses, total = await _fetch_all(ctx, topics, max_bytes, isolation)
+        responses, total = await _fetch_all(ctx, topics, max_bytes, isolation, zero_copy)
         left = deadline - time.monotonic()
         if total >= min_bytes or left <= 0 or _any_error(responses) or not topics:
             break
         await _wait_for_any(ctx, topics, responses, left)
         if time.monotonic() >= deadline:
-            responses, total = await _fetch_all(ctx, topics, max_bytes, isolation)
+            responses, total = await _fetch_all(ctx, topics, max_bytes, isolation, zero_copy)
             break
-    return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses + refused}
+    answered = [{**t, "topic_id": ctx.topic_id(t["topic"])} for t in session.answer(responses + refused)]
+    return {"throttle_time": 0, "error_code": NONE, "session_id": session.session_id,
+            "responses": answered + unknown}
+
+
+def _requested_topics(ctx: KafkaContext, fetch_topics: Any) -> tuple[list[tuple[str, list[Any]]], list[dict[str, Any]]]:
+    """The request's (topic name, partitions), and the answers for topic ids this node does not know
+    (Fetch v13+ names topics by id; earlier versions by name)."""
+    named, unknown = [], []
+    for t in fetch_topics:
+        name = field_of(t, "topic")
+        if name is None:
+            name = ctx.topic_name(t.topic_id)
+        if name is None:
+            unknown.append({"topic_id": t.topic_id, "partitions": [
+                {**_refused_fetch(int(fp.partition)), "error_code": ErrorCode.unknown_topic_id.value}
+                for fp in t.partitions]})
+        else:
+            named.append((name, list(t.partitions)))
+    return named, unknown
+
+
+def _forgotten(ctx: KafkaContext, forgotten_topics: Any) -> list[tuple[str, int]]:
+    out = []
+    for t in forgotten_topics:
+        name = field_of(t, "topic")
+        if name is None:
+            name = ctx.topic_name(t.topic_id)
+        if name is not None:
+            out.extend((name, int(p)) for p in t.partitions)
+    return out
 
 
 def _refused_fetch(index: int) -> dict[str, Any]:

@@ -21,13 +21,22 @@ fails unexpectedly answers UNKNOWN_SERVER_ERROR in the response type of its requ
 SSL and SASL_SSL listeners speak TLS with the node's certificate (`security/tls.py`), handshaken by
 asyncio before the first frame.
 
-Concurrency: everything runs on the node's event loop; handlers await the node's services.
+Zero-copy: an answer whose records are file ranges (codec.ResponseFrame: a Fetch on a plain-TCP
+listener, `records_apis.py`) is written piece by piece: its encoded bytes through the stream, and
+each range with os.sendfile straight from the segment snapshot to the socket (on a worker thread:
+see `_send_frame`), after the stream's buffer has emptied. The ranges' descriptors are closed once sent, or when the
+connection ends first.
+
+Concurrency: everything runs on the node's event loop; handlers await the node's services. Only
+the sendfile of zero-copy answers runs on worker threads, one range at a time per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import select
 import ssl
 from typing import Any, Awaitable, Callable
 
@@ -81,6 +90,8 @@ class KafkaServer:
         self.ssl_context = ssl_context
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task] = set()
+        #: Bytes sent with sendfile (zero-copy) since start (tests read it).
+        self.sendfile_bytes = 0
         #: Each listener's bound port (0 in the config picks a free one: tests).
         self.bound_ports: dict[str, int] = {}
 
@@ -178,6 +189,7 @@ class KafkaServer:
                 item = answers.get_nowait()
                 if item is not None:
                     item.cancel()
+                    _close_frame(item)
             raise
         await answers.put(None)  # the client went away or sent a bad frame: answer what was read, then stop
         try:
@@ -209,11 +221,13 @@ class KafkaServer:
             pass
         return None
 
-    async def _answer(self, req: codec.Request, conn: Connection) -> bytes | None:
+    async def _answer(self, req: codec.Request, conn: Connection) -> bytes | codec.ResponseFrame | None:
         try:
             body = await self.handler(req, conn)
             if body is None:
                 return None
+            if codec.has_slices(body):
+                return codec.encode_response_pieces(req.api_key, req.api_version, req.correlation_id, body)
             return codec.encode_response(req.api_key, req.api_version, req.correlation_id, body)
         except asyncio.CancelledError:
             raise
@@ -231,8 +245,78 @@ class KafkaServer:
             data = await item
             if data is None:
                 continue
+            if isinstance(data, codec.ResponseFrame):
+                await self._send_frame(conn, data)
+                continue
             conn.writer.write(data)
             await conn.writer.drain()
+
+    async def _send_frame(self, conn: Connection, frame: codec.ResponseFrame) -> None:
+        """Bytes through the stream; file ranges with os.sendfile once the stream's buffer is empty.
+
+        The event loop may be uvloop (uvicorn's), which has no `loop.sendfile`, so a worker thread
+        sends each range on a duplicate of the socket's descriptor, waiting for it to be writable
+        (at most `connections.max.idle.ms`). The stream is the only other writer and waits meanwhile;
+        the duplicates keep the socket and the segment snapshot open until the thread is done, even if
+        the connection is closed under it."""
+        loop = asyncio.get_running_loop()
+        transport = conn.writer.transport
+        pending: asyncio.Future | None = None
+        try:
+            for piece in frame.pieces:
+                if isinstance(piece, bytes):
+                    conn.writer.write(piece)
+                    continue
+                transport.set_write_buffer_limits(high=0)  # drain() now waits until the buffer is empty
+                await conn.writer.drain()
+                transport.set_write_buffer_limits()
+                sock = conn.writer.get_extra_info("socket")
+                if sock is None:
+                    raise ConnectionError("the connection has no socket")
+                for s in piece.slices:
+                    pending = loop.run_in_executor(None, _sendfile_all, sock.fileno(), s.reader.fileno(), s.position,
+                                                   s.size, self.idle_timeout_s)
+                    sent = await asyncio.shield(pending)
+                    pending = None
+                    self.sendfile_bytes += sent
+            await conn.writer.drain()
+        finally:
+            if pending is not None and not pending.done():
+                pending.add_done_callback(lambda _: frame.close())  # the thread still sends from the files
+            else:
+                frame.close()
+
+
+def _sendfile_all(sock_fd: int, file_fd: int, offset: int, count: int, timeout_s: float) -> int:
+    """Send `count` bytes of `file_fd` from `offset` to the (non-blocking) socket; on a worker thread.
+    Works on duplicates of both descriptors, so closing the connection meanwhile is safe."""
+    sock_fd, file_fd = os.dup(sock_fd), os.dup(file_fd)
+    poller = select.poll()
+    poller.register(sock_fd, select.POLLOUT)
+    sent = 0
+    try:
+        while sent < count:
+            try:
+                n = os.sendfile(sock_fd, file_fd, offset + sent, count - sent)
+            except BlockingIOError:
+                if not poller.poll(timeout_s * 1000):
+                    raise ConnectionError(f"the socket took no bytes for {timeout_s} s") from None
+                continue
+            if n == 0:
+                raise ConnectionError(f"sendfile sent {sent} of {count} bytes: the segment snapshot ended")
+            sent += n
+        return sent
+    finally:
+        os.close(sock_fd)
+        os.close(file_fd)
+
+
+def _close_frame(item: asyncio.Future) -> None:
+    """Close the file ranges of an answer that will not be written (its connection is closing)."""
+    if item.done() and not item.cancelled() and item.exception() is None:
+        data = item.result()
+        if isinstance(data, codec.ResponseFrame):
+            data.close()
 
 
 def _done(data: bytes) -> asyncio.Future:

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.kafka import acl_apis, codec, quota_apis, scram_admin_apis
 from lakelog.ingest_api.kafka.context import KafkaContext
+from lakelog.ingest_api.kafka.fetch_sessions import FetchSessionCache
 from lakelog.ingest_api.security.acl import AclBinding, Authorizer
 from lakelog.ingest_api.security.errors import InvalidSecurityRequestError
 from lakelog.ingest_api.security.credentials import SCRAM_SHA_256, SCRAM_SHA_512, make_credential, verify_password
@@ -58,7 +59,7 @@ def _context(principal_allowed: bool = True) -> tuple[KafkaContext, SimpleNamesp
                                audit=SimpleNamespace(refusal=lambda *a, **k: None))
     node = SimpleNamespace(image=image, admin=Admin(image), security=security)
     conn = SimpleNamespace(principal="User:admin", client_host="/127.0.0.1")
-    return KafkaContext(node, None), conn
+    return KafkaContext(node, None, FetchSessionCache(0, 0, lambda: 0)), conn
 
 
 def _call(handler, ctx, conn, body) -> dict:

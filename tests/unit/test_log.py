@@ -272,6 +272,39 @@ def test_read_bounded_by_max_bytes_is_a_contiguous_prefix(opened):
         assert len(got) == 1 or sum(b.size_in_bytes for b in got) <= max_bytes
 
 
+def test_read_slices_name_the_bytes_read_answers_without_reading_them(opened):
+    """The zero-copy read: the same whole batches as `read`, as segment snapshots and positions."""
+    log = opened(config(segment_bytes=2000))
+    fill(log, 60, seed=9, max_records=4, max_value=120)
+    assert len(log.segments) > 3
+    rng = random.Random(9)
+    for _ in range(200):
+        start = rng.randrange(log.log_end_offset)
+        max_bytes = rng.randint(1, 5000)
+        bound = rng.choice([None, rng.randrange(start, log.log_end_offset + 1)])
+        want = log.read(start, max_bytes, max_offset=bound)
+        got = log.read_slices(start, max_bytes, max_offset=bound)
+        try:
+            assert len(got.records) == len(want.records)
+            assert got.records.read() == bytes(want.records), (start, max_bytes, bound)
+            assert (got.first_offset, got.log_start_offset, got.log_end_offset) == \
+                (want.first_offset, want.log_start_offset, want.log_end_offset)
+        finally:
+            got.records.close()
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read_slices(log.log_end_offset + 1, 100)
+
+
+def test_read_slices_stay_readable_after_their_segments_are_deleted(opened):
+    log = opened(config(segment_bytes=1000))
+    appended = fill(log, 30, max_records=3, max_value=100)
+    got = log.read_slices(0, 10**7)
+    log.maybe_increment_log_start_offset(appended.batches[-1][0])  # deletes every older segment
+    assert got.records.read() == b"".join(b[2] for b in appended.batches)
+    got.records.close()
+    assert all(s.reader.fileno() == -1 for s in got.records.slices)
+
+
 def test_offset_out_of_range(opened):
     log = opened()
     for i in range(3):

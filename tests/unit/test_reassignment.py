@@ -227,3 +227,20 @@ def test_preferred_leader_election_of_named_partitions() -> None:
     assert c.controller.elect_leaders([("t", 0)]) == []
     with pytest.raises(PartitionNotFoundError):
         c.controller.elect_leaders([("t", 5)])
+
+
+def test_unclean_election_of_named_partitions_leads_from_outside_the_isr() -> None:
+    c = Cluster(brokers=3)
+    c.create("t", 2, 3)
+    s = c.state("t", 0)
+    c.alter_isr("t", 0, [s.leader])  # the followers fell out of the ISR
+    others = tuple(n for n in range(3) if n != s.leader)
+    c.advance(60_000, alive=others)  # the only ISR member dies: no clean leader
+    lost = c.state("t", 0)
+    assert lost.leader == -1
+    # A partition that has a leader needs no election; PREFERRED does not elect from outside the ISR.
+    assert c.controller.elect_leaders([("t", 1)], unclean=True) == []
+    assert c.controller.elect_leaders([("t", 0)]) == []
+    c.commit(c.controller.elect_leaders([("t", 0)], unclean=True))
+    after = c.state("t", 0)
+    assert after.leader in others and after.isr == (after.leader,) and after.leader_epoch > lost.leader_epoch
