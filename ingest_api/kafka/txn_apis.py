@@ -64,6 +64,7 @@ async def init_transactional(ctx: KafkaContext, req: Request) -> dict[str, Any]:
     b = req.body
     out = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
     try:
+        await ctx.node.transactions.ensure_state_topic()  # a client that skipped FindCoordinator
         doc = await ctx.node.transactions.run("init", {
             "transactional_id": b.transactional_id, "timeout_ms": ms(b.transaction_timeout),
             "producer_id": int(field_of(b, "producer_id", -1)), "producer_epoch": int(field_of(b, "producer_epoch", -1))})
