@@ -518,7 +518,23 @@ class TransactionService:
                 "start_ms": m.start_ms, "producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
                 "partitions": sorted(m.partitions)}
 
+    async def _op_describe(self, a: dict[str, Any]) -> dict[str, Any]:
+        return {"error": None, **self.describe_here(str(a["transactional_id"]))}
+
     # ------------------------------------------------------------------ the leader side of produce
+
+    async def add_for_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                              partition: int) -> None:
+        """Before an HTTP produce of a transaction's records: the partition joins the producer's
+        transaction at its coordinator (what AddPartitionsToTxn does for a Kafka client)."""
+        key = (transactional_id, producer_id, producer_epoch, topic, partition)
+        if key in self._verified:
+            return
+        await self.call_with_retry(transactional_id, "add_partitions", {
+            "producer_id": producer_id, "producer_epoch": producer_epoch, "partitions": [[topic, partition]]})
+        if self.node.leader_of(topic, partition) == self.node.node_id:
+            self._remember(key)  # the marker, written here, forgets it
+
 
     async def verify_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                              partition: int) -> None:
@@ -528,6 +544,9 @@ class TransactionService:
             return
         await self.call(transactional_id, "verify", {"producer_id": producer_id, "producer_epoch": producer_epoch,
                                                      "topic": topic, "partition": partition})
+        self._remember(key)
+
+    def _remember(self, key: tuple[str, int, int, str, int]) -> None:
         self._verified[key] = None
         while len(self._verified) > MAX_VERIFIED:
             self._verified.popitem(last=False)
@@ -559,6 +578,20 @@ class TransactionService:
             raise RemoteError(resp.status_code, code, str(doc.get("message", resp.text[:200])))
         return raise_txn_error(doc)
 
+    async def call_with_retry(self, transactional_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """`call`, retried while the coordinator moves, loads or completes the id's last transaction,
+        up to request.timeout.ms (the HTTP door's entry: a Kafka client retries by itself)."""
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        delay = 0.05
+        while True:
+            try:
+                return await self.call(transactional_id, op, args)
+            except RETRIABLE:
+                if time.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
 
 _OPS = {
     "init": TransactionService._op_init,
@@ -568,6 +601,7 @@ _OPS = {
     "verify": TransactionService._op_verify,
     "markers": TransactionService._op_markers,
     "list": TransactionService._op_list,
+    "describe": TransactionService._op_describe,
 }
 
 
