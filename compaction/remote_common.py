@@ -40,7 +40,15 @@ from lakelog.infra.config import LogConfig
 from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
 from lakelog.tiering import epochs as epochs_format, manifest_transitions
 from lakelog.tiering.errors import ObjectNotFoundError
-from lakelog.tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, new_segment_id, segment_key
+from lakelog.tiering.layout import (
+    EPOCHS_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    new_segment_id,
+    segment_key,
+    segment_keys,
+)
 from lakelog.tiering.lease import Lease
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
@@ -115,8 +123,8 @@ def delete_due_objects(store: ObjectStore, meta: ManifestStore, topic: str, part
     due = [s for s in m.in_state(SegmentState.DELETE_STARTED) if s.delete_after_ms <= now_ms]
     if not due:
         return 0
-    keys = [segment_key(topic, partition, s.base_offset, s.segment_id, suffix)
-            for s in due for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, EPOCHS_SUFFIX)]
+    keys = [k for s in due
+            for k in segment_keys(topic, partition, s.base_offset, s.segment_id, txn_index=s.txn_index_bytes > 0)]
     store.delete_many(keys)
     ids = [s.segment_id for s in due]
     job_commit(meta, lambda cur: manifest_transitions.finish_delete(cur, ids, epoch=cur.leader_epoch, now_ms=now_ms,

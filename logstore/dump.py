@@ -1,6 +1,6 @@
 """`lakelog dump-log`: print segment files the way Kafka's DumpLogSegments tool does.
 
-Reads any `.log`, `.index` or `.timeindex` file in Kafka's formats (ours or a Kafka broker's),
+Reads any `.log`, `.index`, `.timeindex` or `.txnindex` file in Kafka's formats (ours or a Kafka broker's),
 named by its base offset in 20 digits (`00000000000000005376.log`), or a remote tier object's name
 (`00000000000000005376-<segment id>.log`, 32 hex digits of segment id: a segment downloaded from
 the remote tier as it is stored; its indexes are found beside it under the same stem). Lakelog's
@@ -51,7 +51,9 @@ any more (a torn tail, or an impossible length field) the tool prints
 bare name) and, on the next line, where and why; then it stops reading that file. Like Kafka, this
 is not an error (exit code 0).
 
-`.index` output: `offset: O position: P` per entry; `.timeindex`: `timestamp: T offset: O`. After
+`.index` output: `offset: O position: P` per entry; `.timeindex`: `timestamp: T offset: O`;
+`.txnindex`: `version: 0 producerId: P firstOffset: F lastOffset: L lastStableOffset: S`
+(dump_index.py). After
 the entries come notes for entries out of order, a torn partial entry, zero entries at the end
 (Kafka preallocates index files of active segments), and entries that do not match the `.log` next
 to the index (when there is one): an offset index entry (O, P) must point at a batch holding O (as
@@ -92,7 +94,7 @@ from lakelog.logstore.record_batch import (
     RecordBatch,
     TimestampType,
 )
-from lakelog.logstore.dump_index import dump_offset_index, dump_time_index
+from lakelog.logstore.dump_index import dump_offset_index, dump_time_index, dump_txn_index
 from lakelog.logstore.dump_paths import (
     EXIT_BROKEN_PIPE,
     EXIT_NOT_A_SEGMENT,
@@ -105,7 +107,7 @@ from lakelog.logstore.dump_paths import (
     classify,
     open_segment,
 )
-from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TXN_INDEX_SUFFIX
 
 #: Bytes read at a time from a file.
 DEFAULT_CHUNK_BYTES = 1024 * 1024
@@ -152,6 +154,8 @@ def dump_files(paths: Iterable[str | os.PathLike], *, print_data_log: bool, out:
                     _dump_log(seg, str(path), print_data_log, out, chunk_bytes, max_decoded_batch_bytes)
                 elif seg.suffix == INDEX_SUFFIX:
                     dump_offset_index(seg, str(path), verify_index_only, out, chunk_bytes)
+                elif seg.suffix == TXN_INDEX_SUFFIX:
+                    dump_txn_index(seg, str(path), verify_index_only, out, chunk_bytes)
                 else:
                     dump_time_index(seg, str(path), verify_index_only, out, chunk_bytes)
             except DumpPathError as e:

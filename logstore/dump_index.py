@@ -1,4 +1,10 @@
-"""`lakelog dump-log` of `.index` and `.timeindex` files: the entries, then notes on what is wrong.
+"""`lakelog dump-log` of `.index`, `.timeindex` and `.txnindex` files: the entries, then notes on
+what is wrong.
+
+A `.txnindex` entry prints as Kafka's DumpLogSegments prints it:
+`version: 0 producerId: P firstOffset: F lastOffset: L lastStableOffset: S`; notes cover a version
+other than 0, first offset > last offset, entries out of order (by last offset), a torn entry and
+a last offset no batch of the `.log` holds (the ABORT marker's offset).
 
 Notes cover entries out of order, a torn partial entry, zero entries at the end (preallocated
 space of an active segment's index), and entries that do not match the `.log` beside the index (an
@@ -14,7 +20,7 @@ import struct
 from pathlib import Path
 from typing import Iterable, TextIO
 
-from lakelog.index import offset_index, time_index
+from lakelog.index import offset_index, time_index, transaction_index
 from lakelog.logstore.dump_paths import MAGIC_BYTE, MIN_V2_LENGTH, FileWindow, SegmentFile, open_segment
 from lakelog.logstore.record_batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, MAGIC, MAGIC_OFFSET
 from lakelog.logstore.segment import LOG_SUFFIX
@@ -197,6 +203,37 @@ def dump_time_index(seg: SegmentFile, shown: str, verify_only: bool, out: TextIO
                 emit(timestamp, seg.base_offset + rel)
             count += 1
         _finish_index(shown, size, time_index.ENTRY_SIZE, count, zeros_pending, verify_only, notes, out)
+    finally:
+        os.close(fd)
+        if log is not None:
+            log.close()
+
+
+def dump_txn_index(seg: SegmentFile, shown: str, verify_only: bool, out: TextIO, chunk_bytes: int) -> None:
+    notes = _Notes()
+    fd, size = open_segment(seg)
+    log = _open_log_headers(seg, chunk_bytes, notes)
+    log_name = seg.sibling(LOG_SUFFIX).name
+    try:
+        count = 0
+        previous = -1
+        for version, pid, first, last, lso in _iter_entries(fd, size, transaction_index.ENTRY_SIZE, chunk_bytes,
+                                                             transaction_index.ENTRY.iter_unpack):
+            if not verify_only:
+                out.write(f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
+                          f"lastStableOffset: {lso}\n")
+            where = f"entry producerId: {pid} lastOffset: {last}"
+            if version != transaction_index.TXN_INDEX_VERSION:
+                notes.add(f"Unknown version: {where} has version {version}")
+            if first > last:
+                notes.add(f"Impossible: {where} has firstOffset {first} above its lastOffset")
+            if last <= previous:
+                notes.add(f"Out of order: {where} follows lastOffset: {previous}")
+            if log is not None and log.batch_holding(last) is None:
+                notes.add(f"Does not match the log: {where}: no batch in {log_name} holds the marker's offset")
+            previous = last
+            count += 1
+        _finish_index(shown, size, transaction_index.ENTRY_SIZE, count, 0, verify_only, notes, out)
     finally:
         os.close(fd)
         if log is not None:

@@ -1,7 +1,8 @@
 """Which files `lakelog dump-log` can read, and the bounded window it reads them through.
 
 A path is a segment file when its name is a 20-digit base offset, or a remote tier object's
-`<base offset>-<32 hex digits of segment id>`, followed by `.log`, `.index` or `.timeindex` and
+`<base offset>-<32 hex digits of segment id>`, followed by `.log`, `.index`, `.timeindex` or
+`.txnindex` and
 optionally one of Lakelog's transient suffixes (`.cleaned`, `.swap`, `.deleted`). Anything else is
 refused with the exit code the tool returns for it (see dump.py).
 """
@@ -24,6 +25,7 @@ from lakelog.logstore.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_base_offset,
 )
 
@@ -34,7 +36,7 @@ EXIT_UNKNOWN_SUFFIX = 2
 EXIT_BROKEN_PIPE = 141
 
 _TRANSIENT_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
-_KNOWN_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+_KNOWN_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 #: The magic byte of a batch or message, at MAGIC_OFFSET in every format.
 MAGIC_BYTE = struct.Struct(">b")
@@ -59,7 +61,7 @@ class SegmentFile:
     """A path recognised as a segment file."""
 
     path: Path
-    suffix: str  # LOG_SUFFIX, INDEX_SUFFIX or TIME_INDEX_SUFFIX
+    suffix: str  # LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX or TXN_INDEX_SUFFIX
     transient_suffix: str  # "" or one of .cleaned / .swap / .deleted
     base_offset: int
     #: The name before the suffix: the 20-digit base offset, or `<base offset>-<segment id>` (remote).
@@ -83,8 +85,8 @@ def classify(path: str | os.PathLike) -> SegmentFile:
     if suffix is None:
         dot = core.find(".")
         shown = core[dot:] if dot >= 0 else "(none)"
-        raise DumpPathError(f"{path}: unknown file suffix {shown}; dump-log reads .log, .index and "
-                            f".timeindex segment files", EXIT_UNKNOWN_SUFFIX)
+        raise DumpPathError(f"{path}: unknown file suffix {shown}; dump-log reads .log, .index, "
+                            f".timeindex and .txnindex segment files", EXIT_UNKNOWN_SUFFIX)
     stem = core[:len(core) - len(suffix)]
     base_offset = parse_base_offset(stem[:20]) if len(stem) == 20 or _REMOTE_STEM.match(stem) else None
     if base_offset is None:

@@ -428,6 +428,24 @@ class PartitionLog:
                     break
             return found
 
+    def segment_aborted_transactions(self, base_offset: int) -> list[AbortedTxn]:
+        """The `.txnindex` entries of the segment starting at `base_offset` (rebuilt first if
+        damaged; [] when no such segment). For the remote tier's upload of that segment.
+        Takes the log's lock."""
+        with self._lock:
+            self._check_open()
+            seg = self._local.segments.starting_at(base_offset)
+            if seg is None:
+                return []
+            try:
+                if not seg.txn_index.verified:
+                    seg.txn_index.sanity_check(seg.next_offset)
+                return seg.txn_index.entries()
+            except CorruptIndexError:
+                rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
+                self.txn_index_rebuilds_on_read.append(seg.base_offset)
+                return seg.txn_index.entries()
+
     def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
         max_ts = max(d.max_timestamp for d in duplicates)
         return AppendInfo(min(d.first_offset for d in duplicates), max(d.last_offset for d in duplicates), max_ts,

@@ -33,9 +33,20 @@ def cut_at_offset(records: bytes | memoryview, bound: int) -> bytes | memoryview
     return records if end == len(records) else records[:end]
 
 
-def committed_batches(batches: Iterable[RecordBatch], aborted: Sequence[AbortedTxn]) -> Iterator[RecordBatch]:
-    """The data batches a read_committed reader keeps: no control batch, no batch of an aborted
-    transaction. `aborted` lists the aborted transactions overlapping the batches (any order)."""
+def next_offset_after(records: bytes | memoryview, fetch_offset: int) -> int:
+    """The offset after the last batch of `records` (`fetch_offset` when there is none): where
+    the reader goes on, even when every batch it got was dropped."""
+    nxt = fetch_offset
+    for _, batch in iter_batches(records, max_batch_bytes=None):
+        nxt = max(nxt, batch.next_offset)
+    return nxt
+
+
+def committed_batches(batches: Iterable[RecordBatch], aborted: Sequence[AbortedTxn], *,
+                      keep_control: bool = False) -> Iterator[RecordBatch]:
+    """The data batches a read_committed reader keeps: no batch of an aborted transaction, and no
+    control batch unless `keep_control` (a reader of raw batches skips them itself).
+    `aborted` lists the aborted transactions overlapping the batches (any order)."""
     pending = sorted(aborted, key=lambda a: a.first_offset)
     i = 0
     aborting: set[int] = set()
@@ -47,6 +58,8 @@ def committed_batches(batches: Iterable[RecordBatch], aborted: Sequence[AbortedT
             marker = batch_marker(batch)
             if marker is not None and marker.type is ControlRecordType.ABORT:
                 aborting.discard(batch.producer_id)
+            if keep_control:
+                yield batch
             continue
         if batch.is_transactional and batch.producer_id in aborting:
             continue

@@ -5,6 +5,8 @@
     <topic>-<partition>/<base offset, 20 digits>-<segment id>.index    its offset index
     <topic>-<partition>/<base offset, 20 digits>-<segment id>.timeindex its time index
     <topic>-<partition>/<base offset, 20 digits>-<segment id>.epochs   its leader-epoch entries
+    <topic>-<partition>/<base offset, 20 digits>-<segment id>.txnindex its aborted transactions
+                                                                      (only when it has some)
 
 The segment id (32 lowercase hex digits, a random UUID) makes every upload attempt's objects
 distinct: a retried or superseded upload never overwrites objects that a manifest entry, a reader
@@ -23,11 +25,14 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 EPOCHS_SUFFIX = ".epochs"
+TXN_INDEX_SUFFIX = ".txnindex"
+#: The objects every remote segment has; a `.txnindex` only when the segment aborted a transaction.
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, EPOCHS_SUFFIX)
+_ALL_SUFFIXES = SEGMENT_SUFFIXES + (TXN_INDEX_SUFFIX,)
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SEGMENT_ID = re.compile(r"^[0-9a-f]{32}$")
-_SEGMENT_FILE = re.compile(r"^(\d{20})-([0-9a-f]{32})(\.log|\.index|\.timeindex|\.epochs)$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})-([0-9a-f]{32})(\.log|\.index|\.timeindex|\.epochs|\.txnindex)$")
 
 
 def new_segment_id() -> str:
@@ -55,13 +60,16 @@ def segment_stem(base_offset: int, segment_id: str) -> str:
 
 
 def segment_key(topic: str, partition: int, base_offset: int, segment_id: str, suffix: str) -> str:
-    if suffix not in SEGMENT_SUFFIXES:
+    if suffix not in _ALL_SUFFIXES:
         raise ValueError(f"unknown segment file suffix {suffix!r}")
     return f"{partition_dir(topic, partition)}/{segment_stem(base_offset, segment_id)}{suffix}"
 
 
-def segment_keys(topic: str, partition: int, base_offset: int, segment_id: str) -> list[str]:
-    return [segment_key(topic, partition, base_offset, segment_id, s) for s in SEGMENT_SUFFIXES]
+def segment_keys(topic: str, partition: int, base_offset: int, segment_id: str, *,
+                 txn_index: bool = False) -> list[str]:
+    """The keys of a segment's objects; with `txn_index`, its `.txnindex` too."""
+    return [segment_key(topic, partition, base_offset, segment_id, s)
+            for s in (_ALL_SUFFIXES if txn_index else SEGMENT_SUFFIXES)]
 
 
 def parse_segment_file(name: str) -> tuple[int, str, str] | None:

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from lakelog.index.transaction_index import TxnIndexSearch
 from lakelog.tiering.cache import ByteLRUCache
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import TieringError
@@ -111,6 +112,9 @@ class RemotePartition:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         return self.reader.offset_for_timestamp(timestamp)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
+        return self.reader.aborted_transactions(fetch_offset, upper_bound_offset)
 
     def manifest(self, *, max_age_ms: int | None = None) -> PartitionManifest:
         return self.meta.current(self.reader.config.remote_log_metadata_max_age_ms if max_age_ms is None

@@ -23,6 +23,8 @@ Layout: canonical JSON (keys sorted, no spaces, ASCII), UTF-8 bytes:
             "index": [bytes, crc32c], "time_index": [bytes, crc32c], "epochs": [bytes, crc32c],
             "created_ms": int, "updated_ms": int,
             "delete_after_ms": int  DELETE_STARTED: objects are deleted from this time on; else -1
+            "txn_index": [bytes, crc32c]   optional: the .txnindex object (aborted transactions
+                                    whose ABORT marker lies in the segment); absent when there is none
             "record_count": int     optional: the records of the segment's data batches (control
                                     batches not counted), as the writer's CRC-checked scan found
                                     them; absent in entries written before it existed (readers
@@ -75,6 +77,8 @@ def _segment_to_dict(s: RemoteSegment) -> dict:
             "updated_ms": s.updated_ms, "delete_after_ms": s.delete_after_ms}
     if s.record_count is not None:  # absent, not null, when unknown: older manifests' bytes stay as they were
         out["record_count"] = s.record_count
+    if s.txn_index_bytes:  # absent when the segment aborted no transaction: the common bytes stay as they were
+        out["txn_index"] = [s.txn_index_bytes, s.txn_index_crc32c]
     return out
 
 
@@ -137,6 +141,7 @@ def _segment_from_dict(doc: Any, i: int, where: str) -> RemoteSegment:
     index = f.pair("index")
     time_index = f.pair("time_index")
     epochs_file = f.pair("epochs")
+    txn_index = f.pair("txn_index") if "txn_index" in doc else (0, 0)
     return RemoteSegment(
         segment_id=f.get("id", str), base_offset=f.get("base_offset", int), end_offset=f.get("end_offset", int),
         max_timestamp=f.get("max_timestamp", int), size_in_bytes=f.get("size_in_bytes", int),
@@ -144,6 +149,7 @@ def _segment_from_dict(doc: Any, i: int, where: str) -> RemoteSegment:
         origin=f.get("origin", str), index_bytes=index[0], index_crc32c=index[1],
         time_index_bytes=time_index[0], time_index_crc32c=time_index[1],
         epochs_bytes=epochs_file[0], epochs_crc32c=epochs_file[1],
+        txn_index_bytes=txn_index[0], txn_index_crc32c=txn_index[1],
         created_ms=f.get("created_ms", int), updated_ms=f.get("updated_ms", int),
         delete_after_ms=f.get("delete_after_ms", int),
         record_count=f.get("record_count", int) if "record_count" in doc else None)

@@ -90,6 +90,9 @@ class RemoteSegment:
     time_index_crc32c: int = 0
     epochs_bytes: int = 0
     epochs_crc32c: int = 0
+    #: The `.txnindex` object (Kafka's aborted-transaction index of the slice); 0 / 0: none.
+    txn_index_bytes: int = 0
+    txn_index_crc32c: int = 0
     created_ms: int = 0
     updated_ms: int = 0
     delete_after_ms: int = -1
@@ -222,7 +225,7 @@ def validate(m: PartitionManifest) -> None:
             _fail(f"segment id {s.segment_id!r} is not 32 hex digits")
         if not 0 <= s.base_offset <= s.end_offset:
             _fail(f"segment {s.segment_id} has offsets [{s.base_offset}, {s.end_offset}]")
-        if s.size_in_bytes < 0 or min(s.index_bytes, s.time_index_bytes, s.epochs_bytes) < 0:
+        if s.size_in_bytes < 0 or min(s.index_bytes, s.time_index_bytes, s.epochs_bytes, s.txn_index_bytes) < 0:
             _fail(f"segment {s.segment_id} has a negative size")
         if s.record_count is not None and not 0 <= s.record_count <= s.end_offset - s.base_offset + 1:
             _fail(f"segment {s.segment_id} of offsets [{s.base_offset}, {s.end_offset}] cannot hold "

@@ -40,12 +40,13 @@ from dataclasses import dataclass
 
 from lakelog.index import offset_index, time_index
 from lakelog.index.errors import CorruptIndexError
+from lakelog.index.transaction_index import AbortedTxn, TxnIndexSearch, check_entries, decode_entries
 from lakelog.logstore.errors import CorruptRecordError
 from lakelog.logstore.record_batch import _OFFSET_AND_LENGTH, HEADER, HEADER_SIZE, LOG_OVERHEAD, MAGIC, RecordBatch, crc32c
 from lakelog.tiering.cache import ByteLRUCache
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError, RemoteOffsetOutOfRangeError, TieringError
-from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_key
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics
@@ -206,6 +207,40 @@ class RemoteLogReader:
             return (ts, rel), len(data) + _INDEX_OVERHEAD
 
         return self.index_cache.get_or_load((seg.segment_id, TIME_INDEX_SUFFIX), load)
+
+    def _txn_index(self, seg: RemoteSegment) -> list[AbortedTxn]:
+        """The segment's aborted transactions (its `.txnindex`, size and CRC-32C checked against
+        the manifest, then checked structurally); [] when it has none."""
+        if not seg.txn_index_bytes:
+            return []
+
+        def load():
+            key = self._key(seg, TXN_INDEX_SUFFIX)
+            data = self._load_checked(seg, TXN_INDEX_SUFFIX, seg.txn_index_bytes, seg.txn_index_crc32c)
+            try:
+                entries = decode_entries(data, file=key)
+                check_entries(entries, seg.base_offset, seg.end_offset + 1, file=key)
+            except CorruptIndexError as e:
+                raise RemoteCorruptionError(str(e)) from None
+            return entries, len(data) + _INDEX_OVERHEAD
+
+        return self.index_cache.get_or_load((seg.segment_id, TXN_INDEX_SUFFIX), load)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset) from the
+        `.txnindex` objects of the remote segments from the one holding `fetch_offset` on (the
+        local log's own follow). `complete`: no later segment can add one."""
+        m = self.manifest()
+        current = m.segment_for_offset(max(fetch_offset, m.log_start_offset))
+        found: list[AbortedTxn] = []
+        while current is not None and current.base_offset < upper_bound_offset:
+            for e in self._txn_index(current):
+                if e.last_offset >= fetch_offset and e.first_offset < upper_bound_offset:
+                    found.append(e)
+                if e.last_stable_offset >= upper_bound_offset:
+                    return TxnIndexSearch(tuple(found), True)
+            current = m.next_segment(current)
+        return TxnIndexSearch(tuple(found), current is not None)
 
     def _chunk_loader(self, seg: RemoteSegment, n: int):
         def load():

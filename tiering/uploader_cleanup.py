@@ -38,7 +38,8 @@ class SegmentDeleter:
         self.partition = meta.partition
 
     def _keys(self, s: RemoteSegment) -> list[str]:
-        return segment_keys(self.topic, self.partition, s.base_offset, s.segment_id)
+        return segment_keys(self.topic, self.partition, s.base_offset, s.segment_id,
+                            txn_index=s.txn_index_bytes > 0)
 
     # ------------------------------------------------------------------ deletion and cleanup
 

@@ -19,6 +19,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Callable
 
+from lakelog.index.transaction_index import encode_entries
 from lakelog.logstore.errors import LogClosedError, SegmentsChangedError
 from lakelog.logstore.file_records import SegmentReader
 from lakelog.logstore.record_batch import crc32c
@@ -37,6 +38,7 @@ from lakelog.tiering.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     new_segment_id,
     segment_key,
     segment_keys,
@@ -58,6 +60,7 @@ class _Prepared:
     reader: SegmentReader
     scan: SegmentScan
     epochs: bytes
+    txn_index: bytes  # the slice's aborted transactions, Kafka's .txnindex bytes; b"" when none
 
 
 def covered_until(m: PartitionManifest) -> int:
@@ -83,7 +86,8 @@ class SegmentCopier:
         self.partition = meta.partition
 
     def _keys(self, s: RemoteSegment) -> list[str]:
-        return segment_keys(self.topic, self.partition, s.base_offset, s.segment_id)
+        return segment_keys(self.topic, self.partition, s.base_offset, s.segment_id,
+                            txn_index=s.txn_index_bytes > 0)
 
     # ------------------------------------------------------------------ copy
 
@@ -206,7 +210,10 @@ class SegmentCopier:
         try:
             scan = scan_segment(reader.fileno(), reader.size, base_offset=from_offset, end_offset=end_offset,
                                 index_interval_bytes=log.config.index_interval_bytes, path=str(seg.log_path))
-            return _Prepared(reader, scan, epochs_format.encode(scan.leader_epochs))
+            # The segment is sealed: its .txnindex no longer changes (only a truncation below the HW could).
+            aborted = [e for e in log.segment_aborted_transactions(seg.base_offset)
+                       if from_offset <= e.last_offset <= end_offset]
+            return _Prepared(reader, scan, epochs_format.encode(scan.leader_epochs), encode_entries(aborted))
         except BaseException:
             reader.close()
             raise
@@ -240,7 +247,8 @@ class SegmentCopier:
         if prepared is None:
             prepared = self._prepare(log, seg, from_offset, end_offset)
         with prepared.reader:
-            fd, scan, epochs_bytes = prepared.reader.fileno(), prepared.scan, prepared.epochs
+            fd, scan, epochs_bytes, txn_bytes = (prepared.reader.fileno(), prepared.scan, prepared.epochs,
+                                                 prepared.txn_index)
             sid = new_segment_id()
             entry = RemoteSegment(
                 segment_id=sid, base_offset=from_offset, end_offset=end_offset, max_timestamp=scan.max_timestamp,
@@ -248,7 +256,9 @@ class SegmentCopier:
                 state=SegmentState.COPY_STARTED, state_epoch=epoch, origin=ORIGIN_UPLOAD,
                 index_bytes=len(scan.index), index_crc32c=crc32c(scan.index),
                 time_index_bytes=len(scan.time_index), time_index_crc32c=crc32c(scan.time_index),
-                epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now, updated_ms=now,
+                epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes),
+                txn_index_bytes=len(txn_bytes), txn_index_crc32c=crc32c(txn_bytes) if txn_bytes else 0,
+                created_ms=now, updated_ms=now,
                 record_count=scan.record_count)
             previous = carry[0] if carry else None
 
@@ -274,7 +284,8 @@ class SegmentCopier:
             key = lambda suffix: segment_key(self.topic, self.partition, from_offset, sid, suffix)  # noqa: E731
             self._put_objects(key(LOG_SUFFIX), FileSlice(fd, scan.start_position, scan.end_position),
                               [(key(INDEX_SUFFIX), scan.index), (key(TIME_INDEX_SUFFIX), scan.time_index),
-                               (key(EPOCHS_SUFFIX), epochs_bytes)])
+                               (key(EPOCHS_SUFFIX), epochs_bytes)]
+                              + ([(key(TXN_INDEX_SUFFIX), txn_bytes)] if txn_bytes else []))
         carry.append(entry)
 
     def _finish(self, carry: list[RemoteSegment], epoch: int, now: int, report: CopyReport) -> None:
@@ -292,7 +303,8 @@ class SegmentCopier:
         self._account(entry, report)
 
     def _account(self, entry: RemoteSegment, report: CopyReport) -> None:
-        uploaded = entry.size_in_bytes + entry.index_bytes + entry.time_index_bytes + entry.epochs_bytes
+        uploaded = (entry.size_in_bytes + entry.index_bytes + entry.time_index_bytes + entry.epochs_bytes
+                    + entry.txn_index_bytes)
         report.bytes_uploaded += uploaded
         self.metrics.add("bytes_uploaded", uploaded)
         self.metrics.add("segments_uploaded")

@@ -35,6 +35,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
+from lakelog.index.transaction_index import TxnIndexSearch
 from lakelog.ingest_api.broker.remote_reads import RemoteReads
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.replication.partition import Partition, PartitionKey
@@ -299,6 +300,14 @@ class RemoteLogManager:
         res = await self.reads.run(f"a fetch of {p.key} at offset {offset}",
                                    lambda: rp.read(offset, max_bytes, max_offset=hw))
         return FetchResult(res.records, res.first_offset, res.log_start_offset, p.log.log_end_offset)
+
+    async def aborted_transactions(self, p: Partition, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
+        """The aborted transactions the remote tier's `.txnindex` objects list for a read_committed
+        fetch of [fetch_offset, upper_bound_offset) (off the loop)."""
+        rp = self.remote(p)
+        assert self.reads is not None
+        return await self.reads.run(f"the aborted transactions of {p.key} at offset {fetch_offset}",
+                                    rp.aborted_transactions, fetch_offset, upper_bound_offset)
 
     async def remote_log_start(self, p: Partition) -> int | None:
         """The remote log start offset (None: the remote tier holds nothing); during a store outage

@@ -59,11 +59,13 @@ export function TopicList() {
 function Partitions({ detail }) {
   const tiered = detail.configs['remote.storage.enable'] === 'true';
   return html`<table id="partitions"><thead><tr><th>Partition</th><th>Leader</th><th>Epoch</th><th>Replicas</th><th>ISR</th>
-    <th>Log start</th><th>High watermark</th><th>Log end</th><th>Local</th>${tiered && html`<th>Remote</th><th>Waiting to tier</th>`}</tr></thead>
+    <th>Log start</th><th>High watermark</th><th>Last stable</th><th>Open transactions</th><th>Log end</th><th>Local</th>${tiered && html`<th>Remote</th><th>Waiting to tier</th>`}</tr></thead>
     <tbody>${detail.partitions.map((p) => html`<tr data-partition=${p.partition}>
       <td>${p.partition}</td><td>${p.leader < 0 ? 'none' : p.leader}</td><td>${p.leader_epoch}</td>
       <td>${p.replicas.join(', ')}</td><td class=${p.isr.length < p.replicas.length ? 'warn' : ''}>${p.isr.join(', ')}</td>
-      <td>${fmtNum(p.log_start_offset)}</td><td>${fmtNum(p.high_watermark)}</td><td>${fmtNum(p.log_end_offset)}</td>
+      <td>${fmtNum(p.log_start_offset)}</td><td>${fmtNum(p.high_watermark)}</td>
+      <td class=${p.last_stable_offset < p.high_watermark ? 'warn' : ''}>${fmtNum(p.last_stable_offset)}</td>
+      <td>${p.ongoing_transactions == null ? '–' : p.ongoing_transactions}</td><td>${fmtNum(p.log_end_offset)}</td>
       <td>${p.local_bytes == null ? '–' : `${fmtBytes(p.local_bytes)} in ${p.local_segments} segment(s)`}</td>
       ${tiered && html`<td>${p.remote?.error ? p.remote.error : p.remote ? `${fmtBytes(p.remote.size_bytes)} in ${p.remote.segments} segment(s), offsets ${fmtNum(p.remote.log_start_offset)}–${fmtNum(p.remote.tiered_end_offset)}` : '–'}</td>
         <td>${p.remote && !p.remote.error ? fmtBytes(p.remote.local_only_bytes) : '–'}</td>`}</tr>`)}

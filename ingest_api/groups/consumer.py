@@ -46,7 +46,7 @@ from typing import Any
 from lakelog.ingest_api.cluster.metadata_follower import cancel_task
 from lakelog.ingest_api.errors import InvalidRequestError
 from lakelog.ingest_api.groups.assignors import TopicPartition, parse_strategies
-from lakelog.ingest_api.groups.consumer_config import FORMATS, STOP_TIMEOUT_S, InstanceConfig
+from lakelog.ingest_api.groups.consumer_config import FORMATS, ISOLATION_LEVELS, STOP_TIMEOUT_S, InstanceConfig
 from lakelog.ingest_api.groups.consumer_fetch import partition_bounds
 from lakelog.ingest_api.groups.consumer_membership import InstanceMembership
 from lakelog.ingest_api.groups.consumer_records import InstanceRecords
@@ -244,8 +244,11 @@ class ConsumerManager:
             strategies = parse_strategies(opt("partition.assignment.strategy", cfg.consumer_partition_assignment_strategy))
         except ValueError as e:
             raise InvalidRequestError(str(e)) from None
+        isolation = str(opt("isolation.level", "read_uncommitted")).lower()
+        if isolation not in ISOLATION_LEVELS:
+            raise InvalidRequestError(f"isolation.level must be one of {', '.join(ISOLATION_LEVELS)}")
         return InstanceConfig(
-            format=fmt, auto_offset_reset=reset, auto_commit_enable=auto_commit,
+            isolation_level=isolation, format=fmt, auto_offset_reset=reset, auto_commit_enable=auto_commit,
             auto_commit_interval_ms=int_opt("auto.commit.interval.ms", cfg.consumer_auto_commit_interval_ms, 1,
                                             24 * 3600 * 1000),
             session_timeout_ms=session, heartbeat_interval_ms=heartbeat, strategies=tuple(strategies),

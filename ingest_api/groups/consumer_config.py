@@ -15,6 +15,7 @@ from lakelog.ingest_api.errors import InvalidRequestError
 from lakelog.ingest_api.records.formats import BINARY_V2, JSON_V2
 from lakelog.ingest_api.schemas.rest import AVRO_V2, JSONSCHEMA_V2, PROTOBUF_V2
 
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 FORMATS = {"json": JSON_V2, "binary": BINARY_V2, "avro": AVRO_V2, "jsonschema": JSONSCHEMA_V2,
            "protobuf": PROTOBUF_V2}
 #: Longest wait of one fetch round of `records` (then the round is repeated until the timeout).
@@ -44,3 +45,6 @@ class InstanceConfig:
     heartbeat_interval_ms: int
     strategies: tuple[str, ...]
     max_poll_records: int
+    #: "read_uncommitted" or "read_committed" (Kafka's `isolation.level`): committed records only,
+    #: below the last stable offset.
+    isolation_level: str = "read_uncommitted"

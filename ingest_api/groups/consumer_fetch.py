@@ -2,7 +2,9 @@
 
 `fetch_partition` returns RecordBatch bytes below the high watermark (the local replica when this
 node leads the partition, else a request to the leader acting for the instance's owner, whose READ
-the leader checks too); `partition_bounds` answers (beginning offset, end offset = HW), asked as
+the leader checks too) and the offset to fetch next; with isolation read_committed, the batches
+below the last stable offset without those of aborted transactions (control batches stay: the
+reader skips them); `partition_bounds` answers (beginning offset, end offset = HW), asked as
 the node itself. Used by the instances (consumer.py, consumer_records.py), the group lag (lag.py,
 instances.py) and the v3 replicas router.
 
@@ -19,19 +21,28 @@ from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.replication.peers import FORWARDED_HEADER
 from lakelog.ingest_api.security.context import CLUSTER_PRINCIPAL
 from lakelog.logstore.errors import OffsetOutOfRangeError
+from lakelog.logstore.read_committed import committed_batches, next_offset_after
+from lakelog.logstore.record_batch import iter_batches
 
 
 async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes: int, wait_ms: int,
-                          principal: str | None = None) -> bytes:
-    """RecordBatch bytes from `offset` (below the HW), through the leader: local, or one signed hop
-    acting for `principal` (the instance's owner: the leader checks its READ too)."""
+                          principal: str | None = None, isolation: str = "read_uncommitted") -> tuple[bytes, int]:
+    """(RecordBatch bytes from `offset`, the offset to fetch next), through the leader: local, or
+    one signed hop acting for `principal` (the instance's owner: the leader checks its READ too).
+    The next offset passes batches a read_committed fetch dropped."""
     leader = node.leader_of(tp.topic, tp.partition)
     if leader == node.node_id:
         res = await node.fetch_wait(tp.topic, tp.partition, offset, max_bytes, wait_ms)
-        return bytes(res.records)
+        records = bytes(res.records)
+        if isolation != "read_committed":
+            return records, next_offset_after(records, offset)
+        cut, aborted = await node.read_committed_view(node.partition(tp.topic, tp.partition), offset, records)
+        kept = committed_batches([b for _, b in iter_batches(cut)], aborted, keep_control=True)
+        return b"".join(bytes(b.buffer) for b in kept), next_offset_after(cut, offset)
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
-    path = f"/topics/{tp.topic}/partitions/{tp.partition}/records?offset={offset}&max_bytes={max_bytes}&timeout={wait_ms}"
+    path = (f"/topics/{tp.topic}/partitions/{tp.partition}/records?offset={offset}&max_bytes={max_bytes}"
+            f"&timeout={wait_ms}&isolation={isolation}")
     resp = await node.peers.request(leader, "GET", path, headers={"Accept": RECORDBATCH,
                                                                   FORWARDED_HEADER: str(node.node_id)},
                                     timeout_s=(wait_ms + node.config.request_timeout_ms) / 1000 + 5,
@@ -40,7 +51,8 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
         raise OffsetOutOfRangeError(f"offset {offset} of {tp} is out of range")
     if resp.status_code != 200:
         raise RemoteError(resp.status_code, resp.status_code * 100, resp.text[:200])
-    return resp.content
+    nxt = resp.headers.get("X-Lakelog-Next-Offset")
+    return resp.content, int(nxt) if nxt is not None else next_offset_after(resp.content, offset)
 
 
 async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:

@@ -40,7 +40,8 @@ def _log_dir_offline(node) -> int:
 
 
 class _PartitionCollector:
-    """Per-partition gauges read at scrape time: LEO, HW, log start offset, segments, size."""
+    """Per-partition gauges read at scrape time: LEO, HW, last stable offset, open transactions,
+    log start offset, segments, size."""
 
     def __init__(self, node) -> None:
         self.node = node
@@ -50,6 +51,10 @@ class _PartitionCollector:
         leo = GaugeMetricFamily("lakelog_partition_log_end_offset", "Log end offset", labels=labels)
         hw = GaugeMetricFamily("lakelog_partition_high_watermark", "High watermark", labels=labels)
         lso = GaugeMetricFamily("lakelog_partition_log_start_offset", "Log start offset", labels=labels)
+        stable = GaugeMetricFamily("lakelog_partition_last_stable_offset",
+                                   "Last stable offset (read_committed readers read below it)", labels=labels)
+        open_txns = GaugeMetricFamily("lakelog_partition_ongoing_transactions", "Transactions open in the partition",
+                                      labels=labels)
         segs = GaugeMetricFamily("lakelog_partition_segments", "Local segments", labels=labels)
         size = GaugeMetricFamily("lakelog_partition_size_bytes", "Local log size", labels=labels)
         waiting = GaugeMetricFamily("lakelog_partition_fetch_waiters", "Fetches long-polling on the partition",
@@ -61,12 +66,14 @@ class _PartitionCollector:
                 leo.add_metric(lv, p.log_end_offset)
                 hw.add_metric(lv, p.high_watermark)
                 lso.add_metric(lv, p.log_start_offset)
+                stable.add_metric(lv, p.last_stable_offset)
+                open_txns.add_metric(lv, len(p.log.ongoing_transactions()))
                 segs.add_metric(lv, len(segments))
                 size.add_metric(lv, sum(s.size for s in segments))
                 waiting.add_metric(lv, p.fetch_waiters)
             except Exception:  # a partition being deleted while scraped
                 continue
-        yield from (leo, hw, lso, segs, size, waiting)
+        yield from (leo, hw, stable, open_txns, lso, segs, size, waiting)
 
 
 #: `lakelog_remote_store_state` values (tiering/store_health.py StoreState).

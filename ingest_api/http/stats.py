@@ -94,6 +94,8 @@ def node_stats(node, metrics, topic: str | None = None, *, counters_only: bool =
         if p.key.topic == topic:
             partitions.append({"partition": p.key.partition, "log_start_offset": p.log_start_offset,
                                "high_watermark": p.high_watermark, "log_end_offset": p.log_end_offset,
+                               "last_stable_offset": p.last_stable_offset,
+                               "ongoing_transactions": len(p.log.ongoing_transactions()),
                                "leader_epoch": p.leader_epoch, "local_segments": len(segments),
                                "local_bytes": size, "remote": remote})
     return {"node_id": node.node_id, "time_ms": int(time.time() * 1000), "ready": bool(node.ready),

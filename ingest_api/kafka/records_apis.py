@@ -38,8 +38,6 @@ from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.replication.partition import PartitionKey
 from lakelog.ingest_api.security.acl import Operation, ResourceType
-from lakelog.logstore.read_committed import cut_at_offset
-from lakelog.logstore.record_batch import iter_batches
 
 NONE = ErrorCode.none.value
 TOPIC_REFUSED = REFUSED[ResourceType.TOPIC]
@@ -132,18 +130,6 @@ def _read(ctx: KafkaContext, topic: str, partition: int) -> Any:
     return ctx.node.local_partition(PartitionKey(topic, partition))
 
 
-def _read_committed(p: Any, fetch_offset: int, data: bytes, lso: int) -> tuple[bytes, list[dict[str, int]]]:
-    """The fetched bytes cut at the LSO, and the aborted transactions overlapping them."""
-    data = bytes(cut_at_offset(data, lso))
-    if not data:
-        return data, []
-    last = fetch_offset
-    for _, batch in iter_batches(data, max_batch_bytes=None):
-        last = batch.last_offset
-    aborted = p.log.aborted_transactions(fetch_offset, last + 1)
-    return data, [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted]
-
-
 async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
                      isolation: int = 0) -> tuple[dict[str, Any], int]:
     index = int(fp.partition)
@@ -158,7 +144,8 @@ async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
         data = bytes(result.records)
         aborted = None
         if isolation == READ_COMMITTED:
-            data, aborted = _read_committed(p, int(fp.fetch_offset), data, lso)
+            data, found = await ctx.node.read_committed_view(p, int(fp.fetch_offset), data)
+            aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in found]
     except Exception as e:
         leader = _current_leader(ctx, topic, index)
         if leader is not None:

@@ -455,7 +455,7 @@ def test_v3_cluster_topics_partitions_brokers(client, cluster_id, api_node):
     assert name not in [t["topic_name"] for t in client.get(f"{base}/topics").json()["data"]]
     assert_error(client.delete(f"{base}/topics/{name}"), 404, 404)
     assert client.post(f"{base}/topics", json={"topic_name": name, "partitions_count": 1}).status_code == 201
-    assert offsets(client, name, 0) == {"beginning_offset": 0, "end_offset": 0}
+    assert offsets(client, name, 0) == {"beginning_offset": 0, "end_offset": 0, "last_stable_offset": 0}
     assert fetch(client, name, 0, 0).json() == []
 
 
@@ -896,7 +896,7 @@ def test_reads_across_many_segments(client, new_topic, index_interval_bytes):
         expected_values.extend(values)
     total = len(expected_values)
     assert [b for b, _ in sent] == [sum(n for _, n in sent[:j]) for j in range(len(sent))]
-    assert offsets(client, topic, 0) == {"beginning_offset": 0, "end_offset": total}
+    assert offsets(client, topic, 0) == {"beginning_offset": 0, "end_offset": total, "last_stable_offset": total}
 
     everything = fetch(client, topic, 0, 0, accept=RECORDBATCH).content
     decoded = kafka_decode(everything)
@@ -959,7 +959,7 @@ def test_long_poll_times_out_empty(client, api_node, new_topic):
 def test_consumers_read_below_the_high_watermark_only(client, new_topic):
     topic = new_topic(1)
     produce_ok(client, topic, [{"value": i} for i in range(5)], partition=0)
-    assert offsets(client, topic, 0) == {"beginning_offset": 0, "end_offset": 5}
+    assert offsets(client, topic, 0) == {"beginning_offset": 0, "end_offset": 5, "last_stable_offset": 5}
     r = fetch(client, topic, 0, 5)
     assert r.status_code == 200 and r.json() == []
     assert r.headers["x-lakelog-high-watermark"] == "5"
@@ -1038,10 +1038,10 @@ def test_offset_for_timestamp(client, new_topic, configs):
 
 def test_offsets_beginning_and_end(client, new_topic):
     topic = new_topic(2)
-    assert offsets(client, topic, 0) == {"beginning_offset": 0, "end_offset": 0}
+    assert offsets(client, topic, 0) == {"beginning_offset": 0, "end_offset": 0, "last_stable_offset": 0}
     produce_ok(client, topic, [{"value": i, "partition": 1} for i in range(6)])
-    assert offsets(client, topic, 1) == {"beginning_offset": 0, "end_offset": 6}
-    assert offsets(client, topic, 0) == {"beginning_offset": 0, "end_offset": 0}
+    assert offsets(client, topic, 1) == {"beginning_offset": 0, "end_offset": 6, "last_stable_offset": 6}
+    assert offsets(client, topic, 0) == {"beginning_offset": 0, "end_offset": 0, "last_stable_offset": 0}
 
 
 # ------------------------------------------------------------------------------------------ operations

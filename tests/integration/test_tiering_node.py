@@ -130,7 +130,7 @@ def test_filesystem_tier_single_node(tmp_path):
         first.write_bytes(bytes(data))
         got = consume_all(url, topic)
         assert [(o, v) for o, v, _ in got] == list(enumerate(sent))
-        assert offsets(url, topic) == {"beginning_offset": 0, "end_offset": 300}
+        assert offsets(url, topic) == {"beginning_offset": 0, "end_offset": 300, "last_stable_offset": 300}
         # Timestamp lookups over tiered data.
         ts = {o: t for o, _, t in got}
         for o in (0, 5, 57, 150):

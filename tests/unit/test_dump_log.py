@@ -11,6 +11,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -458,7 +459,7 @@ def test_bad_paths_give_clear_errors_and_exit_codes(our_log, tmp_path):
     assert len(batch_lines(res.stdout)) == 5
     assert lines(res.stderr) == [f"lakelog dump-log: {missing}: no such file",
                                  f"lakelog dump-log: {snapshot}: unknown file suffix .snapshot; dump-log reads "
-                                 f".log, .index and .timeindex segment files"]
+                                 f".log, .index, .timeindex and .txnindex segment files"]
 
 
 def test_files_that_are_not_segments(our_log, tmp_path):
@@ -590,3 +591,30 @@ def test_a_closed_pipe_ends_the_dump_quietly(tmp_path):
     stderr = proc.stderr.read()
     assert proc.wait(timeout=60) == 141
     assert stderr == b""
+
+
+def test_txnindex_and_control_records_of_a_transactional_log(tmp_path):
+    log = PartitionLog(tmp_path / "t-0")
+    now = int(time.time() * 1000)  # the marker is stamped now: no time-based roll between them
+    txn = build_batch([Record(0, now, b"k", b"v")], producer_id=4, producer_epoch=1, base_sequence=0,
+                      is_transactional=True)
+    log.append_as_leader(txn, 0)                  # 0
+    log.append_control(4, 1, False, 6, 0)         # 1: ABORT
+    log.append_as_leader(simple_batch([(b"k", b"p")], timestamp=now), 0)  # 2
+    log.close()
+    segment = tmp_path / "t-0" / f"{SEG0}.log"
+    txnindex = segment.with_suffix(".txnindex")
+    res = dump(txnindex, segment)
+    assert res.returncode == 0, res.stderr
+    out = lines(res.stdout)
+    assert out[:2] == [f"Dumping {txnindex}",
+                       "version: 0 producerId: 4 firstOffset: 0 lastOffset: 1 lastStableOffset: 2"]
+    assert any("isControl: true" in line and "isTransactional: true" in line for line in out)
+    assert any(line.endswith("endTxnMarker: ABORT coordinatorEpoch: 6") for line in out)
+    # Damage is reported after the entries, never fatal.
+    txnindex.write_bytes(txnindex.read_bytes() + struct.pack(">hqqqq", 3, 4, 9, 7, 8)[:30])
+    code, text, _ = run_in_process([txnindex])
+    assert code == 0 and "Torn entry: the last 30 bytes are not a whole 34-byte entry" in text
+    txnindex.write_bytes(struct.pack(">hqqqq", 1, 4, 5, 0, 2))
+    code, text, _ = run_in_process([txnindex])
+    assert "Unknown version" in text and "above its lastOffset" in text

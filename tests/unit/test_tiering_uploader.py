@@ -64,7 +64,7 @@ def segment_objects(store) -> set[str]:
 
 def expected_objects(m) -> set[str]:
     return {k for s in m.segments if s.state in (S.COPY_FINISHED, S.DELETE_STARTED)
-            for k in segment_keys(TOPIC, 0, s.base_offset, s.segment_id)}
+            for k in segment_keys(TOPIC, 0, s.base_offset, s.segment_id, txn_index=s.txn_index_bytes > 0)}
 
 
 def assert_contiguous_and_clean(store, rp, *, first: int | None = None, end: int | None = None) -> None:
@@ -582,3 +582,43 @@ def test_entries_record_their_data_records_without_control_batches(tmp_path, sto
     for s in entries:
         data = store.get(f"{TOPIC}-0/{s.base_offset:020d}-{s.segment_id}.log")[0]
         assert s.record_count == sum(b.record_count for _, b in iter_batches(data) if not b.is_control)
+
+
+def test_txnindex_is_uploaded_with_its_segment_and_read_back(tmp_path, store, tier):
+    from lakelog.index.transaction_index import AbortedTxn, decode_entries
+    from lakelog.logstore.record_batch import Record, build_batch
+    from lakelog.tiering.layout import TXN_INDEX_SUFFIX, segment_key
+
+    log = make_log(tmp_path)
+    now = int(time.time() * 1000)
+    txn = build_batch([Record(0, now, b"k", b"v" * 100)], producer_id=9, producer_epoch=0, base_sequence=0,
+                      is_transactional=True)
+    log.append_as_leader(txn, 1)                    # 0: opens producer 9's transaction
+    log.append_control(9, 0, False, 0, 1)           # 1: ABORT
+    log.roll()
+    fill_log(log, 30, leader_epoch=1)
+    hw = log.log_end_offset
+    log.update_high_watermark(hw)
+    rp = tier.partition(TOPIC, 0)
+    rp.copy_segments(log, 1, hw)
+    m = rp.meta.load()
+    first = m.copy_finished[0]
+    assert first.base_offset == 0 and first.txn_index_bytes == 34
+    assert all(s.txn_index_bytes == 0 for s in m.copy_finished[1:])
+    data, _ = store.get(segment_key(TOPIC, 0, 0, first.segment_id, TXN_INDEX_SUFFIX))
+    assert decode_entries(data) == [AbortedTxn(9, 0, 1, 2)] == log.segment_aborted_transactions(0)
+    assert_contiguous_and_clean(store, rp, first=0)
+    search = rp.aborted_transactions(0, hw)
+    assert search.aborted == (AbortedTxn(9, 0, 1, 2),) and not search.complete  # the local log may add more
+    assert rp.aborted_transactions(0, 2).complete  # its LSO reaches the bound: nothing later can overlap
+    assert rp.aborted_transactions(2, hw).aborted == ()
+    # a .txnindex object that does not match the manifest is refused, never served
+    from lakelog.tiering.errors import RemoteCorruptionError
+    store.put(segment_key(TOPIC, 0, 0, first.segment_id, TXN_INDEX_SUFFIX), data[:-1] + b"\x01")
+    fresh = make_tier(store)
+    try:
+        with pytest.raises(RemoteCorruptionError):
+            fresh.partition(TOPIC, 0).aborted_transactions(0, hw)
+    finally:
+        fresh.close()
+    log.close()

@@ -149,7 +149,9 @@ async def _route(request: Request, group: str, instance: str, body: bytes = b"")
                  "auto.commit.enable": {"type": ["string", "boolean"]},
                  "auto.commit.interval.ms": {"type": "integer"}, "session.timeout.ms": {"type": "integer"},
                  "heartbeat.interval.ms": {"type": "integer"}, "max.poll.records": {"type": "integer"},
-                 "partition.assignment.strategy": {"type": "string"}}}, required=False),
+                 "partition.assignment.strategy": {"type": "string"},
+                 "isolation.level": {"type": "string", "enum": ["read_uncommitted", "read_committed"]}}},
+                 required=False),
              responses={200: {"description": "the instance", "content": {V2: {"schema": {"type": "object", "properties": {
                  "instance_id": {"type": "string"}, "base_uri": {"type": "string"}}}}}}})
 async def create_instance(group: str, request: Request):

@@ -25,9 +25,13 @@ from lakelog.ingest_api.http.routers.deps import forward_to_leader, get_node, re
 from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS, parse_schema_produce, render_schema_record
 from lakelog.ingest_api.http.routers.schemas import registry_of as schema_registry
 from lakelog.ingest_api.http.security_middleware import request_principal
-from lakelog.logstore.record_batch import TimestampType, iter_batches
+from lakelog.logstore.read_committed import committed_batches, data_batches, next_offset_after
+from lakelog.logstore.record_batch import RecordBatch, TimestampType, iter_batches
 
 router = APIRouter(tags=["records"])
+
+READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
+ISOLATION_PATTERN = f"^({READ_UNCOMMITTED}|{READ_COMMITTED})$"
 
 _PRODUCER_PROPERTIES = {
     "producer_id": {"type": "integer", "minimum": 0, "description": "from POST /producers (idempotent produce)"},
@@ -171,7 +175,8 @@ def _count(request: Request, topic: str, nbytes: int, nrecords: int) -> None:
 
 
 @router.get("/topics/{topic}/partitions/{partition}/records",
-            summary="Fetch records from an offset (below the high watermark), waiting up to `timeout` ms",
+            summary="Fetch records from an offset (below the high watermark, or the last stable offset with "
+                    "isolation=read_committed), waiting up to `timeout` ms",
             responses={200: {"description": "records", "content": {
                 JSON_V2: {"schema": {"type": "array", "items": {"type": "object"}}},
                 BINARY_V2: {"schema": {"type": "array", "items": {"type": "object"}}},
@@ -179,7 +184,10 @@ def _count(request: Request, topic: str, nbytes: int, nrecords: int) -> None:
 async def fetch_records(topic: str, partition: int, request: Request,
                         offset: int = Query(..., ge=0, description="first offset to return"),
                         max_bytes: int | None = Query(None, ge=1, description="most bytes of batches to return"),
-                        timeout: int = Query(1000, ge=0, description="ms to wait when no record is there yet")):
+                        timeout: int = Query(1000, ge=0, description="ms to wait when no record is there yet"),
+                        isolation: str = Query(READ_UNCOMMITTED, pattern=ISOLATION_PATTERN,
+                                               description="read_committed: only committed records, below the "
+                                                           "last stable offset")):
     node = get_node(request)
     # A wildcard (curl's `*/*`) or no Accept gets base64 keys and values: every record can be
     # rendered that way, and Confluent's resources weight the binary format above JSON.
@@ -194,14 +202,24 @@ async def fetch_records(topic: str, partition: int, request: Request,
     request.app.state.metrics.fetch_bytes.labels(topic).inc(len(result.records))
     # The local replica (it may have stopped leading during a long-poll; the answer is then empty).
     p = node.local_partition(PartitionKey(topic, partition))
+    records = bytes(result.records)
+    if isolation == READ_COMMITTED:
+        if p is None:
+            records, kept = b"", []
+        else:
+            records, aborted = await node.read_committed_view(p, offset, records)
+            kept = list(committed_batches(_batches(records), aborted, keep_control=fmt == RECORDBATCH))
+    else:
+        kept = list(data_batches(_batches(records))) if fmt != RECORDBATCH else []
     headers = {"X-Lakelog-High-Watermark": str(p.high_watermark if p is not None else -1),
-               "X-Lakelog-Log-Start-Offset": str(result.log_start_offset)}
+               "X-Lakelog-Last-Stable-Offset": str(p.last_stable_offset if p is not None else -1),
+               "X-Lakelog-Log-Start-Offset": str(result.log_start_offset),
+               "X-Lakelog-Next-Offset": str(next_offset_after(records, offset))}
     if fmt == RECORDBATCH:
-        return Response(bytes(result.records), media_type=RECORDBATCH, headers=headers)
+        body = records if isolation != READ_COMMITTED else b"".join(bytes(b.buffer) for b in kept)
+        return Response(body, media_type=RECORDBATCH, headers=headers)
     out = []
-    for _, batch in iter_batches(result.records):
-        if batch.is_control:
-            continue
+    for batch in kept:
         log_append_time = batch.max_timestamp if batch.timestamp_type == TimestampType.LOG_APPEND_TIME else None
         for rec in batch.records():
             if rec.offset >= offset:
@@ -213,8 +231,13 @@ async def fetch_records(topic: str, partition: int, request: Request,
     return JSONResponse(out, media_type=fmt, headers=headers)
 
 
+def _batches(records: bytes) -> list[RecordBatch]:
+    return [batch for _, batch in iter_batches(records)]
+
+
 @router.get("/topics/{topic}/partitions/{partition}/offsets",
-            summary="Beginning and end offsets; with `timestamp`, the first offset at or after it")
+            summary="Beginning and end offsets and the last stable offset; with `timestamp`, the first offset "
+                    "at or after it")
 async def partition_offsets(topic: str, partition: int, request: Request,
                             timestamp: int | None = Query(None, description="ms since the epoch")):
     node = get_node(request)
@@ -222,7 +245,8 @@ async def partition_offsets(topic: str, partition: int, request: Request,
     if forwarded is not None:
         return forwarded
     beginning, end = await node.offsets(topic, partition)
-    body: dict = {"beginning_offset": beginning, "end_offset": end}
+    lso = min(end, node.partition(topic, partition).last_stable_offset)
+    body: dict = {"beginning_offset": beginning, "end_offset": end, "last_stable_offset": lso}
     if timestamp is not None:
         found = await node.offset_for_timestamp(topic, partition, timestamp)
         body["offset"], body["timestamp"] = (found if found else (None, None))
