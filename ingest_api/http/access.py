@@ -66,6 +66,7 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("POST", "/v3/clusters/{cluster_id}/transactions", CLUSTER, None, WRITE, ""),
     ("GET", "/v3/clusters/{cluster_id}/transactions/{transactional_id}", CLUSTER, None, DESCRIBE, ""),
     ("POST", "/v3/clusters/{cluster_id}/transactions/{transactional_id}/offsets", CLUSTER, None, WRITE, "body"),
+    ("POST", "/v3/clusters/{cluster_id}/transactions/{transactional_id}/partitions", CLUSTER, None, WRITE, "body"),
     ("POST", "/v3/clusters/{cluster_id}/transactions/{name}", CLUSTER, None, WRITE, ""),
     ("GET", "/v3/clusters", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/v3/clusters/{cluster_id}", CLUSTER, None, DESCRIBE, ""),

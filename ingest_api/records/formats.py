@@ -140,6 +140,9 @@ class ProducerFields:
 _INT32_MAX = 2**31 - 1
 #: Longest transactional id a produce body may name.
 MAX_TRANSACTIONAL_ID_CHARS = 255
+#: The header naming the transaction of raw transactional batches (Content-Type RECORDBATCH), as
+#: Produce's transactional_id does over Kafka: the partition must be in that transaction.
+TRANSACTIONAL_ID_HEADER = "X-Lakelog-Transactional-Id"
 _INT16_MAX = 2**15 - 1
 
 

@@ -551,6 +551,19 @@ class TransactionService:
         while len(self._verified) > MAX_VERIFIED:
             self._verified.popitem(last=False)
 
+    async def verify_raw_produce(self, data: bytes | memoryview, transactional_id: str | None, topic: str,
+                                 partition: int) -> None:
+        """Raw batches from a client (HTTP's RECORDBATCH path): a transactional batch needs its
+        transactional id, and its partition in that producer's ongoing transaction (KIP-890)."""
+        for _, batch in iter_batches(data):
+            if not batch.is_transactional:
+                continue
+            if not transactional_id:
+                raise InvalidTxnStateError("a transactional batch needs the transaction's id "
+                                           "(the X-Lakelog-Transactional-Id header)")
+            await self.verify_produce(transactional_id, batch.producer_id, batch.producer_epoch, topic, partition)
+            return
+
     # ------------------------------------------------------------------ routing from any node
 
     async def call(self, transactional_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,9 @@
   produce: the v2 / v3 produce bodies with `transactional_id`, `producer_id`, `producer_epoch` and
            `sequence` (the idempotent fields): the partition joins the transaction, the batch is
            a transaction's batch (ingest_api/node.py)
+  POST /v3/clusters/{c}/transactions/{id}/partitions  {"producer_id", "producer_epoch", "partitions":
+        [{"topic", "partition"}]}: Kafka's AddPartitionsToTxn, for raw transactional batches (RECORDBATCH
+        with the X-Lakelog-Transactional-Id header), which are appended only to partitions added first
   POST /v3/clusters/{c}/transactions/{id}/offsets     {"producer_id", "producer_epoch", "group_id",
         "offsets": [{"topic", "partition", "offset", "metadata"?}]}: a group's offsets committed
         inside the transaction (AddOffsetsToTxn + TxnOffsetCommit)
@@ -109,6 +112,27 @@ async def end_transaction(cluster_id: str, name: str, request: Request):
     args = {**_producer(await _doc(request)), "commit": action == "commit"}
     await node.transactions.call_with_retry(_tid(tid), "end", args)
     return JSONResponse(_resource(request, cluster_id, {"transactional_id": tid, "result": action}))
+
+
+@router.post("/clusters/{cluster_id}/transactions/{transactional_id}/partitions",
+             summary="Add partitions to the transaction (Kafka's AddPartitionsToTxn), before raw batches go to them")
+async def add_partitions(cluster_id: str, transactional_id: str, request: Request):
+    node = cluster_node(request, cluster_id)
+    tid = _tid(transactional_id)
+    doc = await _doc(request)
+    ids = _producer(doc)
+    parts = doc.get("partitions")
+    if not isinstance(parts, list) or not parts:
+        raise InvalidRequestError("partitions must be a non-empty list of {topic, partition}")
+    wanted = []
+    for p in parts:
+        if not isinstance(p, dict) or not isinstance(p.get("topic"), str):
+            raise InvalidRequestError("each partition needs topic and partition")
+        authorize(request, Operation.WRITE, ResourceType.TOPIC, p["topic"])
+        wanted.append([p["topic"], _int(p, "partition", 0, 2**31 - 1)])
+    await node.transactions.call_with_retry(tid, "add_partitions", {**ids, "partitions": wanted})
+    return JSONResponse(_resource(request, cluster_id, {"transactional_id": tid, "partitions": [
+        {"topic": t, "partition": p} for t, p in wanted]}))
 
 
 @router.post("/clusters/{cluster_id}/transactions/{transactional_id}/offsets",
