@@ -106,3 +106,61 @@ def test_http_transactions_commit_abort_fence_and_offsets(node):
     finally:
         consumer.close()
     assert "Traceback" not in node.read_log()
+
+
+def test_python_client_transactional_producer(node):
+    from lakelog.client import Producer, TransactionError
+
+    http = httpx.Client(base_url=node.url, timeout=WAIT_S)
+    cluster = http.get("/v3/clusters").json()["data"][0]["cluster_id"]
+    for name in ("pt", "pt-in"):
+        r = http.post(f"/v3/clusters/{cluster}/topics", json={"topic_name": name, "partitions_count": 2})
+        assert r.status_code in (200, 201), r.text
+    conf = {"bootstrap.servers": node.url, "transactional.id": "py-1", "linger.ms": 1}
+    p = Producer(conf)
+    with pytest.raises(TransactionError):  # before init_transactions / begin_transaction
+        p.produce("pt", b"early")
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("pt", f"c{i}".encode(), partition=i % 2)
+    p.commit_transaction()
+    p.begin_transaction()
+    for i in range(3):
+        p.produce("pt", f"a{i}".encode(), partition=i % 2)
+    p.flush()
+    p.abort_transaction()
+    p.begin_transaction()
+    p.produce("pt", b"d0", partition=0)
+    p.send_offsets_to_transaction([("pt-in", 0, 5), ("pt-in", 1, 7)], "py-group")
+    p.commit_transaction()
+
+    def committed_values(partition: int) -> list[str]:
+        r = http.get(f"/topics/pt/partitions/{partition}/records",
+                     params={"offset": 0, "timeout": 0, "isolation": "read_committed"}, headers={"Accept": BINARY_V2})
+        return [base64.b64decode(rec["value"]).decode() for rec in r.json()]
+
+    assert sorted(committed_values(0) + committed_values(1)) == sorted([f"c{i}" for i in range(6)] + ["d0"])
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "py-group"})
+    try:
+        got = consumer.committed([TopicPartition("pt-in", 0), TopicPartition("pt-in", 1)], timeout=WAIT_S)
+        assert [tp.offset for tp in got] == [5, 7]
+    finally:
+        consumer.close()
+
+    # Another instance takes the id: this one is fenced for good.
+    other = Producer(conf)
+    other.init_transactions()
+    p.begin_transaction()
+    p.produce("pt", b"zombie", partition=0)
+    with pytest.raises(TransactionError) as fenced:
+        p.commit_transaction()
+    with pytest.raises(TransactionError):
+        p.begin_transaction()
+    other.begin_transaction()
+    other.produce("pt", b"fresh", partition=0)
+    other.commit_transaction()
+    assert "zombie" not in committed_values(0) and "fresh" in committed_values(0)
+    assert fenced.value is not None
+    p.close()
+    other.close()
