@@ -52,6 +52,7 @@ from collections import OrderedDict
 from typing import Any
 
 from lakelog.infra import error_codes
+from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -553,16 +554,18 @@ class TransactionService:
 
     async def verify_raw_produce(self, data: bytes | memoryview, transactional_id: str | None, topic: str,
                                  partition: int) -> None:
-        """Raw batches from a client (HTTP's RECORDBATCH path): a transactional batch needs its
-        transactional id, and its partition in that producer's ongoing transaction (KIP-890)."""
-        for _, batch in iter_batches(data):
-            if not batch.is_transactional:
-                continue
-            if not transactional_id:
-                raise InvalidTxnStateError("a transactional batch needs the transaction's id "
-                                           "(the X-Lakelog-Transactional-Id header)")
-            await self.verify_produce(transactional_id, batch.producer_id, batch.producer_epoch, topic, partition)
+        """A client's batches (Kafka's Produce, HTTP's RECORDBATCH path): a transactional batch needs
+        its transactional id, and its partition in that producer's ongoing transaction (KIP-890)."""
+        try:
+            batch = next((b for _, b in iter_batches(data) if b.is_transactional), None)
+        except LakelogError:
+            return  # malformed: the log's validation refuses it with its own error
+        if batch is None:
             return
+        if not transactional_id:
+            raise InvalidTxnStateError("a transactional batch needs its transaction's id (Produce's "
+                                       "transactional_id, HTTP's X-Lakelog-Transactional-Id header)")
+        await self.verify_produce(transactional_id, batch.producer_id, batch.producer_epoch, topic, partition)
 
     # ------------------------------------------------------------------ routing from any node
 
