@@ -30,13 +30,12 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from bench.harness import (  # noqa: E402
     alternate,
     command_line,
-    fmt_count_rate,
     git_revision,
     markdown_table,
     paired_ratio,
     rewrite_section,
-    verdict_at_least,
 )
+from bench.node import fmt_count_rate, verdict_at_least  # noqa: E402
 from tests.support.nodes import start_node  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
