@@ -251,7 +251,8 @@ def clean_log(log, now_ms: int, *, high_watermark: int | None = None,
     young = None
     if cfg.min_compaction_lag_ms > 0:
         young = _first_young_offset(sealed, first_dirty, now_ms - cfg.min_compaction_lag_ms)
-    uncleanable = max(first_dirty, first_uncleanable_offset(active.base_offset, high_watermark, young))
+    uncleanable = max(first_dirty, first_uncleanable_offset(active.base_offset, high_watermark, young,
+                                                            log.first_unstable_offset))
 
     clean_bytes = sum(s.size for s in sealed if s.next_offset <= first_dirty)
     dirty_segments = [s for s in sealed if s.next_offset > first_dirty and s.base_offset < uncleanable]
@@ -290,9 +291,11 @@ def _run_round(log, now_ms: int, cfg, sealed: list[LogSegment], dirty_segments: 
                first_dirty: int, uncleanable: int, trigger: CleaningTrigger, summary: dict,
                max_offset_map_entries: int, stop: Callable[[], bool], write_buffer_bytes: int,
                swapped: list[LogSegment]) -> CleanResult:
+    # Every transaction with data below `uncleanable` is decided (it lies below the LSO).
+    aborted = log.aborted_transactions(log.log_start_offset, uncleanable)
     mapped = build_offset_map(_batches(dirty_segments, stop), start_offset=first_dirty, end_offset=uncleanable,
                               max_entries=max_offset_map_entries,
-                              max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes)
+                              max_uncompressed_bytes=cfg.max_uncompressed_batch_bytes, aborted=aborted)
     map_end = mapped.map_end_offset
     # The segments the map was built from must still be there at every swap, or the map may
     # hold records that were truncated away.
@@ -313,7 +316,7 @@ def _run_round(log, now_ms: int, cfg, sealed: list[LogSegment], dirty_segments: 
                                       max_index_bytes=cfg.segment_index_bytes):
         group = [by_base[s.base_offset] for s in group_spans]
         _clean_group(log, group, mapped_segments, mapped.offset_map, map_end, params, stats, stop,
-                     write_buffer_bytes)
+                     write_buffer_bytes, aborted)
         swapped.extend(group)
         replaced.append(tuple(s.base_offset for s in group))
 
@@ -325,12 +328,13 @@ def _run_round(log, now_ms: int, cfg, sealed: list[LogSegment], dirty_segments: 
 
 def _clean_group(log, group: list[LogSegment], mapped_segments: list[LogSegment], offset_map: OffsetMap,
                  map_end: int, params: CleaningParams, stats: CompactionStats, stop: Callable[[], bool],
-                 write_buffer_bytes: int) -> None:
+                 write_buffer_bytes: int, aborted: list) -> None:
     """Write the cleaned batches of `group` into one `.cleaned` segment and swap it in."""
     cleaned = _new_cleaned_segment(log, group[0].base_offset)
     try:
         writer = _SegmentWriter(cleaned, write_buffer_bytes)
-        for outcome in compact_batches(_batches(group, stop), offset_map, map_end, params, stats=stats):
+        for outcome in compact_batches(_batches(group, stop), offset_map, map_end, params, stats=stats,
+                                       aborted=aborted):
             if outcome.data is not None:
                 writer.add(outcome.data)
         writer.flush()

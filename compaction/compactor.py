@@ -57,8 +57,14 @@ Batch rules (`clean_batch`):
     superseded record instead is not an option: it could resurface once its key's tombstone
     expires. Producer state must therefore come from its own snapshots (as Kafka's
     `.snapshot` files), not from a producer's batches surviving compaction.
-  * Transactions: control batches (markers) are kept as they are, and records of aborted
-    transactions are treated like any other (there is no transaction index yet).
+  * Transactions (Kafka's cleaner rules): the dirty section ends at the first unstable offset
+    (`first_uncleanable_offset`), so no undecided transaction is cleaned — a record of an open
+    transaction must not supersede a committed one it may yet be aborted over. Data batches of
+    aborted transactions below the map end (`aborted`, from the `.txnindex` files) are dropped
+    whole and never enter the offset map. COMMIT / ABORT markers are kept as they are: a marker
+    may only go once no batch of its transaction is left and every reader has passed it, which
+    needs per-producer bookkeeping across rounds this cleaner does not keep yet. (The remote
+    compaction job keeps its replacements' `.txnindex` entries but does not drop aborted data yet.)
 
 Invariants (checked with `invariant()`): output batches keep their input order and offsets, so
 offsets strictly increase; the map only grows to `max_entries`; a mapped offset never decreases.
@@ -72,7 +78,9 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from lakelog.compaction.errors import OffsetMapTooSmallError
 from lakelog.infra.errors import invariant
+from lakelog.index.transaction_index import AbortedTxn
 from lakelog.logstore.compression import Compression
+from lakelog.logstore.read_committed import AbortedTransactions
 from lakelog.logstore.record_batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
@@ -163,13 +171,15 @@ def _has_key(record: Record) -> bool:
 
 def build_offset_map(batches: Iterable[RecordBatch], *, start_offset: int, end_offset: int,
                      max_entries: int = DEFAULT_MAX_OFFSET_MAP_ENTRIES,
-                     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES) -> OffsetMapResult:
+                     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
+                     aborted: Sequence[AbortedTxn] = ()) -> OffsetMapResult:
     """Map key -> latest offset over the batches of the dirty section [start_offset, end_offset).
 
     `batches` are every batch of the log from (at most) `start_offset` on, in offset order. A batch
     is mapped whole or not at all; mapping stops at the first batch reaching `end_offset` or whose
     new keys do not fit, and `map_end_offset` is that batch's base offset (`end_offset` when the
     input runs out first). Tombstones are mapped like values: they supersede older records.
+    Batches of the aborted transactions in `aborted` are not mapped: their records are dropped.
     Raises OffsetMapTooSmallError when not even the first batch fits.
     """
     invariant(start_offset <= end_offset, f"dirty section [{start_offset}, {end_offset}) is reversed")
@@ -177,13 +187,15 @@ def build_offset_map(batches: Iterable[RecordBatch], *, start_offset: int, end_o
     map_end = end_offset
     full = False
     batches_mapped = records_mapped = 0
+    tracker = AbortedTransactions(aborted)
     for batch in batches:
         if batch.last_offset < start_offset:
+            tracker.is_aborted(batch)  # an ABORT marker here ends its producer's transaction
             continue
         if batch.last_offset >= end_offset:
             map_end = min(end_offset, max(start_offset, batch.base_offset))
             break
-        if batch.is_control:
+        if tracker.is_aborted(batch) or batch.is_control:
             batches_mapped += 1
             continue
         keyed = [r for r in batch.records(max_uncompressed_bytes) if _has_key(r)]
@@ -266,6 +278,7 @@ class BatchOutcome:
     dropped_tombstones: int = 0
     dropped_without_key: int = 0
     kept_for_lag: int = 0
+    dropped_aborted: int = 0  # records of an aborted transaction
     first_kept_for_lag_offset: int | None = None
     delete_horizon_ms: int | None = None  # set when the written batch keeps a tombstone
     horizon_stamped: bool = False  # this round set the delete horizon
@@ -375,6 +388,7 @@ class CompactionStats:
     dropped_tombstones: int = 0
     dropped_without_key: int = 0
     kept_for_lag: int = 0
+    dropped_aborted: int = 0
     tombstone_batches_stamped: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
@@ -390,6 +404,7 @@ class CompactionStats:
         self.dropped_tombstones += outcome.dropped_tombstones
         self.dropped_without_key += outcome.dropped_without_key
         self.kept_for_lag += outcome.kept_for_lag
+        self.dropped_aborted += outcome.dropped_aborted
         self.tombstone_batches_stamped += int(outcome.horizon_stamped)
         if outcome.data is None:
             self.batches_dropped += 1
@@ -406,19 +421,24 @@ class CompactionStats:
 
 def compact_batches(batches: Iterable[RecordBatch], offset_map: OffsetMap, map_end_offset: int,
                     params: CleaningParams, *, stats: CompactionStats | None = None,
-                    producer_last_offsets: Mapping[int, int] | None = None) -> Iterator[BatchOutcome]:
+                    producer_last_offsets: Mapping[int, int] | None = None,
+                    aborted: Sequence[AbortedTxn] = ()) -> Iterator[BatchOutcome]:
     """Clean a run of batches (one segment, or several) in offset order; yield one outcome each.
 
     Batches whose base offset is at or above `map_end_offset` are copied unchanged. With
     `producer_last_offsets` (producer id -> last offset of its last batch in the log), an emptied
-    batch that is its producer's last is kept empty, as Kafka does. Outcomes are added to `stats`.
+    batch that is its producer's last is kept empty, as Kafka does. Batches of the aborted
+    transactions in `aborted` below `map_end_offset` are dropped. Outcomes are added to `stats`.
     """
     previous_last = -1
+    tracker = AbortedTransactions(aborted)
     for batch in batches:
         invariant(batch.base_offset > previous_last,
                   f"batch at {batch.base_offset} does not follow offset {previous_last}")
         previous_last = batch.last_offset
-        if batch.base_offset >= map_end_offset:
+        if tracker.is_aborted(batch) and batch.base_offset < map_end_offset:
+            outcome = BatchOutcome(None, True, batch.record_count, 0, dropped_aborted=batch.record_count)
+        elif batch.base_offset >= map_end_offset:
             outcome = verbatim(batch)
         else:
             outcome = clean_batch(batch, offset_map, params,
@@ -483,10 +503,11 @@ def first_offset_younger_than(batch_headers: Iterable[tuple[int, int]], cutoff_m
 
 
 def first_uncleanable_offset(active_segment_base_offset: int, high_watermark: int | None = None,
-                             first_young_offset: int | None = None) -> int:
-    """min(active segment base, HW, first offset younger than `min.compaction.lag.ms`)."""
+                             first_young_offset: int | None = None, first_unstable_offset: int | None = None) -> int:
+    """min(active segment base, HW, first offset younger than `min.compaction.lag.ms`, first
+    offset of an undecided transaction)."""
     bounds = [active_segment_base_offset]
-    bounds += [b for b in (high_watermark, first_young_offset) if b is not None]
+    bounds += [b for b in (high_watermark, first_young_offset, first_unstable_offset) if b is not None]
     return min(bounds)
 
 

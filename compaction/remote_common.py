@@ -17,6 +17,7 @@ docstring; this module holds them so that neither round imports the other's priv
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -36,6 +37,7 @@ from lakelog.compaction.compactor import (
     compact_batches,
     group_segments,
 )
+from lakelog.index.transaction_index import encode_entries
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
 from lakelog.tiering import epochs as epochs_format, manifest_transitions
@@ -45,6 +47,7 @@ from lakelog.tiering.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     new_segment_id,
     segment_key,
     segment_keys,
@@ -52,7 +55,7 @@ from lakelog.tiering.layout import (
 from lakelog.tiering.lease import Lease
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.remote_scan import iter_segment_batches
+from lakelog.tiering.remote_scan import iter_segment_batches, txn_index_entries
 from lakelog.tiering.segment_scan import scan_segment
 from lakelog.tiering.store import FileSlice, ObjectStore
 
@@ -160,6 +163,20 @@ class StagedReplacement:
     index: bytes
     time_index: bytes
     epochs: bytes
+    txn_index: bytes = b""  # the group's aborted transactions, carried over (Kafka's .txnindex bytes)
+
+
+def with_txn_index(st: StagedReplacement, txn_index: bytes) -> StagedReplacement:
+    """`st` carrying `txn_index` as its `.txnindex` object (recorded in its manifest entry)."""
+    entry = dataclasses.replace(st.entry, txn_index_bytes=len(txn_index),
+                                txn_index_crc32c=crc32c(txn_index) if txn_index else 0)
+    return dataclasses.replace(st, entry=entry, txn_index=txn_index)
+
+
+def group_txn_index(store: ObjectStore, topic: str, partition: int, group: list[RemoteSegment]) -> bytes:
+    """The `.txnindex` entries of `group`'s segments, in order: a replacement keeps them (the
+    aborted data it still holds must stay marked; entries of dropped data do no harm)."""
+    return encode_entries([e for seg in group for e in txn_index_entries(store, topic, partition, seg)])
 
 
 def write_group(store: ObjectStore, topic: str, partition: int, group: list[RemoteSegment], offset_map: OffsetMap,
@@ -184,7 +201,8 @@ def write_group(store: ObjectStore, topic: str, partition: int, group: list[Remo
                     pending, pending_bytes = [], 0
         if pending:
             size += os.pwrite(fd, b"".join(pending), size)
-        return stage_file(group, fd, path, size, config, now_ms, segment_id)
+        return with_txn_index(stage_file(group, fd, path, size, config, now_ms, segment_id),
+                              group_txn_index(store, topic, partition, group))
     except BaseException:
         os.close(fd)
         raise
@@ -240,8 +258,8 @@ def merge_small(staged: list[StagedReplacement], config: LogConfig, now_ms: int,
                             raise OSError(f"{path}: a staged replacement is shorter than written")
                         size += os.pwrite(fd, chunk, size)
                         pos += len(chunk)
-                merged = stage_file(prev.group + st.group, fd, path, size, config, now_ms,
-                                     segment_id=prev.entry.segment_id)
+                merged = with_txn_index(stage_file(prev.group + st.group, fd, path, size, config, now_ms,
+                                                   segment_id=prev.entry.segment_id), prev.txn_index + st.txn_index)
             except BaseException:
                 os.close(fd)
                 raise
@@ -261,6 +279,8 @@ def upload_replacement(store: ObjectStore, topic: str, partition: int, st: Stage
     store.put(key(INDEX_SUFFIX), st.index)
     store.put(key(TIME_INDEX_SUFFIX), st.time_index)
     store.put(key(EPOCHS_SUFFIX), st.epochs)
+    if st.txn_index:
+        store.put(key(TXN_INDEX_SUFFIX), st.txn_index)
 
 
 @dataclass

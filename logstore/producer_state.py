@@ -313,6 +313,9 @@ class ProducerStateManager:
         self.evicted = 0  # producers dropped by the max_producer_ids bound since construction
         # Transactions whose marker landed but lies at or above the HW, in marker order.
         self._unreplicated: list[CompletedTxn] = []
+        # Producer id -> first offset of its open transaction (kept in step with the entries, so
+        # the LSO costs the open transactions, not every producer, on each fetch).
+        self._ongoing: dict[int, int] = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -332,19 +335,17 @@ class ProducerStateManager:
 
     def ongoing_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of each open transaction."""
-        return {pid: e.current_txn_first_offset for pid, e in self._producers.items() if e.in_transaction}
+        return dict(self._ongoing)
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest ongoing or unreplicated transaction, None if none."""
-        firsts = [e.current_txn_first_offset for e in self._producers.values() if e.in_transaction]
-        firsts += [t.first_offset for t in self._unreplicated]
+        firsts = list(self._ongoing.values()) + [t.first_offset for t in self._unreplicated]
         return min(firsts) if firsts else None
 
     def last_stable_offset_of(self, completed: CompletedTxn) -> int:
         """The LSO right after `completed` closed (what its `.txnindex` entry records): the first
         offset of the earliest transaction still ongoing, else the marker's offset + 1."""
-        firsts = [e.current_txn_first_offset for e in self._producers.values() if e.in_transaction]
-        return min(firsts) if firsts else completed.last_offset + 1
+        return min(self._ongoing.values()) if self._ongoing else completed.last_offset + 1
 
     def on_high_watermark(self, high_watermark: int) -> None:
         """The HW moved: transactions whose marker lies below it are stable."""
@@ -452,6 +453,8 @@ class ProducerStateManager:
                 txn_first = first_offset
         self._producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch, last_offset,
                                                           max_timestamp, batches, txn_first, coordinator_epoch)
+        if txn_first != NO_TXN:
+            self._ongoing[producer_id] = txn_first
 
     def apply_marker(self, producer_id: int, producer_epoch: int, offset: int, marker: EndTransactionMarker,
                      max_timestamp: int) -> CompletedTxn | None:
@@ -465,6 +468,7 @@ class ProducerStateManager:
             self._unreplicated.append(completed)
         self._producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch, offset, max_timestamp,
                                                           batches, NO_TXN, marker.coordinator_epoch)
+        self._ongoing.pop(producer_id, None)
         return completed
 
     def apply_batch(self, batch: RecordBatch) -> CompletedTxn | None:
@@ -485,6 +489,7 @@ class ProducerStateManager:
     def clear(self) -> None:
         self._producers.clear()
         self._unreplicated = []
+        self._ongoing.clear()
 
     def remove_expired(self, now_ms: int) -> list[int]:
         """Drop producers whose last timestamp is at least `producer_id_expiration_ms` old, unless
@@ -510,15 +515,18 @@ class ProducerStateManager:
             victim = next((pid for pid, e in self._producers.items() if not e.in_transaction),
                           next(iter(self._producers)))
             del self._producers[victim]
+            self._ongoing.pop(victim, None)
             self.evicted += 1
 
     def _replace(self, producers: Iterable[ProducerStateEntry]) -> None:
         self._producers.clear()
         self._unreplicated = []
+        self._ongoing.clear()
         for e in producers:
             self._producers.pop(e.producer_id, None)
             self._make_room()
             self._producers[e.producer_id] = e
+        self._ongoing = {pid: e.current_txn_first_offset for pid, e in self._producers.items() if e.in_transaction}
 
     # ------------------------------------------------------------------ snapshots
 
@@ -561,7 +569,7 @@ class ProducerStateManager:
             if removed:
                 fsync_dir(self.directory)
             return SnapshotLoad(offset, tuple(removed))
-        self._producers.clear()
+        self.clear()
         if removed:
             fsync_dir(self.directory)
         return SnapshotLoad(None, tuple(removed))

@@ -11,7 +11,8 @@ Two steps, both pure (bytes and aborted-transaction lists in, bytes or batches o
    transaction is aborted from its first offset (listed) until its ABORT marker; its
    transactional batches in between are skipped.
 
-A Kafka client gets step 1 only: it receives the aborted list and does step 2 itself.
+A Kafka client gets step 1 only: it receives the aborted list and does step 2 itself. The cleaner
+uses the same walk (`AbortedTransactions`) to drop aborted data when it compacts.
 """
 
 from __future__ import annotations
@@ -42,26 +43,44 @@ def next_offset_after(records: bytes | memoryview, fetch_offset: int) -> int:
     return nxt
 
 
+class AbortedTransactions:
+    """Which batches belong to aborted transactions, told batch by batch in offset order.
+
+    `aborted` lists the aborted transactions overlapping the batches to come (any order; the walk
+    may start inside a transaction). A producer's transaction counts as aborted from its listed
+    first offset until its ABORT marker.
+    """
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda a: a.first_offset)
+        self._next = 0
+        self._aborting: set[int] = set()
+
+    def is_aborted(self, batch: RecordBatch) -> bool:
+        """Whether `batch` is a data batch of an aborted transaction (a control batch never is;
+        an ABORT marker ends its producer's aborted transaction)."""
+        while self._next < len(self._pending) and self._pending[self._next].first_offset <= batch.last_offset:
+            txn = self._pending[self._next]
+            if txn.last_offset >= batch.base_offset:  # else its marker lies behind the walk: over
+                self._aborting.add(txn.producer_id)
+            self._next += 1
+        if batch.is_control:
+            if batch.producer_id in self._aborting:  # only then is the marker's type needed
+                marker = batch_marker(batch)
+                if marker is not None and marker.type is ControlRecordType.ABORT:
+                    self._aborting.discard(batch.producer_id)
+            return False
+        return batch.is_transactional and batch.producer_id in self._aborting
+
+
 def committed_batches(batches: Iterable[RecordBatch], aborted: Sequence[AbortedTxn], *,
                       keep_control: bool = False) -> Iterator[RecordBatch]:
     """The data batches a read_committed reader keeps: no batch of an aborted transaction, and no
     control batch unless `keep_control` (a reader of raw batches skips them itself).
     `aborted` lists the aborted transactions overlapping the batches (any order)."""
-    pending = sorted(aborted, key=lambda a: a.first_offset)
-    i = 0
-    aborting: set[int] = set()
+    tracker = AbortedTransactions(aborted)
     for batch in batches:
-        while i < len(pending) and pending[i].first_offset <= batch.last_offset:
-            aborting.add(pending[i].producer_id)
-            i += 1
-        if batch.is_control:
-            marker = batch_marker(batch)
-            if marker is not None and marker.type is ControlRecordType.ABORT:
-                aborting.discard(batch.producer_id)
-            if keep_control:
-                yield batch
-            continue
-        if batch.is_transactional and batch.producer_id in aborting:
+        if tracker.is_aborted(batch) or (batch.is_control and not keep_control):
             continue
         yield batch
 

@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 
 from lakelog.index import offset_index
 from lakelog.index.errors import CorruptIndexError
+from lakelog.index.transaction_index import AbortedTxn, check_entries, decode_entries
 from lakelog.logstore.errors import CorruptRecordError, InvalidRecordError
 from lakelog.logstore.record_batch import (
     LOG_OVERHEAD,
@@ -36,7 +37,7 @@ from lakelog.logstore.record_batch import (
     iter_batches,
 )
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
-from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, segment_key
+from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, TXN_INDEX_SUFFIX, segment_key
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
 from lakelog.tiering.store import ObjectStore
 from lakelog.tiering.stores import open_store
@@ -137,6 +138,21 @@ def index_entries(store: ObjectStore, topic: str, partition: int, seg: RemoteSeg
         return offset_index.decode(data, file=key)
     except CorruptIndexError as e:
         raise RemoteCorruptionError(str(e), key=key) from None
+
+
+def txn_index_entries(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment) -> list[AbortedTxn]:
+    """The aborted transactions of `seg`'s `.txnindex` object, CRC-checked against the manifest and
+    checked structurally ([] when the segment has none)."""
+    if seg.txn_index_bytes == 0:
+        return []
+    key = segment_key(topic, partition, seg.base_offset, seg.segment_id, TXN_INDEX_SUFFIX)
+    data = _checked_object(store, key, seg.txn_index_bytes, seg.txn_index_crc32c)
+    try:
+        entries = decode_entries(data, file=key)
+        check_entries(entries, seg.base_offset, seg.end_offset + 1, file=key)
+    except CorruptIndexError as e:
+        raise RemoteCorruptionError(str(e), key=key) from None
+    return entries
 
 
 def start_position(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, offset: int) -> int:

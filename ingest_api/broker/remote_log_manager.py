@@ -217,7 +217,7 @@ class RemoteLogManager:
     def tier_once(self, p: Partition) -> None:
         """One round of the remote log manager for one replica (on a background thread).
 
-        The leader uploads sealed segments below the HW and applies remote retention; every
+        The leader uploads sealed segments below the HW and the LSO and applies remote retention; every
         replica applies local retention (`local.retention.*`: only tiered segments are deleted).
         A fenced leader stops uploading until its leader epoch changes; a store error is logged
         and retried next round (local data stays).
@@ -228,7 +228,9 @@ class RemoteLogManager:
             self._publish_topic_descriptor(p.key.topic)
         if p.is_leader and self._fenced.get(p.key) != epoch:
             try:
-                report = rp.copy_segments(p.log, epoch, hw)
+                # Below the LSO only, as Kafka copies: every transaction in an uploaded segment is
+                # decided, so the remote tier (and its compaction) never holds undecided data.
+                report = rp.copy_segments(p.log, epoch, min(hw, p.last_stable_offset))
                 if getattr(report, "restarted_at", None) is not None:
                     log.warning("%s: the remote tier restarted at %s (local data expired before it was tiered)",
                                 p.key, report.restarted_at)

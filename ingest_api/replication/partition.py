@@ -172,11 +172,6 @@ class Partition:
         with self._lock:
             effects = self.core.step(event)
             hw = self.core.high_watermark
-        if hw != self.log.high_watermark:
-            self.log.update_high_watermark(hw)
-        with self._lock:
-            if not effects:  # the common case (an append that moves no HW): nothing to carry out
-                return proposals
             for e in effects:
                 kind = type(e)
                 if kind is rc.HighWatermarkAdvanced:
@@ -195,7 +190,12 @@ class Partition:
                     proposals.append(e)  # type: ignore[arg-type]
                 elif kind is rc.StampLeaderEpoch or kind is rc.IncrementLogStart:
                     on_log.append(e)
-        # The log's own effects outside `_lock` (the log calls `_on_append` under its lock).
+        # The log's own effects outside `_lock` (the log calls `_on_append` under its lock). The
+        # HW reaches the log (its LSO) before any fetch is woken to read it.
+        if hw != self.log.high_watermark:
+            self.log.update_high_watermark(hw)
+        if not effects:  # the common case (an append that moves no HW): nothing more to carry out
+            return proposals
         for e in on_log:
             if isinstance(e, rc.StampLeaderEpoch):
                 self.log.epochs.assign(e.leader_epoch, e.start_offset)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from lakelog.logstore.record_batch import iter_batches
@@ -214,3 +214,47 @@ def test_aborted_transactions_below_the_local_log_start_come_from_the_remote_txn
             node.stop()
         finally:
             node.kill()
+
+
+def test_followers_keep_their_own_txnindex_and_a_new_leader_answers_read_committed(tmp_path):
+    from tests.support.nodes import Cluster
+
+    cluster = Cluster(tmp_path, size=3, kafka=True, overrides={
+        **SMALL, "offsets.topic.replication.factor": "3", "transaction.state.log.replication.factor": "3"}).start()
+    try:
+        topic = "replicated"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for f in admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})]).values():
+            try:
+                f.result(WAIT_S)
+            except KafkaException as e:  # the admin client retried a create that had succeeded
+                assert e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, e
+        p = _txn_producer(cluster.bootstrap)
+        _transaction(p, topic, ["c1", "c2"], commit=True)
+        _transaction(p, topic, ["a1", "a2"], commit=False)
+        _transaction(p, topic, ["c3"], commit=True)
+        leader = admin.list_topics(topic, timeout=WAIT_S).topics[topic].partitions[0].leader
+        # EndTxn returns once the commit is decided; the markers land just after.
+        # c1 c2 COMMIT a1 a2 ABORT c3 COMMIT
+        want = {"beginning_offset": 0, "end_offset": 8, "last_stable_offset": 8}
+        wait_for(lambda: _offsets(cluster.node(leader).url, topic) == want, WAIT_S, "the last marker")
+
+        def replicated() -> bool:  # every replica wrote the same .txnindex from the markers it fetched
+            files = [n.data_dir / f"{topic}-0" / f"{0:020d}.txnindex" for n in cluster.nodes]
+            return all(f.exists() for f in files) and len({f.read_bytes() for f in files}) == 1
+
+        wait_for(replicated, WAIT_S, "the .txnindex on every replica")
+        cluster.node(leader).kill()
+        live = ",".join(n.bootstrap for n in cluster.live())
+
+        def new_leader() -> int | None:
+            md = AdminClient({"bootstrap.servers": live}).list_topics(topic, timeout=10)
+            got = md.topics[topic].partitions[0].leader
+            return got if got not in (-1, leader) else None
+
+        successor = cluster.node(int(wait_for(new_leader, WAIT_S, "a new leader")))
+        wait_for(lambda: _offsets(successor.url, topic)["last_stable_offset"] == 8, WAIT_S, "the new leader's LSO")
+        assert _http_values(successor.url, topic, "read_committed")[0] == ["c1", "c2", "c3"]
+        assert _kafka_values(live, topic, "read_committed", 3) == ["c1", "c2", "c3"]
+    finally:
+        cluster.stop()

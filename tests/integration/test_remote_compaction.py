@@ -233,3 +233,46 @@ def test_a_lease_lost_mid_run_commits_nothing(tmp_path, monkeypatch):
     assert report.action == "skipped" and "lease lost" in report.reason
     m1 = load_manifest(store, TOPIC, 0)
     assert m1.segments == m0.segments and m1.cleaner_checkpoint == m0.cleaner_checkpoint
+
+
+def test_replacements_keep_the_aborted_transactions_of_the_segments_they_replace(tmp_path):
+    import time
+
+    from lakelog.index.transaction_index import AbortedTxn
+    from lakelog.tiering.layout import TXN_INDEX_SUFFIX, segment_key
+
+    now = int(time.time() * 1000)
+    log = PartitionLog(tmp_path / "log" / f"{TOPIC}-0", LogConfig({"segment.bytes": 600, "retention.ms": -1,
+                                                                     "cleanup.policy": "compact"}))
+    for i in range(10):
+        log.append_as_leader(build_batch([Record(0, now, b"k%d" % (i % 3), b"v%d" % i)]), 1)
+    log.append_as_leader(build_batch([Record(0, now, b"k0", b"aborted")], producer_id=5, producer_epoch=0,
+                                     base_sequence=0, is_transactional=True), 1)
+    log.append_control(5, 0, False, 0, 1)
+    for i in range(10):
+        log.append_as_leader(build_batch([Record(0, now, b"k%d" % (i % 3), b"w%d" % i)]), 1)
+    log.roll()
+    store = FileSystemStore(tmp_path / "remote")
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000,
+                                            "remote.segment.delete.delay.ms": 0}))
+    try:
+        tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+        before = tier.partition(TOPIC, 0).aborted_transactions(0, log.log_end_offset).aborted
+        assert before == (AbortedTxn(5, 10, 11, 12),)
+        report = compact_partition(store, TOPIC, 0, config(**{"segment.bytes": 100_000}), owner="t", now_ms=now,
+                                   force=True)
+        assert report.action == "compacted", report
+        m = load_manifest(store, TOPIC, 0)
+        carrying = [s for s in m.copy_finished if s.txn_index_bytes]
+        assert len(carrying) == 1 and carrying[0].origin == COMPACTION_ORIGIN
+        assert store.get(segment_key(TOPIC, 0, carrying[0].base_offset, carrying[0].segment_id,
+                                     TXN_INDEX_SUFFIX))[0] == bytes.fromhex("0000") + (5).to_bytes(8, "big") + \
+            (10).to_bytes(8, "big") + (11).to_bytes(8, "big") + (12).to_bytes(8, "big")
+        fresh = RemoteTier(store, TieringConfig({}))
+        try:
+            assert fresh.partition(TOPIC, 0).aborted_transactions(0, log.log_end_offset).aborted == before
+        finally:
+            fresh.close()
+    finally:
+        tier.close()
+        log.close()

@@ -270,3 +270,55 @@ def test_clean_open_leaves_a_sound_txnindex_alone(tmp_path):
     again = open_log(tmp_path)
     assert again.recovery.txn_indexes_rebuilt == []
     again.close()
+
+
+def test_random_transactions_match_a_model_across_truncation_and_restarts(tmp_path):
+    """A seeded random history: the log's open transactions, LSO and aborted list against a model."""
+    import random
+
+    seed = 20261129
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    log = open_log(tmp_path, segment_bytes=700)
+    model_open: dict[int, int] = {}
+    seqs: dict[int, int] = {}
+    aborted: list[tuple[int, int, int]] = []  # (producer, first offset, marker offset)
+    for step in range(150):
+        pid = rng.randrange(4)
+        action = rng.random()
+        if action < 0.55:
+            offset = log.log_end_offset
+            log.append_as_leader(txn_batch(pid, seqs.get(pid, 0), 1), 0)
+            seqs[pid] = seqs.get(pid, 0) + 1
+            model_open.setdefault(pid, offset)
+        elif action < 0.85:
+            commit = rng.random() < 0.5
+            offset = log.append_control(pid, 0, commit, 0, 0)
+            first = model_open.pop(pid, None)
+            if first is not None and not commit:
+                aborted.append((pid, first, offset))
+        elif action < 0.93:
+            log.close()
+            log = open_log(tmp_path, segment_bytes=700)
+        else:
+            cut = rng.randrange(max(1, log.log_end_offset))
+            log.truncate_to(cut)
+            end = log.log_end_offset
+            # The model as of the cut: replay is what the log does; here, drop what lies at or above it.
+            aborted = [a for a in aborted if a[2] < end]
+            model_open = {}
+            closed = {(a[0], a[1]) for a in aborted}
+            for b in log.batches():
+                if b.is_control:
+                    model_open.pop(b.producer_id, None)
+                elif b.is_transactional:
+                    model_open.setdefault(b.producer_id, b.base_offset)
+            seqs = {p: (log.producer_entry(p).last_seq + 1 if log.producer_entry(p) else 0) for p in range(4)}
+            assert all((p, f) not in closed or p not in model_open or model_open[p] != f for p, f in closed)
+        assert log.ongoing_transactions() == model_open, f"step {step}"
+        log.update_high_watermark(log.log_end_offset)
+        expected_lso = min(model_open.values()) if model_open else log.log_end_offset
+        assert log.last_stable_offset == expected_lso, f"step {step}"
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in log.aborted_transactions(0, 10**9)] == \
+            aborted, f"step {step}"
+    log.close()
