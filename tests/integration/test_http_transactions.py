@@ -140,7 +140,9 @@ def test_python_client_transactional_producer(node):
                      params={"offset": 0, "timeout": 0, "isolation": "read_committed"}, headers={"Accept": BINARY_V2})
         return [base64.b64decode(rec["value"]).decode() for rec in r.json()]
 
-    assert sorted(committed_values(0) + committed_values(1)) == sorted([f"c{i}" for i in range(6)] + ["d0"])
+    # A commit is answered once PrepareCommit is stored; its markers (and so the LSO) follow.
+    want = sorted([f"c{i}" for i in range(6)] + ["d0"])
+    wait_for(lambda: sorted(committed_values(0) + committed_values(1)) == want, WAIT_S, "the committed records")
     consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "py-group"})
     try:
         got = consumer.committed([TopicPartition("pt-in", 0), TopicPartition("pt-in", 1)], timeout=WAIT_S)
@@ -160,7 +162,8 @@ def test_python_client_transactional_producer(node):
     other.begin_transaction()
     other.produce("pt", b"fresh", partition=0)
     other.commit_transaction()
-    assert "zombie" not in committed_values(0) and "fresh" in committed_values(0)
+    wait_for(lambda: "fresh" in committed_values(0), WAIT_S, "the fresh instance's commit")
+    assert "zombie" not in committed_values(0)
     assert fenced.value is not None
     p.close()
     other.close()
