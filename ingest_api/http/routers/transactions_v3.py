@@ -44,6 +44,16 @@ MAX_BODY_BYTES = 1024 * 1024
 #: The transaction timeout of a begin that names none (Kafka's producer default).
 DEFAULT_TIMEOUT_MS = 60_000
 
+_IDS = {"producer_id": {"type": "integer", "minimum": 0}, "producer_epoch": {"type": "integer", "minimum": 0,
+                                                                            "maximum": 32767}}
+_TP = {"type": "object", "required": ["topic", "partition"],
+       "properties": {"topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0}}}
+
+
+def _body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": required, "properties": properties}}}}}
+
 
 async def _doc(request: Request) -> dict[str, Any]:
     body = await read_body(request, MAX_BODY_BYTES)
@@ -80,7 +90,9 @@ def _resource(request: Request, cluster_id: str, doc: dict[str, Any]) -> dict[st
             "cluster_id": cluster_id, **doc}
 
 
-@router.post("/clusters/{cluster_id}/transactions", summary="Start using a transactional id (Kafka's InitProducerId)")
+@router.post("/clusters/{cluster_id}/transactions", summary="Start using a transactional id (Kafka's InitProducerId)",
+             openapi_extra=_body({"transactional_id": {"type": "string", "minLength": 1},
+                                  "transaction_timeout_ms": {"type": "integer", "minimum": 1}}, ["transactional_id"]))
 async def init_transactions(cluster_id: str, request: Request):
     node = cluster_node(request, cluster_id)
     doc = await _doc(request)
@@ -103,7 +115,8 @@ async def describe_transaction(cluster_id: str, transactional_id: str, request: 
     return JSONResponse(_resource(request, cluster_id, res))
 
 
-@router.post("/clusters/{cluster_id}/transactions/{name}", summary="Commit (`{id}:commit`) or abort (`{id}:abort`)")
+@router.post("/clusters/{cluster_id}/transactions/{name}", summary="Commit (`{id}:commit`) or abort (`{id}:abort`)",
+             openapi_extra=_body(_IDS, ["producer_id", "producer_epoch"]))
 async def end_transaction(cluster_id: str, name: str, request: Request):
     node = cluster_node(request, cluster_id)
     tid, _, action = name.rpartition(":")
@@ -115,7 +128,9 @@ async def end_transaction(cluster_id: str, name: str, request: Request):
 
 
 @router.post("/clusters/{cluster_id}/transactions/{transactional_id}/partitions",
-             summary="Add partitions to the transaction (Kafka's AddPartitionsToTxn), before raw batches go to them")
+             summary="Add partitions to the transaction (Kafka's AddPartitionsToTxn), before raw batches go to them",
+             openapi_extra=_body({**_IDS, "partitions": {"type": "array", "items": _TP}},
+                                 ["producer_id", "producer_epoch", "partitions"]))
 async def add_partitions(cluster_id: str, transactional_id: str, request: Request):
     node = cluster_node(request, cluster_id)
     tid = _tid(transactional_id)
@@ -136,7 +151,12 @@ async def add_partitions(cluster_id: str, transactional_id: str, request: Reques
 
 
 @router.post("/clusters/{cluster_id}/transactions/{transactional_id}/offsets",
-             summary="Commit a consumer group's offsets inside the transaction")
+             summary="Commit a consumer group's offsets inside the transaction",
+             openapi_extra=_body({**_IDS, "group_id": {"type": "string"}, "offsets": {"type": "array", "items": {
+                 **_TP, "required": ["topic", "partition", "offset"],
+                 "properties": {**_TP["properties"], "offset": {"type": "integer", "minimum": 0},
+                                "metadata": {"type": "string"}}}}},
+                 ["producer_id", "producer_epoch", "group_id", "offsets"]))
 async def send_offsets(cluster_id: str, transactional_id: str, request: Request):
     node = cluster_node(request, cluster_id)
     tid = _tid(transactional_id)
