@@ -7,7 +7,7 @@ round (`bench.harness.alternate`):
 
 * the Kafka door's work: `read` below the HW (read_uncommitted) against the same read cut at the
   LSO plus the aborted transactions of the range from the `.txnindex` files
-  (`Partition.read_committed_view`'s steps) — target: read_committed >= 0.9x of read_uncommitted;
+  (`Node.read_committed_view`'s steps) — target: read_committed >= 0.9x of read_uncommitted;
 * the HTTP door's work (it decodes records): control batches dropped (read_uncommitted) against
   aborted transactions and control batches dropped (read_committed) — same target.
 

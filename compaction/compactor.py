@@ -63,8 +63,10 @@ Batch rules (`clean_batch`):
     aborted transactions below the map end (`aborted`, from the `.txnindex` files) are dropped
     whole and never enter the offset map. COMMIT / ABORT markers are kept as they are: a marker
     may only go once no batch of its transaction is left and every reader has passed it, which
-    needs per-producer bookkeeping across rounds this cleaner does not keep yet. (The remote
-    compaction job keeps its replacements' `.txnindex` entries but does not drop aborted data yet.)
+    needs per-producer bookkeeping across rounds this cleaner does not keep yet. The remote
+    compaction job applies the same rules from the remote `.txnindex` objects in its one-task round
+    (the tier holds only decided transactions: segments are copied below the LSO) and keeps the
+    entries in its replacements; its split round (remote_split.py) does not drop aborted data yet.
 
 Invariants (checked with `invariant()`): output batches keep their input order and offsets, so
 offsets strictly increase; the map only grows to `max_entries`; a mapped offset never decreases.

@@ -70,7 +70,7 @@ from lakelog.tiering.lease import acquire
 from lakelog.tiering.manifest_model import PartitionManifest, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.remote_scan import iter_segment_batches
+from lakelog.tiering.remote_scan import iter_segment_batches, txn_index_entries
 from lakelog.tiering.store import ObjectStore
 
 DEFAULT_DELETE_DELAY_MS = 60_000
@@ -127,19 +127,22 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
         return (b for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable
                 for _, b in iter_segment_batches(store, topic, partition, s, from_offset=first_dirty))
 
+    # Aborted transactions (the segments' .txnindex objects): their batches are dropped and never
+    # mapped, so an aborted record cannot supersede a committed one (the reference does this).
+    aborted = [e for s in segments for e in txn_index_entries(store, topic, partition, s)]
     # Over decoded columns when the native decoder is built and every key fits the map; the
     # reference otherwise (it maps a prefix when the keys do not fit).
     native = vectorized.build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
                                          max_entries=max_map_entries,
                                          max_uncompressed_bytes=config.max_uncompressed_batch_bytes) \
-        if vectorized.available() else None
+        if vectorized.available() and not aborted else None
     if native is not None:
         mapped, arrow_map = native
     else:
         arrow_map = None
         mapped = build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
                                   max_entries=max_map_entries,
-                                  max_uncompressed_bytes=config.max_uncompressed_batch_bytes)
+                                  max_uncompressed_bytes=config.max_uncompressed_batch_bytes, aborted=aborted)
     map_end = mapped.map_end_offset
     groups = group_below(segments, map_end, config)
     stats = CompactionStats()
@@ -148,7 +151,7 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
         try:
             for g in groups:
                 staged.append(write_group(store, topic, partition, g, mapped.offset_map, map_end, params,
-                                           config, stats, now, workdir, arrow_map=arrow_map))
+                                           config, stats, now, workdir, arrow_map=arrow_map, aborted=aborted))
                 if len(staged) % 8 == 0:
                     try:
                         job.lease.renew()

@@ -37,8 +37,9 @@ from lakelog.compaction.compactor import (
     compact_batches,
     group_segments,
 )
-from lakelog.index.transaction_index import encode_entries
+from lakelog.index.transaction_index import AbortedTxn, encode_entries
 from lakelog.infra.config import LogConfig
+from lakelog.infra.errors import invariant
 from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
 from lakelog.tiering import epochs as epochs_format, manifest_transitions
 from lakelog.tiering.errors import ObjectNotFoundError
@@ -181,14 +182,18 @@ def group_txn_index(store: ObjectStore, topic: str, partition: int, group: list[
 
 def write_group(store: ObjectStore, topic: str, partition: int, group: list[RemoteSegment], offset_map: OffsetMap,
                  map_end: int, params: CleaningParams, config: LogConfig, stats: CompactionStats, now_ms: int,
-                 workdir: str, arrow_map=None, segment_id: str | None = None) -> StagedReplacement:
+                 workdir: str, arrow_map=None, segment_id: str | None = None,
+                 aborted: list[AbortedTxn] | None = None) -> StagedReplacement:
     """Compact `group` into a temp file in `workdir`; the caller closes the returned fd. With
-    `arrow_map` (compaction/vectorized.py) the records are decided in bulk over decoded columns."""
+    `arrow_map` (compaction/vectorized.py) the records are decided in bulk over decoded columns;
+    `aborted` (the reference only) names aborted transactions whose batches are dropped."""
+    invariant(arrow_map is None or not aborted, "the vectorized rewrite does not drop aborted transactions")
     fd, path = tempfile.mkstemp(prefix="compacted-", suffix=".log", dir=workdir)
     size = 0
     try:
         batches = (b for seg in group for _, b in iter_segment_batches(store, topic, partition, seg))
-        outcomes = compact_batches(batches, offset_map, map_end, params, stats=stats) if arrow_map is None \
+        outcomes = compact_batches(batches, offset_map, map_end, params, stats=stats, aborted=aborted or ()) \
+            if arrow_map is None \
             else vectorized.compact_batches(batches, arrow_map, map_end, params, stats=stats)
         pending: list[bytes] = []
         pending_bytes = 0

@@ -87,7 +87,7 @@ from lakelog.ingest_api.security.context import SecurityContext
 from lakelog.ingest_api.security.tls import client_context as tls_client_context
 from lakelog.index.transaction_index import AbortedTxn
 from lakelog.logstore.errors import OffsetOutOfRangeError
-from lakelog.logstore.read_committed import next_offset_after
+from lakelog.logstore.read_committed import cut_at_offset, next_offset_after
 from lakelog.logstore.log_append import AppendInfo
 from lakelog.logstore.local_log import FetchResult
 from lakelog.logstore.log_dir_health import LogDirState
@@ -506,16 +506,24 @@ class Node:
             return None
         return found
 
-
     async def read_committed_view(self, p: Partition, fetch_offset: int,
                                   records: bytes | memoryview) -> tuple[bytes, list[AbortedTxn]]:
-        """Fetched `records` as a read_committed reader gets them: whole batches below the LSO, and
-        the aborted transactions overlapping them — from the remote tier's `.txnindex` objects for
-        a fetch below the local log start of a tiered topic, then from the local ones."""
-        cut, local = p.read_committed_view(fetch_offset, records)
-        if not cut or fetch_offset >= p.log.log_start_offset or not self.remote_logs.tiered(p):
-            return cut, local
-        remote = await self.remote_logs.aborted_transactions(p, fetch_offset, next_offset_after(cut, fetch_offset))
+        """Fetched `records` as a read_committed reader gets them: whole batches below the LSO,
+        and the aborted transactions overlapping them (`aborted_transactions`)."""
+        cut = bytes(cut_at_offset(records, p.last_stable_offset))
+        if not cut:
+            return cut, []
+        return cut, await self.aborted_transactions(p, fetch_offset, next_offset_after(cut, fetch_offset))
+
+    async def aborted_transactions(self, p: Partition, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset) — from the remote
+        tier's `.txnindex` objects for a fetch below the local log start of a tiered topic, then
+        from the local ones. A door that bounds its read at the LSO itself (file ranges) calls this."""
+        local = p.log.aborted_transactions(fetch_offset, upper_bound_offset)
+        if fetch_offset >= p.log.log_start_offset or not self.remote_logs.tiered(p):
+            return local
+        remote = await self.remote_logs.aborted_transactions(p, fetch_offset, upper_bound_offset)
+        if remote.complete:
+            return list(remote.aborted)
         seen = {(a.producer_id, a.first_offset) for a in remote.aborted}
-        return cut, list(remote.aborted) + ([a for a in local if (a.producer_id, a.first_offset) not in seen]
-                                            if not remote.complete else [])
+        return list(remote.aborted) + [a for a in local if (a.producer_id, a.first_offset) not in seen]

@@ -190,7 +190,7 @@ class LogLoader:
             for p in list(self.directory.iterdir()):
                 b = parse_base_offset(p.name)
                 if b is not None and p.name.endswith(LOG_SUFFIX) and base <= b < last:
-                    for suffix in (".log", ".index", ".timeindex"):
+                    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
                         (self.directory / (p.name[:20] + suffix)).unlink(missing_ok=True)
             seg.change_suffix(SWAP_SUFFIX, "")
             # Its index files may be missing or half-renamed: regenerate them from the .log.

@@ -55,12 +55,15 @@ async def fetch_partition(node: Any, tp: TopicPartition, offset: int, max_bytes:
     return resp.content, int(nxt) if nxt is not None else next_offset_after(resp.content, offset)
 
 
-async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
+async def partition_bounds(node: Any, tp: TopicPartition, isolation: str = "read_uncommitted") -> tuple[int, int]:
     """(beginning offset, end offset = HW) of a partition, from its leader (asked as the node itself:
-    offsets for positions and lag, no records)."""
+    offsets for positions and lag, no records); with isolation read_committed the end offset is the
+    last stable offset, where a read_committed reader starts at "latest" (as Kafka's ListOffsets)."""
+    committed = isolation == "read_committed"
     leader = node.leader_of(tp.topic, tp.partition)
     if leader == node.node_id:
-        return await node.offsets(tp.topic, tp.partition)
+        start, end = await node.offsets(tp.topic, tp.partition)
+        return start, min(end, node.partition(tp.topic, tp.partition).last_stable_offset) if committed else end
     if leader < 0:
         raise LeaderNotAvailableError(f"partition {tp} has no leader")
     resp = await node.peers.request(leader, "GET", f"/topics/{tp.topic}/partitions/{tp.partition}/offsets",
@@ -69,4 +72,5 @@ async def partition_bounds(node: Any, tp: TopicPartition) -> tuple[int, int]:
     if resp.status_code != 200:
         raise RemoteError(resp.status_code, resp.status_code * 100, resp.text[:200])
     doc = resp.json()
-    return int(doc["beginning_offset"]), int(doc["end_offset"])
+    end = int(doc["end_offset"])
+    return int(doc["beginning_offset"]), min(end, int(doc.get("last_stable_offset", end))) if committed else end

@@ -81,7 +81,7 @@ class InstanceRecords:
             raise NoOffsetForPartitionError(f"no committed offset for {[str(tp) for tp in tps]} and "
                                             f"auto.offset.reset=none")
         end = self.cfg.auto_offset_reset == "latest"
-        bounds = await asyncio.gather(*(partition_bounds(self.node, tp) for tp in tps))
+        bounds = await asyncio.gather(*(partition_bounds(self.node, tp, self.cfg.isolation_level) for tp in tps))
         return {tp: (b[1] if end else b[0]) for tp, b in zip(tps, bounds)}
 
     # ------------------------------------------------------------------ records

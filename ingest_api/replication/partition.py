@@ -36,9 +36,7 @@ from lakelog.ingest_api.errors import (
 )
 from lakelog.ingest_api.replication import core as rc
 from lakelog.ingest_api.replication.events import ProduceOutcome, ProposeIsr, RemoteReplica, Role, UNKNOWN_LEO
-from lakelog.index.transaction_index import AbortedTxn
 from lakelog.logstore.log import PartitionLog
-from lakelog.logstore.read_committed import cut_at_offset, next_offset_after
 from lakelog.logstore.log_append import AppendInfo
 from lakelog.logstore.local_log import FetchResult
 from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
@@ -387,14 +385,6 @@ class Partition:
     def read(self, offset: int, max_bytes: int) -> FetchResult:
         """Whole batches from `offset`, below the HW (a consumer's view)."""
         return self.log.read(offset, max_bytes, max_offset=self.core.high_watermark)
-
-    def read_committed_view(self, fetch_offset: int, records: bytes | memoryview) -> tuple[bytes, list[AbortedTxn]]:
-        """Fetched `records` as a read_committed reader gets them: whole batches below the LSO,
-        and the aborted transactions overlapping them (from the local `.txnindex` files)."""
-        cut = bytes(cut_at_offset(records, self.log.last_stable_offset))
-        if not cut:
-            return cut, []
-        return cut, self.log.aborted_transactions(fetch_offset, next_offset_after(cut, fetch_offset))
 
     @property
     def fetch_waiters(self) -> int:

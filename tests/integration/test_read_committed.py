@@ -154,8 +154,20 @@ def test_http_and_kafka_read_committed_with_an_open_transaction_and_a_torn_txnin
     assert sum(b.is_control for b in batches) == 3  # markers stay for a batch reader to skip
     assert _v2_consumer_values(knode.url, topic, 3) == committed
     assert _kafka_values(knode.bootstrap, topic, "read_committed", 3) == committed
+    # A read_committed instance that starts at "latest" starts at the LSO, not the HW: the open
+    # transaction's record is still ahead of it.
+    r = httpx.post(f"{knode.url}/consumers/late", json={"name": "c1", "format": "binary", "auto.offset.reset": "latest",
+                                                       "isolation.level": "read_committed"},
+                   headers={"Content-Type": V2}, timeout=30)
+    late = r.json()["base_uri"]
+    httpx.post(f"{late}/assignments", json={"partitions": [{"topic": topic, "partition": 0}]},
+               headers={"Content-Type": V2}, timeout=30)
+    assert httpx.get(f"{late}/records", params={"timeout": 0}, headers={"Accept": BINARY}, timeout=30).json() == []
     p.commit_transaction(WAIT_S)
     wait_for(lambda: _offsets(knode.url, topic)["last_stable_offset"] == 11, WAIT_S, "the LSO after the commit")
+    got_late = httpx.get(f"{late}/records", params={"timeout": 2000}, headers={"Accept": BINARY}, timeout=30).json()
+    assert [base64.b64decode(rec["value"]).decode() for rec in got_late] == ["o1"]
+    httpx.delete(late, timeout=30)
     assert _http_values(knode.url, topic, "read_committed")[0] == committed + ["o1"]
     metrics = httpx.get(f"{knode.url}/metrics", timeout=30).text
     assert f'lakelog_partition_last_stable_offset{{partition="0",topic="{topic}"}} 11.0' in metrics

@@ -250,7 +250,7 @@ def test_replacements_keep_the_aborted_transactions_of_the_segments_they_replace
                                      base_sequence=0, is_transactional=True), 1)
     log.append_control(5, 0, False, 0, 1)
     for i in range(10):
-        log.append_as_leader(build_batch([Record(0, now, b"k%d" % (i % 3), b"w%d" % i)]), 1)
+        log.append_as_leader(build_batch([Record(0, now, b"k%d" % (i % 3 + 1), b"w%d" % i)]), 1)
     log.roll()
     store = FileSystemStore(tmp_path / "remote")
     tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000,
@@ -268,6 +268,9 @@ def test_replacements_keep_the_aborted_transactions_of_the_segments_they_replace
         assert store.get(segment_key(TOPIC, 0, carrying[0].base_offset, carrying[0].segment_id,
                                      TXN_INDEX_SUFFIX))[0] == bytes.fromhex("0000") + (5).to_bytes(8, "big") + \
             (10).to_bytes(8, "big") + (11).to_bytes(8, "big") + (12).to_bytes(8, "big")
+        kept = {r[0]: r[3] for r in remote_records(store)}
+        assert 10 not in kept                  # the aborted record is gone ...
+        assert kept[9] == b"v9"                # ... and did not supersede the committed k0 = v9
         fresh = RemoteTier(store, TieringConfig({}))
         try:
             assert fresh.partition(TOPIC, 0).aborted_transactions(0, log.log_end_offset).aborted == before
