@@ -32,8 +32,10 @@ offsets there (`GroupService.complete_txn`).
 
 Produce verification (KIP-890 part 1): a transactional batch is appended only after the
 coordinator confirmed that its partition is in the producer's ongoing transaction at the batch's
-epoch (`verify_produce`, cached per (producer, epoch, partition) on the leader until the
-transaction's marker lands there).
+epoch (`verify_produce`, cached per producer and partition on the leader — with the epoch and the
+leader's term — until the transaction's marker lands there). An HTTP produce instead adds its
+partition to the transaction at the coordinator on every request (`add_for_produce`, not cached:
+right after a commit is answered only the coordinator knows whether the next transaction began).
 
 Timers: every `transaction.abort.timed.out.transaction.cleanup.interval.ms` transactions open longer
 than their timeout are aborted with the epoch bumped; every
@@ -128,8 +130,9 @@ class TransactionService:
         self._loading: dict[int, asyncio.Task] = {}
         #: transactional id -> the task writing its markers.
         self._markers: dict[str, asyncio.Task] = {}
-        #: Leader side: (transactional id, producer id, epoch, topic, partition) verified by the coordinator.
-        self._verified: OrderedDict[tuple[str, int, int, str, int], None] = OrderedDict()
+        #: Leader side: (producer id, topic, partition) -> (transactional id, epoch, leader epoch) the
+        #: coordinator verified; forgotten when the transaction's marker lands here.
+        self._verified: OrderedDict[tuple[int, str, int], tuple[str, int, int]] = OrderedDict()
         self._persists: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
         self._topic_lock: asyncio.Lock | None = None
@@ -409,8 +412,7 @@ class TransactionService:
                 return {**out, "error": f"{type(err).__name__}: {err}"[:300], "superseded": True}
             except Exception as err:  # a leader that moved, a full ISR wait: the coordinator retries
                 return {**out, "error": f"{type(err).__name__}: {err}"[:300]}
-            for key in [k for k in self._verified if k[1] == pid and k[3] == topic and k[4] == partition]:
-                del self._verified[key]
+            self._verified.pop((pid, topic, partition), None)
             if topic == OFFSETS_TOPIC:
                 self.groups.complete_txn(partition, pid, commit)
             return out
@@ -527,28 +529,26 @@ class TransactionService:
     async def add_for_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                               partition: int) -> None:
         """Before an HTTP produce of a transaction's records: the partition joins the producer's
-        transaction at its coordinator (what AddPartitionsToTxn does for a Kafka client)."""
-        key = (transactional_id, producer_id, producer_epoch, topic, partition)
-        if key in self._verified:
-            return
+        transaction at its coordinator (what AddPartitionsToTxn does for a Kafka client). Asked on
+        every request, never cached: right after a commit is answered its markers may still be on
+        their way, and only the coordinator knows that the next transaction has begun."""
         await self.call_with_retry(transactional_id, "add_partitions", {
             "producer_id": producer_id, "producer_epoch": producer_epoch, "partitions": [[topic, partition]]})
-        if self.node.leader_of(topic, partition) == self.node.node_id:
-            self._remember(key)  # the marker, written here, forgets it
 
 
     async def verify_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                              partition: int) -> None:
         """Raise unless the coordinator has (topic, partition) in the producer's ongoing transaction."""
-        key = (transactional_id, producer_id, producer_epoch, topic, partition)
-        if key in self._verified:
+        # The leader epoch is in the key: entries of an earlier term here (the marker then landed on
+        # another leader, and never cleared them) do not count.
+        local = self.node.local_partition(PartitionKey(topic, partition))
+        key = (producer_id, topic, partition)
+        seen = (transactional_id, producer_epoch, local.leader_epoch if local is not None else -1)
+        if self._verified.get(key) == seen:
             return
         await self.call(transactional_id, "verify", {"producer_id": producer_id, "producer_epoch": producer_epoch,
                                                      "topic": topic, "partition": partition})
-        self._remember(key)
-
-    def _remember(self, key: tuple[str, int, int, str, int]) -> None:
-        self._verified[key] = None
+        self._verified[key] = seen
         while len(self._verified) > MAX_VERIFIED:
             self._verified.popitem(last=False)
 
