@@ -22,12 +22,14 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time each name l
     from lakelog.client.node_client import ClientError, ClientSecurity
     from lakelog.client.producer import Producer
     from lakelog.client.producer_batch import ProduceError, RecordMetadata
+    from lakelog.client.producer_transactions import TransactionError
 
 #: Public name -> the module that defines it.
 _DEFINED_IN = {
     "Producer": "lakelog.client.producer",
     "RecordMetadata": "lakelog.client.producer_batch",
     "ProduceError": "lakelog.client.producer_batch",
+    "TransactionError": "lakelog.client.producer_transactions",
     "Consumer": "lakelog.client.consumer",
     "ConsumeError": "lakelog.client.consumer",
     "Message": "lakelog.client.fetching",

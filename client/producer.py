@@ -45,7 +45,9 @@ small worker pool; futures complete and `on_delivery(err, metadata)` callbacks r
 Where the code is: this module holds the configuration, the public API and the accumulator (open
 batches per partition, sealing, the sticky partition); `ProducerSender` (client/producer_sender.py)
 the sender thread, dispatch, shipping and retries; `ProducerBatch`, `RecordFuture`,
-`RecordMetadata` and `ProduceError` are in client/producer_batch.py.
+`RecordMetadata` and `ProduceError` are in client/producer_batch.py; the transaction
+(`transactional.id`: init_transactions, begin_transaction, send_offsets_to_transaction,
+commit_transaction, abort_transaction, with Kafka's semantics) in client/producer_transactions.py.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from lakelog.client.batching import CODECS, record_size_estimate
 from lakelog.client.http_sender import HttpSender
 from lakelog.client.producer_batch import ProduceError, ProducerBatch, RecordFuture, RecordMetadata
 from lakelog.client.producer_sender import ProducerSender
+from lakelog.client.producer_transactions import TransactionError, TransactionManager, TxnState
 from lakelog.infra.error_codes import code
 from lakelog.ingest_api.records.partitioner import partition_for_key
 
@@ -88,6 +91,8 @@ DEFAULTS: dict[str, Any] = {
     "max.block.ms": 60000,
     "max.request.size": 1024 * 1024,
     "metadata.max.age.ms": 300000,
+    "transactional.id": None,
+    "transaction.timeout.ms": 60000,
 }
 #: Kafka's bound with idempotence: the broker remembers a producer's last 5 batches.
 MAX_IN_FLIGHT_IDEMPOTENT = 5
@@ -174,6 +179,15 @@ class Producer(ProducerSender):
         self._sequences: dict[tuple[str, int], int] = {}
         self._flushing = 0
         self._closed = False
+        # Transactions (client/producer_transactions.py): idempotence is implied, the producer id is the
+        # transactional id's, and every batch is a transaction's.
+        self._txn: TransactionManager | None = None
+        if cfg["transactional.id"] is not None:
+            if self._idempotence_explicit and not self.idempotent:
+                raise ValueError("transactional.id needs enable.idempotence")
+            self.idempotent, self._idempotence_explicit = True, True
+            self._txn = TransactionManager(str(cfg["transactional.id"]), int(cfg["transaction.timeout.ms"]),
+                                           self.servers, self._http, self.max_block_s, self.backoff_s)
         self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="lakelog-producer")
         self._sender = threading.Thread(target=self._run, name="lakelog-producer-sender", daemon=True)
         self._sender.start()
@@ -190,6 +204,39 @@ class Producer(ProducerSender):
             self._partitions_at[topic] = time.monotonic()
         return n
 
+    # ------------------------------------------------------------------ transactions (Kafka's API)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Take the transactional id: its producer id and a new epoch (older holders are fenced and
+        their open transaction aborted). `timeout`: accepted for Kafka's signature; max.block.ms bounds it."""
+        pid = self._transactions().init()
+        with self._cond:
+            self._producer_id = pid
+            self._sequences.clear()
+            self._acked_pid.clear()
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin()
+
+    def send_offsets_to_transaction(self, offsets: Sequence[tuple[str, int, int]], group_id: str,
+                                    timeout: float | None = None) -> None:
+        """Commit `group_id`'s offsets ((topic, partition, next offset to read) each) with the transaction."""
+        self._transactions().send_offsets(offsets, group_id)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit; raises TransactionError when a batch failed (abort then)."""
+        self._transactions().end(True, lambda: self.flush(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._transactions().end(False, lambda: self.flush(timeout))
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionError("the producer has no transactional.id")
+        return self._txn
+
+    # ------------------------------------------------------------------ producing
+
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
                 partition: int | None = None, headers: Sequence[tuple[str, bytes | None]] | None = None,
                 timestamp: int | None = None, on_delivery: Callable[[Exception | None, RecordMetadata | None], Any]
@@ -199,6 +246,8 @@ class Producer(ProducerSender):
         stays full for max.block.ms."""
         if self._closed:
             raise RuntimeError("the producer is closed")
+        if self._txn is not None and self._txn.state != TxnState.IN_TRANSACTION:
+            raise TransactionError(f"produce needs a transaction (begin_transaction); it is {self._txn.state.value}")
         # The per-record path: every call here is paid once per record, so checks are inline.
         if key is not None and key.__class__ is not bytes:
             key = _as_bytes(key, "key")

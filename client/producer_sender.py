@@ -29,6 +29,8 @@ import httpx
 
 from lakelog.client.http_sender import HttpSender, TransportError
 from lakelog.client.producer_batch import CALLBACK_LOCK, ProduceError, ProducerBatch, RecordMetadata
+from lakelog.client.producer_transactions import TransactionManager
+from lakelog.ingest_api.records.formats import TRANSACTIONAL_ID_HEADER
 from lakelog.infra.error_codes import code
 from lakelog.logstore.batch_columns import build_batch_columns
 from lakelog.logstore.compression import Compression
@@ -73,6 +75,7 @@ class ProducerSender:
     _producer_id: tuple[int, int] | None
     _sequences: dict[tuple[str, int], int]
     _closed: bool
+    _txn: TransactionManager | None
     _pool: ThreadPoolExecutor
     # Producer's own (client/producer.py): _seal.
 
@@ -89,7 +92,8 @@ class ProducerSender:
                         self._seal(tp)
                     else:
                         next_wake = min(next_wake, self.linger_s - age)
-                need_pid = self.idempotent and self._producer_id is None and any(self._queued.values())
+                need_pid = (self.idempotent and self._producer_id is None and self._txn is None
+                            and any(self._queued.values()))
                 if not need_pid:
                     self._dispatch()
                     self._cond.wait(next_wake)
@@ -160,7 +164,8 @@ class ProducerSender:
             pid, epoch = b.producer if b.producer is not None else (-1, -1)
             b.payload = build_batch_columns(b.values, timestamps=b.timestamps, keys=b.keys if b.any_key else None,
                                             headers=b.headers, compression=self.compression, producer_id=pid,
-                                            producer_epoch=epoch, base_sequence=b.sequence)
+                                            producer_epoch=epoch, base_sequence=b.sequence,
+                                            is_transactional=self._txn is not None)
         return b.payload
 
     def _ship(self, b: ProducerBatch) -> None:
@@ -169,6 +174,8 @@ class ProducerSender:
         while True:
             try:
                 payload = self._payload(b)
+                if self._txn is not None:
+                    self._txn.ensure_partition(b.topic, b.partition)
                 pred = b.pred
                 if pred is not None and b.attempts == 0:  # keep the partition's writes in sequence order
                     pred.written.wait(self.request_timeout_s)
@@ -235,7 +242,9 @@ class ProducerSender:
             self._pending -= len(b.values)
             if error is None and b.producer is not None:
                 self._acked_pid[tp] = b.producer
-            if error is not None and self.idempotent and b.producer is not None and b.producer == self._producer_id:
+            if error is not None and self._txn is not None:
+                self._txn.batch_failed(error)  # the transaction must abort; its producer id stays
+            elif error is not None and self.idempotent and b.producer is not None and b.producer == self._producer_id:
                 # The sequence of this partition has a hole now: start over with a new producer id
                 # (batches not yet sent get it; those in flight keep their bytes for their retries).
                 self._producer_id = None
@@ -247,6 +256,8 @@ class ProducerSender:
         url = f"{self.servers[self._node]}/topics/{quote(topic, safe='')}/partitions/{partition}"
         self.requests += 1
         headers = {"Content-Type": RECORDBATCH, "Accept": "application/vnd.kafka.v2+json"}
+        if self._txn is not None:
+            headers[TRANSACTIONAL_ID_HEADER] = self._txn.transactional_id
         if self._fast is not None:
             r = self._fast.post(f"{url}?acks={self.acks}", payload, headers, on_written)
         else:

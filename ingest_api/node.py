@@ -431,6 +431,13 @@ class Node:
         ids = {} if producer is None else {"producer_id": producer.producer_id,
                                            "producer_epoch": producer.producer_epoch,
                                            "base_sequence": producer.sequence}
+        if producer is not None and producer.transactional_id is not None:
+            # A transaction's records over HTTP: the partition joins the producer's transaction at
+            # its coordinator first (AddPartitionsToTxn done by the node), then the batch is marked.
+            (p_only,) = by_partition
+            await self.transactions.add_for_produce(producer.transactional_id, producer.producer_id,
+                                                    producer.producer_epoch, topic, p_only)
+            ids["is_transactional"] = True
 
         async def one(p: int, idxs: list[int] | None) -> tuple[int, list[int] | None, int]:
             batch = (cols if idxs is None else cols.take(idxs)).build_batch(now, **ids)

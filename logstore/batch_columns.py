@@ -31,6 +31,7 @@ from lakelog.logstore.record_batch import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    TRANSACTIONAL_MASK,
     crc32c,
     encode_record,
 )
@@ -66,9 +67,10 @@ def build_batch_columns(values: Sequence[bytes | None], *, timestamps: int | Seq
                         keys: Sequence[bytes | None] | None = None, headers: Sequence[Headers] | None = None,
                         compression: Compression = Compression.NONE, producer_id: int = NO_PRODUCER_ID,
                         producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
-                        native: bool = True) -> bytes:
+                        is_transactional: bool = False, native: bool = True) -> bytes:
     """One batch of `len(values)` records. `timestamps`: one int for all, or one per record;
-    `keys` / `headers`: None for all-null keys / no headers, else one per record."""
+    `keys` / `headers`: None for all-null keys / no headers, else one per record; `is_transactional`
+    sets the attribute bit of a transaction's batch (a producer id and epoch go with it)."""
     n = len(values)
     if not n:
         raise InvalidRecordError("a batch needs at least one record")
@@ -86,7 +88,7 @@ def build_batch_columns(values: Sequence[bytes | None], *, timestamps: int | Seq
         batch = bytearray(HEADER_SIZE + payload_len)
         batch[HEADER_SIZE:] = payload
     HEADER.pack_into(batch, 0, 0, HEADER_SIZE - LOG_OVERHEAD + payload_len, NO_PARTITION_LEADER_EPOCH, MAGIC, 0,
-                     int(compression) & COMPRESSION_MASK, n - 1, base_ts, max_ts, producer_id, producer_epoch,
+                     (int(compression) & COMPRESSION_MASK) | (TRANSACTIONAL_MASK if is_transactional else 0), n - 1, base_ts, max_ts, producer_id, producer_epoch,
                      base_sequence, n)
     _U32.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
     return bytes(batch)

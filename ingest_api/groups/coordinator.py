@@ -425,6 +425,10 @@ class GroupCoordinator:
             self.pending_txn_offsets.pop(producer_id, None)
         return [(g, tp, pos, value) for (g, tp), (pos, value) in decided] if commit else []
 
+    def pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with a transactional commit not yet decided (KIP-447's unstable offsets)."""
+        return {tp for pending in self.pending_txn_offsets.values() for (g, tp) in pending if g == group_id}
+
     def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         group = self.groups.get(group_id)
         return dict(group.offsets) if group is not None else {}

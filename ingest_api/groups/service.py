@@ -441,6 +441,7 @@ class GroupService:
         group = str(a["group_id"])
         self._require(group)
         committed = self.coordinator.committed(group)
+        unstable = self.coordinator.pending_txn_partitions(group)
         wanted = a.get("partitions")
         if wanted is not None:
             keys = [TopicPartition(str(x[0]), int(x[1])) for x in wanted]
@@ -450,7 +451,8 @@ class GroupService:
             {"topic": tp.topic, "partition": tp.partition,
              "offset": committed[tp].offset if tp in committed else -1,
              "metadata": committed[tp].metadata if tp in committed else "",
-             "commit_timestamp": committed[tp].commit_timestamp_ms if tp in committed else None}
+             "commit_timestamp": committed[tp].commit_timestamp_ms if tp in committed else None,
+             "unstable": tp in unstable}
             for tp in keys]}
 
     async def _op_describe(self, a: dict[str, Any]) -> dict[str, Any]:

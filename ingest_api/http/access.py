@@ -60,6 +60,14 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/topics/{topic}/partitions/{partition}/offsets", TOPIC, "topic", DESCRIBE, ""),
     ("GET", "/brokers", CLUSTER, None, DESCRIBE, ""),
     ("POST", "/producers", CLUSTER, None, WRITE, ""),
+    # Transactions (routers/transactions_v3.py): the ACLs have no TransactionalId resource yet, so the
+    # cluster stands for it, as for POST /producers; sending offsets also needs READ on the group
+    # and its topics (checked by the router from the body).
+    ("POST", "/v3/clusters/{cluster_id}/transactions", CLUSTER, None, WRITE, ""),
+    ("GET", "/v3/clusters/{cluster_id}/transactions/{transactional_id}", CLUSTER, None, DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/transactions/{transactional_id}/offsets", CLUSTER, None, WRITE, "body"),
+    ("POST", "/v3/clusters/{cluster_id}/transactions/{transactional_id}/partitions", CLUSTER, None, WRITE, "body"),
+    ("POST", "/v3/clusters/{cluster_id}/transactions/{name}", CLUSTER, None, WRITE, ""),
     ("GET", "/v3/clusters", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/v3/clusters/{cluster_id}", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/v3/clusters/{cluster_id}/topics", CLUSTER, None, DESCRIBE, ""),

@@ -45,6 +45,7 @@ from lakelog.ingest_api.http.routers import (
     stats,
     throttles_v3,
     transactions_internal,
+    transactions_v3,
 )
 from lakelog.ingest_api.http.security_middleware import SecurityMiddleware
 from lakelog.ingest_api.http.webconsole import ConsoleMiddleware
@@ -185,6 +186,7 @@ def _include_routers(app: FastAPI) -> None:
     app.include_router(admin_v3.router)
     app.include_router(records_v3.router)
     app.include_router(consumer_groups_v3.router)
+    app.include_router(transactions_v3.router)  # transactions over HTTP (docs/transactions.md)
     app.include_router(replicas_v3.router)
     app.include_router(acls_v3.router)
     app.include_router(internal.router)

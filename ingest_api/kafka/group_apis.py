@@ -34,6 +34,7 @@ NONE = ErrorCode.none.value
 GROUP_REFUSED = REFUSED[ResourceType.GROUP]
 TOPIC_REFUSED = REFUSED[ResourceType.TOPIC]
 NO_OPERATIONS = -2147483648
+UNSTABLE = ErrorCode.unstable_offset_commit.value
 
 
 def _may(ctx: KafkaContext, conn: Connection, operation: Operation, rtype: ResourceType, name: str, api: str,
@@ -146,9 +147,11 @@ async def offset_commit(ctx: KafkaContext, req: Request, conn: Connection) -> di
                                         for p in t.partitions]} for t in b.topics]}
 
 
-async def _fetch_group(ctx: KafkaContext, conn: Connection, group_id: str, topics: Any
+async def _fetch_group(ctx: KafkaContext, conn: Connection, group_id: str, topics: Any, require_stable: bool = False
                        ) -> tuple[list[dict[str, Any]], int]:
-    """(topics with their committed offsets, group error code) of one group."""
+    """(topics with their committed offsets, group error code) of one group. With `require_stable`
+    (KIP-447, a read_committed consumer), a partition whose transactional commit is not decided yet
+    answers UNSTABLE_OFFSET_COMMIT, which the client retries."""
     if not _may(ctx, conn, Operation.DESCRIBE, ResourceType.GROUP, group_id, "OffsetFetch"):
         return [], GROUP_REFUSED
     refused = [] if topics is None else [
@@ -169,7 +172,8 @@ async def _fetch_group(ctx: KafkaContext, conn: Connection, group_id: str, topic
             continue
         by_topic.setdefault(o["topic"], []).append({
             "partition_index": o["partition"], "committed_offset": o["offset"], "committed_leader_epoch": -1,
-            "metadata": o.get("metadata") or "", "error_code": NONE})
+            "metadata": o.get("metadata") or "",
+            "error_code": UNSTABLE if require_stable and o.get("unstable") else NONE})
     return [{"name": n, "partitions": ps} for n, ps in by_topic.items()], NONE
 
 
@@ -182,10 +186,10 @@ async def offset_fetch(ctx: KafkaContext, req: Request, conn: Connection) -> dic
     if req.api_version >= 8:
         groups = []
         for g in b.groups:
-            topics, code = await _fetch_group(ctx, conn, g.group_id, g.topics)
+            topics, code = await _fetch_group(ctx, conn, g.group_id, g.topics, bool(field_of(b, "require_stable", False)))
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return {"throttle_time": 0, "groups": groups}
-    topics, code = await _fetch_group(ctx, conn, b.group_id, b.topics)
+    topics, code = await _fetch_group(ctx, conn, b.group_id, b.topics, bool(field_of(b, "require_stable", False)))
     return {"throttle_time": 0, "topics": topics, "error_code": code}
 
 

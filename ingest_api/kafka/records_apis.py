@@ -8,7 +8,8 @@ listener sends with sendfile (`fetch.zero.copy.enable`). A partition this node d
 answers NOT_LEADER_OR_FOLLOWER: the client refreshes its metadata and goes to the leader (the Kafka
 door never forwards). A transactional Produce is appended only after the transaction coordinator
 confirmed the partition is in the producer's ongoing transaction (KIP-890 part 1,
-txn_apis.verify_produce); otherwise INVALID_TXN_STATE.
+`TransactionService.verify_raw_produce`); otherwise, and for a transactional batch without a
+transactional_id, INVALID_TXN_STATE.
 
 Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic, Fetch
 READ; ListOffsets and OffsetForLeaderEpoch DESCRIBE (which READ or WRITE imply), as Kafka and the
@@ -38,7 +39,6 @@ from kio.schema.errors import ErrorCode
 
 from lakelog.ingest_api.config.kafka import TLS_PROTOCOLS
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
-from lakelog.ingest_api.kafka import txn_apis
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.server import Connection
@@ -64,8 +64,7 @@ async def _produce_one(ctx: KafkaContext, topic: str, index: int, records: bytes
     if not records:
         return {**out, "error_code": ErrorCode.corrupt_message.value, "error_message": "no record batch"}
     try:
-        if transactional_id is not None:
-            await txn_apis.verify_produce(ctx, transactional_id, records, topic, index)
+        await ctx.node.transactions.verify_raw_produce(records, transactional_id, topic, index)
         info = await ctx.node.produce_batches(topic, index, records, acks)
     except Exception as e:
         code = kafka_code(e).value

@@ -1,6 +1,6 @@
 """Transactions on the Kafka door: InitProducerId with a transactional id, AddPartitionsToTxn,
 AddOffsetsToTxn, TxnOffsetCommit, EndTxn, WriteTxnMarkers, DescribeTransactions, ListTransactions,
-DescribeProducers, and the KIP-890 check of a transactional Produce.
+DescribeProducers. (The KIP-890 check of a transactional Produce is records_apis.py's.)
 
 A client finds its transaction coordinator with FindCoordinator (key type 1, metadata_apis.py) and
 sends these requests there: a node that does not coordinate the id answers NOT_COORDINATOR (the
@@ -34,7 +34,6 @@ from lakelog.ingest_api.kafka.codec import Request, field_of, ms
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
-from lakelog.logstore.record_batch import iter_batches
 
 NONE = ErrorCode.none.value
 FENCED, OLD_FENCED = ErrorCode.producer_fenced.value, ErrorCode.invalid_producer_epoch.value
@@ -64,6 +63,7 @@ async def init_transactional(ctx: KafkaContext, req: Request) -> dict[str, Any]:
     b = req.body
     out = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
     try:
+        await ctx.node.transactions.ensure_state_topic()  # a client that skipped FindCoordinator
         doc = await ctx.node.transactions.run("init", {
             "transactional_id": b.transactional_id, "timeout_ms": ms(b.transaction_timeout),
             "producer_id": int(field_of(b, "producer_id", -1)), "producer_epoch": int(field_of(b, "producer_epoch", -1))})
@@ -246,15 +246,3 @@ def _active_producers(partition: Any) -> list[dict[str, Any]]:
                     "last_timestamp": entry.last_timestamp, "coordinator_epoch": entry.coordinator_epoch,
                     "current_txn_start_offset": entry.current_txn_first_offset})
     return out
-
-
-async def verify_produce(ctx: KafkaContext, transactional_id: str, records: bytes, topic: str,
-                         partition: int) -> None:
-    """KIP-890 part 1, before a transactional Produce is appended: raise unless the coordinator has
-    the partition in the producer's ongoing transaction at the batch's epoch."""
-    for _, batch in iter_batches(records):
-        if batch.is_transactional:
-            await ctx.node.transactions.verify_produce(transactional_id, batch.producer_id, batch.producer_epoch,
-                                                       topic, partition)
-        break
-

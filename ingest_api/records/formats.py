@@ -133,15 +133,27 @@ class ProducerFields:
     producer_id: int
     producer_epoch: int
     sequence: int
+    #: The transaction the records belong to (HTTP transactions, docs/transactions.md); None: idempotent only.
+    transactional_id: str | None = None
 
 
 _INT32_MAX = 2**31 - 1
+#: Longest transactional id a produce body may name.
+MAX_TRANSACTIONAL_ID_CHARS = 255
+#: The header naming the transaction of raw transactional batches (Content-Type RECORDBATCH), as
+#: Produce's transactional_id does over Kafka: the partition must be in that transaction.
+TRANSACTIONAL_ID_HEADER = "X-Lakelog-Transactional-Id"
 _INT16_MAX = 2**15 - 1
 
 
 def parse_producer_fields(doc: dict) -> ProducerFields | None:
     """The optional top-level `producer_id`, `producer_epoch`, `sequence` of a produce body (all or none)."""
     present = [k for k in ("producer_id", "producer_epoch", "sequence") if doc.get(k) is not None]
+    tid = doc.get("transactional_id")
+    if tid is not None and (not isinstance(tid, str) or not 1 <= len(tid) <= MAX_TRANSACTIONAL_ID_CHARS
+                            or len(present) != 3):
+        raise InvalidRequestError(f"transactional_id must be a string of 1 to {MAX_TRANSACTIONAL_ID_CHARS} "
+                                  f"characters, with producer_id, producer_epoch and sequence")
     if not present:
         return None
     if len(present) != 3:
@@ -153,7 +165,7 @@ def parse_producer_fields(doc: dict) -> ProducerFields | None:
     if not 0 <= pid < 2**63 or not 0 <= epoch <= _INT16_MAX or not 0 <= seq <= _INT32_MAX:
         raise InvalidRequestError("producer_id must be in [0, 2^63), producer_epoch in [0, 32767], "
                                   "sequence in [0, 2^31)")
-    return ProducerFields(pid, epoch, seq)
+    return ProducerFields(pid, epoch, seq, tid)
 
 
 def parse_produce_body(body: bytes, fmt: str, max_records: int) -> ProduceColumns:

@@ -113,5 +113,6 @@ class ProduceColumns:
 
     def build_batch(self, timestamp: int, **producer: int) -> bytes:
         """One RecordBatch v2 of every record, at offsets 0..n-1, all with `timestamp` (CreateTime);
-        `producer`: producer_id, producer_epoch, base_sequence of an idempotent produce."""
+        `producer`: producer_id, producer_epoch, base_sequence of an idempotent produce (and
+        is_transactional for a transaction's batch)."""
         return build_batch_columns(self.values, timestamps=timestamp, keys=self.keys, headers=self.headers, **producer)

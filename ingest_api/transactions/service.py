@@ -32,8 +32,10 @@ offsets there (`GroupService.complete_txn`).
 
 Produce verification (KIP-890 part 1): a transactional batch is appended only after the
 coordinator confirmed that its partition is in the producer's ongoing transaction at the batch's
-epoch (`verify_produce`, cached per (producer, epoch, partition) on the leader until the
-transaction's marker lands there).
+epoch (`verify_produce`, cached per producer and partition on the leader — with the epoch and the
+leader's term — until the transaction's marker lands there). An HTTP produce instead adds its
+partition to the transaction at the coordinator on every request (`add_for_produce`, not cached:
+right after a commit is answered only the coordinator knows whether the next transaction began).
 
 Timers: every `transaction.abort.timed.out.transaction.cleanup.interval.ms` transactions open longer
 than their timeout are aborted with the epoch bumped; every
@@ -52,6 +54,7 @@ from collections import OrderedDict
 from typing import Any
 
 from lakelog.infra import error_codes
+from lakelog.infra.errors import LakelogError
 from lakelog.ingest_api.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -127,8 +130,9 @@ class TransactionService:
         self._loading: dict[int, asyncio.Task] = {}
         #: transactional id -> the task writing its markers.
         self._markers: dict[str, asyncio.Task] = {}
-        #: Leader side: (transactional id, producer id, epoch, topic, partition) verified by the coordinator.
-        self._verified: OrderedDict[tuple[str, int, int, str, int], None] = OrderedDict()
+        #: Leader side: (producer id, topic, partition) -> (transactional id, epoch, leader epoch) the
+        #: coordinator verified; forgotten when the transaction's marker lands here.
+        self._verified: OrderedDict[tuple[int, str, int], tuple[str, int, int]] = OrderedDict()
         self._persists: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
         self._topic_lock: asyncio.Lock | None = None
@@ -408,8 +412,7 @@ class TransactionService:
                 return {**out, "error": f"{type(err).__name__}: {err}"[:300], "superseded": True}
             except Exception as err:  # a leader that moved, a full ISR wait: the coordinator retries
                 return {**out, "error": f"{type(err).__name__}: {err}"[:300]}
-            for key in [k for k in self._verified if k[1] == pid and k[3] == topic and k[4] == partition]:
-                del self._verified[key]
+            self._verified.pop((pid, topic, partition), None)
             if topic == OFFSETS_TOPIC:
                 self.groups.complete_txn(partition, pid, commit)
             return out
@@ -518,19 +521,51 @@ class TransactionService:
                 "start_ms": m.start_ms, "producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
                 "partitions": sorted(m.partitions)}
 
+    async def _op_describe(self, a: dict[str, Any]) -> dict[str, Any]:
+        return {"error": None, **self.describe_here(str(a["transactional_id"]))}
+
     # ------------------------------------------------------------------ the leader side of produce
+
+    async def add_for_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                              partition: int) -> None:
+        """Before an HTTP produce of a transaction's records: the partition joins the producer's
+        transaction at its coordinator (what AddPartitionsToTxn does for a Kafka client). Asked on
+        every request, never cached: right after a commit is answered its markers may still be on
+        their way, and only the coordinator knows that the next transaction has begun."""
+        await self.call_with_retry(transactional_id, "add_partitions", {
+            "producer_id": producer_id, "producer_epoch": producer_epoch, "partitions": [[topic, partition]]})
+
 
     async def verify_produce(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                              partition: int) -> None:
         """Raise unless the coordinator has (topic, partition) in the producer's ongoing transaction."""
-        key = (transactional_id, producer_id, producer_epoch, topic, partition)
-        if key in self._verified:
+        # The leader epoch is in the key: entries of an earlier term here (the marker then landed on
+        # another leader, and never cleared them) do not count.
+        local = self.node.local_partition(PartitionKey(topic, partition))
+        key = (producer_id, topic, partition)
+        seen = (transactional_id, producer_epoch, local.leader_epoch if local is not None else -1)
+        if self._verified.get(key) == seen:
             return
         await self.call(transactional_id, "verify", {"producer_id": producer_id, "producer_epoch": producer_epoch,
                                                      "topic": topic, "partition": partition})
-        self._verified[key] = None
+        self._verified[key] = seen
         while len(self._verified) > MAX_VERIFIED:
             self._verified.popitem(last=False)
+
+    async def verify_raw_produce(self, data: bytes | memoryview, transactional_id: str | None, topic: str,
+                                 partition: int) -> None:
+        """A client's batches (Kafka's Produce, HTTP's RECORDBATCH path): a transactional batch needs
+        its transactional id, and its partition in that producer's ongoing transaction (KIP-890)."""
+        try:
+            batch = next((b for _, b in iter_batches(data) if b.is_transactional), None)
+        except LakelogError:
+            return  # malformed: the log's validation refuses it with its own error
+        if batch is None:
+            return
+        if not transactional_id:
+            raise InvalidTxnStateError("a transactional batch needs its transaction's id (Produce's "
+                                       "transactional_id, HTTP's X-Lakelog-Transactional-Id header)")
+        await self.verify_produce(transactional_id, batch.producer_id, batch.producer_epoch, topic, partition)
 
     # ------------------------------------------------------------------ routing from any node
 
@@ -559,6 +594,20 @@ class TransactionService:
             raise RemoteError(resp.status_code, code, str(doc.get("message", resp.text[:200])))
         return raise_txn_error(doc)
 
+    async def call_with_retry(self, transactional_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """`call`, retried while the coordinator moves, loads or completes the id's last transaction,
+        up to request.timeout.ms (the HTTP door's entry: a Kafka client retries by itself)."""
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        delay = 0.05
+        while True:
+            try:
+                return await self.call(transactional_id, op, args)
+            except RETRIABLE:
+                if time.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
 
 _OPS = {
     "init": TransactionService._op_init,
@@ -568,6 +617,7 @@ _OPS = {
     "verify": TransactionService._op_verify,
     "markers": TransactionService._op_markers,
     "list": TransactionService._op_list,
+    "describe": TransactionService._op_describe,
 }
 
 

@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing (hypothesis) of every decoder that reads bytes a client or the disk hands us:
 the RecordBatch decoder (framing, validation, decompression, records), the offset and time index
 readers (bytes and files), the leader epoch checkpoint, the remote manifest reader, the replica fetch
-wire format, the __consumer_offsets codec, the metadata snapshot and records (users, ACLs and the
+wire format, the __consumer_offsets and __transaction_state codecs, the metadata snapshot and records (users, ACLs and the
 Schema Registry included), the JSON produce path, and Confluent's schema wire format with the Avro
 and JSON values it frames. The property is always the same: any input ends in a result or a typed
 `LakelogError` — never another exception (IndexError, struct.error, RecursionError, MemoryError...),
@@ -161,6 +161,23 @@ def test_replica_wire_and_offsets_codec(data):
     _typed(wire.decode_fetch_response, data)
     _typed(offsets_codec.decode_key, data)
     _typed(offsets_codec.decode_value, data)
+
+
+def _txn_state_seed() -> bytes:
+    from lakelog.ingest_api.transactions.state_codec import TxnRecord, encode_value
+    return encode_value(TxnRecord(7, 3, 60_000, 1, (("orders", 0), ("orders", 5), ("x", 2)), 1_700_000_000_000,
+                                  1_699_999_999_000))
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=512), mutated([_txn_state_seed()])))
+def test_transaction_state_codec(data):
+    from lakelog.ingest_api.transactions import state_codec
+
+    _typed(state_codec.decode_key, data)
+    rec = _typed(state_codec.decode_value, data)
+    if rec is not None:
+        assert state_codec.decode_value(state_codec.encode_value(rec)) == rec
 
 
 # --------------------------------------------------------------------------- JSON produce path

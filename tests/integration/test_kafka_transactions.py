@@ -229,3 +229,68 @@ def test_the_coordinator_dies_between_begin_and_commit(tmp_path):
         assert sorted(got) == sorted(values)  # each record once: no duplicate, none lost
     finally:
         cluster.stop()
+
+
+def _describe(port: int, tid: str):
+    with WireClient("127.0.0.1", port) as w:
+        _, res = w.request(DescribeTransactionsRequest(transactional_ids=(tid,)))
+    (state,) = res.transaction_states
+    return state
+
+
+def _listed(port: int) -> dict[str, str]:
+    with WireClient("127.0.0.1", port) as w:
+        _, res = w.request(ListTransactionsRequest(state_filters=(), producer_id_filters=(), duration_filter=-1))
+    return {t.transactional_id: t.transaction_state for t in res.transaction_states}
+
+
+def test_state_survives_a_restart_and_a_timed_out_transaction_is_aborted(tmp_path):
+    node = start_node(tmp_path, kafka=True, **SMALL, **{
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"})
+    try:
+        bs = node.bootstrap
+        _create(bs, ("rs", 1, 1))
+        p = _txn_producer(bs, "r1")
+        p.begin_transaction()
+        p.produce("rs", value=b"before", partition=0)
+        p.commit_transaction(WAIT_S)
+        p.begin_transaction()
+        p.produce("rs", value=b"open", partition=0)
+        p.flush(WAIT_S)
+        before = _describe(node.kafka_port, "r1")
+        node.restart()
+        # The coordinator reads __transaction_state back: the open transaction, its epoch, its partition.
+
+        def reloaded():
+            state = _describe(node.kafka_port, "r1")
+            return state if state.error_code == ErrorCode.none else None
+
+        after = wait_for(reloaded, WAIT_S, "the reloaded transaction")
+        assert (after.transaction_state, after.producer_id, after.producer_epoch) == (
+            "Ongoing", before.producer_id, before.producer_epoch)
+        assert [(t.topic, t.partitions) for t in after.topics] == [("rs", (0,))]
+        p.produce("rs", value=b"after", partition=0)
+        _sentinels(p, "rs", 1)
+        p.commit_transaction(WAIT_S)
+        assert sorted(_read_until_sentinels(bs, "rs", 1, "read_committed")) == [b"after", b"before", b"open"]
+
+        # A transaction left open past transaction.timeout.ms is aborted by the coordinator, which
+        # fences its producer; read_committed readers move past it.
+        slow = _txn_producer(bs, "slow", **{"transaction.timeout.ms": 2000})
+        slow.begin_transaction()
+        slow.produce("rs", value=b"never", partition=0)
+        slow.flush(WAIT_S)
+        wait_for(lambda: _listed(node.kafka_port).get("slow") == "CompleteAbort", WAIT_S,
+                 "the coordinator's abort of the timed-out transaction")
+        with pytest.raises(KafkaException):
+            slow.commit_transaction(WAIT_S)
+        p.begin_transaction()
+        _sentinels(p, "rs", 1)
+        p.commit_transaction(WAIT_S)
+        assert b"never" not in _read_until_sentinels(bs, "rs", 1, "read_committed")
+        assert "Traceback" not in node.read_log()
+    finally:
+        try:
+            node.stop()
+        finally:
+            node.kill()

@@ -185,3 +185,20 @@ def test_remove_groups_fails_pending_answers():
     m2, _ = join(c, client="b", now=1)
     eff = joins(c.remove_groups(lambda g: g == "g"))
     assert eff[m2].error is NotCoordinatorError and "g" not in c.groups
+
+
+def test_transactional_offsets_wait_for_their_marker():
+    c = coordinator()
+    c.apply_offset("g", TP("t", 0), CommittedOffset(5), 0)
+    c.apply_txn_offset(7, "g", TP("t", 0), 10, CommittedOffset(9))
+    c.apply_txn_offset(7, "h", TP("t", 1), 11, CommittedOffset(3))
+    c.apply_txn_offset(8, "g", TP("t", 2), 12, CommittedOffset(4))
+    assert c.committed("g")[TP("t", 0)].offset == 5  # pending: not visible
+    assert c.pending_txn_partitions("g") == {TP("t", 0), TP("t", 2)}
+    # Producer 7's COMMIT marker lands in g's partition only: g's commit is decided, h's waits.
+    assert c.complete_txn(7, True, lambda group: group == "g") == [("g", TP("t", 0), 10, CommittedOffset(9))]
+    assert c.pending_txn_partitions("h") == {TP("t", 1)}
+    assert c.complete_txn(8, False, lambda group: True) == []  # ABORT: dropped
+    assert c.pending_txn_partitions("g") == set()
+    c.remove_groups(lambda group: group == "h")  # the coordinator moved: its pending commits go too
+    assert c.pending_txn_offsets == {}

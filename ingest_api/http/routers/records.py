@@ -12,6 +12,7 @@ from lakelog.ingest_api.records.formats import (
     JSON,
     JSON_V2,
     RECORDBATCH,
+    TRANSACTIONAL_ID_HEADER,
     V2,
     accepted,
     media_type,
@@ -19,6 +20,7 @@ from lakelog.ingest_api.records.formats import (
     render_record,
 )
 from lakelog.ingest_api.replication.partition import PartitionKey
+from lakelog.ingest_api.replication.peers import FORWARDED_HEADER
 from lakelog.ingest_api.records.produce_columns import ProduceColumns, ProduceResults
 from lakelog.ingest_api.http.request_body import read_body_buffer
 from lakelog.ingest_api.http.routers.deps import forward_to_leader, get_node, get_node_per_partition, read_body
@@ -139,6 +141,8 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
         body = await read_body_buffer(request, node.config.max_request_bytes)
     else:
         body = await read_body(request, node.config.max_request_bytes)
+    if fmt == RECORDBATCH and not request.headers.get(FORWARDED_HEADER):  # a forwarding node checked it
+        await node.transactions.verify_raw_produce(body, request.headers.get(TRANSACTIONAL_ID_HEADER), topic, partition)
     forwarded = await forward_to_leader(request, node, topic, partition, body)
     if forwarded is not None:
         return forwarded

@@ -1,0 +1,143 @@
+"""Apache Kafka's own transactional client against 3 nodes: its `TransactionalMessageCopier` (the
+tool Kafka's system tests use) copies a partition transactionally, with random aborts, committing
+its consumer offsets in each transaction, while the transaction coordinator's node is killed and a
+leader of the output topic is paused (seeded choices, bounded waits). A read_committed reader then
+finds every input record in the output exactly once, and no aborted one. Kafka's jars come from
+infra/kafka/pom.xml into .jars/kafka (`make kafka`)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+
+from tests.support.faults import wait_for
+from tests.support.kafka_wire import WireClient
+from tests.support.nodes import Cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+JARS = ROOT / ".jars" / "kafka"
+WAIT_S = 300
+RECORDS = 600
+SEED = 29
+
+
+def _copier(bootstrap: str, log: Path) -> subprocess.Popen:
+    cmd = ["java", "-Xmx256m", "-cp", f"{JARS}/*", "org.apache.kafka.tools.TransactionalMessageCopier",
+           "--input-topic", "copy-in", "--input-partition", "0", "--output-topic", "copy-out",
+           "--broker-list", bootstrap, "--max-messages", str(RECORDS), "--consumer-group", "copier",
+           "--transaction-size", "50", "--transaction-timeout", "30000", "--transactional-id", "copier-1",
+           "--enable-random-aborts", "--use-group-metadata"]
+    return subprocess.Popen(cmd, stdout=log.open("a"), stderr=subprocess.STDOUT)
+
+
+def _progress(log: Path) -> list[dict]:
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def _coordinator_of(cluster: Cluster, tid: str) -> int:
+    def ask() -> int | None:
+        for n in cluster.live():
+            with WireClient("127.0.0.1", n.kafka_port) as w:
+                _, res = w.request(FindCoordinatorRequest(key_type=1, coordinator_keys=(tid,)))
+            (c,) = res.coordinators
+            if c.error_code == ErrorCode.none:
+                return int(c.node_id)
+        return None
+
+    return int(wait_for(ask, 60, f"the coordinator of {tid}"))
+
+
+def test_kafkas_transactional_copier_under_coordinator_kill_and_leader_pause(tmp_path):
+    assert (JARS / "kafka-tools-4.1.0.jar").exists() or any(JARS.glob("kafka-tools-*.jar")), \
+        f"Kafka's tools are not in {JARS}: run `make kafka`"
+    rng = random.Random(SEED)
+    print(f"seed {SEED}")
+    cluster = Cluster(tmp_path, size=3, kafka=True, overrides={
+        "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3",
+        "transaction.state.log.num.partitions": "3", "offsets.topic.replication.factor": "3",
+        "transaction.state.log.replication.factor": "3"}).start()
+    copier: subprocess.Popen | None = None
+    try:
+        bs = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bs})
+        for f in admin.create_topics([NewTopic("copy-in", 1, 3), NewTopic("copy-out", 2, 3)]).values():
+            f.result(60)
+        p = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
+        for i in range(RECORDS):
+            p.produce("copy-in", value=str(i).encode(), partition=0)
+        assert p.flush(60) == 0
+
+        log = tmp_path / "copier.log"
+        copier = _copier(bs, log)
+        wait_for(lambda: any(d.get("consumed", 0) >= 100 for d in _progress(log)) or copier.poll() is not None,
+                 WAIT_S, "the copier's first transactions")
+        victim = _coordinator_of(cluster, "copier-1")
+        cluster.node(victim).kill()
+        # Pause the leader of an output partition on another node for a while.
+        leaders = {p.id: p.leader for p in admin.list_topics(timeout=60).topics["copy-out"].partitions.values()}
+        paused = rng.choice([n for n in leaders.values() if n != victim] or [n.node_id for n in cluster.live()])
+        cluster.node(paused).pause()
+        threading.Timer(rng.uniform(1.0, 3.0), cluster.node(paused).resume).start()
+
+        # The copier survives both, or exits and is started again (it resumes from its committed
+        # offsets, as Kafka's system tests restart it).
+        runs = 1
+        while True:
+            code = copier.wait(WAIT_S)
+            done = any(d.get("remaining") == 0 for d in _progress(log))
+            if code == 0 and done:
+                break
+            assert runs < 4, f"the copier exited {code} {runs} times:\n{log.read_text()[-3000:]}"
+            runs += 1
+            copier = _copier(",".join(n.bootstrap for n in cluster.live()), log)
+
+        live = ",".join(n.bootstrap for n in cluster.live())
+        reader = Consumer({"bootstrap.servers": live, "group.id": f"check-{uuid.uuid4().hex[:6]}",
+                           "isolation.level": "read_committed", "enable.auto.commit": False})
+        try:
+            reader.assign([TopicPartition("copy-out", p, 0) for p in range(2)])
+            got: list[bytes] = []
+
+            def all_read() -> bool:
+                m = reader.poll(1.0)
+                if m is not None and not m.error():
+                    got.append(m.value())
+                return len(got) >= RECORDS
+
+            wait_for(all_read, WAIT_S, "the copied records", interval_s=0)
+            deadline = time.monotonic() + 5  # a bounded look past the end: nothing more may come
+            while time.monotonic() < deadline:
+                m = reader.poll(0.5)
+                if m is not None and not m.error():
+                    got.append(m.value())
+        finally:
+            reader.close()
+        values = sorted(int(v) for v in got)
+        duplicates = sorted({v for v in values if values.count(v) > 1})
+        missing = sorted(set(range(RECORDS)) - set(values))
+        assert (duplicates, missing, len(values)) == ([], [], RECORDS), log.read_text()[-3000:]  # each input once
+    finally:
+        if copier is not None and copier.poll() is None:
+            copier.kill()
+            copier.wait(10)
+        for n in cluster.nodes:
+            if n.running:
+                n.resume()
+        cluster.stop()
