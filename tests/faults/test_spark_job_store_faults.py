@@ -18,6 +18,7 @@ import threading
 import uuid
 
 import pytest
+from pyspark import SparkContext
 
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
@@ -49,6 +50,10 @@ TIER_CONFIG = {"remote.storage.request.timeout.ms": 600_000, "remote.storage.max
 def s3():
     server = S3Server().start()
     env = server.env()
+    # Spark's JVM (and so every Python worker it forks, for every later session of this process)
+    # takes the environment of the moment it starts: start it before this store's address is in
+    # the environment, or later tests' workers would go on calling this stopped server.
+    SparkContext._ensure_initialized()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the driver's store and the session's S3A settings read these
     try:

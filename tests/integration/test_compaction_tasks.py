@@ -345,7 +345,7 @@ def test_a_run_takes_its_partitions_in_groups_and_equals_the_one_task_rounds(tmp
             path = tmp_path / "remote" / lease_key(TOPIC, p)
             if path.exists() and json.loads(path.read_bytes())["expires_ms"] > now:
                 held.add(p)
-        seen.append(({t[2] for t in tasks}, held))
+        seen.append(({t[3] for t in tasks}, held))  # (remote, store timeout, topic, partition, ...)
         return run_tasks(spark_, fn, tasks, progress, job_groups)
 
     monkeypatch.setattr(jobs, "_run_tasks", spying)

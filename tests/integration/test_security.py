@@ -75,7 +75,7 @@ def _fill(path: str, cid: str) -> str:
     values = {"cluster_id": cid, "topic": "orders", "partition": "0", "group": "g-alice", "instance": "i1",
               "name": "retention.ms", "broker_id": "1", "user": "alice", "key_id": "0123456789abcdef",
               "principal": "User:alice", "topic_name": "orders", "partition_id": "0", "consumer_group_id": "g-alice",
-              "consumer_id": "m1",
+              "consumer_id": "m1", "transactional_id": "tx-1",
               "subject": "orders-value", "version": "1", "schema_id": "1", "run_id": "r1"}
     return re.sub(r"\{([a-z_]+)\}", lambda m: values[m.group(1)], path)
 
