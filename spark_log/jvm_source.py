@@ -40,3 +40,27 @@ def jvm_source_loaded(spark) -> bool:
         return True
     except Exception:  # noqa: BLE001 - py4j raises Py4JJavaError for ClassNotFoundException
         return False
+
+
+def committed_source(spark, remote: str, topic: str, from_offset: int | None = None, *,
+                     hot_tail: bool = False) -> str:
+    """The format name a read_committed read of `topic` from `from_offset` uses: "lakelog", unless
+    that is the JVM source and the read may meet transactional data it cannot hide. The JVM source
+    skips control batches but does not leave aborted transactions out, and its hot tail reads up
+    to the high watermark, not the last stable offset; so a read with the nodes' hot tail
+    (`hot_tail`), or of a topic whose remote manifest lists a `.txnindex` at or after
+    `from_offset`, takes the Python source (`lakelog_python`)."""
+    if not jvm_source_loaded(spark):
+        return "lakelog"
+    if hot_tail:
+        return PYTHON_SOURCE_NAME
+    from lakelog.tiering.remote_scan import has_txn_index, load_manifest, open_remote, remote_partitions
+
+    store = open_remote(remote)
+    try:
+        for p in remote_partitions(store, topic).get(topic, []):
+            if has_txn_index(load_manifest(store, topic, p), from_offset):
+                return PYTHON_SOURCE_NAME
+        return "lakelog"
+    finally:
+        store.close()
