@@ -58,6 +58,8 @@ from lakelog.tiering.remote_scan import (
 )
 from lakelog.spark_log.hot_tail import NodeAccess, iter_hot_records, partition_ids
 from lakelog.index.transaction_index import AbortedTxn
+from lakelog.logstore.read_committed import ISOLATION_LEVELS, READ_COMMITTED
+from lakelog.spark_log.jvm_source import ISOLATION_OPTION
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
 
 REMOTE_ENV = "LAKELOG_REMOTE"
@@ -70,9 +72,6 @@ _LONG_MAX = (1 << 63) - 1
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 #: The option that carries `remote.job.store.timeout.ms` to planning and to every task.
 STORE_TIMEOUT_OPTION = "storeTimeoutMs"
-#: The option that chooses what a read sees of transactional data (Kafka's isolation.level values).
-ISOLATION_OPTION = "isolation"
-READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 
 
 @dataclass
@@ -224,8 +223,8 @@ class LakelogReader(DataSourceReader):
         given = options.get(STORE_TIMEOUT_OPTION.lower())
         self.store_timeout_ms = None if given is None else job_store_timeout_ms(given)  # checked: bounds
         isolation = str(options.get(ISOLATION_OPTION, READ_COMMITTED)).lower()
-        if isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
-            raise ValueError(f"option isolation must be {READ_COMMITTED} or {READ_UNCOMMITTED}, not {isolation!r}")
+        if isolation not in ISOLATION_LEVELS:
+            raise ValueError(f"option isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
         self.read_committed = isolation == READ_COMMITTED
         self.partitions_ = Bounds()
         self.offsets = Bounds()

@@ -13,10 +13,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lakelog.logstore.read_committed import READ_UNCOMMITTED
+from lakelog.spark_log.cli_common import REMOTE_ENV
+
 JAR_ENV = "LAKELOG_SPARK_JAR"
 JAR_NAME = "lakelog-spark.jar"
 JVM_CLASS = "lakelog.spark.LakelogSource"
 PYTHON_SOURCE_NAME = "lakelog_python"
+#: The data source option that chooses what a read sees of transactional data.
+ISOLATION_OPTION = "isolation"
 
 
 def jar_path() -> Path | None:
@@ -64,3 +69,17 @@ def committed_source(spark, remote: str, topic: str, from_offset: int | None = N
         return "lakelog"
     finally:
         store.close()
+
+
+def committed_format(spark, source: str, options: dict) -> str:
+    """The format a `spark.read.format(source)` with `options` (keys lowercased) loads: `source`,
+    except a read_committed read of "lakelog" that `committed_source` sends to the Python source.
+    (A read_uncommitted read is what the JVM source returns: data records up to the high watermark.)"""
+    if source.lower() != "lakelog" or str(options.get(ISOLATION_OPTION, "")).lower() == READ_UNCOMMITTED:
+        return source
+    remote, topic = options.get("remote") or os.environ.get(REMOTE_ENV), options.get("topic")
+    if not remote or not topic or not jvm_source_loaded(spark):
+        return source  # the source itself reports a missing option
+    start = options.get("startingoffset")
+    return committed_source(spark, str(remote), str(topic), None if start is None else int(start),
+                            hot_tail=bool(options.get("nodes")))

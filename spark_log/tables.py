@@ -241,14 +241,12 @@ def _step_rows(spark, remote: str, topic: str, config: dict[str, str], rng: Sync
     from pyspark.sql import functions as F
 
     # "lakelog": the JVM reader when its jar is on the session's class path, else the Python reader;
-    # the Python reader when the range may hold aborted transactions (jvm_source.committed_source).
+    # the Python one when the range may hold aborted transactions (jvm_source.committed_format).
     from lakelog.spark_log.datasource import STORE_TIMEOUT_OPTION, register as register_source
-    from lakelog.spark_log.jvm_source import committed_source
 
     register_source(spark)
-    first = min(rng.starts.values())
-    reader = (spark.read.format(committed_source(spark, remote, topic, first)).option("remote", remote)
-              .option("topic", topic).option("startingOffset", first))
+    reader = (spark.read.format("lakelog").option("remote", remote).option("topic", topic)
+              .option("startingOffset", min(rng.starts.values())))
     if store_timeout_ms is not None:
         reader = reader.option(STORE_TIMEOUT_OPTION, store_timeout_ms)
     df = reader.load()
@@ -452,8 +450,8 @@ def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str
 
     - `lakelog.<topic>`: the whole topic's committed records (the data source with `nodes`: the
       remote tier and the nodes' hot tail up to each partition's last stable offset when the query
-      runs, aborted transactions left out). Without `nodes` (or when the nodes cannot be reached),
-      only the remote tier.
+      runs, aborted transactions left out; read by the Python reader, jvm_source.committed_format).
+      Without `nodes` (or when the nodes cannot be reached), only the remote tier.
     - `lakelog.<topic>_table`: the Delta table `sync-tables` keeps (read at its latest version at
       each query; time travel with `SELECT ... FROM delta.`<path>` VERSION AS OF n` on its path).
     - `lakelog.<topic>_latest` and `lakelog._remote_index`: the other Delta tables.
@@ -462,7 +460,6 @@ def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str
     (`remote_session` does it); this is the one call an analyst's session needs.
     Topics come from the nodes when given, else from the remote tier's topic descriptors."""
     from lakelog.spark_log.datasource import register as register_source
-    from lakelog.spark_log.jvm_source import committed_source
 
     configured = spark.conf.get("spark.sql.globalTempDatabase", "global_temp")
     if configured != database:
@@ -482,8 +479,7 @@ def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str
     for topic in topics:
         if not _SIMPLE_NAME.match(topic):
             continue  # a view name is an unquoted identifier; read such a topic with the data source
-        source = committed_source(spark, remote, topic, hot_tail=bool(nodes))  # the JVM source cannot hide aborted data
-        reader = spark.read.format(source).option("remote", remote).option("topic", topic)
+        reader = spark.read.format("lakelog").option("remote", remote).option("topic", topic)
         if nodes:
             reader = reader.option("nodes", nodes).options(**(node_options or {}))
         typing.apply(reader.load(), topic).createOrReplaceGlobalTempView(topic)
