@@ -13,7 +13,14 @@ URL: also read what the remote tier does not hold yet, see below), `partitions`
 size, default 8 MiB), `maxPartitionBytes` (segments read by one Spark task, default 128 MiB),
 `arrowBatchRows` (rows per Arrow batch, default 65,536), `storeTimeoutMs` (the deadline of each
 object-store call, planning's and the tasks', as `remote.job.store.timeout.ms`, whose default and
-bounds it takes; sync-tables passes its run's value). All optional but the first two.
+bounds it takes; sync-tables passes its run's value), `isolation` (`read_committed`, the default:
+committed records only; `read_uncommitted`: every data record). All optional but the first two.
+
+Transactions (logstore/read_committed.py's rules): control records are never rows. With
+read_committed, planning gives each remote input partition the aborted transactions overlapping
+its offsets, from the `.txnindex` objects of the segments from the read's start on (read only
+when the manifest lists one), and the task leaves their batches out; the hot tail is read up to
+the last stable offset with the node's read_committed answer (spark_log/hot_tail.py).
 
 Planning reads each partition's manifest once (in the driver) and makes one Spark partition per
 run of consecutive remote segments (up to `maxPartitionBytes`) that can hold a wanted row: the options prune partitions, segments (by offset range
