@@ -161,9 +161,10 @@ def test_remote_tier_reads_leave_aborted_transactions_and_markers_out(node, spar
     synced = {r["offset"] for r in spark.read.format("delta").load(f"{node.remote}/tables/{topic}").collect()}
     assert not synced & ({o for o, _ in aborted} | set(markers))
 
-    # The streaming reader too: one micro-batch of everything tiered.
+    # The streaming reader too (the Python one, routed around the JVM one): one micro-batch of
+    # everything tiered.
     out = tmp_path / "stream"
-    q = (spark.readStream.format("lakelog_python").option("remote", node.remote).option("topic", topic).load()
+    q = (spark.readStream.format("lakelog").option("remote", node.remote).option("topic", topic).load()
          .where(f"offset <= {last}").select("offset", "value")
          .writeStream.format("parquet").option("path", str(out / "data"))
          .option("checkpointLocation", str(out / "cp")).trigger(availableNow=True).start())
