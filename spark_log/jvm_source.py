@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lakelog.logstore.read_committed import READ_UNCOMMITTED
+from lakelog.logstore.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 from lakelog.spark_log.cli_common import REMOTE_ENV
 
 JAR_ENV = "LAKELOG_SPARK_JAR"
@@ -75,11 +75,17 @@ def committed_format(spark, source: str, options: dict) -> str:
     """The format a `spark.read.format(source)` with `options` (keys lowercased) loads: `source`,
     except a read_committed read of "lakelog" that `committed_source` sends to the Python source.
     (A read_uncommitted read is what the JVM source returns: data records up to the high watermark.)"""
-    if source.lower() != "lakelog" or str(options.get(ISOLATION_OPTION, "")).lower() == READ_UNCOMMITTED:
+    isolation = str(options.get(ISOLATION_OPTION, READ_COMMITTED)).lower()
+    if source.lower() != "lakelog" or isolation == READ_UNCOMMITTED or not jvm_source_loaded(spark):
         return source
     remote, topic = options.get("remote") or os.environ.get(REMOTE_ENV), options.get("topic")
-    if not remote or not topic or not jvm_source_loaded(spark):
-        return source  # the source itself reports a missing option
+    if isolation != READ_COMMITTED:
+        return PYTHON_SOURCE_NAME  # which refuses the unknown isolation by name
+    if not remote or not topic:
+        return source  # the source itself reports the missing option
     start = options.get("startingoffset")
-    return committed_source(spark, str(remote), str(topic), None if start is None else int(start),
-                            hot_tail=bool(options.get("nodes")))
+    try:
+        return committed_source(spark, str(remote), str(topic), None if start is None else int(start),
+                                hot_tail=bool(options.get("nodes")))
+    except Exception:  # noqa: BLE001 - unchecked (a store or option error): the reader that is always
+        return PYTHON_SOURCE_NAME  # right reads, and reports that error when the query plans
