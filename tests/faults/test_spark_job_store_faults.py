@@ -7,18 +7,16 @@ manifests valid, no lease left held, the Delta table holding each tiered record 
 
 The deadline reaches the executors with the job, not through their environment, so the file does
 not depend on its place in the pytest process: a JVM started by an earlier Spark test serves it
-as well. (The S3 server's endpoint and credentials reach the Python workers the same way, through
-`spark.executorEnv.*` in the session's conf.)"""
+as well. The S3 server is the suite's one server for Spark (`spark_s3`, tests/conftest.py), whose
+address is in the environment before any Spark JVM starts."""
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import uuid
 
 import pytest
-from pyspark import SparkContext
 
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
@@ -47,31 +45,16 @@ TIER_CONFIG = {"remote.storage.request.timeout.ms": 600_000, "remote.storage.max
 
 
 @pytest.fixture(scope="module")
-def s3():
-    server = S3Server().start()
-    env = server.env()
-    # Spark's JVM (and so every Python worker it forks, for every later session of this process)
-    # takes the environment of the moment it starts: start it before this store's address is in
-    # the environment, or later tests' workers would go on calling this stopped server.
-    SparkContext._ensure_initialized()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the driver's store and the session's S3A settings read these
-    try:
-        yield server
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
+def s3(spark_s3):
+    """The suite's one S3 server for Spark (tests/conftest.py): Spark's JVM, and so every Python
+    worker it forks for every later session of this process, keeps the environment of the moment
+    it starts, so no test may start it with a store of its own. Every freeze here is thawed."""
+    return spark_s3
 
 
 @pytest.fixture(scope="module")
 def spark(s3):
-    # The Python workers take their environment from the session, whatever JVM this process has.
-    session = remote_session("s3://lakelog-faults/x", app_name="lakelog-job-store-faults-test",
-                             conf={f"spark.executorEnv.{k}": v for k, v in s3.env().items()})
+    session = remote_session("s3://lakelog-faults/x", app_name="lakelog-job-store-faults-test")
     yield session
     session.stop()
 
