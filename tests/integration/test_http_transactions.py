@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.faults import wait_for
-from tests.support.nodes import start_node
+from tests.support.nodes import running_node
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 WAIT_S = 60
@@ -19,15 +19,9 @@ WAIT_S = 60
 
 @pytest.fixture
 def node(tmp_path):
-    n = start_node(tmp_path, kafka=True, **{"transaction.state.log.num.partitions": "3",
-                                            "offsets.topic.num.partitions": "3"})
-    try:
+    with running_node(tmp_path, kafka=True, **{"transaction.state.log.num.partitions": "3",
+                                            "offsets.topic.num.partitions": "3"}) as n:
         yield n
-    finally:
-        try:
-            n.stop()
-        finally:
-            n.kill()
 
 
 def _b64(v: str) -> str:

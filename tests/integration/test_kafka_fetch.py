@@ -20,7 +20,7 @@ from kio.schema.produce.v13.request import PartitionProduceData, ProduceRequest,
 
 from lakelog.logstore.record_batch import Record, build_batch
 from tests.support.kafka_wire import WireClient
-from tests.support.nodes import start_node
+from tests.support.nodes import running_node
 
 WAIT_S = 60
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,15 +29,9 @@ KAFKA_JARS = ROOT / ".jars" / "kafka"
 
 @pytest.fixture
 def knode(tmp_path):
-    n = start_node(tmp_path, kafka=True, **{"group.initial.rebalance.delay.ms": "0",
-                                            "offsets.topic.num.partitions": "2"})
-    try:
+    with running_node(tmp_path, kafka=True, **{"group.initial.rebalance.delay.ms": "0",
+                                            "offsets.topic.num.partitions": "2"}) as n:
         yield n
-    finally:
-        try:
-            n.stop()
-        finally:
-            n.kill()
 
 
 def _create(bootstrap: str, name: str, partitions: int) -> None:

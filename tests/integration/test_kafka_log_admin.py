@@ -12,22 +12,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.faults import wait_for
-from tests.support.nodes import Cluster, start_node
+from tests.support.nodes import Cluster, running_node
 
 WAIT_S = 60
 
 
 @pytest.fixture
 def knode(tmp_path):
-    n = start_node(tmp_path, kafka=True, **{"group.initial.rebalance.delay.ms": "0",
-                                            "offsets.topic.num.partitions": "2"})
-    try:
+    with running_node(tmp_path, kafka=True, **{"group.initial.rebalance.delay.ms": "0",
+                                            "offsets.topic.num.partitions": "2"}) as n:
         yield n
-    finally:
-        try:
-            n.stop()
-        finally:
-            n.kill()
 
 
 def _create(admin: AdminClient, name: str, partitions: int, rf: int = 1) -> None:

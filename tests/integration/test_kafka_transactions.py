@@ -18,7 +18,7 @@ from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 
 from tests.support.faults import wait_for
 from tests.support.kafka_wire import WireClient
-from tests.support.nodes import Cluster, start_node
+from tests.support.nodes import Cluster, running_node, start_node
 
 WAIT_S = 120
 #: librdkafka's codes of a fenced producer: its own fatal _FENCED, or the broker's two.
@@ -29,14 +29,8 @@ SMALL = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions"
 
 @pytest.fixture
 def knode(tmp_path):
-    n = start_node(tmp_path, kafka=True, **SMALL)
-    try:
+    with running_node(tmp_path, kafka=True, **SMALL) as n:
         yield n
-    finally:
-        try:
-            n.stop()
-        finally:
-            n.kill()
 
 
 def _create(bootstrap: str, *topics: tuple[str, int, int]) -> None:

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from lakelog.logstore.record_batch import iter_batches
 from tests.support.faults import wait_for
-from tests.support.nodes import start_node
+from tests.support.nodes import running_node, start_node
 
 WAIT_S = 120
 SMALL = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "2",
@@ -32,14 +32,8 @@ V2 = "application/vnd.kafka.v2+json"
 
 @pytest.fixture
 def knode(tmp_path):
-    n = start_node(tmp_path, kafka=True, **SMALL)
-    try:
+    with running_node(tmp_path, kafka=True, **SMALL) as n:
         yield n
-    finally:
-        try:
-            n.stop()
-        finally:
-            n.kill()
 
 
 def _create(bootstrap: str, name: str, **config: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -12,6 +13,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -283,3 +285,16 @@ class Cluster:
 def start_node(tmp_path: Path, *, kafka: bool = False, **overrides: str) -> NodeProcess:
     return NodeProcess(tmp_path / "data", free_port(), overrides=dict(overrides),
                        kafka_port=free_port() if kafka else None).start()
+
+
+@contextlib.contextmanager
+def running_node(tmp_path: Path, *, kafka: bool = False, **overrides: str) -> Iterator[NodeProcess]:
+    """`start_node`, stopped (SIGTERM, then SIGKILL) when the block ends: the body of a fixture."""
+    n = start_node(tmp_path, kafka=kafka, **overrides)
+    try:
+        yield n
+    finally:
+        try:
+            n.stop()
+        finally:
+            n.kill()
