@@ -312,3 +312,25 @@ def kafka_code(exc: BaseException) -> KafkaCode:
     if row is None and isinstance(exc, LakelogError):
         row = ERROR_TABLE[KIND_FALLBACK[exc.kind]]
     return row.kafka if row is not None else KafkaCode.UNKNOWN_SERVER_ERROR
+
+
+#: Partition-log errors of a coordinator's own partition (`__consumer_offsets` or `__transaction_state`)
+#: as a coordinator API answers them: clients retry these two, while a partition error code in a
+#: JoinGroup, OffsetCommit or EndTxn answer is fatal to them (Kafka's coordinators map them the same way).
+_COORDINATOR_CODES = {
+    KafkaCode.UNKNOWN_TOPIC_OR_PARTITION: KafkaCode.COORDINATOR_NOT_AVAILABLE,
+    KafkaCode.LEADER_NOT_AVAILABLE: KafkaCode.COORDINATOR_NOT_AVAILABLE,
+    KafkaCode.NOT_ENOUGH_REPLICAS: KafkaCode.COORDINATOR_NOT_AVAILABLE,
+    KafkaCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: KafkaCode.COORDINATOR_NOT_AVAILABLE,
+    KafkaCode.REQUEST_TIMED_OUT: KafkaCode.COORDINATOR_NOT_AVAILABLE,
+    KafkaCode.BROKER_NOT_AVAILABLE: KafkaCode.COORDINATOR_NOT_AVAILABLE,
+    KafkaCode.NOT_LEADER_OR_FOLLOWER: KafkaCode.NOT_COORDINATOR,
+    KafkaCode.FENCED_LEADER_EPOCH: KafkaCode.NOT_COORDINATOR,
+    KafkaCode.KAFKA_STORAGE_ERROR: KafkaCode.NOT_COORDINATOR,
+}
+
+
+def coordinator_code(exc: BaseException) -> KafkaCode:
+    """`kafka_code` for the answer of a group or transaction coordinator API."""
+    code = kafka_code(exc)
+    return _COORDINATOR_CODES.get(code, code)

@@ -32,3 +32,11 @@ def spark_s3() -> S3Server:
             else:
                 os.environ[k] = v
         server.stop()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every `spark`-marked test takes `spark_s3` first, whatever order the files run in: the first Spark
+    JVM of the process must start with that server's AWS environment (see `spark_s3`)."""
+    for item in items:
+        if item.get_closest_marker("spark") is not None and "spark_s3" not in item.fixturenames:
+            item.fixturenames.insert(0, "spark_s3")

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from lakelog.ingest_api.groups.errors import GroupError, RebalanceInProgressError
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
-from lakelog.ingest_api.error_table import kafka_code
+from lakelog.ingest_api.error_table import coordinator_code
 from lakelog.ingest_api.kafka.server import Connection
 from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceType
 
@@ -77,7 +77,7 @@ async def join_group(ctx: KafkaContext, req: Request, conn: Connection) -> dict[
         code = ErrorCode.member_id_required if not member_id and req.api_version >= 4 else ErrorCode.rebalance_in_progress
         return {**out, "error_code": code.value, "member_id": mid}
     except Exception as e:
-        return {**out, "error_code": kafka_code(e).value}
+        return {**out, "error_code": coordinator_code(e).value}
     members = [{"member_id": m, "group_instance_id": None, "metadata": _unb64(meta)} for m, meta in doc["members"]]
     return {**out, "error_code": NONE, "generation_id": doc["generation"], "protocol_name": doc["protocol"],
             "leader": doc["leader_id"] or "", "member_id": doc["member_id"], "members": members}
@@ -94,7 +94,7 @@ async def sync_group(ctx: KafkaContext, req: Request, conn: Connection) -> dict[
         doc = await ctx.groups.call(b.group_id, "sync", {"member_id": b.member_id, "generation": int(b.generation_id),
                                                         "assignments": assignments})
     except Exception as e:
-        return {**out, "error_code": kafka_code(e).value}
+        return {**out, "error_code": coordinator_code(e).value}
     return {**out, "error_code": NONE, "assignment": _unb64(doc.get("assignment"))}
 
 
@@ -105,7 +105,7 @@ async def heartbeat(ctx: KafkaContext, req: Request, conn: Connection) -> dict[s
     try:
         await ctx.groups.call(b.group_id, "heartbeat", {"member_id": b.member_id, "generation": int(b.generation_id)})
     except Exception as e:
-        return {"throttle_time": 0, "error_code": kafka_code(e).value}
+        return {"throttle_time": 0, "error_code": coordinator_code(e).value}
     return {"throttle_time": 0, "error_code": NONE}
 
 
@@ -120,7 +120,7 @@ async def leave_group(ctx: KafkaContext, req: Request, conn: Connection) -> dict
             await ctx.groups.call(b.group_id, "leave", {"member_id": mid})
             results.append({"member_id": mid, "group_instance_id": None, "error_code": NONE})
         except Exception as e:
-            results.append({"member_id": mid, "group_instance_id": None, "error_code": kafka_code(e).value})
+            results.append({"member_id": mid, "group_instance_id": None, "error_code": coordinator_code(e).value})
     top = results[0]["error_code"] if req.api_version < 3 and results else NONE
     return {"throttle_time": 0, "error_code": top, "members": results}
 
@@ -141,7 +141,7 @@ async def offset_commit(ctx: KafkaContext, req: Request, conn: Connection) -> di
                                                         "generation": int(b.generation_id_or_member_epoch),
                                                         "offsets": offsets})
         except Exception as e:
-            codes = {n: kafka_code(e).value if c == NONE else c for n, c in codes.items()}
+            codes = {n: coordinator_code(e).value if c == NONE else c for n, c in codes.items()}
     return {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": codes[t.name]}
                                         for p in t.partitions]} for t in b.topics]}
@@ -165,7 +165,7 @@ async def _fetch_group(ctx: KafkaContext, conn: Connection, group_id: str, topic
     try:
         doc = await ctx.groups.call(group_id, "offset_fetch", {"partitions": wanted})
     except Exception as e:
-        return [], kafka_code(e).value
+        return [], coordinator_code(e).value
     for o in doc["offsets"]:
         if topics is None and not _may(ctx, conn, Operation.DESCRIBE, ResourceType.TOPIC, o["topic"], "OffsetFetch",
                                        audit=False):
@@ -204,7 +204,7 @@ async def describe_groups(ctx: KafkaContext, req: Request, conn: Connection) -> 
         try:
             doc = await ctx.groups.call(group_id, "describe", {})
         except Exception as e:
-            out.append({**base, "error_code": kafka_code(e).value})
+            out.append({**base, "error_code": coordinator_code(e).value})
             continue
         members = [{"member_id": m["member_id"], "group_instance_id": None, "client_id": m.get("client_id") or "",
                     "client_host": m.get("client_host") or "", "member_metadata": b"",
@@ -225,7 +225,7 @@ async def delete_groups(ctx: KafkaContext, req: Request, conn: Connection) -> di
             await ctx.groups.call(group_id, "delete", {})
             results.append({"group_id": group_id, "error_code": NONE})
         except Exception as e:
-            results.append({"group_id": group_id, "error_code": kafka_code(e).value})
+            results.append({"group_id": group_id, "error_code": coordinator_code(e).value})
     return {"throttle_time": 0, "results": results}
 
 
@@ -234,7 +234,7 @@ async def list_groups(ctx: KafkaContext, req: Request, conn: Connection) -> dict
     try:
         groups = await ctx.groups.list_all_groups()
     except GroupError as e:
-        return {"throttle_time": 0, "error_code": kafka_code(e).value, "groups": []}
+        return {"throttle_time": 0, "error_code": coordinator_code(e).value, "groups": []}
     every = _may(ctx, conn, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, "ListGroups", False)
     return {"throttle_time": 0, "error_code": NONE, "groups": [
         {"group_id": g["group_id"], "protocol_type": g.get("protocol_type") or "", "group_state": g["state"]}

@@ -29,7 +29,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from lakelog.ingest_api.error_table import kafka_code
+from lakelog.ingest_api.error_table import coordinator_code, kafka_code
 from lakelog.ingest_api.kafka.codec import Request, field_of, ms
 from lakelog.ingest_api.kafka.context import REFUSED, KafkaContext
 from lakelog.ingest_api.kafka.server import Connection
@@ -43,7 +43,7 @@ _FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2}
 
 
 def _code(e: BaseException, req: Request) -> int:
-    code = int(kafka_code(e))
+    code = int(coordinator_code(e))
     if code == FENCED and req.api_version < _FENCED_SINCE.get(req.api_key, 0):
         return OLD_FENCED
     return code
@@ -231,7 +231,7 @@ async def describe_producers(ctx: KafkaContext, req: Request, conn: Connection) 
                 p = ctx.node.partition(t.name, int(index))
                 producers = _active_producers(p)
             except Exception as e:
-                parts.append({**base, "error_code": _code(e, req), "error_message": str(e)[:300]})
+                parts.append({**base, "error_code": int(kafka_code(e)), "error_message": str(e)[:300]})
                 continue
             parts.append({**base, "error_code": NONE, "active_producers": producers})
         topics.append({"name": t.name, "partitions": parts})

@@ -22,6 +22,7 @@ import pytest
 from lakelog.ingest_api.security.cluster_auth import ClusterAuth
 from tests.support.kafka_tools import (ACLS, CONFIGS, CONSOLE_CONSUMER, CONSOLE_PRODUCER, CONSUMER_GROUPS, TOPICS,
                                        KafkaTools, client_properties)
+from tests.support.faults import wait_for
 from tests.support.nodes import Cluster, free_port
 from tests.support.tls import make_pki
 
@@ -131,11 +132,15 @@ def test_console_producer_and_consumer_and_consumer_groups_over_sasl_ssl(tc):
     assert tc.end_offsets("tools-events", 3) == 30
     consumer = (CONSOLE_CONSUMER, "--bootstrap-server", tc.sasl_ssl, "--topic", "tools-events", "--group", "g-tools",
                 "--consumer.config", tls, "--timeout-ms", str(WAIT_S * 1000))
-    got = tc.tools.run(*consumer, "--from-beginning", "--max-messages", "30").stdout.split()
-    assert sorted(got) == sorted(lines)
-    # Ten more records over HTTP: the group lags by ten.
+    res = tc.tools.run(*consumer, "--from-beginning", "--max-messages", "30")
+    assert sorted(res.stdout.split()) == sorted(lines), res.stderr[-4000:]
+    # Ten more records over HTTP, into the partition the producer's sticky partitioner filled (the
+    # group's committed offsets may name that partition alone): the group lags by ten.
+    ends = {p: tc.root.get(f"/topics/tools-events/partitions/{p}/offsets").json()["end_offset"] for p in range(3)}
+    filled = max(ends, key=ends.get)
     r = tc.root.post("/topics/tools-events", headers={"Content-Type": "application/vnd.kafka.binary.v2+json"},
-                     json={"records": [{"value": base64.b64encode(f"late-{i}".encode()).decode()} for i in range(10)]})
+                     json={"records": [{"value": base64.b64encode(f"late-{i}".encode()).decode(), "partition": filled}
+                                       for i in range(10)]})
     assert r.status_code == 200, r.text
     groups = (CONSUMER_GROUPS, "--bootstrap-server", tc.sasl_ssl, "--command-config", tls, "--group", "g-tools")
     described = tc.tools.run(*groups, "--describe").stdout
@@ -143,8 +148,8 @@ def test_console_producer_and_consumer_and_consumer_groups_over_sasl_ssl(tc):
     reset = tc.tools.run(*groups, "--reset-offsets", "--to-earliest", "--execute", "--topic", "tools-events").stdout
     assert len(re.findall(r"tools-events\s+\d+\s+0\s*$", reset, re.M)) == 3, reset
     # The group resumes from the earliest offsets: all forty records again.
-    again = tc.tools.run(*consumer, "--max-messages", "40").stdout.split()
-    assert sorted(again) == sorted(lines + [f"late-{i}" for i in range(10)])
+    again = tc.tools.run(*consumer, "--max-messages", "40")
+    assert sorted(again.stdout.split()) == sorted(lines + [f"late-{i}" for i in range(10)]), again.stderr[-4000:]
 
 
 def test_kafka_configs_and_kafka_acls_and_a_refusal_seen_by_a_java_consumer(tc):
@@ -179,9 +184,12 @@ def test_kafka_configs_and_kafka_acls_and_a_refusal_seen_by_a_java_consumer(tc):
     listed = tc.tools.run(ACLS, *admin, "--list").stdout
     assert "name=tools-shared, patternType=PREFIXED" in listed and "name=g-bob, patternType=PREFIXED" in listed
     assert listed.count("principal=User:bob, host=*, operation=READ, permissionType=ALLOW") == 2, listed
-    acls = tc.root.get(f"/v3/clusters/{tc.cid}/acls?principal=User:bob").json()["data"]
-    assert {(a["resource_type"], a["resource_name"], a["pattern_type"]) for a in acls} == {
-        ("TOPIC", "tools-shared", "PREFIXED"), ("GROUP", "g-bob", "PREFIXED")}
+    # The node answering HTTP applies the controller's ACL records a moment after the one the tool asked.
+    def bobs_acls() -> set[tuple[str, str, str]]:
+        return {(a["resource_type"], a["resource_name"], a["pattern_type"])
+                for a in tc.root.get(f"/v3/clusters/{tc.cid}/acls?principal=User:bob").json()["data"]}
+    wait_for(lambda: bobs_acls() == {("TOPIC", "tools-shared", "PREFIXED"), ("GROUP", "g-bob", "PREFIXED")}, 10,
+             "bob's two ACLs over HTTP")
     r = tc.root.post("/topics/tools-shared", headers={"Content-Type": "application/vnd.kafka.binary.v2+json"},
                      json={"records": [{"key": base64.b64encode(b"k").decode(),
                                         "value": base64.b64encode(b"for-bob").decode()}]})  # compacted: keyed
@@ -189,8 +197,8 @@ def test_kafka_configs_and_kafka_acls_and_a_refusal_seen_by_a_java_consumer(tc):
     # bob authenticates with SCRAM-SHA-512 on SASL_PLAINTEXT and reads what the ACL allows ...
     as_bob = (CONSOLE_CONSUMER, "--group", "g-bob", "--from-beginning", "--timeout-ms", str(WAIT_S * 1000))
     got = tc.tools.run(*as_bob, "--bootstrap-server", tc.sasl, "--topic", "tools-shared", "--max-messages", "1",
-                       "--consumer.config", str(tc.props["bob-512"])).stdout.split()
-    assert got == ["for-bob"]
+                       "--consumer.config", str(tc.props["bob-512"]))
+    assert got.stdout.split() == ["for-bob"], got.stderr[-4000:]
     # ... and, with SCRAM-SHA-256 over TLS, is refused the topic no ACL gives him.
     refused = tc.tools.run(*as_bob, "--bootstrap-server", tc.sasl_ssl, "--topic", "tools-secret", "--max-messages",
                            "1", "--consumer.config", str(tc.props["bob-256-tls"]), check=False)
@@ -201,4 +209,4 @@ def test_kafka_configs_and_kafka_acls_and_a_refusal_seen_by_a_java_consumer(tc):
     # kafka-acls --remove takes them away again.
     tc.tools.run(ACLS, *admin, "--remove", "--force", "--allow-principal", "User:bob", "--operation", "Read",
                  "--topic", "tools-shared", "--resource-pattern-type", "prefixed", "--group", "g-bob")
-    assert tc.root.get(f"/v3/clusters/{tc.cid}/acls?principal=User:bob").json()["data"] == []
+    wait_for(lambda: not bobs_acls(), 10, "bob's ACLs gone over HTTP")

@@ -34,6 +34,7 @@ from lakelog.ingest_api.error_table import (
     V3_ONLY_TABLE,
     HttpError,
     code_of,
+    coordinator_code,
     http_error,
     kafka_code,
     row_of,
@@ -228,6 +229,16 @@ def test_kafka_codes_are_kafkas_numbers() -> None:
     assert kafka_code(RemoteError(409, 40907, "fenced")) == KafkaCode.STALE_BROKER_EPOCH  # a relayed answer
     assert kafka_code(ValueError("boom")) == KafkaCode.UNKNOWN_SERVER_ERROR
     assert error_codes.kafka_code_of("TopicExistsError") == KafkaCode.TOPIC_ALREADY_EXISTS
+
+
+def test_a_coordinator_answers_its_partition_errors_as_codes_clients_retry() -> None:
+    # A JoinGroup answered LEADER_NOT_AVAILABLE ends a Java consumer ("unexpected error in join group").
+    from lakelog.ingest_api.errors import LeaderNotAvailableError, NotEnoughReplicasError, NotLeaderOrFollowerError
+    from lakelog.logstore.errors import OutOfOrderSequenceError
+    assert coordinator_code(LeaderNotAvailableError("p")) == KafkaCode.COORDINATOR_NOT_AVAILABLE
+    assert coordinator_code(NotEnoughReplicasError("x")) == KafkaCode.COORDINATOR_NOT_AVAILABLE
+    assert coordinator_code(NotLeaderOrFollowerError("p")) == KafkaCode.NOT_COORDINATOR
+    assert coordinator_code(OutOfOrderSequenceError("s")) == KafkaCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # others as is
 
 
 def test_every_row_is_bound_to_one_class() -> None:
