@@ -23,6 +23,10 @@ from lakelog.index.transaction_index import AbortedTxn
 from lakelog.logstore.control_record import ControlRecordType, batch_marker
 from lakelog.logstore.record_batch import RecordBatch, iter_batches
 
+#: The isolation levels, by Kafka's `isolation.level` names (what Spark's `isolation` option takes).
+READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
+
 
 def cut_at_offset(records: bytes | memoryview, bound: int) -> bytes | memoryview:
     """The leading whole batches of `records` whose last offset lies below `bound`."""

@@ -13,7 +13,14 @@ URL: also read what the remote tier does not hold yet, see below), `partitions`
 size, default 8 MiB), `maxPartitionBytes` (segments read by one Spark task, default 128 MiB),
 `arrowBatchRows` (rows per Arrow batch, default 65,536), `storeTimeoutMs` (the deadline of each
 object-store call, planning's and the tasks', as `remote.job.store.timeout.ms`, whose default and
-bounds it takes; sync-tables passes its run's value). All optional but the first two.
+bounds it takes; sync-tables passes its run's value), `isolation` (`read_committed`, the default:
+committed records only; `read_uncommitted`: every data record). All optional but the first two.
+
+Transactions (logstore/read_committed.py's rules): control records are never rows. With
+read_committed, planning gives each remote input partition the aborted transactions overlapping
+its offsets, from the `.txnindex` objects of the segments from the read's start on (read only
+when the manifest lists one), and the task leaves their batches out; the hot tail is read up to
+the last stable offset with the node's read_committed answer (spark_log/hot_tail.py).
 
 Planning reads each partition's manifest once (in the driver) and makes one Spark partition per
 run of consecutive remote segments (up to `maxPartitionBytes`) that can hold a wanted row: the options prune partitions, segments (by offset range
@@ -47,14 +54,20 @@ from pyspark.sql.types import StructType
 from lakelog.tiering.remote_scan import (
     ARROW_BATCH_ROWS,
     DEFAULT_CHUNK_BYTES,
+    has_txn_index,
     iter_segment_arrow,
     job_store_timeout_ms,
     load_manifest,
     open_remote,
+    overlapping,
     readable_segments,
+    remote_aborted_transactions,
 )
 from lakelog.spark_log.hot_tail import NodeAccess, iter_hot_records, partition_ids
-from lakelog.tiering.manifest_model import RemoteSegment
+from lakelog.index.transaction_index import AbortedTxn
+from lakelog.logstore.read_committed import ISOLATION_LEVELS, READ_COMMITTED
+from lakelog.spark_log.jvm_source import ISOLATION_OPTION
+from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
 
 REMOTE_ENV = "LAKELOG_REMOTE"
 SCHEMA = ("topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestamp_type INT, key BINARY, "
@@ -116,6 +129,7 @@ class SegmentPartition(InputPartition):
     chunk_bytes: int
     arrow_rows: int = ARROW_BATCH_ROWS
     store_timeout_ms: int | None = None  # None: remote.job.store.timeout.ms's default
+    aborted: tuple[AbortedTxn, ...] = ()  # aborted transactions overlapping the read: left out
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,7 @@ class HotPartition(InputPartition):
     min_timestamp: int | None
     max_timestamp: int | None
     offsets: frozenset[int] | None
+    read_committed: bool = True  # below the last stable offset, aborted transactions left out
 
 
 class LakelogDataSource(DataSource):
@@ -214,6 +229,10 @@ class LakelogReader(DataSourceReader):
             raise ValueError("arrowBatchRows must lie between 1 and 1048576")
         given = options.get(STORE_TIMEOUT_OPTION.lower())
         self.store_timeout_ms = None if given is None else job_store_timeout_ms(given)  # checked: bounds
+        isolation = str(options.get(ISOLATION_OPTION, READ_COMMITTED)).lower()
+        if isolation not in ISOLATION_LEVELS:
+            raise ValueError(f"option isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
+        self.read_committed = isolation == READ_COMMITTED
         self.partitions_ = Bounds()
         self.offsets = Bounds()
         self.timestamps = Bounds()
@@ -249,6 +268,7 @@ class LakelogReader(DataSourceReader):
                 next_remote = None
                 if p in found:
                     m = load_manifest(store, self.topic, p)
+                    aborted = self.aborted_from(store, p, m, max(m.log_start_offset, lo or 0))
                     for seg in readable_segments(m, from_offset=lo, to_offset=hi, min_timestamp=self.timestamps.low):
                         start = max(seg.base_offset, m.log_start_offset, lo if lo is not None else 0)
                         end = min(seg.end_offset, top)
@@ -256,20 +276,28 @@ class LakelogReader(DataSourceReader):
                             continue
                         out.append(SegmentPartition(self.remote, self.topic, p, seg, start, end, self.timestamps.low,
                                                     self.timestamps.high, self.offsets.values, self.chunk_bytes,
-                                                    self.arrow_rows, self.store_timeout_ms))
+                                                    self.arrow_rows, self.store_timeout_ms,
+                                                    overlapping(aborted, start, end)))
                     if m.end_offset is not None:
                         next_remote = m.end_offset + 1
                 if live is not None:
                     start = max(next_remote or 0, lo if lo is not None else 0)
                     if start <= top:
                         hot.append(HotPartition(self.nodes, self.topic, p, start, hi, self.timestamps.low,
-                                                self.timestamps.high, self.offsets.values))
+                                                self.timestamps.high, self.offsets.values, self.read_committed))
             if not out and not hot:
                 return [SegmentPartition(self.remote, self.topic, -1, None, 0, -1, None, None, None,  # type: ignore[arg-type]
                                          self.chunk_bytes)]
             return group_segments(out, self.max_partition_bytes) + hot
         finally:
             store.close()
+
+    def aborted_from(self, store, partition: int, m: PartitionManifest, from_offset: int) -> list[AbortedTxn]:
+        """The remote tier's aborted transactions a read of `partition` from `from_offset` may
+        meet ([] with isolation read_uncommitted, or when no segment from there has a `.txnindex`)."""
+        if not self.read_committed or not has_txn_index(m, from_offset):
+            return []
+        return remote_aborted_transactions(store, self.topic, partition, m, from_offset)
 
     def read(self, partition):
         if isinstance(partition, HotPartition):
@@ -326,11 +354,12 @@ class LakelogStreamReader(DataSourceStreamReader):
                 first = max(int(start.get(p, m.log_start_offset)), m.log_start_offset)
                 if first >= stop:
                     continue
+                aborted = self.batch.aborted_from(store, int(p), m, first)
                 for seg in readable_segments(m, from_offset=first, to_offset=stop - 1):
-                    out.append(SegmentPartition(self.batch.remote, self.batch.topic, int(p), seg,
-                                                max(first, seg.base_offset), min(stop - 1, seg.end_offset),
+                    lo, hi = max(first, seg.base_offset), min(stop - 1, seg.end_offset)
+                    out.append(SegmentPartition(self.batch.remote, self.batch.topic, int(p), seg, lo, hi,
                                                 None, None, None, self.batch.chunk_bytes, self.batch.arrow_rows,
-                                                self.batch.store_timeout_ms))
+                                                self.batch.store_timeout_ms, overlapping(aborted, lo, hi)))
             return out
         finally:
             store.close()
@@ -376,7 +405,7 @@ def _read_rows(p: SegmentPartition, fields: tuple[str, ...]):
         for n, cols in iter_segment_arrow(store, p.topic, p.partition, p.segment, columns=wanted,
                                           from_offset=p.from_offset, to_offset=p.to_offset,
                                           min_timestamp=p.min_timestamp, max_timestamp=p.max_timestamp,
-                                          chunk_bytes=p.chunk_bytes, max_rows=p.arrow_rows):
+                                          chunk_bytes=p.chunk_bytes, max_rows=p.arrow_rows, aborted=p.aborted):
             if p.offsets is not None:
                 keep = pc.is_in(cols["offset"], value_set=pa.array(sorted(p.offsets), pa.int64()))
                 cols = {k: v.filter(keep) for k, v in cols.items()}
@@ -401,7 +430,8 @@ def _read_hot_rows(p: HotPartition, fields: tuple[str, ...]):
 
     schema = _arrow_schema(fields)
     records = iter_hot_records(p.nodes, p.topic, p.partition, p.from_offset, to_offset=p.to_offset,
-                               min_timestamp=p.min_timestamp, max_timestamp=p.max_timestamp)
+                               min_timestamp=p.min_timestamp, max_timestamp=p.max_timestamp,
+                               read_committed=p.read_committed)
     batch: list = []
 
     def flush():

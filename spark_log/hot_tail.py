@@ -13,7 +13,11 @@ queries, which is why the bound is taken by the task and not at planning.
 
 Reads use the binary fetch path (`Accept: application/vnd.kafka.recordbatch`): the batches come
 byte for byte as stored, and each is CRC-checked here before any record of it is used. A
-partition's read stops at the snapshot's high watermark; a node that cannot serve the range yet
+read_committed read (the default) asks with `isolation=read_committed` and stops at the last
+stable offset instead of the high watermark: the node answers whole batches below the LSO with
+the batches of aborted transactions left out (its read_committed view), and goes on at the
+answer's `X-Lakelog-Next-Offset` even when every batch of a fetch was aborted. Control batches
+never become records in either isolation. A partition's read stops at the snapshot's bound; a node that cannot serve the range yet
 (a new leader whose high watermark has not caught up) is asked again within `read_timeout_s`.
 
 Credentials: `$LAKELOG_API_KEY`, or `$LAKELOG_USER` / `$LAKELOG_PASSWORD`, as the CLI reads them,
@@ -128,20 +132,27 @@ def partition_ids(access: NodeAccess, topic: str) -> list[int]:
         raise HotTailError(f"cannot reach {access.url}: {e}") from None
 
 
-def partition_bounds(http: httpx.Client, topic: str, partition: int) -> tuple[int, int]:
-    """(log start offset, high watermark) of one partition, as a consumer sees them now."""
+def partition_bounds(http: httpx.Client, topic: str, partition: int, *,
+                     read_committed: bool = False) -> tuple[int, int]:
+    """(log start offset, end) of one partition, as a consumer sees them now: the end is the high
+    watermark, or with `read_committed` the last stable offset."""
     path = f"/topics/{quote(topic, safe='')}/partitions/{partition}/offsets"
     o = _check(http.get(path), f"offsets of {topic}-{partition}").json()
-    return int(o["beginning_offset"]), int(o["end_offset"])
+    end = int(o["end_offset"])
+    if read_committed:
+        end = min(end, int(o.get("last_stable_offset", end)))
+    return int(o["beginning_offset"]), end
 
 
 def iter_hot_records(access: NodeAccess, topic: str, partition: int, from_offset: int, *,
                      to_offset: int | None = None, min_timestamp: int | None = None,
                      max_timestamp: int | None = None, fetch_bytes: int = DEFAULT_FETCH_BYTES,
-                     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> Iterator[RemoteRecord]:
+                     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+                     read_committed: bool = True) -> Iterator[RemoteRecord]:
     """Records of `topic`-`partition` from `from_offset` (or the log start offset, if higher) below
-    the high watermark read once at the start, up to `to_offset` inclusive and within the timestamp
-    bounds (inclusive) when given; control batches are skipped."""
+    the high watermark (`read_committed`: the last stable offset, aborted transactions left out)
+    read once at the start, up to `to_offset` inclusive and within the timestamp bounds (inclusive)
+    when given; control batches are skipped."""
     import httpx
 
     path = f"/topics/{quote(topic, safe='')}/partitions/{partition}/records"
@@ -149,21 +160,28 @@ def iter_hot_records(access: NodeAccess, topic: str, partition: int, from_offset
     reason = ""
     with access.client() as http:
         try:
-            log_start, high_watermark = partition_bounds(http, topic, partition)
+            log_start, high_watermark = partition_bounds(http, topic, partition, read_committed=read_committed)
         except httpx.TransportError as e:
             raise HotTailError(f"cannot reach {access.url}: {e}") from None
         offset = max(from_offset, log_start)
         end_offset = high_watermark if to_offset is None else min(high_watermark, to_offset + 1)
         deadline = time.monotonic() + read_timeout_s
+        params: dict = {"max_bytes": fetch_bytes, "timeout": 0}
+        if read_committed:
+            params["isolation"] = "read_committed"
         while offset < end_offset:
             try:
-                r = http.get(path, params={"offset": offset, "max_bytes": fetch_bytes, "timeout": 0},
-                             headers={"Accept": RECORDBATCH})
+                r = http.get(path, params={**params, "offset": offset}, headers={"Accept": RECORDBATCH})
             except httpx.TransportError as e:
                 r, reason = None, str(e)
             if r is not None and r.status_code == 200 and r.content:
                 deadline = time.monotonic() + read_timeout_s
-                offset = yield from _records_of(r.content, where, offset, end_offset, min_timestamp, max_timestamp)
+                nxt = yield from _records_of(r.content, where, offset, end_offset, min_timestamp, max_timestamp)
+                offset = max(nxt, _next_offset_header(r))
+                continue
+            if r is not None and r.status_code == 200 and _next_offset_header(r) > offset:
+                offset = _next_offset_header(r)  # every batch of the fetch was an aborted transaction's
+                deadline = time.monotonic() + read_timeout_s
                 continue
             if r is not None and r.status_code != 200 and r.status_code < 500:
                 _check(r, f"fetch of {where} at offset {offset}")
@@ -172,6 +190,14 @@ def iter_hot_records(access: NodeAccess, topic: str, partition: int, from_offset
                 raise HotTailError(f"fetch of {where} at offset {offset}: no data below the high watermark "
                                    f"{end_offset} within {read_timeout_s:g}s ({reason})")
             time.sleep(0.2)
+
+
+def _next_offset_header(r: httpx.Response) -> int:
+    """The answer's `X-Lakelog-Next-Offset` (-1 when absent): past every batch the node read."""
+    try:
+        return int(r.headers.get("X-Lakelog-Next-Offset", -1))
+    except ValueError:
+        return -1
 
 
 def _records_of(data: bytes, where: str, offset: int, end_offset: int, min_ts: int | None,

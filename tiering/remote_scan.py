@@ -27,6 +27,7 @@ from lakelog.index import offset_index
 from lakelog.index.errors import CorruptIndexError
 from lakelog.index.transaction_index import AbortedTxn, check_entries, decode_entries
 from lakelog.logstore.errors import CorruptRecordError, InvalidRecordError
+from lakelog.logstore.read_committed import AbortedTransactions
 from lakelog.logstore.record_batch import (
     LOG_OVERHEAD,
     NO_TIMESTAMP,
@@ -174,6 +175,30 @@ def txn_index_entries(store: ObjectStore, topic: str, partition: int, seg: Remot
     return entries
 
 
+def has_txn_index(m: PartitionManifest, from_offset: int | None = None) -> bool:
+    """Whether a COPY_FINISHED segment ending at or after `from_offset` has a `.txnindex` (an
+    aborted transaction whose marker it holds): only then can a read from there meet aborted data."""
+    return any(s.txn_index_bytes > 0 and (from_offset is None or s.end_offset >= from_offset)
+               for s in m.copy_finished)
+
+
+def remote_aborted_transactions(store: ObjectStore, topic: str, partition: int, m: PartitionManifest,
+                                from_offset: int) -> list[AbortedTxn]:
+    """Every aborted transaction of the remote tier whose ABORT marker lies at or after
+    `from_offset`: the `.txnindex` objects of the COPY_FINISHED segments from there on, each read
+    once (a reader keeps the ones overlapping each part it reads: `overlapping`)."""
+    out: list[AbortedTxn] = []
+    for seg in m.copy_finished:
+        if seg.txn_index_bytes > 0 and seg.end_offset >= from_offset:
+            out.extend(e for e in txn_index_entries(store, topic, partition, seg) if e.last_offset >= from_offset)
+    return out
+
+
+def overlapping(aborted: Sequence[AbortedTxn], from_offset: int, to_offset: int) -> tuple[AbortedTxn, ...]:
+    """The transactions of `aborted` overlapping offsets [from_offset, to_offset] (inclusive)."""
+    return tuple(a for a in aborted if a.last_offset >= from_offset and a.first_offset <= to_offset)
+
+
 def start_position(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, offset: int) -> int:
     """File position of the index floor entry of `offset` in `seg` (0 at or below its base)."""
     if offset <= seg.base_offset or seg.index_bytes == 0:
@@ -241,15 +266,20 @@ def iter_segment_batches(store: ObjectStore, topic: str, partition: int, seg: Re
 def iter_segment_records(store: ObjectStore, topic: str, partition: int, seg: RemoteSegment, *,
                          from_offset: int | None = None, to_offset: int | None = None,
                          min_timestamp: int | None = None, max_timestamp: int | None = None,
-                         chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[RemoteRecord]:
+                         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                         aborted: Sequence[AbortedTxn] = ()) -> Iterator[RemoteRecord]:
     """Records of `seg` with from_offset <= offset <= to_offset and min_timestamp <= timestamp <=
-    max_timestamp (each bound optional); control batches (transaction markers) are skipped."""
+    max_timestamp (each bound optional); control batches (transaction markers) are skipped, and so
+    are the batches of the transactions `aborted` lists (logstore/read_committed.py's walk)."""
     lo = seg.base_offset if from_offset is None else from_offset
     hi = seg.end_offset if to_offset is None else to_offset
     key = segment_key(topic, partition, seg.base_offset, seg.segment_id, LOG_SUFFIX)
+    tracker = AbortedTransactions(aborted) if aborted else None
     for pos, batch in iter_segment_batches(store, topic, partition, seg, from_offset=lo, chunk_bytes=chunk_bytes):
         if batch.base_offset > hi:
             return
+        if tracker is not None and tracker.is_aborted(batch):
+            continue
         if batch.is_control:
             continue
         if min_timestamp is not None and batch.max_timestamp < min_timestamp:
@@ -284,7 +314,7 @@ def iter_segment_arrow(store: ObjectStore, topic: str, partition: int, seg: Remo
                        to_offset: int | None = None, min_timestamp: int | None = None,
                        max_timestamp: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
                        max_rows: int = ARROW_BATCH_ROWS, max_bytes: int = ARROW_BATCH_BYTES,
-                       native: bool | None = None) -> Iterator[tuple[int, dict]]:
+                       native: bool | None = None, aborted: Sequence[AbortedTxn] = ()) -> Iterator[tuple[int, dict]]:
     """The rows `iter_segment_records` returns, as (rows, column name -> pyarrow.Array) of at most
     about `max_rows` rows, only the `columns` asked for (default: all of record_arrow.COLUMNS).
 
@@ -292,17 +322,21 @@ def iter_segment_arrow(store: ObjectStore, topic: str, partition: int, seg: Remo
     CRC-checks and decodes in one pass with no Python object per record; otherwise the rows come
     from `iter_segment_records` (the reference). Both raise `RemoteCorruptionError` naming the
     object and the batch's position for the same bytes.
+
+    `aborted` (the transactions overlapping the read, `overlapping`): their batches are left out.
+    The native decoder knows nothing of transactions, so a segment read with any goes the
+    reference way (only segments that meet an aborted transaction pay for it).
     """
     from lakelog.logstore import record_arrow
 
     cols = record_arrow.check_columns(record_arrow.COLUMNS if columns is None else columns)
     if native is None:
         native = record_arrow.native_available()
-    if not native:
+    if not native or aborted:
         rows: list[RemoteRecord] = []
         for r in iter_segment_records(store, topic, partition, seg, from_offset=from_offset, to_offset=to_offset,
                                       min_timestamp=min_timestamp, max_timestamp=max_timestamp,
-                                      chunk_bytes=chunk_bytes):
+                                      chunk_bytes=chunk_bytes, aborted=aborted):
             rows.append(r)
             if len(rows) >= max_rows:
                 yield len(rows), record_arrow.reference_arrays(rows, cols)

@@ -68,7 +68,9 @@ def build_topic(root, *, keys: int = 1000) -> FileSystemStore:
 
 
 def _df(spark, url: str, fmt: str = "lakelog", **options):
-    r = spark.read.format(fmt).option("remote", url).option("topic", TOPIC)
+    """read_uncommitted: the JVM reader's isolation (a read_committed `lakelog` read of this topic,
+    which has aborted transactions, would be the Python reader's: jvm_source.committed_format)."""
+    r = spark.read.format(fmt).option("remote", url).option("topic", TOPIC).option("isolation", "read_uncommitted")
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()

@@ -72,7 +72,7 @@ def build_topic(root) -> FileSystemStore:
                       last_offset_delta=last - offset)
             if i % 7 == 3:
                 kw.update(timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=TS0 + 500_000 + i)
-            if i % 11 == 5:  # a transaction and its (abort) marker: the marker is skipped, the records kept
+            if i % 11 == 5:  # an aborted transaction: the marker is skipped, the records kept (read_uncommitted)
                 kw.update(producer_id=4000 + i, producer_epoch=0, base_sequence=0, is_transactional=True)
             log.append_as_follower(build_batch(recs, base_offset=offset, **kw))
             offset = last + 1
@@ -89,10 +89,13 @@ def build_topic(root) -> FileSystemStore:
 
 
 def read(spark, fmt: str, remote: str, *, schema: str | None = None, where: str | None = None, **options):
+    """The rows of the topic through `fmt`, read_uncommitted: the JVM reader's isolation (a
+    read_committed `lakelog` read of this topic, which has aborted transactions, would be the
+    Python reader's: jvm_source.committed_format)."""
     reader = spark.read.format(fmt)
     if schema:
         reader = reader.schema(schema)
-    reader = reader.option("remote", remote).option("topic", TOPIC)
+    reader = reader.option("remote", remote).option("topic", TOPIC).option("isolation", "read_uncommitted")
     for k, v in options.items():
         reader = reader.option(k, v)
     df = reader.load()
@@ -130,7 +133,8 @@ def test_jvm_rows_equal_the_reference_on_both_stores(spark, topic):
         assert any(h["value"] is None for r in rows for h in r["headers"])
         assert any(h["key"] == "clé-ü" for r in rows for h in r["headers"])
         assert any(r["producer_id"] >= 4000 for r in rows)
-        assert spark.read.format("lakelog").option("remote", remote).option("topic", TOPIC).load().count() == len(rows)
+        assert spark.read.format("lakelog").option("remote", remote).option("topic", TOPIC) \
+            .option("isolation", "read_uncommitted").load().count() == len(rows)
     # Options prune exactly as the reference's; a narrower schema; one column.
     same(spark, fs_remote, partitions="1", startingOffset=40, endingOffset=160)
     same(spark, s3_remote, startingTimestamp=TS0 + 20_000, endingTimestamp=TS0 + 60_000)
@@ -142,7 +146,8 @@ def test_jvm_rows_equal_the_reference_on_both_stores(spark, topic):
 
 def test_pushed_filters_prune_and_never_change_a_result(spark, topic):
     _, fs_remote, _ = topic
-    df = spark.read.format("lakelog").option("remote", fs_remote).option("topic", TOPIC).load()
+    df = spark.read.format("lakelog").option("remote", fs_remote).option("topic", TOPIC) \
+        .option("isolation", "read_uncommitted").load()
     where = "partition = 1 AND offset >= 50 AND offset < 120 AND timestamp >= TIMESTAMP_MILLIS(%d)" % (TS0 + 30_000)
     plan = df.where(where)._jdf.queryExecution().executedPlan().toString()
     assert "partitions [1], offsets 50..119" in plan and str(TS0 + 30_000) in plan, plan
