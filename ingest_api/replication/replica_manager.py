@@ -416,8 +416,8 @@ class ReplicaManager:
         if p.role != Role.LEADER:
             return
         self.isr_partitions_checked += 1
-        for replica_id, offset, at_ms in list(self.fetch_sessions.caught_up(p.key, p.leader_epoch,
-                                                                            p.log.log_end_offset)):
+        for replica_id, offset, at_ms in list(self.fetch_sessions.caught_up(
+                p.key, p.leader_epoch, p.log.log_end_offset, since_ms=monotonic_ms() - lag_max_ms)):
             proposal = p.on_follower_fetch(replica_id, offset, now=at_ms)
             if proposal is not None and self._send_isr_change(p, proposal):
                 self.isr_expands += 1

@@ -198,12 +198,14 @@ class FetchSessions:
         for s in hit:
             _wake(s)
 
-    def caught_up(self, key: PartitionKey, leader_epoch: int, leo: int) -> Iterator[tuple[int, int, int]]:
+    def caught_up(self, key: PartitionKey, leader_epoch: int, leo: int, since_ms: int) -> Iterator[tuple[int, int, int]]:
         """(follower id, fetch offset, ms) of each session whose follower holds `key` up to `leo` in
-        `leader_epoch` as of its last request."""
+        `leader_epoch` as of its last request, made at or after `since_ms` (monotonic): a session gone
+        silent longer than that (its follower died or is cut off) proves nothing about now."""
         for s in self.sessions():
             sp = s.partitions.get(key)
-            if sp is not None and sp.current_leader_epoch == leader_epoch and sp.fetch_offset >= leo:
+            if (sp is not None and s.last_fetch_ms >= since_ms and sp.current_leader_epoch == leader_epoch
+                    and sp.fetch_offset >= leo):
                 yield s.replica_id, sp.fetch_offset, s.last_fetch_ms
 
     def drop(self, replica_id: int) -> None:

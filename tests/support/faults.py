@@ -73,7 +73,12 @@ def wait_for(cond: Callable[[], object], timeout_s: float = 30.0, what: str = "c
 
 
 def cluster_id(url: str) -> str:
-    return httpx.get(f"{url}/v3/clusters", timeout=5).json()["data"][0]["cluster_id"]
+    """The cluster id as one node answers it; a node that is briefly not ready (503) is asked again."""
+    def answer() -> str | None:
+        r = httpx.get(f"{url}/v3/clusters", timeout=5)
+        assert r.status_code in (200, 503), r.text
+        return r.json()["data"][0]["cluster_id"] if r.status_code == 200 else None
+    return str(wait_for(answer, 15, f"the cluster id from {url}"))
 
 
 def create_topic(url: str, name: str, partitions: int = 1, rf: int = 3, **configs: str) -> None:

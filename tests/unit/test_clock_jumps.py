@@ -69,12 +69,15 @@ def test_a_silent_fetch_session_follower_leaves_the_isr(tmp_path):
     sessions = FetchSessions()
     sessions.begin(2, {"session_id": 7, "session_epoch": 0, "partitions": [
         {"topic": "t", "partition": 0, "fetch_offset": p.log.log_end_offset, "current_leader_epoch": 3}]})
-    seen = list(sessions.caught_up(p.key, 3, p.log.log_end_offset))
+    seen = list(sessions.caught_up(p.key, 3, p.log.log_end_offset, since_ms=monotonic_ms() - LAG_MAX_MS))
     assert [r for r, _, _ in seen] == [2]
     for replica_id, offset, at_ms in seen:
         p.on_follower_fetch(replica_id, offset, now=at_ms)
-    proposal = p.tick(LAG_MAX_MS, now=monotonic_ms() + LAG_MAX_MS + 1000)
+    later = monotonic_ms() + LAG_MAX_MS + 1000
+    proposal = p.tick(LAG_MAX_MS, now=later)
     assert proposal is not None and 2 not in proposal.new_isr, "a follower silent past the lag bound stayed in the ISR"
+    # ... and its silent session does not bring it back: the next check no longer counts it as caught up.
+    assert list(sessions.caught_up(p.key, 3, p.log.log_end_offset, since_ms=later - LAG_MAX_MS)) == []
     p.log.close()
 
 
