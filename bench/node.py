@@ -1547,8 +1547,9 @@ def render_markdown(ctx: Context, machine: dict[str, str], started: _dt.datetime
         "- **Processes**: the node is `lakelog node --set log.dirs=<temp> --set listeners=http://127.0.0.1:<free "
         "port> --set log.cleaner.enable=false` (other keys default: 1 GiB segments, no fsync per append); the "
         "baseline is `baseline_app` in `bench/node.py` run by `python bench/node.py _serve baseline` in its own "
-        "process. Both are single uvicorn workers with the node's settings (`log_config=None`, "
-        f"`access_log=False`, `limit_concurrency=1000`, `timeout_keep_alive=30`; {uvicorn_stack()}). The client "
+        "process. Both are single uvicorn workers (`log_config=None`, `access_log=False`, `timeout_keep_alive=30`; "
+        f"{uvicorn_stack()}); the baseline also sets `limit_concurrency=1000`, while the node counts "
+        "`max.connections` as connections are accepted. The client "
         "is `httpx.Client` (keep-alive), the same functions for both sides.",
     ]
     lines += [f"- {s}" for s in ctx.setup]
