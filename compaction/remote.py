@@ -70,7 +70,7 @@ from lakelog.tiering.lease import acquire
 from lakelog.tiering.manifest_model import PartitionManifest, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.remote_scan import iter_segment_batches, txn_index_entries
+from lakelog.tiering.remote_scan import iter_segment_batches, segments_aborted_transactions
 from lakelog.tiering.store import ObjectStore
 
 DEFAULT_DELETE_DELAY_MS = 60_000
@@ -127,9 +127,10 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
         return (b for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable
                 for _, b in iter_segment_batches(store, topic, partition, s, from_offset=first_dirty))
 
-    # Aborted transactions (the segments' .txnindex objects): their batches are dropped and never
-    # mapped, so an aborted record cannot supersede a committed one (the reference does this).
-    aborted = [e for s in segments for e in txn_index_entries(store, topic, partition, s)]
+    # Aborted transactions (the segments' .txnindex objects and `later_aborts`, whose markers may
+    # not be tiered yet): their batches are dropped and never mapped, so an aborted record cannot
+    # supersede a committed one (the reference does this).
+    aborted = segments_aborted_transactions(store, topic, partition, segments)
     # Over decoded columns when the native decoder is built and every key fits the map; the
     # reference otherwise (it maps a prefix when the keys do not fit).
     native = vectorized.build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,

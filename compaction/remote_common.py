@@ -233,7 +233,7 @@ def stage_file(group: list[RemoteSegment], fd: int, path: str, size: int, config
         index_bytes=len(scan.index), index_crc32c=crc32c(scan.index),
         time_index_bytes=len(scan.time_index), time_index_crc32c=crc32c(scan.time_index),
         epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now_ms, updated_ms=now_ms,
-        record_count=scan.record_count)
+        record_count=scan.record_count, later_aborts=group[-1].later_aborts)
     return StagedReplacement(group, entry, fd, scan.index, scan.time_index, epochs_bytes)
 
 

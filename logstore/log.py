@@ -416,7 +416,10 @@ class PartitionLog:
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
         `.txnindex` of the segment holding `fetch_offset` onward (a read_committed fetch answers
-        them with the records). A damaged `.txnindex` is rebuilt from the log, never served.
+        them with the records). The walk goes past `upper_bound_offset`: a transaction with data
+        below it may have its ABORT marker in any later segment; it stops at the first entry whose
+        LSO reaches the bound (Kafka's `collectAbortedTransactions`). A damaged `.txnindex` is
+        rebuilt from the log, never served.
 
         Concurrency: takes the log's lock.
         """
@@ -424,8 +427,6 @@ class PartitionLog:
             self._check_open()
             found: list[AbortedTxn] = []
             for seg in self._local.segments.from_offset(fetch_offset):
-                if seg.base_offset >= upper_bound_offset:
-                    break
                 try:
                     if not seg.txn_index.verified:
                         seg.txn_index.sanity_check(seg.next_offset)
