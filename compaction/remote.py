@@ -61,6 +61,7 @@ from lakelog.compaction.remote_common import (
     write_group,
     write_job_state,
 )
+from lakelog.compaction.txn_markers import TransactionCleaning
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.logstore.retention import SegmentInfo, plan_retention
@@ -148,11 +149,13 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
     groups = group_below(segments, map_end, config)
     stats = CompactionStats()
     staged: list[StagedReplacement] = []
+    txns = TransactionCleaning(aborted)  # one walk from the remote log start through every group
     with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:
         try:
             for g in groups:
                 staged.append(write_group(store, topic, partition, g, mapped.offset_map, map_end, params,
-                                           config, stats, now, workdir, arrow_map=arrow_map, aborted=aborted))
+                                           config, stats, now, workdir, arrow_map=arrow_map, aborted=aborted,
+                                           txns=txns))
                 if len(staged) % 8 == 0:
                     try:
                         job.lease.renew()

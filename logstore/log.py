@@ -707,7 +707,8 @@ class PartitionLog:
         if not self._producers.snapshot_offsets():
             self._producers.take_snapshot(self.log_end_offset)
 
-    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment], *,
+                         aborted: list[AbortedTxn] | None = None) -> None:
         """Swap compacted replacement segments (written with suffix `.cleaned`) for `old_segments`.
 
         Crash-safe: `.cleaned` -> `.swap`, delete the old segments, `.swap` -> final names.
@@ -715,15 +716,17 @@ class PartitionLog:
         its snapshots are left alone: they describe the history, which compaction does not change
         (the newest snapshot lies at or above the active segment's base, above every sealed one).
 
-        The aborted transactions of the old segments' `.txnindex` files carry over to the new
-        segment covering each marker's offset, unless the new segments come with their own
-        (a cleaner that drops aborted data writes the entries it keeps).
+        The new segments' `.txnindex` entries are `aborted` (a cleaner gives the entries of the
+        ABORT markers it keeps), each in the segment covering its marker's offset; without it,
+        the old segments' entries carry over, unless the new segments come with their own files.
 
         Concurrency: takes the log's lock.
         """
         with self._lock:
             self._check_open()
-            if not any(seg.txn_index.path.exists() for seg in new_segments):
+            if aborted is not None:
+                self._place_txn_entries(new_segments, old_segments, aborted)
+            elif not any(seg.txn_index.path.exists() for seg in new_segments):
                 self._carry_txn_entries(new_segments, old_segments)
             self._local.replace_segments(new_segments, old_segments)
 
@@ -735,6 +738,11 @@ class PartitionLog:
             except CorruptIndexError:
                 rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
                 entries += seg.txn_index.entries()
+        self._place_txn_entries(new_segments, old_segments, entries)
+
+    @staticmethod
+    def _place_txn_entries(new_segments: list[LogSegment], old_segments: list[LogSegment],
+                           entries: list[AbortedTxn]) -> None:
         ordered = sorted(new_segments, key=lambda seg: seg.base_offset)
         for i, seg in enumerate(ordered):
             end = ordered[i + 1].base_offset if i + 1 < len(ordered) else old_segments[-1].next_offset
