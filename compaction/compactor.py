@@ -309,8 +309,9 @@ def clean_batch(batch: RecordBatch, offset_map: OffsetMap, params: CleaningParam
                 keep_if_emptied: bool = False) -> BatchOutcome:
     """Apply the record rules to one batch below the map end and re-batch the survivors.
 
-    Control batches are copied unchanged here (a round decides markers with `clean_marker`). With `keep_if_emptied`, a batch that loses every record is kept as an empty
-    batch (`encode_empty_batch`) instead of being dropped.
+    Control batches are copied unchanged here (a round decides markers with `clean_marker`).
+    With `keep_if_emptied`, a batch that loses every record is kept as an empty batch
+    (`encode_empty_batch`) instead of being dropped.
     """
     if batch.is_control:
         return verbatim(batch)

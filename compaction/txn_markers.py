@@ -17,9 +17,8 @@ segment groups, with one `TransactionCleaning`. Rules, for batches below the map
      read the transaction's data before it was cleaned away thus has `delete.retention.ms` to
      read the marker too. An empty ABORT marker's `.txnindex` entry is dropped at once: no data
      of it is left to hide.
-  4. Markers at or above the map end are copied as they are and keep their entries; a marker
-     whose transaction is still open cannot exist below the map end, which ends at the first
-     unstable offset.
+  4. Markers at or above the map end are copied as they are and keep their entries. Below it
+     every transaction is decided: the map end lies at or below the first unstable offset.
 
 Rule 2 counts data seen in this round only: a transaction whose data was all dropped by an
 earlier round (aborted, or every record superseded) has an empty marker now. The walk must
