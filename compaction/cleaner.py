@@ -69,6 +69,7 @@ from lakelog.compaction.compactor import (
     next_first_dirty_offset,
 )
 from lakelog.compaction.errors import CleaningAbortedError, CorruptCleanerCheckpointError
+from lakelog.compaction.txn_markers import TransactionCleaning
 from lakelog.logstore.retention import RetentionResult, apply_retention
 from lakelog.infra.errors import InvariantViolation, invariant
 from lakelog.logstore.checkpoint import read_checkpoint, write_checkpoint
@@ -312,11 +313,12 @@ def _run_round(log, now_ms: int, cfg, sealed: list[LogSegment], dirty_segments: 
                          s.time_index.size_in_bytes) for s in to_clean]
     by_base = {s.base_offset: s for s in to_clean}
     replaced: list[tuple[int, ...]] = []
+    txns = TransactionCleaning(aborted)  # one walk from the log start through every group (txn_markers.py)
     for group_spans in group_segments(spans, max_segment_bytes=cfg.segment_bytes,
                                       max_index_bytes=cfg.segment_index_bytes):
         group = [by_base[s.base_offset] for s in group_spans]
         _clean_group(log, group, mapped_segments, mapped.offset_map, map_end, params, stats, stop,
-                     write_buffer_bytes, aborted)
+                     write_buffer_bytes, txns)
         swapped.extend(group)
         replaced.append(tuple(s.base_offset for s in group))
 
@@ -328,13 +330,14 @@ def _run_round(log, now_ms: int, cfg, sealed: list[LogSegment], dirty_segments: 
 
 def _clean_group(log, group: list[LogSegment], mapped_segments: list[LogSegment], offset_map: OffsetMap,
                  map_end: int, params: CleaningParams, stats: CompactionStats, stop: Callable[[], bool],
-                 write_buffer_bytes: int, aborted: list) -> None:
-    """Write the cleaned batches of `group` into one `.cleaned` segment and swap it in."""
+                 write_buffer_bytes: int, txns: TransactionCleaning) -> None:
+    """Write the cleaned batches of `group` into one `.cleaned` segment and swap it in, with the
+    `.txnindex` entries of the ABORT markers it keeps."""
     cleaned = _new_cleaned_segment(log, group[0].base_offset)
     try:
         writer = _SegmentWriter(cleaned, write_buffer_bytes)
         for outcome in compact_batches(_batches(group, stop), offset_map, map_end, params, stats=stats,
-                                       aborted=aborted):
+                                       txns=txns):
             if outcome.data is not None:
                 writer.add(outcome.data)
         writer.flush()
@@ -348,7 +351,8 @@ def _clean_group(log, group: list[LogSegment], mapped_segments: list[LogSegment]
         _discard(cleaned)
         raise
     try:
-        log.replace_segments([cleaned], group)
+        log.replace_segments([cleaned], group,
+                             aborted=txns.entries_between(group[0].base_offset, group[-1].next_offset))
     except (ValueError, InvariantViolation) as e:
         # The log's pre-checks refused (a segment went away or became active since the check
         # above); they run before any file is renamed, so the `.cleaned` files are ours to remove.

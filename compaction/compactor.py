@@ -31,7 +31,8 @@ Record rules (`decide_record`), for a batch below `map_end_offset`; the first th
      the first dirty offset at or below it: otherwise an older value kept only for its age would
      sit in the clean section forever, and could resurface once a later tombstone of its key
      expires.
-Batches at or above `map_end_offset` and control batches are copied byte for byte.
+Batches at or above `map_end_offset` are copied byte for byte; control batches below it follow the
+transaction rules below.
 
 Batch rules (`clean_batch`):
   * A batch whose records all survive and that needs no delete horizon is returned as its
@@ -57,17 +58,19 @@ Batch rules (`clean_batch`):
     superseded record instead is not an option: it could resurface once its key's tombstone
     expires. Producer state must therefore come from its own snapshots (as Kafka's
     `.snapshot` files), not from a producer's batches surviving compaction.
-  * Transactions (Kafka's cleaner rules): the dirty section ends at the first unstable offset
-    (`first_uncleanable_offset`), so no undecided transaction is cleaned — a record of an open
-    transaction must not supersede a committed one it may yet be aborted over. Data batches of
-    aborted transactions below the map end (`aborted`, from the `.txnindex` files) are dropped
-    whole and never enter the offset map. COMMIT / ABORT markers are kept as they are: a marker
-    may only go once no batch of its transaction is left and every reader has passed it, which
-    needs per-producer bookkeeping across rounds this cleaner does not keep yet. The remote
-    compaction job applies the same rules from the remote `.txnindex` objects in its one-task round
-    (the tier holds only decided transactions: segments are copied below the LSO) and keeps the
-    entries in its replacements; its split round (remote_split.py), which maps over decoded columns and cannot drop them,
-    ends its dirty section at the first aborted transaction's first offset instead.
+  * Transactions (Kafka's cleaner rules, compaction/txn_markers.py): the dirty section ends at
+    the first unstable offset (`first_uncleanable_offset`), so no undecided transaction is
+    cleaned — a record of an open transaction must not supersede a committed one it may yet be
+    aborted over. Data batches of aborted transactions below the map end (`aborted`, from the
+    `.txnindex` files) are dropped whole and never enter the offset map. A COMMIT / ABORT marker
+    stays while the round still saw data of its transaction; once none is left below it, the
+    marker is stamped with a delete horizon (`clean_marker`, as a tombstone's batch) and dropped
+    by the first round past it. The remote compaction job applies the same rules from the remote
+    `.txnindex` objects and the manifest's `later_aborts` in its one-task round (the tier holds
+    only decided transactions: segments are copied below the LSO), and writes the entries it keeps
+    into its replacements; its split round (remote_split.py), which maps over decoded columns
+    and cannot drop them, ends its dirty section at the first aborted transaction's first offset
+    instead and copies markers as they are.
 
 Invariants (checked with `invariant()`): output batches keep their input order and offsets, so
 offsets strictly increase; the map only grows to `max_entries`; a mapped offset never decreases.
@@ -80,6 +83,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from lakelog.compaction.errors import OffsetMapTooSmallError
+from lakelog.compaction.txn_markers import MarkerVerdict, TransactionCleaning, decide_marker
 from lakelog.infra.errors import invariant
 from lakelog.index.transaction_index import AbortedTxn
 from lakelog.logstore.compression import Compression
@@ -285,6 +289,7 @@ class BatchOutcome:
     first_kept_for_lag_offset: int | None = None
     delete_horizon_ms: int | None = None  # set when the written batch keeps a tombstone
     horizon_stamped: bool = False  # this round set the delete horizon
+    dropped_marker: bool = False  # an empty COMMIT / ABORT marker past its delete horizon
 
     def batch(self) -> RecordBatch | None:
         return None if self.data is None else RecordBatch(self.data)
@@ -304,9 +309,9 @@ def clean_batch(batch: RecordBatch, offset_map: OffsetMap, params: CleaningParam
                 keep_if_emptied: bool = False) -> BatchOutcome:
     """Apply the record rules to one batch below the map end and re-batch the survivors.
 
-    Control batches are copied unchanged (no transaction coordinator exists yet to tell when a
-    marker may go). With `keep_if_emptied`, a batch that loses every record is kept as an empty
-    batch (`encode_empty_batch`) instead of being dropped.
+    Control batches are copied unchanged here (a round decides markers with `clean_marker`).
+    With `keep_if_emptied`, a batch that loses every record is kept as an empty batch
+    (`encode_empty_batch`) instead of being dropped.
     """
     if batch.is_control:
         return verbatim(batch)
@@ -355,6 +360,29 @@ def clean_batch(batch: RecordBatch, offset_map: OffsetMap, params: CleaningParam
                         horizon_stamped=stamp, **common)  # type: ignore[arg-type]
 
 
+def clean_marker(batch: RecordBatch, data_below: bool, params: CleaningParams) -> BatchOutcome:
+    """A COMMIT / ABORT marker below the map end (compaction/txn_markers.py's rules 2 and 3):
+    kept as it is while data of its transaction remains; once empty, stamped with a delete horizon
+    (now + `delete.retention.ms`) and kept, then dropped at or after that horizon."""
+    horizon = batch.delete_horizon_ms
+    verdict = decide_marker(data_below=data_below, delete_horizon_ms=horizon, now_ms=params.now_ms)
+    n = batch.record_count
+    if verdict is MarkerVerdict.DROP or (n == 0 and verdict is MarkerVerdict.KEEP_UNTIL_HORIZON):
+        # A control batch without a record holds no marker to show anyone (Kafka drops it too).
+        return BatchOutcome(None, True, n, 0, dropped_marker=True)
+    if verdict is MarkerVerdict.KEEP or horizon is not None:
+        return BatchOutcome(bytes(batch.buffer), False, n, n,
+                            delete_horizon_ms=None if verdict is MarkerVerdict.KEEP else horizon)
+    new_horizon = params.now_ms + params.delete_retention_ms
+    data = build_batch(batch.records(params.max_uncompressed_bytes), base_offset=batch.base_offset,
+                       timestamp_type=batch.timestamp_type, producer_id=batch.producer_id,
+                       producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                       partition_leader_epoch=batch.partition_leader_epoch, is_transactional=True,
+                       is_control=True, last_offset_delta=batch.last_offset_delta,
+                       base_timestamp=batch.base_timestamp, delete_horizon_ms=new_horizon)
+    return BatchOutcome(data, True, n, n, delete_horizon_ms=new_horizon, horizon_stamped=True)
+
+
 def encode_empty_batch(batch: RecordBatch) -> bytes:
     """`batch` with no records, as Kafka writes an emptied batch it must keep.
 
@@ -393,6 +421,7 @@ class CompactionStats:
     kept_for_lag: int = 0
     dropped_aborted: int = 0
     tombstone_batches_stamped: int = 0
+    markers_dropped: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
     first_kept_for_lag_offset: int | None = None
@@ -409,6 +438,7 @@ class CompactionStats:
         self.kept_for_lag += outcome.kept_for_lag
         self.dropped_aborted += outcome.dropped_aborted
         self.tombstone_batches_stamped += int(outcome.horizon_stamped)
+        self.markers_dropped += int(outcome.dropped_marker)
         if outcome.data is None:
             self.batches_dropped += 1
         else:
@@ -425,23 +455,33 @@ class CompactionStats:
 def compact_batches(batches: Iterable[RecordBatch], offset_map: OffsetMap, map_end_offset: int,
                     params: CleaningParams, *, stats: CompactionStats | None = None,
                     producer_last_offsets: Mapping[int, int] | None = None,
-                    aborted: Sequence[AbortedTxn] = ()) -> Iterator[BatchOutcome]:
+                    aborted: Sequence[AbortedTxn] = (),
+                    txns: TransactionCleaning | None = None) -> Iterator[BatchOutcome]:
     """Clean a run of batches (one segment, or several) in offset order; yield one outcome each.
 
     Batches whose base offset is at or above `map_end_offset` are copied unchanged. With
     `producer_last_offsets` (producer id -> last offset of its last batch in the log), an emptied
     batch that is its producer's last is kept empty, as Kafka does. Batches of the aborted
-    transactions in `aborted` below `map_end_offset` are dropped. Outcomes are added to `stats`.
+    transactions below `map_end_offset` are dropped. With `txns` (the round's bookkeeping, shared
+    by its groups in offset order, walked from the log start) they are its aborted transactions
+    and markers follow `clean_marker`; without it, those of `aborted`, and markers are copied as
+    they are (a caller that sees only part of the round cannot tell a marker empty).
+    Outcomes are added to `stats`.
     """
     previous_last = -1
-    tracker = AbortedTransactions(aborted)
+    decide_markers = txns is not None
+    tracker = txns if txns is not None else TransactionCleaning(aborted)
     for batch in batches:
         invariant(batch.base_offset > previous_last,
                   f"batch at {batch.base_offset} does not follow offset {previous_last}")
         previous_last = batch.last_offset
-        if tracker.is_aborted(batch) and batch.base_offset < map_end_offset:
+        below = batch.base_offset < map_end_offset
+        if tracker.is_aborted(batch) and below:
             outcome = BatchOutcome(None, True, batch.record_count, 0, dropped_aborted=batch.record_count)
-        elif batch.base_offset >= map_end_offset:
+        elif batch.is_control:
+            data_below = tracker.on_marker(batch, below_map_end=below)
+            outcome = clean_marker(batch, data_below, params) if below and decide_markers else verbatim(batch)
+        elif not below:
             outcome = verbatim(batch)
         else:
             outcome = clean_batch(batch, offset_map, params,

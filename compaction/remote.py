@@ -61,6 +61,7 @@ from lakelog.compaction.remote_common import (
     write_group,
     write_job_state,
 )
+from lakelog.compaction.txn_markers import TransactionCleaning
 from lakelog.infra.config import LogConfig
 from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.logstore.retention import SegmentInfo, plan_retention
@@ -70,7 +71,7 @@ from lakelog.tiering.lease import acquire
 from lakelog.tiering.manifest_model import PartitionManifest, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.remote_scan import iter_segment_batches, txn_index_entries
+from lakelog.tiering.remote_scan import iter_segment_batches, segments_aborted_transactions
 from lakelog.tiering.store import ObjectStore
 
 DEFAULT_DELETE_DELAY_MS = 60_000
@@ -127,9 +128,10 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
         return (b for s in segments if s.end_offset >= first_dirty and s.base_offset < uncleanable
                 for _, b in iter_segment_batches(store, topic, partition, s, from_offset=first_dirty))
 
-    # Aborted transactions (the segments' .txnindex objects): their batches are dropped and never
-    # mapped, so an aborted record cannot supersede a committed one (the reference does this).
-    aborted = [e for s in segments for e in txn_index_entries(store, topic, partition, s)]
+    # Aborted transactions (the segments' .txnindex objects and `later_aborts`, whose markers may
+    # not be tiered yet): their batches are dropped and never mapped, so an aborted record cannot
+    # supersede a committed one (the reference does this).
+    aborted = segments_aborted_transactions(store, topic, partition, segments)
     # Over decoded columns when the native decoder is built and every key fits the map; the
     # reference otherwise (it maps a prefix when the keys do not fit).
     native = vectorized.build_offset_map(dirty_batches(), start_offset=first_dirty, end_offset=uncleanable,
@@ -147,11 +149,13 @@ def _compact(job: PartitionJob, config: LogConfig, *, force: bool, delete_delay_
     groups = group_below(segments, map_end, config)
     stats = CompactionStats()
     staged: list[StagedReplacement] = []
+    txns = TransactionCleaning(aborted)  # one walk from the remote log start through every group
     with tempfile.TemporaryDirectory(prefix="lakelog-compaction-") as workdir:
         try:
             for g in groups:
                 staged.append(write_group(store, topic, partition, g, mapped.offset_map, map_end, params,
-                                           config, stats, now, workdir, arrow_map=arrow_map, aborted=aborted))
+                                           config, stats, now, workdir, arrow_map=arrow_map, aborted=aborted,
+                                           txns=txns))
                 if len(staged) % 8 == 0:
                     try:
                         job.lease.renew()

@@ -37,6 +37,7 @@ from lakelog.compaction.compactor import (
     compact_batches,
     group_segments,
 )
+from lakelog.compaction.txn_markers import TransactionCleaning
 from lakelog.index.transaction_index import AbortedTxn, encode_entries
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
@@ -183,18 +184,22 @@ def group_txn_index(store: ObjectStore, topic: str, partition: int, group: list[
 def write_group(store: ObjectStore, topic: str, partition: int, group: list[RemoteSegment], offset_map: OffsetMap,
                  map_end: int, params: CleaningParams, config: LogConfig, stats: CompactionStats, now_ms: int,
                  workdir: str, arrow_map=None, segment_id: str | None = None,
-                 aborted: list[AbortedTxn] | None = None) -> StagedReplacement:
+                 aborted: list[AbortedTxn] | None = None, txns: TransactionCleaning | None = None) -> StagedReplacement:
     """Compact `group` into a temp file in `workdir`; the caller closes the returned fd. With
     `arrow_map` (compaction/vectorized.py) the records are decided in bulk over decoded columns;
-    `aborted` (the reference only) names aborted transactions whose batches are dropped."""
+    `aborted` (the reference only) names aborted transactions whose batches are dropped. With
+    `txns` (a round walking every group from the log start, compaction/txn_markers.py) markers
+    may go and the replacement's `.txnindex` holds the entries kept; without it markers are
+    copied and the group's entries carried over."""
     invariant(arrow_map is None or not aborted, "the vectorized rewrite does not drop aborted transactions")
     fd, path = tempfile.mkstemp(prefix="compacted-", suffix=".log", dir=workdir)
     size = 0
     try:
         batches = (b for seg in group for _, b in iter_segment_batches(store, topic, partition, seg))
-        outcomes = compact_batches(batches, offset_map, map_end, params, stats=stats, aborted=aborted or ()) \
+        outcomes = compact_batches(batches, offset_map, map_end, params, stats=stats, aborted=aborted or (),
+                                   txns=txns) \
             if arrow_map is None \
-            else vectorized.compact_batches(batches, arrow_map, map_end, params, stats=stats)
+            else vectorized.compact_batches(batches, arrow_map, map_end, params, stats=stats, txns=txns)
         pending: list[bytes] = []
         pending_bytes = 0
         for outcome in outcomes:
@@ -206,8 +211,9 @@ def write_group(store: ObjectStore, topic: str, partition: int, group: list[Remo
                     pending, pending_bytes = [], 0
         if pending:
             size += os.pwrite(fd, b"".join(pending), size)
-        return with_txn_index(stage_file(group, fd, path, size, config, now_ms, segment_id),
-                              group_txn_index(store, topic, partition, group))
+        kept = group_txn_index(store, topic, partition, group) if txns is None else \
+            encode_entries(txns.entries_between(group[0].base_offset, group[-1].end_offset + 1))
+        return with_txn_index(stage_file(group, fd, path, size, config, now_ms, segment_id), kept)
     except BaseException:
         os.close(fd)
         raise
@@ -233,7 +239,7 @@ def stage_file(group: list[RemoteSegment], fd: int, path: str, size: int, config
         index_bytes=len(scan.index), index_crc32c=crc32c(scan.index),
         time_index_bytes=len(scan.time_index), time_index_crc32c=crc32c(scan.time_index),
         epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes), created_ms=now_ms, updated_ms=now_ms,
-        record_count=scan.record_count)
+        record_count=scan.record_count, later_aborts=group[-1].later_aborts)
     return StagedReplacement(group, entry, fd, scan.index, scan.time_index, epochs_bytes)
 
 

@@ -85,7 +85,7 @@ from lakelog.tiering.lease import Lease, acquire
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.manifest_transitions import Replacement
 from lakelog.tiering.metadata import ManifestStore
-from lakelog.tiering.remote_scan import index_entries, iter_segment_batches, txn_index_entries
+from lakelog.tiering.remote_scan import index_entries, iter_segment_batches, segments_aborted_transactions
 from lakelog.tiering.store import ObjectStore
 
 def _to_ipc(table: pa.Table) -> bytearray:
@@ -576,8 +576,8 @@ def _below_aborted_transactions(job: PartitionJob, section: DirtySection) -> Dir
     """The dirty section ended at the first aborted transaction's first offset: this round maps
     over decoded columns and cannot keep an aborted record from superseding a committed one, so it
     stops below them (the one-task round in remote.py drops them); None when nothing is left."""
-    firsts = [e.first_offset for s in section.segments
-              for e in txn_index_entries(job.store, job.topic, job.partition, s) if e.last_offset >= section.first_dirty]
+    firsts = [e.first_offset for e in segments_aborted_transactions(job.store, job.topic, job.partition, section.segments)
+              if e.last_offset >= section.first_dirty]
     if not firsts or min(firsts) >= section.uncleanable:
         return section
     section.uncleanable = max(section.first_dirty, min(firsts))

@@ -39,8 +39,10 @@ from lakelog.compaction.compactor import (
     OffsetMap,
     OffsetMapResult,
     clean_batch,
+    clean_marker,
     verbatim,
 )
+from lakelog.compaction.txn_markers import TransactionCleaning
 from lakelog.infra.errors import invariant
 from lakelog.logstore import record_arrow as ra
 from lakelog.logstore.compression import Compression, decompress
@@ -203,8 +205,12 @@ def _cumulative(mask: pa.Array) -> list[int]:
 
 
 def compact_batches(batches: Iterable[RecordBatch], arrow_map: ArrowOffsetMap, map_end_offset: int,
-                    params: CleaningParams, *, stats: CompactionStats | None = None) -> Iterator[BatchOutcome]:
-    """`compactor.compact_batches` (without `producer_last_offsets`) over decoded columns."""
+                    params: CleaningParams, *, stats: CompactionStats | None = None,
+                    txns: TransactionCleaning | None = None) -> Iterator[BatchOutcome]:
+    """`compactor.compact_batches` (without `producer_last_offsets`) over decoded columns, for a
+    round without aborted transactions; markers follow `clean_marker` by `txns` (the round's),
+    and are copied as they are without it."""
+    tracker = txns if txns is not None else TransactionCleaning(())
     previous_last = [-1]
 
     def checked() -> Iterator[RecordBatch]:
@@ -243,7 +249,13 @@ def compact_batches(batches: Iterable[RecordBatch], arrow_map: ArrowOffsetMap, m
         c_nokey = _cumulative(pc.and_(no_key, pc.invert(young)))
         c_lag = _cumulative(for_lag)
         for batch, r0, r1 in spans:
-            if batch.base_offset >= map_end_offset or batch.is_control:
+            tracker.is_aborted(batch)  # for the markers' bookkeeping: no transaction here is aborted
+            if batch.is_control:
+                below = batch.base_offset < map_end_offset
+                data_below = tracker.on_marker(batch, below_map_end=below)
+                outcome = clean_marker(batch, data_below, params) if below and txns is not None \
+                    else verbatim(batch)
+            elif batch.base_offset >= map_end_offset:
                 outcome = verbatim(batch)
             else:
                 outcome = _clean(batch, r0, r1, cols, kept, for_lag, arrow_map, params,

@@ -416,7 +416,10 @@ class PartitionLog:
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
         `.txnindex` of the segment holding `fetch_offset` onward (a read_committed fetch answers
-        them with the records). A damaged `.txnindex` is rebuilt from the log, never served.
+        them with the records). The walk goes past `upper_bound_offset`: a transaction with data
+        below it may have its ABORT marker in any later segment; it stops at the first entry whose
+        LSO reaches the bound (Kafka's `collectAbortedTransactions`). A damaged `.txnindex` is
+        rebuilt from the log, never served.
 
         Concurrency: takes the log's lock.
         """
@@ -424,8 +427,6 @@ class PartitionLog:
             self._check_open()
             found: list[AbortedTxn] = []
             for seg in self._local.segments.from_offset(fetch_offset):
-                if seg.base_offset >= upper_bound_offset:
-                    break
                 try:
                     if not seg.txn_index.verified:
                         seg.txn_index.sanity_check(seg.next_offset)
@@ -706,7 +707,8 @@ class PartitionLog:
         if not self._producers.snapshot_offsets():
             self._producers.take_snapshot(self.log_end_offset)
 
-    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment], *,
+                         aborted: list[AbortedTxn] | None = None) -> None:
         """Swap compacted replacement segments (written with suffix `.cleaned`) for `old_segments`.
 
         Crash-safe: `.cleaned` -> `.swap`, delete the old segments, `.swap` -> final names.
@@ -714,15 +716,17 @@ class PartitionLog:
         its snapshots are left alone: they describe the history, which compaction does not change
         (the newest snapshot lies at or above the active segment's base, above every sealed one).
 
-        The aborted transactions of the old segments' `.txnindex` files carry over to the new
-        segment covering each marker's offset, unless the new segments come with their own
-        (a cleaner that drops aborted data writes the entries it keeps).
+        The new segments' `.txnindex` entries are `aborted` (a cleaner gives the entries of the
+        ABORT markers it keeps), each in the segment covering its marker's offset; without it,
+        the old segments' entries carry over, unless the new segments come with their own files.
 
         Concurrency: takes the log's lock.
         """
         with self._lock:
             self._check_open()
-            if not any(seg.txn_index.path.exists() for seg in new_segments):
+            if aborted is not None:
+                self._place_txn_entries(new_segments, old_segments, aborted)
+            elif not any(seg.txn_index.path.exists() for seg in new_segments):
                 self._carry_txn_entries(new_segments, old_segments)
             self._local.replace_segments(new_segments, old_segments)
 
@@ -734,6 +738,11 @@ class PartitionLog:
             except CorruptIndexError:
                 rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
                 entries += seg.txn_index.entries()
+        self._place_txn_entries(new_segments, old_segments, entries)
+
+    @staticmethod
+    def _place_txn_entries(new_segments: list[LogSegment], old_segments: list[LogSegment],
+                           entries: list[AbortedTxn]) -> None:
         ordered = sorted(new_segments, key=lambda seg: seg.base_offset)
         for i, seg in enumerate(ordered):
             end = ordered[i + 1].base_offset if i + 1 < len(ordered) else old_segments[-1].next_offset

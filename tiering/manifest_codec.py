@@ -25,6 +25,13 @@ Layout: canonical JSON (keys sorted, no spaces, ASCII), UTF-8 bytes:
             "delete_after_ms": int  DELETE_STARTED: objects are deleted from this time on; else -1
             "txn_index": [bytes, crc32c]   optional: the .txnindex object (aborted transactions
                                     whose ABORT marker lies in the segment); absent when there is none
+            "later_aborts": [[producer id, first offset, last offset, last stable offset], ...]
+                                    optional: the aborted transactions with data at or below
+                                    end_offset whose ABORT marker lies after it (first offset <=
+                                    end_offset < last offset; the four fields of a .txnindex entry),
+                                    in marker order; [] when there is none. Written by every upload
+                                    and compaction since it exists; absent in older entries, whose
+                                    readers walk the later segments' .txnindex objects instead.
             "record_count": int     optional: the records of the segment's data batches (control
                                     batches not counted), as the writer's CRC-checked scan found
                                     them; absent in entries written before it existed (readers
@@ -50,6 +57,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lakelog.index.transaction_index import AbortedTxn
 from lakelog.logstore.record_batch import crc32c
 from lakelog.tiering.errors import (
     ManifestFormatError,
@@ -77,6 +85,9 @@ def _segment_to_dict(s: RemoteSegment) -> dict:
             "updated_ms": s.updated_ms, "delete_after_ms": s.delete_after_ms}
     if s.record_count is not None:  # absent, not null, when unknown: older manifests' bytes stay as they were
         out["record_count"] = s.record_count
+    if s.later_aborts is not None:
+        out["later_aborts"] = [[a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset]
+                               for a in s.later_aborts]
     if s.txn_index_bytes:  # absent when the segment aborted no transaction: the common bytes stay as they were
         out["txn_index"] = [s.txn_index_bytes, s.txn_index_crc32c]
     return out
@@ -152,7 +163,17 @@ def _segment_from_dict(doc: Any, i: int, where: str) -> RemoteSegment:
         txn_index_bytes=txn_index[0], txn_index_crc32c=txn_index[1],
         created_ms=f.get("created_ms", int), updated_ms=f.get("updated_ms", int),
         delete_after_ms=f.get("delete_after_ms", int),
-        record_count=f.get("record_count", int) if "record_count" in doc else None)
+        record_count=f.get("record_count", int) if "record_count" in doc else None,
+        later_aborts=_later_aborts(f) if "later_aborts" in doc else None)
+
+
+def _later_aborts(f: "_Fields") -> tuple[AbortedTxn, ...]:
+    out = []
+    for e in f.get("later_aborts", list):
+        if not (isinstance(e, list) and len(e) == 4 and all(isinstance(v, int) and not isinstance(v, bool) for v in e)):
+            raise ManifestFormatError(f"{f.where} has a malformed later_aborts entry {e!r}")
+        out.append(AbortedTxn(*e))
+    return tuple(out)
 
 
 def decode(buf: bytes, *, key: str | None = None) -> PartitionManifest:

@@ -34,6 +34,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+from lakelog.index.transaction_index import AbortedTxn
 from lakelog.logstore.record_batch import NO_TIMESTAMP
 from lakelog.tiering.errors import InvalidStateTransitionError, ManifestInvariantError
 from lakelog.tiering.layout import is_segment_id, segment_stem
@@ -97,6 +98,11 @@ class RemoteSegment:
     updated_ms: int = 0
     delete_after_ms: int = -1
     record_count: int | None = None  # None: not recorded (older writers)
+    #: The aborted transactions with data at or below `end_offset` whose ABORT marker lies after
+    #: it (so not in this segment's `.txnindex`): first offset <= end offset < last offset. With
+    #: the `.txnindex` entries they are every aborted transaction overlapping the segment. None:
+    #: not recorded (entries written before it existed; readers walk later `.txnindex` objects).
+    later_aborts: tuple[AbortedTxn, ...] | None = None
 
     @property
     def stem(self) -> str:
@@ -230,6 +236,11 @@ def validate(m: PartitionManifest) -> None:
         if s.record_count is not None and not 0 <= s.record_count <= s.end_offset - s.base_offset + 1:
             _fail(f"segment {s.segment_id} of offsets [{s.base_offset}, {s.end_offset}] cannot hold "
                   f"{s.record_count} records")
+        for a in s.later_aborts or ():
+            if a.producer_id < 0 or not a.first_offset <= s.end_offset < a.last_offset \
+                    or not 0 <= a.last_stable_offset <= a.last_offset + 1:
+                _fail(f"segment {s.segment_id} of offsets [{s.base_offset}, {s.end_offset}] lists {a} "
+                      f"as aborted after it")
         if s.base_offset < prev_base:
             _fail(f"segment {s.segment_id} at {s.base_offset} is out of order")
         prev_base = s.base_offset

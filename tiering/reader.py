@@ -227,20 +227,35 @@ class RemoteLogReader:
         return self.index_cache.get_or_load((seg.segment_id, TXN_INDEX_SUFFIX), load)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
-        """The aborted transactions overlapping [fetch_offset, upper_bound_offset) from the
-        `.txnindex` objects of the remote segments from the one holding `fetch_offset` on (the
-        local log's own follow). `complete`: no later segment can add one."""
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset): the `.txnindex`
+        objects of the remote segments from the one holding `fetch_offset` to the one holding
+        `upper_bound_offset - 1`, and that last segment's `later_aborts` (the transactions whose
+        marker lies after it, tiered or not) — then the search is complete. A segment written
+        without `later_aborts` makes the walk go on through the later `.txnindex` objects until an
+        entry's LSO reaches the bound (Kafka's walk); `complete` False: it ran out of segments and
+        the local log's indexes must be searched too."""
         m = self.manifest()
         current = m.segment_for_offset(max(fetch_offset, m.log_start_offset))
-        found: list[AbortedTxn] = []
-        while current is not None and current.base_offset < upper_bound_offset:
-            for e in self._txn_index(current):
+        found: dict[tuple[int, int], AbortedTxn] = {}
+
+        def add(entries) -> None:
+            for e in entries:
                 if e.last_offset >= fetch_offset and e.first_offset < upper_bound_offset:
-                    found.append(e)
+                    found.setdefault((e.producer_id, e.first_offset), e)
+
+        def result(complete: bool) -> TxnIndexSearch:
+            return TxnIndexSearch(tuple(sorted(found.values(), key=lambda e: e.last_offset)), complete)
+
+        while current is not None:
+            for e in self._txn_index(current):
+                add((e,))
                 if e.last_stable_offset >= upper_bound_offset:
-                    return TxnIndexSearch(tuple(found), True)
+                    return result(True)
+            if current.end_offset + 1 >= upper_bound_offset and current.later_aborts is not None:
+                add(current.later_aborts)
+                return result(True)
             current = m.next_segment(current)
-        return TxnIndexSearch(tuple(found), current is not None)
+        return result(False)
 
     def _chunk_loader(self, seg: RemoteSegment, n: int):
         def load():

@@ -177,21 +177,39 @@ def txn_index_entries(store: ObjectStore, topic: str, partition: int, seg: Remot
 
 def has_txn_index(m: PartitionManifest, from_offset: int | None = None) -> bool:
     """Whether a COPY_FINISHED segment ending at or after `from_offset` has a `.txnindex` (an
-    aborted transaction whose marker it holds): only then can a read from there meet aborted data."""
-    return any(s.txn_index_bytes > 0 and (from_offset is None or s.end_offset >= from_offset)
+    aborted transaction whose marker it holds) or lists aborted transactions whose marker lies
+    after it (`later_aborts`, the marker maybe not tiered yet): only then can a read from there
+    meet aborted data."""
+    return any((s.txn_index_bytes > 0 or s.later_aborts) and (from_offset is None or s.end_offset >= from_offset)
                for s in m.copy_finished)
 
 
 def remote_aborted_transactions(store: ObjectStore, topic: str, partition: int, m: PartitionManifest,
                                 from_offset: int) -> list[AbortedTxn]:
-    """Every aborted transaction of the remote tier whose ABORT marker lies at or after
+    """Every aborted transaction the remote tier knows with an ABORT marker at or after
     `from_offset`: the `.txnindex` objects of the COPY_FINISHED segments from there on, each read
-    once (a reader keeps the ones overlapping each part it reads: `overlapping`)."""
-    out: list[AbortedTxn] = []
+    once, and their `later_aborts` (transactions whose marker is not in a tiered segment, or not
+    tiered yet); a reader keeps the ones overlapping each part it reads (`overlapping`)."""
+    out: dict[tuple[int, int], AbortedTxn] = {}
     for seg in m.copy_finished:
-        if seg.txn_index_bytes > 0 and seg.end_offset >= from_offset:
-            out.extend(e for e in txn_index_entries(store, topic, partition, seg) if e.last_offset >= from_offset)
-    return out
+        if seg.end_offset < from_offset:
+            continue
+        listed = txn_index_entries(store, topic, partition, seg) + list(seg.later_aborts or ())
+        for e in listed:
+            if e.last_offset >= from_offset:
+                out.setdefault((e.producer_id, e.first_offset), e)
+    return sorted(out.values(), key=lambda e: e.last_offset)
+
+
+def segments_aborted_transactions(store: ObjectStore, topic: str, partition: int,
+                                  segments: Sequence[RemoteSegment]) -> list[AbortedTxn]:
+    """The aborted transactions of `segments` (consecutive): their `.txnindex` entries and their
+    `later_aborts`, each once, in marker order."""
+    out: dict[tuple[int, int], AbortedTxn] = {}
+    for seg in segments:
+        for e in txn_index_entries(store, topic, partition, seg) + list(seg.later_aborts or ()):
+            out.setdefault((e.producer_id, e.first_offset), e)
+    return sorted(out.values(), key=lambda e: e.last_offset)
 
 
 def overlapping(aborted: Sequence[AbortedTxn], from_offset: int, to_offset: int) -> tuple[AbortedTxn, ...]:

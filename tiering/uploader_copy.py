@@ -19,7 +19,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Callable
 
-from lakelog.index.transaction_index import encode_entries
+from lakelog.index.transaction_index import AbortedTxn, encode_entries
 from lakelog.logstore.errors import LogClosedError, SegmentsChangedError
 from lakelog.logstore.file_records import SegmentReader
 from lakelog.logstore.record_batch import crc32c
@@ -61,6 +61,15 @@ class _Prepared:
     scan: SegmentScan
     epochs: bytes
     txn_index: bytes  # the slice's aborted transactions, Kafka's .txnindex bytes; b"" when none
+    later_aborts: tuple[AbortedTxn, ...]  # aborted transactions of the slice whose marker lies later
+
+
+def later_aborts(log, from_offset: int, end_offset: int) -> tuple[AbortedTxn, ...]:
+    """The aborted transactions with data in [from_offset, end_offset] whose ABORT marker lies
+    after `end_offset`, from the local `.txnindex` files of the later segments. Complete at
+    upload: tiering copies only below min(HW, LSO), so every transaction with data in the slice
+    is decided and its marker is in the local log (a later segment is never tiered first)."""
+    return tuple(e for e in log.aborted_transactions(from_offset, end_offset + 1) if e.last_offset > end_offset)
 
 
 def covered_until(m: PartitionManifest) -> int:
@@ -213,7 +222,8 @@ class SegmentCopier:
             # The segment is sealed: its .txnindex no longer changes (only a truncation below the HW could).
             aborted = [e for e in log.segment_aborted_transactions(seg.base_offset)
                        if from_offset <= e.last_offset <= end_offset]
-            return _Prepared(reader, scan, epochs_format.encode(scan.leader_epochs), encode_entries(aborted))
+            return _Prepared(reader, scan, epochs_format.encode(scan.leader_epochs), encode_entries(aborted),
+                             later_aborts(log, from_offset, end_offset))
         except BaseException:
             reader.close()
             raise
@@ -259,7 +269,7 @@ class SegmentCopier:
                 epochs_bytes=len(epochs_bytes), epochs_crc32c=crc32c(epochs_bytes),
                 txn_index_bytes=len(txn_bytes), txn_index_crc32c=crc32c(txn_bytes) if txn_bytes else 0,
                 created_ms=now, updated_ms=now,
-                record_count=scan.record_count)
+                record_count=scan.record_count, later_aborts=prepared.later_aborts)
             previous = carry[0] if carry else None
 
             def change(m: PartitionManifest) -> PartitionManifest | None:

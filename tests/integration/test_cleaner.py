@@ -452,7 +452,7 @@ def test_crash_before_the_final_rename_is_completed_on_open(make_log, clock, tmp
 def test_crash_before_the_swap_leaves_the_original_log(make_log, clock, tmp_path, monkeypatch):
     log, written = make_dirty_log(make_log)
 
-    def die(self, new, old):
+    def die(self, new, old, **kwargs):
         raise Crash()
 
     monkeypatch.setattr(PartitionLog, "replace_segments", die)
@@ -637,3 +637,50 @@ def test_log_cleaner_stop_interrupts_a_long_round(make_log, clock, monkeypatch):
     assert 0 < yielded[0] < total, (yielded[0], total)  # stopped inside the round, not after it
     assert leftovers(log.directory) == []
     assert os.path.exists(log.directory)
+
+
+def test_transaction_markers_go_once_no_data_is_left_and_delete_retention_passed(make_log, clock):
+    """Kafka's cleaner rules for markers: a round that still sees data of a transaction keeps its
+    marker (and an ABORT's `.txnindex` entry); the next finds it empty and stamps its delete
+    horizon (the ABORT's entry goes); a round at the horizon, triggered by it, drops it."""
+    from lakelog.index.transaction_index import AbortedTxn
+
+    log = make_log()
+
+    def txn(pid: int, key: bytes, value: bytes) -> None:
+        log.append_as_leader(build_batch([Record(0, T0, key, value)], producer_id=pid, producer_epoch=0,
+                                         base_sequence=0, is_transactional=True), 0)
+
+    produce(log, [(b"k", b"committed")], T0)        # 0
+    txn(1, b"k", b"aborted")                        # 1
+    log.append_control(1, 0, False, 0, 0)           # 2 ABORT
+    txn(2, b"j", b"in-txn")                         # 3
+    log.append_control(2, 0, True, 0, 0)            # 4 COMMIT
+    produce(log, [(b"j", b"later")], T0)            # 5 supersedes 3
+    for i in range(8):
+        produce(log, [(b"f%d" % i, b"x" * 40)], T0)  # 6..13
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    end = log.log_end_offset
+
+    def markers() -> list[tuple[int, int | None]]:
+        return [(b.base_offset, b.delete_horizon_ms) for b in log.batches() if b.is_control]
+
+    first = clean_log(log, T0, high_watermark=log.high_watermark, force=True)
+    assert first.cleaned and first.stats.dropped_aborted == 1 and first.stats.markers_dropped == 0
+    assert markers() == [(2, None), (4, None)]      # this round still saw data of both
+    assert log.aborted_transactions(0, end) == [AbortedTxn(1, 1, 2, 3)]
+    values = {r.offset: r.value for b in log.batches() for r in b.records() if not b.is_control}
+    assert 1 not in values and 3 not in values and values[0] == b"committed"
+
+    second = clean_log(log, T0 + 10, high_watermark=log.high_watermark, force=True)
+    assert second.cleaned and markers() == [(2, T0 + 1010), (4, T0 + 1010)]
+    assert log.aborted_transactions(0, end) == []   # no data left for the entry to hide
+    assert read_cleaner_checkpoint(log.directory).next_delete_horizon_ms == T0 + 1010
+
+    assert not clean_log(log, T0 + 1009, high_watermark=log.high_watermark).cleaned  # not yet
+    third = clean_log(log, T0 + 1010, high_watermark=log.high_watermark)
+    assert third.cleaned and third.trigger is CleaningTrigger.DELETE_HORIZON
+    assert markers() == [] and third.stats.markers_dropped == 2
+    assert {r.offset: r.value for b in log.batches() for r in b.records()} == values  # only markers went
+    assert log.last_stable_offset == log.high_watermark and log.log_end_offset == end

@@ -312,3 +312,61 @@ def test_the_split_round_stops_below_the_first_aborted_transaction(tmp_path):
     finally:
         tier.close()
         log.close()
+
+
+def test_remote_compaction_drops_markers_once_empty_and_past_delete_retention(tmp_path):
+    """The one-task round follows the local cleaner's marker rules (compaction/txn_markers.py):
+    markers stay while a round sees data of their transaction; the next round stamps their
+    delete horizon and drops the ABORT's `.txnindex` entry; a round at the horizon (triggered by
+    the job state's earliest horizon) removes them."""
+    import time
+
+    from lakelog.tiering.remote_scan import iter_segment_batches
+
+    now = int(time.time() * 1000)
+    log = PartitionLog(tmp_path / "log" / f"{TOPIC}-0", LogConfig({"segment.bytes": 600, "retention.ms": -1,
+                                                                     "cleanup.policy": "compact"}))
+    for i in range(10):
+        log.append_as_leader(build_batch([Record(0, now, b"k%d" % (i % 3), b"v%d" % i)]), 1)   # 0..9
+    log.append_as_leader(build_batch([Record(0, now, b"k0", b"aborted")], producer_id=5, producer_epoch=0,
+                                     base_sequence=0, is_transactional=True), 1)                 # 10
+    log.append_control(5, 0, False, 0, 1)                                                        # 11 ABORT
+    log.append_as_leader(build_batch([Record(0, now, b"k1", b"in-txn")], producer_id=6, producer_epoch=0,
+                                     base_sequence=0, is_transactional=True), 1)                 # 12
+    log.append_control(6, 0, True, 0, 1)                                                         # 13 COMMIT
+    for i in range(10):
+        log.append_as_leader(build_batch([Record(0, now, b"k%d" % (i % 3), b"w%d" % i)]), 1)   # 14..23
+    log.roll()
+    store = FileSystemStore(tmp_path / "remote")
+    tier = RemoteTier(store, TieringConfig({"remote.log.copy.max.segments.per.round": 100_000,
+                                            "remote.segment.delete.delay.ms": 0}))
+    cfg = config(**{"segment.bytes": 100_000, "delete.retention.ms": 1000})
+
+    def markers() -> list[tuple[int, int | None]]:
+        m = load_manifest(store, TOPIC, 0)
+        return [(b.base_offset, b.delete_horizon_ms) for s in m.copy_finished
+                for _, b in iter_segment_batches(store, TOPIC, 0, s) if b.is_control]
+
+    def txn_index_bytes() -> int:
+        return sum(s.txn_index_bytes for s in load_manifest(store, TOPIC, 0).copy_finished)
+
+    try:
+        tier.partition(TOPIC, 0).copy_segments(log, 1, log.log_end_offset)
+        first = compact_partition(store, TOPIC, 0, cfg, owner="t", now_ms=now, force=True)
+        assert first.action == "compacted", first
+        assert markers() == [(11, None), (13, None)] and txn_index_bytes() == 34
+        kept = {r[0]: r[3] for r in remote_records(store)}
+        assert 10 not in kept and 12 not in kept  # aborted; superseded by k1 = w9 at 23
+
+        second = compact_partition(store, TOPIC, 0, cfg, owner="t", now_ms=now + 10, force=True)
+        assert second.action == "compacted", second
+        assert markers() == [(11, now + 1010), (13, now + 1010)] and txn_index_bytes() == 0
+
+        early = compact_partition(store, TOPIC, 0, cfg, owner="t", now_ms=now + 1009)
+        assert early.action != "compacted" and len(markers()) == 2
+        third = compact_partition(store, TOPIC, 0, cfg, owner="t", now_ms=now + 1010)
+        assert third.action == "compacted", third
+        assert markers() == [] and {r[0]: r[3] for r in remote_records(store)} == kept
+    finally:
+        tier.close()
+        log.close()

@@ -373,3 +373,22 @@ def test_a_record_count_the_offsets_cannot_hold_is_refused(count):
         manifest_codec.decode(_tamper(data, lambda d: (d["manifest"]["segments"][0].update(record_count=count), _recrc(d))))
     with pytest.raises(ManifestFormatError, match="record_count"):
         manifest_codec.decode(_tamper(data, lambda d: (d["manifest"]["segments"][0].update(record_count="7"), _recrc(d))))
+
+
+def test_later_aborts_round_trip_and_malformed_or_misplaced_ones_are_refused():
+    from lakelog.index.transaction_index import AbortedTxn
+
+    listed = (AbortedTxn(7, 3, 12, 13),)
+    m = manifest(seg(0, 9, later_aborts=listed), seg(10, 19, later_aborts=()))
+    data = manifest_codec.encode(m)
+    assert manifest_codec.decode(data) == m
+    assert json.loads(data)["manifest"]["segments"][0]["later_aborts"] == [[7, 3, 12, 13]]
+    assert "later_aborts" not in json.loads(manifest_codec.encode(manifest(seg(0, 9))))["manifest"]["segments"][0]
+    for bad in ([[7, 3, 12]], [[7, 3, 12, True]], [7]):
+        doc = _tamper(data, lambda d: (d["manifest"]["segments"][0].update(later_aborts=bad), _recrc(d)))
+        with pytest.raises(ManifestFormatError, match="later_aborts"):
+            manifest_codec.decode(doc)
+    # A marker inside the segment belongs in its .txnindex; data after it cannot be listed.
+    for misplaced in (AbortedTxn(7, 3, 9, 10), AbortedTxn(7, 10, 12, 13), AbortedTxn(-1, 3, 12, 13)):
+        with pytest.raises(ManifestInvariantError, match="aborted after it"):
+            manifest_model.validate(manifest(seg(0, 9, later_aborts=(misplaced,))))

@@ -622,3 +622,75 @@ def test_txnindex_is_uploaded_with_its_segment_and_read_back(tmp_path, store, ti
     finally:
         fresh.close()
     log.close()
+
+
+def test_a_tiered_segment_lists_aborted_transactions_whose_marker_is_not_tiered(tmp_path, store, tier):
+    """Producer 9's transaction has data in segment 0; its ABORT marker lands in a later segment
+    that stays local (the active one). The upload of segment 0 records it in `later_aborts`, so
+    a remote read of segment 0 alone knows it is aborted (complete: no local search needed)."""
+    from lakelog.index.transaction_index import AbortedTxn
+    from lakelog.logstore.record_batch import Record, build_batch
+
+    log = make_log(tmp_path)
+    now = int(time.time() * 1000)
+    txn = build_batch([Record(0, now, b"k", b"v" * 100)], producer_id=9, producer_epoch=0, base_sequence=0,
+                      is_transactional=True)
+    log.append_as_leader(txn, 1)                    # 0: opens producer 9's transaction
+    log.roll()
+    fill_log(log, 3, leader_epoch=1)                # 1..9, another segment
+    log.roll()
+    marker = log.append_control(9, 0, False, 0, 1)  # 10: ABORT, in the active segment
+    hw = log.log_end_offset
+    log.update_high_watermark(hw)
+    rp = tier.partition(TOPIC, 0)
+    rp.copy_segments(log, 1, hw)
+    m = rp.meta.load()
+    assert [(s.base_offset, s.end_offset) for s in m.copy_finished] == [(0, 0), (1, 9)]
+    aborted = AbortedTxn(9, 0, marker, hw)
+    assert m.copy_finished[0].later_aborts == (aborted,) and m.copy_finished[0].txn_index_bytes == 0
+    assert m.copy_finished[1].later_aborts == (aborted,)  # its data lies below: overlapping by offsets
+    search = rp.aborted_transactions(0, 1)
+    assert search.aborted == (aborted,) and search.complete
+    assert rp.aborted_transactions(1, 10) == type(search)((aborted,), True)
+    # Spark's planning sees it too (the manifest lists it; no .txnindex object exists)
+    from lakelog.tiering.remote_scan import has_txn_index, remote_aborted_transactions
+    assert has_txn_index(m, 0) and remote_aborted_transactions(store, TOPIC, 0, m, 0) == [aborted]
+    log.close()
+
+
+def test_manifests_without_later_aborts_fall_back_to_later_txnindex_objects(tmp_path, store, tier):
+    """An entry written before `later_aborts` existed (None) makes the reader walk the later
+    segments' `.txnindex` objects, and answer incomplete when it runs out of them."""
+    import dataclasses
+
+    from lakelog.index.transaction_index import AbortedTxn
+    from lakelog.logstore.record_batch import Record, build_batch
+    from lakelog.tiering import manifest_codec
+
+    log = make_log(tmp_path)
+    now = int(time.time() * 1000)
+    log.append_as_leader(build_batch([Record(0, now, b"k", b"v")], producer_id=9, producer_epoch=0,
+                                     base_sequence=0, is_transactional=True), 1)
+    log.roll()
+    fill_log(log, 3, leader_epoch=1)
+    marker = log.append_control(9, 0, False, 0, 1)  # 10: ABORT, in segment 1
+    log.roll()
+    fill_log(log, 1, leader_epoch=1)
+    hw = log.log_end_offset
+    log.update_high_watermark(hw)
+    rp = tier.partition(TOPIC, 0)
+    rp.copy_segments(log, 1, hw)
+    aborted = AbortedTxn(9, 0, marker, marker + 1)
+    old = rp.meta.load()
+    legacy = dataclasses.replace(old, segments=tuple(dataclasses.replace(s, later_aborts=None) for s in old.segments))
+    assert manifest_codec.decode(manifest_codec.encode(legacy)) == legacy
+    assert b"later_aborts" not in manifest_codec.encode(legacy)
+    assert manifest_codec.decode(manifest_codec.encode(old)) == old
+    store.put(f"{TOPIC}-0/manifest.json", manifest_codec.encode(legacy))
+    fresh = make_tier(store, **{"remote.log.metadata.max.age.ms": 0})
+    try:
+        search = fresh.partition(TOPIC, 0).aborted_transactions(0, 1)
+        assert search == type(search)((aborted,), True)  # found in segment 1's .txnindex, its LSO ends it
+    finally:
+        fresh.close()
+    log.close()

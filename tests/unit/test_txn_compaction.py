@@ -62,3 +62,74 @@ def test_cleaner_drops_aborted_data_keeps_markers_and_stops_at_the_lso(tmp_path)
     assert visible(log) == before
     assert [(a.producer_id, a.first_offset) for a in log.aborted_transactions(0, 19)] == [(1, 1)]
     log.close()
+
+
+def test_a_marker_goes_only_once_empty_and_past_its_delete_horizon():
+    from lakelog.compaction.txn_markers import MarkerVerdict, decide_marker
+
+    assert decide_marker(data_below=True, delete_horizon_ms=None, now_ms=5) is MarkerVerdict.KEEP
+    assert decide_marker(data_below=True, delete_horizon_ms=1, now_ms=5) is MarkerVerdict.KEEP
+    assert decide_marker(data_below=False, delete_horizon_ms=None, now_ms=5) is MarkerVerdict.KEEP_UNTIL_HORIZON
+    assert decide_marker(data_below=False, delete_horizon_ms=6, now_ms=5) is MarkerVerdict.KEEP_UNTIL_HORIZON
+    assert decide_marker(data_below=False, delete_horizon_ms=5, now_ms=5) is MarkerVerdict.DROP
+
+
+def _batches(specs) -> list:
+    """RecordBatches from (offset, kind, producer id) with kind "data", "txn", "commit" or "abort"."""
+    from lakelog.logstore.control_record import build_control_batch
+    from lakelog.logstore.record_batch import RecordBatch
+
+    out = []
+    for offset, kind, pid in specs:
+        if kind in ("commit", "abort"):
+            data = build_control_batch(producer_id=pid, producer_epoch=0, commit=kind == "commit",
+                                       coordinator_epoch=0, timestamp=NOW_MS, base_offset=offset)
+        else:
+            data = build_batch([Record(offset, NOW_MS, b"k%d" % offset, b"v")], base_offset=offset,
+                               producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                               base_sequence=offset if pid >= 0 else -1, is_transactional=kind == "txn")
+        out.append(RecordBatch(data))
+    return out
+
+
+def _round(batches, groups, aborted, now_ms, map_end=100):
+    """One round over `batches` split into `groups` (sizes), sharing one TransactionCleaning."""
+    from lakelog.compaction.compactor import CleaningParams, OffsetMap, compact_batches
+    from lakelog.compaction.txn_markers import TransactionCleaning
+    from lakelog.logstore.record_batch import RecordBatch
+
+    txns = TransactionCleaning(aborted)
+    params = CleaningParams(now_ms, delete_retention_ms=1000)
+    out, i = [], 0
+    for size in groups:
+        for outcome in compact_batches(batches[i:i + size], OffsetMap(), map_end, params, txns=txns):
+            if outcome.data is not None:
+                out.append(RecordBatch(outcome.data))
+        i += size
+    return out, txns.kept_entries
+
+
+def test_markers_across_groups_and_rounds_follow_kafkas_cleaner_rules():
+    from lakelog.index.transaction_index import AbortedTxn
+
+    aborted = [AbortedTxn(1, 0, 3, 4)]
+    batches = _batches([(0, "txn", 1), (1, "txn", 2), (2, "data", -1), (3, "abort", 1), (4, "commit", 2)])
+    # Round 1: producer 1's aborted data goes; both markers stay (this round saw data of theirs),
+    # even with the data in one group and the marker in the next; the ABORT keeps its entry.
+    once, kept = _round(batches, [2, 3], aborted, NOW_MS)
+    assert [b.base_offset for b in once] == [1, 2, 3, 4] and kept == aborted
+    assert all(b.delete_horizon_ms is None for b in once)
+    # Round 2: producer 1's marker is empty: stamped now + delete.retention.ms, its entry gone;
+    # producer 2's commit still covers data.
+    twice, kept = _round(once, [4], aborted, NOW_MS + 10)
+    assert [(b.base_offset, b.delete_horizon_ms) for b in twice] == \
+        [(1, None), (2, None), (3, NOW_MS + 1010), (4, None)]
+    assert kept == [] and twice[2].is_control and twice[2].records()[0].key == once[2].records()[0].key
+    # Before the horizon it stays as it is; at the horizon it goes.
+    assert _round(twice, [4], aborted, NOW_MS + 1009)[0][2].buffer == twice[2].buffer
+    gone, _ = _round(twice, [4], aborted, NOW_MS + 1010)
+    assert [b.base_offset for b in gone] == [1, 2, 4]
+    # Without a round's bookkeeping (a caller seeing part of the round) markers are copied.
+    from lakelog.compaction.compactor import CleaningParams, OffsetMap, compact_batches
+    copied = [o.data for o in compact_batches(twice, OffsetMap(), 100, CleaningParams(NOW_MS + 5000, 1000))]
+    assert copied[2] == bytes(twice[2].buffer)

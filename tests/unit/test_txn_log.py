@@ -80,6 +80,22 @@ def test_commit_and_abort_close_transactions_and_move_the_lso(tmp_path):
     log.close()
 
 
+def test_aborted_transactions_walk_past_the_bound_to_a_marker_in_a_later_segment(tmp_path):
+    """A fetch of a transaction's data alone (bound below the next segment) still learns it was
+    aborted: its marker, and so its entry, lies in a later segment (Kafka walks on until an
+    entry's LSO reaches the bound)."""
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(1, 0), 0)              # 0-1, producer 1 opens at 0
+    log.roll()
+    log.append_as_leader(plain(3), 0)                     # 2-4
+    log.roll()
+    assert log.append_control(1, 0, False, 0, 0) == 5     # abort, two segments later
+    log.update_high_watermark(log.log_end_offset)
+    assert log.aborted_transactions(0, 2) == [AbortedTxn(1, 0, 5, 6)]
+    assert log.aborted_transactions(2, 5) == [AbortedTxn(1, 0, 5, 6)]  # marker inside the range's reach
+    log.close()
+
+
 def test_txnindex_file_is_kafkas_34_byte_entries(tmp_path):
     log = open_log(tmp_path)
     log.append_as_leader(txn_batch(1, 0), 0)  # 0-1
