@@ -60,11 +60,10 @@ from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
 from lakelog.logstore.fileutil import SyncBatch, atomic_write
 from lakelog.logstore.log import PartitionLog
 from lakelog.logstore.log_dir_health import LogDirHealth
+from lakelog.logstore.open_files import FILES_PER_SEGMENT
 
 log = logging.getLogger("lakelog.node")
 
-#: Open files a partition's log holds (the active segment's .log, .index, .timeindex).
-FILES_PER_PARTITION = 3
 #: Kafka's per-partition file naming the topic id the directory belongs to.
 PARTITION_METADATA_FILE = "partition.metadata"
 #: Most partitions one replica fetch or OffsetsForLeaderEpoch request may name.
@@ -425,7 +424,7 @@ class ReplicaManager:
             in_use = len(os.listdir("/proc/self/fd"))
         except OSError:
             in_use = 0
-        needed = new_partitions * FILES_PER_PARTITION
+        needed = new_partitions * FILES_PER_SEGMENT  # a new log holds one segment
         if in_use + needed > soft * 3 // 4:
             raise InvalidRequestError(f"{new_partitions} more partition(s) need about {needed} open files; this node "
                                       f"uses {in_use} of its limit of {soft}: raise the limit (ulimit -n) or use "
