@@ -19,9 +19,9 @@ without fsync and made durable together, once per batch: the logs opened on the 
 writes of a reconcile pass (`reconcile_now`: logs it opens itself, the leader epochs new leaders
 stamp) by one sync before the pass returns to the event loop. So a partition is never served,
 and no fetch offset of it reported, before its directory is on disk; a crash before the sync
-leaves a new directory that was never served, which the next open handles: an empty or missing
-`partition.metadata` names no topic id, so the directory is deleted and created afresh, and an
-empty `leader-epoch-checkpoint` reads as no entries (leader_epoch.py).
+leaves a new directory that was never served, which the next open handles: a missing
+`partition.metadata` is written then, an empty one names no topic id, so the directory is deleted
+and created afresh, and an empty `leader-epoch-checkpoint` reads as no entries (leader_epoch.py).
 
 Concurrency: replicas are added and removed on the node's event loop under `_lock` (the flush and
 remote-log-manager threads list them); a `Partition` has its own concurrency contract.
