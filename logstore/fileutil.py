@@ -31,9 +31,10 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
-#: Fewer recorded paths than this are fsynced one by one: `syncfs` flushes every dirty page of the
-#: file system, which is more than a couple of small files are worth.
-SYNCFS_MIN_PATHS = 8
+#: Fewer recorded paths than this are fsynced one by one: `syncfs` writes out every dirty page of
+#: the file system (on a node under heavy produce, seconds of writeback), which a few new partitions
+#: are not worth; 32 paths of ~13 ms fsyncs are about the cost of one such writeback.
+SYNCFS_MIN_PATHS = 32
 
 _DEFERRING: contextvars.ContextVar["SyncBatch | None"] = contextvars.ContextVar("lakelog_sync_batch", default=None)
 _libc: ctypes.CDLL | None = None
