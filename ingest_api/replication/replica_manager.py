@@ -59,7 +59,7 @@ from lakelog.ingest_api.replication.flush_scheduler import FlushScheduler
 from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
 from lakelog.logstore.fileutil import SyncBatch, atomic_write
 from lakelog.logstore.log import PartitionLog
-from lakelog.logstore.log_dir_health import LogDirHealth
+from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
 from lakelog.logstore.open_files import FILES_PER_SEGMENT
 
 log = logging.getLogger("lakelog.node")
@@ -195,7 +195,17 @@ class ReplicaManager:
             try:
                 return self._reconcile_pass(budget_s)
             finally:
-                self.new_files.sync()
+                self._sync_new_files()
+
+    def _sync_new_files(self) -> None:
+        """Make the new partition files durable (module doc). A disk error takes the log directory
+        offline, as a failed flush does: what the failed sync held is not known to be on disk."""
+        try:
+            self.new_files.sync()
+        except OSError as e:
+            if is_disk_failure(e):
+                raise self.log_dir.failed("new partition files", "sync", e) from e
+            raise
 
     def _reconcile_pass(self, budget_s: float | None) -> bool:
         """`reconcile_now`'s work.
@@ -273,8 +283,8 @@ class ReplicaManager:
                     self._load_failed.add(key)
             try:
                 # One sync for the whole batch, before any of its partitions is served (module doc).
-                await loop.run_in_executor(self._open_pool, self.new_files.sync)
-            except OSError:
+                await loop.run_in_executor(self._open_pool, self._sync_new_files)
+            except Exception:
                 log.exception("syncing %d new partition logs failed", len(opened))
                 for key, _, plog in opened:
                     plog.close()

@@ -170,3 +170,26 @@ def test_a_creation_cut_by_a_crash_before_its_sync_is_created_afresh(tmp_path):
     assert (leftover / "partition.metadata").read_text() == "version: 0\ntopic_id: id-t\n"
     assert rm.local_partition(PartitionKey("t", 0)).log.epochs.entries == [(0, 0)]
     assert rm.close_logs() == 0
+
+
+def test_a_failed_sync_of_new_partitions_takes_the_log_directory_offline(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    from lakelog.logstore import fileutil
+    from lakelog.logstore.errors import KafkaStorageError
+    from lakelog.logstore.log_dir_health import LogDirState
+
+    def failing(path):
+        raise OSError(errno.EIO, "I/O error")
+
+    image = ClusterImage()
+    applied(image, register(1, 11))
+    applied(image, create("t", "id-t", *[part([1]) for _ in range(20)]))
+    rm = _manager(tmp_path, image)
+    monkeypatch.setattr(fileutil, "syncfs", failing)
+    with pytest.raises(KafkaStorageError, match="sync of new partition files failed"):
+        rm.reconcile_now()
+    assert rm.log_dir.state == LogDirState.OFFLINE
+    rm.close_logs()
