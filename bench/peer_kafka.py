@@ -108,7 +108,8 @@ def java(main: str, *args: str, heap: str = "512m") -> list[str]:
 class KafkaCluster:
     """`size` KRaft nodes, each broker and controller in one JVM (a quorum of `size` voters)."""
 
-    def __init__(self, workdir: Path, size: int = 1) -> None:
+    def __init__(self, workdir: Path, size: int = 1, extra_properties: dict[str, str] | None = None) -> None:
+        """`extra_properties`: server.properties lines added to every node's (bench/scale_kafka.py)."""
         self.dir = workdir / "kafka"
         self.dir.mkdir()
         self.size = size
@@ -130,7 +131,8 @@ class KafkaCluster:
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
                 f"log.dirs={d / 'data'}", "num.partitions=1", f"offsets.topic.replication.factor={size}",
                 f"transaction.state.log.replication.factor={size}", "transaction.state.log.min.isr=1",
-                "group.initial.rebalance.delay.ms=0", "auto.create.topics.enable=false"]) + "\n")
+                "group.initial.rebalance.delay.ms=0", "auto.create.topics.enable=false",
+                *(f"{k}={v}" for k, v in (extra_properties or {}).items())]) + "\n")
             subprocess.run(java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
                            check=True, capture_output=True)
             log = open(d / "broker.log", "wb")

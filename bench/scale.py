@@ -4,11 +4,20 @@
     python bench/scale.py --replicas 300,1000    # several sizes, one fresh cluster each
     python bench/scale.py --only idle --profile  # idle CPU, and a cProfile of one idle node
     python bench/scale.py --no-write             # print only, leave docs/benchmarks.md alone
+    python bench/scale.py --replicas 30,300,3000 --only idle,produce,failover --peer kafka
+                                                 # issue 27's table: Lakelog, then Apache Kafka 4.1, per size
 
 Every server is a real `lakelog node` process on loopback (`bench/cluster.py`'s `Cluster`, default
 broker settings apart from `log.cleaner.enable=false`), started and stopped by this script. Topics
-have 100 partitions, replication factor 3, `min.insync.replicas=2`, so with 3 nodes every node
-holds every partition: N replicas per node is N partitions.
+have 100 partitions (the last one fewer: 30 replicas is one topic of 30), replication factor 3,
+`min.insync.replicas=2`, so with 3 nodes every node holds every partition: N replicas per node is N
+partitions. With `--peer kafka`, after each size's Lakelog cluster has stopped, three Apache Kafka
+4.1 brokers (KRaft) hold the same topics and are measured the same way (idle, produce, failover;
+bench/scale_kafka.py states their settings, equal to Lakelog's defaults that matter here).
+
+Open files: every segment holds 4 files open (logstore/open_files.py), so 3,000 replicas per node
+need about 13,000 descriptors per node. The bench lifts its soft RLIMIT_NOFILE to the hard limit
+(the nodes and brokers inherit it) and refuses to start a size the hard limit cannot hold.
 
 What is measured, per size:
 
@@ -53,6 +62,8 @@ import httpx  # noqa: E402
 
 from bench.cluster import Cluster, NodeProc, kill_all_started  # noqa: E402
 from bench.harness import command_line, git_revision, load_average, markdown_table, rewrite_section  # noqa: E402
+from bench.scale_kafka import KafkaScale  # noqa: E402
+from lakelog.logstore.open_files import files_needed, lift_soft_limit  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
 SECTION = "scale"
@@ -69,6 +80,12 @@ FAILOVER_GIVE_UP_S = 300.0
 #: Lines of a restarted node's log that mark its way back to serving (`restart`).
 PHASE_MARKS = (b"startup phase", b"truncation of", b"started: cluster", b"registered with broker epoch",
                b"metadata", b"snapshot")
+
+
+def topic_layout(replicas: int) -> list[int]:
+    """Partitions of each topic: full topics of PARTITIONS_PER_TOPIC, then the remainder."""
+    full, rest = divmod(replicas, PARTITIONS_PER_TOPIC)
+    return [PARTITIONS_PER_TOPIC] * full + ([rest] if rest else [])
 
 
 def rss_mib(n: NodeProc) -> float:
@@ -113,13 +130,13 @@ def wait_settled(cluster: Cluster, topics: list[str], timeout_s: float) -> float
         client.close()
 
 
-def create_topics(cluster: Cluster, count: int, settle_s: float) -> tuple[list[str], float | None]:
-    topics = [f"scale-{i:03d}" for i in range(count)]
+def create_topics(cluster: Cluster, layout: list[int], settle_s: float) -> tuple[list[str], float | None]:
+    topics = [f"scale-{i:03d}" for i in range(len(layout))]
     t0 = time.monotonic()
     with httpx.Client(timeout=300) as c:
         cid = cluster.cluster_id()
-        for t in topics:
-            body = {"topic_name": t, "partitions_count": PARTITIONS_PER_TOPIC, "replication_factor": REPLICATION_FACTOR,
+        for t, partitions in zip(topics, layout):
+            body = {"topic_name": t, "partitions_count": partitions, "replication_factor": REPLICATION_FACTOR,
                     "configs": [{"name": "min.insync.replicas", "value": "2"}]}
             for attempt in range(60):  # a node busy opening the last topic's logs may answer 503 a while
                 r = c.post(cluster.live()[attempt % 3].url + f"/v3/clusters/{cid}/topics", json=body)
@@ -197,13 +214,13 @@ def produce_each(cluster: Cluster, topics: list[str]) -> tuple[list[float], int]
     return out, failed
 
 
-def failover(cluster: Cluster, topics: list[str]) -> tuple[float, dict[int, int]]:
+def failover(cluster: Cluster, topics: list[str], layout: list[int]) -> tuple[float, dict[int, int]]:
     """SIGKILL one node that is not the active controller; seconds until every partition took an
     acks=all produce through a live node, and the refusals meanwhile by status."""
     controller = cluster.controller_id()
     victim = next(n for n in reversed(cluster.nodes) if n.node_id != controller)
     live = [n for n in cluster.nodes if n is not victim]
-    pending = {(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)}
+    pending = {(t, p) for t, n in zip(topics, layout) for p in range(n)}
     refused: dict[int, int] = {}
     victim.kill()
     t0 = time.monotonic()
@@ -267,12 +284,12 @@ def restart(cluster: Cluster, topics: list[str], timeout_s: float) -> dict:
 
 
 def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
-    topics_count = max(1, replicas // PARTITIONS_PER_TOPIC)
+    layout = topic_layout(replicas)
     cluster = Cluster(root / f"r{replicas}", f"s{replicas}", 3, TOLERANT if args.tolerant else {}, profile=args.profile)
     cluster.start(timeout_s=120)
-    result: dict = {"replicas": topics_count * PARTITIONS_PER_TOPIC}
+    result: dict = {"side": "Lakelog", "replicas": sum(layout)}
     try:
-        topics, created_s = create_topics(cluster, topics_count, args.settle_s)
+        topics, created_s = create_topics(cluster, layout, args.settle_s)
         result["create_s"] = created_s
         if created_s is None:
             print(f"{replicas}: the cluster did not settle within {args.settle_s:.0f} s", flush=True)
@@ -300,12 +317,55 @@ def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
                   f"every ISR {r['in_sync_s'] if r['in_sync_s'] is None else round(r['in_sync_s'], 1)} s", flush=True)
             print("\n".join(r["phases"]), flush=True)
         if "failover" in args.only:
-            result["failover"] = failover(cluster, topics)
+            result["failover"] = failover(cluster, topics, layout)
             print(f"{replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL; "
                   f"refused {result['failover'][1]}", flush=True)
     finally:
         cluster.stop()
     return result
+
+
+def run_kafka_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
+    """The same size on three Apache Kafka brokers (bench/scale_kafka.py): idle, produce, failover."""
+    layout = topic_layout(replicas)
+    kafka = KafkaScale(root / f"kafka-r{replicas}", TOLERANT if args.tolerant else {})
+    result: dict = {"side": "Kafka 4.1", "replicas": sum(layout), "settings": kafka.settings}
+    try:
+        topics, created_s = kafka.create_topics(layout, args.settle_s)
+        result["create_s"] = created_s
+        time.sleep(SETTLE_S)
+        if "idle" in args.only:
+            result["load_before"] = load_average()
+            result["idle"] = kafka.idle(args.idle_s)
+            result["load_after"] = load_average()
+            print(f"Kafka {replicas} replicas/broker idle: " + ", ".join(
+                f"broker {k}: {c:.2f} CPU s/min, {m:.0f} MiB" for k, (c, m) in result["idle"].items()), flush=True)
+        if "produce" in args.only:
+            lat, failed = kafka.produce_each(topics)
+            lat.sort()
+            if lat:
+                result["produce"] = (statistics.median(lat), lat[max(0, int(len(lat) * 0.99) - 1)], lat[-1], failed)
+                print(f"Kafka {replicas}: produce p50 {result['produce'][0]:.1f} ms p99 {result['produce'][1]:.1f} ms, "
+                      f"{failed} failed", flush=True)
+        if "failover" in args.only:
+            result["failover"] = kafka.failover(topics)
+            print(f"Kafka {replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL; "
+                  f"delivery errors {result['failover'][1]}", flush=True)
+    finally:
+        kafka.stop()
+    return result
+
+
+def check_open_files(sizes: list[int]) -> None:
+    """Lift this process's soft open-file limit (the nodes and brokers inherit it); refuse sizes the
+    hard limit cannot hold (4 files per segment, one segment per replica, plus the reserve)."""
+    limit = lift_soft_limit()
+    needed = files_needed(max(sizes))
+    print(f"open-file limit: soft {limit.soft} (was {limit.soft_before}), hard {limit.hard}; "
+          f"{max(sizes)} replicas per node need about {needed}", flush=True)
+    if limit.soft is not None and limit.soft < needed:
+        raise SystemExit(f"the open-file limit {limit.soft} is below the {needed} files {max(sizes)} replicas per node "
+                         f"need: raise the hard limit (ulimit -Hn) first")
 
 
 def report(results: list[dict], args: argparse.Namespace) -> str:
@@ -323,16 +383,24 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         rs = r.get("restart")
         rst = "—" if rs is None else (f"stop {rs['stop_s']:.1f} s; serving {rs['ready_s']:.1f} s; all ISRs "
                                       + ("not within the limit" if rs["in_sync_s"] is None else f"{rs['in_sync_s']:.1f} s"))
-        rows.append([f"{r['replicas']:,}", created, *idle_cells, prod, fo, rst])
+        rows.append([r["side"], f"{r['replicas']:,}", created, *idle_cells, prod, fo, rst])
     lines = ["## Scale: many partitions per node on 3 nodes", "",
              f"`{command_line()}` at {git_revision(ROOT)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
              f"load average before / after the idle windows: "
              + "; ".join(f"{r.get('load_before', '?')} / {r.get('load_after', '?')}" for r in results)
              + ". The machine (2 cores) was shared with other engineers' work: CPU seconds are the nodes' own.",
              "",
-             markdown_table(["replicas per node", "create + settle", f"idle CPU s/min, nodes 1/2/3 ({args.idle_s:.0f} s)",
+             markdown_table(["side", "replicas per node", "create + settle", f"idle CPU s/min, nodes 1/2/3 ({args.idle_s:.0f} s)",
                              "busiest node, % of a core", "RSS MiB", "acks=all produce to each partition, p50 / p99 / max ms",
                              "SIGKILL one node -> all writable", "clean restart of one node"], rows)]
+    peers = [r for r in results if "settings" in r]
+    if peers:
+        lines += ["", "Kafka 4.1 brokers (3, KRaft, broker and controller in one JVM each, 1 GiB heap), "
+                  "topics as on Lakelog (RF 3, `min.insync.replicas=2`); broker settings: "
+                  + ", ".join(f"`{k}={v}`" for k, v in peers[0]["settings"].items())
+                  + "; produce and failover with confluent-kafka (acks=all, linger.ms=0; failover: one record "
+                    "queued to every partition right after the SIGKILL of a broker that is not the quorum leader, "
+                    "the client following the leader moves itself; the column shows its final delivery errors)."]
     for r in results:
         if "profile" in r:
             lines += ["", f"Profile of node 3, idle, {r['replicas']:,} replicas:", "", *r["profile"]]
@@ -341,7 +409,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/scale.py")
-    parser.add_argument("--replicas", default="1000", help="replicas per node, comma-separated (multiples of 100)")
+    parser.add_argument("--replicas", default="1000", help="replicas per node, comma-separated (e.g. 30,300,3000)")
+    parser.add_argument("--peer", choices=["kafka"], help="also measure Apache Kafka 4.1 at each size (after Lakelog)")
     parser.add_argument("--idle-s", type=float, default=60.0)
     parser.add_argument("--only", default="idle,produce,failover,restart",
                         help="comma-separated subset of idle, produce, failover, restart (restart runs before failover)")
@@ -354,8 +423,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.only = set(args.only.split(","))
     atexit.register(kill_all_started)
+    sizes = [int(n) for n in args.replicas.split(",")]
+    check_open_files(sizes)
     root = Path(tempfile.mkdtemp(prefix="lakelog-scale-", dir=args.dir))
-    results = [run_size(root, int(n), args) for n in args.replicas.split(",")]
+    results = []
+    for n in sizes:
+        results.append(run_size(root, n, args))
+        if args.peer == "kafka":
+            results.append(run_kafka_size(root, n, args))
     shutil.rmtree(root, ignore_errors=True)  # kept after a failure: the node logs say why
     text = report(results, args)
     print(text)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import resource
 import signal
 import sys
 
 import uvicorn
 
+from lakelog.infra.config import ConfigError
 from lakelog.infra.logs import JsonLogFormatter, RepeatFilter
 from lakelog.ingest_api.http.app import create_app
 from lakelog.ingest_api.http.body_buffering import whole_body_protocol
@@ -22,6 +22,14 @@ from lakelog.ingest_api.node import Node
 from lakelog.ingest_api.security import tls as tls_settings
 from lakelog.ingest_api.security.cluster_secret import resolve_cluster_secret
 from lakelog.ingest_api.http.connections import guarded_http_protocol
+from lakelog.logstore.open_files import (
+    FILES_PER_SEGMENT,
+    RESERVED_FILES,
+    check_hard_limit,
+    files_needed,
+    lift_soft_limit,
+    segments_on_disk,
+)
 
 
 def configure_logging(level: str = "INFO") -> None:
@@ -37,14 +45,24 @@ def configure_logging(level: str = "INFO") -> None:
     logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 
-def raise_open_file_limit() -> None:
-    """Lift the soft open-file limit to the hard one: every partition keeps files open."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):
-            pass
+def raise_open_file_limit(config: NodeConfig) -> None:
+    """Lift the soft open-file limit to the hard one (every segment keeps files open) and refuse to
+    start when the hard limit cannot hold the segments on disk (logstore/open_files.py)."""
+    log = logging.getLogger("lakelog.node")
+    limit = lift_soft_limit()
+    partitions, segments = segments_on_disk(config.data_dir)
+    needed = files_needed(segments)
+    log.info("open-file limit: soft %s (was %s), hard %s; %d partitions with %d segments on disk need about %d "
+             "(%d per segment + %d), and each connection one more", limit.soft, limit.soft_before, limit.hard,
+             partitions, segments, needed, FILES_PER_SEGMENT, RESERVED_FILES)
+    try:
+        check_hard_limit(limit, config.data_dir, segments, partitions)
+    except ConfigError as e:
+        log.error("refusing to start: %s", e)
+        raise
+    if limit.soft is not None and limit.soft < needed + 2 * config.max_connections:
+        log.warning("open-file limit %d leaves less than 2 x max.connections (%d) for connections once the %d "
+                    "segments on disk are open", limit.soft, config.max_connections, segments)
 
 
 def exit_zero_on_sigterm() -> None:
@@ -122,7 +140,7 @@ class NodeServer(uvicorn.Server):
 
 def run_node(config: NodeConfig) -> int:
     configure_logging()
-    raise_open_file_limit()
+    raise_open_file_limit(config)
     exit_zero_on_sigterm()
     tls = tls_settings.uvicorn_kwargs(config)  # raises ConfigError before anything starts
     check_listener_security(config.kafka_listeners, config.authentication_enabled, tls_settings.enabled(config))

@@ -9,7 +9,10 @@ above E, or the log end offset if E is the latest. A follower truncates to that 
 its own high watermark) so that its log is a prefix of the leader's.
 
 Invariants: epochs and start offsets only grow along the list. Every change is persisted before the
-method returns. Concurrency: not thread-safe; the owning partition log serialises calls.
+method returns, except the first write of a new file inside a `SyncBatch` (fileutil.py), which is
+durable once the batch syncs: a new partition's first stamp. A crash before that sync may leave the
+file empty; an empty file reads as no entries, and the unclean open that follows re-reads the log
+from its recovery point (0 for such a partition) and re-assigns the epochs its batches carry. Concurrency: not thread-safe; the owning partition log serialises calls.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ UNDEFINED_OFFSET = -1
 class LeaderEpochCache:
     def __init__(self, directory: str | os.PathLike) -> None:
         self.path = Path(directory) / FILE_NAME
-        self._entries: list[tuple[int, int]] = [tuple(e) for e in (read_checkpoint(self.path, 2) or [])]  # type: ignore[misc]
+        empty = self.path.exists() and self.path.stat().st_size == 0  # a batched first write cut by a crash
+        self._entries: list[tuple[int, int]] = (
+            [] if empty else [tuple(e) for e in (read_checkpoint(self.path, 2) or [])])  # type: ignore[misc]
         self._check()
 
     def _check(self) -> None:

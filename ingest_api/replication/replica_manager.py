@@ -12,6 +12,17 @@
   per session when there is none) and OffsetsForLeaderEpoch.
 * The flush scheduler (`flush.ms`, `flush_scheduler.py`): fed by the logs' append listeners.
 
+Creating partitions durably, in batches (`SyncBatch`, logstore/fileutil.py): a new partition's
+directory, segment files, `partition.metadata` and first `leader-epoch-checkpoint` are written
+without fsync and made durable together, once per batch: the logs opened on the threads
+(`_load_logs`, up to `LOG_OPEN_BATCH`) by one sync before any of them is registered, and the
+writes of a reconcile pass (`reconcile_now`: logs it opens itself, the leader epochs new leaders
+stamp) by one sync before the pass returns to the event loop. So a partition is never served,
+and no fetch offset of it reported, before its directory is on disk; a crash before the sync
+leaves a new directory that was never served, which the next open handles: a missing
+`partition.metadata` is written then, an empty one names no topic id, so the directory is deleted
+and created afresh, and an empty `leader-epoch-checkpoint` reads as no entries (leader_epoch.py).
+
 Concurrency: replicas are added and removed on the node's event loop under `_lock` (the flush and
 remote-log-manager threads list them); a `Partition` has its own concurrency contract.
 """
@@ -46,14 +57,13 @@ from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.ingest_api.replication.flush_scheduler import FlushScheduler
 from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
-from lakelog.logstore.fileutil import atomic_write
+from lakelog.logstore.fileutil import SyncBatch, atomic_write
 from lakelog.logstore.log import PartitionLog
-from lakelog.logstore.log_dir_health import LogDirHealth
+from lakelog.logstore.log_dir_health import LogDirHealth, is_disk_failure
+from lakelog.logstore.open_files import FILES_PER_SEGMENT
 
 log = logging.getLogger("lakelog.node")
 
-#: Open files a partition's log holds (the active segment's .log, .index, .timeindex).
-FILES_PER_PARTITION = 3
 #: Kafka's per-partition file naming the topic id the directory belongs to.
 PARTITION_METADATA_FILE = "partition.metadata"
 #: Most partitions one replica fetch or OffsetsForLeaderEpoch request may name.
@@ -103,6 +113,8 @@ class ReplicaManager:
         self._topic_ids: dict[str, str] = {}
         self._topic_configs: dict[PartitionKey, dict[str, str]] = {}
         self._fetchers: dict[int, ReplicaFetcher] = {}
+        #: New partition files and directories written unsynced, made durable once per batch (module doc).
+        self.new_files = SyncBatch(self.data_dir)
         self._lock = threading.RLock()
         self._reconcile_scheduled = False
         #: (monotonic start, logs opened, logs recovered) when the open pass in progress began.
@@ -177,7 +189,26 @@ class ReplicaManager:
             self.schedule_reconcile()  # more partitions to open: after the loop's other work
 
     def reconcile_now(self, budget_s: float | None = None) -> bool:
-        """Bring the replicas in line with the image; False when `budget_s` ran out first.
+        """Bring the replicas in line with the image; False when `budget_s` ran out first. The new
+        files the pass writes are made durable by one sync before it returns (module doc)."""
+        with self.new_files.deferring():
+            try:
+                return self._reconcile_pass(budget_s)
+            finally:
+                self._sync_new_files()
+
+    def _sync_new_files(self) -> None:
+        """Make the new partition files durable (module doc). A disk error takes the log directory
+        offline, as a failed flush does: what the failed sync held is not known to be on disk."""
+        try:
+            self.new_files.sync()
+        except OSError as e:
+            if is_disk_failure(e):
+                raise self.log_dir.failed("new partition files", "sync", e) from e
+            raise
+
+    def _reconcile_pass(self, budget_s: float | None) -> bool:
+        """`reconcile_now`'s work.
 
         Only topics whose image object changed since the last full pass are looked at (the image
         replaces a topic's object when anything in it changes), and of those only the partitions
@@ -243,13 +274,23 @@ class ReplicaManager:
         try:
             futures = [loop.run_in_executor(self._open_pool, self._load_log, key, topic.topic_id, topic.configs)
                        for key, topic in missing]
+            opened: list[tuple[PartitionKey, Any, PartitionLog]] = []
             for (key, topic), fut in zip(missing, futures):
                 try:
-                    plog = await fut
+                    opened.append((key, topic, await fut))
                 except Exception:
                     log.exception("opening the log of %s failed", key)
                     self._load_failed.add(key)
-                    continue
+            try:
+                # One sync for the whole batch, before any of its partitions is served (module doc).
+                await loop.run_in_executor(self._open_pool, self._sync_new_files)
+            except Exception:
+                log.exception("syncing %d new partition logs failed", len(opened))
+                for key, _, plog in opened:
+                    plog.close()
+                    self._load_failed.add(key)  # the reconcile opens them itself
+                opened = []
+            for key, topic, plog in opened:
                 now = self.image.topics.get(key.topic)
                 if now is None or now.topic_id != topic.topic_id or key in self._partitions:
                     plog.close()  # the metadata moved on meanwhile: the reconcile decides again
@@ -321,16 +362,22 @@ class ReplicaManager:
         return self._register_partition(key, topic_id, configs, self._load_log(key, topic_id, configs))
 
     def _load_log(self, key: PartitionKey, topic_id: str, configs: dict[str, str]) -> PartitionLog:
-        """Open (recover, or create) a partition's log in its directory. Any thread."""
+        """Open (recover, or create) a partition's log in its directory. Any thread. What it creates
+        is recorded in `new_files` unsynced: the caller syncs it before serving the log (module doc)."""
         directory = self.data_dir / f"{key.topic}-{key.partition}"
         marker = directory / PARTITION_METADATA_FILE
         if directory.exists() and marker.exists() and _read_topic_id(marker) != topic_id:
+            # Also a creation a crash cut before its sync: an empty marker names no topic id.
             log.warning("%s: the directory belongs to an older topic of that name; deleting it", key)
             shutil.rmtree(directory)
         self.check_file_budget(1)
-        plog = PartitionLog(directory, self.config.log_config(configs))
-        if not marker.exists():
-            atomic_write(marker, f"version: 0\ntopic_id: {topic_id}\n".encode())
+        created = not directory.exists()
+        with self.new_files.deferring():
+            plog = PartitionLog(directory, self.config.log_config(configs))
+            if not marker.exists():
+                atomic_write(marker, f"version: 0\ntopic_id: {topic_id}\n".encode())
+        if created:
+            self.new_files.add_dir(directory)
         return plog
 
     def _register_partition(self, key: PartitionKey, topic_id: str, configs: dict[str, str],
@@ -387,7 +434,7 @@ class ReplicaManager:
             in_use = len(os.listdir("/proc/self/fd"))
         except OSError:
             in_use = 0
-        needed = new_partitions * FILES_PER_PARTITION
+        needed = new_partitions * FILES_PER_SEGMENT  # a new log holds one segment
         if in_use + needed > soft * 3 // 4:
             raise InvalidRequestError(f"{new_partitions} more partition(s) need about {needed} open files; this node "
                                       f"uses {in_use} of its limit of {soft}: raise the limit (ulimit -n) or use "

@@ -808,7 +808,7 @@ def test_topic_beyond_the_file_descriptor_budget_fails_cleanly(tmp_path):
     """A topic within max.partitions.per.topic (10000) but beyond what the process can open must be
     refused cleanly: no 500, no half-created topic, and the node keeps serving. The node's fd limit
     is lowered (to 256) so that 200 partitions are enough to show it; the default ulimit of 20000
-    fails the same way from ~6700 partitions on."""
+    fails the same way from ~3,700 partitions on (4 files each)."""
     n = start_node(tmp_path)
     try:
         _, hard = resource.prlimit(n.proc.pid, resource.RLIMIT_NOFILE)

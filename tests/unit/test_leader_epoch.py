@@ -135,7 +135,7 @@ def test_unknown_version_is_refused(tmp_path, text):
 
 
 @pytest.mark.parametrize("text", [
-    "",  # no version line
+    "\n",  # no version line
     "0\n3\n4 100\n",  # count says 3, holds 1
     "0\n1\n4\n",  # one field instead of two
     "0\n1\n4 x\n",  # not a number
@@ -144,6 +144,13 @@ def test_malformed_checkpoint_is_refused(tmp_path, text):
     (tmp_path / FILE_NAME).write_text(text)
     with pytest.raises(CorruptRecordError):
         LeaderEpochCache(tmp_path)
+
+
+def test_an_empty_checkpoint_reads_as_no_entries(tmp_path):
+    # What a crash leaves of a new partition's first stamp written in a SyncBatch before its sync
+    # (fileutil.py); the unclean open re-assigns epochs from the batches it re-reads.
+    (tmp_path / FILE_NAME).write_bytes(b"")
+    assert LeaderEpochCache(tmp_path).entries == []
 
 
 def test_decreasing_entries_are_refused(tmp_path):

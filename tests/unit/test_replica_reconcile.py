@@ -108,3 +108,88 @@ def test_a_scheduled_reconcile_opens_many_logs_on_threads_then_brings_them_in_li
         asyncio.run(run())
     finally:
         assert rm.close_logs() == 0
+
+
+def _creation_durability_calls(tmp_path, monkeypatch, partitions: int) -> tuple[int, list[int]]:
+    """fsync + syncfs calls while a node opens a new topic of `partitions` (RF 2, half of them led
+    here) on the threads and brings them in line; and how many partitions were registered at each."""
+    import asyncio
+    import os
+
+    from lakelog.logstore import fileutil
+
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("many", "id-many", *[part([1, 2] if p % 2 else [2, 1]) for p in range(partitions)]))
+    rm = _manager(tmp_path, image)
+    served_at_call: list[int] = []
+    real_fsync, real_syncfs = os.fsync, fileutil.syncfs
+    monkeypatch.setattr(os, "fsync", lambda fd: (served_at_call.append(len(rm._partitions)), real_fsync(fd))[1])
+    monkeypatch.setattr(fileutil, "syncfs",
+                        lambda path: (served_at_call.append(len(rm._partitions)), real_syncfs(path))[1])
+
+    async def run() -> None:
+        rm.schedule_reconcile()
+        for _ in range(6000):
+            await asyncio.sleep(0.01)
+            if rm.partitions_reconciled == partitions:
+                break
+        assert rm.partitions_reconciled == partitions and rm.logs_opened == partitions
+
+    try:
+        asyncio.run(run())
+    finally:
+        monkeypatch.undo()  # closing the logs (clean-shutdown markers) is not the creation
+        assert rm.close_logs() == 0
+    stamps = [tmp_path / f"many-{p}" / "leader-epoch-checkpoint" for p in range(partitions)]
+    assert [p for p, f in enumerate(stamps) if f.exists() and f.stat().st_size] == list(range(1, partitions, 2))  # every leader's first epoch stamp is on disk
+    return len(served_at_call), served_at_call
+
+
+def test_creating_a_topic_costs_a_few_syncs_per_batch_not_two_fsyncs_per_partition(tmp_path, monkeypatch):
+    # Before batching: 2 fsyncs per partition (partition.metadata and its directory) and 2 more per
+    # partition led here (its first leader-epoch-checkpoint): 240 at 80 partitions, 960 at 320.
+    small, _ = _creation_durability_calls(tmp_path / "small", monkeypatch, 80)
+    large, served = _creation_durability_calls(tmp_path / "large", monkeypatch, 320)
+    # One sync after the logs open on the threads, one after the pass that makes the leaders.
+    assert small <= 4 and large <= 4, (small, large)
+    assert served[0] == 0  # the new logs are durable before any of them is registered
+
+
+def test_a_creation_cut_by_a_crash_before_its_sync_is_created_afresh(tmp_path):
+    image = ClusterImage()
+    applied(image, register(1, 11))
+    applied(image, create("t", "id-t", part([1])))
+    leftover = tmp_path / "t-0"  # what a crash before the sync may leave: empty new files
+    leftover.mkdir()
+    (leftover / "partition.metadata").write_bytes(b"")
+    (leftover / "leader-epoch-checkpoint").write_bytes(b"")
+    rm = _manager(tmp_path, image)
+    assert rm.reconcile_now()
+    assert (leftover / "partition.metadata").read_text() == "version: 0\ntopic_id: id-t\n"
+    assert rm.local_partition(PartitionKey("t", 0)).log.epochs.entries == [(0, 0)]
+    assert rm.close_logs() == 0
+
+
+def test_a_failed_sync_of_new_partitions_takes_the_log_directory_offline(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    from lakelog.logstore import fileutil
+    from lakelog.logstore.errors import KafkaStorageError
+    from lakelog.logstore.log_dir_health import LogDirState
+
+    def failing(path):
+        raise OSError(errno.EIO, "I/O error")
+
+    image = ClusterImage()
+    applied(image, register(1, 11))
+    applied(image, create("t", "id-t", *[part([1]) for _ in range(20)]))
+    rm = _manager(tmp_path, image)
+    monkeypatch.setattr(fileutil, "syncfs", failing)
+    with pytest.raises(KafkaStorageError, match="sync of new partition files failed"):
+        rm.reconcile_now()
+    assert rm.log_dir.state == LogDirState.OFFLINE
+    rm.close_logs()
