@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+from types import SimpleNamespace
+
+import pytest
 
 from lakelog.index.transaction_index import AbortedTxn, TransactionIndex, TxnIndexSearch
+from lakelog.ingest_api.config.node import NodeConfig
+from lakelog.ingest_api.replication.partition import now_ms
+from lakelog.ingest_api.transactions import service as service_module
+from lakelog.ingest_api.transactions.errors import ConcurrentTransactionsError
+from lakelog.ingest_api.transactions.service import TXN_TOPIC, TransactionService
 
 
 class CountingList(list):
@@ -83,3 +92,107 @@ def test_txnindex_collect_answers_as_a_scan_from_the_first_entry(tmp_path):
         upper = fetch + rnd.randrange(1, 200)
         assert idx.collect(fetch, upper) == _scan_all(entries, fetch, upper), (fetch, upper)
     assert idx.collect(10, 10) == TxnIndexSearch((), True)  # an empty range overlaps nothing
+
+
+# ---------------------------------------------------------------- the coordinator's per-transaction writes
+
+
+class _Part:
+    """A partition this node leads: markers counted; `hold` keeps them from landing."""
+
+    def __init__(self, hold: asyncio.Event | None = None) -> None:
+        self.is_leader, self.leader_epoch, self.markers = True, 0, 0
+        self.log = SimpleNamespace(config=SimpleNamespace(min_insync_replicas=1))
+        self.hold = hold
+
+    async def append_txn_marker(self, producer_id, producer_epoch, commit, coordinator_epoch, **_) -> int:
+        if self.hold is not None:
+            await self.hold.wait()
+        self.markers += 1
+        return self.markers
+
+
+class _Node:
+    """What TransactionService asks of its node, on one node leading every partition."""
+
+    node_id = 1
+
+    def __init__(self, hold: asyncio.Event | None = None) -> None:
+        self.config = NodeConfig({"transaction.state.log.num.partitions": "3"})
+        leader = SimpleNamespace(leader=1)
+        self.image = SimpleNamespace(brokers={1: SimpleNamespace(fenced=False)}, topics={
+            TXN_TOPIC: SimpleNamespace(partitions=[leader] * 3), "t": SimpleNamespace(partitions=[leader])})
+        self.data = _Part(hold)
+        self.state_appends = 0
+
+    def local_partition(self, key):
+        return self.data
+
+    def partition(self, topic, partition):
+        return self.data
+
+    async def produce_batches(self, topic, partition, data, acks="all"):
+        assert topic == TXN_TOPIC
+        self.state_appends += 1
+
+    async def init_producer_id(self):
+        return 1000, 0
+
+
+def _service(node: _Node) -> tuple[TransactionService, list[str]]:
+    svc = TransactionService(node, groups=None)
+    for p in range(3):
+        svc.coordinator.load(p, 0, [], now_ms())
+        svc._loaded[p] = 0
+    refused: list[str] = []
+    add = svc.coordinator.add_partitions
+
+    def counting_add(*args, **kwargs):
+        try:
+            return add(*args, **kwargs)
+        except ConcurrentTransactionsError as e:
+            refused.append(str(e))
+            raise
+    svc.coordinator.add_partitions = counting_add
+    return svc, refused
+
+
+def test_each_transaction_costs_three_state_records_and_one_marker_per_partition_never_a_retry():
+    async def run() -> None:
+        node = _Node()
+        svc, refused = _service(node)
+        ids = await svc.run("init", {"transactional_id": "tx", "timeout_ms": 60_000})
+        who = {"transactional_id": "tx", "producer_id": ids["producer_id"], "producer_epoch": ids["producer_epoch"]}
+        for _ in range(20):
+            # the next transaction begins as soon as EndTxn is answered, its markers not yet written
+            await svc.run("add_partitions", {**who, "partitions": [["t", 0]]})
+            await svc.run("end", {**who, "commit": True})
+        await asyncio.gather(*svc._markers.values())
+        await svc.stop()
+        assert refused == []  # no CONCURRENT_TRANSACTIONS: AddPartitionsToTxn waited for the markers
+        assert node.data.markers == 20  # one marker write per partition per transaction
+        assert node.state_appends == 1 + 20 * 3  # InitProducerId; Ongoing, PrepareCommit, CompleteCommit
+
+    asyncio.run(run())
+
+
+def test_add_partitions_waits_for_markers_a_bounded_time(monkeypatch):
+    monkeypatch.setattr(service_module, "MARKER_WAIT_S", 0.01)
+
+    async def run() -> None:
+        hold = asyncio.Event()
+        node = _Node(hold)
+        svc, refused = _service(node)
+        ids = await svc.run("init", {"transactional_id": "tx", "timeout_ms": 60_000})
+        who = {"transactional_id": "tx", "producer_id": ids["producer_id"], "producer_epoch": ids["producer_epoch"]}
+        await svc.run("add_partitions", {**who, "partitions": [["t", 0]]})
+        await svc.run("end", {**who, "commit": True})
+        with pytest.raises(ConcurrentTransactionsError):  # the markers cannot land: answered, not hung
+            await svc.run("add_partitions", {**who, "partitions": [["t", 0]]})
+        hold.set()
+        await asyncio.gather(*svc._markers.values())
+        await svc.run("add_partitions", {**who, "partitions": [["t", 0]]})
+        await svc.stop()
+        assert len(refused) == 1 and node.data.markers == 1
+
+    asyncio.run(run())
