@@ -9,11 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from lakelog.index.transaction_index import AbortedTxn, TransactionIndex, TxnIndexSearch
+from lakelog.infra.config import LogConfig
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.replication.partition import now_ms
 from lakelog.ingest_api.transactions import service as service_module
 from lakelog.ingest_api.transactions.errors import ConcurrentTransactionsError
 from lakelog.ingest_api.transactions.service import TXN_TOPIC, TransactionService
+from lakelog.logstore.log import PartitionLog
+from lakelog.logstore.record_batch import Record, build_batch
 
 
 class CountingList(list):
@@ -196,3 +199,36 @@ def test_add_partitions_waits_for_markers_a_bounded_time(monkeypatch):
         assert len(refused) == 1 and node.data.markers == 1
 
     asyncio.run(run())
+
+
+# ---------------------------------------------------------------- the LSO and the aborted list of a fetch
+
+
+class _NoSegments:
+    """Stands in for a log's segments: any use fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the LSO looked at the segments ({name})")
+
+
+def _txn_batch(pid: int, seq: int) -> bytes:
+    return build_batch([Record(0, 0, b"k", b"v")], producer_id=pid, producer_epoch=0, base_sequence=seq,
+                       is_transactional=True)
+
+
+def test_lso_is_computed_from_the_open_transactions_not_the_segments(tmp_path):
+    log = PartitionLog(tmp_path / "t-0", LogConfig({"segment.bytes": 300}))
+    for t in range(200):  # 200 committed transactions of producer 1 over many segments
+        log.append_as_leader(_txn_batch(1, t), 0)
+        log.append_control(1, 0, t % 3 != 0, 0, 0)
+    log.append_as_leader(_txn_batch(2, 0), 0)  # one open transaction
+    log.update_high_watermark(log.log_end_offset)
+    assert len(log._local.segments) > 20
+    local, log._local = log._local, _NoSegments()
+    try:
+        assert log.last_stable_offset == 400 and log.first_unstable_offset == 400
+    finally:
+        log._local = local
+    # the fetch's aborted list: the segments from the fetch offset's, and only the range's entries
+    assert [a.first_offset for a in log.aborted_transactions(390, 400)] == [390, 396]  # t = 195, 198
+    log.close()
