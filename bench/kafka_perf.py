@@ -260,6 +260,7 @@ def run_transactional(sides: list[Side], args, res: Results) -> int:
         p = produce(kafka, "txn-calibration", warmup, args.record_size, transaction_duration_ms=10)
         res.add("kafka", "txn calibration", p.records_per_s)
         duration = max(1, round(RECORDS_PER_TRANSACTION / p.records_per_s * 1000))
+        print(f"transactional calibration kafka: {p.records_per_s:,.0f} records/s (10 ms transactions)", flush=True)
     print(f"transaction duration: {duration} ms", flush=True)
     for rnd in range(args.rounds):
         for side in (sides if rnd % 2 == 0 else sides[::-1]):
