@@ -4,6 +4,7 @@ against an Apache Kafka 4.1 broker, on the same machine, in the same run.
     python bench/kafka_perf.py --rf 1                  # 1 node vs 1 broker, 500,000 x 1 KiB, 2 rounds
     python bench/kafka_perf.py --rf 3                  # 3 nodes vs 3 brokers, topic RF 3
     python bench/kafka_perf.py --rf 1 --records 20000 --latency-seconds 3 --rounds 1 --no-write   # smoke run
+    python bench/kafka_perf.py --rf 1 --only transactional   # only the transactional case (its own section)
 
 Both sides are driven by the same client, Kafka's own tools from Maven Central (infra/kafka/pom.xml
 -> .jars/kafka, the JVM Kafka client 4.1), with the same settings:
@@ -28,10 +29,22 @@ Cases, alternated round by round (Kafka first in even rounds, Lakelog first in o
    (/proc/PID/stat of the brokers / nodes) across the case, divided by thousands of records;
 4. latency at a fixed rate: after the rounds, ProducerPerformance with `--throughput` at 50% of the
    best Kafka produce rate of this run, for `--latency-seconds`, on each side: its p50 and p99
-   (from send to acknowledgement, as the tool measures them).
+   (from send to acknowledgement, as the tool measures them);
+5. transactional produce records/s (issue 29's target: Lakelog >= 1.0x Kafka): ProducerPerformance
+   with `--transactional-id` and `--transaction-duration-ms`, the same records and producer settings,
+   `--throughput -1`, a fresh topic per round, rounds alternated as above. The tool commits a
+   transaction once it has been open `--transaction-duration-ms`, so a transaction's size follows the
+   rate. A warm-up run on each side (10% of `--records`, 10 ms transactions) creates
+   `__transaction_state` (50 partitions on both) and starts its coordinator; unless
+   `--transaction-duration-ms` is given, a calibration run on Kafka (the same size, 10 ms
+   transactions) then measures Kafka's transactional rate, and the duration is set to what gives
+   1,000 records per transaction at that rate (`round(1000 / rate * 1000)` ms, at least 1). The
+   report states the duration and each side's records per transaction (its rate x the duration, at
+   most `--records`: a lower bound, a transaction also spans its commit). `--only transactional`
+   runs this case alone; it writes its own sub-section.
 
 Figures go to the "Kafka's tools: Lakelog vs Apache Kafka" section of docs/benchmarks.md (one
-sub-section per RF). Every server is stopped and the temp data removed. A loaded machine starves
+sub-section per RF, and one per RF for the transactional case). Every server is stopped and the temp data removed. A loaded machine starves
 the JVMs (the brokers and the tools alike), so take the figures on a quiet one; the section records
 the load and the CPUs other processes used.
 """
@@ -61,6 +74,10 @@ from bench.harness import OtherCpu, conditions, machine_info, rewrite_section  #
 
 #: The producer settings of both sides (besides bootstrap.servers).
 PRODUCER_PROPS = {"acks": "all", "batch.size": "1048576", "linger.ms": "5"}
+#: Records per transaction the transactional case aims at (issue 29: 1,000).
+RECORDS_PER_TRANSACTION = 1000
+#: Share of `--records` each side's transactional warm-up run produces.
+TXN_WARMUP_SHARE = 0.1
 #: Bound on one tool run (a JVM start on a loaded machine included).
 TOOL_TIMEOUT_S = 1800
 #: Bound on a new topic's leaders and full ISR.
@@ -126,10 +143,15 @@ class Produced:
     p99_ms: int
 
 
-def produce(side: Side, topic: str, records: int, size: int, throughput: int = -1) -> Produced:
+def produce(side: Side, topic: str, records: int, size: int, throughput: int = -1,
+            transaction_duration_ms: int | None = None) -> Produced:
+    """ProducerPerformance's summary; with `transaction_duration_ms`, in transactions of that age
+    (a fresh transactional id per run)."""
     props = [f"bootstrap.servers={side.bootstrap}", *(f"{k}={v}" for k, v in PRODUCER_PROPS.items())]
+    txn = [] if transaction_duration_ms is None else [
+        "--transactional-id", f"perf-txn-{uuid.uuid4().hex[:8]}", "--transaction-duration-ms", str(transaction_duration_ms)]
     out = tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
-               "--record-size", str(size), "--throughput", str(throughput), "--producer-props", *props)
+               "--record-size", str(size), "--throughput", str(throughput), *txn, "--producer-props", *props)
     m = _FINAL.search(out)
     if m is None:
         raise RuntimeError(f"{side.name}: no summary line in ProducerPerformance's output: {out[-1000:]}")
@@ -217,6 +239,92 @@ def run_latency(sides: list[Side], args, res: Results) -> int:
     return rate
 
 
+def per_transaction(records_per_s: float, duration_ms: int, records: int) -> float:
+    """Records in one transaction of `duration_ms` at the rate (at most the run's records)."""
+    return min(records_per_s * duration_ms / 1000, records)
+
+
+def run_transactional(sides: list[Side], args, res: Results) -> int:
+    """The transactional case: warm-up runs (and the duration from Kafka's), then alternated rounds;
+    returns the transaction duration used (ms)."""
+    duration = args.transaction_duration_ms
+    warmup = max(1000, int(args.records * TXN_WARMUP_SHARE))
+    for side in sides:
+        create_topic(side, "txn-warmup", args.partitions, args.rf)
+        p = produce(side, "txn-warmup", warmup, args.record_size, transaction_duration_ms=duration or 10)
+        print(f"transactional warm-up {side.name}: {p.records_per_s:,.0f} records/s "
+              f"({duration or 10} ms transactions)", flush=True)
+    if duration is None:
+        kafka = next(side for side in sides if side.name == "kafka")
+        create_topic(kafka, "txn-calibration", args.partitions, args.rf)
+        p = produce(kafka, "txn-calibration", warmup, args.record_size, transaction_duration_ms=10)
+        res.add("kafka", "txn calibration", p.records_per_s)
+        duration = max(1, round(RECORDS_PER_TRANSACTION / p.records_per_s * 1000))
+        print(f"transactional calibration kafka: {p.records_per_s:,.0f} records/s (10 ms transactions)", flush=True)
+    print(f"transaction duration: {duration} ms", flush=True)
+    for rnd in range(args.rounds):
+        for side in (sides if rnd % 2 == 0 else sides[::-1]):
+            topic = f"txn-{rnd}"
+            create_topic(side, topic, args.partitions, args.rf)
+            p, cpu = measured(side, args.records, lambda: produce(side, topic, args.records, args.record_size,
+                                                                  transaction_duration_ms=duration))
+            res.add(side.name, "txn produce", p.records_per_s)
+            res.add(side.name, "txn produce cpu", cpu)
+            res.loads.append(os.getloadavg()[0])
+            print(f"transactional round {rnd} {side.name}: {p.records_per_s:,.0f} records/s (~"
+                  f"{per_transaction(p.records_per_s, duration, args.records):,.0f} records per transaction; "
+                  f"{cpu:.4f} server CPU s "
+                  f"per 1k); load {res.loads[-1]:.1f}", flush=True)
+    return duration
+
+
+def report_transactional(args, res: Results, duration: int, load_start, load_end, other_cpus: float | None) -> str:
+    info = machine_info(args.dir)
+    info.pop("load", None)
+    kafka, lakelog = res.best("kafka", "txn produce"), res.best("lakelog", "txn produce")
+    ratio = lakelog / kafka
+    settings = ", ".join(f"`{k}={v}`" for k, v in PRODUCER_PROPS.items())
+    chosen = ("given by `--transaction-duration-ms`" if args.transaction_duration_ms else
+              f"set from Kafka's calibration run ({res.best('kafka', 'txn calibration'):,.0f} records/s in 10 ms "
+              f"transactions) for "
+              f"{RECORDS_PER_TRANSACTION:,} records per transaction")
+
+    def vs_idempotent(side: str) -> str:
+        return f"{res.best(side, 'txn produce') / res.best(side, 'produce'):.2f}x" if res.all(side, "produce") else ""
+
+    lines = [
+        f"### Transactional produce, RF {args.rf}: "
+        + ("1 node vs 1 broker" if args.rf == 1 else f"{args.rf} nodes vs {args.rf} brokers"), "",
+        f"ProducerPerformance `--transactional-id` (a fresh id per run) `--transaction-duration-ms {duration}` "
+        f"({chosen}), `--throughput -1`; {args.records:,} records x {args.record_size} B per round, {settings}, "
+        f"other producer settings at their defaults; {args.partitions} partition(s) at replication factor "
+        f"{args.rf}; best of {args.rounds} alternated round(s) after one warm-up run per side; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; " + ", ".join(f"{k} {v}" for k, v in info.items()), "",
+        f"Load (`uptime`, 1/5/15 min): {load_start[0]:.1f} / {load_start[1]:.1f} / {load_start[2]:.1f} at the start, "
+        f"{load_end[0]:.1f} / {load_end[1]:.1f} / {load_end[2]:.1f} at the end; 1-min load after each case "
+        f"{min(res.loads):.1f}-{max(res.loads):.1f}. " + conditions(info["nproc"], other_cpus, args.note), "",
+        "| case | Kafka 4.1 | Lakelog | Lakelog / Kafka | target | |",
+        "|---|---|---|---|---|---|",
+        f"| transactional produce, records/s | {kafka:,.0f} | {lakelog:,.0f} | {ratio:.2f}x | >= 1.0x | "
+        f"{'met' if ratio >= 1.0 else '**missed**'} |",
+        f"| records per transaction (rate x {duration} ms) | {per_transaction(kafka, duration, args.records):,.0f} | "
+        f"{per_transaction(lakelog, duration, args.records):,.0f} | | | |",
+        f"| server CPU s per 1,000 records | {res.best('kafka', 'txn produce cpu', True):.4f} | "
+        f"{res.best('lakelog', 'txn produce cpu', True):.4f} | "
+        f"{res.best('lakelog', 'txn produce cpu', True) / res.best('kafka', 'txn produce cpu', True):.2f}x | | |",
+    ]
+    if res.all("kafka", "produce") and res.all("lakelog", "produce"):
+        lines.append(f"| transactional / idempotent produce of the same run | {vs_idempotent('kafka')} | "
+                     f"{vs_idempotent('lakelog')} | | | |")
+    lines += [
+        "",
+        "Rates are the best round, CPU the lowest. All rounds: " + "; ".join(
+            f"{side} {case} " + ", ".join(f"{v:.4f}" if case.endswith("cpu") else f"{v:,.0f}" for v in values)
+            for (side, case), values in res.rows.items() if case.startswith("txn")),
+    ]
+    return "\n".join(lines)
+
+
 def report(args, res: Results, rate: int, load_start, load_end, other_cpus: float | None) -> str:
     info = machine_info(args.dir)
     info.pop("load", None)
@@ -265,7 +373,7 @@ def report(args, res: Results, rate: int, load_start, load_end, other_cpus: floa
         "of the asked rate, so its latency includes time queued in the producer.", "",
         "All rounds: " + "; ".join(f"{side} {case} " + ", ".join(f"{v:.4f}" if case.endswith("cpu") else f"{v:,.0f}"
                                                                 for v in values)
-                                   for (side, case), values in res.rows.items()),
+                                   for (side, case), values in res.rows.items() if not case.startswith("txn")),
     ]
     return "\n".join(lines)
 
@@ -282,7 +390,14 @@ def main() -> int:
     ap.add_argument("--jars", default=None, help="folder of Kafka's jars (default .jars/kafka, resolved by Maven)")
     ap.add_argument("--note", default="", help="what else ran, written with the figures")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    ap.add_argument("--only", choices=("transactional",), default=None,
+                    help="run only this case (and rewrite only its sub-section)")
+    ap.add_argument("--transaction-duration-ms", type=int, default=None,
+                    help="age at which ProducerPerformance commits a transaction (default: from a warm-up run, "
+                         f"for {RECORDS_PER_TRANSACTION:,} records per transaction at Kafka's rate)")
     args = ap.parse_args()
+    if args.transaction_duration_ms is not None and args.transaction_duration_ms < 1:
+        ap.error("--transaction-duration-ms must be at least 1")
     args.partitions = args.partitions or args.rf
     if args.jars:
         peer_kafka.JARS = Path(args.jars)
@@ -296,17 +411,24 @@ def main() -> int:
         lakelog = peer_kafka.LakelogCluster(work, args.rf, kafka=True)
         sides = [Side("kafka", kafka.bootstrap, [p.pid for p in kafka.procs]),
                  Side("lakelog", lakelog.bootstrap, [p.pid for p in lakelog.procs])]
-        run_rounds(sides, args, res)
-        rate = run_latency(sides, args, res)
+        if args.only is None:
+            run_rounds(sides, args, res)
+            rate = run_latency(sides, args, res)
+        duration = run_transactional(sides, args, res)
     finally:
         for cluster in (kafka, lakelog):
             if cluster is not None:
                 cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
-    text = report(args, res, rate, load_start, os.getloadavg(), other.cpus())
-    print(text)
-    if not args.no_write:
-        rewrite_section(ROOT / "docs" / "benchmarks.md", f"kafka-perf-rf{args.rf}", text + "\n")
+    load_end, other_cpus = os.getloadavg(), other.cpus()
+    sections = {f"kafka-perf-txn-rf{args.rf}": report_transactional(args, res, duration, load_start, load_end,
+                                                                    other_cpus)}
+    if args.only is None:
+        sections[f"kafka-perf-rf{args.rf}"] = report(args, res, rate, load_start, load_end, other_cpus)
+    for name, text in sections.items():
+        print(text)
+        if not args.no_write:
+            rewrite_section(ROOT / "docs" / "benchmarks.md", name, text + "\n")
     return 0
 
 

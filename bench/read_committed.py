@@ -5,9 +5,11 @@ A partition log holds transactions of `--records-per-txn` records from several p
 Two readers walk it from offset 0 to the end in fetches of `--fetch-bytes`, alternated round by
 round (`bench.harness.alternate`):
 
-* the Kafka door's work: `read` below the HW (read_uncommitted) against the same read cut at the
-  LSO plus the aborted transactions of the range from the `.txnindex` files
-  (`Node.read_committed_view`'s steps) — target: read_committed >= 0.9x of read_uncommitted;
+* the Kafka door's work on a plain-TCP listener: the file ranges of the batches below the HW
+  (`read_slices`, read_uncommitted) against those below the LSO plus the aborted transactions of
+  exactly the offsets they hold, from the `.txnindex` files (records_apis.py's `_read_committed`);
+  the bytes go out with sendfile in both cases, so neither reads them here — target:
+  read_committed >= 0.9x of read_uncommitted;
 * the HTTP door's work (it decodes records): control batches dropped (read_uncommitted) against
   aborted transactions and control batches dropped (read_committed) — same target.
 
@@ -63,20 +65,21 @@ def build_log(directory: Path, transactions: int, records_per_txn: int, abort_ev
 def kafka_uncommitted(log: PartitionLog, fetch_bytes: int) -> int:
     offset, hw, n = 0, log.high_watermark, 0
     while offset < hw:
-        data = log.read(offset, fetch_bytes, max_offset=hw).records
+        data = log.read_slices(offset, fetch_bytes, max_offset=hw).records
         n += len(data)
-        offset = next_offset_after(data, offset)
+        offset = data.next_offset
+        data.close()
     return n
 
 
 def kafka_committed(log: PartitionLog, fetch_bytes: int) -> int:
-    offset, hw, n = 0, log.high_watermark, 0
-    while offset < hw:
-        data = cut_at_offset(log.read(offset, fetch_bytes, max_offset=hw).records, log.last_stable_offset)
-        nxt = next_offset_after(data, offset)
-        log.aborted_transactions(offset, nxt)
+    offset, lso, n = 0, log.last_stable_offset, 0
+    while offset < lso:
+        data = log.read_slices(offset, fetch_bytes, max_offset=log.last_stable_offset).records
+        log.aborted_transactions(offset, data.next_offset)
         n += len(data)
-        offset = nxt
+        offset = data.next_offset
+        data.close()
     return n
 
 

@@ -10,8 +10,8 @@
              isolation.level=read_uncommitted and with read_committed, alternated; target:
              read_committed >= 0.9x read_uncommitted records/s.
 The ratio is the median of the rounds' paired ratios (`paired_ratio`). Apache Kafka's own
-transactional ProducerPerformance (`--transactional-id`, `--transaction-duration-ms`) as the
-baseline of issue 29 is not run here (bench/peer_kafka.py runs Kafka's tools).
+transactional ProducerPerformance (`--transactional-id`, `--transaction-duration-ms`) against the
+Kafka door, issue 29's other baseline, is `bench/kafka_perf.py --only transactional`.
 """
 
 from __future__ import annotations

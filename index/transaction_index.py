@@ -15,7 +15,10 @@ the segment, in the order the markers were appended; all integers big-endian:
 A read_committed fetch of [fetch offset, upper bound) collects the entries with last offset >=
 fetch offset and first offset < upper bound, segment after segment, and stops at the first entry
 whose last stable offset reaches the upper bound: no earlier-starting transaction can be open past
-it (`collect`).
+it (`collect`). The entries before the fetch offset are skipped by a binary search on their last
+offsets (increasing): none of them overlaps the range, and none can end the search, since an
+entry's last stable offset is at most its last offset + 1 <= the fetch offset < the upper bound.
+So a fetch looks at O(log n) entries plus those of its range, wherever it is in the segment.
 
 The file is absent until the first abort. There is no checksum (the format is Kafka's): damage is
 found structurally — a size that is not a multiple of 34, a version other than 0, a negative
@@ -33,6 +36,7 @@ every call.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from dataclasses import dataclass
@@ -97,6 +101,10 @@ def check_entries(entries: list[AbortedTxn], base_offset: int, next_offset: int,
         previous = e.last_offset
 
 
+def _last_offset(e: AbortedTxn) -> int:
+    return e.last_offset
+
+
 class TransactionIndex:
     """A segment's `.txnindex`, its entries held in memory (aborts are rare; the file is small)."""
 
@@ -143,10 +151,15 @@ class TransactionIndex:
         self._unflushed = True
 
     def collect(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearch:
-        """The aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), looking only at
+        the entries from the first whose last offset reaches `fetch_offset` (module doc)."""
+        if upper_bound_offset <= fetch_offset:
+            return TxnIndexSearch((), True)  # an empty range overlaps nothing
+        entries = self._load()
         found = []
-        for e in self._load():
-            if e.last_offset >= fetch_offset and e.first_offset < upper_bound_offset:
+        for i in range(bisect.bisect_left(entries, fetch_offset, key=_last_offset), len(entries)):
+            e = entries[i]
+            if e.first_offset < upper_bound_offset:
                 found.append(e)
             if e.last_stable_offset >= upper_bound_offset:
                 return TxnIndexSearch(tuple(found), True)

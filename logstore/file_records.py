@@ -298,8 +298,11 @@ class FileSlices:
     the log appends, truncates, deletes or swaps segments.
     """
 
-    def __init__(self, slices: list[FileSlice]) -> None:
+    def __init__(self, slices: list[FileSlice], next_offset: int = -1) -> None:
         self.slices = slices
+        #: The offset after the last batch of the slices (-1: not known), found with them from the
+        #: batch headers: a read_committed fetch bounds its aborted-transaction lookup with it.
+        self.next_offset = next_offset
         self._size = sum(s.size for s in slices)
         readers = [s.reader for s in slices]
         self._finalizer = weakref.finalize(self, _close_readers, readers)

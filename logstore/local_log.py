@@ -172,7 +172,7 @@ class LocalLog:
             raise OffsetOutOfRangeError(f"offset {start_offset} is out of range [{log_start_offset}, {leo}]")
         bound = leo if max_offset is None else min(max_offset, leo)
         slices: list[FileSlice] = []
-        first_offset = -1
+        first_offset = next_offset = -1
         remaining = max_bytes
         segments = self.segments
         i = segments.index_for(start_offset) if start_offset < bound else len(segments)
@@ -190,6 +190,7 @@ class LocalLog:
                 if first_offset < 0:
                     first_offset = base
                 slices.append(FileSlice(seg.open_reader(), position, size))
+                next_offset = last + 1
                 remaining -= size
                 if last + 1 >= bound or last + 1 < seg.next_offset:
                     break  # at the bound, or out of bytes inside this segment: never skip batches
@@ -198,7 +199,8 @@ class LocalLog:
             for s in slices:
                 s.reader.close()
             raise
-        return FetchResult(FileSlices(slices), first_offset if slices else start_offset, log_start_offset, leo)
+        return FetchResult(FileSlices(slices, next_offset if slices else start_offset),
+                           first_offset if slices else start_offset, log_start_offset, leo)
 
     def open_readers(self, start_offset: int) -> list[SegmentReader]:
         """Snapshot readers of every segment holding offsets at or above `start_offset`."""

@@ -18,7 +18,11 @@ HTTP offsets route require. A refused topic's partitions answer TOPIC_AUTHORIZAT
 Isolation (KIP-98): every Fetch answer carries the partition's last stable offset (LSO). A fetch
 with isolation_level 1 (READ_COMMITTED) answers only whole batches below the LSO, with the aborted
 transactions (producer id, first offset) overlapping what it returns, from the `.txnindex`
-files; the client drops their records and the control batches itself. ListOffsets with
+files; the client drops their records and the control batches itself. In the local log of a
+plain-TCP listener it reads as read_uncommitted does — file ranges up to the LSO instead of the HW,
+sent with sendfile — and the aborted transactions are looked up for exactly the offsets those
+ranges hold (`FileSlices.next_offset`); elsewhere (TLS, the remote tier) the batches are read into
+memory and cut at the LSO (`Node.read_committed_view`). ListOffsets with
 isolation_level 1 answers LATEST with the LSO.
 
 Fetch sessions (KIP-227): `fetch_sessions.py` decides from the request's session id and epoch what
@@ -158,6 +162,26 @@ async def _read_records(ctx: KafkaContext, p: Any, topic: str, index: int, offse
     return await ctx.node.fetch_wait(topic, index, offset, limit, 0)
 
 
+async def _read_committed(ctx: KafkaContext, p: Any, topic: str, index: int, offset: int, limit: int,
+                          zero_copy: bool) -> tuple[Any, Any, list[Any]]:
+    """(the read, the records answered, the aborted transactions they overlap) of a read_committed
+    fetch: file ranges below the LSO when `zero_copy` and they are in the local log, else the
+    batches read into memory and cut at the LSO."""
+    if zero_copy and offset >= p.log.log_start_offset:
+        lso = p.last_stable_offset  # before the read: the LSO only grows, and lies on a batch boundary
+        try:
+            result = p.log.read_slices(offset, limit, max_offset=lso)
+        except OffsetOutOfRangeError:
+            pass  # retention moved the local start meanwhile, or past the end: the node's path answers
+        else:
+            data = result.records
+            found = await ctx.node.aborted_transactions(p, offset, data.next_offset) if len(data) else []
+            return result, data, found
+    result = await ctx.node.fetch_wait(topic, index, offset, limit, 0)
+    data, found = await ctx.node.read_committed_view(p, offset, bytes(result.records))
+    return result, data, found
+
+
 async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
                      isolation: int = 0, zero_copy: bool = False) -> tuple[dict[str, Any], int]:
     index = int(fp.partition)
@@ -169,10 +193,8 @@ async def _fetch_one(ctx: KafkaContext, topic: str, fp: Any, budget: int,
         limit = max(1, min(int(fp.partition_max_bytes), budget))
         aborted = None
         if isolation == READ_COMMITTED:
-            # read into memory: the aborted batches are cut out of what is answered
-            result = await ctx.node.fetch_wait(topic, index, int(fp.fetch_offset), limit, 0)
+            result, data, found = await _read_committed(ctx, p, topic, index, int(fp.fetch_offset), limit, zero_copy)
             hw, lso = p.high_watermark, p.last_stable_offset
-            data, found = await ctx.node.read_committed_view(p, int(fp.fetch_offset), bytes(result.records))
             aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in found]
         else:
             result = await _read_records(ctx, p, topic, index, int(fp.fetch_offset), limit, zero_copy)

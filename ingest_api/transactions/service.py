@@ -99,6 +99,9 @@ MAX_LISTED = 100_000
 MAX_VERIFIED = 100_000
 #: Backoff between marker attempts, first and longest (seconds).
 MARKER_BACKOFF_S = (0.05, 1.0)
+#: Longest an AddPartitionsToTxn / AddOffsetsToTxn waits for the markers of the id's last
+#: transaction before answering CONCURRENT_TRANSACTIONS (seconds).
+MARKER_WAIT_S = 1.0
 #: Errors after which a call is worth retrying (the coordinator moves, loads, or is unreachable).
 RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
              NotLeaderOrFollowerError, PeerUnavailableError, txn_errors.ConcurrentTransactionsError)
@@ -457,9 +460,21 @@ class TransactionService:
         pid, epoch = outcome if isinstance(outcome, tuple) else await self._run(outcome)  # type: ignore[misc]
         return {"error": None, "producer_id": pid, "producer_epoch": epoch}
 
+    async def _markers_settled(self, tid: str) -> None:
+        """Wait, at most MARKER_WAIT_S, for the markers (and the Complete* record) of the id's last
+        transaction: a producer's next transaction begins right after EndTxn is answered, while
+        they are written; answering CONCURRENT_TRANSACTIONS instead would cost it a retry after the
+        client's backoff (librdkafka's retry.backoff.ms, 100 ms) each time. Raises as `_require`
+        if the id's partition moved meanwhile."""
+        task = self._markers.get(tid)
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=MARKER_WAIT_S)
+            self._require(tid)
+
     async def _op_add_partitions(self, a: dict[str, Any]) -> dict[str, Any]:
         tid = str(a["transactional_id"])
         self._require(tid)
+        await self._markers_settled(tid)
         parts = [(str(t), int(p)) for t, p in a["partitions"]]
         await self._run(self.coordinator.add_partitions(tid, int(a["producer_id"]), int(a["producer_epoch"]), parts,
                                                         now_ms()))
@@ -468,6 +483,7 @@ class TransactionService:
     async def _op_add_offsets(self, a: dict[str, Any]) -> dict[str, Any]:
         tid, group = str(a["transactional_id"]), str(a["group_id"])
         self._require(tid)
+        await self._markers_settled(tid)
         await self.groups.ensure_offsets_topic()
         tp = (OFFSETS_TOPIC, self.groups.partition_for(group))
         await self._run(self.coordinator.add_partitions(tid, int(a["producer_id"]), int(a["producer_epoch"]), [tp],
