@@ -259,7 +259,7 @@ class Node:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(
             self.session.run(self.controller_call, self.replicas.remove_stray_logs_once), name="broker-lifecycle"))
-        self._tasks.append(loop.create_task(self.replicas.isr_loop(), name="isr-checker"))
+        self._tasks.append(loop.create_task(self.replicas.isr.loop(), name="isr-checker"))
         self._tasks.append(loop.create_task(self.session.watch_clock(), name="clock-watch"))
         log.info("node %s started: cluster %s, voters %s", self.node_id, self.cluster_id, sorted(self.voters),
                  extra=NOTICE)

@@ -7,18 +7,18 @@ of `__consumer_offsets` (ingest_api/groups/hashing.py). The topic is created on 
 topic, replication factor min(offsets.topic.replication.factor, live nodes), like any other topic,
 through the controller) — so its leaders move with node failures like any partition's.
 
-Leadership, loading: a timer (`group.coordinator.tick.ms`) compares the `__consumer_offsets`
-partitions this node leads with those it has loaded. For a newly led partition (or a new leader
-epoch) it reads the local log from the log start to the log end off the event loop and rebuilds the
-committed offsets of that partition's groups; requests for those groups answer
-COORDINATOR_LOAD_IN_PROGRESS (retry) meanwhile. Group membership is not stored: after a coordinator
-moves, members get UNKNOWN_MEMBER_ID from the new one and rejoin. For a partition it no longer leads
-it forgets the groups (pending answers fail NOT_COORDINATOR).
+Leadership, loading (`hosting`, replication/coordinator_partitions.py): a timer
+(`group.coordinator.tick.ms`) compares the `__consumer_offsets` partitions this node leads with
+those it has loaded. For a newly led partition (or a new leader epoch) it reads the local log from
+the log start to the log end off the event loop and rebuilds the committed offsets of that
+partition's groups; requests for those groups answer COORDINATOR_LOAD_IN_PROGRESS (retry)
+meanwhile. Group membership is not stored: after a coordinator moves, members get UNKNOWN_MEMBER_ID
+from the new one and rejoin. For a partition it no longer leads it forgets the groups (pending
+answers fail NOT_COORDINATOR).
 
-Commits: validated by the state machine, appended as one batch (key = group/topic/partition, value =
-offset, metadata, commit timestamp; see offsets_codec.py) with acks=all to the coordinator partition,
-and put in the cache only once the append is acknowledged — so a commit that was answered survives
-the coordinator's node (it is on every in-sync replica). Offsets of empty groups older than
+Commits: validated by the state machine, then written by `offsets` (groups/offsets_log.py): appended
+with acks=all to the coordinator partition and put in the cache only once acknowledged, so a commit
+that was answered survives the coordinator's node. Offsets of empty groups older than
 `offsets.retention.minutes` get tombstones the local cleaner compacts away.
 
 Routing: `call(group, op, args)` runs an operation on the coordinator — here, or as a signed
@@ -43,6 +43,7 @@ from lakelog.ingest_api.errors import (
     NotReadyError,
     TopicExistsError,
 )
+from lakelog.ingest_api.cluster.metadata_follower import cancel_task
 from lakelog.ingest_api.groups.assignors import TopicPartition
 from lakelog.ingest_api.groups.coordinator import CoordinatorConfig, Effect, GroupCoordinator, JoinResult
 from lakelog.ingest_api.groups.errors import (
@@ -57,30 +58,18 @@ from lakelog.ingest_api.groups.errors import (
 )
 from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
 from lakelog.ingest_api.groups.subscriptions import subscribed_topics
-from lakelog.ingest_api.groups.offsets_codec import (
-    CommittedOffset,
-    OffsetKey,
-    OffsetsRecordError,
-    decode_key,
-    decode_value,
-    encode_key,
-    encode_value,
-)
+from lakelog.ingest_api.groups.offsets_codec import CommittedOffset, OffsetKey
+from lakelog.ingest_api.groups.offsets_log import OffsetsLog, OffsetsRead
 from lakelog.ingest_api.errors import InvalidRequestError, NodeError, RemoteError
-from lakelog.ingest_api.replication.partition import PartitionKey, monotonic_ms, now_ms
-from lakelog.logstore.producer_state import increment_sequence
-from lakelog.logstore.record_batch import NO_SEQUENCE, Record, build_batch, iter_batches
+from lakelog.ingest_api.replication.coordinator_partitions import CoordinatorPartitions, Hosting
+from lakelog.ingest_api.replication.partition import monotonic_ms, now_ms
 
 log = logging.getLogger("lakelog.groups")
 
-#: Bytes read per step when a coordinator loads its partition.
-LOAD_READ_BYTES = 1024 * 1024
 #: Most partitions in one commit request.
 MAX_COMMIT_PARTITIONS = 10_000
 #: Extra wait beyond the rebalance timeout for a delayed JoinGroup / SyncGroup answer.
 ANSWER_SLACK_S = 2.0
-#: Control record types (the int16 after the control key's version): Kafka's ABORT and COMMIT.
-CONTROL_ABORT, CONTROL_COMMIT = 0, 1
 #: Errors after which a call is worth retrying (the coordinator moves, loads, or is unreachable).
 RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvailableError, NotReadyError,
              NotLeaderOrFollowerError)
@@ -117,15 +106,14 @@ class GroupService:
         cfg = node.config
         self.config = cfg
         self.coordinator = GroupCoordinator(CoordinatorConfig.from_keys(cfg), self._new_member_id)
-        #: __consumer_offsets partition -> the leader epoch its groups were loaded in.
-        self._loaded: dict[int, int] = {}
-        self._loading: dict[int, asyncio.Task] = {}
+        #: The __consumer_offsets partitions this node leads and has loaded.
+        self.hosting: CoordinatorPartitions[OffsetsRead] = CoordinatorPartitions(
+            node, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, what="groups", read=OffsetsLog.read,
+            replay=self._replay, reset=self._forget_partition)
+        #: The committed offsets' records in those partitions.
+        self.offsets = OffsetsLog(node, self.coordinator, self.hosting)
         #: (group, member id, "join" | "sync") -> the HTTP request waiting for that answer.
         self._waiters: dict[tuple[str, str, str], asyncio.Future] = {}
-        #: (group, topic-partition) -> log offset of the commit in the cache (later commits win).
-        self._commit_positions: dict[tuple[str, TopicPartition], int] = {}
-        #: __consumer_offsets partition -> the lock that orders its transactional commit batches.
-        self._txn_locks: dict[int, asyncio.Lock] = {}
         self._task: asyncio.Task | None = None
         self._topic_lock: asyncio.Lock | None = None
         self._next_expiry = 0.0
@@ -142,14 +130,8 @@ class GroupService:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="group-coordinator")
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._task, *self._loading.values()] if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_task(self._task)
+        await self.hosting.stop()
         self._deliver(self.coordinator.remove_groups(lambda g: True))
         for fut in self._waiters.values():
             if not fut.done():
@@ -161,11 +143,11 @@ class GroupService:
         while True:
             await asyncio.sleep(interval)
             try:
-                self._check_leadership()
+                self.hosting.check_leadership()
                 self._deliver(self.coordinator.tick(monotonic_ms()))
                 if time.monotonic() >= self._next_expiry:
                     self._next_expiry = time.monotonic() + self.config.offsets_retention_check_interval_ms / 1000
-                    await self._expire_offsets()
+                    await self.offsets.expire()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -174,86 +156,35 @@ class GroupService:
     # ------------------------------------------------------------------ partitions led and loaded
 
     def num_partitions(self) -> int:
-        topic = self.node.image.topics.get(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic is not None else self.config.offsets_topic_num_partitions
+        return self.hosting.num_partitions()
 
     def partition_for(self, group_id: str) -> int:
         return coordinator_partition(group_id, self.num_partitions())
 
     def coordinator_node(self, group_id: str) -> int:
         """The node coordinating the group (-1 while its partition has no leader or the topic is missing)."""
-        topic = self.node.image.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return -1
-        return topic.partitions[self.partition_for(group_id)].leader
+        return self.hosting.leader(self.partition_for(group_id))
 
-    def _led_partitions(self) -> dict[int, int]:
-        topic = self.node.image.topics.get(OFFSETS_TOPIC)
-        out: dict[int, int] = {}
-        if topic is None:
-            return out
-        for p in range(len(topic.partitions)):
-            part = self.node.local_partition(PartitionKey(OFFSETS_TOPIC, p))
-            if part is not None and part.is_leader:
-                out[p] = part.leader_epoch
-        return out
+    def _replay(self, p: int, epoch: int, loaded: OffsetsRead) -> int:
+        """Partition `p` loaded: its groups rebuilt from what was read (the hosting's replay)."""
+        self._forget_partition(p)
+        return self.offsets.replay(loaded)
 
-    def _check_leadership(self) -> None:
-        led = self._led_partitions()
-        for p, epoch in list(self._loaded.items()):
-            if led.get(p) != epoch:
-                self._unload(p)
-        for p, epoch in led.items():
-            if p not in self._loaded and p not in self._loading:
-                self._loading[p] = asyncio.get_running_loop().create_task(self._load(p, epoch),
-                                                                          name=f"load-offsets-{p}")
-
-    def _unload(self, p: int) -> None:
-        self._loaded.pop(p, None)
+    def _forget_partition(self, p: int) -> None:
+        """Partition `p` is no longer coordinated here: its groups forgotten (the hosting's reset)."""
         n = self.num_partitions()
         self._deliver(self.coordinator.remove_groups(lambda g: coordinator_partition(g, n) == p))
-        for key in [k for k in self._commit_positions if coordinator_partition(k[0], n) == p]:
-            del self._commit_positions[key]
-        log.info("%s-%d: no longer coordinating its groups", OFFSETS_TOPIC, p)
-
-    async def _load(self, p: int, epoch: int) -> None:
-        try:
-            part = self.node.local_partition(PartitionKey(OFFSETS_TOPIC, p))
-            if part is None:
-                return
-            started = time.monotonic()
-            entries, open_txns = await asyncio.to_thread(_read_offsets_log, part.log, p)
-            if not (part.is_leader and part.leader_epoch == epoch):
-                return  # leadership moved while reading: the next tick decides again
-            n = self.num_partitions()
-            self._deliver(self.coordinator.remove_groups(lambda g: coordinator_partition(g, n) == p))
-            now = monotonic_ms()
-            for log_offset, key, value in entries:
-                tp = TopicPartition(key.topic, key.partition)
-                self.coordinator.apply_offset(key.group, tp, value, now)
-                self._commit_positions[(key.group, tp)] = log_offset
-            for pid, commits in open_txns.items():
-                for log_offset, key, value in commits:
-                    self.coordinator.apply_txn_offset(pid, key.group, TopicPartition(key.topic, key.partition),
-                                                      log_offset, value)
-            self._loaded[p] = epoch
-            log.info("%s-%d: loaded %d offset records in %.0f ms (leader epoch %d)", OFFSETS_TOPIC, p,
-                     len(entries), (time.monotonic() - started) * 1000, epoch)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("%s-%d: loading the committed offsets failed (retried next tick)", OFFSETS_TOPIC, p)
-        finally:
-            self._loading.pop(p, None)
+        self.offsets.forget(p)
 
     def _require(self, group_id: str) -> int:
         """The group's partition, if this node coordinates it and has loaded it."""
         if not group_id:
             raise InvalidRequestError("the group id must not be empty")
         p = self.partition_for(group_id)
-        if p in self._loaded:
+        hosting = self.hosting.state(p)
+        if hosting is Hosting.LOADED:
             return p
-        if p in self._loading or p in self._led_partitions():
+        if hosting is Hosting.LOADING:
             raise CoordinatorLoadInProgressError(f"node {self.node.node_id} is loading the offsets of group "
                                                  f"{group_id}; retry")
         raise NotCoordinatorError(f"node {self.node.node_id} is not the coordinator of group {group_id}")
@@ -361,7 +292,7 @@ class GroupService:
                            CommittedOffset(int(o["offset"]), metadata, now, int(o.get("leader_epoch", -1)))))
         if not parsed:
             return {"error": None, "offsets": []}
-        await self._append(p, [(OffsetKey(group, tp.topic, tp.partition), v) for tp, v in parsed], now)
+        await self.offsets.append(p, [(OffsetKey(group, tp.topic, tp.partition), v) for tp, v in parsed], now)
         return {"error": None, "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": v.offset}
                                            for tp, v in parsed]}
 
@@ -388,54 +319,14 @@ class GroupService:
                                                   f"offset.metadata.max.bytes={self.config.offset_metadata_max_bytes}")
         if not parsed:
             return {"error": None, "offsets": []}
-        lock = self._txn_locks.setdefault(p, asyncio.Lock())
-        async with lock:  # one transactional batch at a time per partition: sequences follow the log
-            part = self.node.partition(OFFSETS_TOPIC, p)
-            known = part.log.producer_state.get(pid)
-            seq = (increment_sequence(known.last_seq, 1)
-                   if known is not None and known.producer_epoch == epoch and known.last_seq != NO_SEQUENCE else 0)
-            batch = build_batch([Record(i, now, encode_key(k), encode_value(v)) for i, (k, v) in enumerate(parsed)],
-                                producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
-            try:
-                info = await self.node.produce_batches(OFFSETS_TOPIC, p, batch, "all")
-            except (NotLeaderOrFollowerError, LeaderNotAvailableError) as e:
-                raise NotCoordinatorError(f"the coordinator of {OFFSETS_TOPIC}-{p} moved: {e}") from None
-        if p in self._loaded:
-            for i, (k, v) in enumerate(parsed):
-                self.coordinator.apply_txn_offset(pid, group, TopicPartition(k.topic, k.partition),
-                                                  info.first_offset + i, v)
+        await self.offsets.append_txn(p, group, pid, epoch, parsed, now)
         return {"error": None, "offsets": [{"topic": k.topic, "partition": k.partition, "offset": v.offset}
                                            for k, v in parsed]}
 
     def complete_txn(self, p: int, producer_id: int, commit: bool) -> None:
         """The producer's COMMIT / ABORT marker is in `__consumer_offsets` partition `p` (appended
         here, the leader, with acks=all): its pending commits of p's groups are decided."""
-        if p not in self._loaded:
-            return  # a coordinator loading p reads the marker from the log
-        n = self.num_partitions()
-        now = monotonic_ms()
-        for group, tp, pos, value in self.coordinator.complete_txn(
-                producer_id, commit, lambda g: coordinator_partition(g, n) == p):
-            if self._commit_positions.get((group, tp), -1) < pos:
-                self._commit_positions[(group, tp)] = pos
-                self.coordinator.apply_offset(group, tp, value, now)
-
-    async def _append(self, p: int, entries: list[tuple[OffsetKey, CommittedOffset | None]], now: int) -> None:
-        """Append commits (or tombstones) with acks=all, then put them in the cache. `now`: the wall
-        clock, the records' timestamp."""
-        batch = build_batch([Record(i, now, encode_key(k), encode_value(v) if v is not None else None)
-                             for i, (k, v) in enumerate(entries)])
-        try:
-            info = await self.node.produce_batches(OFFSETS_TOPIC, p, batch, "all")
-        except (NotLeaderOrFollowerError, LeaderNotAvailableError) as e:
-            raise NotCoordinatorError(f"the coordinator of {OFFSETS_TOPIC}-{p} moved: {e}") from None
-        if p not in self._loaded:
-            return  # leadership moved meanwhile: the new coordinator reads the commit from the log
-        for i, (k, v) in enumerate(entries):
-            tp, pos = TopicPartition(k.topic, k.partition), info.first_offset + i
-            if self._commit_positions.get((k.group, tp), -1) < pos:
-                self._commit_positions[(k.group, tp)] = pos
-                self.coordinator.apply_offset(k.group, tp, v, monotonic_ms())
+        self.offsets.complete_txn(p, producer_id, commit)
 
     async def _op_offset_fetch(self, a: dict[str, Any]) -> dict[str, Any]:
         group = str(a["group_id"])
@@ -478,7 +369,7 @@ class GroupService:
             {"group_id": g.group_id, "state": g.state.value, "protocol_type": g.protocol_type,
              "members": len(g.members), "coordinator": self.node.node_id}
             for g in sorted(self.coordinator.groups.values(), key=lambda g: g.group_id)
-            if coordinator_partition(g.group_id, n) in self._loaded]}
+            if self.hosting.is_loaded(coordinator_partition(g.group_id, n))]}
 
     async def _op_delete(self, a: dict[str, Any]) -> dict[str, Any]:
         """Delete a group without members (Kafka's DeleteGroups): tombstones for its committed
@@ -492,7 +383,8 @@ class GroupService:
             raise NonEmptyGroupError(f"group {group} has {len(g.members)} members; only an empty group is deleted")
         committed = sorted(self.coordinator.committed(group))
         if committed:
-            await self._append(p, [(OffsetKey(group, tp.topic, tp.partition), None) for tp in committed], now_ms())
+            tombstones = [(OffsetKey(group, tp.topic, tp.partition), None) for tp in committed]
+            await self.offsets.append(p, tombstones, now_ms())  # type: ignore[arg-type]
         self._deliver(self.coordinator.remove_groups(lambda gid: gid == group))
         return {"error": None}
 
@@ -518,22 +410,8 @@ class GroupService:
             if not refused and tp in committed:
                 doomed.append((OffsetKey(group, tp.topic, tp.partition), None))
         if doomed:
-            await self._append(p, doomed, now_ms())
+            await self.offsets.append(p, doomed, now_ms())
         return {"error": None, "partitions": out}
-
-    async def _expire_offsets(self) -> None:
-        n = self.num_partitions()
-        by_partition: dict[int, list[tuple[OffsetKey, None]]] = {}
-        for group, tp in self.coordinator.expired_offsets(monotonic_ms(), wall_ms=now_ms()):
-            p = coordinator_partition(group, n)
-            if p in self._loaded:
-                by_partition.setdefault(p, []).append((OffsetKey(group, tp.topic, tp.partition), None))
-        for p, entries in by_partition.items():
-            try:
-                await self._append(p, entries, now_ms())  # type: ignore[arg-type]
-                log.info("%s-%d: expired %d committed offsets of empty groups", OFFSETS_TOPIC, p, len(entries))
-            except NodeError as e:
-                log.info("%s-%d: expiring offsets failed (retried later): %s", OFFSETS_TOPIC, p, e)
 
     # ------------------------------------------------------------------ routing from any node
 
@@ -636,52 +514,3 @@ _OPS = {
     "delete": GroupService._op_delete,
     "delete_offsets": GroupService._op_delete_offsets,
 }
-
-
-def _read_offsets_log(plog: Any, p: int) -> tuple[list[tuple[int, OffsetKey, CommittedOffset | None]],
-                                                   dict[int, list[tuple[int, OffsetKey, CommittedOffset]]]]:
-    """Every decided offset record of a `__consumer_offsets` log, in log order, and the
-    transactional commits still open at its end, by producer id (on a thread). A transactional
-    commit counts at its COMMIT marker (in the marker's place in the order) and never after ABORT."""
-    out: list[tuple[int, OffsetKey, CommittedOffset | None]] = []
-    open_txns: dict[int, list[tuple[int, OffsetKey, CommittedOffset]]] = {}
-    offset = plog.log_start_offset
-    end = plog.log_end_offset
-    while offset < end:
-        res = plog.read(offset, LOAD_READ_BYTES)
-        if not len(res.records):
-            break
-        nxt = offset
-        for _, batch in iter_batches(res.records):
-            nxt = max(nxt, batch.next_offset)
-            if batch.is_control:
-                commits = open_txns.pop(batch.producer_id, [])
-                if _control_type(batch) == CONTROL_COMMIT:
-                    out.extend(commits)
-                continue
-            for rec in batch.records():
-                if rec.offset < offset or rec.key is None:
-                    continue
-                try:
-                    entry = (rec.offset, decode_key(rec.key), decode_value(rec.value))
-                except OffsetsRecordError as e:
-                    log.error("%s-%d: skipping the record at offset %d: %s", OFFSETS_TOPIC, p, rec.offset, e)
-                    continue
-                if batch.is_transactional and entry[2] is not None:
-                    open_txns.setdefault(batch.producer_id, []).append(entry)  # type: ignore[arg-type]
-                else:
-                    out.append(entry)
-        if nxt <= offset:
-            break
-        offset = nxt
-    out.sort(key=lambda e: e[0])  # committed transactional offsets count at their own positions
-    return out, open_txns
-
-
-def _control_type(batch: Any) -> int:
-    """The type of a control batch's record (its key: int16 version, int16 type); -1 if unreadable."""
-    for rec in batch.records():
-        key = rec.key
-        if key is not None and len(key) >= 4:
-            return int.from_bytes(bytes(key[2:4]), "big", signed=True)
-    return -1

@@ -103,9 +103,9 @@ class _IsrCollector:
         replicas = getattr(self.node, "replicas", None)
         if replicas is not None:
             yield CounterMetricFamily("lakelog_isr_shrinks", "ISR shrinks this node sent as a leader (a follower "
-                                      "lagged past replica.lag.time.max.ms)", value=replicas.isr_shrinks)
+                                      "lagged past replica.lag.time.max.ms)", value=replicas.isr.shrinks)
             yield CounterMetricFamily("lakelog_isr_expands", "ISR expansions this node sent as a leader (a "
-                                      "follower caught up)", value=replicas.isr_expands)
+                                      "follower caught up)", value=replicas.isr.expands)
 
 
 #: `lakelog_remote_store_state` values (tiering/store_health.py StoreState).

@@ -4,8 +4,8 @@
   partitions the metadata assigns to this node, make each leader or follower in its leader epoch,
   run one `ReplicaFetcher` per leader followed, delete replicas moved away or deleted; once the node
   is ready, delete stray partition directories left from before.
-* ISR (`isr_loop`, and on follower fetches): propose shrinks of lagging followers and expansions of
-  caught-up ones to the controller (AlterPartition, one in flight per partition, the changes of many
+* ISR (`isr`, isr_manager.py: its loop, and on follower fetches): propose shrinks of lagging
+  followers and expansions of caught-up ones to the controller (AlterPartition, the changes of many
   partitions in one request); the committed change comes back through the metadata log.
 * Leader side of replication: answer followers' fetches in their fetch sessions (`FetchSessions`:
   recording their fetch offsets, answering only partitions with news, long-polling on one waiter
@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from lakelog.compaction.cleaner import LogCleaner
-from lakelog.ingest_api.cluster.backoff import RetryBackoff
 from lakelog.ingest_api.cluster.image import ClusterImage
 from lakelog.ingest_api.cluster.throttles import (
     FOLLOWER_RATE,
@@ -51,11 +50,12 @@ from lakelog.ingest_api.cluster.throttles import (
 )
 from lakelog.ingest_api.config.node import NodeConfig
 from lakelog.ingest_api.errors import InvalidRequestError, NotLeaderOrFollowerError
-from lakelog.ingest_api.replication.events import ProposeIsr, Role
+from lakelog.ingest_api.replication.events import Role
 from lakelog.ingest_api.replication.partition import Partition, PartitionKey, monotonic_ms
 from lakelog.ingest_api.replication import wire
 from lakelog.ingest_api.replication.fetcher import ReplicaFetcher
 from lakelog.ingest_api.replication.flush_scheduler import FlushScheduler
+from lakelog.ingest_api.replication.isr_manager import IsrManager
 from lakelog.ingest_api.replication.sessions import FetchSession, FetchSessions
 from lakelog.logstore.fileutil import SyncBatch, atomic_write
 from lakelog.logstore.log import PartitionLog
@@ -81,10 +81,6 @@ PARALLEL_OPEN_MIN = 16
 LOG_OPEN_BATCH = 500
 #: Opening at least this many logs in one pass is reported ("startup phase", at INFO).
 LOG_OPENING_REPORT_MIN = 10
-#: Partitions one ISR check looks at before it yields the event loop.
-ISR_CHECK_SLICE = 500
-#: Most ISR changes one AlterPartition request carries (one request at a time; the rest wait here).
-MAX_ISR_CHANGES_PER_REQUEST = 1000
 
 
 class ReplicaManager:
@@ -100,14 +96,6 @@ class ReplicaManager:
         self.image = image
         self.cleaner = cleaner
         self._new_fetcher = new_fetcher
-        self._controller_call = controller_call
-        self._isr_backoff = RetryBackoff()  # a refused ISR change is not re-sent on every follower fetch
-        #: ISR changes waiting for the next AlterPartition request, and the task sending them.
-        self._isr_pending: dict[PartitionKey, tuple[Partition, ProposeIsr]] = {}
-        self._isr_sender: asyncio.Task | None = None
-        #: AlterPartition requests sent (an operation count: tests, metrics).
-        self.isr_requests = 0
-        self._broker_epoch = broker_epoch
         self._on_drop = on_drop
         self._partitions: dict[PartitionKey, Partition] = {}
         self._topic_ids: dict[str, str] = {}
@@ -143,11 +131,11 @@ class ReplicaManager:
         self.follower_quota = ThrottleQuota()
         #: Followers' fetch sessions with this node as their leader.
         self.fetch_sessions = FetchSessions()
-        #: Partitions the last ISR check looked at (an operation count: tests, metrics).
-        self.isr_partitions_checked = 0
-        #: ISR changes this node sent as a leader (Kafka's IsrShrinksPerSec / IsrExpandsPerSec; metrics).
-        self.isr_shrinks = 0
-        self.isr_expands = 0
+        #: The ISR checks of the partitions this node leads and their AlterPartition requests
+        #: (`isr_manager.py`); the node runs its loop.
+        self.isr = IsrManager(self.node_id, config.replica_lag_time_max_ms, partitions=self.partitions,
+                              fetch_sessions=self.fetch_sessions, controller_call=controller_call,
+                              broker_epoch=broker_epoch)
         #: The flush scheduler (`flush_scheduler.py`), fed by the logs' append listeners; the node
         #: runs its loop on a thread.
         self.flush = FlushScheduler(config.log_flush_scheduler_interval_ms, self.local_partition, self.log_dir)
@@ -440,84 +428,6 @@ class ReplicaManager:
                                       f"uses {in_use} of its limit of {soft}: raise the limit (ulimit -n) or use "
                                       f"fewer partitions")
 
-    # ------------------------------------------------------------------ ISR changes
-
-    async def isr_loop(self) -> None:
-        """Every replica.lag.time.max.ms / 2: the ISR check of every partition this node leads, in
-        slices of `ISR_CHECK_SLICE` partitions that yield the event loop between them."""
-        lag = self.config.replica_lag_time_max_ms
-        interval = max(0.05, lag / 2000)
-        while True:
-            await asyncio.sleep(interval)
-            leading = [p for p in self.partitions() if p.role == Role.LEADER]
-            for i in range(0, len(leading), ISR_CHECK_SLICE):
-                if i:
-                    await asyncio.sleep(0)
-                for p in leading[i:i + ISR_CHECK_SLICE]:
-                    self.check_isr(p, lag)
-
-    def check_isr(self, p: Partition, lag_max_ms: int) -> None:
-        """One partition's ISR check: followers whose fetch session holds it at the LEO count as caught
-        up at their session's last request (an idle partition is named in no request); then shrink
-        the ISR of members lagging longer than `lag_max_ms`."""
-        if p.role != Role.LEADER:
-            return
-        self.isr_partitions_checked += 1
-        for replica_id, offset, at_ms in list(self.fetch_sessions.caught_up(
-                p.key, p.leader_epoch, p.log.log_end_offset, since_ms=monotonic_ms() - lag_max_ms)):
-            proposal = p.on_follower_fetch(replica_id, offset, now=at_ms)
-            if proposal is not None and self._send_isr_change(p, proposal):
-                self.isr_expands += 1
-                log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
-        proposal = p.tick(lag_max_ms)
-        if proposal is not None and self._send_isr_change(p, proposal):
-            self.isr_shrinks += 1
-            log.warning("%s: shrinking ISR %s -> %s (%s)", p.key, p.isr, list(proposal.new_isr), proposal.reason)
-
-    def _send_isr_change(self, p: Partition, proposal: ProposeIsr) -> bool:
-        """Queue an ISR change for the next AlterPartition request unless a refused one of this
-        partition is backing off; True if queued."""
-        if not self._isr_backoff.may_send(p.key, time.monotonic()):
-            # Not sent: answered as refused, so the replica proposes it again after the backoff
-            # (not on every follower fetch, several times a millisecond).
-            p.isr_change_answered(proposal.partition_epoch, accepted=False)
-            return False
-        self._isr_pending[p.key] = (p, proposal)
-        if self._isr_sender is None or self._isr_sender.done():
-            self._isr_sender = asyncio.get_running_loop().create_task(self._send_isr_changes())
-        return True
-
-    async def _send_isr_changes(self) -> None:
-        """The queued ISR changes to the controller, many partitions per AlterPartition request
-        (`alter_partitions`: applied in one controller round, one metadata entry), one request at a
-        time; what is proposed while one is out goes in the next. A node back from a pause may
-        propose hundreds together: a request each would crowd out the heartbeats at the controller.
-        The answers go back to the replicas' state machines (the committed ISR itself reaches this
-        node through the metadata log)."""
-        while self._isr_pending:
-            await asyncio.sleep(0)  # the rest of this ISR check slice joins the request
-            keys = list(self._isr_pending)[:MAX_ISR_CHANGES_PER_REQUEST]
-            batch = [self._isr_pending.pop(k) for k in keys]
-            entries = [{"topic": p.key.topic, "partition": p.key.partition, "leader_epoch": pr.leader_epoch,
-                        "partition_epoch": pr.partition_epoch, "new_isr": list(pr.new_isr)} for p, pr in batch]
-            self.isr_requests += 1
-            try:
-                answer = await self._controller_call("alter_partitions", {
-                    "node_id": self.node_id, "broker_epoch": self._broker_epoch(), "partitions": entries})
-                errors = list(answer.get("errors") or [None] * len(batch))
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                errors = [str(e)] * len(batch)
-            for (p, proposal), error in zip(batch, errors):
-                if error is None:
-                    self._isr_backoff.accepted(p.key)
-                    p.isr_change_answered(proposal.partition_epoch, accepted=True)
-                else:
-                    log.info("%s: ISR change to %s refused: %s", p.key, list(proposal.new_isr), error)
-                    self._isr_backoff.refused(p.key, time.monotonic())
-                    p.isr_change_answered(proposal.partition_epoch, accepted=False)
-
     # ------------------------------------------------------------------ leader side of replication
 
     def _replica_partition(self, topic: str, partition: int, current_leader_epoch: int) -> tuple[Partition | None, int, str]:
@@ -607,10 +517,7 @@ class ReplicaManager:
             return wire.PartitionData(topic, part, wire.OFFSET_OUT_OF_RANGE,
                                       f"fetch offset {offset} outside [{p.log.log_start_offset}, {leo}]",
                                       p.high_watermark, p.log.log_start_offset, leo, b"")
-        proposal = p.on_follower_fetch(replica_id, offset)
-        if proposal is not None and self._send_isr_change(p, proposal):
-            self.isr_expands += 1
-            log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))
+        self.isr.follower_fetched(p, replica_id, offset)
         records: bytes | memoryview = b""
         if offset < leo and remaining > 0:
             want = min(remaining, sp.max_bytes)

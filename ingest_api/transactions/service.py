@@ -9,11 +9,12 @@ min(transaction.state.log.replication.factor, live nodes), min.insync.replicas
 min(rf, transaction.state.log.min.isr)) through the controller, so its leaders move with node
 failures like any partition's.
 
-Leadership, loading: a timer (`transaction.coordinator.tick.ms`) compares the partitions this node
-leads with those it has loaded. A newly led partition (or a new leader epoch) is read from the log
-start to the log end off the event loop; requests for its ids answer COORDINATOR_LOAD_IN_PROGRESS
-meanwhile. Its leader epoch becomes the coordinator epoch carried by its markers, so a partition
-refuses the markers of a deposed coordinator. After loading, the markers of every PrepareCommit /
+Leadership, loading (`hosting`, replication/coordinator_partitions.py): a timer
+(`transaction.coordinator.tick.ms`) compares the partitions this node leads with those it has
+loaded. A newly led partition (or a new leader epoch) is read from the log start to the log end off
+the event loop; requests for its ids answer COORDINATOR_LOAD_IN_PROGRESS meanwhile. Its leader
+epoch becomes the coordinator epoch carried by its markers, so a partition refuses the markers of a
+deposed coordinator. After loading, the markers of every PrepareCommit /
 PrepareAbort are written again (a marker is idempotent at its partition). A partition no longer led
 is forgotten; its marker tasks stop.
 
@@ -21,11 +22,9 @@ Changes: every state change is one record appended with acks=all; the coordinato
 the client is answered only once it is acknowledged (`_persist`), so an answered EndTxn survives
 the coordinator's node.
 
-Markers: after a PrepareCommit / PrepareAbort is acknowledged, one task per transactional id writes a
-marker to every partition of the transaction — grouped by the partition's leader, locally
-(`Partition.append_txn_marker`, acks=all) or as the signed internal request
-`POST /internal/transactions/markers` to the leader's node — retrying a partition whose leader
-moved or was unreachable (backoff from 50 ms to 1 s, each attempt bounded by request.timeout.ms)
+Markers: after a PrepareCommit / PrepareAbort is acknowledged, `markers` (transactions/marker_writer.py)
+writes a marker to every partition of the transaction — locally (`write_markers_here`, the leader
+side: `Partition.append_txn_marker`, acks=all) or through the partition's leader's node — retrying
 until every marker is written, then appends CompleteCommit / CompleteAbort. A marker landing in a
 `__consumer_offsets` partition makes the group coordinator decide the transaction's pending
 offsets there (`GroupService.complete_txn`).
@@ -67,6 +66,7 @@ from lakelog.ingest_api.errors import (
 )
 from lakelog.ingest_api.groups.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
+from lakelog.ingest_api.replication.coordinator_partitions import CoordinatorPartitions, Hosting, read_log_batches
 from lakelog.ingest_api.replication.partition import PartitionKey, now_ms
 from lakelog.ingest_api.transactions import errors as txn_errors
 from lakelog.ingest_api.transactions.coordinator import (
@@ -77,6 +77,7 @@ from lakelog.ingest_api.transactions.coordinator import (
     WriteMarkers,
 )
 from lakelog.ingest_api.transactions.errors import TransactionError
+from lakelog.ingest_api.transactions.marker_writer import MarkerWriter
 from lakelog.ingest_api.transactions.state_codec import (
     TransactionStateRecordError,
     TxnRecord,
@@ -91,14 +92,10 @@ from lakelog.logstore.record_batch import Record, build_batch, iter_batches
 log = logging.getLogger("lakelog.transactions")
 
 TXN_TOPIC = "__transaction_state"
-#: Bytes read per step when a coordinator loads its partition.
-LOAD_READ_BYTES = 1024 * 1024
 #: Most transactional ids one DescribeTransactions / ListTransactions answer names.
 MAX_LISTED = 100_000
 #: Most (producer, epoch, partition) verifications a leader remembers.
 MAX_VERIFIED = 100_000
-#: Backoff between marker attempts, first and longest (seconds).
-MARKER_BACKOFF_S = (0.05, 1.0)
 #: Longest an AddPartitionsToTxn / AddOffsetsToTxn waits for the markers of the id's last
 #: transaction before answering CONCURRENT_TRANSACTIONS (seconds).
 MARKER_WAIT_S = 1.0
@@ -127,12 +124,13 @@ class TransactionService:
         self.node = node
         self.groups = groups  # ingest_api.groups.service.GroupService: offsets partitions, pending offsets
         self.config = node.config
+        #: The __transaction_state partitions this node leads and has loaded.
+        self.hosting: CoordinatorPartitions[list[tuple[str, TxnRecord | None]]] = CoordinatorPartitions(
+            node, TXN_TOPIC, self.config.transaction_state_log_num_partitions, what="transactions",
+            read=_read_state_log, replay=self._replay, reset=self._forget_partition)
         self.coordinator = TransactionCoordinator(TxnCoordinatorConfig.from_keys(self.config), self.partition_for)
-        #: __transaction_state partition -> the leader epoch its ids were loaded in.
-        self._loaded: dict[int, int] = {}
-        self._loading: dict[int, asyncio.Task] = {}
-        #: transactional id -> the task writing its markers.
-        self._markers: dict[str, asyncio.Task] = {}
+        #: The markers of decided transactions, written to their partitions.
+        self.markers = MarkerWriter(node, self.coordinator, persist=self._persist, write_here=self.write_markers_here)
         #: Leader side: (producer id, topic, partition) -> (transactional id, epoch, leader epoch) the
         #: coordinator verified; forgotten when the transaction's marker lands here.
         self._verified: OrderedDict[tuple[int, str, int], tuple[str, int, int]] = OrderedDict()
@@ -151,8 +149,7 @@ class TransactionService:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="transaction-coordinator")
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._task, *self._loading.values(), *self._markers.values(), *self._persists]
-                 if t is not None]
+        tasks = [t for t in [self._task, *self._persists] if t is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -160,7 +157,8 @@ class TransactionService:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        self._markers.clear()
+        await self.hosting.stop()
+        await self.markers.stop()
 
     async def _loop(self) -> None:
         interval = self.config.transaction_coordinator_tick_ms / 1000
@@ -174,9 +172,9 @@ class TransactionService:
                 log.exception("transaction coordinator tick failed")
 
     def _tick(self) -> None:
-        self._check_leadership()
+        self.hosting.check_leadership()
         for e in self.coordinator.markers_due():
-            self._schedule_markers(e)
+            self.markers.schedule(e)
         now = time.monotonic()
         abort, expire = now >= self._next_abort, now >= self._next_expire
         if abort:
@@ -202,75 +200,35 @@ class TransactionService:
     # ------------------------------------------------------------------ partitions led and loaded
 
     def num_partitions(self) -> int:
-        topic = self.node.image.topics.get(TXN_TOPIC)
-        return len(topic.partitions) if topic is not None else self.config.transaction_state_log_num_partitions
+        return self.hosting.num_partitions()
 
     def partition_for(self, transactional_id: str) -> int:
         return coordinator_partition(transactional_id, self.num_partitions())
 
     def coordinator_node(self, transactional_id: str) -> int:
         """The node coordinating the id (-1 while its partition has no leader or the topic is missing)."""
-        topic = self.node.image.topics.get(TXN_TOPIC)
-        if topic is None:
-            return -1
-        return topic.partitions[self.partition_for(transactional_id)].leader
+        return self.hosting.leader(self.partition_for(transactional_id))
 
-    def _led_partitions(self) -> dict[int, int]:
-        topic = self.node.image.topics.get(TXN_TOPIC)
-        out: dict[int, int] = {}
-        if topic is None:
-            return out
-        for p in range(len(topic.partitions)):
-            part = self.node.local_partition(PartitionKey(TXN_TOPIC, p))
-            if part is not None and part.is_leader:
-                out[p] = part.leader_epoch
-        return out
+    def _replay(self, p: int, epoch: int, entries: list[tuple[str, TxnRecord | None]]) -> int:
+        """Partition `p` loaded: the coordinator takes its ids over, its leader epoch the coordinator
+        epoch, and the markers of its prepared transactions are written again (the hosting's replay)."""
+        self._run_effects(self.coordinator.load(p, epoch, entries, now_ms()))
+        return len(entries)
 
-    def _check_leadership(self) -> None:
-        led = self._led_partitions()
-        for p, epoch in list(self._loaded.items()):
-            if led.get(p) != epoch:
-                self._unload(p)
-        for p, epoch in led.items():
-            if p not in self._loaded and p not in self._loading:
-                self._loading[p] = asyncio.get_running_loop().create_task(self._load(p, epoch), name=f"load-txns-{p}")
-
-    def _unload(self, p: int) -> None:
-        self._loaded.pop(p, None)
-        for tid in [t for t in self._markers if self.partition_for(t) == p]:
-            self._markers.pop(tid).cancel()
+    def _forget_partition(self, p: int) -> None:
+        """Partition `p` is no longer led here: its ids and their marker tasks forgotten (the hosting's reset)."""
+        self.markers.cancel(lambda tid: self.partition_for(tid) == p)
         self.coordinator.unload(p)
-        log.info("%s-%d: no longer coordinating its transactions", TXN_TOPIC, p)
-
-    async def _load(self, p: int, epoch: int) -> None:
-        try:
-            part = self.node.local_partition(PartitionKey(TXN_TOPIC, p))
-            if part is None:
-                return
-            started = time.monotonic()
-            entries = await asyncio.to_thread(_read_state_log, part.log, p)
-            if not (part.is_leader and part.leader_epoch == epoch):
-                return  # leadership moved while reading: the next tick decides again
-            effects = self.coordinator.load(p, epoch, entries, now_ms())
-            self._loaded[p] = epoch
-            log.info("%s-%d: loaded %d transaction records in %.0f ms (coordinator epoch %d)", TXN_TOPIC, p,
-                     len(entries), (time.monotonic() - started) * 1000, epoch)
-            self._run_effects(effects)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("%s-%d: loading the transactions failed (retried next tick)", TXN_TOPIC, p)
-        finally:
-            self._loading.pop(p, None)
 
     def _require(self, transactional_id: str) -> int:
         """The id's partition, if this node coordinates it and has loaded it."""
         if not transactional_id:
             raise InvalidRequestError("the transactional id must not be empty")
         p = self.partition_for(transactional_id)
-        if p in self._loaded:
+        hosting = self.hosting.state(p)
+        if hosting is Hosting.LOADED:
             return p
-        if p in self._loading or p in self._led_partitions():
+        if hosting is Hosting.LOADING:
             raise CoordinatorLoadInProgressError(f"node {self.node.node_id} is loading the transactions of "
                                                  f"{transactional_id}; retry")
         raise NotCoordinatorError(f"node {self.node.node_id} is not the coordinator of transactional id "
@@ -319,82 +277,7 @@ class TransactionService:
     def _run_effects(self, effects: list[Effect]) -> None:
         for e in effects:
             if isinstance(e, WriteMarkers):
-                self._schedule_markers(e)
-
-    def _schedule_markers(self, e: WriteMarkers) -> None:
-        running = self._markers.get(e.transactional_id)
-        if running is not None and not running.done():
-            return
-        self._markers[e.transactional_id] = asyncio.get_running_loop().create_task(
-            self._write_markers(e), name=f"markers-{e.transactional_id}")
-
-    async def _write_markers(self, e: WriteMarkers) -> None:
-        """Every marker of `e`, retried per partition until written; then the Complete* record."""
-        left = set(e.partitions)
-        delay, attempts = MARKER_BACKOFF_S[0], 0
-        max_attempts = self.config.transaction_marker_max_attempts
-        try:
-            while left:
-                attempts += 1
-                by_leader: dict[int, list[tuple[str, int]]] = {}
-                for tp in sorted(left):
-                    by_leader.setdefault(self._leader_of(*tp), []).append(tp)
-                results = await asyncio.gather(*(self._markers_to(leader, tps, e) for leader, tps in by_leader.items()))
-                for written in results:
-                    left -= written
-                if not left:
-                    break
-                if max_attempts and attempts >= max_attempts:
-                    log.warning("transaction %s: %d marker(s) not written after %d attempts (retried next tick)",
-                                e.transactional_id, len(left), attempts)
-                    return
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MARKER_BACKOFF_S[1])
-            persist = self.coordinator.markers_written(e.transactional_id, e.producer_id, e.producer_epoch, now_ms())
-            if persist is not None:
-                await self._persist(persist)
-        except asyncio.CancelledError:
-            raise
-        except NodeError as err:
-            log.info("transaction %s: completing it failed (retried next tick): %s", e.transactional_id, err)
-        finally:
-            if self._markers.get(e.transactional_id) is asyncio.current_task():
-                del self._markers[e.transactional_id]
-
-    def _leader_of(self, topic: str, partition: int) -> int:
-        t = self.node.image.topics.get(topic)
-        if t is None or not 0 <= partition < len(t.partitions):
-            return -1
-        return t.partitions[partition].leader
-
-    async def _markers_to(self, leader: int, tps: list[tuple[str, int]], e: WriteMarkers) -> set[tuple[str, int]]:
-        """Write the markers of `tps` on their leader; returns those written (or whose partition is gone)."""
-        markers = [{"topic": t, "partition": p, "producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
-                    "commit": e.commit, "coordinator_epoch": e.coordinator_epoch} for t, p in tps]
-        gone = {tp for tp in tps if tp[0] not in self.node.image.topics}
-        if gone:  # a deleted topic's markers have nowhere to go (Kafka drops them too)
-            markers = [m for m in markers if (m["topic"], m["partition"]) not in gone]
-        if leader < 0 or not markers:
-            return gone
-        try:
-            if leader == self.node.node_id:
-                answers = await self.write_markers_here(markers)
-            else:
-                resp = await self.node.peers.post_json(leader, "/internal/transactions/markers", {"markers": markers},
-                                                       timeout_s=self.config.request_timeout_ms / 1000 + 5)
-                answers = resp.json().get("results", []) if resp.status_code == 200 else []
-        except (NodeError, OSError, ValueError) as err:
-            log.info("transaction %s: markers to node %d failed (retrying): %s", e.transactional_id, leader, err)
-            return gone
-        written = {(a["topic"], int(a["partition"])) for a in answers if a.get("error") is None or a.get("superseded")}
-        for a in answers:
-            if a.get("superseded"):
-                log.warning("transaction %s: marker for %s-%s superseded: %s", e.transactional_id, a["topic"],
-                            a["partition"], a["error"])
-            elif a.get("error") is not None:
-                log.info("transaction %s: marker for %s-%s: %s (retrying)", e.transactional_id, a["topic"],
-                         a["partition"], a["error"])
-        return written | gone
+                self.markers.schedule(e)
 
     async def write_markers_here(self, markers: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Append the markers to the partitions this node leads (each with acks=all); one answer per
@@ -466,10 +349,8 @@ class TransactionService:
         they are written; answering CONCURRENT_TRANSACTIONS instead would cost it a retry after the
         client's backoff (librdkafka's retry.backoff.ms, 100 ms) each time. Raises as `_require`
         if the id's partition moved meanwhile."""
-        task = self._markers.get(tid)
-        if task is not None and not task.done():
-            await asyncio.wait({task}, timeout=MARKER_WAIT_S)
-            self._require(tid)
+        await self.markers.settled(tid, MARKER_WAIT_S)
+        self._require(tid)
 
     async def _op_add_partitions(self, a: dict[str, Any]) -> dict[str, Any]:
         tid = str(a["transactional_id"])
@@ -640,26 +521,15 @@ _OPS = {
 def _read_state_log(plog: Any, p: int) -> list[tuple[str, TxnRecord | None]]:
     """Every record of a `__transaction_state` log, in log order (on a thread)."""
     out: list[tuple[str, TxnRecord | None]] = []
-    offset = plog.log_start_offset
-    end = plog.log_end_offset
-    while offset < end:
-        res = plog.read(offset, LOAD_READ_BYTES)
-        if not len(res.records):
-            break
-        nxt = offset
-        for _, batch in iter_batches(res.records):
-            nxt = max(nxt, batch.next_offset)
-            if batch.is_control:
+    for offset, batch in read_log_batches(plog):
+        if batch.is_control:
+            continue
+        for rec in batch.records():
+            if rec.offset < offset or rec.key is None:
                 continue
-            for rec in batch.records():
-                if rec.offset < offset or rec.key is None:
-                    continue
-                try:
-                    out.append((decode_key(rec.key), decode_value(rec.value)))
-                except TransactionStateRecordError as e:
-                    log.error("%s-%d: skipping the record at offset %d: %s", TXN_TOPIC, p, rec.offset, e)
-        if nxt <= offset:
-            break
-        offset = nxt
+            try:
+                out.append((decode_key(rec.key), decode_value(rec.value)))
+            except TransactionStateRecordError as e:
+                log.error("%s-%d: skipping the record at offset %d: %s", TXN_TOPIC, p, rec.offset, e)
     return out
 

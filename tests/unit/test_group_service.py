@@ -61,8 +61,8 @@ def records_in_log(part: Partition) -> list:
 
 async def loaded(svc: GroupService, group: str) -> None:
     for _ in range(200):
-        svc._check_leadership()
-        if svc.partition_for(group) in svc._loaded:
+        svc.hosting.check_leadership()
+        if svc.hosting.is_loaded(svc.partition_for(group)):
             return
         await asyncio.sleep(0.01)
     raise AssertionError("not loaded")
@@ -91,11 +91,11 @@ def test_commits_survive_a_coordinator_move(tmp_path):
         doc = await other.handle("offset_fetch", {"group_id": group})
         assert {(o["partition"], o["offset"], o["metadata"]) for o in doc["offsets"]} == {(0, 9, ""), (1, 3, "")}
         # The old one notices the new epoch, forgets the groups and loads again.
-        svc._check_leadership()
-        assert p not in svc._loaded
+        svc.hosting.check_leadership()
+        assert not svc.hosting.is_loaded(p)
         # Losing the leadership: NOT_COORDINATOR.
         node.parts[p].make_follower(2, 3, 3, [1, 2], [2])
-        other._check_leadership()
+        other.hosting.check_leadership()
         assert (await other.handle("offset_fetch", {"group_id": group}))["error"] == NotCoordinatorError.kafka_name
 
     asyncio.run(main())
@@ -123,12 +123,12 @@ def test_members_commit_and_empty_groups_expire(tmp_path):
         assert r["error"] is None
         assert (await svc.handle("leave", {"group_id": group, "member_id": mid}))["error"] is None
         # A minute after the group became empty its offsets get tombstones and leave the cache.
-        await svc._expire_offsets()
+        await svc.offsets.expire()
         assert (await svc.handle("offset_fetch", {"group_id": group}))["offsets"][0]["offset"] == 5  # not yet
         g = svc.coordinator.groups[group]
         g.empty_since_ms -= 61_000
         g.offsets[TP("t", 0)] = CommittedOffset(5, "", g.offsets[TP("t", 0)].commit_timestamp_ms - 61_000)
-        await svc._expire_offsets()
+        await svc.offsets.expire()
         assert (await svc.handle("offset_fetch", {"group_id": group}))["offsets"] == []
         last_key, last_value = records_in_log(node.parts[svc.partition_for(group)])[-1]
         assert (last_key.group, last_key.topic, last_key.partition, last_value) == (group, "t", 0, None)

@@ -126,7 +126,7 @@ async def _idle_cost(tmp_path, partitions: int) -> dict[str, float]:
         p = leader.local_partition(keys[0])
         caught_up_before = p.remote[2].last_caught_up_ms
         await asyncio.sleep(2 * WAIT_MS / 1000)
-        leader.check_isr(p, lag_max_ms=30_000)
+        leader.isr.check(p, lag_max_ms=30_000)
         assert p.remote[2].last_caught_up_ms > caught_up_before
         assert p.isr == [1, 2]
         return idle
@@ -262,10 +262,10 @@ async def _isr_requests(tmp_path, partitions: int) -> list[int]:
     assert rm.reconcile_now()
     try:
         for p in rm.partitions():
-            rm.check_isr(p, lag_max_ms=-1)  # follower 2 has never fetched: every partition shrinks
+            rm.isr.check(p, lag_max_ms=-1)  # follower 2 has never fetched: every partition shrinks
         await _until(lambda: sum(calls) == partitions)
         await asyncio.sleep(0.05)
-        assert rm.isr_requests == len(calls)
+        assert rm.isr.requests == len(calls)
         return calls
     finally:
         for p in rm.partitions():

@@ -146,7 +146,7 @@ def _service(node: _Node) -> tuple[TransactionService, list[str]]:
     svc = TransactionService(node, groups=None)
     for p in range(3):
         svc.coordinator.load(p, 0, [], now_ms())
-        svc._loaded[p] = 0
+        svc.hosting._loaded[p] = 0  # loaded as if this node led the partitions
     refused: list[str] = []
     add = svc.coordinator.add_partitions
 
@@ -170,7 +170,7 @@ def test_each_transaction_costs_three_state_records_and_one_marker_per_partition
             # the next transaction begins as soon as EndTxn is answered, its markers not yet written
             await svc.run("add_partitions", {**who, "partitions": [["t", 0]]})
             await svc.run("end", {**who, "commit": True})
-        await asyncio.gather(*svc._markers.values())
+        await svc.markers.settled("tx", 5.0)
         await svc.stop()
         assert refused == []  # no CONCURRENT_TRANSACTIONS: AddPartitionsToTxn waited for the markers
         assert node.data.markers == 20  # one marker write per partition per transaction
@@ -193,7 +193,7 @@ def test_add_partitions_waits_for_markers_a_bounded_time(monkeypatch):
         with pytest.raises(ConcurrentTransactionsError):  # the markers cannot land: answered, not hung
             await svc.run("add_partitions", {**who, "partitions": [["t", 0]]})
         hold.set()
-        await asyncio.gather(*svc._markers.values())
+        await svc.markers.settled("tx", 5.0)
         await svc.run("add_partitions", {**who, "partitions": [["t", 0]]})
         await svc.stop()
         assert len(refused) == 1 and node.data.markers == 1
