@@ -79,16 +79,8 @@ from lakelog.logstore.record_batch import Record, build_batch  # noqa: E402
 from lakelog.tiering import epochs as epochs_format, manifest_codec  # noqa: E402
 from lakelog.tiering.config import TieringConfig  # noqa: E402
 from lakelog.tiering.fs_store import FileSystemStore  # noqa: E402
-from lakelog.tiering.layout import (  # noqa: E402
-    EPOCHS_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    manifest_key,
-    new_segment_id,
-    partition_dir,
-    segment_key,
-)
+from lakelog.tiering.layout import EPOCHS_SUFFIX, manifest_key, new_segment_id, partition_dir, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from lakelog.tiering.manager import RemoteTier  # noqa: E402
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState  # noqa: E402
 from lakelog.tiering.s3_store import S3Store  # noqa: E402

@@ -44,16 +44,8 @@ from lakelog.infra.errors import invariant
 from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
 from lakelog.tiering import epochs as epochs_format, manifest_transitions
 from lakelog.tiering.errors import ObjectNotFoundError
-from lakelog.tiering.layout import (
-    EPOCHS_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    new_segment_id,
-    segment_key,
-    segment_keys,
-)
+from lakelog.tiering.layout import EPOCHS_SUFFIX, new_segment_id, segment_key, segment_keys
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from lakelog.tiering.lease import Lease
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore

@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass
 from lakelog.logstore.record_batch import NO_TIMESTAMP, crc32c
 from lakelog.tiering import manifest_transitions
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
-from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from lakelog.tiering.layout import segment_key
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.remote_scan import iter_segment_batches

@@ -18,14 +18,12 @@ from __future__ import annotations
 import re
 import uuid
 
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from lakelog.tiering.store import check_key
 
 MANIFEST_NAME = "manifest.json"
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
+#: A remote segment's leader-epoch entries (the local log keeps one checkpoint per partition).
 EPOCHS_SUFFIX = ".epochs"
-TXN_INDEX_SUFFIX = ".txnindex"
 #: The objects every remote segment has; a `.txnindex` only when the segment aborted a transaction.
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, EPOCHS_SUFFIX)
 _ALL_SUFFIXES = SEGMENT_SUFFIXES + (TXN_INDEX_SUFFIX,)

@@ -46,7 +46,8 @@ from lakelog.logstore.record_batch import _OFFSET_AND_LENGTH, HEADER, HEADER_SIZ
 from lakelog.tiering.cache import ByteLRUCache
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError, RemoteOffsetOutOfRangeError, TieringError
-from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from lakelog.tiering.layout import segment_key
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics

@@ -40,7 +40,8 @@ from lakelog.logstore.record_batch import (
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.deadline_store import DeadlineStore, Deadlines
 from lakelog.tiering.errors import ObjectNotFoundError, RemoteCorruptionError
-from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, MANIFEST_NAME, TXN_INDEX_SUFFIX, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TXN_INDEX_SUFFIX
+from lakelog.tiering.layout import MANIFEST_NAME, segment_key
 from lakelog.tiering.manifest_model import PartitionManifest, RemoteSegment
 from lakelog.tiering.store import ObjectStore
 from lakelog.tiering.stores import open_store

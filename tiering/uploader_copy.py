@@ -33,16 +33,8 @@ from lakelog.tiering.errors import (
     StoreError,
     TieringError,
 )
-from lakelog.tiering.layout import (
-    EPOCHS_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    new_segment_id,
-    segment_key,
-    segment_keys,
-)
+from lakelog.tiering.layout import EPOCHS_SUFFIX, new_segment_id, segment_key, segment_keys
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from lakelog.tiering.manifest_model import ORIGIN_UPLOAD, PartitionManifest, RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore
 from lakelog.tiering.metrics import TieringMetrics

@@ -19,7 +19,8 @@ from lakelog.spark_log.jobs import run_job
 from lakelog.spark_log.session import remote_session
 from lakelog.tiering.errors import ObjectNotFoundError
 from lakelog.tiering.index_rebuild_tasks import RebuildRun, rebuild_run
-from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, parse_segment_file, segment_key, segment_keys
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from lakelog.tiering.layout import parse_segment_file, segment_key, segment_keys
 from lakelog.tiering.lease import acquire, lease_key
 from lakelog.tiering.manifest_model import SegmentState
 from lakelog.tiering.remote_scan import load_manifest

@@ -10,7 +10,8 @@ import pytest
 from lakelog.infra.config import ConfigError
 from lakelog.spark_log.jobs import run_job
 from lakelog.spark_log.session import remote_session
-from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from lakelog.tiering.layout import segment_key
 from lakelog.tiering.remote_scan import load_manifest
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
 from tests.integration.test_remote_compaction import TOPIC, build_remote

@@ -239,7 +239,8 @@ def test_replacements_keep_the_aborted_transactions_of_the_segments_they_replace
     import time
 
     from lakelog.index.transaction_index import AbortedTxn
-    from lakelog.tiering.layout import TXN_INDEX_SUFFIX, segment_key
+    from lakelog.logstore.segment import TXN_INDEX_SUFFIX
+    from lakelog.tiering.layout import segment_key
 
     now = int(time.time() * 1000)
     log = PartitionLog(tmp_path / "log" / f"{TOPIC}-0", LogConfig({"segment.bytes": 600, "retention.ms": -1,

@@ -18,7 +18,8 @@ from lakelog.spark_log.tables import register_topics
 from tests.integration.test_remote_compaction import TOPIC, build_remote, reference, remote_records
 from tests.support.faults import wait_for
 from tests.support.nodes import start_node
-from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from lakelog.tiering.layout import segment_key
 from lakelog.tiering.s3_store import S3Store
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor
 

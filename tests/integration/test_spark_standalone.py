@@ -28,7 +28,8 @@ import pyspark
 import pytest
 
 from lakelog.spark_log.session import default_jars_dir
-from lakelog.tiering.layout import INDEX_SUFFIX, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX
+from lakelog.tiering.layout import segment_key
 from lakelog.tiering.remote_scan import load_manifest
 from lakelog.tiering.s3_store import S3Store
 from lakelog.tiering.topics import TopicDescriptor, write_topic_descriptor

@@ -21,7 +21,8 @@ from lakelog.tiering.errors import (
     RemoteCorruptionError,
     TransientStoreError,
 )
-from lakelog.tiering.layout import LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key, segment_keys
+from lakelog.logstore.segment import LOG_SUFFIX, TIME_INDEX_SUFFIX
+from lakelog.tiering.layout import segment_key, segment_keys
 from lakelog.tiering.manager import RemoteTier
 from lakelog.tiering.manifest_model import RemoteSegment, SegmentState
 from lakelog.tiering.metadata import ManifestStore

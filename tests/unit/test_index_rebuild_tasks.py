@@ -11,7 +11,8 @@ import pytest
 from lakelog.infra.config import ConfigError
 from lakelog.tiering.index_rebuild import rebuild_segment
 from lakelog.tiering.index_rebuild_tasks import RebuildJobConfig, RebuildRun, plan_rebuild_tasks, rebuild_run
-from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, manifest_key, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from lakelog.tiering.layout import manifest_key, segment_key
 from lakelog.tiering.remote_scan import load_manifest
 from tests.integration.test_remote_compaction import TOPIC, build_remote
 

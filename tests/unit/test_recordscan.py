@@ -87,7 +87,8 @@ from lakelog.logstore.compression import Compression  # noqa: E402
 from lakelog.tiering import remote_scan  # noqa: E402
 from lakelog.tiering.errors import RemoteCorruptionError  # noqa: E402
 from lakelog.tiering.fs_store import FileSystemStore  # noqa: E402
-from lakelog.tiering.layout import LOG_SUFFIX, segment_key  # noqa: E402
+from lakelog.logstore.segment import LOG_SUFFIX
+from lakelog.tiering.layout import segment_key
 from lakelog.tiering.manifest_model import RemoteSegment, SegmentState  # noqa: E402
 
 

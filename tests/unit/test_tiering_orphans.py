@@ -8,7 +8,8 @@ from lakelog.infra.config import LogConfig
 from lakelog.logstore.log import PartitionLog
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.fs_store import FileSystemStore
-from lakelog.tiering.layout import INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_key, segment_keys
+from lakelog.logstore.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from lakelog.tiering.layout import segment_key, segment_keys
 from lakelog.tiering.manager import RemoteTier
 from lakelog.tiering.manifest_model import SegmentState
 from lakelog.tiering.metadata import ManifestStore

@@ -12,7 +12,8 @@ from lakelog.logstore.record_batch import Record, RecordBatch, TimestampType, bu
 from lakelog.tiering.config import TieringConfig
 from lakelog.tiering.errors import RemoteCorruptionError, RemoteOffsetOutOfRangeError
 from lakelog.tiering.fs_store import FileSystemStore
-from lakelog.tiering.layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_key
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from lakelog.tiering.layout import segment_key
 from lakelog.tiering.manager import RemoteTier
 from tests.support.tiering import InstrumentedStore, fill_log
 

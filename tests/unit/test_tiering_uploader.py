@@ -20,7 +20,8 @@ from lakelog.tiering.errors import (
     TransientStoreError,
 )
 from lakelog.tiering.fs_store import FileSystemStore
-from lakelog.tiering.layout import EPOCHS_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_keys
+from lakelog.tiering.layout import EPOCHS_SUFFIX, segment_keys
+from lakelog.logstore.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from lakelog.tiering.manager import RemoteTier
 from lakelog.tiering.manifest_model import SegmentState
 from tests.support.tiering import InstrumentedStore, fill_log
@@ -587,7 +588,8 @@ def test_entries_record_their_data_records_without_control_batches(tmp_path, sto
 def test_txnindex_is_uploaded_with_its_segment_and_read_back(tmp_path, store, tier):
     from lakelog.index.transaction_index import AbortedTxn, decode_entries
     from lakelog.logstore.record_batch import Record, build_batch
-    from lakelog.tiering.layout import TXN_INDEX_SUFFIX, segment_key
+    from lakelog.logstore.segment import TXN_INDEX_SUFFIX
+    from lakelog.tiering.layout import segment_key
 
     log = make_log(tmp_path)
     now = int(time.time() * 1000)
