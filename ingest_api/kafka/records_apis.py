@@ -11,7 +11,8 @@ confirmed the partition is in the producer's ongoing transaction (KIP-890 part 1
 `TransactionService.verify_raw_produce`); otherwise, and for a transactional batch without a
 transactional_id, INVALID_TXN_STATE.
 
-Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic, Fetch
+Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic (and a
+transactional Produce WRITE on its TransactionalId: TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise), Fetch
 READ; ListOffsets and OffsetForLeaderEpoch DESCRIBE (which READ or WRITE imply), as Kafka and the
 HTTP offsets route require. A refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED.
 
@@ -81,6 +82,8 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
     body = req.body
     acks = ACKS.get(int(body.acks))
     transactional_id = body.transactional_id
+    txn_ok = transactional_id is None or ctx.allowed(
+        conn.principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id, "Produce", conn.client_host)
     jobs, names = [], []
     for t in body.topic_data:
         name = field_of(t, "name")  # Produce v13+ names the topic by id
@@ -92,6 +95,8 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
             names.append(topic_key)
             if name is None:
                 jobs.append(_invalid(p.index, ErrorCode.unknown_topic_id.value))
+            elif not txn_ok:
+                jobs.append(_invalid(p.index, REFUSED[ResourceType.TRANSACTIONAL_ID]))
             elif not allowed:
                 jobs.append(_invalid(p.index, TOPIC_REFUSED))
             elif acks is None:
