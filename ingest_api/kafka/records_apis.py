@@ -20,7 +20,9 @@ Isolation (KIP-98): every Fetch answer carries the partition's last stable offse
 with isolation_level 1 (READ_COMMITTED) answers only whole batches below the LSO, with the aborted
 transactions (producer id, first offset) overlapping what it returns, from the `.txnindex`
 files; the client drops their records and the control batches itself. ListOffsets with
-isolation_level 1 answers LATEST with the LSO.
+isolation_level 1 answers LATEST with the LSO. A new leader answers LATEST (either isolation) with
+OFFSET_NOT_AVAILABLE, which clients retry, until its HW reaches the start of its leader epoch
+(KIP-207), so neither the end offset nor the LSO a client is told ever goes backwards.
 
 Fetch sessions (KIP-227): `fetch_sessions.py` decides from the request's session id and epoch what
 is fetched (the request's partitions, or the session's) and which partitions the answer carries
@@ -315,7 +317,7 @@ async def _list_one(ctx: KafkaContext, topic: str, lp: Any, isolation: int = 0) 
         if ts in (EARLIEST, LATEST):
             beginning, end = await ctx.node.offsets(topic, index)
             if ts == LATEST and isolation == READ_COMMITTED:
-                end = min(end, p.last_stable_offset)
+                end = p.consumer_stable_offset()
             out["offset"] = beginning if ts == EARLIEST else end
         elif ts == EARLIEST_LOCAL:
             out["offset"] = p.log_start_offset

@@ -260,7 +260,7 @@ async def partition_offsets(topic: str, partition: int, request: Request,
     if forwarded is not None:
         return forwarded
     beginning, end = await node.offsets(topic, partition)
-    lso = min(end, node.partition(topic, partition).last_stable_offset)
+    lso = node.partition(topic, partition).consumer_stable_offset()
     body: dict = {"beginning_offset": beginning, "end_offset": end, "last_stable_offset": lso}
     if timestamp is not None:
         found = await node.offset_for_timestamp(topic, partition, timestamp)
