@@ -100,8 +100,9 @@ def _resource(request: Request, cluster_id: str, doc: dict[str, Any]) -> dict[st
 async def init_transactions(cluster_id: str, request: Request):
     node = cluster_node(request, cluster_id)
     doc = await _doc(request)
+    if isinstance(doc.get("transactional_id"), str):  # authorization before validation
+        authorize(request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, doc["transactional_id"])
     tid = _tid(doc.get("transactional_id"))
-    authorize(request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
     timeout_ms = doc.get("transaction_timeout_ms", DEFAULT_TIMEOUT_MS)
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool):
         raise InvalidRequestError("transaction_timeout_ms must be an integer")
@@ -125,9 +126,9 @@ async def describe_transaction(cluster_id: str, transactional_id: str, request: 
 async def end_transaction(cluster_id: str, name: str, request: Request):
     node = cluster_node(request, cluster_id)
     tid, _, action = name.rpartition(":")
+    authorize(request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid or name)  # before validation
     if action not in ("commit", "abort"):
         raise InvalidRequestError("POST .../transactions/{transactional_id}:commit or :abort")
-    authorize(request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, _tid(tid))
     args = {**_producer(await _doc(request)), "commit": action == "commit"}
     await node.transactions.call_with_retry(_tid(tid), "end", args)
     return JSONResponse(_resource(request, cluster_id, {"transactional_id": tid, "result": action}))
