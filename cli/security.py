@@ -8,8 +8,10 @@
     lakelog api-keys list
     lakelog api-keys remove KEY_ID
     lakelog acls add (--allow-principal P | --deny-principal P) --operation OP [--operation OP ...]
-                     (--topic T | --group G | --cluster) [--resource-pattern-type literal|prefixed]
-    lakelog acls list   [--principal P] [--topic T | --group G | --cluster] [--resource-pattern-type ...]
+                     (--topic T | --group G | --transactional-id ID | --cluster)
+                     [--resource-pattern-type literal|prefixed]
+    lakelog acls list   [--principal P] [--topic T | --group G | --transactional-id ID | --cluster]
+                        [--resource-pattern-type ...]
     lakelog acls remove [the same filters; at least one]
     lakelog quotas set User:NAME [--producer-byte-rate N] [--consumer-byte-rate N] [--request-rate N]
     lakelog quotas list
@@ -99,6 +101,8 @@ def _resource(args: argparse.Namespace) -> dict[str, str]:
         return {"resource_type": "TOPIC", "resource_name": args.topic}
     if args.group is not None:
         return {"resource_type": "GROUP", "resource_name": args.group}
+    if args.transactional_id is not None:
+        return {"resource_type": "TRANSACTIONAL_ID", "resource_name": args.transactional_id}
     if args.cluster:
         return {"resource_type": "CLUSTER", "resource_name": "kafka-cluster"}
     return {}
@@ -110,7 +114,7 @@ def _cmd_acls_add(args: argparse.Namespace) -> int:
 
     resource = _resource(args)
     if not resource:
-        raise ClientError("name the resource: --topic T, --group G or --cluster")
+        raise ClientError("name the resource: --topic T, --group G, --transactional-id ID or --cluster")
     principal, permission = (args.allow_principal, "ALLOW") if args.allow_principal else (args.deny_principal, "DENY")
     with client_from_args(args) as client:
         for op in args.operation:
@@ -150,7 +154,8 @@ def _cmd_acls_remove(args: argparse.Namespace) -> int:
 
     params = _filter(args)
     if not params:
-        raise ClientError("give at least one filter (--principal, --topic, --group, --cluster, --resource-pattern-type)")
+        raise ClientError("give at least one filter (--principal, --topic, --group, --transactional-id, --cluster, "
+                          "--resource-pattern-type)")
     with client_from_args(args) as client:
         deleted = client._json("DELETE", f"{_base(client)}/acls", params=params).get("data", [])
     for acl in deleted:
@@ -195,6 +200,8 @@ def _resource_args(p: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--topic", metavar="T", help="a topic (or a prefix, or '*')")
     which.add_argument("--group", metavar="G", help="a consumer group (or a prefix, or '*')")
+    which.add_argument("--transactional-id", metavar="ID",
+                       help="a producer's transactional.id (or a prefix, or '*')")
     which.add_argument("--cluster", action="store_true", help="the cluster")
 
 

@@ -83,6 +83,7 @@ class KafkaCode(enum.IntEnum):
     INVALID_TRANSACTION_TIMEOUT = 50
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
@@ -130,6 +131,7 @@ ERRORS: dict[str, ErrorCode] = {
     "AuthenticationFailedError": _E(401, 40101, _K.SASL_AUTHENTICATION_FAILED),  # also the cluster's signature check
     # An ACL refuses: the Kafka door answers GROUP_ / CLUSTER_AUTHORIZATION_FAILED for those resources.
     "AuthorizationFailedError": _E(403, 40301, _K.TOPIC_AUTHORIZATION_FAILED),
+    "TransactionalIdAuthorizationFailedError": _E(403, 40302, _K.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
     "NotAVoterError": _E(403, 40310, _K.INCONSISTENT_VOTER_SET),
     # 404 Not Found
     "TopicNotFoundError": _E(404, 40401, _K.UNKNOWN_TOPIC_OR_PARTITION),

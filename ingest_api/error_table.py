@@ -115,6 +115,7 @@ from lakelog.ingest_api.security.errors import (
     SecurityNotFoundError,
     ThrottledError,
     TooManyConnectionsError,
+    TransactionalIdAuthorizationFailedError,
 )
 from lakelog.logstore.errors import (
     CorruptRecordError,
@@ -175,7 +176,7 @@ def _bind(rows: dict[str, ErrorCode], classes: tuple[type[BaseException], ...],
 #: The node's classes, bound to `error_codes.ERRORS` (the code table says why each row is what it is).
 ERROR_TABLE: dict[type[BaseException], HttpError] = _bind(error_codes.ERRORS, (
     ConfigError, InvalidTopicError, InvalidSecurityRequestError,
-    AuthenticationFailedError, AuthorizationFailedError, NotAVoterError,
+    AuthenticationFailedError, AuthorizationFailedError, TransactionalIdAuthorizationFailedError, NotAVoterError,
     TopicNotFoundError, PartitionNotFoundError, ConsumerInstanceNotFoundError, GroupNotFoundError,
     ConfigNotFoundError, ClusterNotFoundError, BrokerNotFoundError, SecurityNotFoundError, NotFoundError,
     NoReassignmentInProgressError,

@@ -23,6 +23,7 @@ READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = (Operation.READ, Operation.WRITE,
                                                 Operation.DELETE, Operation.ALTER, Operation.DESCRIBE)
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 SUBJECT = ResourceType.SUBJECT
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 
 #: Paths anyone may call, authenticated or not (load balancers, orchestrators).
 PUBLIC = frozenset({("GET", "/healthz"), ("GET", "/readyz"), ("HEAD", "/healthz"), ("HEAD", "/readyz")})
@@ -60,14 +61,17 @@ RULES: list[tuple[str, str, ResourceType | None, str | None, Operation | None, s
     ("GET", "/topics/{topic}/partitions/{partition}/offsets", TOPIC, "topic", DESCRIBE, ""),
     ("GET", "/brokers", CLUSTER, None, DESCRIBE, ""),
     ("POST", "/producers", CLUSTER, None, WRITE, ""),
-    # Transactions (routers/transactions_v3.py): the ACLs have no TransactionalId resource yet, so the
-    # cluster stands for it, as for POST /producers; sending offsets also needs READ on the group
-    # and its topics (checked by the router from the body).
-    ("POST", "/v3/clusters/{cluster_id}/transactions", CLUSTER, None, WRITE, ""),
-    ("GET", "/v3/clusters/{cluster_id}/transactions/{transactional_id}", CLUSTER, None, DESCRIBE, ""),
-    ("POST", "/v3/clusters/{cluster_id}/transactions/{transactional_id}/offsets", CLUSTER, None, WRITE, "body"),
-    ("POST", "/v3/clusters/{cluster_id}/transactions/{transactional_id}/partitions", CLUSTER, None, WRITE, "body"),
-    ("POST", "/v3/clusters/{cluster_id}/transactions/{name}", CLUSTER, None, WRITE, ""),
+    # Transactions (routers/transactions_v3.py), as Kafka authorizes its transaction APIs: WRITE on the
+    # TransactionalId (DESCRIBE to read it); the router checks the id a body or `{id}:commit` names,
+    # and sending offsets also READ on the group and its topics, adding partitions WRITE on the topics.
+    ("POST", "/v3/clusters/{cluster_id}/transactions", None, None, None, "body"),
+    ("GET", "/v3/clusters/{cluster_id}/transactions/{transactional_id}", TRANSACTIONAL_ID, "transactional_id",
+     DESCRIBE, ""),
+    ("POST", "/v3/clusters/{cluster_id}/transactions/{transactional_id}/offsets", TRANSACTIONAL_ID,
+     "transactional_id", WRITE, "body"),
+    ("POST", "/v3/clusters/{cluster_id}/transactions/{transactional_id}/partitions", TRANSACTIONAL_ID,
+     "transactional_id", WRITE, "body"),
+    ("POST", "/v3/clusters/{cluster_id}/transactions/{name}", None, None, None, "body"),
     ("GET", "/v3/clusters", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/v3/clusters/{cluster_id}", CLUSTER, None, DESCRIBE, ""),
     ("GET", "/v3/clusters/{cluster_id}/topics", CLUSTER, None, DESCRIBE, ""),

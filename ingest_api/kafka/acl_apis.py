@@ -3,8 +3,8 @@ metadata records `create_acls` / `delete_acls`) and the authorizer HTTP uses.
 
 Kafka's enums map by name onto the ACL model of `security/acl.py`:
 
-    resource type   2 TOPIC, 3 GROUP, 4 CLUSTER (named "kafka-cluster"); 1 ANY in filters. Kafka's
-                    other types (TRANSACTIONAL_ID, DELEGATION_TOKEN, USER) are refused on creation
+    resource type   2 TOPIC, 3 GROUP, 4 CLUSTER (named "kafka-cluster"), 5 TRANSACTIONAL_ID; 1 ANY in
+                    filters. Kafka's other types (DELEGATION_TOKEN, USER) are refused on creation
                     unless the model has a member of that name. SUBJECT bindings (Schema Registry
                     subjects) have no Kafka type: DescribeAcls leaves them out, DeleteAcls keeps them.
     pattern type    3 LITERAL, 4 PREFIXED; in filters also 1 ANY and 2 MATCH (every binding that

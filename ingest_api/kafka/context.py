@@ -18,7 +18,7 @@ from lakelog.ingest_api.config.kafka import KafkaListener
 from lakelog.ingest_api.error_table import kafka_code
 from lakelog.ingest_api.kafka.fetch_sessions import FetchSessionCache
 from lakelog.ingest_api.security.acl import Operation, ResourceType
-from lakelog.ingest_api.security.errors import AuthorizationFailedError
+from lakelog.ingest_api.security.errors import AuthorizationFailedError, TransactionalIdAuthorizationFailedError
 
 #: The Kafka code of an ACL refusal by resource type: the error table's row of an authorization
 #: failure for a topic; a group or the cluster answer Kafka's codes for those resources.
@@ -26,6 +26,7 @@ REFUSED: dict[ResourceType, int] = {
     ResourceType.TOPIC: int(kafka_code(AuthorizationFailedError("refused"))),
     ResourceType.GROUP: int(KafkaCode.GROUP_AUTHORIZATION_FAILED),
     ResourceType.CLUSTER: int(KafkaCode.CLUSTER_AUTHORIZATION_FAILED),
+    ResourceType.TRANSACTIONAL_ID: int(kafka_code(TransactionalIdAuthorizationFailedError("refused"))),
 }
 
 

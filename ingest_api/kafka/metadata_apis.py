@@ -6,11 +6,11 @@ left out (as Kafka leaves out brokers without the listener).
 
 Authorization (the node's authorizer): Metadata needs DESCRIBE on each topic — a topic asked for by
 name answers TOPIC_AUTHORIZATION_FAILED, a listing of every topic leaves it out, as Kafka does;
-DescribeCluster needs DESCRIBE on the cluster; FindCoordinator DESCRIBE on the group (a transaction
-coordinator, key type 1, is found for anyone: the ACLs know no TransactionalId resource). ApiVersions
-is answered to anyone (before authentication too). InitProducerId without a transactional id is
-answered to any authenticated principal (Produce checks WRITE on each topic); with one, it goes to
-the transaction coordinator (txn_apis.py).
+DescribeCluster needs DESCRIBE on the cluster; FindCoordinator DESCRIBE on the group, or for a
+transaction coordinator (key type 1) DESCRIBE on the TransactionalId (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+otherwise). ApiVersions is answered to anyone (before authentication too). InitProducerId without a
+transactional id is answered to any authenticated principal (Produce checks WRITE on each topic); with
+one, it goes to the transaction coordinator (txn_apis.py, which checks WRITE on the TransactionalId).
 """
 
 from __future__ import annotations
@@ -126,6 +126,10 @@ async def _coordinator(ctx: KafkaContext, key: str, key_type: int, conn: Connect
 
 async def _txn_coordinator(ctx: KafkaContext, key: str, conn: Connection, out: dict[str, Any]) -> dict[str, Any]:
     """The transaction coordinator of transactional id `key` (the leader of its __transaction_state partition)."""
+    if not ctx.allowed(conn.principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key, "FindCoordinator",
+                       conn.client_host):
+        return {**out, "error_code": REFUSED[ResourceType.TRANSACTIONAL_ID],
+                "error_message": f"not authorized to DESCRIBE TRANSACTIONAL_ID {key!r}"}
     try:
         await ctx.node.transactions.ensure_state_topic()
     except Exception as e:
@@ -148,7 +152,7 @@ async def find_coordinator(ctx: KafkaContext, req: Request, conn: Connection) ->
 
 async def init_producer_id(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     if req.body.transactional_id is not None:
-        return await init_transactional(ctx, req)
+        return await init_transactional(ctx, req, conn)
     try:
         pid, epoch = await ctx.node.init_producer_id()
     except Exception as e:

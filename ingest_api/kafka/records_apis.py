@@ -11,7 +11,8 @@ confirmed the partition is in the producer's ongoing transaction (KIP-890 part 1
 `TransactionService.verify_raw_produce`); otherwise, and for a transactional batch without a
 transactional_id, INVALID_TXN_STATE.
 
-Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic, Fetch
+Authorization (the node's authorizer, the ACLs HTTP checks): Produce needs WRITE on the topic (and a
+transactional Produce WRITE on its TransactionalId: TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise), Fetch
 READ; ListOffsets and OffsetForLeaderEpoch DESCRIBE (which READ or WRITE imply), as Kafka and the
 HTTP offsets route require. A refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED.
 
@@ -23,7 +24,9 @@ plain-TCP listener it reads as read_uncommitted does — file ranges up to the L
 sent with sendfile — and the aborted transactions are looked up for exactly the offsets those
 ranges hold (`FileSlices.next_offset`); elsewhere (TLS, the remote tier) the batches are read into
 memory and cut at the LSO (`Node.read_committed_view`). ListOffsets with
-isolation_level 1 answers LATEST with the LSO.
+isolation_level 1 answers LATEST with the LSO. A new leader answers LATEST (either isolation) with
+OFFSET_NOT_AVAILABLE, which clients retry, until its HW reaches the start of its leader epoch
+(KIP-207), so neither the end offset nor the LSO a client is told ever goes backwards.
 
 Fetch sessions (KIP-227): `fetch_sessions.py` decides from the request's session id and epoch what
 is fetched (the request's partitions, or the session's) and which partitions the answer carries
@@ -85,6 +88,8 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
     body = req.body
     acks = ACKS.get(int(body.acks))
     transactional_id = body.transactional_id
+    txn_ok = transactional_id is None or ctx.allowed(
+        conn.principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id, "Produce", conn.client_host)
     jobs, names = [], []
     for t in body.topic_data:
         name = field_of(t, "name")  # Produce v13+ names the topic by id
@@ -96,6 +101,8 @@ async def produce(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
             names.append(topic_key)
             if name is None:
                 jobs.append(_invalid(p.index, ErrorCode.unknown_topic_id.value))
+            elif not txn_ok:
+                jobs.append(_invalid(p.index, REFUSED[ResourceType.TRANSACTIONAL_ID]))
             elif not allowed:
                 jobs.append(_invalid(p.index, TOPIC_REFUSED))
             elif acks is None:
@@ -332,7 +339,7 @@ async def _list_one(ctx: KafkaContext, topic: str, lp: Any, isolation: int = 0) 
         if ts in (EARLIEST, LATEST):
             beginning, end = await ctx.node.offsets(topic, index)
             if ts == LATEST and isolation == READ_COMMITTED:
-                end = min(end, p.last_stable_offset)
+                end = p.consumer_stable_offset()
             out["offset"] = beginning if ts == EARLIEST else end
         elif ts == EARLIEST_LOCAL:
             out["offset"] = p.log_start_offset

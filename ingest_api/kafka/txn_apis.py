@@ -15,11 +15,15 @@ v6) are not served, and `transaction.version` is not advertised, so clients run 
 version 1. A stale epoch answers PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH to versions older than
 KIP-588's (InitProducerId < 4, AddPartitionsToTxn / AddOffsetsToTxn / EndTxn < 2).
 
-Authorization (the node's authorizer): AddPartitionsToTxn needs WRITE on each topic, AddOffsetsToTxn
-READ on the group, TxnOffsetCommit READ on the group and on each topic, DescribeProducers READ on
-each topic, WriteTxnMarkers ALTER on the cluster (the node's markers travel between nodes on the
-signed internal channel). The ACLs know no TransactionalId resource: any principal may use any
-transactional id (docs/transactions.md lists it among the limits).
+Authorization (the node's authorizer), as Kafka's: InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn and TxnOffsetCommit need WRITE on the TransactionalId (refused:
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request); besides, AddPartitionsToTxn needs
+WRITE on each topic, AddOffsetsToTxn READ on the group, TxnOffsetCommit READ on the group and on each
+topic. DescribeTransactions needs DESCRIBE on each TransactionalId (which WRITE implies) and leaves
+out the partitions of topics the principal may not DESCRIBE; ListTransactions lists only the ids the
+principal may DESCRIBE. DescribeProducers needs READ on each topic, WriteTxnMarkers ALTER on the
+cluster (the node's markers travel between nodes on the signed internal channel). A transactional
+Produce's WRITE on its TransactionalId is records_apis.py's check.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from lakelog.ingest_api.security.acl import CLUSTER_NAME, Operation, ResourceTyp
 NONE = ErrorCode.none.value
 FENCED, OLD_FENCED = ErrorCode.producer_fenced.value, ErrorCode.invalid_producer_epoch.value
 NOT_ATTEMPTED = ErrorCode.operation_not_attempted.value
+TXN_REFUSED = REFUSED[ResourceType.TRANSACTIONAL_ID]
 #: api_key -> the first version that knows PRODUCER_FENCED (KIP-588); older ones get INVALID_PRODUCER_EPOCH.
 _FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2}
 
@@ -58,10 +63,17 @@ def _may(ctx: KafkaContext, conn: Connection, operation: Operation, rtype: Resou
     return ctx.allowed(conn.principal, operation, rtype, name, api, conn.client_host)
 
 
-async def init_transactional(ctx: KafkaContext, req: Request) -> dict[str, Any]:
+def may_write_txn(ctx: KafkaContext, conn: Connection, transactional_id: str, api: str) -> bool:
+    """WRITE on the TransactionalId: what every request of a transaction's producer needs."""
+    return _may(ctx, conn, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id, api)
+
+
+async def init_transactional(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     """InitProducerId with a transactional id (metadata_apis.init_producer_id hands it over)."""
     b = req.body
     out = {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1}
+    if not may_write_txn(ctx, conn, b.transactional_id, "InitProducerId"):
+        return {**out, "error_code": TXN_REFUSED}
     try:
         await ctx.node.transactions.ensure_state_topic()  # a client that skipped FindCoordinator
         doc = await ctx.node.transactions.run("init", {
@@ -75,11 +87,14 @@ async def init_transactional(ctx: KafkaContext, req: Request) -> dict[str, Any]:
 async def add_partitions_to_txn(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     b = req.body
     wanted = [(t.name, int(p)) for t in b.v3_and_below_topics for p in t.partitions]
+    txn_ok = may_write_txn(ctx, conn, b.v3_and_below_transactional_id, "AddPartitionsToTxn")
     refused = {tp for tp in wanted if not _may(ctx, conn, Operation.WRITE, ResourceType.TOPIC, tp[0],
                                                "AddPartitionsToTxn")}
     unknown = {tp for tp in wanted if tp not in refused and not _exists(ctx, *tp)}
     codes: dict[tuple[str, int], int] = {}
-    if refused or unknown:  # nothing is added: the others were not attempted
+    if not txn_ok:
+        codes = {tp: TXN_REFUSED for tp in wanted}
+    elif refused or unknown:  # nothing is added: the others were not attempted
         for tp in wanted:
             codes[tp] = (REFUSED[ResourceType.TOPIC] if tp in refused else
                          ErrorCode.unknown_topic_or_partition.value if tp in unknown else NOT_ATTEMPTED)
@@ -106,6 +121,8 @@ def _exists(ctx: KafkaContext, topic: str, partition: int) -> bool:
 
 async def add_offsets_to_txn(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     b = req.body
+    if not may_write_txn(ctx, conn, b.transactional_id, "AddOffsetsToTxn"):
+        return {"throttle_time": 0, "error_code": TXN_REFUSED}
     if not _may(ctx, conn, Operation.READ, ResourceType.GROUP, b.group_id, "AddOffsetsToTxn"):
         return {"throttle_time": 0, "error_code": REFUSED[ResourceType.GROUP]}
     try:
@@ -119,6 +136,8 @@ async def add_offsets_to_txn(ctx: KafkaContext, req: Request, conn: Connection) 
 
 async def end_txn(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     b = req.body
+    if not may_write_txn(ctx, conn, b.transactional_id, "EndTxn"):
+        return {"throttle_time": 0, "error_code": TXN_REFUSED}
     try:
         await ctx.node.transactions.run("end", {
             "transactional_id": b.transactional_id, "producer_id": int(b.producer_id),
@@ -130,13 +149,16 @@ async def end_txn(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str
 
 async def txn_offset_commit(ctx: KafkaContext, req: Request, conn: Connection) -> dict[str, Any]:
     b = req.body
-    group_ok = _may(ctx, conn, Operation.READ, ResourceType.GROUP, b.group_id, "TxnOffsetCommit")
+    txn_ok = may_write_txn(ctx, conn, b.transactional_id, "TxnOffsetCommit")
+    group_ok = txn_ok and _may(ctx, conn, Operation.READ, ResourceType.GROUP, b.group_id, "TxnOffsetCommit")
     offsets, codes = [], {}
     for t in b.topics:
-        topic_ok = _may(ctx, conn, Operation.READ, ResourceType.TOPIC, t.name, "TxnOffsetCommit")
+        topic_ok = group_ok and _may(ctx, conn, Operation.READ, ResourceType.TOPIC, t.name, "TxnOffsetCommit")
         for p in t.partitions:
             key = (t.name, int(p.partition_index))
-            if not group_ok:
+            if not txn_ok:
+                codes[key] = TXN_REFUSED
+            elif not group_ok:
                 codes[key] = REFUSED[ResourceType.GROUP]
             elif not topic_ok:
                 codes[key] = REFUSED[ResourceType.TOPIC]
@@ -186,6 +208,9 @@ async def describe_transactions(ctx: KafkaContext, req: Request, conn: Connectio
     for tid in req.body.transactional_ids:
         base = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
                 "transaction_start_time": _instant(-1), "producer_id": -1, "producer_epoch": -1, "topics": []}
+        if not _may(ctx, conn, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid, "DescribeTransactions"):
+            states.append({**base, "error_code": TXN_REFUSED})
+            continue
         try:
             d = ctx.node.transactions.describe_here(tid)
         except Exception as e:
@@ -193,7 +218,9 @@ async def describe_transactions(ctx: KafkaContext, req: Request, conn: Connectio
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, p in d["partitions"]:
-            by_topic.setdefault(topic, []).append(p)
+            if ctx.allowed(conn.principal, Operation.DESCRIBE, ResourceType.TOPIC, topic, "DescribeTransactions",
+                           conn.client_host, audit=False):
+                by_topic.setdefault(topic, []).append(p)
         states.append({**base, "error_code": NONE, "transaction_state": d["state"],
                        "transaction_timeout": d["timeout_ms"], "transaction_start_time": _instant(d["start_ms"]),
                        "producer_id": d["producer_id"], "producer_epoch": d["producer_epoch"],
@@ -212,6 +239,8 @@ async def list_transactions(ctx: KafkaContext, req: Request, conn: Connection) -
     unknown = [s for s in filters if s not in known]
     # Only unknown states asked for: nothing matches (an empty filter would mean "all").
     txns = [] if filters and len(unknown) == len(filters) else doc["transactions"]
+    txns = [t for t in txns if ctx.allowed(conn.principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                           t["transactional_id"], "ListTransactions", conn.client_host, audit=False)]
     return {"throttle_time": 0, "error_code": NONE, "unknown_state_filters": unknown, "transaction_states": [
         {"transactional_id": t["transactional_id"], "producer_id": t["producer_id"], "transaction_state": t["state"]}
         for t in txns]}

@@ -383,6 +383,17 @@ class Partition:
                 f"of leader epoch {self.core.leader_epoch} ({start}) yet; retry")
         return hw
 
+    def consumer_stable_offset(self) -> int:
+        """The LSO as ListOffsets with read_committed (and `GET .../offsets`) tells it; leader only.
+
+        The same rule as `consumer_end_offset` (OFFSET_NOT_AVAILABLE until the HW reaches the start
+        of this leader epoch) keeps it from going backwards across a leader change: every marker
+        the previous leader had below its HW lies below this epoch's start, so it is below the HW
+        here too. Bounded by that HW, as the log's LSO may lag it by an update.
+        """
+        end = self.consumer_end_offset()
+        return min(end, self.log.last_stable_offset)
+
     def read(self, offset: int, max_bytes: int) -> FetchResult:
         """Whole batches from `offset`, below the HW (a consumer's view)."""
         return self.log.read(offset, max_bytes, max_offset=self.core.high_watermark)

@@ -5,8 +5,8 @@ permission):
 
     principal      "User:alice", or "User:*" for every principal
     host           "*" (bindings are not limited by client address in this release)
-    resource type  TOPIC, GROUP, SUBJECT (a Schema Registry subject) or CLUSTER (the cluster's one
-                   resource is named "kafka-cluster")
+    resource type  TOPIC, GROUP, SUBJECT (a Schema Registry subject), TRANSACTIONAL_ID (a producer's
+                   transactional.id) or CLUSTER (the cluster's one resource is named "kafka-cluster")
     pattern type   LITERAL (the exact name, or "*" for every resource of the type) or PREFIXED
     operation      READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE or ALL
     permission     ALLOW or DENY
@@ -44,6 +44,7 @@ class ResourceType(str, enum.Enum):
     GROUP = "GROUP"
     SUBJECT = "SUBJECT"  # a Schema Registry subject
     CLUSTER = "CLUSTER"
+    TRANSACTIONAL_ID = "TRANSACTIONAL_ID"  # a producer's transactional.id (Kafka's TransactionalId)
 
 
 class PatternType(str, enum.Enum):

@@ -18,7 +18,7 @@ from lakelog.ingest_api.security.acl import Authorizer, Operation, ResourceType
 from lakelog.ingest_api.security.audit import AuditLog
 from lakelog.ingest_api.security.credentials import (HASHES, SCRAM_SHA_256, CredentialCache, ScramCredential,
                                                        make_credential, parse_api_key, verify_password)
-from lakelog.ingest_api.security.errors import AuthorizationFailedError
+from lakelog.ingest_api.security.errors import AuthorizationFailedError, TransactionalIdAuthorizationFailedError
 from lakelog.ingest_api.security.quotas import QuotaLimits, QuotaManager, parse_overrides
 
 CLUSTER_PRINCIPAL = "User:__cluster"
@@ -126,5 +126,6 @@ class SecurityContext:
         if self.authorizer_enabled and not self.authorizer().authorize(principal, operation, rtype, name):
             self.audit.refusal("authorization_failed", principal=principal, operation=operation.value,
                                resource_type=rtype.value, resource_name=name, method=method, path=path, client=client)
-            raise AuthorizationFailedError(
-                f"{principal} is not authorized to {operation.value} {rtype.value} {name!r}")
+            refused = (TransactionalIdAuthorizationFailedError if rtype is ResourceType.TRANSACTIONAL_ID
+                       else AuthorizationFailedError)
+            raise refused(f"{principal} is not authorized to {operation.value} {rtype.value} {name!r}")

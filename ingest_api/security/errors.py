@@ -22,6 +22,12 @@ class AuthorizationFailedError(SecurityError):
     kind = ErrorKind.INVALID_REQUEST
 
 
+class TransactionalIdAuthorizationFailedError(AuthorizationFailedError):
+    """An ACL refuses the principal the operation on a transactional id (Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+
+    kind = ErrorKind.INVALID_REQUEST
+
+
 class ThrottledError(SecurityError):
     """The principal is over one of its quotas; retry after `retry_after_s`."""
 

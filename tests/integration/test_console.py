@@ -305,6 +305,46 @@ def test_the_remote_tier_of_a_topic_shows_what_is_tiered_and_what_waits(page, cl
     assert page.problems == []
 
 
+def test_the_partition_table_shows_open_transactions_beside_the_lso_and_hw(page, cluster, tmp_path):
+    url = cluster.node(1).url
+    cli(url, "topics", "create", "ledger", "--partitions", "2", "--replication-factor", "3")
+    cli(url, "produce", "ledger", "--partition", "0", stdin=b"\n".join(b"plain-%d" % i for i in range(5)))
+    http = httpx.Client(base_url=url, timeout=60)
+    txns = f"/v3/clusters/{http.get('/v3/clusters').json()['data'][0]['cluster_id']}/transactions"
+    r = http.post(txns, json={"transactional_id": "console-ledger"})
+    assert r.status_code == 200, r.text
+    ids = {"producer_id": r.json()["producer_id"], "producer_epoch": r.json()["producer_epoch"]}
+    r = http.post("/topics/ledger/partitions/0", headers={"Content-Type": "application/vnd.kafka.json.v2+json"},
+                  json={"transactional_id": "console-ledger", **ids, "sequence": 0,
+                        "records": [{"value": {"n": i}} for i in range(3)]})
+    assert r.status_code == 200, r.text
+    p = page.page
+    p.goto("/#/topics/ledger")
+    head = p.locator("#partitions thead th")
+    expect(head.nth(6)).to_have_text("High watermark", timeout=WAIT_MS)
+    expect(head.nth(7)).to_have_text("Last stable")
+    expect(head.nth(8)).to_have_text("Open transactions")
+    row = p.locator("#partitions tr[data-partition='0'] td")
+    # Open: the LSO stays at the transaction's first offset (5), below the HW (8), and is flagged.
+    expect(row.nth(8)).to_have_text("1", timeout=WAIT_MS)
+    expect(row.nth(6)).to_have_text("8", timeout=WAIT_MS)
+    expect(row.nth(7)).to_have_text("5")
+    expect(row.nth(7)).to_have_class("warn")
+    expect(p.locator("#partitions tr[data-partition='1'] td").nth(8)).to_have_text("0")
+    screenshot(p, tmp_path, "open-transaction")
+    r = http.post(f"{txns}/console-ledger:commit", json=ids)
+    assert r.status_code == 200, r.text
+    p.goto("/#/topics")
+    p.goto("/#/topics/ledger")
+    # Committed: the marker (offset 8) is below the HW, no transaction is open, LSO = HW.
+    expect(row.nth(8)).to_have_text("0", timeout=WAIT_MS)
+    expect(row.nth(6)).to_have_text("9", timeout=WAIT_MS)
+    expect(row.nth(7)).to_have_text("9")
+    expect(row.nth(7)).not_to_have_class("warn")
+    http.close()
+    assert page.problems == []
+
+
 def test_a_killed_node_shows_as_down_then_up_again_with_the_cluster_events(page, cluster, tmp_path):
     url = cluster.node(1).url
     cli(url, "topics", "create", "failover", "--partitions", "3", "--replication-factor", "3")

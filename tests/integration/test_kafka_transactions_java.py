@@ -2,7 +2,10 @@
 tool Kafka's system tests use) copies a partition transactionally, with random aborts, committing
 its consumer offsets in each transaction, while the transaction coordinator's node is killed and a
 leader of the output topic is paused (seeded choices, bounded waits). A read_committed reader then
-finds every input record in the output exactly once, and no aborted one. Kafka's jars come from
+finds every input record in the output exactly once, and no aborted one. Throughout the faults the
+last stable offset of each output partition, sampled from every live node's offsets route (which
+answers the partition leader's), never goes backwards (KIP-207: a new leader answers 503 / Kafka's
+OFFSET_NOT_AVAILABLE until its HW reaches its leader epoch's start). Kafka's jars come from
 infra/kafka/pom.xml into .jars/kafka (`make kafka`)."""
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
@@ -51,6 +55,39 @@ def _progress(log: Path) -> list[dict]:
     return out
 
 
+class LsoSampler:
+    """Samples each output partition's last stable offset in a thread until `stop()`; what it saw
+    per partition, in order. A node that is down, paused or not yet able to answer (503) is skipped."""
+
+    def __init__(self, cluster: Cluster, topic: str, partitions: int) -> None:
+        self.cluster, self.topic, self.partitions = cluster, topic, partitions
+        self.seen: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lso-sampler", daemon=True)
+
+    def start(self) -> "LsoSampler":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=2.0) as http:
+            while not self._stop.is_set():
+                for node in [n for n in self.cluster.nodes if n.running]:
+                    for p in range(self.partitions):
+                        try:
+                            r = http.get(f"{node.url}/topics/{self.topic}/partitions/{p}/offsets")
+                        except httpx.HTTPError:
+                            continue
+                        if r.status_code == 200:
+                            self.seen[p].append(int(r.json()["last_stable_offset"]))
+                self._stop.wait(0.1)
+
+    def stop(self) -> dict[int, list[int]]:
+        self._stop.set()
+        self._thread.join(30)
+        return self.seen
+
+
 def _coordinator_of(cluster: Cluster, tid: str) -> int:
     def ask() -> int | None:
         for n in cluster.live():
@@ -74,6 +111,7 @@ def test_kafkas_transactional_copier_under_coordinator_kill_and_leader_pause(tmp
         "transaction.state.log.num.partitions": "3", "offsets.topic.replication.factor": "3",
         "transaction.state.log.replication.factor": "3"}).start()
     copier: subprocess.Popen | None = None
+    sampler: LsoSampler | None = None
     try:
         bs = cluster.bootstrap
         admin = AdminClient({"bootstrap.servers": bs})
@@ -85,6 +123,7 @@ def test_kafkas_transactional_copier_under_coordinator_kill_and_leader_pause(tmp
         assert p.flush(60) == 0
 
         log = tmp_path / "copier.log"
+        sampler = LsoSampler(cluster, "copy-out", 2).start()
         copier = _copier(bs, log)
         wait_for(lambda: any(d.get("consumed", 0) >= 100 for d in _progress(log)) or copier.poll() is not None,
                  WAIT_S, "the copier's first transactions")
@@ -108,6 +147,10 @@ def test_kafkas_transactional_copier_under_coordinator_kill_and_leader_pause(tmp
             runs += 1
             copier = _copier(",".join(n.bootstrap for n in cluster.live()), log)
 
+        lso = sampler.stop()
+        backwards = {p: [(a, b) for a, b in zip(xs, xs[1:]) if b < a] for p, xs in lso.items()}
+        assert all(len(xs) > 10 for xs in lso.values()), {p: len(xs) for p, xs in lso.items()}
+        assert backwards == {0: [], 1: []}, backwards  # the LSO never goes backwards
         live = ",".join(n.bootstrap for n in cluster.live())
         reader = Consumer({"bootstrap.servers": live, "group.id": f"check-{uuid.uuid4().hex[:6]}",
                            "isolation.level": "read_committed", "enable.auto.commit": False})
@@ -134,6 +177,8 @@ def test_kafkas_transactional_copier_under_coordinator_kill_and_leader_pause(tmp
         missing = sorted(set(range(RECORDS)) - set(values))
         assert (duplicates, missing, len(values)) == ([], [], RECORDS), log.read_text()[-3000:]  # each input once
     finally:
+        if sampler is not None:
+            sampler.stop()
         if copier is not None and copier.poll() is None:
             copier.kill()
             copier.wait(10)

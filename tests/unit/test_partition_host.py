@@ -15,6 +15,7 @@ from lakelog.ingest_api.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     ProduceTimeoutError,
 )
 from lakelog.ingest_api.replication.partition import Partition, PartitionKey
@@ -109,4 +110,40 @@ def test_follower_follows_the_leaders_hw_and_log_start(tmp_path):
     f.restart_at(10)
     assert (f.log.log_end_offset, f.high_watermark, f.log.log_start_offset) == (10, 10, 10)
     src.log.close()
+    f.log.close()
+
+
+def txn_batch(producer_id: int, base_offset: int, n: int = 2) -> bytes:
+    return build_batch([Record(base_offset + i, 1_700_000_000_000, None, b"t%d" % i) for i in range(n)],
+                       producer_id=producer_id, producer_epoch=0, base_sequence=0, is_transactional=True)
+
+
+def test_the_lso_a_new_leader_answers_never_goes_below_its_predecessors(tmp_path):
+    """KIP-207's rule for the LSO: a follower learns the HW a round late, so as a new leader its own
+    HW and LSO start below what the old leader answered; until the HW reaches the start of the new
+    leader epoch, OFFSET_NOT_AVAILABLE, then the LSO is at least the old one."""
+    old = leader(tmp_path / "a")
+    old.append_as_leader(txn_batch(7, 0))  # 0-1: a transaction of producer 7 ...
+    old.log.append_control(7, 0, True, 0, 3)  # 2: ... committed
+    old.append_as_leader(txn_batch(8, 3, 1))  # 3: producer 8's transaction, still open
+    f = Partition(PartitionKey("t", 0), PartitionLog(tmp_path / "b" / "t-0"), node_id=2)
+    f.make_follower(1, 3, 1, [1, 2], [1, 2])
+    f.truncated()
+    f.append_as_follower(old.log.read(0, 1 << 20).records, leader_hw=2, leader_log_start=0)
+    old.on_follower_fetch(2, 4)  # the follower has everything: the old leader's HW moves to 4
+    answered = old.consumer_stable_offset()
+    assert (old.high_watermark, answered) == (4, 3)  # producer 8's open transaction holds the LSO
+    assert f.last_stable_offset < answered  # what the follower would say: behind
+    f.make_leader(4, 2, [1, 2], [1, 2])
+    assert f.epoch_start_offset == 4
+    with pytest.raises(OffsetNotAvailableError):
+        f.consumer_stable_offset()
+    with pytest.raises(OffsetNotAvailableError):
+        f.consumer_end_offset()
+    f.on_follower_fetch(1, 4)
+    assert f.consumer_end_offset() == 4 and f.consumer_stable_offset() == answered
+    f.log.append_control(8, 0, False, 0, 4)  # producer 8 aborts (offset 4)
+    f.on_follower_fetch(1, 5)
+    assert f.consumer_stable_offset() == 5
+    old.log.close()
     f.log.close()

@@ -113,6 +113,24 @@ def test_describe_is_implied_by_read_write_delete_alter_allows_only():
                           ).authorize("User:a", D, T, "t")
 
 
+def test_transactional_id_bindings_prefixes_implied_describe_and_http_rules():
+    X = ResourceType.TRANSACTIONAL_ID
+    auth = Authorizer([acl("User:a", "TRANSACTIONAL_ID", "etl-", "WRITE", pattern="PREFIXED"),
+                       acl("User:a", "TOPIC", "etl-", "ALL", pattern="PREFIXED")])
+    assert auth.authorize("User:a", W, X, "etl-7") and auth.authorize("User:a", D, X, "etl-7")
+    assert not auth.authorize("User:a", W, X, "other") and not auth.authorize("User:a", W, T, "other")
+    assert not auth.authorize("User:a", W, T, "etl") and not auth.authorize("User:a", R, X, "etl-7")
+    # A topic ACL never stands for a transactional id of the same name, nor the reverse.
+    assert not Authorizer([acl("User:a", "TOPIC", "t", "ALL")]).authorize("User:a", W, X, "t")
+    req = access.requirement("GET", "/v3/clusters/c1/transactions/etl-7")
+    assert (req.resource_type, req.resource_name, req.operation) == (X, "etl-7", D)
+    req = access.requirement("POST", "/v3/clusters/c1/transactions/etl-7/partitions")
+    assert (req.resource_type, req.resource_name, req.operation, req.kind) == (X, "etl-7", W, "body")
+    # The id of a begin or of `{id}:commit` is checked by the router (from the body / the name).
+    assert access.requirement("POST", "/v3/clusters/c1/transactions").kind == "body"
+    assert access.requirement("POST", "/v3/clusters/c1/transactions/etl-7:commit").kind == "body"
+
+
 def test_super_users_and_allow_everyone_if_no_acl_found():
     acls = [acl("User:a", "TOPIC", "guarded", "READ")]
     assert Authorizer(acls, super_users={"User:root"}).authorize("User:root", A, C, CLUSTER_NAME)

@@ -26,7 +26,8 @@ from lakelog.ingest_api.http.request_body import read_body_buffer
 from lakelog.ingest_api.http.routers.deps import forward_to_leader, get_node, get_node_per_partition, read_body
 from lakelog.ingest_api.schemas.rest import SCHEMA_FORMATS, parse_schema_produce, render_schema_record
 from lakelog.ingest_api.http.routers.schemas import registry_of as schema_registry
-from lakelog.ingest_api.http.security_middleware import request_principal
+from lakelog.ingest_api.http.security_middleware import authorize, request_principal
+from lakelog.ingest_api.security.acl import Operation, ResourceType
 from lakelog.logstore.read_committed import committed_batches, data_batches, next_offset_after
 from lakelog.logstore.record_batch import RecordBatch, TimestampType, iter_batches
 
@@ -92,6 +93,12 @@ def _payload_bytes(records: ProduceColumns | list) -> int:
     return sum(len(r.value or b"") + len(r.key or b"") for r in records)
 
 
+def _authorize_transaction(request: Request, transactional_id: str | None) -> None:
+    """A transaction's records also need WRITE on its TransactionalId (Kafka's rule for a transactional Produce)."""
+    if transactional_id is not None:
+        authorize(request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
 def _check_acks(acks: str) -> str:
     if acks not in ("0", "1", "all", "-1"):
         raise InvalidRequestError("acks must be 0, 1 or all")
@@ -115,6 +122,7 @@ async def produce_to_topic(topic: str, request: Request, acks: str = Query("all"
                                                                     node.config.max_records_per_request)
     else:
         records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
+    _authorize_transaction(request, producer.transactional_id if producer is not None else None)
     results = await node.produce_records(topic, records, acks=acks, producer=producer,
                                          principal=request_principal(request))
     _count(request, topic, _payload_bytes(records), len(records))
@@ -141,6 +149,8 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
         body = await read_body_buffer(request, node.config.max_request_bytes)
     else:
         body = await read_body(request, node.config.max_request_bytes)
+    if fmt == RECORDBATCH:
+        _authorize_transaction(request, request.headers.get(TRANSACTIONAL_ID_HEADER))
     if fmt == RECORDBATCH and not request.headers.get(FORWARDED_HEADER):  # a forwarding node checked it
         await node.transactions.verify_raw_produce(body, request.headers.get(TRANSACTIONAL_ID_HEADER), topic, partition)
     forwarded = await forward_to_leader(request, node, topic, partition, body)
@@ -156,6 +166,7 @@ async def produce_to_partition(topic: str, partition: int, request: Request,
                                                                     node.config.max_records_per_request)
     else:
         records, producer = parse_produce_request(body, fmt, node.config.max_records_per_request)
+    _authorize_transaction(request, producer.transactional_id if producer is not None else None)
     results = await node.produce_records(topic, records, partition=partition, acks=acks, producer=producer,
                                          principal=request_principal(request))
     _count(request, topic, _payload_bytes(records), len(records))
@@ -249,7 +260,7 @@ async def partition_offsets(topic: str, partition: int, request: Request,
     if forwarded is not None:
         return forwarded
     beginning, end = await node.offsets(topic, partition)
-    lso = min(end, node.partition(topic, partition).last_stable_offset)
+    lso = node.partition(topic, partition).consumer_stable_offset()
     body: dict = {"beginning_offset": beginning, "end_offset": end, "last_stable_offset": lso}
     if timestamp is not None:
         found = await node.offset_for_timestamp(topic, partition, timestamp)

@@ -16,6 +16,10 @@
   POST /v3/clusters/{c}/transactions/{id}:abort       {"producer_id", "producer_epoch"}
   GET  /v3/clusters/{c}/transactions/{id}             the coordinator's view (state, partitions, epoch)
 
+Authorization, as Kafka's transaction APIs: WRITE on the TransactionalId to begin, produce into,
+add partitions or offsets to, commit or abort a transaction; DESCRIBE (implied by WRITE) to read it;
+a refusal is a 403 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (ingest_api/http/access.py has the rules).
+
 Thin: the coordinator is `node.transactions` (reached on whichever node coordinates the id, with
 the retries a Kafka client would make while it moves, loads or completes the previous transaction).
 Errors are the one table's: PRODUCER_FENCED and INVALID_PRODUCER_EPOCH are 409s, CONCURRENT_TRANSACTIONS
@@ -96,6 +100,8 @@ def _resource(request: Request, cluster_id: str, doc: dict[str, Any]) -> dict[st
 async def init_transactions(cluster_id: str, request: Request):
     node = cluster_node(request, cluster_id)
     doc = await _doc(request)
+    if isinstance(doc.get("transactional_id"), str):  # authorization before validation
+        authorize(request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, doc["transactional_id"])
     tid = _tid(doc.get("transactional_id"))
     timeout_ms = doc.get("transaction_timeout_ms", DEFAULT_TIMEOUT_MS)
     if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool):
@@ -120,6 +126,7 @@ async def describe_transaction(cluster_id: str, transactional_id: str, request: 
 async def end_transaction(cluster_id: str, name: str, request: Request):
     node = cluster_node(request, cluster_id)
     tid, _, action = name.rpartition(":")
+    authorize(request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid or name)  # before validation
     if action not in ("commit", "abort"):
         raise InvalidRequestError("POST .../transactions/{transactional_id}:commit or :abort")
     args = {**_producer(await _doc(request)), "commit": action == "commit"}
