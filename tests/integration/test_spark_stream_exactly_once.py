@@ -166,6 +166,13 @@ class Driver:
         """Whether this run's query has started."""
         return "streaming" in (self.tmp / f"driver-{self.runs}.log").read_text(errors="replace")
 
+    def batches(self) -> tuple[int, int]:
+        """(micro-batches planned, micro-batches committed) in the checkpoint."""
+        def count(name: str) -> int:
+            d = self.tmp / "checkpoint" / name
+            return sum(1 for f in d.iterdir() if f.name.isdigit()) if d.exists() else 0
+        return count("offsets"), count("commits")
+
     def delta_commits(self) -> int:
         log_dir = self.tmp / "table" / "_delta_log"
         return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
@@ -195,8 +202,10 @@ def test_stream_into_delta_is_exactly_once_across_driver_kills(node, tmp_path, r
     producing.start()
     try:
         # Mid-stream kills, each at a seeded moment: while the producer writes a seeded number of
-        # transactions, after the run's first Delta commit (a micro-batch written) and a seeded
-        # delay (which may fall inside the next micro-batch).
+        # transactions, after the run's first Delta commit (a micro-batch written), once the next
+        # micro-batch is planned (in the checkpoint's offsets, not yet in its commits), a seeded
+        # delay into it: before, during or after its Delta commit.
+        in_flight = 0
         for _ in range(KILLS):
             proc = driver.start()
             wait_for(lambda: driver.streaming() or proc.poll() is not None, WAIT_S, "the query's start")
@@ -205,8 +214,14 @@ def test_stream_into_delta_is_exactly_once_across_driver_kills(node, tmp_path, r
             wait_for(lambda: driver.delta_commits() >= target or proc.poll() is not None, BATCHES_WAIT_S,
                      "the driver's micro-batches", interval_s=0.2)
             assert proc.poll() is None, driver.log()
-            time.sleep(rng.uniform(0, 3.0))
+            deadline = time.monotonic() + 120  # the producer's budget may be spent: then kill anyway
+            while time.monotonic() < deadline and (lambda b: b[0] == b[1])(driver.batches()):
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0, 1.0))
             driver.kill()
+            planned, committed = driver.batches()
+            in_flight += planned > committed
+            print(f"killed with {planned} micro-batches planned, {committed} committed")
             writer.allow(0)
             assert writer.error is None, writer.error
         writer.stop.set()
@@ -244,3 +259,4 @@ def test_stream_into_delta_is_exactly_once_across_driver_kills(node, tmp_path, r
     assert sorted(rows) == expected
     assert all(tiered[p] >= last[p] for p in range(PARTITIONS))
     assert len({r[0] for r in rows}) == PARTITIONS and writer.aborted and driver.runs == KILLS + 1
+    print(f"{in_flight} of {KILLS} kills left a planned micro-batch to replay")
