@@ -27,19 +27,14 @@ made but the registry (a few GETs); the subject's schemas are fixed then.
 How: `install()` wraps PySpark's (classic) `DataFrameReader`. It keeps each reader's format and
 options in Python as well; at `load()` of the `lakelog` (or `lakelog_python`) format with one of
 these options, it loads the data source without them (through the JVM reader or the Python one,
-whichever serves the format) and applies the decoding to the scan's DataFrame. It also keeps
-read_committed reads right where the JVM source would not be (`jvm_source.committed_format`): a
-`lakelog` read of a topic with aborted transactions in its remote range, or of the nodes' hot
-tail, loads the Python source (`lakelog_python`) instead; `readStream`'s reader is wrapped for that
-too. Any other read passes through unchanged. `datasource.register(spark)` and the session factory call `install()`;
+whichever serves the format) and applies the decoding to the scan's DataFrame. Any other read
+passes through unchanged. `datasource.register(spark)` and the session factory call `install()`;
 a Spark Connect client's reader is not wrapped (`lakelog sql` views are typed on the server).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from lakelog.spark_log.jvm_source import committed_format
 
 VALUE_FORMAT, KEY_FORMAT, MODE = "valueformat", "keyformat", "mode"
 REGISTRY_URL, VALUE_SUBJECT, KEY_SUBJECT = "schema.registry.url", "valuesubject", "keysubject"
@@ -168,64 +163,20 @@ def install() -> None:
         st = state(self)
         lowered = {k.lower(): v for k, v in st["options"].items() if v is not None}
         fmt = str(st["format"] or "").lower()
-        if fmt not in SOURCE_NAMES:
-            return orig_load(self, path)
-        source = committed_format(self._spark, str(st["format"]), lowered)
-        decoding = wants_decoding(lowered)
-        if source == st["format"] and not decoding:
+        if fmt not in SOURCE_NAMES or not wants_decoding(lowered):
             return orig_load(self, path)
         raw = DataFrameReader(self._spark)  # the same read without the decoding options
-        orig_format(raw, source)
+        orig_format(raw, st["format"])
         if st["schema"] is not None:
             orig_schema(raw, st["schema"])
         for k, v in st["options"].items():
             if k.lower() not in DECODE_KEYS:
                 orig_option(raw, k, v)
-        return decode(orig_load(raw, path), lowered) if decoding else orig_load(raw, path)
+        return decode(orig_load(raw, path), lowered)
 
     DataFrameReader.format, DataFrameReader.schema = format, schema
     DataFrameReader.option, DataFrameReader.options, DataFrameReader.load = option, options, load
     DataFrameReader._lakelog_decoding = True
-    _install_stream_routing()
-
-
-def _install_stream_routing() -> None:
-    """Wrap PySpark's classic DataStreamReader so that a read_committed `readStream` of "lakelog"
-    that the JVM source would get wrong loads the Python source (`jvm_source.committed_format`)."""
-    from pyspark.sql.streaming.readwriter import DataStreamReader
-
-    orig_format, orig_option, orig_options, orig_load = (DataStreamReader.format, DataStreamReader.option,
-                                                         DataStreamReader.options, DataStreamReader.load)
-
-    def state(self) -> dict:
-        return self.__dict__.setdefault(_STATE, {"format": None, "options": {}})
-
-    def format(self, source):
-        state(self)["format"] = source
-        return orig_format(self, source)
-
-    def option(self, key, value):
-        state(self)["options"][str(key)] = value
-        return orig_option(self, key, value)
-
-    def options(self, **options):
-        state(self)["options"].update({str(k): v for k, v in options.items()})
-        return orig_options(self, **options)
-
-    def load(self, path=None, format=None, schema=None, **options):
-        if format is not None:
-            self.format(format)
-        self.options(**options)
-        st = state(self)
-        if st["format"] is not None:
-            lowered = {k.lower(): v for k, v in st["options"].items() if v is not None}
-            source = committed_format(self._spark, str(st["format"]), lowered)
-            if source != st["format"]:
-                self.format(source)
-        return orig_load(self, path, schema=schema)
-
-    DataStreamReader.format, DataStreamReader.option, DataStreamReader.options = format, option, options
-    DataStreamReader.load = load
 
 
 class ViewTyping:

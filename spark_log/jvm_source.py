@@ -13,9 +13,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lakelog.logstore.read_committed import READ_COMMITTED, READ_UNCOMMITTED
-from lakelog.spark_log.cli_common import REMOTE_ENV
-
 JAR_ENV = "LAKELOG_SPARK_JAR"
 JAR_NAME = "lakelog-spark.jar"
 JVM_CLASS = "lakelog.spark.LakelogSource"
@@ -45,47 +42,3 @@ def jvm_source_loaded(spark) -> bool:
         return True
     except Exception:  # noqa: BLE001 - py4j raises Py4JJavaError for ClassNotFoundException
         return False
-
-
-def committed_source(spark, remote: str, topic: str, from_offset: int | None = None, *,
-                     hot_tail: bool = False) -> str:
-    """The format name a read_committed read of `topic` from `from_offset` uses: "lakelog", unless
-    that is the JVM source and the read may meet transactional data it cannot hide. The JVM source
-    skips control batches but does not leave aborted transactions out, and its hot tail reads up
-    to the high watermark, not the last stable offset; so a read with the nodes' hot tail
-    (`hot_tail`), or of a topic whose remote manifest lists a `.txnindex` at or after
-    `from_offset`, takes the Python source (`lakelog_python`)."""
-    if not jvm_source_loaded(spark):
-        return "lakelog"
-    if hot_tail:
-        return PYTHON_SOURCE_NAME
-    from lakelog.tiering.remote_scan import has_txn_index, load_manifest, open_remote, remote_partitions
-
-    store = open_remote(remote)
-    try:
-        for p in remote_partitions(store, topic).get(topic, []):
-            if has_txn_index(load_manifest(store, topic, p), from_offset):
-                return PYTHON_SOURCE_NAME
-        return "lakelog"
-    finally:
-        store.close()
-
-
-def committed_format(spark, source: str, options: dict) -> str:
-    """The format a `spark.read.format(source)` with `options` (keys lowercased) loads: `source`,
-    except a read_committed read of "lakelog" that `committed_source` sends to the Python source.
-    (A read_uncommitted read is what the JVM source returns: data records up to the high watermark.)"""
-    isolation = str(options.get(ISOLATION_OPTION, READ_COMMITTED)).lower()
-    if source.lower() != "lakelog" or isolation == READ_UNCOMMITTED or not jvm_source_loaded(spark):
-        return source
-    remote, topic = options.get("remote") or os.environ.get(REMOTE_ENV), options.get("topic")
-    if isolation != READ_COMMITTED:
-        return PYTHON_SOURCE_NAME  # which refuses the unknown isolation by name
-    if not remote or not topic:
-        return source  # the source itself reports the missing option
-    start = options.get("startingoffset")
-    try:
-        return committed_source(spark, str(remote), str(topic), None if start is None else int(start),
-                                hot_tail=bool(options.get("nodes")))
-    except Exception:  # noqa: BLE001 - unchecked (a store or option error): the reader that is always
-        return PYTHON_SOURCE_NAME  # right reads, and reports that error when the query plans

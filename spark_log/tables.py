@@ -240,8 +240,8 @@ def _step_rows(spark, remote: str, topic: str, config: dict[str, str], rng: Sync
     the data source's store calls have the deadline `store_timeout_ms` (None: the default)."""
     from pyspark.sql import functions as F
 
-    # "lakelog": the JVM reader when its jar is on the session's class path, else the Python reader;
-    # the Python one when the range may hold aborted transactions (jvm_source.committed_format).
+    # "lakelog": the JVM reader when its jar is on the session's class path, else the Python reader
+    # (both read_committed by default).
     from lakelog.spark_log.datasource import STORE_TIMEOUT_OPTION, register as register_source
 
     register_source(spark)
@@ -450,7 +450,7 @@ def register_topics(spark, remote: str, database: str = SQL_DATABASE, nodes: str
 
     - `lakelog.<topic>`: the whole topic's committed records (the data source with `nodes`: the
       remote tier and the nodes' hot tail up to each partition's last stable offset when the query
-      runs, aborted transactions left out; read by the Python reader, jvm_source.committed_format).
+      runs, aborted transactions left out).
       Without `nodes` (or when the nodes cannot be reached), only the remote tier.
     - `lakelog.<topic>_table`: the Delta table `sync-tables` keeps (read at its latest version at
       each query; time travel with `SELECT ... FROM delta.`<path>` VERSION AS OF n` on its path).

@@ -68,8 +68,8 @@ def build_topic(root, *, keys: int = 1000) -> FileSystemStore:
 
 
 def _df(spark, url: str, fmt: str = "lakelog", **options):
-    """read_uncommitted: the JVM reader's isolation (a read_committed `lakelog` read of this topic,
-    which has aborted transactions, would be the Python reader's: jvm_source.committed_format)."""
+    """read_uncommitted unless `isolation` is given: the topic's aborted transactions are counted
+    (test_the_pushed_count_leaves_aborted_transactions_out reads it read_committed)."""
     r = spark.read.format(fmt).option("remote", url).option("topic", TOPIC).option("isolation", "read_uncommitted")
     for k, v in options.items():
         r = r.option(k, v)
@@ -128,6 +128,20 @@ def test_the_pushed_count_is_the_count_of_a_full_read(spark, topic):
     pushed, read, ref = counts(spark, url, startingTimestamp=str(TS0 + 40_000))
     assert pushed == read == ref and 0 < ref
     assert counts(spark, url, partitions="1")[0] == counts(spark, url, partitions="1")[2]
+
+
+def test_the_pushed_count_leaves_aborted_transactions_out(spark, topic):
+    """read_committed (the default): a segment whose aborted transactions the manifest's `.txnindex`
+    lists is read, not counted from its record count (which counts aborted records too)."""
+    store, url = topic
+    entries = [s for p in range(PARTITIONS) for s in load_manifest(store, TOPIC, p).copy_finished]
+    assert any(s.txn_index_bytes for s in entries)
+    pushed, read, ref = counts(spark, url, isolation="read_committed")
+    assert pushed == read == ref and 0 < ref < counts(spark, url)[2]
+    rows = _df(spark, url, isolation="read_committed").select("producer_id").collect()
+    assert len(rows) == ref and not any(r["producer_id"] >= 9000 for r in rows)
+    pushed, read, ref = counts(spark, url, isolation="read_committed", startingOffset="20", partitions="1")
+    assert pushed == read == ref and 0 < ref
 
 
 @pytest.mark.parametrize("where, pushed", [

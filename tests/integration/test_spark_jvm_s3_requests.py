@@ -60,10 +60,7 @@ def topic(tmp_path_factory, spark_s3):
 
 def _df(spark, url: str, fmt: str = "lakelog"):
     """The topic; for the JVM reader with `countFromManifest=false`, so that count() reads every
-    segment (test_spark_jvm_count.py tests the count from the manifests), and read_uncommitted (the
-    JVM reader's isolation), so that only the reader's requests are counted: a read_committed
-    `lakelog` read is first checked for transactions by Lakelog's DataFrameReader wrapper
-    (jvm_source.committed_format: one LIST and one GET per manifest when the DataFrame is made)."""
+    segment (test_spark_jvm_count.py tests the count from the manifests), and read_uncommitted."""
     r = spark.read.format(fmt).option("remote", url).option("topic", TOPIC)
     if fmt == "lakelog":
         r = r.option("countFromManifest", "false").option("isolation", "read_uncommitted")

@@ -89,9 +89,8 @@ def build_topic(root) -> FileSystemStore:
 
 
 def read(spark, fmt: str, remote: str, *, schema: str | None = None, where: str | None = None, **options):
-    """The rows of the topic through `fmt`, read_uncommitted: the JVM reader's isolation (a
-    read_committed `lakelog` read of this topic, which has aborted transactions, would be the
-    Python reader's: jvm_source.committed_format)."""
+    """The rows of the topic through `fmt`, read_uncommitted unless `isolation` is given (the
+    topic's aborted transactions are rows; read_committed leaves them out)."""
     reader = spark.read.format(fmt)
     if schema:
         reader = reader.schema(schema)
@@ -133,6 +132,10 @@ def test_jvm_rows_equal_the_reference_on_both_stores(spark, topic):
         assert any(h["value"] is None for r in rows for h in r["headers"])
         assert any(h["key"] == "clé-ü" for r in rows for h in r["headers"])
         assert any(r["producer_id"] >= 4000 for r in rows)
+        # read_committed: the aborted transactions (from the `.txnindex` objects) are left out by both
+        committed = same(spark, remote, isolation="read_committed")
+        assert committed == [r for r in rows if r["producer_id"] < 4000] and len(committed) < len(rows)
+        assert same(spark, remote, isolation="read_committed", partitions="1", startingOffset=40, endingOffset=160)
         assert spark.read.format("lakelog").option("remote", remote).option("topic", TOPIC) \
             .option("isolation", "read_uncommitted").load().count() == len(rows)
     # Options prune exactly as the reference's; a narrower schema; one column.

@@ -129,8 +129,7 @@ def read(spark, fmt: str, remote: str, *, where: str | None = None, **options) -
 
 
 def _df(spark, url: str, **options):
-    """The JVM reader, read_uncommitted (its isolation), so that only its own requests are counted
-    (a read_committed read is first checked for transactions: jvm_source.committed_format)."""
+    """The JVM reader, read_uncommitted."""
     r = spark.read.format("lakelog").option("remote", url).option("topic", TOPIC).option("isolation", "read_uncommitted")
     for k, v in options.items():
         r = r.option(k, v)

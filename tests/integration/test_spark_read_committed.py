@@ -1,6 +1,7 @@
 """Spark reads committed records only: transactions written by confluent-kafka's transactional
 producer to a real node (markers through the coordinator), read back with a local Spark session
-through the `lakelog` data source from the remote tier (aborted transactions from the segments'
+through the `lakelog` data source (the JVM reader, when its jar is built, and the Python one)
+from the remote tier (aborted transactions from the segments'
 `.txnindex` objects) and from the nodes' hot tail (the node's read_committed answer, up to the
 last stable offset), through the `lakelog.<topic>` views, and synced into Delta by `sync-tables`.
 `isolation=read_uncommitted` shows the aborted records; control records are never rows."""
@@ -15,7 +16,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from lakelog.spark_log.jobs import run_job
-from lakelog.spark_log.jvm_source import committed_format, jvm_source_loaded
+from lakelog.spark_log.jvm_source import PYTHON_SOURCE_NAME, jvm_source_loaded
 from lakelog.spark_log.session import remote_session
 from lakelog.spark_log.tables import register_topics
 from lakelog.tiering.remote_scan import load_manifest, open_remote
@@ -95,8 +96,13 @@ def _rows(df) -> list[tuple[int, str]]:
     return sorted((r["offset"], bytes(r["value"]).decode()) for r in df.select("offset", "value").collect())
 
 
-def _read(spark, node, topic: str, **options):
-    reader = spark.read.format("lakelog_python").option("remote", node.remote).option("topic", topic)
+def _readers(spark) -> tuple[str, ...]:
+    """The readers to check: the Python one, and "lakelog" (the JVM reader when its jar is loaded)."""
+    return (PYTHON_SOURCE_NAME, "lakelog") if jvm_source_loaded(spark) else (PYTHON_SOURCE_NAME,)
+
+
+def _read(spark, node, topic: str, fmt: str = PYTHON_SOURCE_NAME, **options):
+    reader = spark.read.format(fmt).option("remote", node.remote).option("topic", topic)
     for k, v in options.items():
         reader = reader.option(k, v)
     return _rows(reader.load())
@@ -131,31 +137,24 @@ def test_remote_tier_reads_leave_aborted_transactions_and_markers_out(node, spar
         store.close()
     assert any(s.txn_index_bytes for s in m.copy_finished)  # the aborts are known from the .txnindex objects
 
-    got = _read(spark, node, topic, endingOffset=last)
-    assert got == committed
-    raw = _read(spark, node, topic, endingOffset=last, isolation="read_uncommitted")
-    assert raw == sorted(committed + aborted)
-    assert not {o for o, _ in raw} & set(markers)  # control records never become rows
-    # Options are case-insensitive, and a bad isolation is refused.
-    assert _read(spark, node, topic, endingOffset=last, ISOLATION="READ_COMMITTED") == committed
-    for fmt in ("lakelog_python", "lakelog"):  # "lakelog" too: the JVM reader would ignore it
+    for fmt in _readers(spark):
+        assert _read(spark, node, topic, fmt, endingOffset=last) == committed, fmt
+        raw = _read(spark, node, topic, fmt, endingOffset=last, isolation="read_uncommitted")
+        assert raw == sorted(committed + aborted), fmt
+        assert not {o for o, _ in raw} & set(markers)  # control records never become rows
+        # Options are case-insensitive, and a bad isolation is refused.
+        assert _read(spark, node, topic, fmt, endingOffset=last, ISOLATION="READ_COMMITTED") == committed
         with pytest.raises(Exception, match="isolation"):
             spark.read.format(fmt).option("remote", node.remote).option("topic", topic) \
                 .option("isolation", "serializable").load().collect()
-    # A start inside an aborted transaction (offset 5: its second batch) still leaves it out.
-    assert _read(spark, node, topic, startingOffset=5, endingOffset=last) == [c for c in committed if c[0] >= 5]
+        # A start inside an aborted transaction (offset 5: its second batch) still leaves it out.
+        assert _read(spark, node, topic, fmt, startingOffset=5, endingOffset=last) == \
+            [c for c in committed if c[0] >= 5], fmt
+        # count() too (the JVM reader's pushed count reads the segments that hold aborted data)
+        assert spark.read.format(fmt).option("remote", node.remote).option("topic", topic) \
+            .option("endingOffset", last).load().count() == len(committed), fmt
 
-    # A read_committed `lakelog` read of this topic never takes the JVM reader (which cannot hide
-    # aborted transactions); read_uncommitted may.
-    jvm = jvm_source_loaded(spark)
-    assert committed_format(spark, "lakelog", {"remote": node.remote, "topic": topic}) == \
-        ("lakelog_python" if jvm else "lakelog")
-    assert committed_format(spark, "lakelog", {"remote": node.remote, "topic": topic,
-                                               "isolation": "read_uncommitted"}) == "lakelog"
-    assert _rows(spark.read.format("lakelog").option("remote", node.remote).option("topic", topic)
-                 .option("endingOffset", last).load()) == committed
-
-    # sync-tables adds only committed rows (through whichever reader it picks).
+    # sync-tables adds only committed rows (through "lakelog": the JVM reader when its jar is built).
     summary = run_job(spark, "sync-tables", node.remote, topics=[topic])
     table = _rows(spark.read.format("delta").load(f"{node.remote}/tables/{topic}").where(f"offset <= {last}"))
     assert table == committed
@@ -163,18 +162,18 @@ def test_remote_tier_reads_leave_aborted_transactions_and_markers_out(node, spar
     synced = {r["offset"] for r in spark.read.format("delta").load(f"{node.remote}/tables/{topic}").collect()}
     assert not synced & ({o for o, _ in aborted} | set(markers))
 
-    # The streaming reader too (the Python one, routed around the JVM one): one micro-batch of
-    # everything tiered.
-    out = tmp_path / "stream"
-    q = (spark.readStream.format("lakelog").option("remote", node.remote).option("topic", topic).load()
-         .where(f"offset <= {last}").select("offset", "value")
-         .writeStream.format("parquet").option("path", str(out / "data"))
-         .option("checkpointLocation", str(out / "cp")).trigger(availableNow=True).start())
-    try:
-        q.awaitTermination(600)
-    finally:
-        q.stop()
-    assert _rows(spark.read.parquet(str(out / "data"))) == committed
+    # The streaming readers too: one micro-batch of everything tiered.
+    for fmt in _readers(spark):
+        out = tmp_path / f"stream-{fmt}"
+        q = (spark.readStream.format(fmt).option("remote", node.remote).option("topic", topic).load()
+             .where(f"offset <= {last}").select("offset", "value")
+             .writeStream.format("parquet").option("path", str(out / "data"))
+             .option("checkpointLocation", str(out / "cp")).trigger(availableNow=True).start())
+        try:
+            q.awaitTermination(600)
+        finally:
+            q.stop()
+        assert _rows(spark.read.parquet(str(out / "data"))) == committed, fmt
     p.flush(WAIT_S)
 
 
@@ -190,14 +189,12 @@ def test_hot_tail_reads_stop_at_the_lso_and_views_show_committed_records(node, s
     assert doc["end_offset"] == 10 and doc["last_stable_offset"] == 9, doc
     committed = [(0, "c1"), (1, "c2"), (7, "c3")]
 
-    assert _read(spark, node, topic, nodes=node.url) == committed
-    raw = _read(spark, node, topic, nodes=node.url, isolation="read_uncommitted")
-    assert raw == [(0, "c1"), (1, "c2"), (3, "a1"), (4, "a2"), (5, "a3"), (7, "c3"), (9, "o1")]
-    # A fetch whose every batch is aborted: the read goes on past them.
-    assert _read(spark, node, topic, nodes=node.url, startingOffset=3) == [(7, "c3")]
-
-    assert _rows(spark.read.format("lakelog").option("remote", node.remote).option("topic", topic)
-                 .option("nodes", node.url).load()) == committed
+    for fmt in _readers(spark):
+        assert _read(spark, node, topic, fmt, nodes=node.url) == committed, fmt
+        raw = _read(spark, node, topic, fmt, nodes=node.url, isolation="read_uncommitted")
+        assert raw == [(0, "c1"), (1, "c2"), (3, "a1"), (4, "a2"), (5, "a3"), (7, "c3"), (9, "o1")], fmt
+        # A fetch whose every batch is aborted: the read goes on past them.
+        assert _read(spark, node, topic, fmt, nodes=node.url, startingOffset=3) == [(7, "c3")], fmt
     assert topic in register_topics(spark, node.remote, nodes=node.url)
     view = spark.sql(f"SELECT offset, value FROM lakelog.{topic}")
     assert _rows(view) == committed

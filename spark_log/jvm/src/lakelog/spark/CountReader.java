@@ -45,7 +45,8 @@ final class CountReader implements PartitionReader<InternalRow> {
     static boolean countedByManifest(Split.Part part) {
         Manifest.Segment s = part.segment;
         return s.recordCount >= 0 && part.from <= s.baseOffset && part.to >= s.endOffset
-            && part.minTs == Long.MIN_VALUE && part.maxTs == Long.MAX_VALUE;
+            && part.minTs == Long.MIN_VALUE && part.maxTs == Long.MAX_VALUE
+            && part.aborted.length == 0;  // the writer counted aborted records too
     }
 
     @Override

@@ -22,7 +22,11 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  * hold yet, read over the binary fetch path (`Accept: application/vnd.kafka.recordbatch`, batches
  * byte for byte as stored, each CRC-checked here by {@link SegmentScanner}). A task reads its
  * partition's log start offset and high watermark once when it starts and reads from its first
- * offset (or the log start, if higher) below that high watermark. A node that cannot serve the
+ * offset (or the log start, if higher) below that high watermark. With read_committed (the
+ * default) the bound is the last stable offset instead and each fetch asks for
+ * `isolation=read_committed`: the node answers whole batches below the LSO with the batches of
+ * aborted transactions left out, and the read goes on at the answer's `X-Lakelog-Next-Offset`
+ * (past batches the node left out, even when it left out all of them). A node that cannot serve the
  * range yet (a new leader) is asked again for up to 30 s. Credentials: `apiKey` (bearer), or
  * `user` / `password` (basic), from the options or $LAKELOG_API_KEY / $LAKELOG_USER /
  * $LAKELOG_PASSWORD.
@@ -143,12 +147,21 @@ final class HotTail {
         return out;
     }
 
+    private static long parseOffset(String v) {
+        try {
+            return Long.parseLong(v.trim());
+        } catch (NumberFormatException e) {
+            return -1;
+        }
+    }
+
     /** Rows of `hot` into `cols`, the batches of one fetch at a time (see {@link #next}). */
     final class Reader {
         private final Split.Hot hot;
         private final String where;
         private long offset;
-        private long endOffset;  // exclusive: the high watermark (or to + 1)
+        private long endOffset;  // exclusive: the high watermark or LSO (or to + 1)
+        private long nextOffset;  // the last answer's X-Lakelog-Next-Offset (-1: none)
         private SegmentScanner scanner;
 
         Reader(Split.Hot hot) {
@@ -158,6 +171,10 @@ final class HotTail {
                               "offsets of " + where);
             long logStart = b.get("beginning_offset").asLong();
             long hw = b.get("end_offset").asLong();
+            JsonNode lso = b.get("last_stable_offset");
+            if (o.readCommitted && lso != null) {
+                hw = Math.min(hw, lso.asLong());
+            }
             offset = Math.max(hot.from, logStart);
             endOffset = hot.to == Long.MAX_VALUE ? hw : Math.min(hw, hot.to + 1);
         }
@@ -170,7 +187,7 @@ final class HotTail {
                     if (more) {
                         return true;
                     }
-                    offset = Math.max(offset, scanner.lastOffset() + 1);
+                    offset = Math.max(Math.max(offset, scanner.lastOffset() + 1), nextOffset);
                     scanner = null;
                     continue;
                 }
@@ -178,6 +195,10 @@ final class HotTail {
                     return false;
                 }
                 byte[] data = fetch();
+                if (data.length == 0) {  // every batch of the answer was an aborted transaction's
+                    offset = nextOffset;
+                    continue;
+                }
                 String key = "fetch of " + where;
                 scanner = new SegmentScanner(key, new ByteArrayInputStream(data), 0, data.length, Long.MIN_VALUE,
                                              Long.MAX_VALUE, offset, endOffset - 1, hot.minTs, hot.maxTs,
@@ -188,12 +209,14 @@ final class HotTail {
 
         private byte[] fetch() {
             String path = "/topics/" + quote(o.topic) + "/partitions/" + hot.partition + "/records?offset=" + offset
-                          + "&max_bytes=" + FETCH_BYTES + "&timeout=0";
+                          + "&max_bytes=" + FETCH_BYTES + "&timeout=0" + (o.readCommitted ? "&isolation=read_committed" : "");
             long deadline = System.currentTimeMillis() + READ_TIMEOUT_MS;
             String reason = "";
             while (true) {
                 HttpResponse<byte[]> r = get(path, RECORDBATCH);
-                if (r != null && r.statusCode() == 200 && r.body().length > 0) {
+                nextOffset = r == null ? -1 : r.headers().firstValue("X-Lakelog-Next-Offset").map(HotTail::parseOffset)
+                                                                                              .orElse(-1L);
+                if (r != null && r.statusCode() == 200 && (r.body().length > 0 || nextOffset > offset)) {
                     return r.body();
                 }
                 if (r != null && r.statusCode() != 200 && r.statusCode() < 500) {

@@ -117,9 +117,12 @@ final class LakelogStream implements MicroBatchStream {
                 if (first >= stop) {
                     continue;
                 }
+                Aborted[] aborted = options.readCommitted && Aborted.any(m, first)
+                    ? Aborted.remote(tier, options.topic, m, first) : Aborted.NONE;
                 for (Manifest.Segment s : m.readable(first, stop - 1, Long.MIN_VALUE)) {
-                    Split.Part part = new Split.Part(p, s, Math.max(first, s.baseOffset), Math.min(stop - 1, s.endOffset),
-                                                     Long.MIN_VALUE, Long.MAX_VALUE);
+                    long lo = Math.max(first, s.baseOffset), hi = Math.min(stop - 1, s.endOffset);
+                    Split.Part part = new Split.Part(p, s, lo, hi, Long.MIN_VALUE, Long.MAX_VALUE,
+                                                     Aborted.overlapping(aborted, lo, hi));
                     for (Split.Part piece : Planner.cut(part, options.maxPartitionBytes, options.minSplitBytes)) {
                         out.add(new Split(List.of(piece), null));
                     }

@@ -14,7 +14,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
  * A partition manifest (`<topic>-<partition>/manifest.json`, format in tiering/manifest.py) as the
  * reader needs it: version 1, the CRC-32C of the canonical JSON of "manifest" checked, the log
  * start offset and the segments with their state, offsets, max timestamp, size, offset index
- * (bytes, CRC-32C) and, where the writer recorded it, the record count.
+ * (bytes, CRC-32C), where the writer recorded them the record count and the `.txnindex` object
+ * (bytes, CRC-32C).
  *
  * <p>The writer stores canonical JSON (keys sorted, no spaces, ASCII), so the "manifest" value is
  * the exact byte range between {@code {"crc32c":N,"manifest":} and {@code ,"version":1}}: the CRC
@@ -36,9 +37,11 @@ final class Manifest {
         final long indexBytes, indexCrc;
         /** The records of its data batches as its writer counted them; -1: not recorded. */
         final long recordCount;
+        /** Its `.txnindex` object (the aborted transactions whose ABORT marker it holds); 0 / 0: none. */
+        final long txnIndexBytes, txnIndexCrc;
 
         Segment(String id, long baseOffset, long endOffset, long maxTimestamp, long sizeInBytes, int state,
-                long indexBytes, long indexCrc, long recordCount) {
+                long indexBytes, long indexCrc, long recordCount, long txnIndexBytes, long txnIndexCrc) {
             this.id = id;
             this.baseOffset = baseOffset;
             this.endOffset = endOffset;
@@ -48,6 +51,8 @@ final class Manifest {
             this.indexBytes = indexBytes;
             this.indexCrc = indexCrc;
             this.recordCount = recordCount;
+            this.txnIndexBytes = txnIndexBytes;
+            this.txnIndexCrc = txnIndexCrc;
         }
 
         String stem() {
@@ -132,10 +137,12 @@ final class Manifest {
             List<Segment> segments = new ArrayList<>();
             for (JsonNode s : need(m, "segments", key)) {
                 JsonNode index = need(s, "index", key);
+                JsonNode txn = s.get("txn_index");  // optional: written only for a segment with aborted transactions
                 segments.add(new Segment(need(s, "id", key).asText(), need(s, "base_offset", key).asLong(),
                                          need(s, "end_offset", key).asLong(), need(s, "max_timestamp", key).asLong(),
                                          need(s, "size_in_bytes", key).asLong(), need(s, "state", key).asInt(),
-                                         index.get(0).asLong(), index.get(1).asLong(), recordCount(s, key)));
+                                         index.get(0).asLong(), index.get(1).asLong(), recordCount(s, key),
+                                         txn == null ? 0 : txn.get(0).asLong(), txn == null ? 0 : txn.get(1).asLong()));
             }
             return new Manifest(need(m, "topic", key).asText(), need(m, "partition", key).asInt(),
                                 need(m, "log_start_offset", key).asLong(), segments);

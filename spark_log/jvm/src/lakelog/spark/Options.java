@@ -18,7 +18,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * the manifests hold, see {@link CountReader}), `planningThreads` (manifests read at once while
  * planning, 1..64, default 8, see {@link Planner}), `minSplitBytes` (the least `.log` bytes of one
  * part of a segment cut across tasks, 64 KiB..1 TiB, default 4 MiB; at most
- * {@link #MAX_PARTS_PER_SEGMENT} parts a segment, see {@link Planner#cut}), `nodes` (the hot tail).
+ * {@link #MAX_PARTS_PER_SEGMENT} parts a segment, see {@link Planner#cut}), `nodes` (the hot tail),
+ * `isolation` (`read_committed`, the default: aborted transactions left out, the hot tail read up to
+ * the last stable offset; `read_uncommitted`: every data record up to the high watermark; control
+ * records are never rows; logstore/read_committed.py's names and rules).
  */
 final class Options implements Serializable, Cloneable {
     private static final long serialVersionUID = 1L;
@@ -48,6 +51,8 @@ final class Options implements Serializable, Cloneable {
     final boolean countFromManifest;
     final int planningThreads;
     final long minSplitBytes;
+    /** Isolation `read_committed` (else `read_uncommitted`). */
+    final boolean readCommitted;
     /** Inclusive bounds (Long.MIN_VALUE / MAX_VALUE: none) and the partitions wanted (null: all). */
     long offsetLow = Long.MIN_VALUE, offsetHigh = Long.MAX_VALUE;
     long timestampLow = Long.MIN_VALUE, timestampHigh = Long.MAX_VALUE;
@@ -87,6 +92,12 @@ final class Options implements Serializable, Cloneable {
             throw new IllegalArgumentException("countFromManifest must be true or false");
         }
         countFromManifest = Boolean.parseBoolean(cm);
+        String isolation = o.getOrDefault("isolation", "read_committed").trim().toLowerCase(java.util.Locale.ROOT);
+        if (!isolation.equals("read_committed") && !isolation.equals("read_uncommitted")) {
+            throw new IllegalArgumentException("option isolation must be one of read_committed, read_uncommitted, not '"
+                                               + isolation + "'");
+        }
+        readCommitted = isolation.equals("read_committed");
         String ps = o.get("partitions");
         if (ps != null && !ps.isEmpty()) {
             partitions = new TreeSet<>();

@@ -14,7 +14,9 @@ import org.apache.hadoop.conf.Configuration;
  * partitions' manifests in parallel on a pool of at most `planningThreads` threads that lives for
  * this planning (on S3: one LIST, then one GET per manifest and no HEAD, see
  * {@link RemoteTier#manifests}); every COPY_FINISHED segment at or above
- * the log start offset that can hold a wanted row becomes a {@link Split.Part} (a segment larger
+ * the log start offset that can hold a wanted row becomes a {@link Split.Part} (with read_committed,
+ * carrying the aborted transactions overlapping it, from the partition's `.txnindex` objects, read
+ * only when its manifest lists one: {@link Aborted#remote}; a segment larger
  * than the group size becomes several, see {@link #cut}), and consecutive parts are grouped into
  * splits of at most the group size. With `nodes`, each topic partition also gets a hot-tail split
  * from one past its last remote offset.
@@ -48,13 +50,17 @@ final class Planner {
             Long nextRemote = null;
             Manifest m = manifests.get(p);
             if (m != null) {
+                long from = Math.max(m.logStartOffset, o.offsetLow == Long.MIN_VALUE ? 0 : o.offsetLow);
+                Aborted[] aborted = o.readCommitted && Aborted.any(m, from) ? Aborted.remote(tier, o.topic, m, from)
+                                                                            : Aborted.NONE;
                 for (Manifest.Segment s : m.readable(o.offsetLow, o.offsetHigh, o.timestampLow)) {
                     long start = Math.max(Math.max(s.baseOffset, m.logStartOffset), o.offsetLow == Long.MIN_VALUE ? 0 : o.offsetLow);
                     long end = Math.min(s.endOffset, o.offsetHigh);
                     if (start > end) {
                         continue;
                     }
-                    wanted.add(new Split.Part(p, s, start, end, o.timestampLow, o.timestampHigh));
+                    wanted.add(new Split.Part(p, s, start, end, o.timestampLow, o.timestampHigh,
+                                              Aborted.overlapping(aborted, start, end)));
                     total += s.sizeInBytes;
                 }
                 Long e = m.endOffset();
@@ -134,7 +140,7 @@ final class Planner {
         long step = span / n, extra = span % n, from = part.from;
         for (long i = 0; i < n; i++) {
             long to = from + step - 1 + (i < extra ? 1 : 0);
-            out.add(new Split.Part(part.partition, part.segment, from, to, part.minTs, part.maxTs));
+            out.add(part.slice(from, to));
             from = to + 1;
         }
         return out;

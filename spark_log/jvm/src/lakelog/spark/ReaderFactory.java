@@ -99,7 +99,7 @@ final class ReaderFactory implements PartitionReaderFactory {
                 end = o.size;
             }
             scanner = new SegmentScanner(key, in, from, end, s.baseOffset, s.endOffset, part.from, part.to,
-                                         part.minTs, part.maxTs, options.chunkBytes, spare);
+                                         part.minTs, part.maxTs, options.chunkBytes, spare).leavingOut(part.aborted);
             return true;
         }
 

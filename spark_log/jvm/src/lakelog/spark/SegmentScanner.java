@@ -22,9 +22,9 @@ import java.util.zip.CRC32C;
  * </pre>
  *
  * Per batch: framing (length at least 49), offsets inside the segment and above the previous
- * batch (the base offset is outside the CRC), magic, CRC-32C ({@link CRC32C}), then control
- * batches skipped (transaction markers; records of aborted transactions are returned, as the
- * Python source does), the codec inflated, every record walked and checked (lengths, increasing
+ * batch (the base offset is outside the CRC), magic, CRC-32C ({@link CRC32C}), then the batches
+ * of the aborted transactions given ({@link #leavingOut}; read_committed) and control batches
+ * (transaction markers) skipped, the codec inflated, every record walked and checked (lengths, increasing
  * offset deltas, timestamps whose microseconds fit an int64, no bytes left over) before any row
  * of it is used. Any failure throws {@link RemoteCorruptionException} naming the object and the
  * batch's position. Not thread-safe: one per reader.
@@ -42,6 +42,7 @@ final class SegmentScanner {
     private final long lo, hi, minTs, maxTs, segmentEnd;
     private final int chunkBytes;
     private final CRC32C crc = new CRC32C();
+    private AbortedTransactions tracker;   // null: nothing to leave out
     private long prevLast;
     private byte[] buf;
     private long bufPos;            // object position of buf[0]
@@ -84,6 +85,38 @@ final class SegmentScanner {
         this.bufPos = from;
         this.read = from;
         this.done = from >= size;
+    }
+
+    /** Leave out the batches of the aborted transactions `aborted` lists (those overlapping the
+     *  read, any order; read_committed): see {@link AbortedTransactions}. */
+    SegmentScanner leavingOut(Aborted[] aborted) {
+        tracker = aborted.length == 0 ? null : new AbortedTransactions(aborted);
+        return this;
+    }
+
+    /** The type of a control batch's marker (its first record's key: version i16, type i16). */
+    private int markerType(byte[] b, int at, int batchSize, int codec, long position) {
+        byte[] r = b;
+        int q = at + HEADER_SIZE, limit = at + batchSize;
+        if (codec != 0) {
+            try {
+                r = Codecs.decompress(codec, b, at + HEADER_SIZE, batchSize - HEADER_SIZE, MAX_UNCOMPRESSED_BYTES);
+            } catch (IOException e) {
+                throw corrupt(position, e.getMessage());
+            }
+            q = 0;
+            limit = r.length;
+        }
+        p = q;
+        varintLong(r, limit, position);              // record length
+        p++;                                         // attributes
+        timestamp(r, limit, position);               // timestamp delta
+        varintLong(r, limit, position);              // offset delta
+        long keyLength = varintLong(r, limit, position);
+        if (keyLength < 4 || p + 4 > limit) {
+            throw corrupt(position, "control batch without a marker key");
+        }
+        return ((r[p + 2] & 0xFF) << 8) | (r[p + 3] & 0xFF);
     }
 
     /** The read buffer, for the next scanner of the same reader once this one is done. */
@@ -202,6 +235,11 @@ final class SegmentScanner {
             return;
         }
         int attributes = ((b[at + 21] & 0xFF) << 8) | (b[at + 22] & 0xFF);
+        if (tracker != null && tracker.isAborted(baseOffset, last, be64(b, at + 43), (attributes & 0x10) != 0,
+                                                 (attributes & 0x20) != 0,
+                                                 () -> markerType(b, at, batchSize, attributes & 0x07, position))) {
+            return;
+        }
         maxTimestamp = be64(b, at + 35);
         if ((attributes & 0x20) != 0 || maxTimestamp < minTs) {  // a control batch, or all too old
             return;
