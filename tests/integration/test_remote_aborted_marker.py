@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from lakelog.spark_log.jvm_source import committed_format, jvm_source_loaded
+from lakelog.spark_log.jvm_source import jvm_source_loaded
 from lakelog.spark_log.session import remote_session
 from lakelog.tiering.remote_scan import load_manifest, open_remote
 from tests.support.faults import wait_for
@@ -176,10 +176,12 @@ def test_spark_remote_read_leaves_out_a_transaction_aborted_in_an_untiered_segme
         return _rows(reader.load())
 
     tiered_aborted = aborted[:end - 2]  # offsets 3 .. end
-    assert read("lakelog_python") == committed
-    assert read("lakelog_python", isolation="read_uncommitted") == committed + tiered_aborted
-    assert read("lakelog_python", startingOffset="4") == []  # a start inside the transaction
-    # A read_committed `lakelog` read is routed around the JVM reader, which cannot hide aborted data.
-    options = {"remote": node.remote, "topic": topic}
-    assert committed_format(spark, "lakelog", options) == ("lakelog_python" if jvm_source_loaded(spark) else "lakelog")
-    assert read("lakelog") == committed
+    # Both readers: the Python one, and the JVM one (`lakelog` when its jar is built), which reads
+    # the manifest entries' later_aborts itself.
+    assert jvm_source_loaded(spark), "the JVM reader's jar is not built (make jvm)"
+    for fmt in ("lakelog_python", "lakelog"):
+        assert read(fmt) == committed, fmt
+        assert read(fmt, isolation="read_uncommitted") == committed + tiered_aborted, fmt
+        assert read(fmt, startingOffset="4") == [], fmt  # a start inside the transaction
+        assert spark.read.format(fmt).option("remote", node.remote).option("topic", topic) \
+            .option("endingOffset", end).load().count() == len(committed), fmt

@@ -3,7 +3,9 @@ package lakelog.spark;
 import java.io.IOException;
 import java.io.Serializable;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * One aborted transaction as a `.txnindex` entry lists it (index/transaction_index.py): its
@@ -38,10 +40,10 @@ final class Aborted implements Serializable {
     }
 
     /** Whether a read of `m` from `from` can meet an aborted transaction the remote tier knows
-     *  (a COPY_FINISHED segment ending at or after `from` has a `.txnindex`). */
+     *  (a COPY_FINISHED segment ending at or after `from` has a `.txnindex` or `later_aborts`). */
     static boolean any(Manifest m, long from) {
         for (Manifest.Segment s : m.copyFinished()) {
-            if (s.txnIndexBytes > 0 && s.endOffset >= from) {
+            if ((s.txnIndexBytes > 0 || s.laterAborts.length > 0) && s.endOffset >= from) {
                 return true;
             }
         }
@@ -52,19 +54,29 @@ final class Aborted implements Serializable {
      *  the `.txnindex` objects of the COPY_FINISHED segments from there on, one GET each, and only
      *  when the manifest lists one (a partition without aborted transactions costs nothing). */
     static Aborted[] remote(RemoteTier tier, String topic, Manifest m, long from) throws IOException {
-        List<Aborted> out = new ArrayList<>();
+        // Keyed by (producer, first offset): a transaction listed by a segment's later_aborts is
+        // listed again by the `.txnindex` of its marker's segment once that one is tiered too.
+        Map<List<Long>, Aborted> out = new LinkedHashMap<>();
         for (Manifest.Segment s : m.copyFinished()) {
-            if (s.txnIndexBytes == 0 || s.endOffset < from) {
+            if (s.endOffset < from) {
+                continue;
+            }
+            for (Aborted a : s.laterAborts) {
+                if (a.lastOffset >= from) {
+                    out.putIfAbsent(List.of(a.producerId, a.firstOffset), a);
+                }
+            }
+            if (s.txnIndexBytes == 0) {
                 continue;
             }
             String key = RemoteTier.segmentKey(topic, m.partition, s, ".txnindex");
             for (Aborted a : decode(key, tier.checkedObject(key, s.txnIndexBytes, s.txnIndexCrc), s)) {
                 if (a.lastOffset >= from) {
-                    out.add(a);
+                    out.putIfAbsent(List.of(a.producerId, a.firstOffset), a);
                 }
             }
         }
-        return out.isEmpty() ? NONE : out.toArray(NONE);
+        return out.isEmpty() ? NONE : out.values().toArray(NONE);
     }
 
     static List<Aborted> decode(String key, byte[] data, Manifest.Segment s) {

@@ -39,9 +39,13 @@ final class Manifest {
         final long recordCount;
         /** Its `.txnindex` object (the aborted transactions whose ABORT marker it holds); 0 / 0: none. */
         final long txnIndexBytes, txnIndexCrc;
+        /** "later_aborts": the aborted transactions with data in it whose ABORT marker lies after it
+         *  (maybe not tiered yet), as its uploader knew them; none when absent (older entries). */
+        final Aborted[] laterAborts;
 
         Segment(String id, long baseOffset, long endOffset, long maxTimestamp, long sizeInBytes, int state,
-                long indexBytes, long indexCrc, long recordCount, long txnIndexBytes, long txnIndexCrc) {
+                long indexBytes, long indexCrc, long recordCount, long txnIndexBytes, long txnIndexCrc,
+                Aborted[] laterAborts) {
             this.id = id;
             this.baseOffset = baseOffset;
             this.endOffset = endOffset;
@@ -53,6 +57,7 @@ final class Manifest {
             this.recordCount = recordCount;
             this.txnIndexBytes = txnIndexBytes;
             this.txnIndexCrc = txnIndexCrc;
+            this.laterAborts = laterAborts;
         }
 
         String stem() {
@@ -142,13 +147,35 @@ final class Manifest {
                                          need(s, "end_offset", key).asLong(), need(s, "max_timestamp", key).asLong(),
                                          need(s, "size_in_bytes", key).asLong(), need(s, "state", key).asInt(),
                                          index.get(0).asLong(), index.get(1).asLong(), recordCount(s, key),
-                                         txn == null ? 0 : txn.get(0).asLong(), txn == null ? 0 : txn.get(1).asLong()));
+                                         txn == null ? 0 : txn.get(0).asLong(), txn == null ? 0 : txn.get(1).asLong(),
+                                         laterAborts(s, key)));
             }
             return new Manifest(need(m, "topic", key).asText(), need(m, "partition", key).asInt(),
                                 need(m, "log_start_offset", key).asLong(), segments);
         } catch (java.io.IOException | NullPointerException e) {
             throw new RemoteCorruptionException(key, -1, key + ": malformed manifest: " + e);
         }
+    }
+
+    /** The optional "later_aborts": [[producer id, first offset, last offset, last stable offset], ...]. */
+    private static Aborted[] laterAborts(JsonNode s, String key) {
+        JsonNode v = s.get("later_aborts");
+        if (v == null || v.isEmpty()) {
+            return Aborted.NONE;
+        }
+        if (!v.isArray()) {
+            throw new RemoteCorruptionException(key, -1, key + ": later_aborts is not a list");
+        }
+        List<Aborted> out = new ArrayList<>();
+        for (JsonNode e : v) {
+            if (!e.isArray() || e.size() != 4 || !e.get(0).isIntegralNumber() || !e.get(1).isIntegralNumber()
+                    || !e.get(2).isIntegralNumber() || !e.get(3).isIntegralNumber()
+                    || e.get(0).asLong() < 0 || e.get(1).asLong() > e.get(2).asLong()) {
+                throw new RemoteCorruptionException(key, -1, key + ": malformed later_aborts entry " + e);
+            }
+            out.add(new Aborted(e.get(0).asLong(), e.get(1).asLong(), e.get(2).asLong()));
+        }
+        return out.toArray(Aborted.NONE);
     }
 
     /** The optional "record_count" (-1 when absent: written before it existed). */
