@@ -3,7 +3,13 @@ answers of each connection written in the order its requests arrived.
 
 Per connection: a reader reads one frame at a time (`connections.max.idle.ms` bounds the wait for
 the next one; `socket.request.max.bytes` bounds its size), decodes it and starts its handler as a
-task; a writer awaits those tasks in arrival order and writes each answer. At most
+task; a writer awaits those tasks in arrival order and writes each answer. Every request but a
+Fetch starts only once the connection's previous such request is answered, as Kafka's broker
+handles a connection's requests one at a time: an idempotent producer's pipelined Produce
+requests (`max.in.flight.requests.per.connection`) must append in the order of their sequence
+numbers, and a consumer's asynchronous OffsetCommits must land in the order it sent them; a
+transactional Produce awaits the coordinator's verification, so two of them could otherwise pass
+each other. Fetches (long-polls) run beside them. At most
 `queued.max.requests.per.connection` requests are in flight: past that the reader stops reading
 until the writer has answered one (TCP pushes back on the client). `max.connections` bounds the
 open connections of all Kafka listeners; one more is closed as soon as it is accepted.
@@ -46,7 +52,7 @@ from lakelog.infra.logs import NOTICE
 from lakelog.ingest_api.kafka import codec
 from lakelog.infra.config import ConfigError
 from lakelog.ingest_api.config.kafka import SASL_PROTOCOLS, TLS_PROTOCOLS, KafkaListener
-from lakelog.ingest_api.kafka.versions import BEFORE_AUTHENTICATION, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from lakelog.ingest_api.kafka.versions import BEFORE_AUTHENTICATION, FETCH, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from lakelog.ingest_api.security.context import ANONYMOUS
 
 log = logging.getLogger("lakelog.kafka")
@@ -149,6 +155,7 @@ class KafkaServer:
     async def _serve(self, conn: Connection) -> None:
         answers: asyncio.Queue = asyncio.Queue(maxsize=self.max_in_flight)
         writer_task = asyncio.get_running_loop().create_task(self._write_answers(conn, answers))
+        ordered: asyncio.Task | None = None  # the last request that runs in order (all but Fetch)
         try:
             while not writer_task.done():
                 frame = await self._read_frame(conn)
@@ -176,7 +183,11 @@ class KafkaServer:
                     log.warning("Kafka connection from %s closed: api_key %d before SASL authentication",
                                 conn.client_host, req.api_key)
                     break
-                task = asyncio.get_running_loop().create_task(self._answer(req, conn))
+                if req.api_key == FETCH:
+                    task = asyncio.get_running_loop().create_task(self._answer(req, conn))
+                else:
+                    task = asyncio.get_running_loop().create_task(self._answer_after(ordered, req, conn))
+                    ordered = task
                 await answers.put(task)
                 if req.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
                     # The exchange's state settles before the next frame is read (and checked against it).
@@ -220,6 +231,13 @@ class KafkaServer:
         except ConnectionError:
             pass
         return None
+
+    async def _answer_after(self, previous: asyncio.Task | None, req: codec.Request,
+                            conn: Connection) -> bytes | codec.ResponseFrame | None:
+        """`_answer`, once `previous` (the connection's last in-order request) is answered."""
+        if previous is not None:
+            await asyncio.wait([previous])
+        return await self._answer(req, conn)
 
     async def _answer(self, req: codec.Request, conn: Connection) -> bytes | codec.ResponseFrame | None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kio.schema.index import api_key_map, schema_name_map
 
+FETCH = 1
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36

@@ -105,3 +105,30 @@ def test_a_handler_that_fails_answers_unknown_server_error():
             await server.stop()
 
     asyncio.run(run())
+
+
+def test_a_connections_requests_run_one_after_another_except_fetches():
+    """A request's handler starts only once the previous one (but a Fetch) is answered: pipelined
+    Produce requests must append in the order they were sent."""
+    started: list[tuple[int, float]] = []
+
+    async def handler(req: codec.Request, conn) -> object:
+        started.append((req.correlation_id, asyncio.get_running_loop().time()))
+        return await _handler(req, conn)
+
+    async def run() -> None:
+        server = KafkaServer([KafkaListener("PLAINTEXT", "127.0.0.1", 0, "PLAINTEXT")], handler, api_versions_table,
+                             max_frame_bytes=1024 * 1024, max_connections=10, idle_timeout_ms=60_000, max_in_flight=4)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.bound_ports["PLAINTEXT"])
+            # The first handler takes 0.3 s: the second and third start only after it.
+            w.write(_heartbeat(1, 0.3) + _heartbeat(2, 0.0) + _heartbeat(3, 0.0))
+            assert [struct.unpack_from(">i", await _read_frame(r))[0] for _ in range(3)] == [1, 2, 3]
+            assert [cid for cid, _ in started] == [1, 2, 3]
+            assert started[1][1] - started[0][1] >= 0.29  # not begun while the first one ran
+            w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
