@@ -36,7 +36,8 @@ def _copy(store, server: S3Server, bucket: str, only_prefix: str = "") -> int:
 
 
 def _reference_counts(store) -> dict[int, int]:
-    """Records per partition by the Python reference decoder, in this process (no Spark)."""
+    """Records per partition by the Python reference decoder, in this process (no Spark): every data
+    record, aborted transactions' too, so the reads below are `read_uncommitted`."""
     out = {}
     for p in remote_partitions(store)[TOPIC]:
         m = load_manifest(store, TOPIC, p)
@@ -67,7 +68,8 @@ def test_a_later_session_reads_its_own_store_for_a_bucket_of_the_same_name(tmp_p
         first = _session(first_server, "lakelog-first-session")
         try:
             assert jvm_source_loaded(first), "make jvm builds spark_log/jvm/lakelog-spark.jar"
-            df = first.read.format("lakelog").option("remote", remote).option("topic", TOPIC).load()
+            df = first.read.format("lakelog").option("remote", remote).option("topic", TOPIC) \
+                .option("isolation", "read_uncommitted").load()
             assert df.count() == expected[0]
         finally:
             first.stop()
@@ -75,7 +77,8 @@ def test_a_later_session_reads_its_own_store_for_a_bucket_of_the_same_name(tmp_p
         second = _session(spark_s3, "lakelog-second-session")
         try:
             assert jvm_source_loaded(second)
-            df = second.read.format("lakelog").option("remote", remote).option("topic", TOPIC).load()
+            df = second.read.format("lakelog").option("remote", remote).option("topic", TOPIC) \
+                .option("isolation", "read_uncommitted").load()
             by_partition = {r["partition"]: r["n"] for r in df.groupBy("partition").count()
                             .withColumnRenamed("count", "n").collect()}
             assert by_partition == expected, (by_partition, expected)
