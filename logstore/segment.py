@@ -209,12 +209,8 @@ class LogSegment:
             start = self._log.header_at(hint[1])
         else:
             start = self.translate_offset(start_offset)
-        if start is None:
-            return None
-        if max_offset is not None and start.last_offset >= max_offset:
-            return None
-        want = max(max_bytes, start.size) if min_one_batch else max_bytes
-        if want < start.size:
+        want = _budget(start, max_bytes, max_offset, min_one_batch)
+        if want is None:
             return None
         got = self._log.read_whole_batches(start, want, max_offset)
         if got is None:
@@ -229,12 +225,8 @@ class LogSegment:
         last offset) of the same whole batches, from batch headers alone (no CRC check; a Kafka
         consumer checks each batch's CRC). None when nothing qualifies."""
         start = self.translate_offset(start_offset)
-        if start is None:
-            return None
-        if max_offset is not None and start.last_offset >= max_offset:
-            return None
-        want = max(max_bytes, start.size) if min_one_batch else max_bytes
-        if want < start.size:
+        want = _budget(start, max_bytes, max_offset, min_one_batch)
+        if want is None:
             return None
         got = self._log.whole_batches_extent(start, want, max_offset)
         if got is None:
@@ -450,3 +442,13 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log_path})"
+
+
+def _budget(start, max_bytes: int, max_offset: int | None, min_one_batch: bool) -> int | None:
+    """The bytes a read (or extent) from the batch `start` may take; None when nothing qualifies:
+    no batch, the first at or past `max_offset`, or too large for `max_bytes` (unless
+    `min_one_batch`, which always lets the first whole batch through)."""
+    if start is None or (max_offset is not None and start.last_offset >= max_offset):
+        return None
+    want = max(max_bytes, start.size) if min_one_batch else max_bytes
+    return None if want < start.size else want
