@@ -13,11 +13,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 
 from tests.support.faults import wait_for
-from tests.support.kafka_wire import WireClient
+from tests.support.kafka_wire import WireClient, transaction_coordinator
 from tests.support.nodes import Cluster, running_node, start_node
 
 WAIT_S = 120
@@ -177,16 +176,7 @@ def test_commit_abort_fencing_and_consume_transform_produce(knode):
 
 
 def _coordinator_of(cluster: Cluster, tid: str) -> int:
-    def ask() -> int | None:
-        for n in cluster.live():
-            with WireClient("127.0.0.1", n.kafka_port) as w:
-                _, res = w.request(FindCoordinatorRequest(key_type=1, coordinator_keys=(tid,)))
-            (c,) = res.coordinators
-            if c.error_code == ErrorCode.none:
-                return int(c.node_id)
-        return None
-
-    return int(wait_for(ask, WAIT_S, f"the coordinator of {tid}"))
+    return transaction_coordinator(cluster, tid, WAIT_S)
 
 
 def test_the_coordinator_dies_between_begin_and_commit(tmp_path):

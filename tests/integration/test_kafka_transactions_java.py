@@ -21,11 +21,9 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 
 from tests.support.faults import wait_for
-from tests.support.kafka_wire import WireClient
+from tests.support.kafka_wire import transaction_coordinator
 from tests.support.nodes import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,16 +87,7 @@ class LsoSampler:
 
 
 def _coordinator_of(cluster: Cluster, tid: str) -> int:
-    def ask() -> int | None:
-        for n in cluster.live():
-            with WireClient("127.0.0.1", n.kafka_port) as w:
-                _, res = w.request(FindCoordinatorRequest(key_type=1, coordinator_keys=(tid,)))
-            (c,) = res.coordinators
-            if c.error_code == ErrorCode.none:
-                return int(c.node_id)
-        return None
-
-    return int(wait_for(ask, 60, f"the coordinator of {tid}"))
+    return transaction_coordinator(cluster, tid, 60)
 
 
 def test_kafkas_transactional_copier_under_coordinator_kill_and_leader_pause(tmp_path):

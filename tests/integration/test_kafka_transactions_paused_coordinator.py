@@ -23,13 +23,11 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 
 from lakelog.logstore.control_record import batch_marker
 from lakelog.logstore.log import PartitionLog
 from tests.support.faults import wait_for
-from tests.support.kafka_wire import WireClient
+from tests.support.kafka_wire import transaction_coordinator
 from tests.support.nodes import Cluster
 
 SEED = 2907
@@ -43,19 +41,7 @@ MAX_REDOS = 10
 
 
 def _coordinator_of(cluster: Cluster, tid: str) -> int:
-    def ask() -> int | None:
-        for n in cluster.live():
-            try:
-                with WireClient("127.0.0.1", n.kafka_port) as w:
-                    _, res = w.request(FindCoordinatorRequest(key_type=1, coordinator_keys=(tid,)))
-            except OSError:
-                continue
-            (c,) = res.coordinators
-            if c.error_code == ErrorCode.none:
-                return int(c.node_id)
-        return None
-
-    return int(wait_for(ask, WAIT_S, f"the coordinator of {tid}"))
+    return transaction_coordinator(cluster, tid, WAIT_S)
 
 
 class Copier:

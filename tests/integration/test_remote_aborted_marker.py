@@ -19,7 +19,7 @@ from lakelog.spark_log.jvm_source import jvm_source_loaded
 from lakelog.spark_log.session import remote_session
 from lakelog.tiering.remote_scan import load_manifest, open_remote
 from tests.support.faults import wait_for
-from tests.support.nodes import start_node
+from tests.support.nodes import running_node
 
 WAIT_S = 120
 SMALL = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "2",
@@ -33,15 +33,9 @@ ABORTED = 8  # batches of the aborted transaction: about three segments of 1024 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("remote-abort")
-    n = start_node(tmp, kafka=True, **SMALL, **{"remote.storage.url": (tmp / "remote").as_uri()})
-    n.remote = (tmp / "remote").as_uri()
-    try:
+    with running_node(tmp, kafka=True, **SMALL, **{"remote.storage.url": (tmp / "remote").as_uri()}) as n:
+        n.remote = (tmp / "remote").as_uri()
         yield n
-    finally:
-        try:
-            n.stop()
-        finally:
-            n.kill()
 
 
 def _manifest(remote: str, topic: str):

@@ -21,7 +21,7 @@ from lakelog.spark_log.session import remote_session
 from lakelog.spark_log.tables import register_topics
 from lakelog.tiering.remote_scan import load_manifest, open_remote
 from tests.support.faults import wait_for
-from tests.support.nodes import start_node
+from tests.support.nodes import running_node
 
 pytestmark = pytest.mark.spark
 WAIT_S = 120
@@ -34,15 +34,9 @@ PAD = "x" * 100
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sparkrc")
-    n = start_node(tmp, kafka=True, **SMALL, **{"remote.storage.url": (tmp / "remote").as_uri()})
-    n.remote = (tmp / "remote").as_uri()
-    try:
+    with running_node(tmp, kafka=True, **SMALL, **{"remote.storage.url": (tmp / "remote").as_uri()}) as n:
+        n.remote = (tmp / "remote").as_uri()
         yield n
-    finally:
-        try:
-            n.stop()
-        finally:
-            n.kill()
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,13 @@ import struct
 from typing import Any
 
 from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.serial import entity_reader
 
 from lakelog.ingest_api.kafka import codec
+from tests.support.faults import wait_for
+from tests.support.nodes import Cluster
 
 
 class WireClient:
@@ -55,3 +59,18 @@ class WireClient:
         header, n = entity_reader(cls.__header_schema__)(frame, 0)
         entity, _ = entity_reader(cls)(frame, n)
         return header.correlation_id, entity
+
+
+def transaction_coordinator(cluster: Cluster, transactional_id: str, timeout_s: float) -> int:
+    """The node that coordinates `transactional_id`, as the first live node that knows it answers
+    FindCoordinator (key type 1), asked again until `timeout_s`."""
+    def ask() -> int | None:
+        for n in cluster.live():
+            with WireClient("127.0.0.1", n.kafka_port) as w:
+                _, res = w.request(FindCoordinatorRequest(key_type=1, coordinator_keys=(transactional_id,)))
+            (c,) = res.coordinators
+            if c.error_code == ErrorCode.none:
+                return int(c.node_id)
+        return None
+
+    return int(wait_for(ask, timeout_s, f"the coordinator of {transactional_id}"))
