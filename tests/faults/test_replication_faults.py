@@ -19,9 +19,12 @@ import base64
 import contextlib
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 import zlib
+from pathlib import Path
 
 import httpx
 import pytest
@@ -76,9 +79,27 @@ def running(cluster: Cluster):
             tail = [line for line in n.read_log().splitlines() if '"logger": "httpx"' not in line][-60:]
             print(f"----- node {n.node_id} (port {n.port}) log tail -----")
             print("\n".join(tail))
+            _print_live_state(n)
         raise
     finally:
         cluster.stop()
+
+
+def _print_live_state(node) -> None:
+    """For a failure's diagnosis: a running node's view of its topics and its threads' Python stacks."""
+    if not node.running:
+        return
+    try:
+        print(f"----- node {node.node_id} /stats/topics -----")
+        print(httpx.get(f"{node.url}/stats/topics", timeout=5).text[:4000])
+    except httpx.HTTPError as e:
+        print(f"(no answer: {e!r})")
+    spy = Path(sys.executable).parent / "py-spy"
+    if spy.exists():
+        out = subprocess.run([str(spy), "dump", "--pid", str(node.proc.pid)], capture_output=True, text=True,
+                             timeout=30)
+        print(f"----- node {node.node_id} py-spy dump -----")
+        print((out.stdout + out.stderr)[-8000:])
 
 
 class Up:
