@@ -22,14 +22,9 @@ Invariants (checked with `invariant()`):
   * log start offset <= high watermark <= LEO (the HW is the replication layer's, told to the log
     by `update_high_watermark`), and last stable offset (LSO) <= HW.
 
-Transactions (Kafka's, KIP-98): a transactional batch opens its producer's transaction; a COMMIT
-or ABORT marker (a control batch, control_record.py, written by `append_control` on the leader and
-replicated like any batch) closes it. The LSO is the first offset of the earliest transaction not
-yet decided below the HW (producer_state.py), else the HW: a read_committed reader reads below it.
-Each ABORT marker that closes a transaction appends an entry to the active segment's `.txnindex`
-(index/transaction_index.py) with the LSO of that moment; `aborted_transactions` answers a
-read_committed fetch from them. A `.txnindex` is truncated with its segment, deleted with it,
-rebuilt on recovery, and rebuilt from the log when a read finds it damaged.
+Transactions (Kafka's, KIP-98): `append_control` writes the COMMIT or ABORT marker that closes a
+producer's transaction; the LSO and the `.txnindex` files are `LogTransactions`'
+(log_transactions.py).
 
 Lookups follow the design: binary search of segments by base offset, the floor entry of the sparse
 offset index, then a forward scan of batch headers.
@@ -76,7 +71,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
-from lakelog.index.errors import CorruptIndexError
 from lakelog.index.transaction_index import AbortedTxn
 from lakelog.infra.config import LONG_MAX, LogConfig
 from lakelog.infra.errors import invariant
@@ -94,15 +88,14 @@ from lakelog.logstore.log_loader import (
     LOG_START_OFFSET_FILE,
     LogLoader,
     rebuild_producer_state,
-    rebuild_txn_indexes,
 )
 from lakelog.logstore.log_segments import LogSegments
+from lakelog.logstore.log_transactions import LogTransactions
 from lakelog.logstore.producer_state import (
     DEFAULT_MAX_PRODUCER_IDS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     DEFAULT_SNAPSHOTS_TO_KEEP,
     BatchMetadata,
-    CompletedTxn,
     ProducerStateEntry,
     ProducerStateManager,
 )
@@ -149,8 +142,7 @@ class PartitionLog:
         self.log_start_offset = loaded.log_start_offset
         self._local = LocalLog(self.directory, self.config, segments, loaded.recovery_point, self._now_ms)
         self._high_watermark = self.log_start_offset
-        #: Base offsets of segments whose `.txnindex` a read found damaged and rebuilt.
-        self.txn_index_rebuilds_on_read: list[int] = []
+        self._txns = LogTransactions(self._producers, segments)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -192,6 +184,11 @@ class PartitionLog:
         return self._local.segments.index_rebuilds_on_read
 
     @property
+    def txn_index_rebuilds_on_read(self) -> list[int]:
+        """Base offsets of segments whose `.txnindex` a read found damaged and rebuilt."""
+        return self._txns.rebuilds_on_read
+
+    @property
     def size_in_bytes(self) -> int:
         with self._lock:
             return self._local.segments.size_in_bytes()
@@ -223,27 +220,25 @@ class PartitionLog:
         with self._lock:
             hw = max(self.log_start_offset, min(high_watermark, self.log_end_offset))
             self._high_watermark = hw
-            self._producers.on_high_watermark(hw)
+            self._txns.on_high_watermark(hw)
 
     @property
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest undecided transaction (open, or its marker not yet
         below the HW); None when there is none. Takes the log's lock."""
         with self._lock:
-            return self._producers.first_unstable_offset()
+            return self._txns.first_unstable_offset()
 
     @property
     def last_stable_offset(self) -> int:
         """LSO: min(first unstable offset, HW); a read_committed reader reads below it. Takes the lock."""
         with self._lock:
-            unstable = self._producers.first_unstable_offset()
-            hw = self._high_watermark
-            return hw if unstable is None else max(self.log_start_offset, min(unstable, hw))
+            return self._txns.last_stable_offset(self._high_watermark, self.log_start_offset)
 
     def ongoing_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of each open transaction. Takes the lock."""
         with self._lock:
-            return self._producers.ongoing_transactions()
+            return self._txns.ongoing_transactions()
 
     def remove_expired_producers(self) -> list[int]:
         """For a periodic task: drop producers idle for `producer.id.expiration.ms` (by their
@@ -367,7 +362,7 @@ class PartitionLog:
             # Unchecked: the leader checked them, and the state must end as the leader's.
             for _, batch, _ in parsed:
                 if batch.producer_id >= 0:
-                    self._record_completed(self._producers.apply_batch(batch))
+                    self._txns.on_completed(self._producers.apply_batch(batch), self._high_watermark)
             self._unflushed_records += records
             info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
                               self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
@@ -397,48 +392,22 @@ class PartitionLog:
             self._append_locked([batch], [(0, offset, now, len(batch))], now, now, offset)
             marker = EndTransactionMarker(ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
                                           coordinator_epoch)
-            self._record_completed(self._producers.apply_marker(producer_id, producer_epoch, offset, marker, now))
+            completed = self._producers.apply_marker(producer_id, producer_epoch, offset, marker, now)
+            self._txns.on_completed(completed, self._high_watermark)
             self._unflushed_records += 1
             self._after_append()
             return offset
 
-    def _record_completed(self, completed: CompletedTxn | None) -> None:
-        """A marker just appended (in the active segment) closed `completed`: index an abort."""
-        if completed is None:
-            return
-        if completed.last_offset < self._high_watermark:
-            self._producers.on_high_watermark(self._high_watermark)
-        if completed.is_aborted:
-            lso = self._producers.last_stable_offset_of(completed)
-            self.active_segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
-                                                            completed.last_offset, lso))
-
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
-        `.txnindex` of the segment holding `fetch_offset` onward (a read_committed fetch answers
-        them with the records). The walk goes past `upper_bound_offset`: a transaction with data
-        below it may have its ABORT marker in any later segment; it stops at the first entry whose
-        LSO reaches the bound (Kafka's `collectAbortedTransactions`). A damaged `.txnindex` is
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), for a
+        read_committed fetch (`LogTransactions.aborted_transactions`). A damaged `.txnindex` is
         rebuilt from the log, never served.
 
         Concurrency: takes the log's lock.
         """
         with self._lock:
             self._check_open()
-            found: list[AbortedTxn] = []
-            for seg in self._local.segments.from_offset(fetch_offset):
-                try:
-                    if not seg.txn_index.verified:
-                        seg.txn_index.sanity_check(seg.next_offset)
-                    search = seg.txn_index.collect(fetch_offset, upper_bound_offset)
-                except CorruptIndexError:
-                    rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
-                    self.txn_index_rebuilds_on_read.append(seg.base_offset)
-                    search = seg.txn_index.collect(fetch_offset, upper_bound_offset)
-                found.extend(search.aborted)
-                if search.complete:
-                    break
-            return found
+            return self._txns.aborted_transactions(fetch_offset, upper_bound_offset, self.log_start_offset)
 
     def segment_aborted_transactions(self, base_offset: int) -> list[AbortedTxn]:
         """The `.txnindex` entries of the segment starting at `base_offset` (rebuilt first if
@@ -446,17 +415,7 @@ class PartitionLog:
         Takes the log's lock."""
         with self._lock:
             self._check_open()
-            seg = self._local.segments.starting_at(base_offset)
-            if seg is None:
-                return []
-            try:
-                if not seg.txn_index.verified:
-                    seg.txn_index.sanity_check(seg.next_offset)
-                return seg.txn_index.entries()
-            except CorruptIndexError:
-                rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
-                self.txn_index_rebuilds_on_read.append(seg.base_offset)
-                return seg.txn_index.entries()
+            return self._txns.segment_aborted_transactions(base_offset, self.log_start_offset)
 
     def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
         max_ts = max(d.max_timestamp for d in duplicates)
@@ -635,7 +594,7 @@ class PartitionLog:
             rebuild_producer_state(self._producers, self._local.segments, self.log_start_offset,
                                    self.log_end_offset)
             self._high_watermark = max(self.log_start_offset, min(self._high_watermark, self.log_end_offset))
-            self._producers.on_high_watermark(self._high_watermark)
+            self._txns.on_high_watermark(self._high_watermark)
             self._local.lower_recovery_point()
             for listener in self._truncation_listeners:
                 listener(self.log_end_offset)
@@ -724,31 +683,8 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            if aborted is not None:
-                self._place_txn_entries(new_segments, old_segments, aborted)
-            elif not any(seg.txn_index.path.exists() for seg in new_segments):
-                self._carry_txn_entries(new_segments, old_segments)
+            self._txns.place_replacement_entries(new_segments, old_segments, aborted, self.log_start_offset)
             self._local.replace_segments(new_segments, old_segments)
-
-    def _carry_txn_entries(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
-        entries: list[AbortedTxn] = []
-        for seg in old_segments:
-            try:
-                entries += seg.txn_index.entries()
-            except CorruptIndexError:
-                rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
-                entries += seg.txn_index.entries()
-        self._place_txn_entries(new_segments, old_segments, entries)
-
-    @staticmethod
-    def _place_txn_entries(new_segments: list[LogSegment], old_segments: list[LogSegment],
-                           entries: list[AbortedTxn]) -> None:
-        ordered = sorted(new_segments, key=lambda seg: seg.base_offset)
-        for i, seg in enumerate(ordered):
-            end = ordered[i + 1].base_offset if i + 1 < len(ordered) else old_segments[-1].next_offset
-            mine = [e for e in entries if seg.base_offset <= e.last_offset < end]
-            if mine:
-                seg.txn_index.write_all(mine)
 
     # ------------------------------------------------------------------ config and lifecycle
 
