@@ -22,17 +22,9 @@ Invariants (checked with `invariant()`):
   * log start offset <= high watermark <= LEO (the HW is the replication layer's, told to the log
     by `update_high_watermark`), and last stable offset (LSO) <= HW.
 
-Transactions (Kafka's, KIP-98): `append_control` writes the COMMIT or ABORT marker that closes a
-producer's transaction; the LSO and the `.txnindex` files are `LogTransactions`'
-(log_transactions.py).
-
-Lookups follow the design: binary search of segments by base offset, the floor entry of the sparse
-offset index, then a forward scan of batch headers.
-
-Crash recovery (`open` without a clean-shutdown marker): segments from the recovery point on are
-re-read batch by batch, CRC-checked, cut at the first torn or corrupt batch (later segments are
-dropped), and their indexes rebuilt; every other segment's indexes are checked structurally and
-rebuilt if they fail. `recovery` tells what was cut. Loading and recovery live in `log_loader.py`.
+Lookups (local_log.py: binary search of segments by base offset, the floor entry of the sparse
+offset index, a forward scan of batch headers), the compaction swap (local_log.py) and crash
+recovery on open (log_loader.py; `recovery` tells what was cut) belong to the objects it holds.
 
 Producer state (idempotent produce, producer_state.py): the leader checks each producer batch
 (epoch fencing, sequence order, duplicates of a producer's last 5 batches answered with their
@@ -45,26 +37,23 @@ newest snapshot at or below the new LEO and replays up to it; snapshots above it
 Compaction swaps leave the state alone: the cleaner only rewrites sealed segments, which lie
 below the newest snapshot (the one taken when the active segment was rolled in).
 
-Compaction swap (crash-safe, as Kafka's): replacement segments are written with suffix `.cleaned`,
-renamed to `.swap`, the replaced segments are deleted, then the `.swap` files lose their suffix.
-On open, `.cleaned` files are removed and `.swap` files are completed.
-
 Concurrency: every public method takes the log's lock, so calls from several threads are safe;
 a read returns bytes copied out of the files, so it is unaffected by later truncation or deletion.
 
 Composition (as Kafka's UnifiedLog): `PartitionLog` holds a `LocalLog` (local_log.py: the
 `LogSegments` of the directory and the recovery point; appends, roll, flush, reads, tail
-truncation, segment deletion, the compaction swap), a `LeaderEpochCache` (leader_epoch.py) and a
-`ProducerStateManager` (producer_state.py), and owns the log start offset. It validates appends
-(`split_and_validate`, log_append.py), assigns offsets and keeps the four in step under its lock;
-none of them reads another's fields. `LogLoader` (log_loader.py) fills them on open.
+truncation, segment deletion, the compaction swap), a `LeaderEpochCache` (leader_epoch.py), a
+`ProducerStateManager` (producer_state.py) and `LogTransactions` (log_transactions.py: the LSO and
+the `.txnindex` files; `append_control` writes the COMMIT / ABORT markers of Kafka's transactions),
+and owns the log start offset. It validates appends and assigns offsets (`split_and_validate`,
+`assign_offsets`, log_append.py) and keeps the holders in step under its lock; none of them reads
+another's fields. `LogLoader` (log_loader.py) fills them on open.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import struct
 import threading
 import time
 from pathlib import Path
@@ -76,12 +65,18 @@ from lakelog.infra.config import LONG_MAX, LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
 from lakelog.logstore.control_record import ControlRecordType, EndTransactionMarker, build_control_batch
-from lakelog.logstore.errors import InvalidRecordError, LogClosedError
+from lakelog.logstore.errors import LogClosedError
 from lakelog.logstore.file_records import SegmentReader
 from lakelog.logstore.fileutil import atomic_write
 from lakelog.logstore.leader_epoch import LeaderEpochCache
 from lakelog.logstore.local_log import FetchResult, LocalLog
-from lakelog.logstore.log_append import AppendInfo, split_and_validate
+from lakelog.logstore.log_append import (
+    AppendInfo,
+    PreparedAppend,
+    assign_offsets,
+    check_follower_offsets,
+    split_and_validate,
+)
 from lakelog.logstore.log_loader import (
     CLEAN_SHUTDOWN_FILE,
     CLEAN_SHUTDOWN_VERSION,
@@ -95,16 +90,11 @@ from lakelog.logstore.producer_state import (
     DEFAULT_MAX_PRODUCER_IDS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     DEFAULT_SNAPSHOTS_TO_KEEP,
-    BatchMetadata,
     ProducerStateEntry,
     ProducerStateManager,
 )
-from lakelog.logstore.record_batch import NO_TIMESTAMP, RecordBatch, set_log_append_time, set_offset_and_epoch
+from lakelog.logstore.record_batch import RecordBatch
 from lakelog.logstore.segment import LogSegment
-
-_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
-assert _OFFSET_LENGTH_EPOCH.size == 16
-
 
 def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
@@ -275,55 +265,24 @@ class PartitionLog:
         """
         buf = data if isinstance(data, (bytes, memoryview)) else bytes(data)
         parsed = split_and_validate(buf, self.config, for_leader=consecutive_offsets)
-        view = memoryview(buf)
         with self._lock:
             self._check_open()
-            next_offset = self.log_end_offset
-            first_offset = next_offset
+            first_offset = self.log_end_offset
             now = self._now_ms()
             log_append = self.config.log_append_time
-            entries = []
-            parts: list = []
-            base_offsets = []
-            max_ts = NO_TIMESTAMP
-            records = 0
-            idempotent: list[tuple[RecordBatch, int, int]] = []  # (batch, base offset, max timestamp)
-            for pos, batch, summary in parsed:
-                size = batch.size_in_bytes
-                if log_append:
-                    copy = bytearray(view[pos:pos + size])
-                    set_offset_and_epoch(copy, 0, next_offset, leader_epoch)
-                    set_log_append_time(copy, 0, size, now)
-                    parts.append(copy)
-                else:
-                    # Patch the 16 bytes before the magic (base offset, length, leader epoch): they
-                    # are outside the CRC, and the payload is written as received, without a copy.
-                    parts.append(_OFFSET_LENGTH_EPOCH.pack(next_offset, batch.batch_length, leader_epoch))
-                    parts.append(view[pos + _OFFSET_LENGTH_EPOCH.size:pos + size])
-                batch_max_ts = now if log_append else batch.max_timestamp
-                if batch.producer_id >= 0:
-                    idempotent.append((batch, next_offset, batch_max_ts))
-                last = next_offset + batch.last_offset_delta
-                entries.append((pos, last, batch_max_ts, batch.size_in_bytes))
-                base_offsets.append(next_offset)
-                max_ts = max(max_ts, batch_max_ts)
-                records += summary.record_count
-                next_offset = last + 1
-            if idempotent:
+            prepared = assign_offsets(buf, parsed, first_offset, leader_epoch, now, log_append_time=log_append)
+            if prepared.producer_batches:
                 duplicates = self._producers.check_leader_append([b for _, b, _ in parsed])
                 if duplicates is not None:
-                    return self._duplicate_info(duplicates)
+                    return AppendInfo.of_duplicates(duplicates, log_append_time=log_append,
+                                                    log_start_offset=self.log_start_offset)
             if leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(leader_epoch, first_offset)
-            self._append_locked(parts, entries, max_ts, now, first_offset)
-            for batch, base, batch_max_ts in idempotent:
+            self._append_locked(prepared.parts, prepared.entries, prepared.max_timestamp, now, first_offset)
+            for batch, base, batch_max_ts in prepared.producer_batches:
                 self._producers.apply(batch.producer_id, batch.producer_epoch, batch.base_sequence, base,
                                       batch.last_offset_delta, batch_max_ts, is_transactional=batch.is_transactional)
-            self._unflushed_records += records
-            info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
-                              len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
-            self._after_append()
-            return info
+            return self._appended(prepared, now if log_append else -1, len(buf))
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry offsets and epochs (replication, restore).
@@ -336,19 +295,8 @@ class PartitionLog:
         parsed = split_and_validate(buf, self.config, for_leader=False)
         with self._lock:
             self._check_open()
-            expected = self.log_end_offset
-            entries = []
-            max_ts = NO_TIMESTAMP
-            records = 0
-            for pos, batch, summary in parsed:
-                if batch.base_offset < expected:
-                    raise InvalidRecordError(f"batch offset {batch.base_offset} is below the expected "
-                                             f"next offset {expected}")
-                entries.append((pos, batch.last_offset, batch.max_timestamp, batch.size_in_bytes))
-                expected = batch.last_offset + 1
-                max_ts = max(max_ts, batch.max_timestamp)
-                records += summary.record_count
-            first = parsed[0][1].base_offset
+            prepared = check_follower_offsets(buf, parsed, self.log_end_offset)
+            first = prepared.base_offsets[0]
             if first > self.log_end_offset and self.active_segment.is_empty is False:
                 # A gap (the leader's log start moved past ours): start a fresh segment there.
                 self._roll_locked(first)
@@ -357,17 +305,11 @@ class PartitionLog:
             for _, batch, _ in parsed:
                 if batch.partition_leader_epoch > self.epochs.latest_epoch:
                     self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
-            now = self._now_ms()
-            self._append_locked([buf], entries, max_ts, now, first)
+            self._append_locked(prepared.parts, prepared.entries, prepared.max_timestamp, self._now_ms(), first)
             # Unchecked: the leader checked them, and the state must end as the leader's.
-            for _, batch, _ in parsed:
-                if batch.producer_id >= 0:
-                    self._txns.on_completed(self._producers.apply_batch(batch), self._high_watermark)
-            self._unflushed_records += records
-            info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
-                              self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
-            self._after_append()
-            return info
+            for batch, _, _ in prepared.producer_batches:
+                self._txns.on_completed(self._producers.apply_batch(batch), self._high_watermark)
+            return self._appended(prepared, -1, len(buf))
 
     def append_control(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                        leader_epoch: int) -> int:
@@ -417,11 +359,14 @@ class PartitionLog:
             self._check_open()
             return self._txns.segment_aborted_transactions(base_offset, self.log_start_offset)
 
-    def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
-        max_ts = max(d.max_timestamp for d in duplicates)
-        return AppendInfo(min(d.first_offset for d in duplicates), max(d.last_offset for d in duplicates), max_ts,
-                          max_ts if self.config.log_append_time else -1, 0, 0, 0, self.log_start_offset,
-                          tuple(d.first_offset for d in duplicates), duplicate=True)
+    def _appended(self, prepared: PreparedAppend, log_append_time: int, size_in_bytes: int) -> AppendInfo:
+        """After the batches of `prepared` were appended: count them for the flush policy, tell the listeners."""
+        self._unflushed_records += prepared.record_count
+        info = AppendInfo(prepared.base_offsets[0], prepared.last_offset, prepared.max_timestamp, log_append_time,
+                          prepared.record_count, len(prepared.entries), size_in_bytes, self.log_start_offset,
+                          prepared.base_offsets)
+        self._after_append()
+        return info
 
     def _append_locked(self, parts: list, entries: list, max_ts: int, now: int, first_offset: int) -> None:
         size = sum(e[3] for e in entries)
