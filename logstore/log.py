@@ -26,16 +26,12 @@ Lookups (local_log.py: binary search of segments by base offset, the floor entry
 offset index, a forward scan of batch headers), the compaction swap (local_log.py) and crash
 recovery on open (log_loader.py; `recovery` tells what was cut) belong to the objects it holds.
 
-Producer state (idempotent produce, producer_state.py): the leader checks each producer batch
-(epoch fencing, sequence order, duplicates of a producer's last 5 batches answered with their
-original offsets); followers apply batches unchecked, so every replica holds the same state.
-A `<offset>.snapshot` of the state is written when a segment rolls and on close. On open the
-state comes from the newest snapshot at or below the LEO (corrupt ones are deleted, the next
-older one is used) plus a replay of batch headers from there to the LEO — after a crash, folded
-into the recovery scan when the snapshot lies in the recovered segments. `truncate_to` reloads the
-newest snapshot at or below the new LEO and replays up to it; snapshots above it go first.
-Compaction swaps leave the state alone: the cleaner only rewrites sealed segments, which lie
-below the newest snapshot (the one taken when the active segment was rolled in).
+Producer state (producer_state.py: the leader's checks, the transactions, the snapshot format):
+the leader checks each producer batch, followers apply them unchecked, so every replica holds the
+same state. A `<offset>.snapshot` is written when a segment rolls and on close; `truncate_to`
+deletes the snapshots above the new LEO, then reloads the newest one and replays the batch headers
+up to it (log_loader.py). Compaction swaps leave the state alone: the cleaner only rewrites sealed
+segments, which lie below the newest snapshot (the one taken when the active segment was rolled in).
 
 Concurrency: every public method takes the log's lock, so calls from several threads are safe;
 a read returns bytes copied out of the files, so it is unaffected by later truncation or deletion.
@@ -95,6 +91,7 @@ from lakelog.logstore.producer_state import (
 )
 from lakelog.logstore.record_batch import RecordBatch
 from lakelog.logstore.segment import LogSegment
+
 
 def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
