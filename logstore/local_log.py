@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, TypeVar
 
 from lakelog.infra.config import LogConfig
 from lakelog.infra.errors import invariant
@@ -35,6 +35,10 @@ from lakelog.logstore.log_loader import RECOVERY_POINT_FILE
 from lakelog.logstore.log_segments import LogSegments
 from lakelog.logstore.record_batch import RecordBatch
 from lakelog.logstore.segment import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, SegmentConfig
+
+T = TypeVar("T")
+#: What a segment lookup of a read found: (answer, size in bytes, last offset) (see `LocalLog._walk`).
+_Found = tuple[T, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,75 +136,84 @@ class LocalLog:
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None, min_one_batch: bool,
              log_start_offset: int) -> FetchResult:
         """Whole batches from the one holding `start_offset` (see `PartitionLog.read`)."""
-        leo = self.log_end_offset
-        if start_offset < log_start_offset or start_offset > leo:
-            raise OffsetOutOfRangeError(f"offset {start_offset} is out of range [{log_start_offset}, {leo}]")
-        bound = leo if max_offset is None else min(max_offset, leo)
-        if start_offset >= bound:
+        leo, bound = self._bounds(start_offset, max_offset, log_start_offset)
+
+        def lookup(seg: LogSegment, start: int, remaining: int, min_one: bool) -> _Found[bytes | memoryview] | None:
+            got = seg.read(start, remaining, max_offset=bound, min_one_batch=min_one)
+            return None if got is None else (got[1], len(got[1]), got[2])
+
+        chunks = [data for _, data in self._walk(start_offset, max_bytes, bound, min_one_batch, lookup)]
+        if not chunks:
             return FetchResult(b"", start_offset, log_start_offset, leo)
-        segments = self.segments
-        i = segments.index_for(start_offset)
-        chunks: list[bytes | memoryview] = []
-        first_offset = -1
-        remaining = max_bytes
-        while i < len(segments) and (remaining > 0 or not chunks):
-            seg = segments[i]
-            got = segments.repairing(seg, lambda: seg.read(start_offset, remaining, max_offset=bound,
-                                                           min_one_batch=min_one_batch and not chunks))
-            i += 1
-            if got is None:
-                if chunks:
-                    break
-                continue  # nothing at or after start_offset here (a compacted gap): next segment
-            _, data, last = got
-            if first_offset < 0:
-                first_offset = RecordBatch(data).base_offset
-            chunks.append(data)
-            remaining -= len(data)
-            if last + 1 >= bound or last + 1 < seg.next_offset:
-                break  # at the bound, or out of bytes inside this segment: never skip batches
-            start_offset = last + 1
         records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return FetchResult(records, first_offset if records else start_offset, log_start_offset, leo)
+        return FetchResult(records, RecordBatch(chunks[0]).base_offset, log_start_offset, leo)
 
     def read_slices(self, start_offset: int, max_bytes: int, *, max_offset: int | None, min_one_batch: bool,
                     log_start_offset: int) -> FetchResult:
         """The batches `read` would answer as FileSlices: each segment's range through a snapshot
         reader, found from batch headers, nothing read (see `PartitionLog.read_slices`)."""
-        leo = self.log_end_offset
-        if start_offset < log_start_offset or start_offset > leo:
-            raise OffsetOutOfRangeError(f"offset {start_offset} is out of range [{log_start_offset}, {leo}]")
-        bound = leo if max_offset is None else min(max_offset, leo)
+        leo, bound = self._bounds(start_offset, max_offset, log_start_offset)
+
+        def lookup(seg: LogSegment, start: int, remaining: int, min_one: bool
+                   ) -> _Found[tuple[int, int, int, int]] | None:
+            got = seg.extent(start, remaining, max_offset=bound, min_one_batch=min_one)
+            return None if got is None else (got, got[1], got[3])
+
         slices: list[FileSlice] = []
-        first_offset = next_offset = -1
-        remaining = max_bytes
-        segments = self.segments
-        i = segments.index_for(start_offset) if start_offset < bound else len(segments)
+        first_offset = next_offset = start_offset
         try:
-            while i < len(segments) and (remaining > 0 or not slices):
-                seg = segments[i]
-                got = segments.repairing(seg, lambda: seg.extent(start_offset, remaining, max_offset=bound,
-                                                                 min_one_batch=min_one_batch and not slices))
-                i += 1
-                if got is None:
-                    if slices:
-                        break
-                    continue  # nothing at or after start_offset here (a compacted gap): next segment
-                position, size, base, last = got
-                if first_offset < 0:
+            for seg, (position, size, base, last) in self._walk(start_offset, max_bytes, bound, min_one_batch,
+                                                                lookup):
+                if not slices:
                     first_offset = base
                 slices.append(FileSlice(seg.open_reader(), position, size))
                 next_offset = last + 1
-                remaining -= size
-                if last + 1 >= bound or last + 1 < seg.next_offset:
-                    break  # at the bound, or out of bytes inside this segment: never skip batches
-                start_offset = last + 1
         except BaseException:
             for s in slices:
                 s.reader.close()
             raise
-        return FetchResult(FileSlices(slices, next_offset if slices else start_offset),
-                           first_offset if slices else start_offset, log_start_offset, leo)
+        return FetchResult(FileSlices(slices, next_offset), first_offset, log_start_offset, leo)
+
+    def _bounds(self, start_offset: int, max_offset: int | None, log_start_offset: int) -> tuple[int, int]:
+        """(LEO, the exclusive bound of a read from `start_offset`); OffsetOutOfRangeError outside the log."""
+        leo = self.log_end_offset
+        if start_offset < log_start_offset or start_offset > leo:
+            raise OffsetOutOfRangeError(f"offset {start_offset} is out of range [{log_start_offset}, {leo}]")
+        return leo, leo if max_offset is None else min(max_offset, leo)
+
+    def _walk(self, start_offset: int, max_bytes: int, bound: int, min_one_batch: bool,
+              lookup: Callable[[LogSegment, int, int, bool], _Found[T] | None]) -> Iterator[tuple[LogSegment, T]]:
+        """The segments a read from `start_offset` visits, each with what
+        `lookup(segment, start offset, bytes left, min_one_batch)` found there: (answer, size in
+        bytes, last offset), or None when the segment has nothing at or after the start offset.
+
+        From the segment holding `start_offset`, while bytes are left (at least one answer is
+        found); a segment with nothing is skipped before the first answer (a compacted gap) and
+        ends the walk after it. The walk stops at `bound` and at a segment that ran out of bytes
+        inside it, so no batch is ever skipped. An index that proves wrong is rebuilt
+        (`LogSegments.repairing`).
+        """
+        if start_offset >= bound:
+            return
+        segments = self.segments
+        i = segments.index_for(start_offset)
+        remaining = max_bytes
+        found = False
+        while i < len(segments) and (remaining > 0 or not found):
+            seg = segments[i]
+            got = segments.repairing(seg, lambda: lookup(seg, start_offset, remaining, min_one_batch and not found))
+            i += 1
+            if got is None:
+                if found:
+                    break
+                continue  # nothing at or after start_offset here (a compacted gap): next segment
+            answer, size, last = got
+            found = True
+            yield seg, answer
+            remaining -= size
+            if last + 1 >= bound or last + 1 < seg.next_offset:
+                break  # at the bound, or out of bytes inside this segment: never skip batches
+            start_offset = last + 1
 
     def open_readers(self, start_offset: int) -> list[SegmentReader]:
         """Snapshot readers of every segment holding offsets at or above `start_offset`."""

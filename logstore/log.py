@@ -22,95 +22,75 @@ Invariants (checked with `invariant()`):
   * log start offset <= high watermark <= LEO (the HW is the replication layer's, told to the log
     by `update_high_watermark`), and last stable offset (LSO) <= HW.
 
-Transactions (Kafka's, KIP-98): a transactional batch opens its producer's transaction; a COMMIT
-or ABORT marker (a control batch, control_record.py, written by `append_control` on the leader and
-replicated like any batch) closes it. The LSO is the first offset of the earliest transaction not
-yet decided below the HW (producer_state.py), else the HW: a read_committed reader reads below it.
-Each ABORT marker that closes a transaction appends an entry to the active segment's `.txnindex`
-(index/transaction_index.py) with the LSO of that moment; `aborted_transactions` answers a
-read_committed fetch from them. A `.txnindex` is truncated with its segment, deleted with it,
-rebuilt on recovery, and rebuilt from the log when a read finds it damaged.
+Lookups (local_log.py: binary search of segments by base offset, the floor entry of the sparse
+offset index, a forward scan of batch headers), the compaction swap (local_log.py) and crash
+recovery on open (log_loader.py; `recovery` tells what was cut) belong to the objects it holds.
 
-Lookups follow the design: binary search of segments by base offset, the floor entry of the sparse
-offset index, then a forward scan of batch headers.
-
-Crash recovery (`open` without a clean-shutdown marker): segments from the recovery point on are
-re-read batch by batch, CRC-checked, cut at the first torn or corrupt batch (later segments are
-dropped), and their indexes rebuilt; every other segment's indexes are checked structurally and
-rebuilt if they fail. `recovery` tells what was cut. Loading and recovery live in `log_loader.py`.
-
-Producer state (idempotent produce, producer_state.py): the leader checks each producer batch
-(epoch fencing, sequence order, duplicates of a producer's last 5 batches answered with their
-original offsets); followers apply batches unchecked, so every replica holds the same state.
-A `<offset>.snapshot` of the state is written when a segment rolls and on close. On open the
-state comes from the newest snapshot at or below the LEO (corrupt ones are deleted, the next
-older one is used) plus a replay of batch headers from there to the LEO — after a crash, folded
-into the recovery scan when the snapshot lies in the recovered segments. `truncate_to` reloads the
-newest snapshot at or below the new LEO and replays up to it; snapshots above it go first.
-Compaction swaps leave the state alone: the cleaner only rewrites sealed segments, which lie
-below the newest snapshot (the one taken when the active segment was rolled in).
-
-Compaction swap (crash-safe, as Kafka's): replacement segments are written with suffix `.cleaned`,
-renamed to `.swap`, the replaced segments are deleted, then the `.swap` files lose their suffix.
-On open, `.cleaned` files are removed and `.swap` files are completed.
+Producer state (producer_state.py: the leader's checks, the transactions, the snapshot format):
+the leader checks each producer batch, followers apply them unchecked, so every replica holds the
+same state. A `<offset>.snapshot` is written when a segment rolls and on close; `truncate_to`
+deletes the snapshots above the new LEO, then reloads the newest one and replays the batch headers
+up to it (log_loader.py). Compaction swaps leave the state alone: the cleaner only rewrites sealed
+segments, which lie below the newest snapshot (the one taken when the active segment was rolled in).
 
 Concurrency: every public method takes the log's lock, so calls from several threads are safe;
 a read returns bytes copied out of the files, so it is unaffected by later truncation or deletion.
 
 Composition (as Kafka's UnifiedLog): `PartitionLog` holds a `LocalLog` (local_log.py: the
 `LogSegments` of the directory and the recovery point; appends, roll, flush, reads, tail
-truncation, segment deletion, the compaction swap), a `LeaderEpochCache` (leader_epoch.py) and a
-`ProducerStateManager` (producer_state.py), and owns the log start offset. It validates appends
-(`split_and_validate`, log_append.py), assigns offsets and keeps the four in step under its lock;
-none of them reads another's fields. `LogLoader` (log_loader.py) fills them on open.
+truncation, segment deletion, the compaction swap), a `LeaderEpochCache` (leader_epoch.py), a
+`ProducerStateManager` (producer_state.py) and `LogTransactions` (log_transactions.py: the LSO and
+the `.txnindex` files; `append_control` writes the COMMIT / ABORT markers of Kafka's transactions),
+and owns the log start offset. It validates appends and assigns offsets (`split_and_validate`,
+`assign_offsets`, log_append.py) and keeps the holders in step under its lock; none of them reads
+another's fields. `LogLoader` (log_loader.py) fills them on open.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import struct
 import threading
 import time
 from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
-from lakelog.index.errors import CorruptIndexError
 from lakelog.index.transaction_index import AbortedTxn
 from lakelog.infra.config import LONG_MAX, LogConfig
 from lakelog.infra.errors import invariant
 from lakelog.logstore.checkpoint import write_checkpoint
 from lakelog.logstore.control_record import ControlRecordType, EndTransactionMarker, build_control_batch
-from lakelog.logstore.errors import InvalidRecordError, LogClosedError
+from lakelog.logstore.errors import LogClosedError
 from lakelog.logstore.file_records import SegmentReader
 from lakelog.logstore.fileutil import atomic_write
 from lakelog.logstore.leader_epoch import LeaderEpochCache
 from lakelog.logstore.local_log import FetchResult, LocalLog
-from lakelog.logstore.log_append import AppendInfo, split_and_validate
+from lakelog.logstore.log_append import (
+    AppendInfo,
+    PreparedAppend,
+    assign_offsets,
+    check_follower_offsets,
+    split_and_validate,
+)
 from lakelog.logstore.log_loader import (
     CLEAN_SHUTDOWN_FILE,
     CLEAN_SHUTDOWN_VERSION,
     LOG_START_OFFSET_FILE,
     LogLoader,
     rebuild_producer_state,
-    rebuild_txn_indexes,
 )
 from lakelog.logstore.log_segments import LogSegments
+from lakelog.logstore.log_transactions import LogTransactions
 from lakelog.logstore.producer_state import (
     DEFAULT_MAX_PRODUCER_IDS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     DEFAULT_SNAPSHOTS_TO_KEEP,
-    BatchMetadata,
-    CompletedTxn,
     ProducerStateEntry,
     ProducerStateManager,
 )
-from lakelog.logstore.record_batch import NO_TIMESTAMP, RecordBatch, set_log_append_time, set_offset_and_epoch
+from lakelog.logstore.record_batch import RecordBatch
 from lakelog.logstore.segment import LogSegment
-
-_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
-assert _OFFSET_LENGTH_EPOCH.size == 16
 
 
 def _monotonic_ms() -> int:
@@ -149,8 +129,7 @@ class PartitionLog:
         self.log_start_offset = loaded.log_start_offset
         self._local = LocalLog(self.directory, self.config, segments, loaded.recovery_point, self._now_ms)
         self._high_watermark = self.log_start_offset
-        #: Base offsets of segments whose `.txnindex` a read found damaged and rebuilt.
-        self.txn_index_rebuilds_on_read: list[int] = []
+        self._txns = LogTransactions(self._producers, segments)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -192,6 +171,11 @@ class PartitionLog:
         return self._local.segments.index_rebuilds_on_read
 
     @property
+    def txn_index_rebuilds_on_read(self) -> list[int]:
+        """Base offsets of segments whose `.txnindex` a read found damaged and rebuilt."""
+        return self._txns.rebuilds_on_read
+
+    @property
     def size_in_bytes(self) -> int:
         with self._lock:
             return self._local.segments.size_in_bytes()
@@ -223,27 +207,25 @@ class PartitionLog:
         with self._lock:
             hw = max(self.log_start_offset, min(high_watermark, self.log_end_offset))
             self._high_watermark = hw
-            self._producers.on_high_watermark(hw)
+            self._txns.on_high_watermark(hw)
 
     @property
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest undecided transaction (open, or its marker not yet
         below the HW); None when there is none. Takes the log's lock."""
         with self._lock:
-            return self._producers.first_unstable_offset()
+            return self._txns.first_unstable_offset()
 
     @property
     def last_stable_offset(self) -> int:
         """LSO: min(first unstable offset, HW); a read_committed reader reads below it. Takes the lock."""
         with self._lock:
-            unstable = self._producers.first_unstable_offset()
-            hw = self._high_watermark
-            return hw if unstable is None else max(self.log_start_offset, min(unstable, hw))
+            return self._txns.last_stable_offset(self._high_watermark, self.log_start_offset)
 
     def ongoing_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of each open transaction. Takes the lock."""
         with self._lock:
-            return self._producers.ongoing_transactions()
+            return self._txns.ongoing_transactions()
 
     def remove_expired_producers(self) -> list[int]:
         """For a periodic task: drop producers idle for `producer.id.expiration.ms` (by their
@@ -280,55 +262,24 @@ class PartitionLog:
         """
         buf = data if isinstance(data, (bytes, memoryview)) else bytes(data)
         parsed = split_and_validate(buf, self.config, for_leader=consecutive_offsets)
-        view = memoryview(buf)
         with self._lock:
             self._check_open()
-            next_offset = self.log_end_offset
-            first_offset = next_offset
+            first_offset = self.log_end_offset
             now = self._now_ms()
             log_append = self.config.log_append_time
-            entries = []
-            parts: list = []
-            base_offsets = []
-            max_ts = NO_TIMESTAMP
-            records = 0
-            idempotent: list[tuple[RecordBatch, int, int]] = []  # (batch, base offset, max timestamp)
-            for pos, batch, summary in parsed:
-                size = batch.size_in_bytes
-                if log_append:
-                    copy = bytearray(view[pos:pos + size])
-                    set_offset_and_epoch(copy, 0, next_offset, leader_epoch)
-                    set_log_append_time(copy, 0, size, now)
-                    parts.append(copy)
-                else:
-                    # Patch the 16 bytes before the magic (base offset, length, leader epoch): they
-                    # are outside the CRC, and the payload is written as received, without a copy.
-                    parts.append(_OFFSET_LENGTH_EPOCH.pack(next_offset, batch.batch_length, leader_epoch))
-                    parts.append(view[pos + _OFFSET_LENGTH_EPOCH.size:pos + size])
-                batch_max_ts = now if log_append else batch.max_timestamp
-                if batch.producer_id >= 0:
-                    idempotent.append((batch, next_offset, batch_max_ts))
-                last = next_offset + batch.last_offset_delta
-                entries.append((pos, last, batch_max_ts, batch.size_in_bytes))
-                base_offsets.append(next_offset)
-                max_ts = max(max_ts, batch_max_ts)
-                records += summary.record_count
-                next_offset = last + 1
-            if idempotent:
+            prepared = assign_offsets(buf, parsed, first_offset, leader_epoch, now, log_append_time=log_append)
+            if prepared.producer_batches:
                 duplicates = self._producers.check_leader_append([b for _, b, _ in parsed])
                 if duplicates is not None:
-                    return self._duplicate_info(duplicates)
+                    return AppendInfo.of_duplicates(duplicates, log_append_time=log_append,
+                                                    log_start_offset=self.log_start_offset)
             if leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(leader_epoch, first_offset)
-            self._append_locked(parts, entries, max_ts, now, first_offset)
-            for batch, base, batch_max_ts in idempotent:
+            self._append_locked(prepared.parts, prepared.entries, prepared.max_timestamp, now, first_offset)
+            for batch, base, batch_max_ts in prepared.producer_batches:
                 self._producers.apply(batch.producer_id, batch.producer_epoch, batch.base_sequence, base,
                                       batch.last_offset_delta, batch_max_ts, is_transactional=batch.is_transactional)
-            self._unflushed_records += records
-            info = AppendInfo(first_offset, next_offset - 1, max_ts, now if log_append else -1, records,
-                              len(parsed), len(buf), self.log_start_offset, tuple(base_offsets))
-            self._after_append()
-            return info
+            return self._appended(prepared, now if log_append else -1, len(buf))
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry offsets and epochs (replication, restore).
@@ -341,19 +292,8 @@ class PartitionLog:
         parsed = split_and_validate(buf, self.config, for_leader=False)
         with self._lock:
             self._check_open()
-            expected = self.log_end_offset
-            entries = []
-            max_ts = NO_TIMESTAMP
-            records = 0
-            for pos, batch, summary in parsed:
-                if batch.base_offset < expected:
-                    raise InvalidRecordError(f"batch offset {batch.base_offset} is below the expected "
-                                             f"next offset {expected}")
-                entries.append((pos, batch.last_offset, batch.max_timestamp, batch.size_in_bytes))
-                expected = batch.last_offset + 1
-                max_ts = max(max_ts, batch.max_timestamp)
-                records += summary.record_count
-            first = parsed[0][1].base_offset
+            prepared = check_follower_offsets(buf, parsed, self.log_end_offset)
+            first = prepared.base_offsets[0]
             if first > self.log_end_offset and self.active_segment.is_empty is False:
                 # A gap (the leader's log start moved past ours): start a fresh segment there.
                 self._roll_locked(first)
@@ -362,17 +302,11 @@ class PartitionLog:
             for _, batch, _ in parsed:
                 if batch.partition_leader_epoch > self.epochs.latest_epoch:
                     self.epochs.assign(batch.partition_leader_epoch, batch.base_offset)
-            now = self._now_ms()
-            self._append_locked([buf], entries, max_ts, now, first)
+            self._append_locked(prepared.parts, prepared.entries, prepared.max_timestamp, self._now_ms(), first)
             # Unchecked: the leader checked them, and the state must end as the leader's.
-            for _, batch, _ in parsed:
-                if batch.producer_id >= 0:
-                    self._record_completed(self._producers.apply_batch(batch))
-            self._unflushed_records += records
-            info = AppendInfo(first, expected - 1, max_ts, -1, records, len(parsed), len(buf),
-                              self.log_start_offset, tuple(b.base_offset for _, b, _ in parsed))
-            self._after_append()
-            return info
+            for batch, _, _ in prepared.producer_batches:
+                self._txns.on_completed(self._producers.apply_batch(batch), self._high_watermark)
+            return self._appended(prepared, -1, len(buf))
 
     def append_control(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                        leader_epoch: int) -> int:
@@ -397,48 +331,22 @@ class PartitionLog:
             self._append_locked([batch], [(0, offset, now, len(batch))], now, now, offset)
             marker = EndTransactionMarker(ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
                                           coordinator_epoch)
-            self._record_completed(self._producers.apply_marker(producer_id, producer_epoch, offset, marker, now))
+            completed = self._producers.apply_marker(producer_id, producer_epoch, offset, marker, now)
+            self._txns.on_completed(completed, self._high_watermark)
             self._unflushed_records += 1
             self._after_append()
             return offset
 
-    def _record_completed(self, completed: CompletedTxn | None) -> None:
-        """A marker just appended (in the active segment) closed `completed`: index an abort."""
-        if completed is None:
-            return
-        if completed.last_offset < self._high_watermark:
-            self._producers.on_high_watermark(self._high_watermark)
-        if completed.is_aborted:
-            lso = self._producers.last_stable_offset_of(completed)
-            self.active_segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
-                                                            completed.last_offset, lso))
-
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
-        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
-        `.txnindex` of the segment holding `fetch_offset` onward (a read_committed fetch answers
-        them with the records). The walk goes past `upper_bound_offset`: a transaction with data
-        below it may have its ABORT marker in any later segment; it stops at the first entry whose
-        LSO reaches the bound (Kafka's `collectAbortedTransactions`). A damaged `.txnindex` is
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), for a
+        read_committed fetch (`LogTransactions.aborted_transactions`). A damaged `.txnindex` is
         rebuilt from the log, never served.
 
         Concurrency: takes the log's lock.
         """
         with self._lock:
             self._check_open()
-            found: list[AbortedTxn] = []
-            for seg in self._local.segments.from_offset(fetch_offset):
-                try:
-                    if not seg.txn_index.verified:
-                        seg.txn_index.sanity_check(seg.next_offset)
-                    search = seg.txn_index.collect(fetch_offset, upper_bound_offset)
-                except CorruptIndexError:
-                    rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
-                    self.txn_index_rebuilds_on_read.append(seg.base_offset)
-                    search = seg.txn_index.collect(fetch_offset, upper_bound_offset)
-                found.extend(search.aborted)
-                if search.complete:
-                    break
-            return found
+            return self._txns.aborted_transactions(fetch_offset, upper_bound_offset, self.log_start_offset)
 
     def segment_aborted_transactions(self, base_offset: int) -> list[AbortedTxn]:
         """The `.txnindex` entries of the segment starting at `base_offset` (rebuilt first if
@@ -446,23 +354,16 @@ class PartitionLog:
         Takes the log's lock."""
         with self._lock:
             self._check_open()
-            seg = self._local.segments.starting_at(base_offset)
-            if seg is None:
-                return []
-            try:
-                if not seg.txn_index.verified:
-                    seg.txn_index.sanity_check(seg.next_offset)
-                return seg.txn_index.entries()
-            except CorruptIndexError:
-                rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
-                self.txn_index_rebuilds_on_read.append(seg.base_offset)
-                return seg.txn_index.entries()
+            return self._txns.segment_aborted_transactions(base_offset, self.log_start_offset)
 
-    def _duplicate_info(self, duplicates: tuple[BatchMetadata, ...]) -> AppendInfo:
-        max_ts = max(d.max_timestamp for d in duplicates)
-        return AppendInfo(min(d.first_offset for d in duplicates), max(d.last_offset for d in duplicates), max_ts,
-                          max_ts if self.config.log_append_time else -1, 0, 0, 0, self.log_start_offset,
-                          tuple(d.first_offset for d in duplicates), duplicate=True)
+    def _appended(self, prepared: PreparedAppend, log_append_time: int, size_in_bytes: int) -> AppendInfo:
+        """After the batches of `prepared` were appended: count them for the flush policy, tell the listeners."""
+        self._unflushed_records += prepared.record_count
+        info = AppendInfo(prepared.base_offsets[0], prepared.last_offset, prepared.max_timestamp, log_append_time,
+                          prepared.record_count, len(prepared.entries), size_in_bytes, self.log_start_offset,
+                          prepared.base_offsets)
+        self._after_append()
+        return info
 
     def _append_locked(self, parts: list, entries: list, max_ts: int, now: int, first_offset: int) -> None:
         size = sum(e[3] for e in entries)
@@ -635,7 +536,7 @@ class PartitionLog:
             rebuild_producer_state(self._producers, self._local.segments, self.log_start_offset,
                                    self.log_end_offset)
             self._high_watermark = max(self.log_start_offset, min(self._high_watermark, self.log_end_offset))
-            self._producers.on_high_watermark(self._high_watermark)
+            self._txns.on_high_watermark(self._high_watermark)
             self._local.lower_recovery_point()
             for listener in self._truncation_listeners:
                 listener(self.log_end_offset)
@@ -724,31 +625,8 @@ class PartitionLog:
         """
         with self._lock:
             self._check_open()
-            if aborted is not None:
-                self._place_txn_entries(new_segments, old_segments, aborted)
-            elif not any(seg.txn_index.path.exists() for seg in new_segments):
-                self._carry_txn_entries(new_segments, old_segments)
+            self._txns.place_replacement_entries(new_segments, old_segments, aborted, self.log_start_offset)
             self._local.replace_segments(new_segments, old_segments)
-
-    def _carry_txn_entries(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
-        entries: list[AbortedTxn] = []
-        for seg in old_segments:
-            try:
-                entries += seg.txn_index.entries()
-            except CorruptIndexError:
-                rebuild_txn_indexes(self._producers, self._local.segments, self.log_start_offset, [seg])
-                entries += seg.txn_index.entries()
-        self._place_txn_entries(new_segments, old_segments, entries)
-
-    @staticmethod
-    def _place_txn_entries(new_segments: list[LogSegment], old_segments: list[LogSegment],
-                           entries: list[AbortedTxn]) -> None:
-        ordered = sorted(new_segments, key=lambda seg: seg.base_offset)
-        for i, seg in enumerate(ordered):
-            end = ordered[i + 1].base_offset if i + 1 < len(ordered) else old_segments[-1].next_offset
-            mine = [e for e in entries if seg.base_offset <= e.last_offset < end]
-            if mine:
-                seg.txn_index.write_all(mine)
 
     # ------------------------------------------------------------------ config and lifecycle
 

@@ -12,7 +12,7 @@ segment and of every segment whose `.txnindex` fails its checks (`rebuild_txn_in
 the producer state from the newest snapshot at or below the first such segment). It answers a `LoadedLog`: the `RecoveryReport`
 (what was found and cut), the log start offset and the recovery point. `rebuild_producer_state`
 is the same producer load, used again by `PartitionLog.truncate_to`; `rebuild_txn_indexes` again
-by `PartitionLog.aborted_transactions` when a read finds a damaged `.txnindex`.
+by `LogTransactions` (log_transactions.py) when a read finds a damaged `.txnindex`.
 
 The checkpoint and marker files of the directory are named here.
 

@@ -224,11 +224,11 @@ def test_lso_is_computed_from_the_open_transactions_not_the_segments(tmp_path):
     log.append_as_leader(_txn_batch(2, 0), 0)  # one open transaction
     log.update_high_watermark(log.log_end_offset)
     assert len(log._local.segments) > 20
-    local, log._local = log._local, _NoSegments()
+    segments, log._txns._segments = log._txns._segments, _NoSegments()  # the LSO's holder of the segments
     try:
         assert log.last_stable_offset == 400 and log.first_unstable_offset == 400
     finally:
-        log._local = local
+        log._txns._segments = segments
     # the fetch's aborted list: the segments from the fetch offset's, and only the range's entries
     assert [a.first_offset for a in log.aborted_transactions(390, 400)] == [390, 396]  # t = 195, 198
     log.close()
