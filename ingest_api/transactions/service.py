@@ -352,8 +352,8 @@ class TransactionService:
         """Wait, at most MARKER_WAIT_S, for the markers (and the Complete* record) of the id's last
         transaction: a producer's next transaction begins right after EndTxn is answered, while
         they are written; answering CONCURRENT_TRANSACTIONS instead would cost it a retry after the
-        client's backoff (librdkafka's retry.backoff.ms, 100 ms) each time. Raises as `_require`
-        if the id's partition moved meanwhile."""
+        client's backoff each time (librdkafka retries that AddPartitionsToTxn 20 ms later).
+        Raises as `_require` if the id's partition moved meanwhile."""
         await self.markers.settled(tid, MARKER_WAIT_S)
         self._require(tid)
 
