@@ -235,7 +235,7 @@ class KafkaServer:
     async def _answer_after(self, previous: asyncio.Task | None, req: codec.Request,
                             conn: Connection) -> bytes | codec.ResponseFrame | None:
         """`_answer`, once `previous` (the connection's last in-order request) is answered."""
-        if previous is not None:
+        if previous is not None and not previous.done():  # done: no need to pass through the event loop
             await asyncio.wait([previous])
         return await self._answer(req, conn)
 

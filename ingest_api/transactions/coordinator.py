@@ -78,10 +78,12 @@ class TxnState(enum.IntEnum):
     @property
     def display(self) -> str:
         """Kafka's name of the state (DescribeTransactions, ListTransactions)."""
-        return "".join(w.capitalize() for w in self.name.split("_"))
+        return _DISPLAY[self]
 
 
 _S = TxnState
+#: Each state's display name, made once: every transition's check names the states it joins.
+_DISPLAY: dict[TxnState, str] = {s: "".join(w.capitalize() for w in s.name.split("_")) for s in TxnState}
 #: state -> the states it may be entered from (a repeated transition is allowed, so retries are safe).
 _VALID_PREVIOUS: dict[TxnState, set[TxnState]] = {
     _S.EMPTY: {_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT},

@@ -81,7 +81,11 @@ class MarkerWriter:
                 by_leader: dict[int, list[tuple[str, int]]] = {}
                 for tp in sorted(left):
                     by_leader.setdefault(self._leader_of(*tp), []).append(tp)
-                results = await asyncio.gather(*(self._send(leader, tps, e) for leader, tps in by_leader.items()))
+                if len(by_leader) == 1:  # the common case: no task per leader to schedule and await
+                    [(leader, tps)] = by_leader.items()
+                    results = [await self._send(leader, tps, e)]
+                else:
+                    results = await asyncio.gather(*(self._send(leader, tps, e) for leader, tps in by_leader.items()))
                 for written in results:
                     left -= written
                 if not left:

@@ -47,6 +47,7 @@ Concurrency: everything runs on the server's event loop; the log read of a load 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -96,6 +97,8 @@ TXN_TOPIC = "__transaction_state"
 MAX_LISTED = 100_000
 #: Most (producer, epoch, partition) verifications a leader remembers.
 MAX_VERIFIED = 100_000
+#: Most transactional ids whose __transaction_state partition is remembered (`_partition_of`).
+MAX_CACHED_PARTITIONS = 65_536
 #: Longest an AddPartitionsToTxn / AddOffsetsToTxn waits for the markers of the id's last
 #: transaction before answering CONCURRENT_TRANSACTIONS (seconds).
 MARKER_WAIT_S = 1.0
@@ -203,7 +206,7 @@ class TransactionService:
         return self.hosting.num_partitions()
 
     def partition_for(self, transactional_id: str) -> int:
-        return coordinator_partition(transactional_id, self.num_partitions())
+        return _partition_of(transactional_id, self.num_partitions())
 
     def coordinator_node(self, transactional_id: str) -> int:
         """The node coordinating the id (-1 while its partition has no leader or the topic is missing)."""
@@ -303,6 +306,8 @@ class TransactionService:
                 self.groups.complete_txn(partition, pid, commit)
             return out
 
+        if len(markers) == 1:  # a transaction of one partition per leader: no task to schedule
+            return [await one(markers[0])]
         return list(await asyncio.gather(*(one(m) for m in markers)))
 
     # ------------------------------------------------------------------ operations on the coordinator
@@ -347,8 +352,8 @@ class TransactionService:
         """Wait, at most MARKER_WAIT_S, for the markers (and the Complete* record) of the id's last
         transaction: a producer's next transaction begins right after EndTxn is answered, while
         they are written; answering CONCURRENT_TRANSACTIONS instead would cost it a retry after the
-        client's backoff (librdkafka's retry.backoff.ms, 100 ms) each time. Raises as `_require`
-        if the id's partition moved meanwhile."""
+        client's backoff each time (librdkafka retries that AddPartitionsToTxn 20 ms later).
+        Raises as `_require` if the id's partition moved meanwhile."""
         await self.markers.settled(tid, MARKER_WAIT_S)
         self._require(tid)
 
@@ -516,6 +521,12 @@ _OPS = {
     "list": TransactionService._op_list,
     "describe": TransactionService._op_describe,
 }
+
+
+@functools.lru_cache(maxsize=MAX_CACHED_PARTITIONS)
+def _partition_of(transactional_id: str, num_partitions: int) -> int:
+    """`coordinator_partition`, remembered: every request asks it several times (hashing the id anew)."""
+    return coordinator_partition(transactional_id, num_partitions)
 
 
 def _read_state_log(plog: Any, p: int) -> list[tuple[str, TxnRecord | None]]:
