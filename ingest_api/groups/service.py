@@ -41,7 +41,7 @@ from lakelog.ingest_api.errors import (
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
     NotReadyError,
-    TopicExistsError,
+    PeerUnavailableError,
 )
 from lakelog.ingest_api.cluster.metadata_follower import cancel_task
 from lakelog.ingest_api.groups.assignors import TopicPartition
@@ -60,8 +60,8 @@ from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partiti
 from lakelog.ingest_api.groups.subscriptions import subscribed_topics
 from lakelog.ingest_api.groups.offsets_codec import CommittedOffset, OffsetKey
 from lakelog.ingest_api.groups.offsets_log import OffsetsLog, OffsetsRead
-from lakelog.ingest_api.errors import InvalidRequestError, NodeError, RemoteError
-from lakelog.ingest_api.replication.coordinator_partitions import CoordinatorPartitions, Hosting
+from lakelog.ingest_api.errors import InvalidRequestError, NodeError
+from lakelog.ingest_api.replication.coordinator_partitions import CoordinatorPartitions, Hosting, retry_until
 from lakelog.ingest_api.replication.partition import monotonic_ms, now_ms
 
 log = logging.getLogger("lakelog.groups")
@@ -76,9 +76,6 @@ RETRIABLE = (NotCoordinatorError, CoordinatorLoadInProgressError, LeaderNotAvail
 #: Errors another node's coordinator answers that a caller re-raises as themselves, by `error_code`.
 _RELAYED_BY_CODE: dict[int, type[NodeError]] = {
     error_codes.code(c.__name__).error_code: c for c in (*BY_KAFKA_NAME.values(), NotReadyError)}
-
-#: How a controller on another node answers a topic that exists (forwarded as a RemoteError).
-_TOPIC_EXISTS_CODE = error_codes.code(TopicExistsError.__name__).error_code
 
 
 def _effect_doc(e: Effect) -> dict[str, Any]:
@@ -115,7 +112,6 @@ class GroupService:
         #: (group, member id, "join" | "sync") -> the HTTP request waiting for that answer.
         self._waiters: dict[tuple[str, str, str], asyncio.Future] = {}
         self._task: asyncio.Task | None = None
-        self._topic_lock: asyncio.Lock | None = None
         self._next_expiry = 0.0
 
     @staticmethod
@@ -125,7 +121,6 @@ class GroupService:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._topic_lock = asyncio.Lock()
         self._next_expiry = time.monotonic() + self.config.offsets_retention_check_interval_ms / 1000
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="group-coordinator")
 
@@ -416,34 +411,13 @@ class GroupService:
     # ------------------------------------------------------------------ routing from any node
 
     async def ensure_offsets_topic(self) -> None:
-        """Create `__consumer_offsets` (compacted) if it does not exist yet."""
-        node = self.node
-        if OFFSETS_TOPIC in node.image.topics:
-            return
-        assert self._topic_lock is not None
-        async with self._topic_lock:
-            if OFFSETS_TOPIC in node.image.topics:
-                return
-            live = max(1, sum(1 for b in node.image.brokers.values() if not b.fenced))
-            rf = min(self.config.offsets_topic_replication_factor, live)
-            # An acknowledged commit must outlive its coordinator's node: at least two in-sync copies
-            # whenever there are two replicas (more if the broker's default asks for more).
-            min_isr = min(rf, max(2, self.config.min_insync_replicas))
-            try:
-                await node.admin.create_topic(OFFSETS_TOPIC, partitions=self.config.offsets_topic_num_partitions,
-                                              replication_factor=rf, configs={
-                                                  "cleanup.policy": "compact",
-                                                  "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-                                                  "min.insync.replicas": str(min_isr)})
-                log.info("created %s: %d partitions, replication factor %d", OFFSETS_TOPIC,
-                         self.config.offsets_topic_num_partitions, rf)
-            except TopicExistsError:
-                pass
-            except RemoteError as e:
-                # Forwarded to the controller on another node, which answered that another node
-                # created it first (this node has not applied that record yet): the topic is there.
-                if e.error_code != _TOPIC_EXISTS_CODE:
-                    raise
+        """Create `__consumer_offsets` (compacted) if it does not exist yet. An acknowledged commit
+        must outlive its coordinator's node: at least two in-sync copies whenever there are two
+        replicas (more if the broker's default asks for more)."""
+        await self.hosting.ensure_topic(
+            replication_factor=self.config.offsets_topic_replication_factor,
+            min_insync=lambda rf: min(rf, max(2, self.config.min_insync_replicas)),
+            segment_bytes=self.config.offsets_topic_segment_bytes)
 
     async def call(self, group_id: str, op: str, args: dict[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
         """Run `op` on the group's coordinator (one attempt); group errors raised as GroupError."""
@@ -455,33 +429,14 @@ class GroupService:
         body = {**args, "group_id": group_id}
         if leader == self.node.node_id:
             return raise_group_error(await self.handle(op, body))
-        resp = await self.node.peers.post_json(leader, f"/internal/groups/{op}", body,
-                                               timeout_s=timeout_s or self.config.request_timeout_ms / 1000 + 5)
-        try:
-            doc = resp.json()
-        except ValueError:
-            doc = {}
-        if resp.status_code != 200:
-            code = int(doc.get("error_code", resp.status_code * 100)) if isinstance(doc, dict) else resp.status_code * 100
-            cls = _RELAYED_BY_CODE.get(code)
-            if cls is not None:  # re-raised as the coordinator's own error, so retries recognise it
-                raise cls(str(doc.get("message", "")))
-            raise RemoteError(resp.status_code, code, str(doc.get("message", resp.text[:200])))
-        return raise_group_error(doc)
+        return raise_group_error(await self.hosting.relay(
+            leader, f"/internal/groups/{op}", body, relayed_by_code=_RELAYED_BY_CODE,
+            timeout_s=timeout_s or self.config.request_timeout_ms / 1000 + 5))
 
     async def call_with_retry(self, group_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """`call`, retried while the coordinator moves or loads, up to request.timeout.ms."""
-        from lakelog.ingest_api.errors import PeerUnavailableError
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
-        delay = 0.05
-        while True:
-            try:
-                return await self.call(group_id, op, args)
-            except (*RETRIABLE, PeerUnavailableError):
-                if time.monotonic() + delay > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+        return await retry_until(time.monotonic() + self.config.request_timeout_ms / 1000,
+                                 lambda: self.call(group_id, op, args), (*RETRIABLE, PeerUnavailableError))
 
     async def list_all_groups(self) -> list[dict[str, Any]]:
         """Groups of every coordinator in the cluster (each live node is asked for its own)."""

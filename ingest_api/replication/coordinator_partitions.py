@@ -16,6 +16,10 @@ partition's log from the log start to the log end in the leader epoch it leads i
 The owner answers a key whose partition is `LOADING` with COORDINATOR_LOAD_IN_PROGRESS and one
 whose partition is `ELSEWHERE` with NOT_COORDINATOR (`state`).
 
+The owner's calls share two more steps: `ensure_topic` creates the topic on first use (compacted),
+and `relay` sends an operation to the node coordinating a key and raises its answered error as the
+owner's own class (`retry_until` retries a call while the coordinator moves or loads).
+
 Concurrency: every method runs on the node's event loop; only `read` runs on a thread.
 """
 
@@ -25,9 +29,11 @@ import asyncio
 import enum
 import logging
 import time
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Iterator, Mapping, TypeVar
 
+from lakelog.infra import error_codes
 from lakelog.ingest_api.cluster.metadata_follower import cancel_task
+from lakelog.ingest_api.errors import RemoteError, TopicExistsError
 from lakelog.ingest_api.replication.partition import PartitionKey
 from lakelog.logstore.record_batch import RecordBatch, iter_batches
 
@@ -36,7 +42,11 @@ log = logging.getLogger("lakelog.coordinator")
 #: Bytes read per step when a coordinator loads its partition.
 LOAD_READ_BYTES = 1024 * 1024
 
+#: How a controller on another node answers a topic that exists (forwarded as a RemoteError).
+_TOPIC_EXISTS_CODE = error_codes.code(TopicExistsError.__name__).error_code
+
 Loaded = TypeVar("Loaded")
+T = TypeVar("T")
 
 
 class Hosting(enum.Enum):
@@ -63,6 +73,50 @@ class CoordinatorPartitions(Generic[Loaded]):
         #: partition -> the leader epoch its state was loaded in.
         self._loaded: dict[int, int] = {}
         self._loading: dict[int, asyncio.Task] = {}
+        self._topic_lock = asyncio.Lock()
+
+    async def ensure_topic(self, *, replication_factor: int, min_insync: Callable[[int], int],
+                           segment_bytes: int) -> None:
+        """Create the topic (compacted, `default_partitions` partitions) if it does not exist yet:
+        `replication_factor` capped at the live brokers, `min.insync.replicas` = `min_insync(rf)`. A
+        topic another node created first (TOPIC_ALREADY_EXISTS here, or from the controller on
+        another node that this node has not caught up with) is there."""
+        node = self.node
+        if self.topic in node.image.topics:
+            return
+        async with self._topic_lock:
+            if self.topic in node.image.topics:
+                return
+            live = max(1, sum(1 for b in node.image.brokers.values() if not b.fenced))
+            rf = min(replication_factor, live)
+            try:
+                await node.admin.create_topic(self.topic, partitions=self.default_partitions, replication_factor=rf,
+                                              configs={"cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
+                                                       "min.insync.replicas": str(min_insync(rf))})
+                log.info("created %s: %d partitions, replication factor %d", self.topic, self.default_partitions, rf)
+            except TopicExistsError:
+                pass
+            except RemoteError as e:
+                if e.error_code != _TOPIC_EXISTS_CODE:
+                    raise
+
+    async def relay(self, leader: int, path: str, body: dict[str, Any], *, timeout_s: float,
+                    relayed_by_code: Mapping[int, type[Exception]]) -> dict[str, Any]:
+        """POST `body` to `path` on node `leader` (the coordinator); its answer, or its error: an
+        `error_code` in `relayed_by_code` raised as that class (so the caller's retries recognise
+        it), any other as a RemoteError."""
+        resp = await self.node.peers.post_json(leader, path, body, timeout_s=timeout_s)
+        try:
+            doc = resp.json()
+        except ValueError:
+            doc = {}
+        if resp.status_code != 200:
+            code = int(doc.get("error_code", resp.status_code * 100)) if isinstance(doc, dict) else resp.status_code * 100
+            cls = relayed_by_code.get(code)
+            if cls is not None:
+                raise cls(str(doc.get("message", "")))
+            raise RemoteError(resp.status_code, code, str(doc.get("message", resp.text[:200])))
+        return doc
 
     def num_partitions(self) -> int:
         topic = self.node.image.topics.get(self.topic)
@@ -137,6 +191,21 @@ class CoordinatorPartitions(Generic[Loaded]):
             log.exception("%s-%d: loading its %s failed (retried next check)", self.topic, p, self.what)
         finally:
             self._loading.pop(p, None)
+
+
+async def retry_until(deadline_s: float, attempt: Callable[[], Awaitable[T]],
+                      retriable: tuple[type[BaseException], ...]) -> T:
+    """`attempt()`, retried after a `retriable` error with a backoff from 50 ms doubling to 500 ms,
+    until the monotonic `deadline_s` (the last error is raised)."""
+    delay = 0.05
+    while True:
+        try:
+            return await attempt()
+        except retriable:
+            if time.monotonic() + delay > deadline_s:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 def read_log_batches(plog: Any) -> Iterator[tuple[int, RecordBatch]]:

@@ -62,12 +62,15 @@ from lakelog.ingest_api.errors import (
     NotLeaderOrFollowerError,
     NotReadyError,
     PeerUnavailableError,
-    RemoteError,
-    TopicExistsError,
 )
 from lakelog.ingest_api.groups.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 from lakelog.ingest_api.groups.hashing import OFFSETS_TOPIC, coordinator_partition
-from lakelog.ingest_api.replication.coordinator_partitions import CoordinatorPartitions, Hosting, read_log_batches
+from lakelog.ingest_api.replication.coordinator_partitions import (
+    CoordinatorPartitions,
+    Hosting,
+    read_log_batches,
+    retry_until,
+)
 from lakelog.ingest_api.replication.partition import PartitionKey, now_ms
 from lakelog.ingest_api.transactions import errors as txn_errors
 from lakelog.ingest_api.transactions.coordinator import (
@@ -139,13 +142,11 @@ class TransactionService:
         self._verified: OrderedDict[tuple[int, str, int], tuple[str, int, int]] = OrderedDict()
         self._persists: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
-        self._topic_lock: asyncio.Lock | None = None
         self._next_abort = self._next_expire = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._topic_lock = asyncio.Lock()
         now = time.monotonic()
         self._next_abort = now + self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
         self._next_expire = now + self.config.transaction_remove_expired_transaction_cleanup_interval_ms / 1000
@@ -239,26 +240,11 @@ class TransactionService:
 
     async def ensure_state_topic(self) -> None:
         """Create `__transaction_state` (compacted) if it does not exist yet."""
-        node = self.node
-        if TXN_TOPIC in node.image.topics:
-            return
-        assert self._topic_lock is not None
-        async with self._topic_lock:
-            if TXN_TOPIC in node.image.topics:
-                return
-            live = max(1, sum(1 for b in node.image.brokers.values() if not b.fenced))
-            cfg = self.config
-            rf = min(cfg.transaction_state_log_replication_factor, live)
-            try:
-                await node.admin.create_topic(TXN_TOPIC, partitions=cfg.transaction_state_log_num_partitions,
-                                              replication_factor=rf, configs={
-                                                  "cleanup.policy": "compact",
-                                                  "segment.bytes": str(cfg.transaction_state_log_segment_bytes),
-                                                  "min.insync.replicas": str(min(rf, cfg.transaction_state_log_min_isr))})
-                log.info("created %s: %d partitions, replication factor %d", TXN_TOPIC,
-                         cfg.transaction_state_log_num_partitions, rf)
-            except TopicExistsError:
-                pass
+        cfg = self.config
+        await self.hosting.ensure_topic(
+            replication_factor=cfg.transaction_state_log_replication_factor,
+            min_insync=lambda rf: min(rf, cfg.transaction_state_log_min_isr),
+            segment_bytes=cfg.transaction_state_log_segment_bytes)
 
     # ------------------------------------------------------------------ appends and effects
 
@@ -482,33 +468,15 @@ class TransactionService:
         body = {**args, "transactional_id": transactional_id}
         if leader == self.node.node_id:
             return raise_txn_error(await self.handle(op, body))
-        resp = await self.node.peers.post_json(leader, f"/internal/transactions/{op}", body,
-                                               timeout_s=self.config.request_timeout_ms / 1000 + 5)
-        try:
-            doc = resp.json()
-        except ValueError:
-            doc = {}
-        if resp.status_code != 200:
-            code = int(doc.get("error_code", resp.status_code * 100)) if isinstance(doc, dict) else resp.status_code * 100
-            cls = _RELAYED_BY_CODE.get(code)
-            if cls is not None:
-                raise cls(str(doc.get("message", "")))
-            raise RemoteError(resp.status_code, code, str(doc.get("message", resp.text[:200])))
-        return raise_txn_error(doc)
+        return raise_txn_error(await self.hosting.relay(
+            leader, f"/internal/transactions/{op}", body, relayed_by_code=_RELAYED_BY_CODE,
+            timeout_s=self.config.request_timeout_ms / 1000 + 5))
 
     async def call_with_retry(self, transactional_id: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """`call`, retried while the coordinator moves, loads or completes the id's last transaction,
         up to request.timeout.ms (the HTTP door's entry: a Kafka client retries by itself)."""
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
-        delay = 0.05
-        while True:
-            try:
-                return await self.call(transactional_id, op, args)
-            except RETRIABLE:
-                if time.monotonic() + delay > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+        return await retry_until(time.monotonic() + self.config.request_timeout_ms / 1000,
+                                 lambda: self.call(transactional_id, op, args), RETRIABLE)
 
 
 _OPS = {
