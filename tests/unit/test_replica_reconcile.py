@@ -193,3 +193,36 @@ def test_a_failed_sync_of_new_partitions_takes_the_log_directory_offline(tmp_pat
         rm.reconcile_now()
     assert rm.log_dir.state == LogDirState.OFFLINE
     rm.close_logs()
+
+
+def test_leading_many_partitions_after_a_failover_costs_a_few_syncs_not_two_fsyncs_per_partition(
+        tmp_path, monkeypatch):
+    import os
+
+    from lakelog.logstore import fileutil
+
+    partitions = 200
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("many", "id-many", *[part([2, 1]) for _ in range(partitions)]))
+    rm = _manager(tmp_path, image)
+    assert rm.reconcile_now()
+    assert all(not rm.local_partition(PartitionKey("many", p)).is_leader for p in range(partitions))
+    calls: list[str] = []
+    real_fsync, real_syncfs = os.fsync, fileutil.syncfs
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(fileutil, "syncfs", lambda path: (calls.append("syncfs"), real_syncfs(path))[1])
+    # Node 2 fenced: one record moves every leadership to node 1, in a new leader epoch.
+    applied(image, {"type": "partition_changes", "changes": [
+        {"topic": "many", "topic_id": "id-many", "partition": p, "leader": 1, "isr": [1], "leader_epoch": 1,
+         "partition_epoch": 1}
+        for p in range(partitions)]})
+    assert rm.reconcile_now()
+    monkeypatch.undo()
+    assert all(rm.local_partition(PartitionKey("many", p)).is_leader for p in range(partitions))
+    # Before batching: a temp-file fsync and a directory fsync per new leader (400 here).
+    assert len(calls) <= 4, calls
+    for p in range(partitions):  # every new leader's epoch stamp is on disk once the pass returned
+        assert (tmp_path / f"many-{p}" / "leader-epoch-checkpoint").read_text() == "0\n1\n1 0\n"
+    assert rm.close_logs() == 0
