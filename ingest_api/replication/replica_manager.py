@@ -135,7 +135,7 @@ class ReplicaManager:
         #: (`isr_manager.py`); the node runs its loop.
         self.isr = IsrManager(self.node_id, config.replica_lag_time_max_ms, partitions=self.partitions,
                               fetch_sessions=self.fetch_sessions, controller_call=controller_call,
-                              broker_epoch=broker_epoch)
+                              broker_epoch=broker_epoch, isr_eligible=self._isr_eligible)
         #: The flush scheduler (`flush_scheduler.py`), fed by the logs' append listeners; the node
         #: runs its loop on a thread.
         self.flush = FlushScheduler(config.log_flush_scheduler_interval_ms, self.local_partition, self.log_dir)
@@ -151,6 +151,11 @@ class ReplicaManager:
 
     def topic_id(self, topic: str) -> str | None:
         return self._topic_ids.get(topic)
+
+    def _isr_eligible(self, node_id: int) -> bool:
+        """The metadata shows broker `node_id` unfenced and not shutting down: it may join an ISR."""
+        reg = self.image.brokers.get(node_id)
+        return reg is not None and not reg.fenced and not reg.in_controlled_shutdown
 
     # ------------------------------------------------------------------ metadata -> replicas
 
