@@ -226,3 +226,28 @@ def test_leading_many_partitions_after_a_failover_costs_a_few_syncs_not_two_fsyn
     for p in range(partitions):  # every new leader's epoch stamp is on disk once the pass returned
         assert (tmp_path / f"many-{p}" / "leader-epoch-checkpoint").read_text() == "0\n1\n1 0\n"
     assert rm.close_logs() == 0
+
+
+def test_logs_opened_on_the_threads_check_the_file_budget_once_per_batch(tmp_path):
+    import asyncio
+
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    applied(image, create("many", "id-many", *[part([2, 1]) for _ in range(120)]))
+    rm = _manager(tmp_path, image)
+    checks: list[int] = []
+    real = rm.check_file_budget
+    rm.check_file_budget = lambda n: (checks.append(n), real(n))[1]  # type: ignore[method-assign]
+
+    async def run() -> None:
+        rm.schedule_reconcile()
+        for _ in range(6000):
+            await asyncio.sleep(0.01)
+            if rm.partitions_reconciled == 120:
+                break
+
+    asyncio.run(run())
+    # It lists /proc/self/fd (~10 ms at 12,000 open files): once for the batch, not once per log.
+    assert rm.logs_opened == 120 and checks == [120]
+    assert rm.close_logs() == 0
