@@ -208,7 +208,10 @@ class ReplicaManager:
         whose state object changed: applying a metadata delta costs what it changed, not the
         partition count. The partitions this node lacks are opened first, as many as the budget
         allows (at least one per call); only once none is missing does the full pass run (roles,
-        fetchers, configs, drops), so a sliced reconcile never repeats that pass per slice.
+        fetchers, configs, drops), so a sliced reconcile never repeats that pass per slice. The full
+        pass is sliced too, by topic (at least one per call): a failover's delta changes every
+        partition of every topic, thousands of role changes that would hold the event loop for
+        seconds; a topic it finished is not looked at again (`_seen_topics`).
         """
         deadline = None if budget_s is None else time.monotonic() + budget_s
         changed = [(name, t) for name, t in self.image.topics.items() if self._seen_topics.get(name) is not t]
@@ -232,7 +235,9 @@ class ReplicaManager:
             log.info("startup phase: %d partition logs opened in %.1f s (%d recovered after an unclean shutdown)",
                      self.logs_opened - opened_before, time.monotonic() - since,
                      self.logs_recovered - recovered_before)
-        for name, topic in changed:
+        for i, (name, topic) in enumerate(changed):
+            if i and deadline is not None and time.monotonic() > deadline:
+                return False
             self._reconcile_topic(name, topic)
         for name in [n for n in self._seen_topics if n not in self.image.topics]:
             for key in self._keys_by_topic.pop(name, set()):

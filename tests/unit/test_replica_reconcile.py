@@ -251,3 +251,25 @@ def test_logs_opened_on_the_threads_check_the_file_budget_once_per_batch(tmp_pat
     # It lists /proc/self/fd (~10 ms at 12,000 open files): once for the batch, not once per log.
     assert rm.logs_opened == 120 and checks == [120]
     assert rm.close_logs() == 0
+
+
+def test_a_delta_changing_many_topics_is_brought_in_line_in_slices_that_yield_the_loop(tmp_path):
+    image = ClusterImage()
+    for n in (1, 2):
+        applied(image, register(n, 10 + n))
+    for t in range(6):
+        applied(image, create(f"t{t}", f"id-t{t}", *[part([2, 1]) for _ in range(10)]))
+    rm = _manager(tmp_path, image)
+    assert rm.reconcile_now()
+    # Node 2 fenced: every partition of every topic changes leader in one delta.
+    applied(image, {"type": "partition_changes", "changes": [
+        {"topic": f"t{t}", "topic_id": f"id-t{t}", "partition": p, "leader": 1, "isr": [1], "leader_epoch": 1,
+         "partition_epoch": 1} for t in range(6) for p in range(10)]})
+    before = rm.partitions_reconciled
+    slices = 0
+    while not rm.reconcile_now(budget_s=0.0):  # a zero budget: one topic per slice
+        slices += 1
+        assert rm.partitions_reconciled - before == 10 * slices  # one more topic each time, none twice
+    assert slices == 5 and rm.partitions_reconciled - before == 60
+    assert all(p.is_leader for p in rm.partitions())
+    assert rm.close_logs() == 0
