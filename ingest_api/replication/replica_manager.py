@@ -420,13 +420,21 @@ class ReplicaManager:
         log.info("deleted the local replica of %s", key)
 
     def remove_stray_logs_once(self) -> None:
-        """Once caught up: delete partition directories the metadata no longer assigns to this node."""
+        """Once caught up: delete partition directories the metadata no longer assigns to this node.
+
+        Stray means not assigned by the metadata (nor open): the node is ready long before a
+        restart with thousands of replicas has opened their logs, and a directory whose log is
+        not open yet is not stray (deciding from the open logs deleted every log not yet opened,
+        racing the threads opening them). An older topic's directory under a reused name is
+        replaced where the log opens (`_load_log`: its topic id differs)."""
         if self._strays_removed:
             return
         self._strays_removed = True
         log.info("startup phase: serving; %d partition logs open", len(self._partitions))
         with self._lock:
             known = {f"{k.topic}-{k.partition}" for k in self._partitions}
+        known |= {f"{name}-{p}" for name, topic in self.image.topics.items()
+                  for p, st in enumerate(topic.partitions) if self.node_id in st.replicas}
         for d in self.data_dir.iterdir():
             if d.is_dir() and (d / PARTITION_METADATA_FILE).exists() and d.name not in known:
                 log.info("deleting stray partition directory %s", d.name)

@@ -273,3 +273,21 @@ def test_a_delta_changing_many_topics_is_brought_in_line_in_slices_that_yield_th
     assert slices == 5 and rm.partitions_reconciled - before == 60
     assert all(p.is_leader for p in rm.partitions())
     assert rm.close_logs() == 0
+
+
+def test_stray_directories_are_decided_by_the_metadata_not_by_the_logs_opened_so_far(tmp_path):
+    image = ClusterImage()
+    applied(image, register(1, 11))
+    applied(image, create("t", "id-t", *[part([1]) for _ in range(20)]))
+    rm = _manager(tmp_path, image)
+    assert rm.reconcile_now() and rm.close_logs() == 0
+    gone = tmp_path / "gone-0"  # a partition the metadata no longer assigns here
+    gone.mkdir()
+    (gone / "partition.metadata").write_text("version: 0\ntopic_id: id-gone\n")
+    # Restarted: ready (caught up with the metadata) before any of its 20 logs is open again.
+    restarted = _manager(tmp_path, image)
+    restarted.remove_stray_logs_once()
+    assert not gone.exists()
+    assert all((tmp_path / f"t-{p}" / "partition.metadata").exists() for p in range(20))
+    assert restarted.reconcile_now() and restarted.logs_recovered == 0  # the clean logs, not new ones
+    assert restarted.close_logs() == 0
