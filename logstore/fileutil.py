@@ -24,13 +24,15 @@ is served), and a reader of such a file treats an empty one as never written (mo
 leader_epoch.py and replica_manager.py).
 
 Concurrency: a `SyncBatch` may be filled from several threads (each runs its writes inside
-`deferring()`, which is per thread); `sync()` is called once all of them are done.
+`deferring()`, which is per thread); `sync()` is called once all of them are done. `deferring()`
+covers the synchronous code inside the block only: it is a thread-local, not a context variable,
+so an asyncio task created inside the block (a replica fetcher started by a reconcile pass) does
+not inherit it and write unsynced long after the block's sync.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import ctypes
 import ctypes.util
 import os
@@ -43,7 +45,8 @@ from typing import Iterator
 #: are not worth; 32 paths of ~13 ms fsyncs are about the cost of one such writeback.
 SYNCFS_MIN_PATHS = 32
 
-_DEFERRING: contextvars.ContextVar["SyncBatch | None"] = contextvars.ContextVar("lakelog_sync_batch", default=None)
+#: `.batch`: the `SyncBatch` whose `deferring()` block this thread is in (None outside one).
+_DEFERRING = threading.local()
 #: Suffix of a batched replacement's temp file (apart from `atomic_write`'s own `.tmp`, which an
 #: unbatched write of the same path may be writing meanwhile).
 BATCH_TEMP_SUFFIX = ".batch.tmp"
@@ -102,11 +105,12 @@ class SyncBatch:
     @contextlib.contextmanager
     def deferring(self) -> Iterator["SyncBatch"]:
         """Within the block (this thread), `atomic_write` of a new file records it here unsynced."""
-        token = _DEFERRING.set(self)
+        outer = getattr(_DEFERRING, "batch", None)
+        _DEFERRING.batch = self
         try:
             yield self
         finally:
-            _DEFERRING.reset(token)
+            _DEFERRING.batch = outer
 
     def add_file(self, path: Path) -> None:
         """A new file whose bytes and directory entry `sync` must make durable."""
@@ -201,7 +205,7 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, fsync: bool = True, mo
     `SyncBatch.deferring()` a file that does not exist yet is written without fsync and recorded
     in the batch, and with `batchable` so is the replacement of an existing one (module doc)."""
     path = Path(path)
-    batch = _DEFERRING.get() if fsync else None
+    batch = getattr(_DEFERRING, "batch", None) if fsync else None
     if batch is not None and path.exists():
         if batchable and mode is None:
             batch.add_replacement(path, data)

@@ -131,3 +131,23 @@ def test_a_batched_replacement_whose_directory_was_deleted_is_dropped(tmp_path):
     shutil.rmtree(tmp_path / "d")  # the partition was deleted meanwhile
     batch.sync()
     assert not path.exists() and not fileutil._PENDING
+
+
+def test_a_task_created_inside_a_deferring_block_writes_durably_on_its_own(tmp_path, monkeypatch):
+    import asyncio
+
+    calls = _count_durability_calls(monkeypatch)
+    batch = SyncBatch(tmp_path)
+
+    async def later() -> None:
+        atomic_write(tmp_path / "by-task", b"x")  # e.g. a replica fetcher started by a reconcile
+
+    async def main() -> None:
+        with batch.deferring():
+            task = asyncio.get_running_loop().create_task(later())
+            atomic_write(tmp_path / "in-block", b"x")
+        await task
+
+    asyncio.run(main())
+    assert len(batch) == 2  # only the block's own file (and its directory) wait for the sync
+    assert calls == ["fsync", "fsync"]  # the task's file and directory, at once
