@@ -36,7 +36,10 @@ What is measured, per size:
   partitions were writable are printed beside it. At 3,000 partitions on a shared machine the
   sweep with 8 threads took as long as the failover itself (every thread waits in an acks=all
   produce whose ISR still names the dead node until it is fenced, then the whole sweep is still
-  ahead); `--probe-threads 64` brings the figure closer to when the partitions became writable.
+  ahead); `--probe-threads 64` sends more at once, but the nodes' produce rate bounds the sweep
+  either way. So the cluster's own part is printed too: the seconds until a live node's metadata
+  shows every partition with a leader other than the dead node and the dead node out of every
+  ISR (polled every second from a thread beside the probe).
 * restart — a clean stop (SIGTERM) of one node that is not the active controller, then its start
   again: the seconds the stop took, from the start until the node serves (`/readyz` answers 200),
   and until every partition lists it in the ISR again (polled every second); and the phases the
@@ -254,6 +257,8 @@ def failover(cluster: Cluster, topics: list[str], layout: list[int],
                   "healthy_refused": float(sum(1 for _, status in swept if status != 200))}
         victim.kill()
         t0 = time.monotonic()
+        watcher = ThreadPoolExecutor(1)
+        moved = watcher.submit(metadata_moved_s, live[0], victim.node_id, topics, t0)
         round_no = 0
         while pending:
             if time.monotonic() - t0 > FAILOVER_GIVE_UP_S:
@@ -268,10 +273,28 @@ def failover(cluster: Cluster, topics: list[str], layout: list[int],
                     refused[status] = refused.get(status, 0) + 1
             if pending:
                 time.sleep(0.2)
+    detail["metadata_s"] = moved.result()
+    watcher.shutdown()
     writable_at.sort()
     detail["half_s"] = writable_at[len(writable_at) // 2]
     detail["p99_s"] = writable_at[max(0, int(len(writable_at) * 0.99) - 1)]
     return time.monotonic() - t0, refused, detail
+
+
+def metadata_moved_s(node: NodeProc, dead: int, topics: list[str], t0: float) -> float:
+    """Seconds from `t0` until `node` shows every partition led by another node than `dead`, with
+    `dead` out of its ISR (-1.0 when that did not happen within FAILOVER_GIVE_UP_S)."""
+    with httpx.Client() as c:
+        while time.monotonic() - t0 < FAILOVER_GIVE_UP_S:
+            try:
+                views = partition_views(c, node, topics).values()
+                if all(v["leader"] not in (-1, dead) and not any(r["broker"] == dead and r["in_sync"]
+                                                                  for r in v["replicas"]) for v in views):
+                    return time.monotonic() - t0
+            except (httpx.HTTPError, RuntimeError):
+                pass
+            time.sleep(1.0)
+    return -1.0
 
 
 def restart(cluster: Cluster, topics: list[str], timeout_s: float, *, crash: bool = False) -> dict:
@@ -348,6 +371,8 @@ def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
         if "failover" in args.only:
             result["failover"] = failover(cluster, topics, layout, args.probe_threads)
             d = result["failover"][2]
+            print(f"{replicas}: every partition led by a live node, the dead one out of every ISR, {d['metadata_s']:.1f} s "
+                  f"after SIGKILL (a live node's metadata, polled every second)", flush=True)
             print(f"{replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL (half by "
                   f"{d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s; the probe's sweep over every partition of the "
                   f"healthy cluster took {d['healthy_sweep_s']:.1f} s, {d['healthy_refused']:.0f} refused); "
@@ -413,7 +438,8 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         fo = "—" if "failover" not in r else f"{r['failover'][0]:.1f} s (refused: {r['failover'][1] or 'none'})"
         if "failover" in r and len(r["failover"]) > 2:
             d = r["failover"][2]
-            fo += f"; half by {d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s; healthy sweep {d['healthy_sweep_s']:.1f} s"
+            fo += (f"; half by {d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s; healthy sweep {d['healthy_sweep_s']:.1f} s;"
+                   f" leaders and ISRs moved in the metadata {d['metadata_s']:.1f} s")
         created = "not settled" if r["create_s"] is None else f"{r['create_s']:.0f} s"
         rs = r.get("restart")
         rst = "—" if rs is None else (f"stop {rs['stop_s']:.1f} s; serving {rs['ready_s']:.1f} s; all ISRs "
