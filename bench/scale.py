@@ -29,11 +29,22 @@ What is measured, per size:
 * produce — one acks=all JSON record to each partition in turn, sent to its leader: p50 / p99 / max.
 * failover — SIGKILL of one node (not the active controller); the seconds until every partition
   took an acks=all produce again (any live node: a non-leader forwards), and how many attempts
-  were refused meanwhile (by status).
+  were refused meanwhile (by status). The probe goes over the pending partitions with
+  `--probe-threads` threads (default 8), each partition through one of the live nodes in turn, so
+  its last success also includes the time one sweep over every partition takes: that sweep, timed
+  on the healthy cluster just before the kill, and the seconds by which half and 99% of the
+  partitions were writable are printed beside it. At 3,000 partitions on a shared machine the
+  sweep with 8 threads took as long as the failover itself (every thread waits in an acks=all
+  produce whose ISR still names the dead node until it is fenced, then the whole sweep is still
+  ahead); `--probe-threads 64` sends more at once, but the nodes' produce rate bounds the sweep
+  either way. So the cluster's own part is printed too: the seconds until a live node's metadata
+  shows every partition with a leader other than the dead node and the dead node out of every
+  ISR (polled every second from a thread beside the probe).
 * restart — a clean stop (SIGTERM) of one node that is not the active controller, then its start
   again: the seconds the stop took, from the start until the node serves (`/readyz` answers 200),
   and until every partition lists it in the ISR again (polled every second); and the phases the
   restarted node's log names (`startup phase` lines at INFO).
+* restart-crash — the same after a SIGKILL (no clean-shutdown marker: every log is recovered).
 
 The figures go to the "scale" section of docs/benchmarks.md through `bench.harness.rewrite_section`.
 """
@@ -214,16 +225,18 @@ def produce_each(cluster: Cluster, topics: list[str]) -> tuple[list[float], int]
     return out, failed
 
 
-def failover(cluster: Cluster, topics: list[str], layout: list[int]) -> tuple[float, dict[int, int]]:
+def failover(cluster: Cluster, topics: list[str], layout: list[int],
+             threads: int = 8) -> tuple[float, dict[int, int], dict[str, float]]:
     """SIGKILL one node that is not the active controller; seconds until every partition took an
-    acks=all produce through a live node, and the refusals meanwhile by status."""
+    acks=all produce through a live node, the refusals meanwhile by status, and the detail: the
+    probe's sweep over every partition on the healthy cluster, and when half and 99% were writable."""
     controller = cluster.controller_id()
     victim = next(n for n in reversed(cluster.nodes) if n.node_id != controller)
     live = [n for n in cluster.nodes if n is not victim]
-    pending = {(t, p) for t, n in zip(topics, layout) for p in range(n)}
+    every = [(t, p) for t, n in zip(topics, layout) for p in range(n)]
+    pending = set(every)
     refused: dict[int, int] = {}
-    victim.kill()
-    t0 = time.monotonic()
+    writable_at: list[float] = []
 
     def attempt(key: tuple[str, int], url: str) -> tuple[tuple[str, int], int]:
         try:
@@ -233,31 +246,67 @@ def failover(cluster: Cluster, topics: list[str], layout: list[int]) -> tuple[fl
         except httpx.HTTPError:
             return key, 0
 
-    with httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16)) as client, \
-            ThreadPoolExecutor(8) as pool:
+    def node_for(i: int) -> str:
+        return live[i % len(live)].url
+
+    with httpx.Client(timeout=30, limits=httpx.Limits(max_connections=2 * threads)) as client, \
+            ThreadPoolExecutor(threads) as pool:
+        s0 = time.monotonic()
+        swept = list(pool.map(lambda ik: attempt(ik[1], node_for(ik[0])), enumerate(every)))
+        detail = {"healthy_sweep_s": time.monotonic() - s0,
+                  "healthy_refused": float(sum(1 for _, status in swept if status != 200))}
+        victim.kill()
+        t0 = time.monotonic()
+        watcher = ThreadPoolExecutor(1)
+        moved = watcher.submit(metadata_moved_s, live[0], victim.node_id, topics, t0)
         round_no = 0
         while pending:
             if time.monotonic() - t0 > FAILOVER_GIVE_UP_S:
                 raise TimeoutError(f"{len(pending)} partitions still not writable after {FAILOVER_GIVE_UP_S}s")
-            url = live[round_no % len(live)].url
+            base = round_no
             round_no += 1
-            for key, status in pool.map(lambda k: attempt(k, url), sorted(pending)):
+            for key, status in pool.map(lambda ik: attempt(ik[1], node_for(base + ik[0])), enumerate(sorted(pending))):
                 if status == 200:
                     pending.discard(key)
+                    writable_at.append(time.monotonic() - t0)
                 else:
                     refused[status] = refused.get(status, 0) + 1
             if pending:
                 time.sleep(0.2)
-    return time.monotonic() - t0, refused
+    detail["metadata_s"] = moved.result()
+    watcher.shutdown()
+    writable_at.sort()
+    detail["half_s"] = writable_at[len(writable_at) // 2]
+    detail["p99_s"] = writable_at[max(0, int(len(writable_at) * 0.99) - 1)]
+    return time.monotonic() - t0, refused, detail
 
 
-def restart(cluster: Cluster, topics: list[str], timeout_s: float) -> dict:
-    """Clean stop and start of one node that is not the active controller: seconds to stop, to
-    serve again, and to be back in every ISR."""
+def metadata_moved_s(node: NodeProc, dead: int, topics: list[str], t0: float) -> float:
+    """Seconds from `t0` until `node` shows every partition led by another node than `dead`, with
+    `dead` out of its ISR (-1.0 when that did not happen within FAILOVER_GIVE_UP_S)."""
+    with httpx.Client() as c:
+        while time.monotonic() - t0 < FAILOVER_GIVE_UP_S:
+            try:
+                views = partition_views(c, node, topics).values()
+                if all(v["leader"] not in (-1, dead) and not any(r["broker"] == dead and r["in_sync"]
+                                                                  for r in v["replicas"]) for v in views):
+                    return time.monotonic() - t0
+            except (httpx.HTTPError, RuntimeError):
+                pass
+            time.sleep(1.0)
+    return -1.0
+
+
+def restart(cluster: Cluster, topics: list[str], timeout_s: float, *, crash: bool = False) -> dict:
+    """Clean stop (or with `crash`, SIGKILL) and start of one node that is not the active
+    controller: seconds to stop, to serve again, and to be back in every ISR."""
     controller = cluster.controller_id()
     node = next(n for n in reversed(cluster.nodes) if n.node_id != controller)
     t0 = time.monotonic()
-    node.terminate()
+    if crash:
+        node.kill()
+    else:
+        node.terminate()
     assert node.proc is not None
     node.proc.wait(timeout_s)
     out = {"stop_s": time.monotonic() - t0}
@@ -272,8 +321,8 @@ def restart(cluster: Cluster, topics: list[str], timeout_s: float) -> dict:
     with open(node.log_path, "rb") as f:
         f.seek(mark)
         for line in f:
-            if not any(m in line for m in PHASE_MARKS):
-                continue
+            if not any(m in line for m in PHASE_MARKS) or b" recovered: " in line:
+                continue  # one line per log recovered after a crash: the `startup phase` lines count them
             try:
                 doc = json.loads(line)
                 at = datetime.datetime.fromisoformat(doc["ts"].replace("Z", "+00:00")).timestamp() - wall0
@@ -310,15 +359,23 @@ def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
                 result["produce"] = (statistics.median(lat), lat[max(0, int(len(lat) * 0.99) - 1)], lat[-1], failed)
                 print(f"{replicas}: produce p50 {result['produce'][0]:.1f} ms p99 {result['produce'][1]:.1f} ms, "
                       f"{failed} refused", flush=True)
-        if "restart" in args.only:
-            result["restart"] = restart(cluster, topics, FAILOVER_GIVE_UP_S)
-            r = result["restart"]
-            print(f"{replicas}: clean stop {r['stop_s']:.1f} s; restart to serving {r['ready_s']:.1f} s, to back in "
-                  f"every ISR {r['in_sync_s'] if r['in_sync_s'] is None else round(r['in_sync_s'], 1)} s", flush=True)
+        for kind in ("restart", "restart-crash"):
+            if kind not in args.only:
+                continue
+            result[kind] = restart(cluster, topics, FAILOVER_GIVE_UP_S, crash=kind == "restart-crash")
+            r = result[kind]
+            print(f"{replicas}: {'SIGKILL' if kind == 'restart-crash' else 'clean stop'} {r['stop_s']:.1f} s; restart "
+                  f"to serving {r['ready_s']:.1f} s, to back in every ISR "
+                  f"{r['in_sync_s'] if r['in_sync_s'] is None else round(r['in_sync_s'], 1)} s", flush=True)
             print("\n".join(r["phases"]), flush=True)
         if "failover" in args.only:
-            result["failover"] = failover(cluster, topics, layout)
-            print(f"{replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL; "
+            result["failover"] = failover(cluster, topics, layout, args.probe_threads)
+            d = result["failover"][2]
+            print(f"{replicas}: every partition led by a live node, the dead one out of every ISR, {d['metadata_s']:.1f} s "
+                  f"after SIGKILL (a live node's metadata, polled every second)", flush=True)
+            print(f"{replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL (half by "
+                  f"{d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s; the probe's sweep over every partition of the "
+                  f"healthy cluster took {d['healthy_sweep_s']:.1f} s, {d['healthy_refused']:.0f} refused); "
                   f"refused {result['failover'][1]}", flush=True)
     finally:
         cluster.stop()
@@ -379,10 +436,18 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
                           " / ".join(f"{m:.0f}" for m in rss)]
         prod = "—" if "produce" not in r else "{:.1f} / {:.1f} / {:.1f} ({} refused)".format(*r["produce"])
         fo = "—" if "failover" not in r else f"{r['failover'][0]:.1f} s (refused: {r['failover'][1] or 'none'})"
+        if "failover" in r and len(r["failover"]) > 2:
+            d = r["failover"][2]
+            fo += (f"; half by {d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s; healthy sweep {d['healthy_sweep_s']:.1f} s;"
+                   f" leaders and ISRs moved in the metadata {d['metadata_s']:.1f} s")
         created = "not settled" if r["create_s"] is None else f"{r['create_s']:.0f} s"
         rs = r.get("restart")
         rst = "—" if rs is None else (f"stop {rs['stop_s']:.1f} s; serving {rs['ready_s']:.1f} s; all ISRs "
                                       + ("not within the limit" if rs["in_sync_s"] is None else f"{rs['in_sync_s']:.1f} s"))
+        rc = r.get("restart-crash")
+        if rc is not None:
+            rst += ("; after SIGKILL: serving " f"{rc['ready_s']:.1f} s, all ISRs "
+                    + ("not within the limit" if rc["in_sync_s"] is None else f"{rc['in_sync_s']:.1f} s"))
         rows.append([r["side"], f"{r['replicas']:,}", created, *idle_cells, prod, fo, rst])
     lines = ["## Scale: many partitions per node on 3 nodes", "",
              f"`{command_line()}` at {git_revision(ROOT)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
@@ -413,13 +478,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer", choices=["kafka"], help="also measure Apache Kafka 4.1 at each size (after Lakelog)")
     parser.add_argument("--idle-s", type=float, default=60.0)
     parser.add_argument("--only", default="idle,produce,failover,restart",
-                        help="comma-separated subset of idle, produce, failover, restart (restart runs before failover)")
+                        help="comma-separated subset of idle, produce, failover, restart, restart-crash "
+                             "(the restarts run before failover)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tolerant", action="store_true", help="raise the session and election timeouts (TOLERANT)")
     parser.add_argument("--settle-s", type=float, default=300.0, help="most seconds to wait for every ISR to fill")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--section", default=SECTION, help="the docs/benchmarks.md section to rewrite")
     parser.add_argument("--dir", default=tempfile.gettempdir())
+    parser.add_argument("--probe-threads", type=int, default=8,
+                        help="concurrent acks=all produces of the failover probe (see the module doc)")
+    parser.add_argument("--keep", action="store_true", help="keep the node directories and logs under --dir")
     args = parser.parse_args(argv)
     args.only = set(args.only.split(","))
     atexit.register(kill_all_started)
@@ -431,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_size(root, n, args))
         if args.peer == "kafka":
             results.append(run_kafka_size(root, n, args))
-    shutil.rmtree(root, ignore_errors=True)  # kept after a failure: the node logs say why
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)  # kept after a failure: the node logs say why
     text = report(results, args)
     print(text)
     if not args.no_write:

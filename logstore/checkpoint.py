@@ -22,10 +22,13 @@ from lakelog.logstore.fileutil import atomic_write
 CHECKPOINT_VERSION = 0
 
 
-def write_checkpoint(path: str | os.PathLike, entries: list[tuple[int, ...]], *, fsync: bool = True) -> None:
+def write_checkpoint(path: str | os.PathLike, entries: list[tuple[int, ...]], *, fsync: bool = True,
+                     batchable: bool = False) -> None:
+    """Replace the file with `entries`; with `batchable`, inside a `SyncBatch` (fileutil.py) the
+    replacement is made durable by the batch's sync rather than before this returns."""
     lines = [str(CHECKPOINT_VERSION), str(len(entries))]
     lines += [" ".join(str(v) for v in e) for e in entries]
-    atomic_write(path, ("\n".join(lines) + "\n").encode("ascii"), fsync=fsync)
+    atomic_write(path, ("\n".join(lines) + "\n").encode("ascii"), fsync=fsync, batchable=batchable)
 
 
 def read_checkpoint(path: str | os.PathLike, width: int) -> list[tuple[int, ...]] | None:

@@ -7,23 +7,32 @@ partitions paid thousands of them. Inside `SyncBatch.deferring()` an `atomic_wri
 file which did not exist is written and renamed without fsync and recorded; `SyncBatch.sync()`
 then makes every recorded file and directory durable at once: one `syncfs(2)` of the file system
 holding them (Linux), or, elsewhere or for a handful of paths, one fsync per recorded file and
-directory. A write that replaces an existing file is never deferred: it stays crash-safe on its
-own, so a deferral can only ever lose files that did not exist before.
+directory. A write that replaces an existing file is not deferred either (it stays crash-safe on
+its own), unless the caller asks for it (`atomic_write(..., batchable=True)`: a new leader stamping
+its epoch in a thousand `leader-epoch-checkpoint`s after a failover paid two fsyncs each on the
+event loop). A batched replacement keeps the old-or-new guarantee in two phases: `sync()` writes
+the new bytes of every recorded replacement to a temp file, makes them durable together with the
+new files, renames each over its file, and then makes the renames durable (one more `syncfs`, or
+one fsync per directory). A later unbatched write of the same path takes it out of the batch, so
+the batch never renames older bytes over newer ones.
 
 Crash behaviour of a deferred write: until `sync()` returns, a crash may leave the new file
-absent, empty, or whole (its few bytes are one write), and the new directory absent. The caller
+absent, empty, or whole (its few bytes are one write), and the new directory absent; a batched
+replacement leaves the old file or the new one (its temp file is durable before the rename). The caller
 syncs before it reports or serves what it created (the replica manager: before a new partition
 is served), and a reader of such a file treats an empty one as never written (module docs of
 leader_epoch.py and replica_manager.py).
 
 Concurrency: a `SyncBatch` may be filled from several threads (each runs its writes inside
-`deferring()`, which is per thread); `sync()` is called once all of them are done.
+`deferring()`, which is per thread); `sync()` is called once all of them are done. `deferring()`
+covers the synchronous code inside the block only: it is a thread-local, not a context variable,
+so an asyncio task created inside the block (a replica fetcher started by a reconcile pass) does
+not inherit it and write unsynced long after the block's sync.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import ctypes
 import ctypes.util
 import os
@@ -36,7 +45,15 @@ from typing import Iterator
 #: are not worth; 32 paths of ~13 ms fsyncs are about the cost of one such writeback.
 SYNCFS_MIN_PATHS = 32
 
-_DEFERRING: contextvars.ContextVar["SyncBatch | None"] = contextvars.ContextVar("lakelog_sync_batch", default=None)
+#: `.batch`: the `SyncBatch` whose `deferring()` block this thread is in (None outside one).
+_DEFERRING = threading.local()
+#: Suffix of a batched replacement's temp file (apart from `atomic_write`'s own `.tmp`, which an
+#: unbatched write of the same path may be writing meanwhile).
+BATCH_TEMP_SUFFIX = ".batch.tmp"
+#: path -> the batch holding its replacement; guards the hand-over between a batch's rename and an
+#: unbatched write of the same path (module doc).
+_PENDING: dict[Path, "SyncBatch"] = {}
+_PENDING_LOCK = threading.Lock()
 _libc: ctypes.CDLL | None = None
 
 
@@ -79,6 +96,8 @@ class SyncBatch:
         self.root = Path(root)
         self._files: set[Path] = set()
         self._dirs: set[Path] = set()
+        #: path -> new bytes of a batched replacement (the latest write wins).
+        self._replacements: dict[Path, bytes] = {}
         self._lock = threading.Lock()
         #: Durability calls made by `sync` (syncfs or fsync; an operation count: tests, metrics).
         self.calls = 0
@@ -86,11 +105,12 @@ class SyncBatch:
     @contextlib.contextmanager
     def deferring(self) -> Iterator["SyncBatch"]:
         """Within the block (this thread), `atomic_write` of a new file records it here unsynced."""
-        token = _DEFERRING.set(self)
+        outer = getattr(_DEFERRING, "batch", None)
+        _DEFERRING.batch = self
         try:
             yield self
         finally:
-            _DEFERRING.reset(token)
+            _DEFERRING.batch = outer
 
     def add_file(self, path: Path) -> None:
         """A new file whose bytes and directory entry `sync` must make durable."""
@@ -104,15 +124,58 @@ class SyncBatch:
             self._dirs.add(path)
             self._dirs.add(path.parent)
 
+    def add_replacement(self, path: Path, data: bytes) -> None:
+        """`data` replaces the existing file `path` at the next `sync` (module doc: two phases)."""
+        with _PENDING_LOCK:
+            other = _PENDING.get(path)
+            if other is not None and other is not self:
+                other._forget(path)
+            _PENDING[path] = self
+            with self._lock:
+                self._replacements[path] = data
+
+    def _forget(self, path: Path) -> None:
+        """An unbatched write of `path` came after this batch's replacement. Under `_PENDING_LOCK`."""
+        with self._lock:
+            self._replacements.pop(path, None)
+
     def __len__(self) -> int:
         with self._lock:
-            return len(self._files) + len(self._dirs)
+            return len(self._files) + len(self._dirs) + len(self._replacements)
 
     def sync(self) -> None:
         """Make everything recorded durable; returns once it is. Empties the batch."""
         with self._lock:
-            files, dirs = self._files, self._dirs
-            self._files, self._dirs = set(), set()
+            files, dirs, replacements = self._files, self._dirs, self._replacements
+            self._files, self._dirs, self._replacements = set(), set(), {}
+        temps = {}
+        for path, data in replacements.items():
+            temp = path.with_name(path.name + BATCH_TEMP_SUFFIX)
+            try:
+                with open(temp, "wb") as f:
+                    f.write(data)
+                temps[path] = temp
+            except FileNotFoundError:  # its directory was deleted meanwhile: nothing to keep
+                with _PENDING_LOCK:
+                    if _PENDING.get(path) is self:
+                        del _PENDING[path]
+        self._make_durable(files | set(temps.values()), dirs)
+        if not temps:
+            return
+        for path, temp in temps.items():
+            with _PENDING_LOCK:
+                current = _PENDING.get(path) is self
+                if current:
+                    del _PENDING[path]
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(temp, path)
+            if not current:  # an unbatched write came after: its bytes are the newer ones
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+        self._make_durable(set(), {p.parent for p in temps})
+
+    def _make_durable(self, files: set[Path], dirs: set[Path]) -> None:
+        """One `syncfs` from `SYNCFS_MIN_PATHS` paths on, else one fsync per file and directory."""
         if not files and not dirs:
             return
         if len(files) + len(dirs) >= SYNCFS_MIN_PATHS and syncfs(self.root):
@@ -133,17 +196,26 @@ class SyncBatch:
                 self.calls += 1
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, *, fsync: bool = True, mode: int | None = None) -> None:
+def atomic_write(path: str | os.PathLike, data: bytes, *, fsync: bool = True, mode: int | None = None,
+                 batchable: bool = False) -> None:
     """Replace `path` with `data` so that after a crash it holds either the old or the new bytes.
 
     `mode` (e.g. 0o600 for a secret) is the new file's permission bits from its creation on, so the
     bytes are never readable by others, not even briefly; None leaves them to the umask. Inside
     `SyncBatch.deferring()` a file that does not exist yet is written without fsync and recorded
-    in the batch (module doc)."""
+    in the batch, and with `batchable` so is the replacement of an existing one (module doc)."""
     path = Path(path)
-    batch = _DEFERRING.get() if fsync else None
+    batch = getattr(_DEFERRING, "batch", None) if fsync else None
     if batch is not None and path.exists():
+        if batchable and mode is None:
+            batch.add_replacement(path, data)
+            return
         batch = None  # a replacement keeps the old bytes safe on its own
+    if _PENDING:
+        with _PENDING_LOCK:
+            pending = _PENDING.pop(path, None)
+            if pending is not None:
+                pending._forget(path)  # these bytes are newer than the batch's
     tmp = path.with_name(path.name + ".tmp")
     if mode is not None:
         with contextlib.suppress(FileNotFoundError):

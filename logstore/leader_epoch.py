@@ -9,10 +9,13 @@ above E, or the log end offset if E is the latest. A follower truncates to that 
 its own high watermark) so that its log is a prefix of the leader's.
 
 Invariants: epochs and start offsets only grow along the list. Every change is persisted before the
-method returns, except the first write of a new file inside a `SyncBatch` (fileutil.py), which is
-durable once the batch syncs: a new partition's first stamp. A crash before that sync may leave the
-file empty; an empty file reads as no entries, and the unclean open that follows re-reads the log
-from its recovery point (0 for such a partition) and re-assigns the epochs its batches carry. Concurrency: not thread-safe; the owning partition log serialises calls.
+method returns, except a write inside a `SyncBatch` (fileutil.py), which is durable once the batch
+syncs: a new partition's first stamp, and the stamps of the partitions a node starts leading in
+one metadata delta (thousands after a failover; the replica manager syncs its batch before it
+returns to the event loop, so before any of them takes a produce). A crash before that sync leaves
+the old file (a replacement is batched in two phases, old or new), or of a new partition's first
+write an empty file; an empty file reads as no entries, and the unclean open that follows re-reads
+the log from its recovery point (0 for such a partition) and re-assigns the epochs its batches carry. Concurrency: not thread-safe; the owning partition log serialises calls.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class LeaderEpochCache:
             invariant(e2 > e1 and o2 >= o1, f"leader epoch entries must increase: {self._entries}")
 
     def _persist(self) -> None:
-        write_checkpoint(self.path, list(self._entries))
+        write_checkpoint(self.path, list(self._entries), batchable=True)
 
     @property
     def entries(self) -> list[tuple[int, int]]:

@@ -21,7 +21,8 @@ leader has an unknown LEO and holds the HW where it is.
 Catching up (replica.lag.time.max.ms): a follower's `last_caught_up_ms` is the time of a fetch at
 or past the leader's LEO, or — when it reaches the LEO the leader had at its previous fetch — that
 previous fetch's time. On `Tick`, ISR members lagging longer are proposed out; a follower whose LEO
-reaches the HW and the start of the current leader epoch (KAFKA-7128) is proposed back in. One ISR
+reaches the HW and the start of the current leader epoch (KAFKA-7128) is proposed back in, if its
+broker is eligible (unfenced, not shutting down: KIP-841, `FollowerFetch.isr_eligible`). One ISR
 change is in flight at a time; the committed ISR arrives with the next `BecomeLeader`.
 
 Follower: HW = max(log start, min(leader HW, own LEO)); a new leader epoch means the follower must
@@ -239,7 +240,7 @@ class ReplicaCore:
         state.last_fetch_ms = e.now_ms
         self._maybe_advance_high_watermark()
         current = self.pending_isr if self.pending_isr is not None else self.isr
-        if (e.replica_id not in current and state.leo >= self.high_watermark
+        if (e.replica_id not in current and e.isr_eligible and state.leo >= self.high_watermark
                 and (state.leo >= self.epoch_start_offset or not self.rules.isr_join_requires_epoch_start)):
             new_isr = tuple(r for r in self.replicas if r in current or r == e.replica_id)
             self._propose_isr(new_isr, f"node {e.replica_id} caught up at {state.leo}")

@@ -83,12 +83,20 @@ class Appended:
 
 @dataclass(frozen=True)
 class FollowerFetch:
-    """Follower `replica_id` fetched at `fetch_offset` (within [log start, LEO]) when the leader's LEO was `leo`."""
+    """Follower `replica_id` fetched at `fetch_offset` (within [log start, LEO]) when the leader's LEO was `leo`.
+
+    `isr_eligible`: the leader's metadata shows the follower's broker unfenced and not shutting down
+    (KIP-841): only then may a caught-up follower be proposed into the ISR. A broker that died keeps
+    a fetch session that looks caught up on an idle partition for up to replica.lag.time.max.ms;
+    proposing it back into the ISR right after the controller fenced it would hold every acks=all
+    produce of the partition (the maximal ISR counts a pending expansion) until the controller
+    refused the change."""
 
     replica_id: int
     fetch_offset: int
     leo: int
     now_ms: int
+    isr_eligible: bool = True
 
 
 @dataclass(frozen=True)

@@ -39,15 +39,18 @@ MAX_ISR_CHANGES_PER_REQUEST = 1000
 class IsrManager:
     def __init__(self, node_id: int, lag_time_max_ms: int, *, partitions: Callable[[], list[Partition]],
                  fetch_sessions: FetchSessions, controller_call: Callable[..., Awaitable[dict[str, Any]]],
-                 broker_epoch: Callable[[], int]) -> None:
+                 broker_epoch: Callable[[], int], isr_eligible: Callable[[int], bool] = lambda node_id: True) -> None:
         """`partitions`: this node's replicas; `fetch_sessions`: followers' sessions with this node as
-        their leader; `controller_call(op, args)`: a request to the controller."""
+        their leader; `controller_call(op, args)`: a request to the controller; `isr_eligible(node_id)`:
+        the metadata shows that broker unfenced and not shutting down (only then is it proposed into
+        an ISR: a dead follower's session still looks caught up for replica.lag.time.max.ms)."""
         self.node_id = node_id
         self.lag_time_max_ms = lag_time_max_ms
         self._partitions = partitions
         self._fetch_sessions = fetch_sessions
         self._controller_call = controller_call
         self._broker_epoch = broker_epoch
+        self._isr_eligible = isr_eligible
         self._backoff = RetryBackoff()  # a refused ISR change is not re-sent on every follower fetch
         #: ISR changes waiting for the next AlterPartition request, and the task sending them.
         self._pending: dict[PartitionKey, tuple[Partition, ProposeIsr]] = {}
@@ -91,8 +94,8 @@ class IsrManager:
 
     def follower_fetched(self, p: Partition, replica_id: int, offset: int, now: int | None = None) -> None:
         """A follower of `p` fetched from `offset` (at `now`, monotonic ms; default: now): expand the
-        ISR if it caught up."""
-        proposal = p.on_follower_fetch(replica_id, offset, now=now)
+        ISR if it caught up and its broker is eligible."""
+        proposal = p.on_follower_fetch(replica_id, offset, now=now, isr_eligible=self._isr_eligible(replica_id))
         if proposal is not None and self._propose(p, proposal):
             self.expands += 1
             log.info("%s: node %d caught up; expanding ISR to %s", p.key, replica_id, list(proposal.new_isr))

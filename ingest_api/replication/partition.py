@@ -314,10 +314,12 @@ class Partition:
 
     # ------------------------------------------------------------------ leader: followers and the ISR
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now: int | None = None) -> ProposeIsr | None:
-        """Record a follower's fetch; returns the ISR expansion to propose when it caught up."""
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now: int | None = None, *,
+                          isr_eligible: bool = True) -> ProposeIsr | None:
+        """Record a follower's fetch; returns the ISR expansion to propose when it caught up (and
+        `isr_eligible`: its broker unfenced and not shutting down)."""
         t = monotonic_ms() if now is None else now
-        proposals = self._step(rc.FollowerFetch(replica_id, fetch_offset, self.log.log_end_offset, t))
+        proposals = self._step(rc.FollowerFetch(replica_id, fetch_offset, self.log.log_end_offset, t, isr_eligible))
         return proposals[0] if proposals else None
 
     def tick(self, lag_max_ms: int, now: int | None = None) -> ProposeIsr | None:

@@ -135,7 +135,7 @@ class ReplicaManager:
         #: (`isr_manager.py`); the node runs its loop.
         self.isr = IsrManager(self.node_id, config.replica_lag_time_max_ms, partitions=self.partitions,
                               fetch_sessions=self.fetch_sessions, controller_call=controller_call,
-                              broker_epoch=broker_epoch)
+                              broker_epoch=broker_epoch, isr_eligible=self._isr_eligible)
         #: The flush scheduler (`flush_scheduler.py`), fed by the logs' append listeners; the node
         #: runs its loop on a thread.
         self.flush = FlushScheduler(config.log_flush_scheduler_interval_ms, self.local_partition, self.log_dir)
@@ -151,6 +151,11 @@ class ReplicaManager:
 
     def topic_id(self, topic: str) -> str | None:
         return self._topic_ids.get(topic)
+
+    def _isr_eligible(self, node_id: int) -> bool:
+        """The metadata shows broker `node_id` unfenced and not shutting down: it may join an ISR."""
+        reg = self.image.brokers.get(node_id)
+        return reg is not None and not reg.fenced and not reg.in_controlled_shutdown
 
     # ------------------------------------------------------------------ metadata -> replicas
 
@@ -203,7 +208,10 @@ class ReplicaManager:
         whose state object changed: applying a metadata delta costs what it changed, not the
         partition count. The partitions this node lacks are opened first, as many as the budget
         allows (at least one per call); only once none is missing does the full pass run (roles,
-        fetchers, configs, drops), so a sliced reconcile never repeats that pass per slice.
+        fetchers, configs, drops), so a sliced reconcile never repeats that pass per slice. The full
+        pass is sliced too, by topic (at least one per call): a failover's delta changes every
+        partition of every topic, thousands of role changes that would hold the event loop for
+        seconds; a topic it finished is not looked at again (`_seen_topics`).
         """
         deadline = None if budget_s is None else time.monotonic() + budget_s
         changed = [(name, t) for name, t in self.image.topics.items() if self._seen_topics.get(name) is not t]
@@ -227,7 +235,9 @@ class ReplicaManager:
             log.info("startup phase: %d partition logs opened in %.1f s (%d recovered after an unclean shutdown)",
                      self.logs_opened - opened_before, time.monotonic() - since,
                      self.logs_recovered - recovered_before)
-        for name, topic in changed:
+        for i, (name, topic) in enumerate(changed):
+            if i and deadline is not None and time.monotonic() > deadline:
+                return False
             self._reconcile_topic(name, topic)
         for name in [n for n in self._seen_topics if n not in self.image.topics]:
             for key in self._keys_by_topic.pop(name, set()):
@@ -260,6 +270,13 @@ class ReplicaManager:
             self._open_pool = ThreadPoolExecutor(max_workers=LOG_IO_THREADS, thread_name_prefix="log-open")
         started = time.monotonic()
         try:
+            try:
+                self.check_file_budget(len(missing))
+            except InvalidRequestError as e:
+                # Not all of them fit: the reconcile opens them one by one, each checked, as far as they do.
+                log.error("opening %d partition logs: %s", len(missing), e)
+                self._load_failed.update(key for key, _ in missing)
+                return
             futures = [loop.run_in_executor(self._open_pool, self._load_log, key, topic.topic_id, topic.configs)
                        for key, topic in missing]
             opened: list[tuple[PartitionKey, Any, PartitionLog]] = []
@@ -347,18 +364,20 @@ class ReplicaManager:
                 f.remove(key)
 
     def _open_partition(self, key: PartitionKey, topic_id: str, configs: dict[str, str]) -> Partition:
+        self.check_file_budget(1)
         return self._register_partition(key, topic_id, configs, self._load_log(key, topic_id, configs))
 
     def _load_log(self, key: PartitionKey, topic_id: str, configs: dict[str, str]) -> PartitionLog:
         """Open (recover, or create) a partition's log in its directory. Any thread. What it creates
-        is recorded in `new_files` unsynced: the caller syncs it before serving the log (module doc)."""
+        is recorded in `new_files` unsynced: the caller syncs it before serving the log (module doc).
+        The caller checks the file budget first (`check_file_budget`: once per batch, as it lists
+        /proc/self/fd, ~10 ms at 12,000 open files: per log, a restart paid seconds for it)."""
         directory = self.data_dir / f"{key.topic}-{key.partition}"
         marker = directory / PARTITION_METADATA_FILE
         if directory.exists() and marker.exists() and _read_topic_id(marker) != topic_id:
             # Also a creation a crash cut before its sync: an empty marker names no topic id.
             log.warning("%s: the directory belongs to an older topic of that name; deleting it", key)
             shutil.rmtree(directory)
-        self.check_file_budget(1)
         created = not directory.exists()
         with self.new_files.deferring():
             plog = PartitionLog(directory, self.config.log_config(configs))
@@ -401,13 +420,21 @@ class ReplicaManager:
         log.info("deleted the local replica of %s", key)
 
     def remove_stray_logs_once(self) -> None:
-        """Once caught up: delete partition directories the metadata no longer assigns to this node."""
+        """Once caught up: delete partition directories the metadata no longer assigns to this node.
+
+        Stray means not assigned by the metadata (nor open): the node is ready long before a
+        restart with thousands of replicas has opened their logs, and a directory whose log is
+        not open yet is not stray (deciding from the open logs deleted every log not yet opened,
+        racing the threads opening them). An older topic's directory under a reused name is
+        replaced where the log opens (`_load_log`: its topic id differs)."""
         if self._strays_removed:
             return
         self._strays_removed = True
         log.info("startup phase: serving; %d partition logs open", len(self._partitions))
         with self._lock:
             known = {f"{k.topic}-{k.partition}" for k in self._partitions}
+        known |= {f"{name}-{p}" for name, topic in self.image.topics.items()
+                  for p, st in enumerate(topic.partitions) if self.node_id in st.replicas}
         for d in self.data_dir.iterdir():
             if d.is_dir() and (d / PARTITION_METADATA_FILE).exists() and d.name not in known:
                 log.info("deleting stray partition directory %s", d.name)

@@ -77,3 +77,77 @@ def test_a_small_sync_batch_fsyncs_each_path_and_outside_a_batch_nothing_is_defe
     assert calls == ["fsync", "fsync"]
     batch.sync()
     assert calls[2:] == ["fsync", "fsync"]  # below SYNCFS_MIN_PATHS: the file, then its directory
+
+
+def test_a_batched_replacement_is_written_at_the_sync_in_two_phases(tmp_path, monkeypatch):
+    paths = [tmp_path / f"d{i}" / "ckpt" for i in range(40)]
+    for p in paths:
+        p.parent.mkdir()
+        atomic_write(p, b"old")
+    calls = _count_durability_calls(monkeypatch)
+    batch = SyncBatch(tmp_path)
+    with batch.deferring():
+        for p in paths:
+            atomic_write(p, b"new", batchable=True)
+            atomic_write(p, b"newer", batchable=True)  # the latest write of a path wins
+        atomic_write(tmp_path / "d0" / "other", b"x")  # a new file: deferred as before
+    assert calls == [] and all(p.read_bytes() == b"old" for p in paths)  # nothing written before the sync
+    batch.sync()
+    # The temp files (and the new file) durable, the renames, then the renames durable.
+    assert calls == ["syncfs", "syncfs"] and batch.calls == 2
+    assert all(p.read_bytes() == b"newer" for p in paths)
+    assert not list(tmp_path.glob("*/*.tmp"))
+    assert len(batch) == 0 and not fileutil._PENDING
+
+
+def test_an_unbatched_write_after_a_batched_one_is_never_overwritten_by_the_batch(tmp_path):
+    path = tmp_path / "ckpt"
+    atomic_write(path, b"old")
+    batch = SyncBatch(tmp_path)
+    with batch.deferring():
+        atomic_write(path, b"batched", batchable=True)
+    atomic_write(path, b"later")  # e.g. another thread, outside the batch: durable at once
+    batch.sync()
+    assert path.read_bytes() == b"later" and not fileutil._PENDING
+
+
+def test_outside_a_batch_a_batchable_write_is_durable_at_once(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt"
+    atomic_write(path, b"old")
+    calls = _count_durability_calls(monkeypatch)
+    atomic_write(path, b"new", batchable=True)
+    assert calls == ["fsync", "fsync"] and path.read_bytes() == b"new"
+
+
+def test_a_batched_replacement_whose_directory_was_deleted_is_dropped(tmp_path):
+    import shutil
+
+    path = tmp_path / "d" / "ckpt"
+    path.parent.mkdir()
+    atomic_write(path, b"old")
+    batch = SyncBatch(tmp_path)
+    with batch.deferring():
+        atomic_write(path, b"new", batchable=True)
+    shutil.rmtree(tmp_path / "d")  # the partition was deleted meanwhile
+    batch.sync()
+    assert not path.exists() and not fileutil._PENDING
+
+
+def test_a_task_created_inside_a_deferring_block_writes_durably_on_its_own(tmp_path, monkeypatch):
+    import asyncio
+
+    calls = _count_durability_calls(monkeypatch)
+    batch = SyncBatch(tmp_path)
+
+    async def later() -> None:
+        atomic_write(tmp_path / "by-task", b"x")  # e.g. a replica fetcher started by a reconcile
+
+    async def main() -> None:
+        with batch.deferring():
+            task = asyncio.get_running_loop().create_task(later())
+            atomic_write(tmp_path / "in-block", b"x")
+        await task
+
+    asyncio.run(main())
+    assert len(batch) == 2  # only the block's own file (and its directory) wait for the sync
+    assert calls == ["fsync", "fsync"]  # the task's file and directory, at once

@@ -148,3 +148,19 @@ def test_invariants_are_checked_every_step():
         c.step(rc.Appended(5))
     with pytest.raises(TypeError):
         c.step(object())  # type: ignore[arg-type]
+
+
+def test_a_caught_up_follower_of_a_fenced_broker_is_not_proposed_into_the_isr():
+    # KIP-841: the controller fenced F2 (dead: its last fetch session still looks caught up on an
+    # idle partition) and shrank the ISR. Proposing it back in would count it in the maximal ISR,
+    # holding every acks=all produce until the controller refused the change.
+    c, _ = leader(isr=(LEADER, F1), leo=10, hw=10)
+    c.step(rc.FollowerFetch(F1, 10, 10, 0))
+    assert c.step(rc.FollowerFetch(F2, 10, 10, 1, isr_eligible=False)) == []
+    assert c.maximal_isr() == (LEADER, F1) and not c.isr_change_in_flight
+    c.step(rc.Appended(11))
+    c.step(rc.FollowerFetch(F1, 11, 11, 2))
+    assert c.high_watermark == 11  # F2 holds nothing back
+    # Unfenced again: its next caught-up fetch proposes it.
+    (expand,) = of(c.step(rc.FollowerFetch(F2, 11, 11, 3)), rc.ProposeIsr)
+    assert expand.new_isr == REPLICAS
