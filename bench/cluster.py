@@ -185,10 +185,16 @@ class NodeProc:
     profile_out: Path | None = None
     #: When set, the node runs the `lakelog` package found in this directory (`--base-rev`).
     tree: Path | None = None
+    #: When set, the node also listens for Kafka clients (PLAINTEXT) on this port.
+    kafka_port: int | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def listeners(self) -> str:
+        return self.url + (f",PLAINTEXT://127.0.0.1:{self.kafka_port}" if self.kafka_port is not None else "")
 
     @property
     def running(self) -> bool:
@@ -196,7 +202,7 @@ class NodeProc:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        settings = {"node.id": str(self.node_id), "log.dirs": str(self.data_dir), "listeners": self.url,
+        settings = {"node.id": str(self.node_id), "log.dirs": str(self.data_dir), "listeners": self.listeners,
                     **self.settings}
         env = dict(os.environ, GLIBC_TUNABLES=MALLOC_TUNABLES)
         if self.tree is not None:
@@ -278,7 +284,7 @@ class Cluster:
     """`size` node processes on loopback forming one cluster (every node a controller voter)."""
 
     def __init__(self, root: Path, name: str, size: int, settings: dict[str, str], *, profile: bool = False,
-                 tree: Path | None = None) -> None:
+                 tree: Path | None = None, kafka: bool = False) -> None:
         self.name = name
         self.size = size
         self.settings = {**BASE_SETTINGS, **settings}
@@ -289,10 +295,15 @@ class Cluster:
                            "cluster.secret": CLUSTER_SECRET, "cluster.id": f"bench{name}".ljust(21, "0")[:21]})
         self.nodes = [NodeProc(i + 1, p, root / f"{name}-node-{i + 1}", root / f"{name}-node-{i + 1}.log", common,
                                profile_out=(root / f"{name}-node-{i + 1}.prof") if profile else None,
-                               tree=tree)
+                               tree=tree, kafka_port=free_port() if kafka else None)
                       for i, p in enumerate(ports)]
         self._cluster_id: str | None = None
         self._local = threading.local()
+
+    @property
+    def bootstrap(self) -> str:
+        """The Kafka clients' `bootstrap.servers` (a cluster made with `kafka=True`)."""
+        return ",".join(f"127.0.0.1:{n.kafka_port}" for n in self.nodes if n.kafka_port is not None)
 
     def start(self, timeout_s: float = 90.0) -> "Cluster":
         for n in self.nodes:

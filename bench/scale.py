@@ -28,18 +28,19 @@ What is measured, per size:
   thread on SIGUSR1 / SIGUSR2); one idle node's top functions by own time over the idle window.
 * produce — one acks=all JSON record to each partition in turn, sent to its leader: p50 / p99 / max.
 * failover — SIGKILL of one node (not the active controller); the seconds until every partition
-  took an acks=all produce again (any live node: a non-leader forwards), and how many attempts
-  were refused meanwhile (by status). The probe goes over the pending partitions with
-  `--probe-threads` threads (default 8), each partition through one of the live nodes in turn, so
-  its last success also includes the time one sweep over every partition takes: that sweep, timed
-  on the healthy cluster just before the kill, and the seconds by which half and 99% of the
-  partitions were writable are printed beside it. At 3,000 partitions on a shared machine the
-  sweep with 8 threads took as long as the failover itself (every thread waits in an acks=all
-  produce whose ISR still names the dead node until it is fenced, then the whole sweep is still
-  ahead); `--probe-threads 64` sends more at once, but the nodes' produce rate bounds the sweep
-  either way. So the cluster's own part is printed too: the seconds until a live node's metadata
-  shows every partition with a leader other than the dead node and the dead node out of every
-  ISR (polled every second from a thread beside the probe).
+  took an acks=all produce again, and the refusals or delivery errors meanwhile. The default probe
+  (`--probe kafka`) is the one the Kafka peer gets (bench/scale_kafka.py `failover_probe`): the
+  nodes listen for Kafka clients too, and confluent-kafka (acks=all, linger.ms=0) queues one record
+  to every partition right after the kill; librdkafka batches them per leader, retries and follows
+  the leader moves itself, and the last acknowledgement is the time every partition was writable.
+  `--probe http` sends acks=all JSON produces instead, each partition through one of the live
+  nodes in turn, `--probe-threads` (8) at a time, in sweeps over the pending partitions: its last
+  success also includes one sweep's time (at 3,000 partitions on a shared machine the sweep took
+  as long as the failover itself), so the sweep over the healthy cluster is timed first and
+  printed beside it. Either way the seconds by which half and 99% of the partitions were writable
+  are printed, and the cluster's own part: the seconds until a live node's metadata shows every
+  partition with a leader other than the dead node and the dead node out of every ISR (polled
+  every second from a thread beside the probe).
 * restart — a clean stop (SIGTERM) of one node that is not the active controller, then its start
   again: the seconds the stop took, from the start until the node serves (`/readyz` answers 200),
   and until every partition lists it in the ISR again (polled every second); and the phases the
@@ -73,7 +74,7 @@ import httpx  # noqa: E402
 
 from bench.cluster import Cluster, NodeProc, kill_all_started  # noqa: E402
 from bench.harness import command_line, git_revision, load_average, markdown_table, rewrite_section  # noqa: E402
-from bench.scale_kafka import KafkaScale  # noqa: E402
+from bench.scale_kafka import KafkaScale, failover_probe  # noqa: E402
 from lakelog.logstore.open_files import files_needed, lift_soft_limit  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "benchmarks.md"
@@ -225,14 +226,41 @@ def produce_each(cluster: Cluster, topics: list[str]) -> tuple[list[float], int]
     return out, failed
 
 
-def failover(cluster: Cluster, topics: list[str], layout: list[int],
-             threads: int = 8) -> tuple[float, dict[int, int], dict[str, float]]:
+def failover(cluster: Cluster, topics: list[str], layout: list[int], threads: int = 8,
+             probe: str = "kafka") -> tuple[float, dict, dict[str, float]]:
     """SIGKILL one node that is not the active controller; seconds until every partition took an
-    acks=all produce through a live node, the refusals meanwhile by status, and the detail: the
-    probe's sweep over every partition on the healthy cluster, and when half and 99% were writable."""
+    acks=all produce through a live node, the refusals meanwhile, and the detail: when half and 99%
+    were writable, and when a live node's metadata showed the move (`metadata_moved_s`).
+
+    `probe` "kafka": confluent-kafka on the nodes' Kafka listeners queues one record to every
+    partition at once, as the Kafka peer is probed (`scale_kafka.failover_probe`). "http": acks=all
+    JSON produces, each partition through one of the live nodes in turn, by `threads` threads, in
+    sweeps over the pending partitions (its last success also includes one sweep's time: the sweep
+    over the healthy cluster is timed first)."""
     controller = cluster.controller_id()
     victim = next(n for n in reversed(cluster.nodes) if n.node_id != controller)
     live = [n for n in cluster.nodes if n is not victim]
+    watcher = ThreadPoolExecutor(1)
+    moved: list = []
+
+    def kill() -> None:
+        victim.kill()
+        moved.append(watcher.submit(metadata_moved_s, live[0], victim.node_id, topics, time.monotonic()))
+
+    if probe == "kafka":
+        seconds, refused, writable_at = failover_probe(cluster.bootstrap, dict(zip(topics, layout)), kill)
+        detail: dict[str, float] = {}
+    else:
+        seconds, refused, writable_at, detail = _http_failover_probe(live, topics, layout, threads, kill)
+    detail["metadata_s"] = moved[0].result()
+    watcher.shutdown()
+    detail["half_s"] = writable_at[len(writable_at) // 2]
+    detail["p99_s"] = writable_at[max(0, int(len(writable_at) * 0.99) - 1)]
+    return seconds, refused, detail
+
+
+def _http_failover_probe(live: list[NodeProc], topics: list[str], layout: list[int], threads: int,
+                         kill) -> tuple[float, dict[int, int], list[float], dict[str, float]]:
     every = [(t, p) for t, n in zip(topics, layout) for p in range(n)]
     pending = set(every)
     refused: dict[int, int] = {}
@@ -255,10 +283,8 @@ def failover(cluster: Cluster, topics: list[str], layout: list[int],
         swept = list(pool.map(lambda ik: attempt(ik[1], node_for(ik[0])), enumerate(every)))
         detail = {"healthy_sweep_s": time.monotonic() - s0,
                   "healthy_refused": float(sum(1 for _, status in swept if status != 200))}
-        victim.kill()
+        kill()
         t0 = time.monotonic()
-        watcher = ThreadPoolExecutor(1)
-        moved = watcher.submit(metadata_moved_s, live[0], victim.node_id, topics, t0)
         round_no = 0
         while pending:
             if time.monotonic() - t0 > FAILOVER_GIVE_UP_S:
@@ -273,12 +299,7 @@ def failover(cluster: Cluster, topics: list[str], layout: list[int],
                     refused[status] = refused.get(status, 0) + 1
             if pending:
                 time.sleep(0.2)
-    detail["metadata_s"] = moved.result()
-    watcher.shutdown()
-    writable_at.sort()
-    detail["half_s"] = writable_at[len(writable_at) // 2]
-    detail["p99_s"] = writable_at[max(0, int(len(writable_at) * 0.99) - 1)]
-    return time.monotonic() - t0, refused, detail
+    return time.monotonic() - t0, refused, sorted(writable_at), detail
 
 
 def metadata_moved_s(node: NodeProc, dead: int, topics: list[str], t0: float) -> float:
@@ -334,7 +355,8 @@ def restart(cluster: Cluster, topics: list[str], timeout_s: float, *, crash: boo
 
 def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
     layout = topic_layout(replicas)
-    cluster = Cluster(root / f"r{replicas}", f"s{replicas}", 3, TOLERANT if args.tolerant else {}, profile=args.profile)
+    cluster = Cluster(root / f"r{replicas}", f"s{replicas}", 3, TOLERANT if args.tolerant else {}, profile=args.profile,
+                      kafka=args.probe == "kafka")
     cluster.start(timeout_s=120)
     result: dict = {"side": "Lakelog", "replicas": sum(layout)}
     try:
@@ -369,13 +391,14 @@ def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
                   f"{r['in_sync_s'] if r['in_sync_s'] is None else round(r['in_sync_s'], 1)} s", flush=True)
             print("\n".join(r["phases"]), flush=True)
         if "failover" in args.only:
-            result["failover"] = failover(cluster, topics, layout, args.probe_threads)
+            result["failover"] = failover(cluster, topics, layout, args.probe_threads, args.probe)
             d = result["failover"][2]
             print(f"{replicas}: every partition led by a live node, the dead one out of every ISR, {d['metadata_s']:.1f} s "
                   f"after SIGKILL (a live node's metadata, polled every second)", flush=True)
-            print(f"{replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL (half by "
-                  f"{d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s; the probe's sweep over every partition of the "
-                  f"healthy cluster took {d['healthy_sweep_s']:.1f} s, {d['healthy_refused']:.0f} refused); "
+            sweep = (f"; the probe's sweep over every partition of the healthy cluster took {d['healthy_sweep_s']:.1f} s, "
+                     f"{d['healthy_refused']:.0f} refused" if "healthy_sweep_s" in d else "")
+            print(f"{replicas}: every partition writable {result['failover'][0]:.1f} s after SIGKILL ({args.probe} probe; "
+                  f"half by {d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s{sweep}); "
                   f"refused {result['failover'][1]}", flush=True)
     finally:
         cluster.stop()
@@ -438,8 +461,9 @@ def report(results: list[dict], args: argparse.Namespace) -> str:
         fo = "—" if "failover" not in r else f"{r['failover'][0]:.1f} s (refused: {r['failover'][1] or 'none'})"
         if "failover" in r and len(r["failover"]) > 2:
             d = r["failover"][2]
-            fo += (f"; half by {d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s; healthy sweep {d['healthy_sweep_s']:.1f} s;"
-                   f" leaders and ISRs moved in the metadata {d['metadata_s']:.1f} s")
+            fo += (f"; half by {d['half_s']:.1f} s, 99% by {d['p99_s']:.1f} s;"
+                   + (f" healthy sweep {d['healthy_sweep_s']:.1f} s;" if "healthy_sweep_s" in d else "")
+                   + f" leaders and ISRs moved in the metadata {d['metadata_s']:.1f} s")
         created = "not settled" if r["create_s"] is None else f"{r['create_s']:.0f} s"
         rs = r.get("restart")
         rst = "—" if rs is None else (f"stop {rs['stop_s']:.1f} s; serving {rs['ready_s']:.1f} s; all ISRs "
@@ -486,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--section", default=SECTION, help="the docs/benchmarks.md section to rewrite")
     parser.add_argument("--dir", default=tempfile.gettempdir())
+    parser.add_argument("--probe", choices=["kafka", "http"], default="kafka",
+                        help="the failover probe: confluent-kafka on the Kafka listeners, one record queued to every "
+                             "partition at once (as the Kafka peer is probed), or HTTP sweeps (--probe-threads)")
     parser.add_argument("--probe-threads", type=int, default=8,
                         help="concurrent acks=all produces of the failover probe (see the module doc)")
     parser.add_argument("--keep", action="store_true", help="keep the node directories and logs under --dir")

@@ -29,6 +29,7 @@ import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -52,6 +53,43 @@ def _rss_mib(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def probe_producer(bootstrap: str, timeout_ms: int) -> Producer:
+    """The confluent-kafka producer both sides are probed with (acks=all, linger.ms=0)."""
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                     "message.timeout.ms": timeout_ms, "retry.backoff.max.ms": 1000,
+                     "topic.metadata.refresh.interval.ms": 1000,
+                     "log_level": 2})  # not the refused connections to the killed (and stopped) brokers
+
+
+def failover_probe(bootstrap: str, topics: dict[str, int], kill: Callable[[], None]
+                   ) -> tuple[float, dict[str, int], list[float]]:
+    """`kill()` one server, then queue one acks=all record to every partition at once (librdkafka
+    retries and follows the leader moves itself): seconds until the last one was acknowledged, the
+    delivery errors by name, and every partition's acknowledgement time, sorted."""
+    p = probe_producer(bootstrap, int(FAILOVER_GIVE_UP_S * 1000))
+    p.list_topics(timeout=30)
+    kill()
+    t0 = time.monotonic()
+    done: dict[tuple[str, int], float] = {}
+    errors: dict[str, int] = {}
+
+    def delivered(err, msg) -> None:
+        if err is None:
+            done[(msg.topic(), msg.partition())] = time.monotonic() - t0
+        else:
+            errors[err.name()] = errors.get(err.name(), 0) + 1
+
+    total = sum(topics.values())
+    for t, n in sorted(topics.items()):
+        for part in range(n):
+            p.produce(t, b"1", partition=part, on_delivery=delivered)
+    while len(done) + sum(errors.values()) < total and time.monotonic() - t0 < FAILOVER_GIVE_UP_S + 10:
+        p.poll(0.1)
+    if len(done) < total:
+        raise TimeoutError(f"{total - len(done)} partitions not writable after {FAILOVER_GIVE_UP_S}s ({errors})")
+    return max(done.values()), errors, sorted(done.values())
 
 
 class KafkaScale:
@@ -125,10 +163,7 @@ class KafkaScale:
         return {b: ((cpu1[b] - cpu0[b]) * 60 / wall, _rss_mib(self.cluster.procs[b - 1].pid)) for b in cpu0}
 
     def _producer(self, timeout_ms: int) -> Producer:
-        return Producer({"bootstrap.servers": self.cluster.bootstrap, "acks": "all", "linger.ms": 0,
-                         "message.timeout.ms": timeout_ms, "retry.backoff.max.ms": 1000,
-                         "topic.metadata.refresh.interval.ms": 1000,
-                         "log_level": 2})  # not the refused connections to the killed (and stopped) brokers
+        return probe_producer(self.cluster.bootstrap, timeout_ms)
 
     def produce_each(self, topics: dict[str, int]) -> tuple[list[float], int]:
         """One acks=all record to each partition in turn; latencies in ms, and how many failed."""
@@ -156,31 +191,14 @@ class KafkaScale:
         return int(m.group(1)) if m else None
 
     def failover(self, topics: dict[str, int]) -> tuple[float, dict[str, int]]:
-        """SIGKILL one broker that is not the quorum leader; seconds until every partition acknowledged
-        an acks=all record queued right after the kill, and the final delivery errors by name."""
+        """SIGKILL one broker that is not the quorum leader; `failover_probe`'s figures."""
         leader = self.quorum_leader()
         victim = next(b for b in (3, 2, 1) if b != leader)
-        p = self._producer(int(FAILOVER_GIVE_UP_S * 1000))
-        p.list_topics(timeout=30)
-        self.cluster.procs[victim - 1].kill()
-        self.cluster.procs[victim - 1].wait()
-        self.killed = victim
-        t0 = time.monotonic()
-        done: dict[tuple[str, int], float] = {}
-        errors: dict[str, int] = {}
 
-        def delivered(err, msg) -> None:
-            if err is None:
-                done[(msg.topic(), msg.partition())] = time.monotonic() - t0
-            else:
-                errors[err.name()] = errors.get(err.name(), 0) + 1
+        def kill() -> None:
+            self.cluster.procs[victim - 1].kill()
+            self.cluster.procs[victim - 1].wait()
+            self.killed = victim
 
-        total = sum(topics.values())
-        for t, n in sorted(topics.items()):
-            for part in range(n):
-                p.produce(t, b"1", partition=part, on_delivery=delivered)
-        while len(done) + sum(errors.values()) < total and time.monotonic() - t0 < FAILOVER_GIVE_UP_S + 10:
-            p.poll(0.1)
-        if len(done) < total:
-            raise TimeoutError(f"{total - len(done)} partitions not writable after {FAILOVER_GIVE_UP_S}s ({errors})")
-        return max(done.values()), errors
+        seconds, errors, _ = failover_probe(self.cluster.bootstrap, topics, kill)
+        return seconds, errors
