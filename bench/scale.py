@@ -140,7 +140,7 @@ def create_topics(cluster: Cluster, layout: list[int], settle_s: float) -> tuple
                     "configs": [{"name": "min.insync.replicas", "value": "2"}]}
             for attempt in range(60):  # a node busy opening the last topic's logs may answer 503 a while
                 r = c.post(cluster.live()[attempt % 3].url + f"/v3/clusters/{cid}/topics", json=body)
-                if r.status_code == 201 or (r.status_code == 400 and "already exists" in r.text):
+                if r.status_code == 201 or (r.status_code in (400, 409) and "already exists" in r.text):
                     break
                 if r.status_code != 503:
                     raise RuntimeError(f"creating {t}: {r.status_code} {r.text[:300]}")
