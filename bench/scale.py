@@ -293,7 +293,7 @@ def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
         result["create_s"] = created_s
         if created_s is None:
             print(f"{replicas}: the cluster did not settle within {args.settle_s:.0f} s", flush=True)
-        time.sleep(SETTLE_S)
+        time.sleep(args.rest_s)
         if "idle" in args.only:
             result["load_before"] = load_average()
             result["idle"] = idle(cluster, args.idle_s)
@@ -417,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tolerant", action="store_true", help="raise the session and election timeouts (TOLERANT)")
     parser.add_argument("--settle-s", type=float, default=300.0, help="most seconds to wait for every ISR to fill")
+    parser.add_argument("--rest-s", type=float, default=SETTLE_S,
+                        help="seconds between a settled cluster and the first measurement (the ISRs are full "
+                             "in the metadata before every node has opened its logs: at 3,000 replicas, use 60)")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--section", default=SECTION, help="the docs/benchmarks.md section to rewrite")
     parser.add_argument("--dir", default=tempfile.gettempdir())
