@@ -101,12 +101,14 @@ async def verified_request(request: Request) -> VerifiedRequest:
     return await read_verified(request, get_authenticator(request).max_body_bytes)
 
 
+async def verified_raft_request(request: Request, host: QuorumHost = Depends(get_quorum)) -> VerifiedRequest:
+    """Like `verified_request`, with the quorum's max_message_bytes as the body limit."""
+    return await read_verified(request, host.config.max_message_bytes)
+
+
 @router.post("/raft/messages", status_code=202, summary="Deliver one Raft message to this voter")
-async def raft_message(request: Request) -> Response:
-    # No dependencies: the request alone (also served by http/internal_fast_path.py). The quorum
-    # first (503 while starting), then the body within its max_message_bytes and the signature.
-    host = get_quorum(request)
-    verified = await read_verified(request, host.config.max_message_bytes)
+async def raft_message(request: Request, verified: VerifiedRequest = Depends(verified_raft_request),
+                       host: QuorumHost = Depends(get_quorum)) -> Response:
     # The signed send time: an answer that waited in a socket (a pause) vouches only for then.
     host.receive(verified.sender, verified.body, sent_at_ms=int(request.headers[HEADER_TIMESTAMP]))
     return Response(status_code=202)
