@@ -152,7 +152,7 @@ def create_topics(cluster: Cluster, layout: list[int], settle_s: float) -> tuple
                     "configs": [{"name": "min.insync.replicas", "value": "2"}]}
             for attempt in range(60):  # a node busy opening the last topic's logs may answer 503 a while
                 r = c.post(cluster.live()[attempt % 3].url + f"/v3/clusters/{cid}/topics", json=body)
-                if r.status_code == 201 or (r.status_code == 400 and "already exists" in r.text):
+                if r.status_code == 201 or (r.status_code in (400, 409) and "already exists" in r.text):
                     break
                 if r.status_code != 503:
                     raise RuntimeError(f"creating {t}: {r.status_code} {r.text[:300]}")
@@ -364,7 +364,7 @@ def run_size(root: Path, replicas: int, args: argparse.Namespace) -> dict:
         result["create_s"] = created_s
         if created_s is None:
             print(f"{replicas}: the cluster did not settle within {args.settle_s:.0f} s", flush=True)
-        time.sleep(SETTLE_S)
+        time.sleep(args.rest_s)
         if "idle" in args.only:
             result["load_before"] = load_average()
             result["idle"] = idle(cluster, args.idle_s)
@@ -507,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tolerant", action="store_true", help="raise the session and election timeouts (TOLERANT)")
     parser.add_argument("--settle-s", type=float, default=300.0, help="most seconds to wait for every ISR to fill")
+    parser.add_argument("--rest-s", type=float, default=SETTLE_S,
+                        help="seconds between a settled cluster and the first measurement (the ISRs are full "
+                             "in the metadata before every node has opened its logs: at 3,000 replicas, use 60)")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--section", default=SECTION, help="the docs/benchmarks.md section to rewrite")
     parser.add_argument("--dir", default=tempfile.gettempdir())

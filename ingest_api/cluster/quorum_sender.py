@@ -2,7 +2,8 @@
 
 `PeerSender` sends each `Send` effect of the driver (cluster/quorum_driver.py) as JSON
 (`message_to_dict`) to `POST /internal/raft/messages` of the peer, signed with the cluster secret
-(`ClusterAuth`). Raft tolerates lost messages, so a send is never retried or awaited by the driver:
+(`cluster_auth.sign`), over `http1.Http1Pool` (keep-alive connections, at most two idle per peer;
+answers parsed in C: the leader's heartbeats are most of an idle node's requests). Raft tolerates lost messages, so a send is never retried or awaited by the driver:
 a peer with `max_inflight_sends_per_peer` requests in flight, or a body above `max_message_bytes`,
 drops the message (counted in `QuorumCounters.sends_dropped`); a failed or refused request is
 counted in `send_errors`. `QuorumCounters` are the host's plain counters.
@@ -18,10 +19,9 @@ import json
 import logging
 from dataclasses import dataclass
 
-import httpx
-
-from lakelog.ingest_api.security.cluster_auth import ClusterAuth
-from lakelog.ingest_api.cluster.quorum_config import RAFT_MESSAGES_PATH, QuorumConfig, base_url
+from lakelog.ingest_api.cluster.http1 import Http1Error, Http1Pool
+from lakelog.ingest_api.cluster.quorum_config import RAFT_MESSAGES_PATH, QuorumConfig
+from lakelog.ingest_api.security.cluster_auth import check_secret, now_ms, sign
 from lakelog.ingest_api.raft.messages import Message, message_to_dict
 
 log = logging.getLogger("lakelog.quorum")
@@ -49,13 +49,9 @@ class PeerSender:
     def __init__(self, config: QuorumConfig, counters: QuorumCounters) -> None:
         self.config = config
         self.counters = counters
-        cfg = config
-        self._client = httpx.AsyncClient(
-            auth=ClusterAuth(cfg.secret, cfg.node_id), trust_env=False,
-            verify=cfg.tls if cfg.tls is not None else True,
-            timeout=httpx.Timeout(cfg.request_timeout_ms / 1000),
-            limits=httpx.Limits(max_connections=max(1, len(cfg.peers)) * cfg.max_inflight_sends_per_peer,
-                                max_keepalive_connections=max(1, len(cfg.peers)) * 2))
+        self._secret = check_secret(config.secret)
+        # At most max_inflight_sends_per_peer connections per peer are in use (send() drops beyond).
+        self._pool = Http1Pool(max_idle_per_peer=2, ssl=config.tls)
         self._sends: set[asyncio.Task] = set()
         self._inflight: dict[int, int] = {p: 0 for p in config.peers}
         self._oversize_warned = False
@@ -89,10 +85,13 @@ class PeerSender:
         self._inflight[to] -= 1
 
     async def _post(self, to: int, body: bytes) -> None:
-        url = base_url(self.config.voters[to], self.config.tls is not None) + RAFT_MESSAGES_PATH
+        host, port = self.config.voters[to]
+        headers = {"Content-Type": "application/json",
+                   **sign(self._secret, "POST", RAFT_MESSAGES_PATH, body, self.node_id, now_ms())}
         try:
-            r = await self._client.post(url, content=body, headers={"Content-Type": "application/json"})
-        except (httpx.HTTPError, OSError) as e:
+            r = await self._pool.request(host, port, "POST", RAFT_MESSAGES_PATH, body, headers,
+                                         timeout_s=self.config.request_timeout_ms / 1000)
+        except (Http1Error, OSError) as e:
             self.counters.send_errors += 1
             log.debug("raft voter %d: send to %d failed: %r", self.node_id, to, e)
             return
@@ -103,9 +102,9 @@ class PeerSender:
             self.counters.messages_sent += 1
 
     async def close(self) -> None:
-        """Cancel the sends in flight, wait for them, close the HTTP client."""
+        """Cancel the sends in flight, wait for them, close the connections."""
         for t in list(self._sends):
             t.cancel()
         if self._sends:
             await asyncio.gather(*self._sends, return_exceptions=True)
-        await self._client.aclose()
+        await self._pool.close()

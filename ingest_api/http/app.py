@@ -19,6 +19,7 @@ from lakelog.ingest_api.error_table import http_error
 from lakelog.ingest_api.errors import InternalServerError, InvalidRequestError, RouteError
 from lakelog.ingest_api.http.body_limit import BodyLimitMiddleware
 from lakelog.ingest_api.http.forwarded import ForwardedCatchUpMiddleware
+from lakelog.ingest_api.http.internal_fast_path import InternalFastPath, hot_routes_table
 from lakelog.ingest_api.http.metrics import NodeMetrics
 from lakelog.ingest_api.http.routers import (
     acls_v3,
@@ -162,6 +163,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_middlewares(app: FastAPI, node: Node) -> None:
     """Added innermost first: each one added later wraps the ones before it."""
+    # Innermost: the node-to-node requests of an idle cluster skip the router's matching (internal_fast_path.py).
+    app.add_middleware(InternalFastPath, table=hot_routes_table(), exception_handlers=app.exception_handlers)
     # Inside the security checks: only a request they let through as forwarded by a node waits.
     app.add_middleware(ForwardedCatchUpMiddleware, waiters=node.metadata_waiters,
                        timeout_ms=node.config.request_timeout_ms)

@@ -2,7 +2,7 @@
 
 Every call is signed with the cluster secret (`ingest_api.security.cluster_auth`); peers are addressed by
 node id through a resolver (the metadata image's broker registrations, or the quorum voters before
-a node has registered). Requests go through `http1.Http1Pool` (responses parsed in C, keep-alive
+a node has registered). Requests go through `cluster.http1.Http1Pool` (responses parsed in C, keep-alive
 connections bounded per peer).
 """
 
@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from lakelog.ingest_api.security.cluster_auth import sign
 from lakelog.ingest_api.errors import LeaderNotAvailableError, NodeError, PeerUnavailableError
-from lakelog.ingest_api.replication.http1 import Http1Error, Http1Pool, Http1Response
+from lakelog.ingest_api.cluster.http1 import Http1Error, Http1Pool, Http1Response
 
 
 #: Marks a request forwarded by another node (forwarded at most once).

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from lakelog.ingest_api.replication.http1 import Http1Error, Http1Pool
+from lakelog.ingest_api.cluster.http1 import Http1Error, Http1Pool
 
 
 class Server:

@@ -1,7 +1,9 @@
 """A small HTTP/1.1 client for node-to-node traffic, with responses parsed in C (httptools).
 
 Replica fetch responses are megabytes of record batches; a general-purpose client that parses in
-Python spends most of a follower's CPU receiving them. This one speaks just what the nodes need:
+Python spends most of a follower's CPU receiving them, and the controller quorum's Raft messages
+(tens a second, each a small POST) cost it more than their handling. This one speaks just what the
+nodes need:
 one request at a time per connection, `Content-Length` bodies out, `Content-Length` or chunked
 bodies in (httptools handles both), keep-alive with a bounded pool of idle connections per peer.
 
