@@ -15,6 +15,7 @@ come from one thread (the controller checks it is active first).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from lakelog.ingest_api.cluster.image_values import (
 from lakelog.ingest_api.cluster.partition_change import LivenessView
 from lakelog.ingest_api.errors import InvalidRequestError
 
+log = logging.getLogger("lakelog.controller")
 
 @dataclass(frozen=True)
 class HeartbeatReply:
@@ -55,6 +57,8 @@ class BrokerRegistry:
         self._partitions = partitions
         self._active_since_ms = 0
         self._last_contact_ms: dict[int, int] = {}
+        #: When `expire_sessions` last ran (0: not yet in this term).
+        self._last_check_ms = 0
         self._next_broker_epoch = 1
         self._next_producer_id = 0
 
@@ -62,6 +66,7 @@ class BrokerRegistry:
         """A new term of the controller: every registered broker gets a full session from `now_ms`."""
         self._active_since_ms = now_ms
         self._last_contact_ms.clear()
+        self._last_check_ms = 0
         self._next_broker_epoch = self._image.last_applied_index + 1
         self._next_producer_id = self._image.next_producer_id
 
@@ -180,6 +185,17 @@ class BrokerRegistry:
         """
         records: list[dict[str, Any]] = []
         expired = False
+        gap = now_ms - self._last_check_ms if self._last_check_ms else 0
+        self._last_check_ms = now_ms
+        if gap > self._config.broker_session_timeout_ms // 2:
+            # This controller did not run for a while (its process was paused or its loop stalled):
+            # the heartbeats of that time may still wait unread in its sockets, so a silence it
+            # measured across the gap says nothing about the brokers. Each gets a full session from
+            # now, as in a new term; a broker that is really gone is fenced one session later.
+            log.warning("controller: %d ms since its last session check (a pause); every broker's session "
+                        "restarts now", gap)
+            self._active_since_ms = now_ms
+            return records, expired
         for node_id, reg in sorted(self._image.brokers.items()):
             if reg.fenced:
                 continue

@@ -86,6 +86,15 @@ class LsoSampler:
         return self.seen
 
 
+def _diagnosis(cluster: Cluster, log: Path) -> str:
+    """The copier's last lines and each node's last log lines (the HTTP client's left out)."""
+    out = ["--- copier ---", log.read_text(errors="replace")[-3000:]]
+    for n in cluster.nodes:
+        tail = [line for line in n.read_log().splitlines() if '"logger": "httpx"' not in line][-40:]
+        out += [f"--- node {n.node_id} ({'running' if n.running else 'stopped'}) ---", *tail]
+    return "\n".join(out)
+
+
 def _coordinator_of(cluster: Cluster, tid: str) -> int:
     return transaction_coordinator(cluster, tid, 60)
 
@@ -128,7 +137,11 @@ def test_kafkas_transactional_copier_under_coordinator_kill_and_leader_pause(tmp
         # offsets, as Kafka's system tests restart it).
         runs = 1
         while True:
-            code = copier.wait(WAIT_S)
+            try:
+                code = copier.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"the copier made no end within {WAIT_S}s (run {runs}):\n"
+                                     + _diagnosis(cluster, log)) from None
             done = any(d.get("remaining") == 0 for d in _progress(log))
             if code == 0 and done:
                 break

@@ -336,6 +336,22 @@ def test_a_new_controller_grants_every_broker_a_full_session() -> None:
     assert [b.node_id for b in c.image.live_brokers()] == [0, 1]
 
 
+def test_a_controller_that_did_not_run_for_a_while_fences_nobody_for_that_silence() -> None:
+    c = Cluster(brokers=3)
+    c.create("t", 3, 3)
+    assert not c.advance(2_000, alive=(0, 1, 2))
+    # The controller's process stops for longer than a session: the brokers' heartbeats of that
+    # time wait unread in its sockets, so it heard nothing. Its first check after the gap fences
+    # nobody; every broker's session restarts from then.
+    c.now += 2 * SESSION_MS
+    assert c.commit(c.controller.tick(c.now)) == []
+    assert [b.node_id for b in c.image.live_brokers()] == [0, 1, 2]
+    # A broker that is really gone is fenced a session later; the others heartbeat on.
+    assert not c.advance(SESSION_MS - 1_000, alive=(0, 1))
+    records = c.advance(2_000, alive=(0, 1))
+    assert [r["node_id"] for r in records if r["type"] == "fence_broker"] == [2]
+
+
 def test_tick_does_not_propose_twice_while_its_records_are_in_flight() -> None:
     c = Cluster(brokers=3)
     c.create("t", 3, 3)
